@@ -1,0 +1,6 @@
+//! prfence: SCSI-3 persistent reservation fencing.
+//!
+//! Data flow (one direction): intent → `ops` (decisions) → `pr` (pure codec) → `exec` (retry and
+//! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
+
+pub mod pr;

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("prfence: not yet built");
+    std::process::exit(1);
+}
