@@ -104,6 +104,10 @@ impl Device {
     ///
     /// `timeout` is rounded up to whole milliseconds and must be between 1 ms and `u32::MAX - 1` ms
     /// (`u32::MAX` means "no timeout" to the kernel and is refused).
+    ///
+    /// With [`DataTransfer::FromDevice`], only the first `len - resid` bytes were written by the
+    /// device; the rest of the buffer is left as it was. On an sg node a signal can interrupt the
+    /// wait (`Error::Ioctl` with EINTR): the command may still run, so do not assume it did not.
     pub fn execute(
         &self,
         cdb: &[u8],
@@ -164,8 +168,11 @@ fn timeout_millis(timeout: Duration) -> Result<u32, Error> {
 /// Why an SG_IO ioctl failure happened, in words an operator can act on.
 pub(crate) fn ioctl_hint(source: &io::Error) -> &'static str {
     match source.raw_os_error() {
-        Some(libc::ENOTTY | libc::EINVAL) => {
+        Some(libc::ENOTTY) => {
             " (not a SCSI device, or a partition: use the whole disk /dev/sdX or /dev/sgN)"
+        }
+        Some(libc::EINVAL) => {
+            " (the kernel refused the request: check the CDB length and that the transfer fits the device's limits)"
         }
         Some(libc::EPERM | libc::EACCES) => {
             " (permission denied: run as root or with CAP_SYS_RAWIO, or open read-write)"
@@ -249,6 +256,14 @@ mod tests {
         assert!(!conflict.is_good());
         assert_eq!(conflict.sense(), None);
         assert_eq!(conflict.sense_hex(), "");
+    }
+
+    #[test]
+    fn device_can_be_shared_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Device>();
+        send_sync::<Completion>();
+        send_sync::<Error>();
     }
 
     #[test]

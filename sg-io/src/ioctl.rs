@@ -114,8 +114,8 @@ pub(crate) fn sg_io(
         cmdp: cdb.as_ptr(),
         sbp: sense.as_mut_ptr(),
         timeout: timeout_ms,
-        // Indirect I/O (no SG_FLAG_DIRECT_IO): the kernel copies through its own buffers, so it
-        // never touches our memory after the ioctl returns, even if the wait is interrupted.
+        // No SG_FLAG_DIRECT_IO: an sg node then copies through its own buffers, so a request
+        // orphaned by a signal never writes into our memory after the ioctl has returned.
         flags: 0,
         pack_id: 0,
         usr_ptr: ptr::null_mut(),
@@ -133,8 +133,10 @@ pub(crate) fn sg_io(
     // Every pointer in it is valid for the length stated next to it: `cmdp` for `cmd_len` bytes of
     // `cdb`, `sbp` for `mx_sb_len` <= `sense.len()` writable bytes, `dxferp` for `dxfer_len` bytes
     // (writable when FROM_DEV: it came from a `&mut [u8]`; only read when TO_DEV), or null with
-    // length 0. All borrows outlive the call, SG_IO is synchronous, and with indirect I/O the kernel
-    // keeps no reference to these buffers once it returns. The fd is open for the whole call.
+    // length 0. All borrows outlive the call, and the kernel keeps no reference to them once it
+    // returns: the block-device path (sd) waits for completion uninterruptibly, and the sg path
+    // uses indirect I/O (flags 0), so an interrupted request only touches kernel buffers. The fd is
+    // borrowed, so it stays open for the whole call.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), SG_IO, ptr::from_mut(&mut hdr)) };
     if rc < 0 {
         return Ok(Err(io::Error::last_os_error()));
