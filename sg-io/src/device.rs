@@ -49,9 +49,11 @@ pub struct Completion {
     pub driver_status: DriverStatus,
     /// Exactly the sense bytes the kernel wrote (`sb_len_wr`).
     pub sense_bytes: Vec<u8>,
-    /// Bytes of the data buffer not transferred.
+    /// Bytes of the data buffer not transferred. Only meaningful for a good completion: the lab saw
+    /// a timed-out INQUIRY report 0 with nothing transferred.
     pub resid: usize,
-    /// As measured by the kernel (millisecond resolution).
+    /// As measured by the kernel (millisecond resolution). Includes error handling: a command with
+    /// a 2 s timeout came back after 7 s in the lab.
     pub duration: Duration,
 }
 
@@ -100,7 +102,8 @@ impl Device {
     }
 
     /// Sends `cdb` and waits (blocking the thread) for its completion or `timeout`, after which the
-    /// kernel aborts the command and reports it with host status DID_TIME_OUT or an error.
+    /// kernel aborts the command and completes it with host status DID_TIME_OUT (returns after the
+    /// abort, so later than `timeout`).
     ///
     /// `timeout` is rounded up to whole milliseconds and must be between 1 ms and `u32::MAX - 1` ms
     /// (`u32::MAX` means "no timeout" to the kernel and is refused).
