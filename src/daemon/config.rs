@@ -1,0 +1,1084 @@
+//! `prfence agent` configuration: TOML text in, validated typed [`Settings`] out.
+//!
+//! Reading the file is the caller's job; this module is pure so every rule is unit-tested.
+//! Every error names the offending field (`lease.renew`, `device[2].path`, …) and, for timing
+//! rules, states the rule and why it exists. The fully commented example is
+//! `packaging/prfence-agent.toml`; a test parses it so it can never drift from this code.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU16;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::shim::Key;
+
+/// A configuration the agent refused, with the field and the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration is not valid TOML or has an unknown or mistyped field: {0}")]
+    Syntax(String),
+    #[error("{field}: {problem}")]
+    Field { field: String, problem: String },
+    #[error("timing rule violated: {rule}")]
+    Timing { rule: String },
+}
+
+fn field_error(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Field {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// Parses `"500ms"`, `"2s"`, `"1m"`, `"1h"`: a whole number followed by a unit. A bare number is
+/// refused because its unit would be a guess.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit; write e.g. \"500ms\", \"2s\", \"1m\""))?;
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    value
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+fn duration_field(field: &str, text: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
+    parse_duration(text.unwrap_or(default)).map_err(|problem| field_error(field, problem))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw file shape (serde). Unknown fields are errors: a misspelt `grace` must not silently fall
+// back to a default that changes when the node fences itself.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    mode: String,
+    check_interval: Option<String>,
+    command_timeout: Option<String>,
+    #[serde(default)]
+    unregister_on_exit: bool,
+    #[serde(default)]
+    device: Vec<RawDevice>,
+    key: Option<RawKey>,
+    watch: Option<RawWatch>,
+    lease: Option<RawLease>,
+    self_fence: Option<RawSelfFence>,
+    watchdog: Option<RawWatchdog>,
+    metrics: Option<RawMetrics>,
+    log: Option<RawLog>,
+    systemd: Option<RawSystemd>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDevice {
+    path: String,
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    value: Option<String>,
+    derive: Option<String>,
+    node: Option<String>,
+    key_value: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatch {
+    grace: Option<String>,
+    missing_confirmations: Option<u32>,
+    heal: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLease {
+    node_id: u32,
+    reservation: Option<String>,
+    renew: Option<String>,
+    lease: Option<String>,
+    margin: Option<String>,
+    clock_drift_ppm: Option<u32>,
+    state_file: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSelfFence {
+    exit: Option<bool>,
+    exit_status: Option<u8>,
+    command: Option<Vec<String>>,
+    command_timeout: Option<String>,
+    reboot: Option<bool>,
+    stop_watchdog: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatchdog {
+    device: String,
+    timeout: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    target: Option<String>,
+    format: Option<String>,
+    level: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSystemd {
+    notify: Option<bool>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validated settings.
+
+/// The validated configuration of `prfence agent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The LUs to watch or lease, in file order (each a SCSI disk or dm-multipath device; the
+    /// daemon discovers the paths).
+    pub devices: Vec<DeviceSettings>,
+    /// How often each LU is read (watch mode; standby sampling in lease mode).
+    pub check_interval: Duration,
+    /// Bound on one PR command; a command that takes longer counts as a timeout.
+    pub command_timeout: Duration,
+    pub mode: ModeSettings,
+    pub self_fence: SelfFenceSettings,
+    pub watchdog: Option<WatchdogSettings>,
+    /// Prometheus endpoint; `None` serves no metrics.
+    pub metrics_listen: Option<SocketAddr>,
+    pub log: LogSettings,
+    /// Send sd_notify READY/STOPPING/WATCHDOG (needs `Type=notify` in the unit).
+    pub sd_notify: bool,
+    /// Remove our registrations on SIGTERM. Off by default: a restart must not look like, or
+    /// race with, being fenced.
+    pub unregister_on_exit: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSettings {
+    pub path: PathBuf,
+    /// Label for logs and metrics; defaults to the path.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModeSettings {
+    Watch(WatchModeSettings),
+    Lease(LeaseModeSettings),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchModeSettings {
+    pub key: KeySpec,
+    /// How long an LU may go without a good check before we treat ourselves as fenced.
+    pub grace: Duration,
+    /// Consecutive reads that must miss our key before we call it fenced (1 = the first).
+    pub missing_confirmations: u32,
+    /// Re-register paths whose registration vanished while our key is still on the LU (P3).
+    pub heal: bool,
+}
+
+/// Where our own key comes from in watch mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySpec {
+    Given(Key),
+    /// Derived exactly as `fence_pr` derives it (the caller runs that derivation, which asks
+    /// corosync). `node` defaults to the local host name.
+    Derive {
+        scheme: KeyScheme,
+        node: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyScheme {
+    /// prfence's native key (cluster tag + corosync nodeid).
+    Native,
+    /// fence_scsi's key, so the agent watches the key a fence_scsi cluster registered.
+    FenceScsi(FenceScsiKeyValue),
+}
+
+/// fence_scsi's `key_value` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceScsiKeyValue {
+    Id,
+    Hash,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseModeSettings {
+    pub node_id: NonZeroU16,
+    pub reservation: LeaseReservation,
+    pub renew: Duration,
+    pub lease: Duration,
+    pub margin: Duration,
+    pub clock_drift_ppm: u32,
+    /// Where the highest reserved key epoch is kept (see `lease` module docs).
+    pub state_file: PathBuf,
+}
+
+/// The reservation type a lease holder keeps. Maps to `crate::pr::ReservationType::
+/// {WriteExclusive, ExclusiveAccess}`; the registrants-only and all-registrants types are
+/// refused because there every registered standby could write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseReservation {
+    WriteExclusive,
+    ExclusiveAccess,
+}
+
+/// What the agent does once it decides it is fenced (in this order: stop feeding the watchdog,
+/// run the command, reboot, exit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfFenceSettings {
+    pub stop_watchdog: bool,
+    pub command: Option<Vec<String>>,
+    pub command_timeout: Duration,
+    /// `reboot(2)` immediately, without sync: dirty pages of a fenced node must not reach disk.
+    pub reboot: bool,
+    /// Exit with `exit_status` (distinct, so the unit's `RestartPreventExitStatus=` keeps a
+    /// fenced agent down).
+    pub exit_status: Option<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchdogSettings {
+    pub device: PathBuf,
+    /// Programmed into the device; the node resets this long after the last feed.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    pub target: LogTarget,
+    pub json: bool,
+    /// A `tracing_subscriber::EnvFilter` directive.
+    pub level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTarget {
+    Journald,
+    Stderr,
+}
+
+/// Exit status used when fenced unless configured otherwise (not 0, 1 = generic error, 2, or
+/// systemd's reserved 200–242).
+pub const DEFAULT_FENCED_EXIT_STATUS: u8 = 86;
+
+const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
+const MAX_NODE_ID: u32 = u16::MAX as u32;
+
+impl Settings {
+    /// Parses and validates a configuration file's text.
+    pub fn from_toml_str(text: &str) -> Result<Settings, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        Settings::validate(raw)
+    }
+
+    fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
+        let check_interval = duration_field("check_interval", raw.check_interval.as_deref(), "2s")?;
+        if !(MIN_CHECK_INTERVAL..=MAX_CHECK_INTERVAL).contains(&check_interval) {
+            return Err(field_error(
+                "check_interval",
+                format!(
+                    "{check_interval:?} is outside 100ms..1h: faster burns CPU and target \
+                     bandwidth for nothing (fence_scsi_check's 20% CPU, fence-agents #313), \
+                     slower detects fencing too late"
+                ),
+            ));
+        }
+        let command_timeout =
+            duration_field("command_timeout", raw.command_timeout.as_deref(), "2s")?;
+        if command_timeout.is_zero() {
+            return Err(field_error("command_timeout", "must be greater than 0"));
+        }
+        let devices = validate_devices(raw.device)?;
+        let mode = match raw.mode.as_str() {
+            "watch" => {
+                if raw.lease.is_some() {
+                    return Err(field_error(
+                        "lease",
+                        "a [lease] table needs mode = \"lease\"",
+                    ));
+                }
+                ModeSettings::Watch(validate_watch(raw.key, raw.watch)?)
+            }
+            "lease" => {
+                if raw.key.is_some() {
+                    return Err(field_error(
+                        "key",
+                        "lease mode makes its own keys from lease.node_id and an epoch; remove [key]",
+                    ));
+                }
+                if raw.watch.is_some() {
+                    return Err(field_error(
+                        "watch",
+                        "a [watch] table needs mode = \"watch\"",
+                    ));
+                }
+                let lease = raw.lease.ok_or_else(|| {
+                    field_error("lease", "mode = \"lease\" needs a [lease] table")
+                })?;
+                ModeSettings::Lease(validate_lease(lease)?)
+            }
+            other => {
+                return Err(field_error(
+                    "mode",
+                    format!("{other:?} is not a mode; use \"watch\" or \"lease\""),
+                ));
+            }
+        };
+        let watchdog = raw.watchdog.map(validate_watchdog).transpose()?;
+        let self_fence = validate_self_fence(raw.self_fence, watchdog.is_some())?;
+        let metrics_listen = raw
+            .metrics
+            .map(|m| {
+                m.listen.parse::<SocketAddr>().map_err(|e| {
+                    field_error(
+                        "metrics.listen",
+                        format!("{:?} is not an address:port ({e})", m.listen),
+                    )
+                })
+            })
+            .transpose()?;
+        let log = validate_log(raw.log)?;
+        let settings = Settings {
+            devices,
+            check_interval,
+            command_timeout,
+            mode,
+            self_fence,
+            watchdog,
+            metrics_listen,
+            log,
+            sd_notify: raw.systemd.and_then(|s| s.notify).unwrap_or(false),
+            unregister_on_exit: raw.unregister_on_exit,
+        };
+        settings.check_timing()?;
+        Ok(settings)
+    }
+
+    /// The timing rules (see the `daemon` module docs for why each exists). None of them is
+    /// needed for safety, which rests on the target; they keep the agent from fencing itself
+    /// needlessly and make a stalled holder stop before a standby takes over.
+    fn check_timing(&self) -> Result<(), ConfigError> {
+        let rule = |rule: String| Err(ConfigError::Timing { rule });
+        match &self.mode {
+            ModeSettings::Watch(watch) => {
+                if watch.grace < self.check_interval {
+                    return rule(format!(
+                        "watch.grace ({:?}) must be at least check_interval ({:?}): the grace \
+                         must cover at least one check, or a single slow read fences the node",
+                        watch.grace, self.check_interval
+                    ));
+                }
+                if self.command_timeout >= watch.grace {
+                    return rule(format!(
+                        "command_timeout ({:?}) must be below watch.grace ({:?}): an \
+                         unreachable target is only noticed when a command times out",
+                        self.command_timeout, watch.grace
+                    ));
+                }
+                if let Some(wd) = &self.watchdog {
+                    let gap = self.check_interval + self.command_timeout;
+                    if wd.timeout <= gap {
+                        return rule(format!(
+                            "watchdog.timeout ({:?}) must exceed check_interval + \
+                             command_timeout ({gap:?}): the watchdog is fed once per check, so \
+                             a shorter timeout resets a healthy node",
+                            wd.timeout
+                        ));
+                    }
+                }
+            }
+            ModeSettings::Lease(lease) => {
+                if lease.renew.saturating_mul(2) >= lease.lease {
+                    return rule(format!(
+                        "lease.renew ({:?}) must be below lease.lease / 2 ({:?}): the holder \
+                         needs a second renew attempt before its lease runs out",
+                        lease.renew,
+                        lease.lease / 2
+                    ));
+                }
+                if lease.margin.is_zero() || lease.margin >= lease.lease - lease.renew {
+                    return rule(format!(
+                        "lease.margin ({:?}) must be above 0 and below lease.lease - lease.renew \
+                         ({:?}): the holder self-fences at lease - margin after its last good \
+                         renew, which must leave room for the next renew",
+                        lease.margin,
+                        lease.lease - lease.renew
+                    ));
+                }
+                let drift_allowance = lease
+                    .lease
+                    .mul_f64(2.0 * f64::from(lease.clock_drift_ppm) / 1_000_000.0);
+                if lease.margin < drift_allowance {
+                    return rule(format!(
+                        "lease.margin ({:?}) must be at least 2 x clock_drift_ppm x lease \
+                         ({drift_allowance:?}): with clocks running up to {} ppm apart, the \
+                         holder's lease - margin must end before the standby's lease does",
+                        lease.margin, lease.clock_drift_ppm
+                    ));
+                }
+                if self.command_timeout > lease.renew {
+                    return rule(format!(
+                        "command_timeout ({:?}) must not exceed lease.renew ({:?}): one renew \
+                         must end before the next is due",
+                        self.command_timeout, lease.renew
+                    ));
+                }
+                if self.check_interval.saturating_mul(2) > lease.lease {
+                    return rule(format!(
+                        "check_interval ({:?}) must be at most lease.lease / 2 ({:?}): a \
+                         standby samples the holder's key at least twice per lease",
+                        self.check_interval,
+                        lease.lease / 2
+                    ));
+                }
+                if let Some(command) = &self.self_fence.command
+                    && self.self_fence.command_timeout >= lease.margin
+                {
+                    return rule(format!(
+                        "self_fence.command_timeout ({:?}) must be below lease.margin ({:?}): \
+                         the hook ({:?}) runs at lease - margin and must be done before a \
+                         standby may take over",
+                        self.self_fence.command_timeout, lease.margin, command[0]
+                    ));
+                }
+                if let Some(wd) = &self.watchdog {
+                    let busy =
+                        wd.timeout + lease.renew + self.command_timeout + self.check_interval;
+                    if busy > lease.lease - lease.margin {
+                        return rule(format!(
+                            "watchdog.timeout + lease.renew + command_timeout + check_interval \
+                             ({busy:?}) must not exceed lease.lease - lease.margin ({:?}): the \
+                             holder stops feeding the watchdog when its lease has less than \
+                             watchdog.timeout left, and a healthy holder must renew before that",
+                            lease.lease - lease.margin
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn validate_devices(raw: Vec<RawDevice>) -> Result<Vec<DeviceSettings>, ConfigError> {
+    if raw.is_empty() {
+        return Err(field_error(
+            "device",
+            "no [[device]] given; list every LU the node uses (path = \"/dev/mapper/…\")",
+        ));
+    }
+    let mut devices: Vec<DeviceSettings> = Vec::with_capacity(raw.len());
+    for (index, device) in raw.into_iter().enumerate() {
+        let field = format!("device[{index}].path");
+        if !device.path.starts_with("/dev/") {
+            return Err(field_error(
+                field,
+                format!("{:?} is not under /dev/", device.path),
+            ));
+        }
+        let name = device.name.unwrap_or_else(|| device.path.clone());
+        if let Some(earlier) = devices
+            .iter()
+            .position(|d| d.name == name || d.path.as_os_str() == device.path.as_str())
+        {
+            return Err(field_error(
+                field,
+                format!(
+                    "{:?} duplicates device[{earlier}] (same path or name)",
+                    device.path
+                ),
+            ));
+        }
+        devices.push(DeviceSettings {
+            path: PathBuf::from(device.path),
+            name,
+        });
+    }
+    Ok(devices)
+}
+
+fn validate_key(raw: Option<RawKey>) -> Result<KeySpec, ConfigError> {
+    let raw = raw.ok_or_else(|| {
+        field_error(
+            "key",
+            "watch mode needs a [key] table: value = \"0x…\", or derive = \"native\" | \"fence_scsi\"",
+        )
+    })?;
+    match (raw.value, raw.derive) {
+        (Some(_), Some(_)) => Err(field_error(
+            "key",
+            "give either key.value or key.derive, not both",
+        )),
+        (None, None) => Err(field_error("key", "give key.value or key.derive")),
+        (Some(value), None) => {
+            if raw.node.is_some() || raw.key_value.is_some() {
+                return Err(field_error(
+                    "key",
+                    "key.node and key.key_value only apply with key.derive",
+                ));
+            }
+            let key: Key = value
+                .parse()
+                .map_err(|e| field_error("key.value", format!("{e}")))?;
+            if key.is_zero() {
+                return Err(field_error("key.value", "0 is not a valid reservation key"));
+            }
+            Ok(KeySpec::Given(key))
+        }
+        (None, Some(derive)) => {
+            let scheme = match (derive.as_str(), raw.key_value.as_deref()) {
+                ("native", None) => KeyScheme::Native,
+                ("native", Some(_)) => {
+                    return Err(field_error(
+                        "key.key_value",
+                        "only applies with derive = \"fence_scsi\"",
+                    ));
+                }
+                ("fence_scsi", None | Some("id")) => KeyScheme::FenceScsi(FenceScsiKeyValue::Id),
+                ("fence_scsi", Some("hash")) => KeyScheme::FenceScsi(FenceScsiKeyValue::Hash),
+                ("fence_scsi", Some(other)) => {
+                    return Err(field_error(
+                        "key.key_value",
+                        format!("{other:?} is not \"id\" or \"hash\" (fence_scsi's key_value)"),
+                    ));
+                }
+                (other, _) => {
+                    return Err(field_error(
+                        "key.derive",
+                        format!("{other:?} is not \"native\" or \"fence_scsi\""),
+                    ));
+                }
+            };
+            if raw.node.as_deref().is_some_and(str::is_empty) {
+                return Err(field_error("key.node", "must not be empty"));
+            }
+            Ok(KeySpec::Derive {
+                scheme,
+                node: raw.node,
+            })
+        }
+    }
+}
+
+fn validate_watch(
+    key: Option<RawKey>,
+    raw: Option<RawWatch>,
+) -> Result<WatchModeSettings, ConfigError> {
+    let key = validate_key(key)?;
+    let (grace, confirmations, heal) = match raw {
+        Some(w) => (w.grace, w.missing_confirmations, w.heal),
+        None => (None, None, None),
+    };
+    let missing_confirmations = confirmations.unwrap_or(2);
+    if !(1..=10).contains(&missing_confirmations) {
+        return Err(field_error(
+            "watch.missing_confirmations",
+            format!(
+                "{missing_confirmations} is outside 1..10 (1 fences on the first read without \
+                 our key; 2 re-reads once, which rides out a brief re-registration, \
+                 fence-agents #576)"
+            ),
+        ));
+    }
+    Ok(WatchModeSettings {
+        key,
+        grace: duration_field("watch.grace", grace.as_deref(), "20s")?,
+        missing_confirmations,
+        heal: heal.unwrap_or(true),
+    })
+}
+
+fn validate_lease(raw: RawLease) -> Result<LeaseModeSettings, ConfigError> {
+    let node_id = u16::try_from(raw.node_id)
+        .ok()
+        .and_then(NonZeroU16::new)
+        .ok_or_else(|| {
+            field_error(
+                "lease.node_id",
+                format!(
+                    "{} is outside 1..{MAX_NODE_ID}: it fills the key's top 16 bits and must \
+                     differ on every node sharing the LUs",
+                    raw.node_id
+                ),
+            )
+        })?;
+    let reservation = match raw.reservation.as_deref().unwrap_or("write-exclusive") {
+        "write-exclusive" => LeaseReservation::WriteExclusive,
+        "exclusive-access" => LeaseReservation::ExclusiveAccess,
+        other => {
+            return Err(field_error(
+                "lease.reservation",
+                format!(
+                    "{other:?} is not \"write-exclusive\" or \"exclusive-access\" (the \
+                     registrants types would let every standby write)"
+                ),
+            ));
+        }
+    };
+    let lease = duration_field("lease.lease", raw.lease.as_deref(), "15s")?;
+    if lease.is_zero() {
+        return Err(field_error("lease.lease", "must be greater than 0"));
+    }
+    let state_file = raw
+        .state_file
+        .unwrap_or_else(|| "/var/lib/prfence/lease-epoch".to_owned());
+    if !state_file.starts_with('/') {
+        return Err(field_error("lease.state_file", "must be an absolute path"));
+    }
+    Ok(LeaseModeSettings {
+        node_id,
+        reservation,
+        renew: duration_field("lease.renew", raw.renew.as_deref(), "3s")?,
+        lease,
+        margin: duration_field("lease.margin", raw.margin.as_deref(), "3s")?,
+        clock_drift_ppm: raw.clock_drift_ppm.unwrap_or(1000),
+        state_file: PathBuf::from(state_file),
+    })
+}
+
+fn validate_watchdog(raw: RawWatchdog) -> Result<WatchdogSettings, ConfigError> {
+    if !raw.device.starts_with("/dev/watchdog") {
+        return Err(field_error(
+            "watchdog.device",
+            format!("{:?} is not a /dev/watchdog* device", raw.device),
+        ));
+    }
+    let timeout = parse_duration(&raw.timeout).map_err(|p| field_error("watchdog.timeout", p))?;
+    if timeout < Duration::from_secs(1) || timeout.subsec_millis() != 0 {
+        return Err(field_error(
+            "watchdog.timeout",
+            format!("{timeout:?}: watchdog devices take whole seconds, at least 1s"),
+        ));
+    }
+    Ok(WatchdogSettings {
+        device: PathBuf::from(raw.device),
+        timeout,
+    })
+}
+
+fn validate_self_fence(
+    raw: Option<RawSelfFence>,
+    have_watchdog: bool,
+) -> Result<SelfFenceSettings, ConfigError> {
+    let raw = raw.unwrap_or(RawSelfFence {
+        exit: None,
+        exit_status: None,
+        command: None,
+        command_timeout: None,
+        reboot: None,
+        stop_watchdog: None,
+    });
+    if raw.exit == Some(false) && raw.exit_status.is_some() {
+        return Err(field_error(
+            "self_fence.exit_status",
+            "set, but self_fence.exit = false",
+        ));
+    }
+    let exit_status = match (raw.exit.unwrap_or(true), raw.exit_status) {
+        (false, _) => None,
+        (true, None) => Some(DEFAULT_FENCED_EXIT_STATUS),
+        (true, Some(status @ (0..=2 | 200..=242))) => {
+            return Err(field_error(
+                "self_fence.exit_status",
+                format!(
+                    "{status} is ambiguous: 0 is success, 1 and 2 are generic errors, 200-242 \
+                     are systemd's own; pick a distinct value and list it in the unit's \
+                     RestartPreventExitStatus="
+                ),
+            ));
+        }
+        (true, Some(status)) => Some(status),
+    };
+    let command = match raw.command {
+        Some(argv) if argv.is_empty() || !argv[0].starts_with('/') => {
+            return Err(field_error(
+                "self_fence.command",
+                "must be a non-empty argv whose first element is an absolute path",
+            ));
+        }
+        other => other,
+    };
+    let stop_watchdog = raw.stop_watchdog.unwrap_or(have_watchdog);
+    if stop_watchdog && !have_watchdog {
+        return Err(field_error(
+            "self_fence.stop_watchdog",
+            "true, but no [watchdog] is configured",
+        ));
+    }
+    let reboot = raw.reboot.unwrap_or(false);
+    if exit_status.is_none() && command.is_none() && !reboot && !stop_watchdog {
+        return Err(field_error(
+            "self_fence",
+            "no action left: enable at least one of exit, command, reboot, stop_watchdog",
+        ));
+    }
+    Ok(SelfFenceSettings {
+        stop_watchdog,
+        command,
+        command_timeout: duration_field(
+            "self_fence.command_timeout",
+            raw.command_timeout.as_deref(),
+            "2s",
+        )?,
+        reboot,
+        exit_status,
+    })
+}
+
+fn validate_log(raw: Option<RawLog>) -> Result<LogSettings, ConfigError> {
+    let (target, format, level) = match raw {
+        Some(l) => (l.target, l.format, l.level),
+        None => (None, None, None),
+    };
+    let target = match target.as_deref().unwrap_or("journald") {
+        "journald" => LogTarget::Journald,
+        "stderr" => LogTarget::Stderr,
+        other => {
+            return Err(field_error(
+                "log.target",
+                format!("{other:?} is not \"journald\" or \"stderr\""),
+            ));
+        }
+    };
+    let json = match format.as_deref().unwrap_or("text") {
+        "text" => false,
+        "json" => true,
+        other => {
+            return Err(field_error(
+                "log.format",
+                format!("{other:?} is not \"text\" or \"json\""),
+            ));
+        }
+    };
+    Ok(LogSettings {
+        target,
+        json,
+        level: level.unwrap_or_else(|| "info".to_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WATCH: &str = r#"
+mode = "watch"
+[[device]]
+path = "/dev/mapper/mpatha"
+[key]
+value = "0xabc"
+"#;
+
+    const LEASE: &str = r#"
+mode = "lease"
+check_interval = "1s"
+[[device]]
+path = "/dev/sdb"
+[lease]
+node_id = 2
+renew = "2s"
+lease = "10s"
+margin = "2s"
+"#;
+
+    fn timing_error(text: &str) -> String {
+        match Settings::from_toml_str(text) {
+            Err(ConfigError::Timing { rule }) => rule,
+            other => panic!("expected a timing error, got {other:?}"),
+        }
+    }
+
+    fn field_of(text: &str) -> String {
+        match Settings::from_toml_str(text) {
+            Err(ConfigError::Field { field, .. }) => field,
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("3m"), Ok(Duration::from_secs(180)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "",
+            "5",
+            "s",
+            "1.5s",
+            "-1s",
+            "2 s",
+            "1d",
+            "99999999999999999999s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn minimal_watch_gets_defaults() {
+        let s = Settings::from_toml_str(WATCH).unwrap();
+        assert_eq!(s.check_interval, Duration::from_secs(2));
+        assert_eq!(s.devices[0].name, "/dev/mapper/mpatha");
+        let ModeSettings::Watch(w) = &s.mode else {
+            panic!()
+        };
+        assert_eq!(w.key, KeySpec::Given(Key::new(0xabc)));
+        assert_eq!(w.grace, Duration::from_secs(20));
+        assert_eq!(w.missing_confirmations, 2);
+        assert!(w.heal);
+        assert_eq!(s.self_fence.exit_status, Some(DEFAULT_FENCED_EXIT_STATUS));
+        assert!(!s.self_fence.stop_watchdog);
+        assert_eq!(s.log.target, LogTarget::Journald);
+        assert!(!s.unregister_on_exit);
+    }
+
+    #[test]
+    fn minimal_lease() {
+        let s = Settings::from_toml_str(LEASE).unwrap();
+        let ModeSettings::Lease(l) = &s.mode else {
+            panic!()
+        };
+        assert_eq!(l.node_id.get(), 2);
+        assert_eq!(l.reservation, LeaseReservation::WriteExclusive);
+        assert_eq!(l.state_file, PathBuf::from("/var/lib/prfence/lease-epoch"));
+    }
+
+    #[test]
+    fn packaged_example_is_valid() {
+        let text = include_str!("../../packaging/prfence-agent.toml");
+        let s = Settings::from_toml_str(text).unwrap();
+        assert!(matches!(s.mode, ModeSettings::Watch(_)));
+        assert!(s.watchdog.is_some());
+        // The lease example, commented out in the file, must be valid too.
+        let lease: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("#> "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let s = Settings::from_toml_str(&lease).unwrap();
+        assert!(matches!(s.mode, ModeSettings::Lease(_)));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err =
+            Settings::from_toml_str(&format!("{WATCH}\n[watch]\ngrase = \"5s\"\n")).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::Syntax(ref m) if m.contains("grase")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(field_of(&WATCH.replace("0xabc", "0xzz")), "key.value");
+        assert_eq!(field_of(&WATCH.replace("0xabc", "0")), "key.value");
+        assert_eq!(
+            field_of(&WATCH.replace("/dev/mapper/mpatha", "sdb")),
+            "device[0].path"
+        );
+        assert_eq!(field_of(&WATCH.replace("\"watch\"", "\"wach\"")), "mode");
+        assert_eq!(
+            field_of(&format!("check_interval = \"5\"\n{WATCH}")),
+            "check_interval"
+        );
+        assert_eq!(
+            field_of(&format!("check_interval = \"10ms\"\n{WATCH}")),
+            "check_interval"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{WATCH}[[device]]\npath = \"/dev/mapper/mpatha\"\n"
+            )),
+            "device[1].path"
+        );
+        assert_eq!(
+            field_of(&LEASE.replace("node_id = 2", "node_id = 0")),
+            "lease.node_id"
+        );
+        assert_eq!(
+            field_of(&LEASE.replace("node_id = 2", "node_id = 65536")),
+            "lease.node_id"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{LEASE}reservation = \"write-exclusive-registrants-only\"\n"
+            )),
+            "lease.reservation"
+        );
+        assert_eq!(field_of(&format!("{LEASE}[key]\nvalue = \"1\"\n")), "key");
+        assert_eq!(
+            field_of(&format!("{WATCH}[self_fence]\nexit_status = 1\n")),
+            "self_fence.exit_status"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}[self_fence]\nexit = false\n")),
+            "self_fence"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}[self_fence]\nstop_watchdog = true\n")),
+            "self_fence.stop_watchdog"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}[self_fence]\ncommand = [\"hook\"]\n")),
+            "self_fence.command"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{WATCH}[watchdog]\ndevice = \"/dev/sda\"\ntimeout = \"10s\"\n"
+            )),
+            "watchdog.device"
+        );
+        assert_eq!(
+            field_of(&format!(
+                "{WATCH}[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"1500ms\"\n"
+            )),
+            "watchdog.timeout"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}[metrics]\nlisten = \"localhost\"\n")),
+            "metrics.listen"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}[log]\nformat = \"xml\"\n")),
+            "log.format"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}[watch]\nmissing_confirmations = 0\n")),
+            "watch.missing_confirmations"
+        );
+        assert_eq!(
+            field_of("mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n"),
+            "key"
+        );
+        assert_eq!(
+            field_of("mode = \"watch\"\n[key]\nvalue = \"1\"\n"),
+            "device"
+        );
+    }
+
+    #[test]
+    fn key_derivation_specs() {
+        let derive = |body: &str| {
+            let s = Settings::from_toml_str(&WATCH.replace("value = \"0xabc\"", body))?;
+            let ModeSettings::Watch(w) = s.mode else {
+                panic!()
+            };
+            Ok::<_, ConfigError>(w.key)
+        };
+        assert_eq!(
+            derive("derive = \"native\"").unwrap(),
+            KeySpec::Derive {
+                scheme: KeyScheme::Native,
+                node: None
+            }
+        );
+        assert_eq!(
+            derive("derive = \"fence_scsi\"\nkey_value = \"hash\"\nnode = \"n1\"").unwrap(),
+            KeySpec::Derive {
+                scheme: KeyScheme::FenceScsi(FenceScsiKeyValue::Hash),
+                node: Some("n1".to_owned())
+            }
+        );
+        assert!(derive("derive = \"native\"\nkey_value = \"id\"").is_err());
+        assert!(derive("value = \"1\"\nderive = \"native\"").is_err());
+        assert!(derive("node = \"n1\"").is_err());
+    }
+
+    #[test]
+    fn watch_timing_rules() {
+        let r = timing_error(&format!(
+            "check_interval = \"5s\"\n{WATCH}[watch]\ngrace = \"4s\"\n"
+        ));
+        assert!(
+            r.contains("watch.grace") && r.contains("at least one check"),
+            "{r}"
+        );
+        let r = timing_error(&format!("command_timeout = \"20s\"\n{WATCH}"));
+        assert!(r.contains("command_timeout"), "{r}");
+        let r = timing_error(&format!(
+            "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"4s\"\n"
+        ));
+        assert!(r.contains("resets a healthy node"), "{r}");
+        Settings::from_toml_str(&format!(
+            "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"5s\"\n"
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn lease_timing_rules() {
+        let r = timing_error(&LEASE.replace("renew = \"2s\"", "renew = \"5s\""));
+        assert!(
+            r.contains("lease.renew") && r.contains("second renew"),
+            "{r}"
+        );
+        let r = timing_error(&LEASE.replace("margin = \"2s\"", "margin = \"8s\""));
+        assert!(
+            r.contains("lease.margin") && r.contains("next renew"),
+            "{r}"
+        );
+        let r = timing_error(&LEASE.replace("margin = \"2s\"", "margin = \"0ms\""));
+        assert!(r.contains("above 0"), "{r}");
+        let r = timing_error(&format!("{LEASE}clock_drift_ppm = 200000\n"));
+        assert!(r.contains("clock_drift_ppm"), "{r}");
+        let r = timing_error(&format!("command_timeout = \"3s\"\n{LEASE}"));
+        assert!(r.contains("one renew"), "{r}");
+        let r = timing_error(&LEASE.replace("check_interval = \"1s\"", "check_interval = \"6s\""));
+        assert!(r.contains("twice per lease"), "{r}");
+        let r = timing_error(&format!(
+            "{LEASE}[self_fence]\ncommand = [\"/bin/stop-app\"]\ncommand_timeout = \"2s\"\n"
+        ));
+        assert!(r.contains("/bin/stop-app"), "{r}");
+        let r = timing_error(&format!(
+            "{LEASE}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"5s\"\n"
+        ));
+        assert!(r.contains("watchdog.timeout"), "{r}");
+        // 10 - 2 = 8 >= 3 + 2 + 2 + 1
+        Settings::from_toml_str(&format!(
+            "{LEASE}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"3s\"\n"
+        ))
+        .unwrap();
+    }
+}

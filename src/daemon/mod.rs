@@ -1,0 +1,3 @@
+//! `prfence agent`: the node daemon (sans-IO core; the driver is wired separately).
+pub mod config;
+mod shim;
