@@ -1,0 +1,606 @@
+//! Watch mode (replaces `fence_scsi_check`): one observation per LU per tick in, one
+//! [`Decision`] out. No I/O and no clock: the caller passes `now` from its monotonic clock.
+//!
+//! Per tick the caller reads the keys of every LU (one READ KEYS through a read-only open) and
+//! feeds them to [`WatchState::tick`]. Per-path registration is only probed when the decision
+//! asks for it ([`LuVerdict::InspectPaths`]): the key count is below the path count.
+//!
+//! The verdicts, in the order they are decided for one LU:
+//! - our key missing from the LU on `missing_confirmations` reads in a row: **fenced**. One LU is
+//!   enough: fence_scsi_check passes if the key is on any device, which let a multi-LUN split
+//!   brain keep running (fence-agents #278). A second read rides out a brief absence during a
+//!   re-registration (#576).
+//! - no good read for `grace` (unreachable, timed out, or no answer at all): **fenced**; before
+//!   that the LU is reported [`LuVerdict::Unreachable`].
+//! - our key present but some path lacks its registration: an iSCSI re-login orphan (new ISID,
+//!   #517). It may be healed because the key is still on the LU, so nobody preempted it (P3).
+//!
+//! Fenced is latched: the state never returns to healthy and never asks for a heal again, even
+//! if the key reappears (P3: a preempted key is never re-registered automatically).
+
+use std::time::{Duration, Instant};
+
+use super::shim::Key;
+
+/// The identity of one LU (the configured device name, or its VPD 83h designator).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LuId(pub String);
+
+/// One path (I_T nexus) of an LU, e.g. `sdc`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathId(pub String);
+
+impl std::fmt::Display for LuId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for PathId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a read of an LU gave no keys. The caller logs the device, command and sense itself;
+/// here only the class matters, and every class counts against the grace alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckError {
+    /// RESERVATION CONFLICT on a PR IN (not expected; reported as its own class).
+    Conflict,
+    /// No path answered (transport down, device gone).
+    Unreachable,
+    /// The command did not finish within `command_timeout`.
+    Timeout,
+    /// Any other failure (bad sense, malformed response).
+    Failed,
+}
+
+/// Whether one path of an LU carries our registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathRegistration {
+    pub path: PathId,
+    pub registered: bool,
+}
+
+/// The keys read from one LU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuKeys {
+    /// Every registered key as READ KEYS lists it: one entry per registered I_T nexus, so our
+    /// key appears once per registered path.
+    pub keys: Vec<Key>,
+    /// How many paths the LU has now (from discovery).
+    pub path_count: usize,
+    /// Per-path knowledge, when the caller probed the paths (after [`LuVerdict::InspectPaths`]).
+    pub paths: Option<Vec<PathRegistration>>,
+}
+
+/// One LU's result for this tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    pub lu: LuId,
+    pub result: Result<LuKeys, CheckError>,
+}
+
+/// Why this node considers itself fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceReason {
+    /// Our key was missing from `lu` on `reads` consecutive reads.
+    KeyMissing { lu: LuId, reads: u32 },
+    /// No good read of `lu` for `for_` (≥ grace); `last_error` is the most recent failure.
+    Unreachable {
+        lu: LuId,
+        for_: Duration,
+        last_error: Option<CheckError>,
+    },
+}
+
+impl std::fmt::Display for FenceReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FenceReason::KeyMissing { lu, reads } => {
+                write!(
+                    f,
+                    "our key is gone from LU {lu} ({reads} reads in a row): we were fenced"
+                )
+            }
+            FenceReason::Unreachable {
+                lu,
+                for_,
+                last_error,
+            } => write!(
+                f,
+                "LU {lu} unreadable for {for_:?} (last error: {last_error:?}), past the grace: \
+                 treating ourselves as fenced"
+            ),
+        }
+    }
+}
+
+/// The verdict on one LU for this tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LuVerdict {
+    /// Our key is registered on every path we know of.
+    Healthy,
+    /// Our key was missing on `reads` consecutive reads, fewer than needed to call it fenced;
+    /// read again next tick.
+    KeyMissing { reads: u32 },
+    /// Our key is on the LU fewer times than it has paths: probe each path and report
+    /// [`LuKeys::paths`] next tick.
+    InspectPaths,
+    /// Re-register these paths: REGISTER with our key on each. Allowed by P3 because our key is
+    /// still on the LU. A preempt can land between our read and the REGISTER, so the executor
+    /// must re-read afterwards: if our key is now only on the healed paths, it was preempted
+    /// meanwhile, and the executor unregisters those paths and the next tick fences.
+    Heal { paths: Vec<PathId> },
+    /// Paths lack our registration but `heal = false`: report only.
+    Orphaned { paths: Vec<PathId> },
+    /// No good read since `last_good` (or since start); fenced once this reaches the grace.
+    Unreachable {
+        last_good: Instant,
+        last_error: Option<CheckError>,
+    },
+    /// This node is fenced (latched).
+    Fenced,
+}
+
+/// The outcome of one tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Per LU, in configuration order.
+    pub lus: Vec<(LuId, LuVerdict)>,
+    /// Set from the tick that decided it onwards (latched).
+    pub fenced: Option<FenceReason>,
+    /// True on exactly the tick that fenced: run the self-fence action now.
+    pub newly_fenced: bool,
+    /// Feed the hardware watchdog this tick: true until fenced. Within the grace an unreachable
+    /// LU still feeds, or the watchdog would cut the grace short.
+    pub feed_watchdog: bool,
+}
+
+/// Watch-mode settings the state machine needs (from `config::WatchModeSettings` plus the
+/// resolved key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchConfig {
+    pub own_key: Key,
+    pub grace: Duration,
+    pub missing_confirmations: u32,
+    pub heal: bool,
+}
+
+#[derive(Debug, Clone)]
+struct LuState {
+    id: LuId,
+    last_good: Instant,
+    last_error: Option<CheckError>,
+    missing_reads: u32,
+}
+
+/// The watch-mode state: per LU, when it was last read well and how many reads missed our key.
+#[derive(Debug, Clone)]
+pub struct WatchState {
+    config: WatchConfig,
+    lus: Vec<LuState>,
+    fenced: Option<FenceReason>,
+}
+
+impl WatchState {
+    /// Starts watching `lus`. The start counts as the last good read, so an LU that never
+    /// answers is declared fenced `grace` after start.
+    pub fn new(config: WatchConfig, lus: impl IntoIterator<Item = LuId>, now: Instant) -> Self {
+        let lus = lus
+            .into_iter()
+            .map(|id| LuState {
+                id,
+                last_good: now,
+                last_error: None,
+                missing_reads: 0,
+            })
+            .collect();
+        WatchState {
+            config,
+            lus,
+            fenced: None,
+        }
+    }
+
+    pub fn fenced(&self) -> Option<&FenceReason> {
+        self.fenced.as_ref()
+    }
+
+    /// Applies this tick's observations (at most one per LU; an LU without one is "no answer")
+    /// and decides. Observations for LUs not being watched are ignored.
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        observations: impl IntoIterator<Item = Observation>,
+    ) -> Decision {
+        let mut results: Vec<Option<Result<LuKeys, CheckError>>> = vec![None; self.lus.len()];
+        for observation in observations {
+            if let Some(index) = self.lus.iter().position(|lu| lu.id == observation.lu) {
+                results[index] = Some(observation.result);
+            }
+        }
+        let already_fenced = self.fenced.is_some();
+        let mut verdicts = Vec::with_capacity(self.lus.len());
+        for (lu, result) in self.lus.iter_mut().zip(results) {
+            let verdict = judge(&self.config, lu, result, now);
+            // P3: once fenced, nothing is healed; the first LU (in order) that fences names why.
+            if let Verdict::Fence(reason) = &verdict
+                && self.fenced.is_none()
+            {
+                self.fenced = Some(reason.clone());
+            }
+            verdicts.push((lu.id.clone(), verdict));
+        }
+        let fenced = self.fenced.is_some();
+        Decision {
+            lus: verdicts
+                .into_iter()
+                .map(|(id, verdict)| {
+                    let verdict = match verdict {
+                        _ if fenced => LuVerdict::Fenced,
+                        Verdict::Fence(_) => LuVerdict::Fenced,
+                        Verdict::Lu(v) => v,
+                    };
+                    (id, verdict)
+                })
+                .collect(),
+            fenced: self.fenced.clone(),
+            newly_fenced: fenced && !already_fenced,
+            feed_watchdog: !fenced,
+        }
+    }
+}
+
+enum Verdict {
+    Lu(LuVerdict),
+    Fence(FenceReason),
+}
+
+/// The single place that judges one LU (P3: heal only while our key is on the LU).
+fn judge(
+    config: &WatchConfig,
+    lu: &mut LuState,
+    result: Option<Result<LuKeys, CheckError>>,
+    now: Instant,
+) -> Verdict {
+    let keys = match result {
+        Some(Ok(keys)) => keys,
+        failure => {
+            if let Some(Err(kind)) = failure {
+                lu.last_error = Some(kind);
+            }
+            let for_ = now.saturating_duration_since(lu.last_good);
+            if for_ >= config.grace {
+                return Verdict::Fence(FenceReason::Unreachable {
+                    lu: lu.id.clone(),
+                    for_,
+                    last_error: lu.last_error,
+                });
+            }
+            return Verdict::Lu(LuVerdict::Unreachable {
+                last_good: lu.last_good,
+                last_error: lu.last_error,
+            });
+        }
+    };
+    lu.last_good = now;
+    lu.last_error = None;
+    let registered_paths = keys.keys.iter().filter(|&&k| k == config.own_key).count();
+    if registered_paths == 0 {
+        lu.missing_reads = lu.missing_reads.saturating_add(1);
+        if lu.missing_reads >= config.missing_confirmations {
+            return Verdict::Fence(FenceReason::KeyMissing {
+                lu: lu.id.clone(),
+                reads: lu.missing_reads,
+            });
+        }
+        return Verdict::Lu(LuVerdict::KeyMissing {
+            reads: lu.missing_reads,
+        });
+    }
+    lu.missing_reads = 0;
+    let Some(paths) = keys.paths else {
+        return Verdict::Lu(if registered_paths < keys.path_count {
+            LuVerdict::InspectPaths
+        } else {
+            LuVerdict::Healthy
+        });
+    };
+    let orphans: Vec<PathId> = paths
+        .into_iter()
+        .filter(|p| !p.registered)
+        .map(|p| p.path)
+        .collect();
+    Verdict::Lu(match (orphans.is_empty(), config.heal) {
+        (true, _) => LuVerdict::Healthy,
+        (false, true) => LuVerdict::Heal { paths: orphans },
+        (false, false) => LuVerdict::Orphaned { paths: orphans },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OURS: Key = Key::new(0x1111);
+    const THEIRS: Key = Key::new(0x2222);
+
+    fn config() -> WatchConfig {
+        WatchConfig {
+            own_key: OURS,
+            grace: Duration::from_secs(10),
+            missing_confirmations: 2,
+            heal: true,
+        }
+    }
+
+    fn lu(name: &str) -> LuId {
+        LuId(name.to_owned())
+    }
+
+    fn keys(lu_name: &str, keys: &[Key], path_count: usize) -> Observation {
+        Observation {
+            lu: lu(lu_name),
+            result: Ok(LuKeys {
+                keys: keys.to_vec(),
+                path_count,
+                paths: None,
+            }),
+        }
+    }
+
+    fn failed(lu_name: &str, kind: CheckError) -> Observation {
+        Observation {
+            lu: lu(lu_name),
+            result: Err(kind),
+        }
+    }
+
+    fn at(t0: Instant, secs: u64) -> Instant {
+        t0 + Duration::from_secs(secs)
+    }
+
+    fn two_lus(t0: Instant) -> WatchState {
+        WatchState::new(config(), [lu("a"), lu("b")], t0)
+    }
+
+    #[test]
+    fn healthy_when_key_on_every_path_of_every_lu() {
+        let t0 = Instant::now();
+        let mut w = two_lus(t0);
+        let d = w.tick(
+            at(t0, 1),
+            [keys("a", &[OURS, OURS, THEIRS], 2), keys("b", &[OURS], 1)],
+        );
+        assert_eq!(
+            d.lus,
+            vec![(lu("a"), LuVerdict::Healthy), (lu("b"), LuVerdict::Healthy)]
+        );
+        assert!(d.fenced.is_none() && d.feed_watchdog && !d.newly_fenced);
+    }
+
+    #[test]
+    fn key_gone_from_one_lu_fences_even_if_on_others() {
+        // fence-agents #278: fence_scsi_check passes if the key is on any device.
+        let t0 = Instant::now();
+        let mut w = two_lus(t0);
+        let d = w.tick(at(t0, 1), [keys("a", &[OURS], 1), keys("b", &[THEIRS], 1)]);
+        assert_eq!(d.lus[1].1, LuVerdict::KeyMissing { reads: 1 });
+        assert!(d.fenced.is_none() && d.feed_watchdog);
+        let d = w.tick(at(t0, 2), [keys("a", &[OURS], 1), keys("b", &[THEIRS], 1)]);
+        assert_eq!(
+            d.fenced,
+            Some(FenceReason::KeyMissing {
+                lu: lu("b"),
+                reads: 2
+            })
+        );
+        assert!(d.newly_fenced && !d.feed_watchdog);
+        assert!(d.lus.iter().all(|(_, v)| *v == LuVerdict::Fenced));
+    }
+
+    #[test]
+    fn brief_absence_is_ridden_out() {
+        // #576: the key vanishes for one read during a re-registration, then is back.
+        let t0 = Instant::now();
+        let mut w = two_lus(t0);
+        w.tick(at(t0, 1), [keys("a", &[], 1), keys("b", &[OURS], 1)]);
+        let d = w.tick(at(t0, 2), [keys("a", &[OURS], 1), keys("b", &[OURS], 1)]);
+        assert!(d.fenced.is_none());
+        // The count restarts: a later single miss is again only a suspicion.
+        let d = w.tick(at(t0, 3), [keys("a", &[], 1), keys("b", &[OURS], 1)]);
+        assert_eq!(d.lus[0].1, LuVerdict::KeyMissing { reads: 1 });
+    }
+
+    #[test]
+    fn one_confirmation_fences_on_first_miss() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(
+            WatchConfig {
+                missing_confirmations: 1,
+                ..config()
+            },
+            [lu("a")],
+            t0,
+        );
+        assert!(w.tick(at(t0, 1), [keys("a", &[THEIRS], 1)]).newly_fenced);
+    }
+
+    #[test]
+    fn fenced_is_latched_and_never_heals() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(
+            WatchConfig {
+                missing_confirmations: 1,
+                ..config()
+            },
+            [lu("a")],
+            t0,
+        );
+        let first = w.tick(at(t0, 1), [keys("a", &[], 2)]);
+        assert!(first.newly_fenced);
+        // The key is back (someone re-registered it) and a path lacks it: no heal (P3), still
+        // fenced, not "newly" so the action does not run twice.
+        let mut obs = keys("a", &[OURS], 2);
+        if let Ok(k) = &mut obs.result {
+            k.paths = Some(vec![
+                PathRegistration {
+                    path: PathId("sdb".into()),
+                    registered: true,
+                },
+                PathRegistration {
+                    path: PathId("sdc".into()),
+                    registered: false,
+                },
+            ]);
+        }
+        let d = w.tick(at(t0, 2), [obs]);
+        assert_eq!(d.fenced, first.fenced);
+        assert!(!d.newly_fenced && !d.feed_watchdog);
+        assert_eq!(d.lus, vec![(lu("a"), LuVerdict::Fenced)]);
+    }
+
+    #[test]
+    fn missing_path_registration_asks_for_inspection_then_heal() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(config(), [lu("a")], t0);
+        let d = w.tick(at(t0, 1), [keys("a", &[OURS, THEIRS, THEIRS], 2)]);
+        assert_eq!(d.lus[0].1, LuVerdict::InspectPaths);
+        let obs = Observation {
+            lu: lu("a"),
+            result: Ok(LuKeys {
+                keys: vec![OURS, THEIRS],
+                path_count: 2,
+                paths: Some(vec![
+                    PathRegistration {
+                        path: PathId("sdb".into()),
+                        registered: true,
+                    },
+                    PathRegistration {
+                        path: PathId("sdc".into()),
+                        registered: false,
+                    },
+                ]),
+            }),
+        };
+        let d = w.tick(at(t0, 2), [obs.clone()]);
+        assert_eq!(
+            d.lus[0].1,
+            LuVerdict::Heal {
+                paths: vec![PathId("sdc".into())]
+            }
+        );
+        assert!(d.feed_watchdog);
+        let mut no_heal = WatchState::new(
+            WatchConfig {
+                heal: false,
+                ..config()
+            },
+            [lu("a")],
+            t0,
+        );
+        let d = no_heal.tick(at(t0, 2), [obs]);
+        assert_eq!(
+            d.lus[0].1,
+            LuVerdict::Orphaned {
+                paths: vec![PathId("sdc".into())]
+            }
+        );
+    }
+
+    #[test]
+    fn unreachable_fences_after_grace_from_last_good_read() {
+        let t0 = Instant::now();
+        let mut w = two_lus(t0);
+        w.tick(at(t0, 5), [keys("a", &[OURS], 1), keys("b", &[OURS], 1)]);
+        let d = w.tick(
+            at(t0, 6),
+            [keys("a", &[OURS], 1), failed("b", CheckError::Timeout)],
+        );
+        assert_eq!(
+            d.lus[1].1,
+            LuVerdict::Unreachable {
+                last_good: at(t0, 5),
+                last_error: Some(CheckError::Timeout)
+            }
+        );
+        assert!(
+            d.feed_watchdog,
+            "the grace must not be cut short by the watchdog"
+        );
+        // No observation at all counts the same; the last error is remembered.
+        let d = w.tick(at(t0, 14), [keys("a", &[OURS], 1)]);
+        assert!(d.fenced.is_none());
+        let d = w.tick(
+            at(t0, 15),
+            [keys("a", &[OURS], 1), failed("b", CheckError::Unreachable)],
+        );
+        assert_eq!(
+            d.fenced,
+            Some(FenceReason::Unreachable {
+                lu: lu("b"),
+                for_: Duration::from_secs(10),
+                last_error: Some(CheckError::Unreachable)
+            })
+        );
+        assert!(d.newly_fenced && !d.feed_watchdog);
+    }
+
+    #[test]
+    fn never_answering_lu_fences_grace_after_start() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(config(), [lu("a")], t0);
+        assert!(w.tick(at(t0, 9), []).fenced.is_none());
+        let d = w.tick(at(t0, 10), []);
+        assert!(matches!(
+            d.fenced,
+            Some(FenceReason::Unreachable {
+                last_error: None,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn recovery_within_grace_resets_the_clock() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(config(), [lu("a")], t0);
+        w.tick(at(t0, 8), [failed("a", CheckError::Conflict)]);
+        assert_eq!(
+            w.tick(at(t0, 9), [keys("a", &[OURS], 1)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        assert!(
+            w.tick(at(t0, 18), [failed("a", CheckError::Failed)])
+                .fenced
+                .is_none()
+        );
+        assert!(w.tick(at(t0, 19), []).fenced.is_some());
+    }
+
+    #[test]
+    fn first_fencing_lu_names_the_reason_and_unknown_lus_are_ignored() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(
+            WatchConfig {
+                missing_confirmations: 1,
+                ..config()
+            },
+            [lu("a"), lu("b")],
+            t0,
+        );
+        let d = w.tick(
+            at(t0, 1),
+            [keys("zz", &[], 1), keys("b", &[], 1), keys("a", &[], 1)],
+        );
+        assert_eq!(
+            d.fenced,
+            Some(FenceReason::KeyMissing {
+                lu: lu("a"),
+                reads: 1
+            })
+        );
+    }
+}
