@@ -1,4 +1,5 @@
-//! `prfence agent`: the node daemon (sans-IO core; the driver is wired separately).
+//! `prfence agent` (placeholder docs, replaced below)
 pub mod config;
+pub mod lease;
 mod shim;
 pub mod watch;
