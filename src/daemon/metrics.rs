@@ -1,0 +1,472 @@
+//! The agent's metrics and their Prometheus text exposition (format 0.0.4), hand-written: a
+//! dozen series do not need a metrics framework. Plain data, no locking and no clock: the driver
+//! keeps it behind its own lock and passes `now` when rendering.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use super::lease::{CommandError, Role};
+use super::watch::CheckError;
+
+/// The PR command a latency or conflict belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Command {
+    ReadKeys,
+    ReadReservation,
+    ReadFullStatus,
+    Register,
+    Reserve,
+    Preempt,
+}
+
+impl Command {
+    fn label(self) -> &'static str {
+        match self {
+            Command::ReadKeys => "read_keys",
+            Command::ReadReservation => "read_reservation",
+            Command::ReadFullStatus => "read_full_status",
+            Command::Register => "register",
+            Command::Reserve => "reserve",
+            Command::Preempt => "preempt",
+        }
+    }
+}
+
+/// How an LU check, renew or preempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    Ok,
+    /// Our key was not on the LU (checks only).
+    KeyMissing,
+    Conflict,
+    Unreachable,
+    Timeout,
+    Failed,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::KeyMissing => "key_missing",
+            Outcome::Conflict => "conflict",
+            Outcome::Unreachable => "unreachable",
+            Outcome::Timeout => "timeout",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+impl From<CheckError> for Outcome {
+    fn from(e: CheckError) -> Outcome {
+        match e {
+            CheckError::Conflict => Outcome::Conflict,
+            CheckError::Unreachable => Outcome::Unreachable,
+            CheckError::Timeout => Outcome::Timeout,
+            CheckError::Failed => Outcome::Failed,
+        }
+    }
+}
+
+impl<T> From<Result<T, CommandError>> for Outcome {
+    fn from(r: Result<T, CommandError>) -> Outcome {
+        match r {
+            Ok(_) => Outcome::Ok,
+            Err(CommandError::Conflict) => Outcome::Conflict,
+            Err(CommandError::Unreachable) => Outcome::Unreachable,
+            Err(CommandError::Timeout) => Outcome::Timeout,
+            Err(CommandError::Failed) => Outcome::Failed,
+        }
+    }
+}
+
+/// Upper bounds (seconds) of the command latency buckets: 0.5 ms (a local target) to 10 s.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Debug, Clone, PartialEq)]
+struct Histogram {
+    /// Per bucket of [`LATENCY_BUCKETS`], not cumulative; the last slot is above every bound.
+    counts: [u64; LATENCY_BUCKETS.len() + 1],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram {
+            counts: [0; LATENCY_BUCKETS.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, seconds: f64) {
+        let slot = LATENCY_BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[slot] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    checks: BTreeMap<(String, Outcome), u64>,
+    keys_seen: BTreeMap<String, u64>,
+    last_good_check: BTreeMap<String, Option<Instant>>,
+    renewals: BTreeMap<Outcome, u64>,
+    preempts: BTreeMap<Outcome, u64>,
+    conflicts: BTreeMap<Command, u64>,
+    heals: BTreeMap<String, u64>,
+    latency: BTreeMap<Command, Histogram>,
+    fenced: bool,
+    lease_role: Option<Role>,
+}
+
+impl Metrics {
+    /// Metrics for the configured LUs (so an LU never read well shows up as such).
+    pub fn new(lus: impl IntoIterator<Item = String>) -> Metrics {
+        Metrics {
+            checks: BTreeMap::new(),
+            keys_seen: BTreeMap::new(),
+            last_good_check: lus.into_iter().map(|lu| (lu, None)).collect(),
+            renewals: BTreeMap::new(),
+            preempts: BTreeMap::new(),
+            conflicts: BTreeMap::new(),
+            heals: BTreeMap::new(),
+            latency: BTreeMap::new(),
+            fenced: false,
+            lease_role: None,
+        }
+    }
+
+    /// One check of `lu`. A check that read keys (`Ok` or `KeyMissing`) is a good read:
+    /// `keys_seen` is how many registrations READ KEYS listed.
+    pub fn record_check(
+        &mut self,
+        lu: &str,
+        outcome: Outcome,
+        keys_seen: Option<u64>,
+        now: Instant,
+    ) {
+        *self.checks.entry((lu.to_owned(), outcome)).or_default() += 1;
+        if matches!(outcome, Outcome::Ok | Outcome::KeyMissing) {
+            self.last_good_check.insert(lu.to_owned(), Some(now));
+        }
+        if let Some(n) = keys_seen {
+            self.keys_seen.insert(lu.to_owned(), n);
+        }
+    }
+
+    pub fn record_renewal(&mut self, outcome: Outcome) {
+        *self.renewals.entry(outcome).or_default() += 1;
+    }
+
+    pub fn record_preempt(&mut self, outcome: Outcome) {
+        *self.preempts.entry(outcome).or_default() += 1;
+    }
+
+    /// A RESERVATION CONFLICT answer to `command`, whatever it meant.
+    pub fn record_conflict(&mut self, command: Command) {
+        *self.conflicts.entry(command).or_default() += 1;
+    }
+
+    pub fn record_heal(&mut self, lu: &str) {
+        *self.heals.entry(lu.to_owned()).or_default() += 1;
+    }
+
+    pub fn observe_latency(&mut self, command: Command, took: Duration) {
+        self.latency
+            .entry(command)
+            .or_insert_with(Histogram::new)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn set_fenced(&mut self) {
+        self.fenced = true;
+    }
+
+    pub fn set_lease_role(&mut self, role: Role) {
+        self.lease_role = Some(role);
+    }
+
+    /// The text exposition, with "seconds since the last good check" computed at `now`
+    /// (`+Inf` for an LU never read well).
+    pub fn render(&self, now: Instant) -> String {
+        let mut out = String::new();
+        family(
+            &mut out,
+            "prfence_checks_total",
+            "counter",
+            "LU checks (one READ KEYS per LU and tick) by outcome.",
+            self.checks.iter().map(|((lu, outcome), n)| {
+                (
+                    labels(&[("lu", lu), ("result", outcome.label())]),
+                    n.to_string(),
+                )
+            }),
+        );
+        family(
+            &mut out,
+            "prfence_keys_seen",
+            "gauge",
+            "Registrations listed by the last good READ KEYS of the LU.",
+            self.keys_seen
+                .iter()
+                .map(|(lu, n)| (labels(&[("lu", lu)]), n.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_seconds_since_last_good_check",
+            "gauge",
+            "Seconds since the LU was last read successfully.",
+            self.last_good_check.iter().map(|(lu, at)| {
+                let age = at.map_or(f64::INFINITY, |at| {
+                    now.saturating_duration_since(at).as_secs_f64()
+                });
+                (labels(&[("lu", lu)]), number(age))
+            }),
+        );
+        family(
+            &mut out,
+            "prfence_lease_renewals_total",
+            "counter",
+            "Lease renewals (REGISTER old key -> new key) by outcome.",
+            self.renewals
+                .iter()
+                .map(|(o, n)| (labels(&[("result", o.label())]), n.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_lease_preempts_total",
+            "counter",
+            "PREEMPT AND ABORT of a stale holder by outcome (conflict: the holder had renewed).",
+            self.preempts
+                .iter()
+                .map(|(o, n)| (labels(&[("result", o.label())]), n.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_reservation_conflicts_total",
+            "counter",
+            "RESERVATION CONFLICT answers by command.",
+            self.conflicts
+                .iter()
+                .map(|(c, n)| (labels(&[("command", c.label())]), n.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_heals_total",
+            "counter",
+            "Paths re-registered because they lost their registration while our key stayed on the LU.",
+            self.heals
+                .iter()
+                .map(|(lu, n)| (labels(&[("lu", lu)]), n.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_fenced",
+            "gauge",
+            "1 once this node has decided it is fenced.",
+            std::iter::once((String::new(), u8::from(self.fenced).to_string())),
+        );
+        if let Some(role) = self.lease_role {
+            family(
+                &mut out,
+                "prfence_lease_role",
+                "gauge",
+                "The node's lease role (1 for the current one).",
+                [
+                    ("standby", role == Role::Standby),
+                    ("holder", matches!(role, Role::Holder { promoted: true })),
+                    (
+                        "holder_unconfirmed",
+                        matches!(role, Role::Holder { promoted: false }),
+                    ),
+                    ("fenced", role == Role::Fenced),
+                ]
+                .into_iter()
+                .map(|(name, on)| (labels(&[("role", name)]), u8::from(on).to_string())),
+            );
+        }
+        let name = "prfence_command_duration_seconds";
+        let _ = writeln!(out, "# HELP {name} PR command latency, send to completion.");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (command, h) in &self.latency {
+            let command = command.label();
+            let mut cumulative = 0;
+            let bounds = LATENCY_BUCKETS.iter().copied().chain([f64::INFINITY]);
+            for (bound, count) in bounds.zip(h.counts) {
+                cumulative += count;
+                let le = number(bound);
+                let l = labels(&[("command", command), ("le", &le)]);
+                let _ = writeln!(out, "{name}_bucket{l} {cumulative}");
+            }
+            let l = labels(&[("command", command)]);
+            let _ = writeln!(out, "{name}_sum{l} {}", number(h.sum));
+            let _ = writeln!(out, "{name}_count{l} {}", h.count);
+        }
+        out
+    }
+}
+
+fn family(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: impl Iterator<Item = (String, String)>,
+) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "# HELP {name} {}",
+        help.replace('\\', "\\\\").replace('\n', "\\n")
+    );
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+/// `{a="x",b="y"}` with values escaped as the format requires.
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let body: Vec<String> = pairs
+        .iter()
+        .map(|(name, value)| {
+            let value = value
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
+            format!("{name}=\"{value}\"")
+        })
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+/// Go-style float text: `+Inf`, `-Inf`, `NaN`, else Rust's shortest round-trip decimal.
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_registry_renders_headers_and_never_checked_lus() {
+        let m = Metrics::new(["data".to_owned()]);
+        let text = m.render(Instant::now());
+        assert!(text.contains("# TYPE prfence_checks_total counter\n"));
+        assert!(text.contains("prfence_seconds_since_last_good_check{lu=\"data\"} +Inf\n"));
+        assert!(text.contains("prfence_fenced 0\n"));
+        assert!(!text.contains("prfence_lease_role"));
+        assert!(text.ends_with("# TYPE prfence_command_duration_seconds histogram\n"));
+    }
+
+    #[test]
+    fn counters_gauges_and_age() {
+        let t0 = Instant::now();
+        let mut m = Metrics::new(["a".to_owned(), "b".to_owned()]);
+        m.record_check("a", Outcome::Ok, Some(4), t0);
+        m.record_check("a", Outcome::Ok, Some(3), t0 + Duration::from_secs(1));
+        m.record_check("b", Outcome::from(CheckError::Timeout), None, t0);
+        m.record_renewal(Outcome::from(Ok::<(), CommandError>(())));
+        m.record_preempt(Outcome::from(Err::<(), _>(CommandError::Conflict)));
+        m.record_conflict(Command::Preempt);
+        m.record_heal("a");
+        m.set_fenced();
+        m.set_lease_role(Role::Holder { promoted: true });
+        let text = m.render(t0 + Duration::from_millis(3500));
+        for line in [
+            "prfence_checks_total{lu=\"a\",result=\"ok\"} 2",
+            "prfence_checks_total{lu=\"b\",result=\"timeout\"} 1",
+            "prfence_keys_seen{lu=\"a\"} 3",
+            "prfence_seconds_since_last_good_check{lu=\"a\"} 2.5",
+            "prfence_seconds_since_last_good_check{lu=\"b\"} +Inf",
+            "prfence_lease_renewals_total{result=\"ok\"} 1",
+            "prfence_lease_preempts_total{result=\"conflict\"} 1",
+            "prfence_reservation_conflicts_total{command=\"preempt\"} 1",
+            "prfence_heals_total{lu=\"a\"} 1",
+            "prfence_fenced 1",
+            "prfence_lease_role{role=\"holder\"} 1",
+            "prfence_lease_role{role=\"standby\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_sum_and_count() {
+        let mut m = Metrics::new([]);
+        m.observe_latency(Command::ReadKeys, Duration::from_micros(300));
+        m.observe_latency(Command::ReadKeys, Duration::from_millis(1));
+        m.observe_latency(Command::ReadKeys, Duration::from_secs(30));
+        let text = m.render(Instant::now());
+        let bucket = |le: &str| {
+            let prefix = format!(
+                "prfence_command_duration_seconds_bucket{{command=\"read_keys\",le=\"{le}\"}} "
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no bucket {le} in\n{text}"))
+                .to_owned()
+        };
+        assert_eq!(bucket("0.0005"), "1");
+        assert_eq!(bucket("0.001"), "2", "the bound is inclusive");
+        assert_eq!(bucket("10"), "2");
+        assert_eq!(bucket("+Inf"), "3");
+        assert!(text.contains("prfence_command_duration_seconds_count{command=\"read_keys\"} 3\n"));
+        assert!(
+            text.contains("prfence_command_duration_seconds_sum{command=\"read_keys\"} 30.0013\n")
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(labels(&[("lu", "a\"b\\c\nd")]), "{lu=\"a\\\"b\\\\c\\nd\"}");
+        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(0.25), "0.25");
+    }
+
+    #[test]
+    fn every_sample_line_is_well_formed() {
+        let t0 = Instant::now();
+        let mut m = Metrics::new(["x y".to_owned()]);
+        m.record_check("x y", Outcome::KeyMissing, Some(0), t0);
+        m.observe_latency(Command::Register, Duration::from_millis(7));
+        m.set_lease_role(Role::Fenced);
+        for line in m.render(t0).lines() {
+            if line.starts_with('#') {
+                assert!(
+                    line.starts_with("# HELP prfence_") || line.starts_with("# TYPE prfence_"),
+                    "{line}"
+                );
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            assert!(series.starts_with("prfence_"), "{line}");
+            assert!(value == "+Inf" || value.parse::<f64>().is_ok(), "{line}");
+            if let Some(open) = series.find('{') {
+                assert!(series.ends_with('}'), "{line}");
+                assert!(!series[..open].contains(' '), "{line}");
+            }
+        }
+    }
+}
