@@ -428,6 +428,13 @@ impl Settings {
                 }
             }
             ModeSettings::Lease(lease) => {
+                if lease.renew < MIN_CHECK_INTERVAL {
+                    return rule(format!(
+                        "lease.renew ({:?}) must be at least 100ms: each renew is a PR OUT on \
+                         every path of every LU, and faster renewal only loads the target",
+                        lease.renew
+                    ));
+                }
                 if lease.renew.saturating_mul(2) >= lease.lease {
                     return rule(format!(
                         "lease.renew ({:?}) must be below lease.lease / 2 ({:?}): the holder \
@@ -659,6 +666,16 @@ fn validate_lease(raw: RawLease) -> Result<LeaseModeSettings, ConfigError> {
     if lease.is_zero() {
         return Err(field_error("lease.lease", "must be greater than 0"));
     }
+    let clock_drift_ppm = raw.clock_drift_ppm.unwrap_or(1000);
+    if clock_drift_ppm > 100_000 {
+        return Err(field_error(
+            "lease.clock_drift_ppm",
+            format!(
+                "{clock_drift_ppm} ppm is a clock more than 10% off; fix the clock source \
+                 (monotonic clocks are within 100 ppm) rather than the setting"
+            ),
+        ));
+    }
     let state_file = raw
         .state_file
         .unwrap_or_else(|| "/var/lib/prfence/lease-epoch".to_owned());
@@ -671,7 +688,7 @@ fn validate_lease(raw: RawLease) -> Result<LeaseModeSettings, ConfigError> {
         renew: duration_field("lease.renew", raw.renew.as_deref(), "3s")?,
         lease,
         margin: duration_field("lease.margin", raw.margin.as_deref(), "3s")?,
-        clock_drift_ppm: raw.clock_drift_ppm.unwrap_or(1000),
+        clock_drift_ppm,
         state_file: PathBuf::from(state_file),
     })
 }
@@ -1061,7 +1078,16 @@ margin = "2s"
         );
         let r = timing_error(&LEASE.replace("margin = \"2s\"", "margin = \"0ms\""));
         assert!(r.contains("above 0"), "{r}");
-        let r = timing_error(&format!("{LEASE}clock_drift_ppm = 200000\n"));
+        let r = timing_error(&LEASE.replace("renew = \"2s\"", "renew = \"50ms\""));
+        assert!(r.contains("at least 100ms"), "{r}");
+        assert_eq!(
+            field_of(&format!("{LEASE}clock_drift_ppm = 200000\n")),
+            "lease.clock_drift_ppm"
+        );
+        let r = timing_error(&format!(
+            "{}clock_drift_ppm = 100000\n",
+            LEASE.replace("margin = \"2s\"", "margin = \"1s\"")
+        ));
         assert!(r.contains("clock_drift_ppm"), "{r}");
         let r = timing_error(&format!("command_timeout = \"3s\"\n{LEASE}"));
         assert!(r.contains("one renew"), "{r}");

@@ -1,4 +1,69 @@
-//! `prfence agent` (placeholder docs, replaced below)
+//! `prfence agent --config FILE`: the node daemon, as a sans-IO core.
+//!
+//! Everything here is pure: observations and command completions go in together with the
+//! caller's monotonic `now`, decisions and actions come out. The tokio driver (not in this
+//! module) owns the devices, timers, signals, the watchdog fd, sd_notify, logging and the
+//! metrics endpoint, and does nothing but carry out what these types decide.
+//!
+//! - [`config`]: the TOML file, validated into [`config::Settings`], timing rules included.
+//! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr.
+//! - [`lease`]: lease mode, active/passive failover without a cluster manager.
+//! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
+//!
+//! # Safety does not rest on time (P5)
+//! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
+//! the target has removed its registrations on every I_T nexus, aborted its queued commands,
+//! and answers each further write with RESERVATION CONFLICT. That holds whatever any node's
+//! clock says, however late a node notices, and whether or not it ever runs its self-fence
+//! action. Every timing rule below is therefore about *liveness and tidiness*: how fast a
+//! fenced node stops its services, and that a lease holder stops before a standby takes over.
+//! Each node measures only intervals on its own monotonic clock (`Instant`); no rule compares
+//! timestamps of two nodes, and no wall clock is consulted for any decision.
+//!
+//! A preempted key is never registered again by the agent (P3): watch mode never registers
+//! (registration belongs to fence_pr's unfencing) and heals a path only while our key is still
+//! on the LU; lease mode makes every key from a fresh, never-reused epoch.
+//!
+//! # Timing rules: watch mode
+//! - `check_interval` (100 ms..1 h): one READ KEYS per LU per interval through a read-only open.
+//!   The detection delay of a fence is about `check_interval × missing_confirmations`.
+//! - `watch.grace ≥ check_interval` and `command_timeout < watch.grace`: an LU that cannot be
+//!   read for `grace` (measured from its last good read) counts as fenced, because a node cut
+//!   off from its storage must stop as surely as a preempted one. The grace must span at least
+//!   one check, and a hung command must be noticed within it.
+//! - `watchdog.timeout > check_interval + command_timeout`: the watchdog is fed once per
+//!   check while not fenced (also during the grace, or the watchdog would cut it short).
+//!
+//! # Timing rules: lease mode
+//! Let ρ be the largest rate error of a node's monotonic clock against true time
+//! (`clock_drift_ppm`; a crystal is within 100 ppm, the default allows 1000).
+//! - `100 ms ≤ renew < lease / 2`: the holder gets a second attempt before its lease is over;
+//!   each renew is a PR OUT on every path, so faster only loads the target.
+//! - `0 < margin < lease − renew`: the holder self-fences `lease − margin` after the *send* time
+//!   of its last successful renew; the room left must allow the next renew.
+//! - `margin ≥ 2·ρ·lease`: the holder's deadline, `lease − margin` on its clock, is at most
+//!   `(lease − margin)/(1 − ρ)` true seconds; a standby preempts no earlier than `lease/(1 + ρ)`
+//!   true seconds after it saw the key change, which is after the holder sent that renew.
+//!   The margin must also cover the driver's wake-up lateness and the self-fence action's run
+//!   time, so in practice choose seconds, not the milliseconds this formula gives.
+//! - `command_timeout ≤ renew`: one renew ends before the next is due (one command at a time).
+//! - `check_interval ≤ lease / 2`: a standby samples the key at least twice per lease. Sampling
+//!   late only delays a takeover; it never makes one early.
+//! - `self_fence.command_timeout < margin`: the stop hook is done before a standby may act.
+//! - `watchdog.timeout + renew + command_timeout + check_interval ≤ lease − margin`: a holder
+//!   stops feeding the watchdog once its lease has less than `watchdog.timeout` left, so a hung
+//!   agent is reset by the hardware before the lease ends; a healthy holder renews in time to
+//!   never hit that point.
+//!
+//! What the admin must still ensure: the service is stopped with the agent (`PartOf=` the agent's
+//! unit), as a restarted holder's lease counts from the restart, not from its previous renew;
+//! node ids differ on every node; the state file survives reboots (`StateDirectory=`).
+//!
+//! What the timing cannot promise, and does not need to: a VM frozen longer than `lease` may
+//! resume believing its lease is valid: `Instant` is Linux `CLOCK_MONOTONIC`, which excludes
+//! system suspend and may or may not advance while a VM is paused. Its next renew meets
+//! RESERVATION CONFLICT and it self-fences; its writes in between are refused by the target.
+
 pub mod config;
 pub mod lease;
 pub mod metrics;
