@@ -110,6 +110,7 @@ struct RawWatch {
     grace: Option<String>,
     missing_confirmations: Option<u32>,
     heal: Option<bool>,
+    path_audit: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,6 +211,8 @@ pub struct WatchModeSettings {
     pub missing_confirmations: u32,
     /// Re-register paths whose registration vanished while our key is still on the LU (P3).
     pub heal: bool,
+    /// Probe every path's registration at least this often (the key count can hide an orphan).
+    pub path_audit: Duration,
 }
 
 /// Where our own key comes from in watch mode.
@@ -406,6 +409,13 @@ impl Settings {
                         "watch.grace ({:?}) must be at least check_interval ({:?}): the grace \
                          must cover at least one check, or a single slow read fences the node",
                         watch.grace, self.check_interval
+                    ));
+                }
+                if watch.path_audit < self.check_interval {
+                    return rule(format!(
+                        "watch.path_audit ({:?}) must be at least check_interval ({:?}): paths \
+                         are audited as part of a check",
+                        watch.path_audit, self.check_interval
                     ));
                 }
                 if self.command_timeout >= watch.grace {
@@ -612,9 +622,9 @@ fn validate_watch(
     raw: Option<RawWatch>,
 ) -> Result<WatchModeSettings, ConfigError> {
     let key = validate_key(key)?;
-    let (grace, confirmations, heal) = match raw {
-        Some(w) => (w.grace, w.missing_confirmations, w.heal),
-        None => (None, None, None),
+    let (grace, confirmations, heal, path_audit) = match raw {
+        Some(w) => (w.grace, w.missing_confirmations, w.heal, w.path_audit),
+        None => (None, None, None, None),
     };
     let missing_confirmations = confirmations.unwrap_or(2);
     if !(1..=10).contains(&missing_confirmations) {
@@ -632,6 +642,7 @@ fn validate_watch(
         grace: duration_field("watch.grace", grace.as_deref(), "20s")?,
         missing_confirmations,
         heal: heal.unwrap_or(true),
+        path_audit: duration_field("watch.path_audit", path_audit.as_deref(), "1m")?,
     })
 }
 
@@ -1054,6 +1065,8 @@ margin = "2s"
         );
         let r = timing_error(&format!("command_timeout = \"20s\"\n{WATCH}"));
         assert!(r.contains("command_timeout"), "{r}");
+        let r = timing_error(&format!("{WATCH}[watch]\npath_audit = \"1s\"\n"));
+        assert!(r.contains("watch.path_audit"), "{r}");
         let r = timing_error(&format!(
             "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"4s\"\n"
         ));

@@ -31,6 +31,9 @@
 //!   read for `grace` (measured from its last good read) counts as fenced, because a node cut
 //!   off from its storage must stop as surely as a preempted one. The grace must span at least
 //!   one check, and a hung command must be noticed within it.
+//! - `watch.path_audit ≥ check_interval`: every path's registration is probed at start, when a
+//!   path changes, and at least this often, because a re-login orphan can hide behind the old
+//!   nexus's registration in the key count.
 //! - `watchdog.timeout > check_interval + command_timeout`: the watchdog is fed once per
 //!   check while not fenced (also during the grace, or the watchdog would cut it short).
 //!

@@ -3,7 +3,10 @@
 //!
 //! Per tick the caller reads the keys of every LU (one READ KEYS through a read-only open) and
 //! feeds them to [`WatchState::tick`]. Per-path registration is only probed when the decision
-//! asks for it ([`LuVerdict::InspectPaths`]): the key count is below the path count.
+//! asks for it ([`LuVerdict::InspectPaths`]): when our key is listed fewer times than the LU has
+//! paths, when discovery saw the path set change, and once per `path_audit` (first at start).
+//! The count alone can miss an orphan: after an iSCSI re-login the old nexus's registration
+//! stays on the target, so the count still matches while the new nexus has none.
 //!
 //! The verdicts, in the order they are decided for one LU:
 //! - our key missing from the LU on `missing_confirmations` reads in a row: **fenced**. One LU is
@@ -73,6 +76,8 @@ pub struct LuKeys {
     pub path_count: usize,
     /// Per-path knowledge, when the caller probed the paths (after [`LuVerdict::InspectPaths`]).
     pub paths: Option<Vec<PathRegistration>>,
+    /// Discovery saw a path appear, vanish or log in again since the previous tick.
+    pub paths_changed: bool,
 }
 
 /// One LU's result for this tick.
@@ -166,6 +171,8 @@ pub struct WatchConfig {
     pub grace: Duration,
     pub missing_confirmations: u32,
     pub heal: bool,
+    /// Probe every path at least this often even if the key count looks right.
+    pub path_audit: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -174,6 +181,8 @@ struct LuState {
     last_good: Instant,
     last_error: Option<CheckError>,
     missing_reads: u32,
+    /// When per-path registration was last reported; `None`: not yet in this run.
+    last_audit: Option<Instant>,
 }
 
 /// The watch-mode state: per LU, when it was last read well and how many reads missed our key.
@@ -195,6 +204,7 @@ impl WatchState {
                 last_good: now,
                 last_error: None,
                 missing_reads: 0,
+                last_audit: None,
             })
             .collect();
         WatchState {
@@ -302,12 +312,18 @@ fn judge(
     }
     lu.missing_reads = 0;
     let Some(paths) = keys.paths else {
-        return Verdict::Lu(if registered_paths < keys.path_count {
-            LuVerdict::InspectPaths
-        } else {
-            LuVerdict::Healthy
-        });
+        let audit_due = lu
+            .last_audit
+            .is_none_or(|at| now.saturating_duration_since(at) >= config.path_audit);
+        return Verdict::Lu(
+            if registered_paths < keys.path_count || keys.paths_changed || audit_due {
+                LuVerdict::InspectPaths
+            } else {
+                LuVerdict::Healthy
+            },
+        );
     };
+    lu.last_audit = Some(now);
     let orphans: Vec<PathId> = paths
         .into_iter()
         .filter(|p| !p.registered)
@@ -333,7 +349,31 @@ mod tests {
             grace: Duration::from_secs(10),
             missing_confirmations: 2,
             heal: true,
+            path_audit: Duration::from_secs(3600),
         }
+    }
+
+    fn all_registered(lu_name: &str) -> Observation {
+        Observation {
+            lu: lu(lu_name),
+            result: Ok(LuKeys {
+                keys: vec![OURS],
+                path_count: 1,
+                paths: Some(vec![PathRegistration {
+                    path: PathId(format!("{lu_name}-p0")),
+                    registered: true,
+                }]),
+                paths_changed: false,
+            }),
+        }
+    }
+
+    /// A state whose start-up path audit is done, so verdicts below are about keys alone.
+    fn audited(config: WatchConfig, names: &[&str], t0: Instant) -> WatchState {
+        let mut w = WatchState::new(config, names.iter().map(|n| lu(n)), t0);
+        let d = w.tick(t0, names.iter().map(|n| all_registered(n)));
+        assert!(d.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy), "{d:?}");
+        w
     }
 
     fn lu(name: &str) -> LuId {
@@ -347,6 +387,7 @@ mod tests {
                 keys: keys.to_vec(),
                 path_count,
                 paths: None,
+                paths_changed: false,
             }),
         }
     }
@@ -363,7 +404,7 @@ mod tests {
     }
 
     fn two_lus(t0: Instant) -> WatchState {
-        WatchState::new(config(), [lu("a"), lu("b")], t0)
+        audited(config(), &["a", "b"], t0)
     }
 
     #[test]
@@ -473,6 +514,7 @@ mod tests {
             result: Ok(LuKeys {
                 keys: vec![OURS, THEIRS],
                 path_count: 2,
+                paths_changed: false,
                 paths: Some(vec![
                     PathRegistration {
                         path: PathId("sdb".into()),
@@ -566,7 +608,7 @@ mod tests {
     #[test]
     fn recovery_within_grace_resets_the_clock() {
         let t0 = Instant::now();
-        let mut w = WatchState::new(config(), [lu("a")], t0);
+        let mut w = audited(config(), &["a"], t0);
         w.tick(at(t0, 8), [failed("a", CheckError::Conflict)]);
         assert_eq!(
             w.tick(at(t0, 9), [keys("a", &[OURS], 1)]).lus[0].1,
@@ -601,6 +643,69 @@ mod tests {
                 lu: lu("a"),
                 reads: 1
             })
+        );
+    }
+
+    #[test]
+    fn paths_are_audited_at_start_on_change_and_periodically() {
+        let t0 = Instant::now();
+        let mut w = WatchState::new(config(), [lu("a")], t0);
+        // The count looks right, but nothing was audited yet in this run.
+        assert_eq!(
+            w.tick(at(t0, 1), [keys("a", &[OURS], 1)]).lus[0].1,
+            LuVerdict::InspectPaths
+        );
+        w.tick(at(t0, 2), [all_registered("a")]);
+        assert_eq!(
+            w.tick(at(t0, 3), [keys("a", &[OURS], 1)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        let mut changed = keys("a", &[OURS], 1);
+        if let Ok(k) = &mut changed.result {
+            k.paths_changed = true;
+        }
+        assert_eq!(
+            w.tick(at(t0, 4), [changed]).lus[0].1,
+            LuVerdict::InspectPaths
+        );
+        assert_eq!(
+            w.tick(at(t0, 3601), [keys("a", &[OURS], 1)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        assert_eq!(
+            w.tick(at(t0, 3602), [keys("a", &[OURS], 1)]).lus[0].1,
+            LuVerdict::InspectPaths
+        );
+    }
+
+    #[test]
+    fn relogin_orphan_hidden_by_a_stale_registration_is_found_by_the_audit() {
+        // #517: sdc logged in again with a new ISID. The old nexus still holds our key, so READ
+        // KEYS lists it twice for two paths; only the per-path audit shows sdc unregistered.
+        let t0 = Instant::now();
+        let mut w = WatchState::new(config(), [lu("a")], t0);
+        let mut obs = keys("a", &[OURS, OURS], 2);
+        assert_eq!(
+            w.tick(at(t0, 1), [obs.clone()]).lus[0].1,
+            LuVerdict::InspectPaths
+        );
+        if let Ok(k) = &mut obs.result {
+            k.paths = Some(vec![
+                PathRegistration {
+                    path: PathId("sdb".into()),
+                    registered: true,
+                },
+                PathRegistration {
+                    path: PathId("sdc".into()),
+                    registered: false,
+                },
+            ]);
+        }
+        assert_eq!(
+            w.tick(at(t0, 2), [obs]).lus[0].1,
+            LuVerdict::Heal {
+                paths: vec![PathId("sdc".into())]
+            }
         );
     }
 }
