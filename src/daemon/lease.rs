@@ -3,7 +3,9 @@
 //! Sans-IO, in the style of quinn-proto: the driver calls [`Lease::poll`] with its monotonic
 //! `now` until it returns `None`, performs each [`LeaseAction`] at once (the `now` it polled with
 //! is taken as the send time), reports each command's end with [`Lease::complete`], and sleeps
-//! until [`Lease::next_wakeup`] or the next completion. At most one command is outstanding.
+//! until [`Lease::next_wakeup`] or the next completion. At most one command is outstanding,
+//! and every command must be completed (the driver bounds each by `command_timeout`); a holder's
+//! deadline fires from `poll` even while its renew is still outstanding.
 //!
 //! # Keys: node id + epoch
 //! `key = node_id << 48 | epoch` ([`LeaseKey`]): the top 16 bits name the node (1..=65535, so a
@@ -19,7 +21,8 @@
 //! (the highest epoch that may have been used; the driver writes [`LeaseAction`]'s
 //! `persist_epoch` durably *before* sending, in blocks of [`EPOCH_BLOCK`] so the disk is touched
 //! once per ~1000 renewals), any epoch of our node still registered on the LU + 1, and the wall
-//! clock in milliseconds since 1970 (it fits 48 bits until the year 10889). The wall clock is
+//! clock in milliseconds since 1970 (it fits 48 bits until the year 10889; renewals, at most
+//! one per 100 ms, advance the epoch slower than the clock's milliseconds). The wall clock is
 //! only a fallback for a lost state file: it keeps epochs fresh unless the file is lost *and*
 //! the clock went backwards, and even then safety holds (the target refuses a preempted
 //! nexus's writes; a reused key costs at worst a needless failover).
@@ -39,9 +42,17 @@
 //!   standby's timer starts no earlier than that, so the holder's view of its lease never ends
 //!   later than the standby's. A completion-based start could be later than the apply time by
 //!   the whole command latency. RESERVATION CONFLICT on renew means our key was preempted:
-//!   self-fence at once. A timeout leaves the key uncertain (maybe applied), so the next renew
-//!   also tries the unconfirmed keys as the old key; the holder keeps trying and self-fences
-//!   when `lease - margin` has passed since the last good send, on its own clock.
+//!   self-fence at once. A renew that went through is followed by READ RESERVATION, which must
+//!   show the new key; anything else means the reservation is gone from under us (released,
+//!   cleared, or held by a nexus orphaned by a re-login): self-fence too. A timeout leaves the
+//!   key uncertain (maybe applied), so the next renew also tries the unconfirmed keys as the old
+//!   key; the holder keeps trying and self-fences when `lease - margin` has passed since the
+//!   last good send, on its own clock.
+//!
+//! Under WE/EA only the I_T nexus that made the reservation is its holder (SPC-4; LIO enforces
+//! it): on a multipath LU the holder's other paths are registrants without write access, so the
+//! service must write through the reserving path (multipath failover policy), and a re-login of
+//! that path loses the reservation (caught by the check above; the standby then takes over).
 //!
 //! # Why the timing is liveness only (P5)
 //! If both clocks run at rates within `1 ± ρ` of true time, the holder stops after at most
@@ -179,9 +190,13 @@ pub enum LeaseAction {
     /// READ RESERVATION; report [`Completion::Reservation`].
     ReadReservation,
     /// Holder renews: on every path REGISTER (never IGNORE, never with RK 0) RK = the first of
-    /// `from` the target accepts, SARK = `to`. Report `Ok` if every path took it; `Conflict`
-    /// only if none of `from` is on the LU any more (READ KEYS after a conflicting path tells
-    /// a preempt from a path that lost its registration by re-login); otherwise the error.
+    /// `from` the target accepts, SARK = `to`; then READ RESERVATION. Report `Ok(reservation
+    /// key)` if every path took `to`; `Conflict` only if none of `from` is on the LU any more
+    /// (READ KEYS after a conflicting path tells a preempt from a path that lost its
+    /// registration by re-login); otherwise the error. The reservation key must then be `to`:
+    /// under WE/EA only the reserving I_T nexus is the holder, and if that nexus was orphaned
+    /// by a re-login, released or cleared, the other paths still renew fine while the node can
+    /// no longer write, and a standby will take over.
     Renew {
         from: Vec<Key>,
         to: Key,
@@ -215,7 +230,8 @@ pub enum CommandError {
 pub enum Completion {
     Join(Result<(), CommandError>),
     Reservation(Result<Option<Key>, CommandError>),
-    Renew(Result<(), CommandError>),
+    /// The reservation key read after the REGISTERs (see [`LeaseAction::Renew`]).
+    Renew(Result<Option<Key>, CommandError>),
     Preempt(Result<(), CommandError>),
     Reserve(Result<(), CommandError>),
 }
@@ -226,6 +242,8 @@ pub enum SelfFenceReason {
     Preempted { key: Key },
     /// No renew succeeded for `lease - margin` on our clock.
     LeaseExpired { since_last_good_send: Duration },
+    /// The renew went through but the reservation is not held by our new key any more.
+    ReservationLost { key: Key, holder: Option<Key> },
     /// No fresh key can be made (see [`LeaseError::EpochExhausted`]).
     EpochsExhausted,
 }
@@ -246,6 +264,17 @@ impl std::fmt::Display for SelfFenceReason {
                 "no successful renew for {since_last_good_send:?} (lease - margin): storage \
                  unreachable or too slow"
             ),
+            SelfFenceReason::ReservationLost { key, holder } => match holder {
+                Some(holder) => write!(
+                    f,
+                    "renewed to {key}, but the reservation is held by {holder}: this node can no \
+                     longer write"
+                ),
+                None => write!(
+                    f,
+                    "renewed to {key}, but the LU has no reservation any more"
+                ),
+            },
             SelfFenceReason::EpochsExhausted => write!(f, "no fresh lease key epoch left"),
         }
     }
@@ -658,7 +687,13 @@ impl Lease {
                 };
                 *next_renew = sent_at + renew;
                 match result {
-                    Ok(()) => {
+                    // The single place a holder checks it still holds the reservation.
+                    Ok(holder) if holder != Some(to) => {
+                        let action =
+                            self.fence(SelfFenceReason::ReservationLost { key: to, holder });
+                        self.queue.push_back(action);
+                    }
+                    Ok(_) => {
                         *confirmed = to;
                         unconfirmed.clear();
                         *last_good_send = sent_at;

@@ -72,9 +72,9 @@ impl Target {
             LeaseAction::Renew { from, to, .. } => match registered {
                 Some(current) if from.contains(&current) => {
                     self.registrations.insert(n, *to);
-                    Completion::Renew(Ok(()))
+                    Completion::Renew(Ok(self.holder_key()))
                 }
-                _ => Completion::Renew(conflict),
+                _ => Completion::Renew(Err(CommandError::Conflict)),
             },
             LeaseAction::Preempt { own, victim } => {
                 let victims: Vec<u16> = self
@@ -397,7 +397,7 @@ fn holder_paused_longer_than_the_lease_is_taken_over_and_fences_on_resume() {
         assert_eq!(holder.role(), Role::Fenced);
         assert!(!holder.feed_watchdog(resume));
         // Latched: nothing more, ever; late completions are ignored.
-        holder.complete(resume, Completion::Renew(Ok(())));
+        holder.complete(resume, Completion::Renew(Ok(Some(lkey(1, 12)))));
         assert_eq!(holder.poll(s(t0, 100)), None);
         assert_eq!(holder.next_wakeup(), None);
         // P3: the preempted key was never registered again.
@@ -620,6 +620,30 @@ fn holder_stops_feeding_the_watchdog_a_watchdog_timeout_before_its_deadline() {
     assert!(sb.feed_watchdog(s(t0, 1000)));
 }
 
+#[test]
+fn holder_that_renews_but_no_longer_holds_the_reservation_fences() {
+    // Its reserving nexus was orphaned by a re-login (or the reservation was released or
+    // cleared): the REGISTERs on its paths succeed, but READ RESERVATION shows another key.
+    for (holder_after, reason_holder) in [(None, None), (Some(3), Some(lkey(3, 1)))] {
+        let t0 = Instant::now();
+        let mut target = Target::held_by(1, lkey(1, 5));
+        let mut holder = confirmed_holder(&mut target, t0);
+        target.holder = holder_after;
+        if let Some(other) = holder_after {
+            target.registrations.insert(other, lkey(other, 1));
+        }
+        let actions = drive(1, &mut holder, &mut target, s(t0, 2));
+        assert_eq!(
+            actions[1],
+            LeaseAction::SelfFence(SelfFenceReason::ReservationLost {
+                key: lkey(1, 11),
+                holder: reason_holder
+            })
+        );
+        assert_eq!(holder.role(), Role::Fenced);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Property: with both monotonic clocks within rate 1 ± ρ of true time and margin ≥ 2ρ·lease
 // (+ the driver's wake-up step), a holder that loses its storage self-fences before the standby
@@ -651,7 +675,7 @@ fn timed_out(action: &LeaseAction) -> Completion {
     match action {
         LeaseAction::Join { .. } => Completion::Join(e),
         LeaseAction::ReadReservation => Completion::Reservation(Err(CommandError::Timeout)),
-        LeaseAction::Renew { .. } => Completion::Renew(e),
+        LeaseAction::Renew { .. } => Completion::Renew(Err(CommandError::Timeout)),
         LeaseAction::Preempt { .. } => Completion::Preempt(e),
         LeaseAction::Reserve { .. } => Completion::Reserve(e),
         other => unreachable!("{other:?}"),
