@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::lease::LeaseConfig;
 use super::shim::Key;
+use super::watch::WatchConfig;
 
 /// A configuration the agent refused, with the field and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -395,6 +397,36 @@ impl Settings {
         };
         settings.check_timing()?;
         Ok(settings)
+    }
+
+    /// The watch state machine's settings, given our key resolved from [`KeySpec`] (deriving
+    /// it asks corosync, so it is the driver's job). `None` in lease mode.
+    pub fn watch_config(&self, own_key: Key) -> Option<WatchConfig> {
+        match &self.mode {
+            ModeSettings::Watch(w) => Some(WatchConfig {
+                own_key,
+                grace: w.grace,
+                missing_confirmations: w.missing_confirmations,
+                heal: w.heal,
+                path_audit: w.path_audit,
+            }),
+            ModeSettings::Lease(_) => None,
+        }
+    }
+
+    /// The lease state machine's settings. `None` in watch mode.
+    pub fn lease_config(&self) -> Option<LeaseConfig> {
+        match &self.mode {
+            ModeSettings::Lease(l) => Some(LeaseConfig {
+                node: l.node_id,
+                renew: l.renew,
+                lease: l.lease,
+                margin: l.margin,
+                check_interval: self.check_interval,
+                watchdog_timeout: self.watchdog.as_ref().map(|w| w.timeout),
+            }),
+            ModeSettings::Watch(_) => None,
+        }
     }
 
     /// The timing rules (see the `daemon` module docs for why each exists). None of them is
@@ -895,6 +927,12 @@ margin = "2s"
         assert_eq!(w.grace, Duration::from_secs(20));
         assert_eq!(w.missing_confirmations, 2);
         assert!(w.heal);
+        let c = s.watch_config(Key::new(7)).unwrap();
+        assert_eq!(
+            (c.own_key, c.grace, c.path_audit),
+            (Key::new(7), w.grace, Duration::from_secs(60))
+        );
+        assert!(s.lease_config().is_none());
         assert_eq!(s.self_fence.exit_status, Some(DEFAULT_FENCED_EXIT_STATUS));
         assert!(!s.self_fence.stop_watchdog);
         assert_eq!(s.log.target, LogTarget::Journald);
@@ -908,6 +946,17 @@ margin = "2s"
             panic!()
         };
         assert_eq!(l.node_id.get(), 2);
+        let c = s.lease_config().unwrap();
+        assert_eq!(
+            (c.renew, c.lease, c.margin),
+            (
+                Duration::from_secs(2),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+        assert_eq!(c.check_interval, Duration::from_secs(1));
+        assert!(s.watch_config(Key::new(1)).is_none());
         assert_eq!(l.reservation, LeaseReservation::WriteExclusive);
         assert_eq!(l.state_file, PathBuf::from("/var/lib/prfence/lease-epoch"));
     }
