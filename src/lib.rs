@@ -3,4 +3,7 @@
 //! Data flow (one direction): intent → `ops` (decisions) → `pr` (pure codec) → `exec` (retry and
 //! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
 
+pub mod cli;
+pub mod exec;
 pub mod pr;
+pub mod transport;
