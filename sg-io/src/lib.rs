@@ -1,3 +1,45 @@
 //! SG_IO: send a SCSI command to a Linux block or sg device and get back a typed completion.
 //!
-//! This crate knows nothing about persistent reservations; it is the workspace's only unsafe code.
+//! This crate knows nothing about persistent reservations; it is the workspace's only unsafe code,
+//! confined to the `ioctl` module.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sg_io::{Access, DataTransfer, Device};
+//!
+//! let device = Device::open("/dev/sda", Access::ReadOnly)?;
+//! let mut inquiry = [0u8; 96];
+//! let done = device.execute(
+//!     &[0x12, 0, 0, 0, 96, 0],
+//!     DataTransfer::FromDevice(&mut inquiry),
+//!     Duration::from_secs(10),
+//! )?;
+//! if !done.is_good() {
+//!     eprintln!("INQUIRY failed: {} {:?}", done.status, done.sense());
+//! }
+//! # Ok::<(), sg_io::Error>(())
+//! ```
+
+mod device;
+mod ioctl;
+mod sense;
+mod status;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use device::{Access, Completion, DataTransfer, Device, MAX_CDB_LEN};
+pub use sense::{AdditionalSense, FieldPointer, Sense, SenseFormat, SenseKey, SenseKeySpecific};
+pub use status::{DriverStatus, HostStatus, ScsiStatus};
+
+/// Why a command could not be run. A command the device answered, even with an error status, is a
+/// [`Completion`], not an `Error`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open {}: {source}", path.display())]
+    Open { path: PathBuf, source: io::Error },
+    #[error("SG_IO on {} failed: {source}{}", path.display(), device::ioctl_hint(.source))]
+    Ioctl { path: PathBuf, source: io::Error },
+    #[error("invalid SCSI request: {reason}")]
+    InvalidRequest { reason: String },
+}
