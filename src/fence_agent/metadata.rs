@@ -376,7 +376,7 @@ pub fn xml_escape(text: &str) -> String {
 }
 
 /// The metadata document; `agent_name` is the name the binary was invoked as (fence-agents uses
-/// the basename of argv[0]), normally `fence_pr`.
+/// the basename of `argv[0]`), normally `fence_pr`.
 pub fn metadata_xml(agent_name: &str) -> String {
     let mut xml = String::new();
     // Writing to a String cannot fail; `let _ =` keeps that explicit without unwrap.
@@ -453,7 +453,11 @@ mod tests {
     #[test]
     fn every_option_with_a_metadata_name_is_listed() {
         let xml = metadata_xml("fence_pr");
-        for o in OPTIONS.iter().filter(|o| o.key != "nodename") {
+        // nodename and nodeid come from Pacemaker, not from configuration.
+        for o in OPTIONS
+            .iter()
+            .filter(|o| o.key != "nodename" && o.key != "nodeid")
+        {
             assert!(
                 xml.contains(&format!("<parameter name=\"{}\"", o.key)),
                 "{} missing",
@@ -462,6 +466,7 @@ mod tests {
         }
         // fence_scsi does not list nodename (Pacemaker always passes it); neither do we.
         assert!(!xml.contains("name=\"nodename\""));
+        assert!(!xml.contains("name=\"nodeid\""));
     }
 
     #[test]

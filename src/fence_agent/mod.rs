@@ -20,6 +20,20 @@
 //! `pcmk_host_list` nor `pcmk_host_map` is set, and fences a node only if `list` prints its name:
 //! `list` must print every corosync node ([`render_list`] over [`keys::Nodelist::node_names`]).
 //! fence_scsi hides `list` for that reason and gets `status`-based checking instead.
+//! Pacemaker passes no timeout to the agent: it kills it at `pcmk_<action>_timeout` and retries a
+//! failed run (up to 2 times) while 30 % of that time is left. Under pacemaker-fenced
+//! (`PCMK_service`), fence-agents disables its own per-command timeouts
+//! ([`Options::command_timeout`] follows that rule; the engine may still bound each SCSI command).
+//!
+//! `validate-all` is [`parse`]: success means exit 0; an error lists every problem found and
+//! exits 1. (fence_scsi exits 0 from validate-all even after printing errors; measured.)
+//!
+//! Deliberate differences from fence_scsi, all where fence_scsi misbehaves: flags set to `0` on
+//! stdin are off (fence_scsi turns them on); keys accept `0x` and any case (fence_scsi mangles
+//! `0x` and compares case-sensitively); `0x00`-style zero keys are refused (fence_scsi strips them
+//! to an empty key); `option=` is the API's deprecated alias of `action` (fence_scsi ignores it);
+//! `devices` splits on commas and whitespace (fence-agents HEAD; 4.12.1 only on commas);
+//! `nodeid` from Pacemaker is accepted; `key_value=native` is added.
 
 pub mod keys;
 pub mod metadata;
@@ -119,6 +133,9 @@ pub enum MpathRegisterMethod {
 pub struct Options {
     /// The node to act on: `nodename` if given, else `plug`/`port` (fence_scsi's precedence).
     pub plug: Option<String>,
+    /// `nodeid`: the target's corosync nodeid, which Pacemaker passes with fence actions when it
+    /// knows it (not a fence_scsi parameter). Used by `key_value=native` instead of the nodelist.
+    pub nodeid: Option<u32>,
     /// `devices`, split on commas and whitespace. Empty means "find shared VG devices with vgs",
     /// as fence_scsi does; the engine fails with "No devices found" if that finds none.
     pub devices: Vec<PathBuf>,
@@ -158,6 +175,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             plug: None,
+            nodeid: None,
             devices: Vec::new(),
             key: None,
             key_value: KeyValueMethod::Id,
@@ -287,12 +305,12 @@ impl Environment {
     }
 }
 
-/// Whether the caller must read stdin: only when there are no arguments (argv[0] excluded).
+/// Whether the caller must read stdin: only when there are no arguments (`argv[0]` excluded).
 pub fn wants_stdin<S: AsRef<str>>(args: &[S]) -> bool {
     args.is_empty()
 }
 
-/// Parses and validates a request. `args` excludes argv[0]; `stdin` is the text read from stdin
+/// Parses and validates a request. `args` excludes `argv[0]`; `stdin` is the text read from stdin
 /// when [`wants_stdin`] says so (pass `None` otherwise; it is ignored in command-line mode).
 pub fn parse<S: AsRef<str>>(
     args: &[S],
@@ -410,6 +428,15 @@ fn build(
     o.plug = non_empty(&raw, "nodename")
         .or_else(|| non_empty(&raw, "port"))
         .map(str::to_owned);
+    if let Some(v) = non_empty(&raw, "nodeid") {
+        match v.trim().parse::<u32>() {
+            Ok(id) if id != 0 => o.nodeid = Some(id),
+            _ => errors.push(AgentError::NotInteger {
+                option: "nodeid",
+                value: v.to_owned(),
+            }),
+        }
+    }
     if let Some(k) = non_empty(&raw, "key") {
         match keys::parse_key(k) {
             Ok(key) => o.key = Some(key),
@@ -493,7 +520,7 @@ impl AgentRequest {
     /// `options.corosync_cmap_path`; a closure in tests).
     pub fn target_key(
         &self,
-        query: impl FnMut(&str) -> Result<String, KeyError>,
+        mut query: impl FnMut(&str) -> Result<String, KeyError>,
     ) -> Result<u64, AgentError> {
         if let Some(key) = self.options.key {
             return Ok(key);
@@ -503,6 +530,13 @@ impl AgentRequest {
             .plug
             .as_deref()
             .ok_or(AgentError::TargetRequired)?;
+        if let (KeyValueMethod::Native, Some(nodeid)) =
+            (self.options.key_value, self.options.nodeid)
+        {
+            let cluster = keys::parse_cluster_name(&query("totem.cluster_name")?)
+                .ok_or(KeyError::NoClusterName)?;
+            return Ok(keys::NativeKey::new(&cluster, nodeid).value());
+        }
         let key = keys::derive_key_via(node, self.options.key_value, query)?;
         Ok(key)
     }

@@ -46,6 +46,9 @@ pub(crate) const OPTIONS: &[OptSpec] = &[
     value("action", "action", Some('o')),
     value("port", "plug", Some('n')),
     value("nodename", "nodename", None),
+    // Not a fence_scsi option: Pacemaker passes the target's corosync nodeid as `nodeid` (fence
+    // actions, when known); fence_scsi ignores it, the native key scheme uses it.
+    value("nodeid", "nodeid", None),
     value("devices", "devices", Some('d')),
     value("key", "key", Some('k')),
     flag("aptpl", "aptpl", Some('a')),

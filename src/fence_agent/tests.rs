@@ -272,6 +272,26 @@ fn target_key_resolution() {
     );
     let req = stdin("action=off\nnodename=node2\nkey_value=native\n").unwrap();
     assert_eq!(req.target_key(fake_cmap), Ok(0xec9d_58de_0000_0005));
+    // Pacemaker's nodeid saves the nodelist lookup (and works for names corosync lacks).
+    let req = stdin("action=off\nnodename=ghost\nnodeid=5\nkey_value=native\n").unwrap();
+    assert_eq!(req.options.nodeid, Some(5));
+    assert_eq!(
+        req.target_key(|arg| {
+            assert_eq!(arg, "totem.cluster_name");
+            fake_cmap(arg)
+        }),
+        Ok(0xec9d_58de_0000_0005)
+    );
+    assert!(matches!(
+        stdin("port=x\nnodeid=abc\n").unwrap_err(),
+        AgentError::NotInteger {
+            option: "nodeid",
+            ..
+        }
+    ));
+    // fence_scsi schemes ignore nodeid: they must match fence_scsi's keys.
+    let req = stdin("action=off\nnodename=node2\nnodeid=5\n").unwrap();
+    assert_eq!(req.target_key(fake_cmap), Ok(0x6c9d_0001));
     let req = stdin("action=off\nnodename=ghost\n").unwrap();
     assert!(matches!(
         req.target_key(fake_cmap),
