@@ -322,3 +322,86 @@ fn metadata_accepts_every_fence_scsi_parameter() {
         );
     }
 }
+
+#[test]
+fn stdin_edge_cases_match_fence_scsi() {
+    let sb = Sandbox::new("edges", "mycluster", NODELIST);
+    for extra in [
+        "nodename=\"node3\"\n",
+        "   nodename=node13   \n",
+        "#nodename=node1\nnodename=node3\n",
+        "nodename=node1\r\nport=node3\r\n",
+        "nodename=node1\nnodename=node13\n",
+        "unknown_option=1\nsuppress-errors=1\nnodename=node3\n",
+        "plug=node1\nkey-value=hash\n",
+    ] {
+        let stdin = sb.stdin(extra);
+        assert_eq!(sb.our_key(&stdin), sb.fence_scsi_key(&stdin), "{extra:?}");
+    }
+}
+
+#[test]
+fn reboot_is_refused_like_fence_scsi() {
+    let out = Command::new(fence_scsi())
+        .args(["-o", "reboot", "-n", "node1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let theirs = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        theirs.contains("Failed: Unrecognised action 'reboot'"),
+        "{theirs}"
+    );
+    let ours = fence_agent::parse(
+        &["-o", "reboot", "-n", "node1"],
+        None,
+        &Environment::default(),
+    )
+    .unwrap_err();
+    assert!(
+        ours.to_string()
+            .starts_with("Failed: Unrecognised action 'reboot'"),
+        "{ours}"
+    );
+    assert_eq!(ours.exit_code().code(), 1);
+}
+
+/// name → (content type, default) from a metadata document.
+fn content_by_name(xml: &str) -> Vec<(String, String, Option<String>)> {
+    xml.split("<parameter name=\"")
+        .skip(1)
+        .map(|chunk| {
+            let name = chunk.split('"').next().unwrap().to_owned();
+            let content = chunk.split("<content ").nth(1).unwrap();
+            let content = content.split("/>").next().unwrap();
+            let attr = |a: &str| {
+                content
+                    .split(&format!("{a}=\""))
+                    .nth(1)
+                    .map(|v| v.split('"').next().unwrap().to_owned())
+            };
+            (name, attr("type").unwrap(), attr("default"))
+        })
+        .collect()
+}
+
+#[test]
+fn metadata_types_and_defaults_match_fence_scsi() {
+    let out = Command::new(fence_scsi())
+        .args(["-o", "metadata"])
+        .output()
+        .unwrap();
+    let theirs = content_by_name(&String::from_utf8(out.stdout).unwrap());
+    let ours = content_by_name(&prfence::fence_agent::metadata::metadata_xml("fence_pr"));
+    assert!(
+        theirs.len() > 30,
+        "parsed too few fence_scsi parameters: {theirs:?}"
+    );
+    for (name, ty, default) in &theirs {
+        let mine = ours
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!((&mine.1, &mine.2), (ty, default), "parameter {name}");
+    }
+}
