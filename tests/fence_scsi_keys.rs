@@ -158,7 +158,13 @@ impl Sandbox {
 fn our_key_for(req: &fence_agent::AgentRequest, cmapctl: &Path) -> String {
     assert_eq!(req.options.corosync_cmap_path, cmapctl);
     let key = req
-        .target_key(|arg| keys::query_cmapctl(&req.options.corosync_cmap_path, arg))
+        .target_key(|arg| {
+            keys::query_cmapctl(
+                &req.options.corosync_cmap_path,
+                arg,
+                req.options.command_timeout(),
+            )
+        })
         .unwrap();
     fence_scsi_key_text(key)
 }

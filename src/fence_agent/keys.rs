@@ -290,25 +290,75 @@ impl NativeKey {
 }
 
 /// Runs `corosync-cmapctl <arg>` and returns its stdout: the only I/O of key derivation.
-pub fn query_cmapctl(path: &std::path::Path, arg: &str) -> Result<String, KeyError> {
+/// `timeout` bounds the run (fence_scsi uses `power_timeout`, unbounded under pacemaker-fenced;
+/// pass [`crate::fence_agent::Options::command_timeout`]); on expiry the child is killed and the
+/// run fails, because a timeout is a failure in the Fence Agent API.
+pub fn query_cmapctl(
+    path: &std::path::Path,
+    arg: &str,
+    timeout: Option<std::time::Duration>,
+) -> Result<String, KeyError> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+
     let fail = |reason: String| KeyError::Cmapctl {
         path: path.display().to_string(),
         arg: arg.to_owned(),
         reason,
     };
-    let out = std::process::Command::new(path)
+    let mut child = Command::new(path)
         .arg(arg)
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| fail(e.to_string()))?;
-    if !out.status.success() {
+    // Drain both pipes on threads so a large output cannot block the child while we wait.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(|e| fail(e.to_string()))? {
+            Some(status) => break status,
+            None if timeout.is_some_and(|t| started.elapsed() >= t) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(format!(
+                    "timed out after {:?} (power_timeout); is corosync responsive?",
+                    started.elapsed()
+                )));
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    if !status.success() {
         return Err(fail(format!(
-            "{} ({})",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            "{status} ({})",
+            String::from_utf8_lossy(&stderr).trim()
         )));
     }
-    String::from_utf8(out.stdout).map_err(|e| fail(format!("output is not UTF-8: {e}")))
+    String::from_utf8(stdout).map_err(|e| fail(format!("output is not UTF-8: {e}")))
 }
 
 /// Derives the key for `node` by asking corosync through `query` (normally [`query_cmapctl`]
@@ -457,6 +507,45 @@ nodelist.node.12.nodeid (u32) = 13\n";
         assert_eq!(asked, 1);
         let err = derive_key_via("n", KeyValueMethod::Id, |_| Ok(String::new()));
         assert_eq!(err, Err(KeyError::NoClusterName));
+    }
+
+    fn script(name: &str, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = std::env::temp_dir().join(format!("prfence-cmap-{}-{name}", std::process::id()));
+        std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn query_cmapctl_runs_reports_and_times_out() {
+        use std::time::Duration;
+        let ok = script("ok", "echo \"totem.cluster_name (str) = $1\"\n");
+        assert_eq!(
+            query_cmapctl(&ok, "x", Some(Duration::from_secs(5))).unwrap(),
+            "totem.cluster_name (str) = x\n"
+        );
+        let bad = script("bad", "echo 'Failed to initialize' >&2; exit 1\n");
+        let err = query_cmapctl(&bad, "nodelist", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("Failed to initialize") && err.contains("nodelist"),
+            "{err}"
+        );
+        let slow = script("slow", "exec sleep 5\n");
+        let started = std::time::Instant::now();
+        let err = query_cmapctl(&slow, "nodelist", Some(Duration::from_millis(200))).unwrap_err();
+        assert!(err.to_string().contains("timed out"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        let missing = std::path::Path::new("/nonexistent/corosync-cmapctl");
+        assert!(matches!(
+            query_cmapctl(missing, "x", None),
+            Err(KeyError::Cmapctl { .. })
+        ));
+        for p in [ok, bad, slow] {
+            std::fs::remove_file(p).unwrap();
+        }
     }
 
     #[test]

@@ -517,7 +517,7 @@ fn build(
 impl AgentRequest {
     /// The key this request acts on: `key` if given, else derived from the node name by
     /// `key_value`, asking corosync through `query` (normally [`keys::query_cmapctl`] with
-    /// `options.corosync_cmap_path`; a closure in tests).
+    /// `options.corosync_cmap_path` and `options.command_timeout()`; a closure in tests).
     pub fn target_key(
         &self,
         mut query: impl FnMut(&str) -> Result<String, KeyError>,
