@@ -574,3 +574,30 @@ nodelist.node.12.nodeid (u32) = 13\n";
         }
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn key_text_round_trips(key in 1u64..) {
+            prop_assert_eq!(parse_key(&fence_scsi_key_text(key)), Ok(key));
+            prop_assert_eq!(parse_key(&format!("0x{key:016X}")), Ok(key));
+        }
+
+        #[test]
+        fn native_keys_decode(name in "\\PC{0,20}", nodeid in any::<u32>()) {
+            let key = NativeKey::new(&name, nodeid);
+            prop_assert_eq!(NativeKey::decode(key.value()), Some(key));
+            prop_assert_eq!(key.nodeid, nodeid);
+        }
+
+        #[test]
+        fn cmap_parsers_never_panic(text in "\\PC*") {
+            let _ = parse_cluster_name(&text);
+            let _ = Nodelist::parse(&text);
+        }
+    }
+}

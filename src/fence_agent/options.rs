@@ -456,3 +456,28 @@ mod tests {
         assert_eq!(text(&raw, "key").as_deref(), Some("2"));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn stdin_parser_never_panics(text in "\\PC*") {
+            let _ = parse_stdin(&text);
+        }
+
+        #[test]
+        fn argv_parser_never_panics(args in proptest::collection::vec("-{0,2}[a-zA-Z=_-]{0,12}", 0..6)) {
+            let _ = parse_command_line(&args);
+        }
+
+        #[test]
+        fn last_stdin_value_wins(values in proptest::collection::vec("[a-z0-9/._-]{1,10}", 1..5)) {
+            let text: String = values.iter().map(|v| format!("port={v}\n")).collect();
+            let raw = parse_stdin(&text);
+            prop_assert_eq!(raw.values.get("port"), Some(&RawValue::Text(values.last().unwrap().clone())));
+        }
+    }
+}
