@@ -5,5 +5,6 @@
 
 pub mod cli;
 pub mod exec;
+pub mod fence_agent;
 pub mod pr;
 pub mod transport;
