@@ -16,7 +16,10 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use sg_io::{AdditionalSense, Completion, DataTransfer, Device, DriverStatus, HostStatus, ScsiStatus, SenseKey};
+use sg_io::{
+    AdditionalSense, Completion, DataTransfer, Device, DriverStatus, HostStatus, ScsiStatus,
+    SenseKey,
+};
 
 use crate::pr::{
     self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys,
@@ -74,12 +77,7 @@ impl ScsiPr<Device> {
     /// (with CAP_SYS_RAWIO) and does not trigger udev change events on close.
     pub fn open(path: &Path, policy: Policy) -> Result<Self, CommandError> {
         let device = Device::open(path, sg_io::Access::ReadOnly).map_err(|e| {
-            CommandError::without_completion(
-                path,
-                Command::PrIn(PrInAction::ReadKeys),
-                ErrorKind::Open,
-                e.to_string(),
-            )
+            CommandError::without_completion(path, Command::Open, ErrorKind::Open, e.to_string())
         })?;
         Ok(ScsiPr::new(device, policy))
     }
@@ -95,7 +93,11 @@ enum Attempt {
 
 impl<D: ScsiDevice> ScsiPr<D> {
     pub fn new(device: D, policy: Policy) -> Self {
-        ScsiPr { device, policy, seen_unit_attentions: Mutex::new(Vec::new()) }
+        ScsiPr {
+            device,
+            policy,
+            seen_unit_attentions: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn policy(&self) -> &Policy {
@@ -140,7 +142,13 @@ impl<D: ScsiDevice> ScsiPr<D> {
                 ));
             }
         };
-        classify(self.device.path(), command, &completion, requested, self.policy.timeout)
+        classify(
+            self.device.path(),
+            command,
+            &completion,
+            requested,
+            self.policy.timeout,
+        )
     }
 
     /// Runs a command, consuming unit attentions and retrying NOT READY; `on_not_ready` decides
@@ -191,7 +199,10 @@ impl<D: ScsiDevice> ScsiPr<D> {
                             self.device.path(),
                             command,
                             ErrorKind::NotReady,
-                            format!("still NOT READY after {} retries", self.policy.not_ready_retries),
+                            format!(
+                                "still NOT READY after {} retries",
+                                self.policy.not_ready_retries
+                            ),
                         ));
                     }
                     tracing::debug!(device = %self.device.path().display(), %command, ?backoff, "not ready; retrying");
@@ -210,35 +221,53 @@ impl<D: ScsiDevice> ScsiPr<D> {
     ) -> Result<T, CommandError> {
         let command = Command::PrIn(action);
         let mut allocation = initial_allocation(action);
-        // At most one re-issue: the second allocation is what the target asked for (bounded by
-        // the 16-bit ALLOCATION LENGTH field), so a target that keeps growing is not chased.
-        for round in 0..2 {
+        // Bounded: each round must grow the allocation, and it cannot pass the 16-bit field, so a
+        // target whose answer keeps changing is decoded as it stands after a few rounds.
+        for _ in 0..MAX_PR_IN_ROUNDS {
             let mut buffer = vec![0u8; usize::from(allocation)];
             let cdb = pr::pr_in_cdb(action, allocation);
             let received = self
-                .run(command, &cdb, Some(&mut buffer), None, || Ok(false), &mut PrOutReport::default())?
+                .run(
+                    command,
+                    &cdb,
+                    Some(&mut buffer),
+                    None,
+                    || Ok(false),
+                    &mut PrOutReport::default(),
+                )?
                 .unwrap_or(0);
             let data = buffer.get(..received).unwrap_or(&buffer);
-            match pr::required_length(action, data) {
-                Some(needed) if needed > data.len() && round == 0 && data.len() == usize::from(allocation) => {
-                    allocation = u16::try_from(needed).unwrap_or(u16::MAX);
-                    tracing::debug!(device = %self.device.path().display(), %command, needed, "response larger than the allocation; re-issuing");
-                    continue;
+            let grown = pr::next_allocation_length(action, usize::from(allocation), data)
+                .map(|next| u16::try_from(next).unwrap_or(u16::MAX))
+                .filter(|next| *next > allocation);
+            match grown {
+                Some(next) => {
+                    tracing::debug!(device = %self.device.path().display(), %command, next, "response larger than the allocation; re-issuing");
+                    allocation = next;
                 }
-                _ => {}
+                None => {
+                    return decode(data).map_err(|e| {
+                        CommandError::without_completion(
+                            self.device.path(),
+                            command,
+                            ErrorKind::Malformed,
+                            e.to_string(),
+                        )
+                    });
+                }
             }
-            return decode(data).map_err(|e| {
-                CommandError::without_completion(self.device.path(), command, ErrorKind::Malformed, e.to_string())
-            });
         }
         Err(CommandError::without_completion(
             self.device.path(),
             command,
             ErrorKind::Malformed,
-            "the response kept growing past the allocation length",
+            "the response kept growing past every allocation length offered",
         ))
     }
 }
+
+/// How many times one PR IN may be issued while its response keeps outgrowing the allocation.
+const MAX_PR_IN_ROUNDS: usize = 4;
 
 impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
     fn device(&self) -> &Path {
@@ -264,7 +293,12 @@ impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
     fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
         let command = Command::PrOut(request.action);
         let encoded = request.encode().map_err(|e| {
-            CommandError::without_completion(self.device.path(), command, ErrorKind::InvalidField, e.to_string())
+            CommandError::without_completion(
+                self.device.path(),
+                command,
+                ErrorKind::InvalidField,
+                e.to_string(),
+            )
         })?;
         let mut report = PrOutReport::default();
         let reread = || -> Result<bool, CommandError> {
@@ -272,7 +306,14 @@ impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
             let reservation = self.read_reservation()?;
             Ok(effect_visible(request, &keys, &reservation))
         };
-        self.run(command, &encoded.cdb, None, Some(&encoded.parameters), reread, &mut report)?;
+        self.run(
+            command,
+            &encoded.cdb,
+            None,
+            Some(&encoded.parameters),
+            reread,
+            &mut report,
+        )?;
         Ok(report)
     }
 }
@@ -281,7 +322,12 @@ impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
 /// PR OUT answered NOT READY need not be retried; it looks at the LU as a whole (READ KEYS does
 /// not say which nexus holds a key), so it errs on the side of "retry".
 pub fn effect_visible(request: &PrOut, keys: &ReadKeys, reservation: &ReadReservation) -> bool {
-    let holds = |key| reservation.reservation.as_ref().is_some_and(|r| r.key == key && Some(r.rtype) == request.rtype);
+    let holds = |key| {
+        reservation
+            .reservation
+            .as_ref()
+            .is_some_and(|r| r.key == key && Some(r.rtype) == request.rtype)
+    };
     match request.action {
         PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey => {
             if request.sa_key.is_zero() {
@@ -291,7 +337,10 @@ pub fn effect_visible(request: &PrOut, keys: &ReadKeys, reservation: &ReadReserv
             }
         }
         PrOutAction::Reserve => holds(request.key),
-        PrOutAction::Release => reservation.reservation.as_ref().is_none_or(|r| r.key != request.key),
+        PrOutAction::Release => reservation
+            .reservation
+            .as_ref()
+            .is_none_or(|r| r.key != request.key),
         PrOutAction::Clear => keys.keys.is_empty() && reservation.reservation.is_none(),
         PrOutAction::Preempt | PrOutAction::PreemptAndAbort => {
             request.sa_key != request.key
@@ -299,7 +348,9 @@ pub fn effect_visible(request: &PrOut, keys: &ReadKeys, reservation: &ReadReserv
                 && !keys.keys.contains(&request.sa_key)
                 && keys.keys.contains(&request.key)
         }
-        PrOutAction::RegisterAndMove => keys.keys.contains(&request.sa_key) && holds(request.sa_key),
+        PrOutAction::RegisterAndMove => {
+            keys.keys.contains(&request.sa_key) && holds(request.sa_key)
+        }
     }
 }
 
@@ -321,37 +372,55 @@ fn classify(
             status: Some(completion.status),
             host_status: Some(completion.host_status),
             driver_status: Some(completion.driver_status),
-            sense: sense.clone(),
+            sense,
             detail,
         })
     };
-    if completion.host_status == HostStatus::TIME_OUT || completion.driver_status == DriverStatus::TIMEOUT {
-        return failed(ErrorKind::Timeout, format!("no completion within {} ms", timeout.as_millis()));
+    if completion.host_status == HostStatus::TIME_OUT
+        || completion.driver_status == DriverStatus::TIMEOUT
+    {
+        return failed(
+            ErrorKind::Timeout,
+            format!("no completion within {} ms", timeout.as_millis()),
+        );
     }
-    if completion.host_status != HostStatus::OK {
-        return failed(ErrorKind::Transport, format!("host status {}", completion.host_status));
+    if completion.host_status != HostStatus::DID_OK {
+        return failed(
+            ErrorKind::Transport,
+            format!("host status {}", completion.host_status),
+        );
     }
     match completion.status {
         ScsiStatus::GOOD | ScsiStatus::CONDITION_MET => {
             Attempt::Good(requested.saturating_sub(completion.resid))
         }
-        ScsiStatus::RESERVATION_CONFLICT => {
-            failed(ErrorKind::ReservationConflict, "reservation conflict".to_string())
-        }
+        ScsiStatus::RESERVATION_CONFLICT => failed(
+            ErrorKind::ReservationConflict,
+            "reservation conflict".to_string(),
+        ),
         ScsiStatus::CHECK_CONDITION => {
-            let Some(sense) = sense.clone() else {
-                return failed(ErrorKind::Failed, "CHECK CONDITION without sense data".to_string());
+            let Some(sense) = sense else {
+                return failed(
+                    ErrorKind::Failed,
+                    "CHECK CONDITION without sense data".to_string(),
+                );
             };
             let additional = sense.additional();
             match sense.key {
                 SenseKey::UNIT_ATTENTION => Attempt::UnitAttention(additional),
                 SenseKey::NOT_READY => Attempt::NotReady,
-                SenseKey::ILLEGAL_REQUEST if additional == AdditionalSense::INVALID_COMMAND_OPERATION_CODE => {
-                    failed(ErrorKind::NotSupported, "persistent reservations not supported".to_string())
+                SenseKey::ILLEGAL_REQUEST
+                    if additional == AdditionalSense::INVALID_COMMAND_OPERATION_CODE =>
+                {
+                    failed(
+                        ErrorKind::NotSupported,
+                        "persistent reservations not supported".to_string(),
+                    )
                 }
-                SenseKey::ILLEGAL_REQUEST => {
-                    failed(ErrorKind::InvalidField, "the target refused the request".to_string())
-                }
+                SenseKey::ILLEGAL_REQUEST => failed(
+                    ErrorKind::InvalidField,
+                    "the target refused the request".to_string(),
+                ),
                 _ => failed(ErrorKind::Failed, "CHECK CONDITION".to_string()),
             }
         }

@@ -14,7 +14,10 @@ fn init_tracing(verbosity: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PRFENCE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {

@@ -12,7 +12,9 @@ use std::time::Duration;
 use serde::Serialize;
 use sg_io::{DriverStatus, HostStatus, ScsiStatus, Sense};
 
-use crate::pr::{Capabilities, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys, ReadReservation};
+use crate::pr::{
+    Capabilities, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys, ReadReservation,
+};
 
 /// One path (I_T nexus) to a logical unit that can carry persistent-reservation commands.
 ///
@@ -47,6 +49,8 @@ pub struct PrOutReport {
 /// The command a failure belongs to, for messages and JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
+    /// Opening the device node, before any command.
+    Open,
     PrIn(PrInAction),
     PrOut(PrOutAction),
     TestUnitReady,
@@ -56,6 +60,7 @@ pub enum Command {
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Command::Open => f.write_str("open"),
             Command::PrIn(a) => write!(f, "PERSISTENT RESERVE IN ({})", a.name()),
             Command::PrOut(a) => write!(f, "PERSISTENT RESERVE OUT ({})", a.name()),
             Command::TestUnitReady => f.write_str("TEST UNIT READY"),
@@ -185,7 +190,7 @@ impl fmt::Display for CommandError {
         if let Some(status) = self.status {
             write!(f, "; status {status}")?;
         }
-        if let Some(host) = self.host_status.filter(|h| *h != HostStatus::OK) {
+        if let Some(host) = self.host_status.filter(|h| *h != HostStatus::DID_OK) {
             write!(f, "; host status {host}")?;
         }
         if let Some(driver) = self.driver_status.filter(|d| *d != DriverStatus::OK) {

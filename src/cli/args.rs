@@ -196,7 +196,9 @@ fn parse_nonzero_key(s: &str) -> Result<Key, String> {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !(secs > 0.0 && secs <= 3600.0) {
         return Err("the timeout must be more than 0 and at most 3600 seconds".to_string());
     }

@@ -8,4 +8,4 @@ mod render;
 mod run;
 
 pub use args::{Cli, Cmd};
-pub use run::{execute, ExitStatus};
+pub use run::{ExitStatus, execute};

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::pr::{Capabilities, FullStatus, PrOutAction, ReadKeys, ReadReservation, Reservation};
 use crate::transport::{CommandError, PrOutReport};
@@ -16,12 +16,19 @@ pub enum Outcome {
     Reservation(ReadReservation),
     Capabilities(Capabilities),
     FullStatus(FullStatus),
-    Done { action: PrOutAction, report: PrOutReport },
+    Done {
+        action: PrOutAction,
+        report: PrOutReport,
+    },
 }
 
 pub fn print(json: bool, devices: &[PathBuf], results: &[Result<Outcome, CommandError>]) {
     if json {
-        let array: Vec<Value> = devices.iter().zip(results).map(|(d, r)| to_json(d, r)).collect();
+        let array: Vec<Value> = devices
+            .iter()
+            .zip(results)
+            .map(|(d, r)| to_json(d, r))
+            .collect();
         println!("{}", Value::Array(array));
         return;
     }
@@ -71,7 +78,10 @@ pub fn to_json(device: &std::path::Path, result: &Result<Outcome, CommandError>)
                 }
                 Outcome::Reservation(r) => {
                     object.insert("generation".into(), json!(r.generation));
-                    object.insert("reservation".into(), r.reservation.as_ref().map_or(Value::Null, reservation_json));
+                    object.insert(
+                        "reservation".into(),
+                        r.reservation.as_ref().map_or(Value::Null, reservation_json),
+                    );
                 }
                 Outcome::Capabilities(c) => {
                     object.insert("capabilities".into(), capabilities_json(c));
@@ -97,7 +107,10 @@ pub fn to_json(device: &std::path::Path, result: &Result<Outcome, CommandError>)
                 Outcome::Done { action, report } => {
                     object.insert("action".into(), json!(action.name()));
                     object.insert("unit_attentions".into(), json!(report.unit_attentions));
-                    object.insert("confirmed_by_reread".into(), json!(report.confirmed_by_reread));
+                    object.insert(
+                        "confirmed_by_reread".into(),
+                        json!(report.confirmed_by_reread),
+                    );
                 }
             }
         }
@@ -131,7 +144,12 @@ pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
             let _ = writeln!(s, "{d}: generation {}, no keys registered", k.generation);
         }
         Outcome::Keys(k) => {
-            let _ = writeln!(s, "{d}: generation {}, {} key(s) registered", k.generation, k.keys.len());
+            let _ = writeln!(
+                s,
+                "{d}: generation {}, {} key(s) registered",
+                k.generation,
+                k.keys.len()
+            );
             for key in &k.keys {
                 let _ = writeln!(s, "  {key}");
             }
@@ -154,7 +172,12 @@ pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
         },
         Outcome::Capabilities(c) => {
             let _ = writeln!(s, "{d}:");
-            let _ = writeln!(s, "  persist through power loss: capable {}, active {}", yes_no(c.ptpl_c), yes_no(c.ptpl_a));
+            let _ = writeln!(
+                s,
+                "  persist through power loss: capable {}, active {}",
+                yes_no(c.ptpl_c),
+                yes_no(c.ptpl_a)
+            );
             let _ = writeln!(s, "  all target ports: {}", yes_no(c.atp_c));
             let _ = writeln!(s, "  specify initiator ports: {}", yes_no(c.sip_c));
             let _ = writeln!(s, "  compatible reservation handling: {}", yes_no(c.crh));
@@ -171,7 +194,12 @@ pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
             }
         }
         Outcome::FullStatus(f) => {
-            let _ = writeln!(s, "{d}: generation {}, {} registration(s)", f.generation, f.registrations.len());
+            let _ = writeln!(
+                s,
+                "{d}: generation {}, {} registration(s)",
+                f.generation,
+                f.registrations.len()
+            );
             for r in &f.registrations {
                 let holder = match (r.holder, r.rtype) {
                     (true, Some(t)) => format!(", holder ({t})"),
@@ -184,7 +212,11 @@ pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
                     r.key,
                     r.transport_id,
                     r.relative_target_port,
-                    if r.all_tg_pt { ", all target ports" } else { "" },
+                    if r.all_tg_pt {
+                        ", all target ports"
+                    } else {
+                        ""
+                    },
                     holder
                 );
             }
@@ -192,10 +224,17 @@ pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
         Outcome::Done { action, report } => {
             let _ = write!(s, "{d}: {} done", action.name());
             if report.confirmed_by_reread {
-                let _ = write!(s, " (the target answered NOT READY, a re-read shows it applied)");
+                let _ = write!(
+                    s,
+                    " (the target answered NOT READY, a re-read shows it applied)"
+                );
             }
             if !report.unit_attentions.is_empty() {
-                let _ = write!(s, "; unit attentions consumed: {}", report.unit_attentions.join(", "));
+                let _ = write!(
+                    s,
+                    "; unit attentions consumed: {}",
+                    report.unit_attentions.join(", ")
+                );
             }
             let _ = writeln!(s);
         }

@@ -22,7 +22,11 @@ pub enum ExitStatus {
 impl ExitStatus {
     /// The overall status of per-device results.
     pub fn of<T>(results: &[Result<T, CommandError>]) -> ExitStatus {
-        let mut kinds = results.iter().filter_map(|r| r.as_ref().err()).map(|e| e.kind).peekable();
+        let mut kinds = results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .map(|e| e.kind)
+            .peekable();
         if kinds.peek().is_none() {
             ExitStatus::Success
         } else if kinds.all(|k| k == ErrorKind::ReservationConflict) {
@@ -62,11 +66,19 @@ fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
             (Request::Out(out), &r.devices.devices)
         }
         Cmd::Unregister(u) => (
-            Request::Out(PrOut::register(u.key, crate::pr::Key::ZERO).with_all_tg_pt(u.all_target_ports)),
+            Request::Out(
+                PrOut::register(u.key, crate::pr::Key::ZERO).with_all_tg_pt(u.all_target_ports),
+            ),
             &u.devices.devices,
         ),
-        Cmd::Reserve(r) => (Request::Out(PrOut::reserve(r.key, r.rtype)), &r.devices.devices),
-        Cmd::Release(r) => (Request::Out(PrOut::release(r.key, r.rtype)), &r.devices.devices),
+        Cmd::Reserve(r) => (
+            Request::Out(PrOut::reserve(r.key, r.rtype)),
+            &r.devices.devices,
+        ),
+        Cmd::Release(r) => (
+            Request::Out(PrOut::release(r.key, r.rtype)),
+            &r.devices.devices,
+        ),
         Cmd::Clear(c) => (Request::Out(PrOut::clear(c.key)), &c.devices.devices),
         Cmd::Preempt(p) => {
             let out = if p.abort {
@@ -82,7 +94,8 @@ fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
                 relative_target_port: m.relative_target_port,
                 transport_id: m.transport_id.clone(),
             };
-            let out = PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
+            let out =
+                PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
             (Request::Out(out), &m.devices.devices)
         }
     }
@@ -90,26 +103,34 @@ fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
 
 /// Rejects argument combinations the target would only answer with ILLEGAL REQUEST.
 fn check_request(command: &Cmd) -> Result<(), String> {
-    if let Cmd::Preempt(p) = command {
-        if p.victim.is_zero() && !p.rtype.is_all_registrants() {
-            return Err(format!(
-                "--victim 0 (remove every other registration) is only valid with an all-registrants \
-                 type (wear, eaar), not {}",
-                p.rtype
-            ));
-        }
+    if let Cmd::Preempt(p) = command
+        && p.victim.is_zero()
+        && !p.rtype.is_all_registrants()
+    {
+        return Err(format!(
+            "--victim 0 (remove every other registration) is only valid with an all-registrants \
+             type (wear, eaar), not {}",
+            p.rtype
+        ));
     }
     Ok(())
 }
 
-fn perform(request: &Request, path: &std::path::Path, policy: Policy) -> Result<Outcome, CommandError> {
+fn perform(
+    request: &Request,
+    path: &std::path::Path,
+    policy: Policy,
+) -> Result<Outcome, CommandError> {
     let device = ScsiPr::open(path, policy)?;
     match request {
         Request::ReadKeys => device.read_keys().map(Outcome::Keys),
         Request::ReadReservation => device.read_reservation().map(Outcome::Reservation),
         Request::ReportCapabilities => device.report_capabilities().map(Outcome::Capabilities),
         Request::ReadFullStatus => device.read_full_status().map(Outcome::FullStatus),
-        Request::Out(out) => device.pr_out(out).map(|report| Outcome::Done { action: out.action, report }),
+        Request::Out(out) => device.pr_out(out).map(|report| Outcome::Done {
+            action: out.action,
+            report,
+        }),
     }
 }
 
@@ -120,14 +141,21 @@ pub fn execute(cli: &Cli) -> ExitStatus {
         return ExitStatus::Usage;
     }
     let (request, devices) = request_of(&cli.command);
-    let policy = Policy { timeout: cli.timeout, ..Policy::default() };
+    let policy = Policy {
+        timeout: cli.timeout,
+        ..Policy::default()
+    };
     let results = run_concurrently(&request, devices, policy);
     render::print(cli.json, devices, &results);
     ExitStatus::of(&results)
 }
 
 /// One blocking worker per device; results in argument order.
-fn run_concurrently(request: &Request, devices: &[PathBuf], policy: Policy) -> Vec<Result<Outcome, CommandError>> {
+fn run_concurrently(
+    request: &Request,
+    devices: &[PathBuf],
+    policy: Policy,
+) -> Vec<Result<Outcome, CommandError>> {
     let request = Arc::new(request.clone());
     std::thread::scope(|scope| {
         let handles: Vec<_> = devices
@@ -139,7 +167,11 @@ fn run_concurrently(request: &Request, devices: &[PathBuf], policy: Policy) -> V
             .collect();
         handles
             .into_iter()
-            .map(|handle| handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
             .collect()
     })
 }
