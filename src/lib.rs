@@ -4,3 +4,4 @@
 //! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
 
 pub mod pr;
+pub mod spc_model;

@@ -1,0 +1,168 @@
+//! In-memory model of one SCSI logical unit's persistent-reservation state (SPC-4 §5.7, §6.15,
+//! §6.16), for unit tests of the fencing engine only. The LIO lab is the real proof; this model
+//! exists so engine tests can be fast and deterministic, which only helps if it is faithful.
+//!
+//! Where LIO deviates from SPC-4, [`Quirks`] selects the behaviour ([`Quirks::spc4`] or
+//! [`Quirks::lio`]). Faults the engine must survive (lost responses, transport loss, "applied but
+//! reported as failed") are injected per nexus with [`Lu::inject`].
+//!
+//! Not modelled: tasks (PREEMPT AND ABORT aborts nothing), SPC-2 RESERVE/RELEASE, scopes other
+//! than LU_SCOPE (the codec's `PrOut` carries none), APTPL persistence across power loss (only the
+//! flag), REPLACE LOST RESERVATION.
+
+mod codec_shim;
+mod failure;
+mod lu;
+#[cfg(test)]
+mod tests;
+
+// After the codec merge this line becomes `use crate::pr::{...}` and codec_shim.rs goes away.
+use codec_shim::{
+    Capabilities, FullStatus, Key, PrInAction, PrOut, PrOutAction, ReadKeys, ReadReservation,
+    Registration, Reservation, ReservationType, Scope, TransportId,
+};
+
+pub use failure::{CommandError, Injected, ScsiFailure, UnitAttention};
+pub use lu::Lu;
+
+/// One I_T nexus (initiator port × target port) known to a [`Lu`]. Opaque handle; only valid for
+/// the `Lu` that issued it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nexus(u32);
+
+/// An ordinary medium-access command, for the reservation access check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Io {
+    /// e.g. READ(10): blocked only by exclusive-access types.
+    Read,
+    /// e.g. WRITE(10): blocked by every type unless the nexus may write.
+    Write,
+}
+
+/// A command as seen by the fault injector, so a fault can target e.g. only REGISTER.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Command {
+    PrOut(PrOutAction),
+    PrIn(PrInAction),
+    Io(Io),
+    TestUnitReady,
+}
+
+/// Which commands an injected fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommandFilter {
+    Any,
+    AnyPrOut,
+    AnyPrIn,
+    Only(Command),
+}
+
+impl CommandFilter {
+    fn matches(self, command: Command) -> bool {
+        match self {
+            CommandFilter::Any => true,
+            CommandFilter::AnyPrOut => matches!(command, Command::PrOut(_)),
+            CommandFilter::AnyPrIn => matches!(command, Command::PrIn(_)),
+            CommandFilter::Only(only) => only == command,
+        }
+    }
+}
+
+/// When an injected fault strikes relative to the command's effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timing {
+    /// The command never reaches the device server: no state change, no UA consumed.
+    InsteadOfExecuting,
+    /// The command is fully processed (state changed, UA consumed), then the reply is replaced by
+    /// the fault: a lost response, or LIO's "REGISTER applied but answered NOT READY".
+    AfterExecuting,
+}
+
+/// A pending fault: the next `count` matching commands on one nexus fail with `fault`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    pub fault: Injected,
+    pub timing: Timing,
+    pub filter: CommandFilter,
+    pub count: u32,
+}
+
+/// Device-server behaviours that differ between SPC-4 and real targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quirks {
+    /// `attrib/emulate_pr`: when false, PR IN/OUT fail with ILLEGAL REQUEST, INVALID COMMAND
+    /// OPERATION CODE (20h/00h) and nothing is ever reserved.
+    pub emulate_pr: bool,
+    /// When false, PREEMPT AND ABORT fails with ILLEGAL REQUEST, INVALID FIELD IN CDB (targets
+    /// that cannot abort tasks).
+    pub preempt_and_abort_supported: bool,
+    /// SPC-4 bumps PRgeneration when a registration is removed by REGISTER with a zero SARK;
+    /// LIO does not.
+    pub generation_bumped_on_unregister: bool,
+    /// LIO bumps PRgeneration once per I_T nexus registered (ALL_TG_PT copies, SPEC_I_PT
+    /// targets); SPC-4 once per command.
+    pub generation_bumped_per_registered_nexus: bool,
+    /// LIO answers RESERVE, RELEASE, CLEAR and REGISTER AND MOVE from an unregistered nexus, while
+    /// no reservation exists, with NOT READY, LOGICAL UNIT COMMUNICATION FAILURE (02h/08h/00h)
+    /// instead of RESERVATION CONFLICT.
+    pub unregistered_without_reservation_not_ready: bool,
+    /// Queue POWER ON OCCURRED (29h/00h) for each nexus's first connection, as a target does after
+    /// boot; off by default so tests only see the PR unit attentions they cause.
+    pub power_on_ua_for_new_nexus: bool,
+}
+
+impl Quirks {
+    /// Strict SPC-4 behaviour.
+    pub const fn spc4() -> Self {
+        Quirks {
+            emulate_pr: true,
+            preempt_and_abort_supported: true,
+            generation_bumped_on_unregister: true,
+            generation_bumped_per_registered_nexus: false,
+            unregistered_without_reservation_not_ready: false,
+            power_on_ua_for_new_nexus: false,
+        }
+    }
+
+    /// Linux LIO (`target_core_pr.c`, v6.1) with a core-emulated backstore.
+    pub const fn lio() -> Self {
+        Quirks {
+            generation_bumped_on_unregister: false,
+            generation_bumped_per_registered_nexus: true,
+            unregistered_without_reservation_not_ready: true,
+            ..Quirks::spc4()
+        }
+    }
+}
+
+impl Default for Quirks {
+    fn default() -> Self {
+        Quirks::spc4()
+    }
+}
+
+/// Who holds the reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// WE, EA, WERO, EARO: exactly one I_T nexus.
+    Nexus(Nexus),
+    /// WEAR, EAAR: every registered I_T nexus is a holder.
+    AllRegistrants,
+}
+
+/// The reservation as the model sees it (for test assertions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReservationState {
+    pub holder: Holder,
+    pub rtype: ReservationType,
+}
+
+/// One registration as the model sees it (for test assertions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Registered {
+    pub nexus: Nexus,
+    pub key: Key,
+    /// Created by a REGISTER with ALL_TG_PT=1 (key changes and unregistration apply to all of the
+    /// initiator port's registrations created that way).
+    pub all_tg_pt: bool,
+}
