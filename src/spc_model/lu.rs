@@ -146,7 +146,8 @@ impl Lu {
 
     // ----- unit attentions -----
 
-    /// REQUEST SENSE: reports and consumes the oldest pending unit attention, if any.
+    /// Consumes the oldest pending unit attention without going through the transport (a test
+    /// shortcut; [`Lu::request_sense`] is the command).
     pub fn take_unit_attention(&mut self, nexus: Nexus) -> Option<UnitAttention> {
         self.state_mut(nexus).unit_attentions.pop_front()
     }
@@ -167,7 +168,6 @@ impl Lu {
     /// PERSISTENT RESERVE IN, READ KEYS.
     pub fn read_keys(&mut self, nexus: Nexus) -> Result<ReadKeys, CommandError> {
         self.run(nexus, Command::PrIn(PrInAction::ReadKeys), |lu| {
-            lu.require_pr_emulation()?;
             Ok(ReadKeys {
                 generation: lu.generation,
                 keys: lu.registrations.iter().map(|r| r.key).collect(),
@@ -178,7 +178,6 @@ impl Lu {
     /// PERSISTENT RESERVE IN, READ RESERVATION (the key reads 0 under all-registrants types).
     pub fn read_reservation(&mut self, nexus: Nexus) -> Result<ReadReservation, CommandError> {
         self.run(nexus, Command::PrIn(PrInAction::ReadReservation), |lu| {
-            lu.require_pr_emulation()?;
             let reservation = lu.reservation.map(|held| Reservation {
                 key: if held.rtype.is_all_registrants() {
                     Key::ZERO
@@ -199,7 +198,6 @@ impl Lu {
     /// TMV, ALLOW COMMANDS 001b, all six types; PTPL_A follows the APTPL state).
     pub fn report_capabilities(&mut self, nexus: Nexus) -> Result<Capabilities, CommandError> {
         self.run(nexus, Command::PrIn(PrInAction::ReportCapabilities), |lu| {
-            lu.require_pr_emulation()?;
             Ok(Capabilities {
                 rlr_c: false,
                 crh: true,
@@ -217,7 +215,6 @@ impl Lu {
     /// PERSISTENT RESERVE IN, READ FULL STATUS: one descriptor per registered I_T nexus.
     pub fn read_full_status(&mut self, nexus: Nexus) -> Result<FullStatus, CommandError> {
         self.run(nexus, Command::PrIn(PrInAction::ReadFullStatus), |lu| {
-            lu.require_pr_emulation()?;
             let registrations = lu
                 .registrations
                 .iter()
@@ -257,6 +254,18 @@ impl Lu {
     /// TEST UNIT READY: always allowed under any reservation; reports a pending unit attention.
     pub fn test_unit_ready(&mut self, nexus: Nexus) -> Result<(), CommandError> {
         self.run(nexus, Command::TestUnitReady, |_| Ok(()))
+    }
+
+    /// INQUIRY: always allowed, and leaves a pending unit attention pending.
+    pub fn inquiry(&mut self, nexus: Nexus) -> Result<(), CommandError> {
+        self.run(nexus, Command::Inquiry, |_| Ok(()))
+    }
+
+    /// REQUEST SENSE: returns (and consumes) the oldest pending unit attention as sense data.
+    pub fn request_sense(&mut self, nexus: Nexus) -> Result<Option<UnitAttention>, CommandError> {
+        self.run(nexus, Command::RequestSense, |lu| {
+            Ok(lu.take_unit_attention(nexus))
+        })
     }
 
     // ----- state inspection for tests -----
@@ -312,9 +321,10 @@ impl Lu {
 
     // ----- command plumbing -----
 
-    /// Runs one command: transport state, injected faults, unit-attention delivery (SPC-4
-    /// §5.9: a pending UA is reported, and consumed, instead of executing the command), then the
-    /// command itself.
+    /// Runs one command: transport state, injected faults, the opcode check (LIO rejects PR
+    /// commands under `emulate_pr=0` while parsing the CDB, before looking at UAs), unit-attention
+    /// delivery (SPC-4 §5.9: a pending UA is reported, and consumed, instead of executing the
+    /// command), then the command itself.
     fn run<T>(
         &mut self,
         nexus: Nexus,
@@ -328,9 +338,18 @@ impl Lu {
         if let Some((fault, Timing::InsteadOfExecuting)) = injected {
             return Err(fault.into());
         }
-        let outcome = match self.take_unit_attention(nexus) {
-            Some(ua) => Err(ua.to_failure()),
-            None => execute(self),
+        let pending_ua = if command.is_unit_attention_exempt() {
+            None
+        } else {
+            self.state(nexus).unit_attentions.front().copied()
+        };
+        let outcome = if command.is_persistent_reserve() && !self.quirks.emulate_pr {
+            Err(ScsiFailure::illegal_request_invalid_opcode())
+        } else if let Some(ua) = pending_ua {
+            self.take_unit_attention(nexus);
+            Err(ua.to_failure())
+        } else {
+            execute(self)
         };
         match injected {
             Some((fault, _)) => Err(fault.into()),
@@ -348,14 +367,6 @@ impl Lu {
             queue.remove(position);
         }
         Some(hit)
-    }
-
-    fn require_pr_emulation(&self) -> Result<(), ScsiFailure> {
-        if self.quirks.emulate_pr {
-            Ok(())
-        } else {
-            Err(ScsiFailure::illegal_request_invalid_opcode())
-        }
     }
 
     fn access_allowed(&self, nexus: Nexus, io: Io) -> bool {
@@ -385,7 +396,6 @@ impl Lu {
     // ----- PERSISTENT RESERVE OUT service actions (SPC-4 §5.7.7–§5.7.11, §6.16) -----
 
     fn execute_pr_out(&mut self, nexus: Nexus, req: &PrOut) -> Result<(), ScsiFailure> {
-        self.require_pr_emulation()?;
         if req.action == PrOutAction::PreemptAndAbort && !self.quirks.preempt_and_abort_supported {
             return Err(ScsiFailure::invalid_field_in_cdb());
         }
@@ -440,6 +450,16 @@ impl Lu {
             return Err(ScsiFailure::invalid_field_in_parameter_list());
         }
         let group = self.registration_group(nexus);
+        let registered_on_all_ports = self
+            .registrations
+            .iter()
+            .any(|reg| reg.nexus == nexus && reg.all_tg_pt);
+        if registered_on_all_ports
+            && !req.all_tg_pt
+            && self.quirks.all_tg_pt_change_requires_all_tg_pt
+        {
+            return Err(ScsiFailure::invalid_field_in_cdb());
+        }
         if req.sa_key.is_zero() {
             self.unregister(nexus, &group);
             if self.quirks.generation_bumped_on_unregister {

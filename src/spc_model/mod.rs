@@ -46,6 +46,20 @@ pub enum Command {
     PrIn(PrInAction),
     Io(Io),
     TestUnitReady,
+    Inquiry,
+    RequestSense,
+}
+
+impl Command {
+    /// SPC-4 §5.9 / SAM-5: these commands neither report nor clear a pending unit attention
+    /// (REQUEST SENSE reports it as its data instead).
+    fn is_unit_attention_exempt(self) -> bool {
+        matches!(self, Command::Inquiry | Command::RequestSense)
+    }
+
+    fn is_persistent_reserve(self) -> bool {
+        matches!(self, Command::PrOut(_) | Command::PrIn(_))
+    }
 }
 
 /// Which commands an injected fault applies to.
@@ -106,6 +120,10 @@ pub struct Quirks {
     /// no reservation exists, with NOT READY, LOGICAL UNIT COMMUNICATION FAILURE (02h/08h/00h)
     /// instead of RESERVATION CONFLICT.
     pub unregistered_without_reservation_not_ready: bool,
+    /// LIO refuses to re-key or unregister a registration made with ALL_TG_PT=1 unless the
+    /// request sets ALL_TG_PT=1 again (ILLEGAL REQUEST, INVALID FIELD IN CDB); SPC-4 ignores the
+    /// bit for a registered nexus.
+    pub all_tg_pt_change_requires_all_tg_pt: bool,
     /// Queue POWER ON OCCURRED (29h/00h) for each nexus's first connection, as a target does after
     /// boot; off by default so tests only see the PR unit attentions they cause.
     pub power_on_ua_for_new_nexus: bool,
@@ -120,6 +138,7 @@ impl Quirks {
             generation_bumped_on_unregister: true,
             generation_bumped_per_registered_nexus: false,
             unregistered_without_reservation_not_ready: false,
+            all_tg_pt_change_requires_all_tg_pt: false,
             power_on_ua_for_new_nexus: false,
         }
     }
@@ -130,6 +149,7 @@ impl Quirks {
             generation_bumped_on_unregister: false,
             generation_bumped_per_registered_nexus: true,
             unregistered_without_reservation_not_ready: true,
+            all_tg_pt_change_requires_all_tg_pt: true,
             ..Quirks::spc4()
         }
     }

@@ -341,8 +341,17 @@ fn all_tg_pt_registers_every_target_port() {
         assert_eq!(lu.registered_key(a2), Some(K1));
         lu.pr_out(a1, &reserve(K1, WERO)).unwrap();
         assert_eq!(lu.access(a2, Io::Write), Ok(()));
-        // Unregistering through either port removes the whole ALL_TG_PT registration.
-        lu.pr_out(a2, &register(K1, Key::ZERO)).unwrap();
+        // Unregistering through either port removes the whole ALL_TG_PT registration; LIO
+        // insists on ALL_TG_PT=1 for that.
+        let mut unregister = register(K1, Key::ZERO);
+        if quirks.all_tg_pt_change_requires_all_tg_pt {
+            assert_eq!(
+                lu.pr_out(a2, &unregister),
+                scsi_err(ScsiFailure::invalid_field_in_cdb())
+            );
+            unregister.all_tg_pt = true;
+        }
+        lu.pr_out(a2, &unregister).unwrap();
         assert!(lu.registrations().is_empty());
         assert_eq!(lu.reservation(), None);
     }
@@ -953,4 +962,164 @@ fn lost_response_after_execution() {
     assert_eq!(lu.registered_key(a), None);
     // Re-sending the same PREEMPT now finds nothing to preempt.
     assert_eq!(lu.pr_out(b, &preempt(K2, K1, WE)), CONFLICT);
+}
+
+#[test]
+fn inquiry_leaves_the_unit_attention_and_request_sense_reports_it() {
+    let (mut lu, a, b, _) = rig(Quirks::spc4());
+    lu.pr_out(a, &register(Key::ZERO, K1)).unwrap();
+    lu.pr_out(b, &register(Key::ZERO, K2)).unwrap();
+    lu.pr_out(a, &clear(K1)).unwrap();
+    assert_eq!(lu.inquiry(b), Ok(()));
+    assert_eq!(
+        lu.request_sense(b),
+        Ok(Some(UnitAttention::RESERVATIONS_PREEMPTED))
+    );
+    assert_eq!(lu.request_sense(b), Ok(None));
+    assert_eq!(lu.test_unit_ready(b), Ok(()));
+}
+
+#[test]
+fn emulate_pr_off_is_reported_before_a_pending_unit_attention() {
+    let quirks = Quirks {
+        emulate_pr: false,
+        power_on_ua_for_new_nexus: true,
+        ..Quirks::lio()
+    };
+    let mut lu = Lu::new(quirks);
+    let a = lu.connect(iqn("a", "1"), 1);
+    assert_eq!(
+        lu.read_keys(a).unwrap_err(),
+        CommandError::Scsi(ScsiFailure::illegal_request_invalid_opcode())
+    );
+    assert_eq!(lu.pending_unit_attentions(a), vec![UnitAttention::POWER_ON]);
+}
+
+// ----- invariants over random command sequences -----
+
+mod invariants {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KEYS: [Key; 4] = [Key::ZERO, K1, K2, K3];
+
+    #[derive(Debug, Clone)]
+    struct Step {
+        who: usize,
+        action: PrOutAction,
+        /// Use the nexus's own key as RESERVATION KEY (otherwise `key`).
+        own_key: bool,
+        key: Key,
+        sa_key: Key,
+        rtype: Option<ReservationType>,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let action = prop::sample::select(vec![
+            PrOutAction::Register,
+            PrOutAction::RegisterAndIgnoreExistingKey,
+            PrOutAction::Reserve,
+            PrOutAction::Release,
+            PrOutAction::Clear,
+            PrOutAction::Preempt,
+            PrOutAction::PreemptAndAbort,
+        ]);
+        let key = prop::sample::select(KEYS.to_vec());
+        let rtype = prop::option::weighted(0.9, prop::sample::select(ALL.to_vec()));
+        (
+            0..3usize,
+            action,
+            prop::bool::weighted(0.8),
+            key.clone(),
+            key,
+            rtype,
+        )
+            .prop_map(|(who, action, own_key, key, sa_key, rtype)| Step {
+                who,
+                action,
+                own_key,
+                key,
+                sa_key,
+                rtype,
+            })
+    }
+
+    type Snapshot = (Vec<Registered>, Option<ReservationState>, u32, bool);
+
+    fn snapshot(lu: &Lu) -> Snapshot {
+        (
+            lu.registrations().to_vec(),
+            lu.reservation(),
+            lu.generation(),
+            lu.aptpl(),
+        )
+    }
+
+    fn check_invariants(lu: &Lu) {
+        let regs = lu.registrations();
+        assert!(regs.iter().all(|r| !r.key.is_zero()), "zero key registered");
+        for (i, r) in regs.iter().enumerate() {
+            assert!(
+                regs[i + 1..].iter().all(|o| o.nexus != r.nexus),
+                "nexus registered twice"
+            );
+        }
+        match lu.reservation() {
+            Some(ReservationState {
+                holder: Holder::Nexus(n),
+                rtype,
+            }) => {
+                assert!(!rtype.is_all_registrants());
+                assert!(lu.registered_key(n).is_some(), "holder not registered");
+            }
+            Some(ReservationState { rtype, .. }) => {
+                assert!(rtype.is_all_registrants());
+                assert!(
+                    !regs.is_empty(),
+                    "all-registrants reservation without registrants"
+                );
+            }
+            None => {}
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn model_invariants_hold(steps in prop::collection::vec(step(), 1..40), lio in any::<bool>()) {
+            let quirks = if lio { Quirks::lio() } else { Quirks::spc4() };
+            let (mut lu, a, b, c) = rig(quirks);
+            let nexuses = [a, b, c];
+            for step in steps {
+                let nexus = nexuses[step.who];
+                // Drain UAs so every command reaches the device server.
+                while lu.take_unit_attention(nexus).is_some() {}
+                let key = if step.own_key {
+                    lu.registered_key(nexus).unwrap_or(Key::ZERO)
+                } else {
+                    step.key
+                };
+                let req = out(step.action, key, step.sa_key, step.rtype);
+                let before = snapshot(&lu);
+                let result = lu.pr_out(nexus, &req);
+                let after = snapshot(&lu);
+                if result.is_err() {
+                    prop_assert_eq!(&before, &after, "a failed command changed state");
+                }
+                if matches!(step.action, PrOutAction::Reserve | PrOutAction::Release) {
+                    prop_assert_eq!(before.2, after.2, "RESERVE/RELEASE bumped PRgeneration");
+                }
+                if before.0 != after.0 && quirks.generation_bumped_on_unregister {
+                    prop_assert_ne!(before.2, after.2, "registrations changed silently");
+                }
+                check_invariants(&lu);
+                for n in nexuses {
+                    if lu.is_holder(n) {
+                        while lu.take_unit_attention(n).is_some() {}
+                        prop_assert_eq!(lu.access(n, Io::Write), Ok(()));
+                        prop_assert_eq!(lu.access(n, Io::Read), Ok(()));
+                    }
+                }
+            }
+        }
+    }
 }
