@@ -374,9 +374,31 @@ impl Lu {
         let Some(held) = self.reservation else {
             return true;
         };
-        if self.is_holder(nexus) {
-            return true;
-        }
+        let registered = if self.quirks.access_registration_per_initiator_name {
+            if held.holder == nexus {
+                return true;
+            }
+            let holder = self.state(held.holder);
+            let caller = self.state(nexus);
+            if same_node_acl(holder, caller) {
+                // LIO: the holder's initiator through another session. Without an ISID at
+                // registration the session is the holder; with one, it is an "ISID mismatch",
+                // which LIO treats as unregistered.
+                if matches!(holder.initiator, TransportId::Iscsi { isid: None, .. }) {
+                    return true;
+                }
+                false
+            } else {
+                self.registrations
+                    .iter()
+                    .any(|reg| same_node_acl(self.state(reg.nexus), caller))
+            }
+        } else {
+            if self.is_holder(nexus) {
+                return true;
+            }
+            self.registered_key(nexus).is_some()
+        };
         match (held.rtype, io) {
             (
                 WriteExclusive | WriteExclusiveRegistrantsOnly | WriteExclusiveAllRegistrants,
@@ -389,7 +411,7 @@ impl Lu {
                 | WriteExclusiveAllRegistrants
                 | ExclusiveAccessAllRegistrants,
                 _,
-            ) => self.registered_key(nexus).is_some(),
+            ) => registered,
         }
     }
 
@@ -576,7 +598,7 @@ impl Lu {
                 self.notify_registrants_except(caller, UnitAttention::RESERVATIONS_RELEASED);
             }
         }
-        self.drop_orphaned_all_registrants_reservation();
+        self.pass_on_all_registrants_reservation();
     }
 
     fn reserve(&mut self, nexus: Nexus, req: &PrOut) -> Result<(), ScsiFailure> {
@@ -596,15 +618,29 @@ impl Lu {
     }
 
     fn release(&mut self, nexus: Nexus, req: &PrOut) -> Result<(), ScsiFailure> {
-        self.require_registration(nexus, req.key, true)?;
+        let holder_only = self.quirks.release_validated_only_for_holder;
+        match self.registered_key(nexus) {
+            Some(key) if key != req.key && !holder_only => {
+                return Err(ScsiFailure::ReservationConflict);
+            }
+            Some(_) => {}
+            None => return self.require_registration(nexus, req.key, true),
+        }
         let Some(held) = self.reservation else {
             return Ok(());
         };
         if !self.is_holder(nexus) {
             return Ok(());
         }
+        if self.registered_key(nexus) != Some(req.key) {
+            return Err(ScsiFailure::ReservationConflict);
+        }
         if req.rtype != Some(held.rtype) {
-            return Err(ScsiFailure::invalid_release());
+            return Err(if holder_only {
+                ScsiFailure::ReservationConflict
+            } else {
+                ScsiFailure::invalid_release()
+            });
         }
         self.reservation = None;
         if is_registrants_only(held.rtype) || held.rtype.is_all_registrants() {
@@ -631,39 +667,47 @@ impl Lu {
             if sark.is_zero() {
                 return Err(ScsiFailure::invalid_field_in_parameter_list());
             }
-            return self.preempt_registrations_only(nexus, sark);
+            return self.preempt_registrations_only(nexus, sark, false);
         };
+        let nominal = self.quirks.all_registrants_nominal_holder;
         if held.rtype.is_all_registrants() {
-            if !sark.is_zero() {
-                return self.preempt_registrations_only(nexus, sark);
+            if sark.is_zero() {
+                // Everyone else goes and the caller takes the reservation.
+                let victims = self.registered_nexuses_where(|reg| reg.nexus != nexus);
+                return self.take_over(nexus, req, held, &victims);
             }
-            // Zero SARK under WEAR/EAAR: everyone else goes, the caller takes the reservation.
-            let rtype = req.rtype.ok_or_else(ScsiFailure::invalid_field_in_cdb)?;
-            let victims = self.registered_nexuses_where(|reg| reg.nexus != nexus);
-            self.remove_preempted(nexus, &victims);
-            self.reservation = Some(Held {
-                holder: nexus,
-                rtype,
-            });
-            self.bump_generation(1);
-            return Ok(());
+            if !(nominal && self.registered_key(held.holder) == Some(sark)) {
+                return self.preempt_registrations_only(nexus, sark, nominal);
+            }
+        } else {
+            if sark.is_zero() {
+                return Err(ScsiFailure::invalid_field_in_parameter_list());
+            }
+            if self.registered_key(held.holder) != Some(sark) {
+                return self.preempt_registrations_only(nexus, sark, false);
+            }
         }
-        if sark.is_zero() {
-            return Err(ScsiFailure::invalid_field_in_parameter_list());
-        }
-        if self.registered_key(held.holder) != Some(sark) {
-            return self.preempt_registrations_only(nexus, sark);
-        }
-        // SARK is the holder's key: its registrations (but not the caller's) go, and the caller
-        // holds the reservation with the requested type.
-        let rtype = req.rtype.ok_or_else(ScsiFailure::invalid_field_in_cdb)?;
+        // SARK is the holder's key: its registrations (but not the caller's) go.
         let victims = self.registered_nexuses_where(|reg| reg.key == sark && reg.nexus != nexus);
-        self.remove_preempted(nexus, &victims);
+        self.take_over(nexus, req, held, &victims)
+    }
+
+    /// Removes `victims` and reserves for the caller with the requested TYPE; the survivors hear
+    /// RESERVATIONS RELEASED if the type changed.
+    fn take_over(
+        &mut self,
+        nexus: Nexus,
+        req: &PrOut,
+        previous: Held,
+        victims: &[Nexus],
+    ) -> Result<(), ScsiFailure> {
+        let rtype = req.rtype.ok_or_else(ScsiFailure::invalid_field_in_cdb)?;
+        self.remove_preempted(nexus, victims);
         self.reservation = Some(Held {
             holder: nexus,
             rtype,
         });
-        if rtype != held.rtype {
+        if rtype != previous.rtype {
             self.notify_registrants_except(nexus, UnitAttention::RESERVATIONS_RELEASED);
         }
         self.bump_generation(1);
@@ -671,14 +715,24 @@ impl Lu {
     }
 
     /// PREEMPT whose SARK names no reservation holder: remove every registration with that key
-    /// (the caller's too, if it matches), leave the reservation alone; TYPE is ignored.
-    fn preempt_registrations_only(&mut self, nexus: Nexus, sark: Key) -> Result<(), ScsiFailure> {
-        let victims = self.registered_nexuses_where(|reg| reg.key == sark);
-        if victims.is_empty() {
+    /// (the caller's too, if it matches, unless `spare_caller`), leave the reservation alone;
+    /// TYPE is ignored.
+    fn preempt_registrations_only(
+        &mut self,
+        nexus: Nexus,
+        sark: Key,
+        spare_caller: bool,
+    ) -> Result<(), ScsiFailure> {
+        let matched = self.registered_nexuses_where(|reg| reg.key == sark);
+        if matched.is_empty() {
             return Err(ScsiFailure::ReservationConflict);
         }
+        let victims: Vec<Nexus> = matched
+            .into_iter()
+            .filter(|&victim| !(spare_caller && victim == nexus))
+            .collect();
         self.remove_preempted(nexus, &victims);
-        self.drop_orphaned_all_registrants_reservation();
+        self.pass_on_all_registrants_reservation();
         self.bump_generation(1);
         Ok(())
     }
@@ -755,15 +809,20 @@ impl Lu {
         }
     }
 
-    /// An all-registrants reservation ends with its last registrant.
-    fn drop_orphaned_all_registrants_reservation(&mut self) {
-        if self.registrations.is_empty()
-            && self
-                .reservation
-                .is_some_and(|held| held.rtype.is_all_registrants())
-        {
-            self.reservation = None;
+    /// An all-registrants reservation outlives any one registrant: when its nominal holder goes,
+    /// the oldest remaining registration takes that role (as LIO does); with the last registrant
+    /// the reservation ends.
+    fn pass_on_all_registrants_reservation(&mut self) {
+        let Some(held) = self.reservation else {
+            return;
+        };
+        if !held.rtype.is_all_registrants() || self.registered_key(held.holder).is_some() {
+            return;
         }
+        self.reservation = self.registrations.first().map(|reg| Held {
+            holder: reg.nexus,
+            rtype: held.rtype,
+        });
     }
 
     fn bump_generation(&mut self, by: u32) {
@@ -824,6 +883,18 @@ fn push_unit_attention(state: &mut NexusState, ua: UnitAttention) {
     if !state.unit_attentions.contains(&ua) {
         state.unit_attentions.push_back(ua);
     }
+}
+
+/// LIO's node ACL: one initiator name (all its iSCSI sessions) behind one target port.
+fn same_node_acl(a: &NexusState, b: &NexusState) -> bool {
+    let initiator_name = |state: &NexusState| match &state.initiator {
+        TransportId::Iscsi { name, .. } => TransportId::Iscsi {
+            name: name.clone(),
+            isid: None,
+        },
+        other => other.clone(),
+    };
+    a.relative_target_port == b.relative_target_port && initiator_name(a) == initiator_name(b)
 }
 
 fn nexus_at(index: usize) -> Nexus {

@@ -124,6 +124,22 @@ pub struct Quirks {
     /// request sets ALL_TG_PT=1 again (ILLEGAL REQUEST, INVALID FIELD IN CDB); SPC-4 ignores the
     /// bit for a registered nexus.
     pub all_tg_pt_change_requires_all_tg_pt: bool,
+    /// LIO checks RELEASE's reservation key and type only when the caller holds the reservation
+    /// (a non-holder with a wrong key gets GOOD) and answers a type mismatch with RESERVATION
+    /// CONFLICT; SPC-4 says RESERVATION CONFLICT for any wrong key and ILLEGAL REQUEST, INVALID
+    /// RELEASE OF PERSISTENT RESERVATION (26h/04h) for a wrong type.
+    pub release_validated_only_for_holder: bool,
+    /// LIO keeps one registration as the nominal holder of an all-registrants reservation (the
+    /// reserver; after it unregisters, the oldest remaining registration). A PREEMPT whose
+    /// non-zero SARK is that registration's key then works as if it preempted a sole holder: the
+    /// caller takes the reservation with the new TYPE. A keyed PREEMPT under WEAR/EAAR also never
+    /// removes the caller's own registration. SPC-4 only removes the registrations with that key.
+    pub all_registrants_nominal_holder: bool,
+    /// LIO decides "registered" for the access check per node ACL (initiator name + target
+    /// port), not per I_T nexus: another iSCSI session (ISID) of a registered initiator may
+    /// access as a registrant, while a session of the holder's initiator with a different ISID
+    /// counts as unregistered even if it registered itself.
+    pub access_registration_per_initiator_name: bool,
     /// Queue POWER ON OCCURRED (29h/00h) for each nexus's first connection, as a target does after
     /// boot; off by default so tests only see the PR unit attentions they cause.
     pub power_on_ua_for_new_nexus: bool,
@@ -139,6 +155,9 @@ impl Quirks {
             generation_bumped_per_registered_nexus: false,
             unregistered_without_reservation_not_ready: false,
             all_tg_pt_change_requires_all_tg_pt: false,
+            release_validated_only_for_holder: false,
+            all_registrants_nominal_holder: false,
+            access_registration_per_initiator_name: false,
             power_on_ua_for_new_nexus: false,
         }
     }
@@ -150,6 +169,9 @@ impl Quirks {
             generation_bumped_per_registered_nexus: true,
             unregistered_without_reservation_not_ready: true,
             all_tg_pt_change_requires_all_tg_pt: true,
+            release_validated_only_for_holder: true,
+            all_registrants_nominal_holder: true,
+            access_registration_per_initiator_name: true,
             ..Quirks::spc4()
         }
     }

@@ -99,8 +99,11 @@ fn access_matrix_all_types_roles_and_directions() {
         (WEAR, true, true, true, false),
         (EAAR, true, true, false, false),
     ];
-    for (rtype, reg_read, reg_write, unreg_read, unreg_write) in table {
-        let (mut lu, holder, registered, unregistered) = reserved(Quirks::spc4(), rtype);
+    for ((rtype, reg_read, reg_write, unreg_read, unreg_write), quirks) in table
+        .into_iter()
+        .flat_map(|row| [(row, Quirks::spc4()), (row, Quirks::lio())])
+    {
+        let (mut lu, holder, registered, unregistered) = reserved(quirks, rtype);
         let cases = [
             (holder, Io::Read, true),
             (holder, Io::Write, true),
@@ -111,7 +114,11 @@ fn access_matrix_all_types_roles_and_directions() {
         ];
         for (nexus, io, allowed) in cases {
             let expected = if allowed { Ok(()) } else { CONFLICT };
-            assert_eq!(lu.access(nexus, io), expected, "{rtype:?} {nexus:?} {io:?}");
+            assert_eq!(
+                lu.access(nexus, io),
+                expected,
+                "{rtype:?} {nexus:?} {io:?} {quirks:?}"
+            );
         }
     }
 }
@@ -1121,5 +1128,101 @@ mod invariants {
                 }
             }
         }
+    }
+}
+
+// ----- LIO deviations beyond the ones above -----
+
+#[test]
+fn lio_release_checks_key_and_type_only_for_the_holder() {
+    let (mut lu, a, b, _) = reserved(Quirks::lio(), WE);
+    assert_eq!(lu.pr_out(a, &release(K1, EA)), CONFLICT, "type mismatch");
+    assert_eq!(
+        lu.pr_out(a, &release(K2, WE)),
+        CONFLICT,
+        "holder, wrong key"
+    );
+    assert_eq!(
+        lu.pr_out(b, &release(K3, WE)),
+        Ok(()),
+        "non-holder, wrong key"
+    );
+    assert_eq!(lu.holder(), Some(Holder::Nexus(a)));
+    let (mut lu, _, b, _) = reserved(Quirks::spc4(), WE);
+    assert_eq!(lu.pr_out(b, &release(K3, WE)), CONFLICT);
+}
+
+#[test]
+fn lio_preempting_the_nominal_all_registrants_holder_takes_the_reservation() {
+    // LIO: a reserved WEAR, so K1 is the nominal holder's key.
+    let (mut lu, a, b, _) = reserved(Quirks::lio(), WEAR);
+    lu.pr_out(b, &preempt(K2, K1, WE)).unwrap();
+    assert_eq!(
+        lu.reservation(),
+        Some(ReservationState {
+            holder: Holder::Nexus(b),
+            rtype: WE
+        })
+    );
+    assert_eq!(
+        lu.pending_unit_attentions(a),
+        vec![UnitAttention::REGISTRATIONS_PREEMPTED]
+    );
+    // SPC-4: only the registration goes; the WEAR reservation stays.
+    let (mut lu, _, b, _) = reserved(Quirks::spc4(), WEAR);
+    lu.pr_out(b, &preempt(K2, K1, WE)).unwrap();
+    assert_eq!(lu.holder(), Some(Holder::AllRegistrants));
+    assert_eq!(lu.reservation().map(|r| r.rtype), Some(WEAR));
+}
+
+#[test]
+fn lio_nominal_all_registrants_holder_passes_to_the_oldest_registration() {
+    let (mut lu, a, b, c) = reserved(Quirks::lio(), EAAR);
+    lu.pr_out(c, &register(Key::ZERO, K3)).unwrap();
+    lu.pr_out(a, &register(K1, Key::ZERO)).unwrap();
+    // b (K2) is now the nominal holder, so preempting K2 takes the reservation over.
+    lu.pr_out(c, &preempt(K3, K2, EA)).unwrap();
+    assert_eq!(lu.holder(), Some(Holder::Nexus(c)));
+    assert_eq!(lu.registered_key(b), None);
+}
+
+#[test]
+fn keyed_all_registrants_preempt_of_own_key_spares_the_caller_only_in_lio() {
+    for (quirks, caller_survives) in [(Quirks::lio(), true), (Quirks::spc4(), false)] {
+        let (mut lu, _, b, c) = reserved(quirks, WEAR);
+        lu.pr_out(c, &register(Key::ZERO, K2)).unwrap();
+        lu.pr_out(b, &preempt(K2, K2, WEAR)).unwrap();
+        assert_eq!(
+            lu.registered_key(b).is_some(),
+            caller_survives,
+            "{quirks:?}"
+        );
+        assert_eq!(lu.registered_key(c), None, "{quirks:?}");
+    }
+}
+
+#[test]
+fn lio_access_check_looks_at_the_initiator_name_not_the_session() {
+    // (quirks, unregistered session of registrant b may write, registered second session of
+    // holder a may write)
+    for (quirks, b_session_writes, a_session_writes) in
+        [(Quirks::lio(), true, false), (Quirks::spc4(), false, true)]
+    {
+        let (mut lu, a, _, _) = reserved(quirks, WERO);
+        let b_other = lu.connect(iqn("b", "023d0002"), 1);
+        let a_other = lu.connect(iqn("a", "023d0002"), 1);
+        lu.pr_out(a_other, &register(Key::ZERO, K3)).unwrap();
+        let expect = |allowed: bool| if allowed { Ok(()) } else { CONFLICT };
+        assert_eq!(
+            lu.access(b_other, Io::Write),
+            expect(b_session_writes),
+            "{quirks:?}"
+        );
+        assert_eq!(
+            lu.access(a_other, Io::Write),
+            expect(a_session_writes),
+            "{quirks:?}"
+        );
+        assert_eq!(lu.access(a, Io::Write), Ok(()));
     }
 }
