@@ -100,6 +100,24 @@ impl Lu {
         self.connect(initiator, relative_target_port)
     }
 
+    /// Target power cycle (or LIO device re-creation): every session drops, every nexus gets
+    /// POWER ON OCCURRED (29h/00h) on its next command after reconnecting, and without APTPL the
+    /// registrations, the reservation and PRgeneration are gone (PR state is RAM-only then). With
+    /// APTPL they are kept, as rtslib restores them. Pending injections are dropped.
+    pub fn power_cycle(&mut self) {
+        for state in &mut self.nexuses {
+            state.connected = false;
+            state.unit_attentions.clear();
+            state.injections.clear();
+            state.unit_attentions.push_back(UnitAttention::POWER_ON);
+        }
+        if !self.aptpl {
+            self.registrations.clear();
+            self.reservation = None;
+            self.generation = 0;
+        }
+    }
+
     /// Declares a target port through which the LU is reachable, so ALL_TG_PT registrations cover
     /// it even before anyone logs in there. Ports used by [`Lu::connect`] are added implicitly.
     pub fn add_target_port(&mut self, relative_target_port: u16) {

@@ -2,13 +2,22 @@
 //! §6.16), for unit tests of the fencing engine only. The LIO lab is the real proof; this model
 //! exists so engine tests can be fast and deterministic, which only helps if it is faithful.
 //!
-//! Where LIO deviates from SPC-4, [`Quirks`] selects the behaviour ([`Quirks::spc4`] or
-//! [`Quirks::lio`]). Faults the engine must survive (lost responses, transport loss, "applied but
-//! reported as failed") are injected per nexus with [`Lu::inject`].
+//! - [`Lu::connect`] / [`Lu::disconnect`] / [`Lu::relogin`] / [`Lu::power_cycle`] drive the
+//!   transport side; a [`Nexus`] is one I_T nexus (initiator port identity × target port).
+//! - [`Lu::pr_out`], [`Lu::read_keys`], [`Lu::read_reservation`], [`Lu::report_capabilities`],
+//!   [`Lu::read_full_status`], [`Lu::access`], [`Lu::test_unit_ready`], [`Lu::inquiry`] and
+//!   [`Lu::request_sense`] are commands: each first reports (and consumes) a pending unit
+//!   attention, except INQUIRY and REQUEST SENSE.
+//! - Where LIO deviates from SPC-4, [`Quirks`] selects the behaviour ([`Quirks::spc4`] or
+//!   [`Quirks::lio`]).
+//! - Faults the engine must survive (lost responses, transport loss, "applied but reported as
+//!   failed") are injected per nexus with [`Lu::inject`] / [`Lu::fail_next`].
 //!
 //! Not modelled: tasks (PREEMPT AND ABORT aborts nothing), SPC-2 RESERVE/RELEASE, scopes other
-//! than LU_SCOPE (the codec's `PrOut` carries none), APTPL persistence across power loss (only the
-//! flag), REPLACE LOST RESERVATION.
+//! than LU_SCOPE (the codec's `PrOut` carries none), REPLACE LOST RESERVATION, LIO's ACL rules
+//! for SPEC_I_PT / ALL_TG_PT / REGISTER AND MOVE destinations (any TransportID is accepted), and
+//! LIO's refusal to unregister an ALL_TG_PT group member while another member holds the
+//! reservation.
 
 mod codec_shim;
 mod failure;

@@ -1226,3 +1226,24 @@ fn lio_access_check_looks_at_the_initiator_name_not_the_session() {
         assert_eq!(lu.access(a, Io::Write), Ok(()));
     }
 }
+
+#[test]
+fn power_cycle_loses_state_unless_aptpl() {
+    for aptpl in [false, true] {
+        let (mut lu, a, _, _) = rig(Quirks::lio());
+        let mut req = register(Key::ZERO, K1);
+        req.aptpl = aptpl;
+        lu.pr_out(a, &req).unwrap();
+        lu.pr_out(a, &reserve(K1, WERO)).unwrap();
+        lu.power_cycle();
+        assert_eq!(lu.test_unit_ready(a), Err(CommandError::TransportDown));
+        let a = lu.connect(iqn("a", "023d0001"), 1);
+        assert_eq!(
+            lu.read_keys(a),
+            Err(ua_err(UnitAttention::POWER_ON).unwrap_err())
+        );
+        let expected_keys = if aptpl { vec![K1] } else { vec![] };
+        assert_eq!(lu.read_keys(a).unwrap().keys, expected_keys);
+        assert_eq!(lu.holder().is_some(), aptpl);
+    }
+}
