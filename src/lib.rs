@@ -7,4 +7,5 @@ pub mod cli;
 pub mod exec;
 pub mod fence_agent;
 pub mod pr;
+pub mod spc_model;
 pub mod transport;
