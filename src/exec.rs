@@ -431,3 +431,232 @@ fn classify(
         other => failed(ErrorKind::Failed, format!("status {other}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The policy against the SPC model: real codec bytes, real sense bytes, injected faults.
+
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::pr::{Key, ReservationType, TransportId};
+    use crate::spc_model::{
+        CommandFilter, Injected, Injection, Lu, ModelDevice, Quirks, ScsiFailure, Timing,
+        UnitAttention,
+    };
+
+    const A: Key = Key::new(0xa);
+    const B: Key = Key::new(0xb);
+    const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
+
+    fn iscsi(name: &str) -> TransportId {
+        TransportId::Iscsi {
+            name: format!("iqn.2026-11.lab:{name}"),
+            isid: Some("0x23d000001".into()),
+        }
+    }
+
+    fn quick() -> Policy {
+        Policy {
+            not_ready_backoff: Duration::from_millis(1),
+            ..Policy::default()
+        }
+    }
+
+    struct Setup {
+        lu: Arc<Mutex<Lu>>,
+        a: ScsiPr<ModelDevice>,
+        b: ScsiPr<ModelDevice>,
+    }
+
+    fn setup(quirks: Quirks) -> Setup {
+        let mut lu = Lu::new(quirks);
+        let na = lu.connect(iscsi("nodea"), 1);
+        let nb = lu.connect(iscsi("nodeb"), 1);
+        let lu = Arc::new(Mutex::new(lu));
+        Setup {
+            a: ScsiPr::new(ModelDevice::new(Arc::clone(&lu), na, "/dev/sda"), quick()),
+            b: ScsiPr::new(ModelDevice::new(Arc::clone(&lu), nb, "/dev/sdb"), quick()),
+            lu,
+        }
+    }
+
+    #[test]
+    fn register_reserve_and_read_back() {
+        let s = setup(Quirks::lio());
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register(Key::ZERO, B)).unwrap();
+        s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
+        assert_eq!(s.b.read_keys().unwrap().keys, vec![A, B]);
+        let r = s.b.read_reservation().unwrap().reservation.unwrap();
+        assert_eq!((r.key, r.rtype), (A, WERO));
+    }
+
+    #[test]
+    fn a_conflict_is_classified_with_its_status() {
+        let s = setup(Quirks::lio());
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
+        let e = s.b.pr_out(&PrOut::reserve(B, WERO)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ReservationConflict);
+        assert_eq!(e.status, Some(ScsiStatus::RESERVATION_CONFLICT));
+        assert_eq!(e.device, Path::new("/dev/sdb"));
+        let text = e.to_string();
+        assert!(
+            text.contains("/dev/sdb") && text.contains("RESERVE") && text.contains("Hint"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unit_attentions_are_consumed_and_remembered() {
+        let s = setup(Quirks::lio());
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO)).unwrap();
+        // A's next command meets 2Ah/05h first; the retry succeeds and the attention is kept.
+        assert_eq!(s.a.read_keys().unwrap().keys, vec![B]);
+        assert_eq!(
+            s.a.take_unit_attentions(),
+            vec![AdditionalSense::REGISTRATIONS_PREEMPTED]
+        );
+        assert!(s.a.take_unit_attentions().is_empty());
+    }
+
+    #[test]
+    fn endless_unit_attentions_give_up_with_their_kind() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        let ua = Injected::Failure(UnitAttention::POWER_ON.to_failure());
+        s.lu.lock().unwrap().fail_next(nexus, ua, 100);
+        let e = s.a.read_keys().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnitAttention);
+    }
+
+    #[test]
+    fn not_ready_after_apply_is_confirmed_by_rereading() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        s.lu.lock().unwrap().inject(
+            nexus,
+            Injection {
+                fault: Injected::Failure(ScsiFailure::lio_communication_failure()),
+                timing: Timing::AfterExecuting,
+                filter: CommandFilter::AnyPrOut,
+                count: 1,
+            },
+        );
+        // A plain REGISTER retried blindly would now conflict (the key is no longer 0).
+        let report = s.a.pr_out(&PrOut::register(Key::ZERO, A)).unwrap();
+        assert!(report.confirmed_by_reread);
+        assert_eq!(s.lu.lock().unwrap().registered_key(nexus), Some(A));
+    }
+
+    #[test]
+    fn not_ready_that_did_not_apply_is_retried() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        s.lu.lock().unwrap().inject(
+            nexus,
+            Injection {
+                fault: Injected::Failure(ScsiFailure::lio_communication_failure()),
+                timing: Timing::InsteadOfExecuting,
+                filter: CommandFilter::AnyPrOut,
+                count: 2,
+            },
+        );
+        let report = s.a.pr_out(&PrOut::register(Key::ZERO, A)).unwrap();
+        assert!(!report.confirmed_by_reread);
+        assert_eq!(s.lu.lock().unwrap().registered_key(nexus), Some(A));
+    }
+
+    #[test]
+    fn persistent_not_ready_gives_up() {
+        let s = setup(Quirks::lio());
+        // LIO answers NOT READY to RESERVE from an unregistered nexus when nothing is reserved.
+        let e = s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotReady);
+    }
+
+    #[test]
+    fn no_persistent_reservations_is_not_supported() {
+        let s = setup(Quirks {
+            emulate_pr: false,
+            ..Quirks::lio()
+        });
+        assert_eq!(s.a.read_keys().unwrap_err().kind, ErrorKind::NotSupported);
+    }
+
+    #[test]
+    fn an_unsupported_service_action_is_an_invalid_field() {
+        let s = setup(Quirks {
+            preempt_and_abort_supported: false,
+            ..Quirks::lio()
+        });
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        let e =
+            s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO))
+                .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidField);
+        assert!(e.sense.is_some());
+    }
+
+    #[test]
+    fn timeouts_and_dead_paths_are_told_apart() {
+        let s = setup(Quirks::lio());
+        let (na, nb) = (s.a.device.nexus(), s.b.device.nexus());
+        s.lu.lock().unwrap().fail_next(na, Injected::Timeout, 1);
+        s.lu.lock()
+            .unwrap()
+            .fail_next(nb, Injected::TransportDown, 1);
+        assert_eq!(s.a.read_keys().unwrap_err().kind, ErrorKind::Timeout);
+        assert_eq!(s.b.read_keys().unwrap_err().kind, ErrorKind::Transport);
+    }
+
+    #[test]
+    fn many_keys_are_read_by_reissuing_with_a_larger_allocation() {
+        let mut lu = Lu::new(Quirks::lio());
+        let mut devices = Vec::new();
+        for i in 0..300u64 {
+            let nexus = lu.connect(iscsi(&format!("node{i}")), 1);
+            devices.push((nexus, Key::new(0x1000 + i)));
+        }
+        let lu = Arc::new(Mutex::new(lu));
+        for (nexus, key) in &devices {
+            let path = ScsiPr::new(
+                ModelDevice::new(Arc::clone(&lu), *nexus, "/dev/sdx"),
+                quick(),
+            );
+            path.pr_out(&PrOut::register_ignore(*key)).unwrap();
+        }
+        let reader = ScsiPr::new(
+            ModelDevice::new(Arc::clone(&lu), devices[0].0, "/dev/sdx"),
+            quick(),
+        );
+        let keys = reader.read_keys().unwrap().keys;
+        assert_eq!(keys.len(), 300, "more than the first allocation's 127 keys");
+        let status = reader.read_full_status().unwrap();
+        assert_eq!(status.registrations.len(), 300);
+    }
+
+    #[test]
+    fn effect_of_a_preempt_is_seen_only_when_the_victim_is_gone_and_we_remain() {
+        let keys = |ks: &[Key]| ReadKeys {
+            generation: 1,
+            keys: ks.to_vec(),
+        };
+        let none = ReadReservation {
+            generation: 1,
+            reservation: None,
+        };
+        let request = PrOut::preempt_and_abort(B, A, WERO);
+        assert!(effect_visible(&request, &keys(&[B]), &none));
+        assert!(!effect_visible(&request, &keys(&[A, B]), &none));
+        assert!(
+            !effect_visible(&request, &keys(&[]), &none),
+            "we were removed too"
+        );
+    }
+}

@@ -19,6 +19,7 @@
 //! LIO's refusal to unregister an ALL_TG_PT group member while another member holds the
 //! reservation.
 
+mod device;
 mod failure;
 mod lu;
 #[cfg(test)]
@@ -29,6 +30,7 @@ use crate::pr::{
     Registration, Reservation, ReservationType, Scope, TransportId,
 };
 
+pub use device::ModelDevice;
 pub use failure::{CommandError, Injected, ScsiFailure, UnitAttention};
 pub use lu::Lu;
 

@@ -1,7 +1,7 @@
 //! The model against SPC-4 rules and libiscsi's `iscsi-test-cu` PR checklist.
 
-use crate::pr::RegisterMove;
 use super::*;
+use crate::pr::RegisterMove;
 
 use ReservationType::{
     ExclusiveAccess as EA, ExclusiveAccessAllRegistrants as EAAR,
