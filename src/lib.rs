@@ -3,5 +3,10 @@
 //! Data flow (one direction): intent → `ops` (decisions) → `pr` (pure codec) → `exec` (retry and
 //! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
 
+pub mod cli;
 pub mod daemon;
+pub mod exec;
+pub mod fence_agent;
 pub mod pr;
+pub mod spc_model;
+pub mod transport;

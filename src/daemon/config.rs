@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::lease::LeaseConfig;
-use super::shim::Key;
 use super::watch::WatchConfig;
+use crate::pr::Key;
 
 /// A configuration the agent refused, with the field and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -67,7 +67,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
 
-use super::shim::Key;
+use crate::pr::Key;
 
 /// Bits of a lease key holding the epoch.
 pub const EPOCH_BITS: u32 = 48;

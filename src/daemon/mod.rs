@@ -70,5 +70,4 @@
 pub mod config;
 pub mod lease;
 pub mod metrics;
-mod shim;
 pub mod watch;

@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::shim::Key;
+use crate::pr::Key;
 
 /// The identity of one LU (the configured device name, or its VPD 83h designator).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,0 +1,206 @@
+//! clap definitions. The help text is the manual: keep it accurate.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::pr::{Key, ReservationType, TransportId};
+
+/// Exit statuses, shown in `--help` and the README.
+pub const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  every device succeeded
+  1  a device failed (other than only reservation conflicts)
+  2  usage error
+  3  the only failures were reservation conflicts (another node holds the LU, or this
+     path's key is not registered)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "prfence",
+    version,
+    about = "SCSI-3 persistent reservations and fencing, without sg_persist",
+    long_about = "Reads and changes SCSI-3 persistent reservations (SPC-4 PERSISTENT RESERVE \
+IN/OUT) through the Linux SG_IO ioctl. Every command takes one or more devices (/dev/sdX, \
+/dev/sgN) and works on them concurrently; results come back in argument order.\n\n\
+Keys are hexadecimal, with or without 0x, 1 to 16 digits, and are always printed as 0x and 16 \
+lowercase digits. Types: wero (default), we, ea, earo, wear, eaar, or their SPC codes 1-8.",
+    after_help = EXIT_STATUS_HELP
+)]
+pub struct Cli {
+    /// Print one JSON array, one object per device in argument order.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Per-command timeout in seconds (default 10).
+    #[arg(long, global = true, value_name = "SECS", value_parser = parse_timeout, default_value = "10")]
+    pub timeout: Duration,
+
+    /// Log what is sent and retried on stderr (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// List the registered keys (PR IN READ KEYS).
+    Keys(Devices),
+    /// Show the reservation, if any (PR IN READ RESERVATION).
+    Reservation(Devices),
+    /// Show what the device supports (PR IN REPORT CAPABILITIES).
+    Capabilities(Devices),
+    /// Show every registration with its initiator and port (PR IN READ FULL STATUS).
+    FullStatus(Devices),
+    /// Register a key on this path (REGISTER, or REGISTER AND IGNORE EXISTING KEY).
+    Register(Register),
+    /// Remove this path's registration (REGISTER with service action key 0).
+    Unregister(Unregister),
+    /// Take a reservation with a registered key (RESERVE).
+    Reserve(Reserve),
+    /// Give up a reservation this path holds (RELEASE).
+    Release(Reserve),
+    /// Remove every registration and the reservation (CLEAR).
+    Clear(KeyedDevices),
+    /// Remove another key's registrations and take over its reservation (PREEMPT [AND ABORT]).
+    Preempt(Preempt),
+    /// Register a key for another initiator and move the reservation to it (REGISTER AND MOVE).
+    RegisterMove(RegisterMove),
+}
+
+#[derive(Debug, Args)]
+pub struct Devices {
+    /// Block (/dev/sdX) or SCSI generic (/dev/sgN) devices.
+    #[arg(required = true, value_name = "DEVICE")]
+    pub devices: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyedDevices {
+    /// This path's registered key.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    #[command(flatten)]
+    pub devices: Devices,
+}
+
+#[derive(Debug, Args)]
+pub struct Register {
+    /// The key to register.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    /// The key this path is registered with now, to change it (default: not registered).
+    #[arg(long, value_parser = parse_key, conflicts_with = "ignore_existing")]
+    pub old_key: Option<Key>,
+    /// Replace whatever key this path has (REGISTER AND IGNORE EXISTING KEY).
+    #[arg(long)]
+    pub ignore_existing: bool,
+    /// Ask the target to keep registrations across power loss (APTPL).
+    #[arg(long)]
+    pub aptpl: bool,
+    /// Register on every target port of this initiator (ALL_TG_PT).
+    #[arg(long)]
+    pub all_target_ports: bool,
+    /// Also register these initiators (SPEC_I_PT), e.g. iqn.2026-11.lab:nodeb,i,0x23d000002,
+    /// fc,0x5001405abcdef012 or sas,0x5001405abcdef012.
+    #[arg(long = "transport-id", value_name = "TRANSPORT_ID")]
+    pub transport_ids: Vec<TransportId>,
+    #[command(flatten)]
+    pub devices: Devices,
+}
+
+#[derive(Debug, Args)]
+pub struct Unregister {
+    /// This path's registered key.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    /// The registration was made with ALL_TG_PT (LIO refuses to remove it otherwise).
+    #[arg(long)]
+    pub all_target_ports: bool,
+    #[command(flatten)]
+    pub devices: Devices,
+}
+
+#[derive(Debug, Args)]
+pub struct Reserve {
+    /// This path's registered key.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    /// Reservation type: wero, we, ea, earo, wear, eaar or an SPC code.
+    #[arg(long = "type", default_value = "wero")]
+    pub rtype: ReservationType,
+    #[command(flatten)]
+    pub devices: Devices,
+}
+
+#[derive(Debug, Args)]
+pub struct Preempt {
+    /// This path's registered key.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    /// The key to remove. 0 removes every other registration, only for wear and eaar.
+    #[arg(long, value_parser = parse_key)]
+    pub victim: Key,
+    /// Also abort the victim's outstanding commands (PREEMPT AND ABORT): what fencing wants.
+    #[arg(long)]
+    pub abort: bool,
+    /// Reservation type to hold afterwards if the victim held the reservation.
+    #[arg(long = "type", default_value = "wero")]
+    pub rtype: ReservationType,
+    #[command(flatten)]
+    pub devices: Devices,
+}
+
+#[derive(Debug, Args)]
+pub struct RegisterMove {
+    /// The reservation holder's key (this path).
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    /// The key to register for the destination initiator, which becomes the holder.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub new_key: Key,
+    /// The destination initiator, e.g. iqn.2026-11.lab:nodeb,i,0x23d000002.
+    #[arg(long = "transport-id", value_name = "TRANSPORT_ID")]
+    pub transport_id: TransportId,
+    /// Relative target port identifier through which the destination sees the LU.
+    #[arg(long, default_value = "1")]
+    pub relative_target_port: u16,
+    /// Reservation type the destination holds.
+    #[arg(long = "type", default_value = "wero")]
+    pub rtype: ReservationType,
+    /// Unregister this path after the move.
+    #[arg(long)]
+    pub unreg: bool,
+    /// Persist through power loss (APTPL).
+    #[arg(long)]
+    pub aptpl: bool,
+    #[command(flatten)]
+    pub devices: Devices,
+}
+
+fn parse_key(s: &str) -> Result<Key, String> {
+    s.parse::<Key>().map_err(|e| e.to_string())
+}
+
+/// Key 0 means "no key" in SPC; where a real key is needed it is refused up front rather than
+/// sent and answered with a conflict.
+fn parse_nonzero_key(s: &str) -> Result<Key, String> {
+    let key = parse_key(s)?;
+    if key.is_zero() {
+        return Err("key 0 means \"no key\" here; use a non-zero key".to_string());
+    }
+    Ok(key)
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= 3600.0) {
+        return Err("the timeout must be more than 0 and at most 3600 seconds".to_string());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}

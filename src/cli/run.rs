@@ -1,0 +1,177 @@
+//! Runs one admin command on every device concurrently and reports in argument order.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::exec::ScsiPr;
+use crate::pr::{PrOut, RegisterMove as MoveTarget};
+use crate::transport::{CommandError, ErrorKind, Policy, PrTransport};
+
+use super::args::{Cli, Cmd};
+use super::render::{self, Outcome};
+
+/// The process exit status of an admin command (see [`super::args::EXIT_STATUS_HELP`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Success = 0,
+    Failure = 1,
+    Usage = 2,
+    OnlyConflicts = 3,
+}
+
+impl ExitStatus {
+    /// The overall status of per-device results.
+    pub fn of<T>(results: &[Result<T, CommandError>]) -> ExitStatus {
+        let mut kinds = results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .map(|e| e.kind)
+            .peekable();
+        if kinds.peek().is_none() {
+            ExitStatus::Success
+        } else if kinds.all(|k| k == ErrorKind::ReservationConflict) {
+            ExitStatus::OnlyConflicts
+        } else {
+            ExitStatus::Failure
+        }
+    }
+}
+
+/// What to do on each device, resolved from the arguments once.
+#[derive(Debug, Clone)]
+enum Request {
+    ReadKeys,
+    ReadReservation,
+    ReportCapabilities,
+    ReadFullStatus,
+    Out(PrOut),
+}
+
+fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
+    match command {
+        Cmd::Keys(d) => (Request::ReadKeys, &d.devices),
+        Cmd::Reservation(d) => (Request::ReadReservation, &d.devices),
+        Cmd::Capabilities(d) => (Request::ReportCapabilities, &d.devices),
+        Cmd::FullStatus(d) => (Request::ReadFullStatus, &d.devices),
+        Cmd::Register(r) => {
+            let out = if r.ignore_existing {
+                PrOut::register_ignore(r.key)
+            } else {
+                PrOut::register(r.old_key.unwrap_or(crate::pr::Key::ZERO), r.key)
+            };
+            let out = out
+                .with_aptpl(r.aptpl)
+                .with_all_tg_pt(r.all_target_ports)
+                .with_spec_i_pt(r.transport_ids.clone());
+            (Request::Out(out), &r.devices.devices)
+        }
+        Cmd::Unregister(u) => (
+            Request::Out(
+                PrOut::register(u.key, crate::pr::Key::ZERO).with_all_tg_pt(u.all_target_ports),
+            ),
+            &u.devices.devices,
+        ),
+        Cmd::Reserve(r) => (
+            Request::Out(PrOut::reserve(r.key, r.rtype)),
+            &r.devices.devices,
+        ),
+        Cmd::Release(r) => (
+            Request::Out(PrOut::release(r.key, r.rtype)),
+            &r.devices.devices,
+        ),
+        Cmd::Clear(c) => (Request::Out(PrOut::clear(c.key)), &c.devices.devices),
+        Cmd::Preempt(p) => {
+            let out = if p.abort {
+                PrOut::preempt_and_abort(p.key, p.victim, p.rtype)
+            } else {
+                PrOut::preempt(p.key, p.victim, p.rtype)
+            };
+            (Request::Out(out), &p.devices.devices)
+        }
+        Cmd::RegisterMove(m) => {
+            let target = MoveTarget {
+                unreg: m.unreg,
+                relative_target_port: m.relative_target_port,
+                transport_id: m.transport_id.clone(),
+            };
+            let out =
+                PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
+            (Request::Out(out), &m.devices.devices)
+        }
+    }
+}
+
+/// Rejects argument combinations the target would only answer with ILLEGAL REQUEST.
+fn check_request(command: &Cmd) -> Result<(), String> {
+    if let Cmd::Preempt(p) = command
+        && p.victim.is_zero()
+        && !p.rtype.is_all_registrants()
+    {
+        return Err(format!(
+            "--victim 0 (remove every other registration) is only valid with an all-registrants \
+             type (wear, eaar), not {}",
+            p.rtype
+        ));
+    }
+    Ok(())
+}
+
+fn perform(
+    request: &Request,
+    path: &std::path::Path,
+    policy: Policy,
+) -> Result<Outcome, CommandError> {
+    let device = ScsiPr::open(path, policy)?;
+    match request {
+        Request::ReadKeys => device.read_keys().map(Outcome::Keys),
+        Request::ReadReservation => device.read_reservation().map(Outcome::Reservation),
+        Request::ReportCapabilities => device.report_capabilities().map(Outcome::Capabilities),
+        Request::ReadFullStatus => device.read_full_status().map(Outcome::FullStatus),
+        Request::Out(out) => device.pr_out(out).map(|report| Outcome::Done {
+            action: out.action,
+            report,
+        }),
+    }
+}
+
+/// Runs the parsed command line and prints the results; returns the exit status.
+pub fn execute(cli: &Cli) -> ExitStatus {
+    if let Err(message) = check_request(&cli.command) {
+        eprintln!("prfence: {message}");
+        return ExitStatus::Usage;
+    }
+    let (request, devices) = request_of(&cli.command);
+    let policy = Policy {
+        timeout: cli.timeout,
+        ..Policy::default()
+    };
+    let results = run_concurrently(&request, devices, policy);
+    render::print(cli.json, devices, &results);
+    ExitStatus::of(&results)
+}
+
+/// One blocking worker per device; results in argument order.
+fn run_concurrently(
+    request: &Request,
+    devices: &[PathBuf],
+    policy: Policy,
+) -> Vec<Result<Outcome, CommandError>> {
+    let request = Arc::new(request.clone());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = devices
+            .iter()
+            .map(|path| {
+                let request = Arc::clone(&request);
+                scope.spawn(move || perform(&request, path, policy))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}

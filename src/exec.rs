@@ -1,0 +1,662 @@
+//! SCSI execution policy: persistent-reservation operations over any [`ScsiDevice`], with the
+//! retry and classification rules in one place.
+//!
+//! Rules (issue #3, "execution policy"):
+//! - UNIT ATTENTION means the command was not executed: retry it, a bounded number of times, and
+//!   remember what the attention said (2Ah/05h tells a node it was preempted).
+//! - NOT READY is transient: PR IN is retried with backoff. A PR OUT answered NOT READY may have
+//!   been applied anyway (LIO does this), so before retrying we re-read the target and stop if
+//!   the request's effect is already visible; a blind retry could conflict with our own change.
+//! - Everything else is classified into an [`ErrorKind`] and returned with the full evidence.
+//! - PR IN responses are never trusted for their length: when ADDITIONAL LENGTH says more data
+//!   exists than was allocated, the command is re-issued once with a larger (bounded) allocation.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::thread;
+use std::time::Duration;
+
+use sg_io::{
+    AdditionalSense, Completion, DataTransfer, Device, DriverStatus, HostStatus, ScsiStatus,
+    SenseKey,
+};
+
+use crate::pr::{
+    self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys,
+    ReadReservation,
+};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrOutReport, PrTransport};
+
+/// Something that executes one SCSI command: a real SG_IO device, or a model in unit tests.
+pub trait ScsiDevice: Send + Sync {
+    fn path(&self) -> &Path;
+    fn execute(
+        &self,
+        cdb: &[u8],
+        data: DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<Completion, sg_io::Error>;
+}
+
+impl ScsiDevice for Device {
+    fn path(&self) -> &Path {
+        Device::path(self)
+    }
+    fn execute(
+        &self,
+        cdb: &[u8],
+        data: DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<Completion, sg_io::Error> {
+        Device::execute(self, cdb, data, timeout)
+    }
+}
+
+/// First allocation for each PR IN action: enough for the common case in one round trip
+/// (READ KEYS: 127 keys; READ FULL STATUS: a few dozen iSCSI registrations).
+fn initial_allocation(action: PrInAction) -> u16 {
+    match action {
+        PrInAction::ReadKeys => 1024,
+        PrInAction::ReadReservation => 24,
+        PrInAction::ReportCapabilities => 8,
+        PrInAction::ReadFullStatus => 8192,
+    }
+}
+
+/// A path to a logical unit, spoken to with SCSI persistent-reservation commands.
+#[derive(Debug)]
+pub struct ScsiPr<D> {
+    device: D,
+    policy: Policy,
+    /// Unit attentions consumed by PR IN retries since the last [`ScsiPr::take_unit_attentions`].
+    seen_unit_attentions: Mutex<Vec<AdditionalSense>>,
+}
+
+impl ScsiPr<Device> {
+    /// Opens a device node for persistent-reservation commands. Read-only is enough for SG_IO
+    /// (with CAP_SYS_RAWIO) and does not trigger udev change events on close.
+    pub fn open(path: &Path, policy: Policy) -> Result<Self, CommandError> {
+        let device = Device::open(path, sg_io::Access::ReadOnly).map_err(|e| {
+            CommandError::without_completion(path, Command::Open, ErrorKind::Open, e.to_string())
+        })?;
+        Ok(ScsiPr::new(device, policy))
+    }
+}
+
+/// What one command attempt came to after classification.
+enum Attempt {
+    Good(usize),
+    UnitAttention(AdditionalSense),
+    NotReady,
+    Failed(CommandError),
+}
+
+impl<D: ScsiDevice> ScsiPr<D> {
+    pub fn new(device: D, policy: Policy) -> Self {
+        ScsiPr {
+            device,
+            policy,
+            seen_unit_attentions: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Unit attentions consumed while reading since the last call (e.g. 2Ah/05h: this nexus's
+    /// registration was preempted).
+    pub fn take_unit_attentions(&self) -> Vec<AdditionalSense> {
+        match self.seen_unit_attentions.lock() {
+            Ok(mut seen) => std::mem::take(&mut *seen),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+
+    fn note_unit_attention(&self, ua: AdditionalSense) {
+        match self.seen_unit_attentions.lock() {
+            Ok(mut seen) => seen.push(ua),
+            Err(poisoned) => poisoned.into_inner().push(ua),
+        }
+    }
+
+    /// Runs one command once and classifies the completion.
+    fn attempt(&self, command: Command, cdb: &[u8], data: DataTransfer<'_>) -> Attempt {
+        let requested = match &data {
+            DataTransfer::None => 0,
+            DataTransfer::ToDevice(b) => b.len(),
+            DataTransfer::FromDevice(b) => b.len(),
+        };
+        let completion = match self.device.execute(cdb, data, self.policy.timeout) {
+            Ok(c) => c,
+            Err(e) => {
+                let kind = match &e {
+                    sg_io::Error::Open { .. } => ErrorKind::Open,
+                    _ => ErrorKind::Transport,
+                };
+                return Attempt::Failed(CommandError::without_completion(
+                    self.device.path(),
+                    command,
+                    kind,
+                    e.to_string(),
+                ));
+            }
+        };
+        classify(
+            self.device.path(),
+            command,
+            &completion,
+            requested,
+            self.policy.timeout,
+        )
+    }
+
+    /// Runs a command, consuming unit attentions and retrying NOT READY; `on_not_ready` decides
+    /// whether a NOT READY answer should be retried (`Ok(false)`) or counts as done (`Ok(true)`).
+    fn run(
+        &self,
+        command: Command,
+        cdb: &[u8],
+        mut buffer: Option<&mut [u8]>,
+        parameters: Option<&[u8]>,
+        mut on_not_ready: impl FnMut() -> Result<bool, CommandError>,
+        report: &mut PrOutReport,
+    ) -> Result<Option<usize>, CommandError> {
+        let mut unit_attentions = 0;
+        let mut not_ready = 0;
+        let mut backoff = self.policy.not_ready_backoff;
+        loop {
+            let data = match (&mut buffer, parameters) {
+                (Some(buf), _) => DataTransfer::FromDevice(buf),
+                (None, Some(p)) => DataTransfer::ToDevice(p),
+                (None, None) => DataTransfer::None,
+            };
+            match self.attempt(command, cdb, data) {
+                Attempt::Good(n) => return Ok(Some(n)),
+                Attempt::Failed(e) => return Err(e),
+                Attempt::UnitAttention(ua) => {
+                    tracing::debug!(device = %self.device.path().display(), %command, unit_attention = %ua, "unit attention consumed; retrying");
+                    report.unit_attentions.push(ua.to_string());
+                    self.note_unit_attention(ua);
+                    unit_attentions += 1;
+                    if unit_attentions > self.policy.unit_attention_retries {
+                        return Err(CommandError::without_completion(
+                            self.device.path(),
+                            command,
+                            ErrorKind::UnitAttention,
+                            format!("{unit_attentions} unit attentions in a row, the last {ua}"),
+                        ));
+                    }
+                }
+                Attempt::NotReady => {
+                    if on_not_ready()? {
+                        report.confirmed_by_reread = true;
+                        return Ok(None);
+                    }
+                    not_ready += 1;
+                    if not_ready > self.policy.not_ready_retries {
+                        return Err(CommandError::without_completion(
+                            self.device.path(),
+                            command,
+                            ErrorKind::NotReady,
+                            format!(
+                                "still NOT READY after {} retries",
+                                self.policy.not_ready_retries
+                            ),
+                        ));
+                    }
+                    tracing::debug!(device = %self.device.path().display(), %command, ?backoff, "not ready; retrying");
+                    thread::sleep(backoff);
+                    backoff = backoff.saturating_mul(2);
+                }
+            }
+        }
+    }
+
+    /// PR IN with re-issue when the target has more data than fit.
+    fn pr_in<T>(
+        &self,
+        action: PrInAction,
+        decode: impl Fn(&[u8]) -> Result<T, DecodeError>,
+    ) -> Result<T, CommandError> {
+        let command = Command::PrIn(action);
+        let mut allocation = initial_allocation(action);
+        // Bounded: each round must grow the allocation, and it cannot pass the 16-bit field, so a
+        // target whose answer keeps changing is decoded as it stands after a few rounds.
+        for _ in 0..MAX_PR_IN_ROUNDS {
+            let mut buffer = vec![0u8; usize::from(allocation)];
+            let cdb = pr::pr_in_cdb(action, allocation);
+            let received = self
+                .run(
+                    command,
+                    &cdb,
+                    Some(&mut buffer),
+                    None,
+                    || Ok(false),
+                    &mut PrOutReport::default(),
+                )?
+                .unwrap_or(0);
+            let data = buffer.get(..received).unwrap_or(&buffer);
+            let grown = pr::next_allocation_length(action, usize::from(allocation), data)
+                .map(|next| u16::try_from(next).unwrap_or(u16::MAX))
+                .filter(|next| *next > allocation);
+            match grown {
+                Some(next) => {
+                    tracing::debug!(device = %self.device.path().display(), %command, next, "response larger than the allocation; re-issuing");
+                    allocation = next;
+                }
+                None => {
+                    return decode(data).map_err(|e| {
+                        CommandError::without_completion(
+                            self.device.path(),
+                            command,
+                            ErrorKind::Malformed,
+                            e.to_string(),
+                        )
+                    });
+                }
+            }
+        }
+        Err(CommandError::without_completion(
+            self.device.path(),
+            command,
+            ErrorKind::Malformed,
+            "the response kept growing past every allocation length offered",
+        ))
+    }
+}
+
+/// How many times one PR IN may be issued while its response keeps outgrowing the allocation.
+const MAX_PR_IN_ROUNDS: usize = 4;
+
+impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
+    fn device(&self) -> &Path {
+        self.device.path()
+    }
+
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        self.pr_in(PrInAction::ReadKeys, ReadKeys::decode)
+    }
+
+    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
+        self.pr_in(PrInAction::ReadReservation, ReadReservation::decode)
+    }
+
+    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
+        self.pr_in(PrInAction::ReportCapabilities, Capabilities::decode)
+    }
+
+    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
+        self.pr_in(PrInAction::ReadFullStatus, FullStatus::decode)
+    }
+
+    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+        let command = Command::PrOut(request.action);
+        let encoded = request.encode().map_err(|e| {
+            CommandError::without_completion(
+                self.device.path(),
+                command,
+                ErrorKind::InvalidField,
+                e.to_string(),
+            )
+        })?;
+        let mut report = PrOutReport::default();
+        let reread = || -> Result<bool, CommandError> {
+            let keys = self.read_keys()?;
+            let reservation = self.read_reservation()?;
+            Ok(effect_visible(request, &keys, &reservation))
+        };
+        self.run(
+            command,
+            &encoded.cdb,
+            None,
+            Some(&encoded.parameters),
+            reread,
+            &mut report,
+        )?;
+        Ok(report)
+    }
+}
+
+/// Whether the target's state already shows what `request` asked for. Used only to decide that a
+/// PR OUT answered NOT READY need not be retried; it looks at the LU as a whole (READ KEYS does
+/// not say which nexus holds a key), so it errs on the side of "retry".
+pub fn effect_visible(request: &PrOut, keys: &ReadKeys, reservation: &ReadReservation) -> bool {
+    let holds = |key| {
+        reservation
+            .reservation
+            .as_ref()
+            .is_some_and(|r| r.key == key && Some(r.rtype) == request.rtype)
+    };
+    match request.action {
+        PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey => {
+            if request.sa_key.is_zero() {
+                !keys.keys.contains(&request.key)
+            } else {
+                keys.keys.contains(&request.sa_key)
+            }
+        }
+        PrOutAction::Reserve => holds(request.key),
+        PrOutAction::Release => reservation
+            .reservation
+            .as_ref()
+            .is_none_or(|r| r.key != request.key),
+        PrOutAction::Clear => keys.keys.is_empty() && reservation.reservation.is_none(),
+        PrOutAction::Preempt | PrOutAction::PreemptAndAbort => {
+            request.sa_key != request.key
+                && !request.sa_key.is_zero()
+                && !keys.keys.contains(&request.sa_key)
+                && keys.keys.contains(&request.key)
+        }
+        PrOutAction::RegisterAndMove => {
+            keys.keys.contains(&request.sa_key) && holds(request.sa_key)
+        }
+    }
+}
+
+/// Turns one completion into an [`Attempt`]: the single place that decides what a status, a
+/// host/driver status and a sense key mean for us.
+fn classify(
+    device: &Path,
+    command: Command,
+    completion: &Completion,
+    requested: usize,
+    timeout: Duration,
+) -> Attempt {
+    let sense = completion.sense();
+    let failed = |kind: ErrorKind, detail: String| {
+        Attempt::Failed(CommandError {
+            device: PathBuf::from(device),
+            command,
+            kind,
+            status: Some(completion.status),
+            host_status: Some(completion.host_status),
+            driver_status: Some(completion.driver_status),
+            sense,
+            detail,
+        })
+    };
+    if completion.host_status == HostStatus::TIME_OUT
+        || completion.driver_status == DriverStatus::TIMEOUT
+    {
+        return failed(
+            ErrorKind::Timeout,
+            format!("no completion within {} ms", timeout.as_millis()),
+        );
+    }
+    if completion.host_status != HostStatus::DID_OK {
+        return failed(
+            ErrorKind::Transport,
+            format!("host status {}", completion.host_status),
+        );
+    }
+    match completion.status {
+        ScsiStatus::GOOD | ScsiStatus::CONDITION_MET => {
+            Attempt::Good(requested.saturating_sub(completion.resid))
+        }
+        ScsiStatus::RESERVATION_CONFLICT => failed(
+            ErrorKind::ReservationConflict,
+            "reservation conflict".to_string(),
+        ),
+        ScsiStatus::CHECK_CONDITION => {
+            let Some(sense) = sense else {
+                return failed(
+                    ErrorKind::Failed,
+                    "CHECK CONDITION without sense data".to_string(),
+                );
+            };
+            let additional = sense.additional();
+            match sense.key {
+                SenseKey::UNIT_ATTENTION => Attempt::UnitAttention(additional),
+                SenseKey::NOT_READY => Attempt::NotReady,
+                SenseKey::ILLEGAL_REQUEST
+                    if additional == AdditionalSense::INVALID_COMMAND_OPERATION_CODE =>
+                {
+                    failed(
+                        ErrorKind::NotSupported,
+                        "persistent reservations not supported".to_string(),
+                    )
+                }
+                SenseKey::ILLEGAL_REQUEST => failed(
+                    ErrorKind::InvalidField,
+                    "the target refused the request".to_string(),
+                ),
+                _ => failed(ErrorKind::Failed, "CHECK CONDITION".to_string()),
+            }
+        }
+        ScsiStatus::BUSY | ScsiStatus::TASK_SET_FULL => {
+            // Treated like NOT READY: the target is alive but cannot take the command now.
+            Attempt::NotReady
+        }
+        other => failed(ErrorKind::Failed, format!("status {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The policy against the SPC model: real codec bytes, real sense bytes, injected faults.
+
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::pr::{Key, ReservationType, TransportId};
+    use crate::spc_model::{
+        CommandFilter, Injected, Injection, Lu, ModelDevice, Quirks, ScsiFailure, Timing,
+        UnitAttention,
+    };
+
+    const A: Key = Key::new(0xa);
+    const B: Key = Key::new(0xb);
+    const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
+
+    fn iscsi(name: &str) -> TransportId {
+        TransportId::Iscsi {
+            name: format!("iqn.2026-11.lab:{name}"),
+            isid: Some("0x23d000001".into()),
+        }
+    }
+
+    fn quick() -> Policy {
+        Policy {
+            not_ready_backoff: Duration::from_millis(1),
+            ..Policy::default()
+        }
+    }
+
+    struct Setup {
+        lu: Arc<Mutex<Lu>>,
+        a: ScsiPr<ModelDevice>,
+        b: ScsiPr<ModelDevice>,
+    }
+
+    fn setup(quirks: Quirks) -> Setup {
+        let mut lu = Lu::new(quirks);
+        let na = lu.connect(iscsi("nodea"), 1);
+        let nb = lu.connect(iscsi("nodeb"), 1);
+        let lu = Arc::new(Mutex::new(lu));
+        Setup {
+            a: ScsiPr::new(ModelDevice::new(Arc::clone(&lu), na, "/dev/sda"), quick()),
+            b: ScsiPr::new(ModelDevice::new(Arc::clone(&lu), nb, "/dev/sdb"), quick()),
+            lu,
+        }
+    }
+
+    #[test]
+    fn register_reserve_and_read_back() {
+        let s = setup(Quirks::lio());
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register(Key::ZERO, B)).unwrap();
+        s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
+        assert_eq!(s.b.read_keys().unwrap().keys, vec![A, B]);
+        let r = s.b.read_reservation().unwrap().reservation.unwrap();
+        assert_eq!((r.key, r.rtype), (A, WERO));
+    }
+
+    #[test]
+    fn a_conflict_is_classified_with_its_status() {
+        let s = setup(Quirks::lio());
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
+        let e = s.b.pr_out(&PrOut::reserve(B, WERO)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ReservationConflict);
+        assert_eq!(e.status, Some(ScsiStatus::RESERVATION_CONFLICT));
+        assert_eq!(e.device, Path::new("/dev/sdb"));
+        let text = e.to_string();
+        assert!(
+            text.contains("/dev/sdb") && text.contains("RESERVE") && text.contains("Hint"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unit_attentions_are_consumed_and_remembered() {
+        let s = setup(Quirks::lio());
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO)).unwrap();
+        // A's next command meets 2Ah/05h first; the retry succeeds and the attention is kept.
+        assert_eq!(s.a.read_keys().unwrap().keys, vec![B]);
+        assert_eq!(
+            s.a.take_unit_attentions(),
+            vec![AdditionalSense::REGISTRATIONS_PREEMPTED]
+        );
+        assert!(s.a.take_unit_attentions().is_empty());
+    }
+
+    #[test]
+    fn endless_unit_attentions_give_up_with_their_kind() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        let ua = Injected::Failure(UnitAttention::POWER_ON.to_failure());
+        s.lu.lock().unwrap().fail_next(nexus, ua, 100);
+        let e = s.a.read_keys().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnitAttention);
+    }
+
+    #[test]
+    fn not_ready_after_apply_is_confirmed_by_rereading() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        s.lu.lock().unwrap().inject(
+            nexus,
+            Injection {
+                fault: Injected::Failure(ScsiFailure::lio_communication_failure()),
+                timing: Timing::AfterExecuting,
+                filter: CommandFilter::AnyPrOut,
+                count: 1,
+            },
+        );
+        // A plain REGISTER retried blindly would now conflict (the key is no longer 0).
+        let report = s.a.pr_out(&PrOut::register(Key::ZERO, A)).unwrap();
+        assert!(report.confirmed_by_reread);
+        assert_eq!(s.lu.lock().unwrap().registered_key(nexus), Some(A));
+    }
+
+    #[test]
+    fn not_ready_that_did_not_apply_is_retried() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        s.lu.lock().unwrap().inject(
+            nexus,
+            Injection {
+                fault: Injected::Failure(ScsiFailure::lio_communication_failure()),
+                timing: Timing::InsteadOfExecuting,
+                filter: CommandFilter::AnyPrOut,
+                count: 2,
+            },
+        );
+        let report = s.a.pr_out(&PrOut::register(Key::ZERO, A)).unwrap();
+        assert!(!report.confirmed_by_reread);
+        assert_eq!(s.lu.lock().unwrap().registered_key(nexus), Some(A));
+    }
+
+    #[test]
+    fn persistent_not_ready_gives_up() {
+        let s = setup(Quirks::lio());
+        // LIO answers NOT READY to RESERVE from an unregistered nexus when nothing is reserved.
+        let e = s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotReady);
+    }
+
+    #[test]
+    fn no_persistent_reservations_is_not_supported() {
+        let s = setup(Quirks {
+            emulate_pr: false,
+            ..Quirks::lio()
+        });
+        assert_eq!(s.a.read_keys().unwrap_err().kind, ErrorKind::NotSupported);
+    }
+
+    #[test]
+    fn an_unsupported_service_action_is_an_invalid_field() {
+        let s = setup(Quirks {
+            preempt_and_abort_supported: false,
+            ..Quirks::lio()
+        });
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        let e =
+            s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO))
+                .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidField);
+        assert!(e.sense.is_some());
+    }
+
+    #[test]
+    fn timeouts_and_dead_paths_are_told_apart() {
+        let s = setup(Quirks::lio());
+        let (na, nb) = (s.a.device.nexus(), s.b.device.nexus());
+        s.lu.lock().unwrap().fail_next(na, Injected::Timeout, 1);
+        s.lu.lock()
+            .unwrap()
+            .fail_next(nb, Injected::TransportDown, 1);
+        assert_eq!(s.a.read_keys().unwrap_err().kind, ErrorKind::Timeout);
+        assert_eq!(s.b.read_keys().unwrap_err().kind, ErrorKind::Transport);
+    }
+
+    #[test]
+    fn many_keys_are_read_by_reissuing_with_a_larger_allocation() {
+        let mut lu = Lu::new(Quirks::lio());
+        let mut devices = Vec::new();
+        for i in 0..300u64 {
+            let nexus = lu.connect(iscsi(&format!("node{i}")), 1);
+            devices.push((nexus, Key::new(0x1000 + i)));
+        }
+        let lu = Arc::new(Mutex::new(lu));
+        for (nexus, key) in &devices {
+            let path = ScsiPr::new(
+                ModelDevice::new(Arc::clone(&lu), *nexus, "/dev/sdx"),
+                quick(),
+            );
+            path.pr_out(&PrOut::register_ignore(*key)).unwrap();
+        }
+        let reader = ScsiPr::new(
+            ModelDevice::new(Arc::clone(&lu), devices[0].0, "/dev/sdx"),
+            quick(),
+        );
+        let keys = reader.read_keys().unwrap().keys;
+        assert_eq!(keys.len(), 300, "more than the first allocation's 127 keys");
+        let status = reader.read_full_status().unwrap();
+        assert_eq!(status.registrations.len(), 300);
+    }
+
+    #[test]
+    fn effect_of_a_preempt_is_seen_only_when_the_victim_is_gone_and_we_remain() {
+        let keys = |ks: &[Key]| ReadKeys {
+            generation: 1,
+            keys: ks.to_vec(),
+        };
+        let none = ReadReservation {
+            generation: 1,
+            reservation: None,
+        };
+        let request = PrOut::preempt_and_abort(B, A, WERO);
+        assert!(effect_visible(&request, &keys(&[B]), &none));
+        assert!(!effect_visible(&request, &keys(&[A, B]), &none));
+        assert!(
+            !effect_visible(&request, &keys(&[]), &none),
+            "we were removed too"
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! The local key store fence_scsi keeps, so that `on` remembers this node's key and the devices
+//! it registered on, a later `off` on this node preempts with that key, and fence_scsi's
+//! watchdog helper (`fence_scsi_check`) keeps working after the switch to fence_pr.
+//!
+//! Facts (fence_scsi 4.12.1 and fence-agents HEAD): the files are `<stem>.key` and `<stem>.dev`
+//! with stem `STORE_PATH` = `${localstatedir}/run/cluster` since commit c2c72887 (2021), i.e.
+//! `/var/run/cluster.key` and `/var/run/cluster.dev`; older releases used the stem
+//! `/var/run/cluster/fence_scsi`. `.key` holds one line, the key in lowercase hex without `0x`
+//! or leading zeros, rewritten by every `on`; readers take the first line, trimmed and
+//! lowercased. `.dev` holds one device path per line as given in `devices`, appended by `on` when
+//! no line starts with that path followed by whitespace; readers take the non-empty trimmed
+//! lines. The parent directory is created when missing.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::keys::{self, KeyError};
+
+/// Stem of the store used by fence_scsi since fence-agents c2c72887 (4.12.1, HEAD).
+pub const DEFAULT_STEM: &str = "/var/run/cluster";
+/// Stem used by fence_scsi before c2c72887 (RHEL 7/8 era releases).
+pub const LEGACY_STEM: &str = "/var/run/cluster/fence_scsi";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("Failed: Cannot open file \"{path}\": {source}; `on` must run on this node first")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("Failed: key file \"{path}\" holds {line:?}: {source}; rerun `on` on this node")]
+    BadKey {
+        path: PathBuf,
+        line: String,
+        source: KeyError,
+    },
+}
+
+/// The `.key`/`.dev` pair under one stem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyStore {
+    stem: PathBuf,
+}
+
+impl Default for KeyStore {
+    fn default() -> Self {
+        KeyStore::new(DEFAULT_STEM)
+    }
+}
+
+impl KeyStore {
+    /// A store whose files are `<stem>.key` and `<stem>.dev`.
+    pub fn new(stem: impl Into<PathBuf>) -> KeyStore {
+        KeyStore { stem: stem.into() }
+    }
+
+    pub fn key_path(&self) -> PathBuf {
+        self.with_suffix(".key")
+    }
+
+    pub fn dev_path(&self) -> PathBuf {
+        self.with_suffix(".dev")
+    }
+
+    fn with_suffix(&self, suffix: &str) -> PathBuf {
+        let mut path = self.stem.clone().into_os_string();
+        path.push(suffix);
+        PathBuf::from(path)
+    }
+
+    fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+        move |source| StoreError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    fn ensure_parent(path: &Path) -> Result<(), StoreError> {
+        match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => {
+                fs::create_dir_all(parent).map_err(Self::io_error(parent))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Records this node's key (`on`). Written to a temporary file and renamed, so a concurrent
+    /// reader (the watchdog check) never sees an empty file.
+    pub fn write_key(&self, key: u64) -> Result<(), StoreError> {
+        let path = self.key_path();
+        Self::ensure_parent(&path)?;
+        let tmp = self.with_suffix(".key.tmp");
+        let write = || -> io::Result<()> {
+            let mut file = fs::File::create(&tmp)?;
+            writeln!(file, "{}", keys::fence_scsi_key_text(key))?;
+            file.sync_all()?;
+            fs::rename(&tmp, &path)
+        };
+        write().map_err(Self::io_error(&path))
+    }
+
+    /// This node's key as recorded by `on` (of fence_pr or fence_scsi); `None` if never written.
+    pub fn read_key(&self) -> Result<Option<u64>, StoreError> {
+        let path = self.key_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Self::io_error(&path)(e)),
+        };
+        let line = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        keys::parse_key(&line)
+            .map(Some)
+            .map_err(|source| StoreError::BadKey { path, line, source })
+    }
+
+    /// Records a device registered by `on`, unless already listed.
+    pub fn add_device(&self, device: &Path) -> Result<(), StoreError> {
+        let path = self.dev_path();
+        Self::ensure_parent(&path)?;
+        let existing = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(Self::io_error(&path)(e)),
+        };
+        let dev = device.to_string_lossy();
+        // fence_scsi's test is a line starting with the path followed by whitespace; a last line
+        // without its newline counts here too (fence_scsi would glue the next path onto it).
+        let listed = existing.lines().any(|line| {
+            line.strip_prefix(dev.as_ref())
+                .is_some_and(|rest| rest.chars().next().is_none_or(char::is_whitespace))
+        });
+        if listed {
+            return Ok(());
+        }
+        let append = || -> io::Result<()> {
+            let mut file = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            // Keep the file line-structured even if an earlier writer left no final newline.
+            if !existing.is_empty() && !existing.ends_with('\n') {
+                file.write_all(b"\n")?;
+            }
+            writeln!(file, "{dev}")?;
+            file.sync_all()
+        };
+        append().map_err(Self::io_error(&path))
+    }
+
+    /// Devices recorded by `on`; `None` if the file does not exist.
+    pub fn read_devices(&self) -> Result<Option<Vec<PathBuf>>, StoreError> {
+        let path = self.dev_path();
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(PathBuf::from)
+                    .collect(),
+            )),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Self::io_error(&path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_store(name: &str) -> (PathBuf, KeyStore) {
+        let dir = std::env::temp_dir().join(format!("prfence-store-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let store = KeyStore::new(dir.join("run").join("cluster"));
+        (dir, store)
+    }
+
+    #[test]
+    fn default_paths_are_fence_scsis() {
+        let store = KeyStore::default();
+        assert_eq!(store.key_path(), Path::new("/var/run/cluster.key"));
+        assert_eq!(store.dev_path(), Path::new("/var/run/cluster.dev"));
+        let legacy = KeyStore::new(LEGACY_STEM);
+        assert_eq!(
+            legacy.key_path(),
+            Path::new("/var/run/cluster/fence_scsi.key")
+        );
+    }
+
+    #[test]
+    fn key_round_trip_in_fence_scsi_format() {
+        let (dir, store) = temp_store("key");
+        assert_eq!(store.read_key().unwrap(), None);
+        store.write_key(0x0abc_0001).unwrap();
+        assert_eq!(fs::read_to_string(store.key_path()).unwrap(), "abc0001\n");
+        assert_eq!(store.read_key().unwrap(), Some(0x0abc_0001));
+        store.write_key(0x6c9d_0002).unwrap();
+        assert_eq!(store.read_key().unwrap(), Some(0x6c9d_0002));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn reads_a_key_written_by_fence_scsi() {
+        let (dir, store) = temp_store("fsk");
+        fs::create_dir_all(store.key_path().parent().unwrap()).unwrap();
+        fs::write(store.key_path(), "  6C9D0001 \nignored\n").unwrap();
+        assert_eq!(store.read_key().unwrap(), Some(0x6c9d_0001));
+        fs::write(store.key_path(), "\n").unwrap();
+        assert!(matches!(store.read_key(), Err(StoreError::BadKey { .. })));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn devices_append_once() {
+        let (dir, store) = temp_store("dev");
+        assert_eq!(store.read_devices().unwrap(), None);
+        store.add_device(Path::new("/dev/sdb")).unwrap();
+        store.add_device(Path::new("/dev/sdb")).unwrap();
+        store.add_device(Path::new("/dev/sd")).unwrap();
+        store.add_device(Path::new("/dev/sdc")).unwrap();
+        assert_eq!(
+            fs::read_to_string(store.dev_path()).unwrap(),
+            "/dev/sdb\n/dev/sd\n/dev/sdc\n"
+        );
+        assert_eq!(
+            store.read_devices().unwrap().unwrap(),
+            vec![
+                PathBuf::from("/dev/sdb"),
+                PathBuf::from("/dev/sd"),
+                PathBuf::from("/dev/sdc")
+            ]
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn devices_tolerate_missing_final_newline_and_blank_lines() {
+        let (dir, store) = temp_store("dev2");
+        fs::create_dir_all(store.dev_path().parent().unwrap()).unwrap();
+        fs::write(store.dev_path(), "\n/dev/sdb\n\n/dev/sdc").unwrap();
+        store.add_device(Path::new("/dev/sdc")).unwrap();
+        store.add_device(Path::new("/dev/sdd")).unwrap();
+        assert_eq!(
+            fs::read_to_string(store.dev_path()).unwrap(),
+            "\n/dev/sdb\n\n/dev/sdc\n/dev/sdd\n"
+        );
+        assert_eq!(
+            store.read_devices().unwrap().unwrap(),
+            vec![
+                PathBuf::from("/dev/sdb"),
+                PathBuf::from("/dev/sdc"),
+                PathBuf::from("/dev/sdd")
+            ]
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,334 @@
+use super::*;
+
+fn env() -> Environment {
+    Environment::default()
+}
+
+fn stdin(text: &str) -> Result<AgentRequest, AgentError> {
+    parse::<&str>(&[], Some(text), &env())
+}
+
+fn argv(args: &[&str]) -> Result<AgentRequest, AgentError> {
+    parse(args, None, &env())
+}
+
+#[test]
+fn pacemaker_style_stdin() {
+    let req = stdin(
+        "action=off\nnodename=node2\nport=node2-alias\ndevices=/dev/sdb, /dev/sdc /dev/sdd\nkey_value=hash\npcmk_host_map=x:y\n",
+    )
+    .unwrap();
+    assert_eq!(req.action, Action::Off);
+    assert_eq!(req.mode, InputMode::Stdin);
+    // nodename overrides plug/port (fence_scsi's rule).
+    assert_eq!(req.options.plug.as_deref(), Some("node2"));
+    assert_eq!(
+        req.options.devices,
+        vec![
+            PathBuf::from("/dev/sdb"),
+            PathBuf::from("/dev/sdc"),
+            PathBuf::from("/dev/sdd")
+        ]
+    );
+    assert_eq!(req.options.key_value, KeyValueMethod::Hash);
+    assert_eq!(
+        req.notes.len(),
+        1,
+        "unknown pcmk_host_map is noted: {:?}",
+        req.notes
+    );
+}
+
+#[test]
+fn empty_nodename_falls_back_to_port() {
+    let req = stdin("action=status\nnodename=\nport=n1\n").unwrap();
+    assert_eq!(req.options.plug.as_deref(), Some("n1"));
+}
+
+#[test]
+fn defaults_match_fence_scsi() {
+    let req = stdin("port=n1\n").unwrap();
+    assert_eq!(req.action, Action::Off);
+    let o = &req.options;
+    assert_eq!(o.power_timeout, Duration::from_secs(20));
+    assert_eq!(o.shell_timeout, Duration::from_secs(3));
+    assert_eq!(o.login_timeout, Duration::from_secs(5));
+    assert_eq!(o.stonith_status_sleep, Duration::from_secs(1));
+    assert_eq!(o.delay, Duration::ZERO);
+    assert_eq!(o.retry_on, 1);
+    assert_eq!(
+        o.corosync_cmap_path,
+        PathBuf::from("/usr/sbin/corosync-cmapctl")
+    );
+    assert_eq!(o.vgs_path, PathBuf::from("/sbin/vgs"));
+    assert_eq!(o.key_value, KeyValueMethod::Id);
+    assert_eq!(o.mpath_register_method, MpathRegisterMethod::Multi);
+    assert!(o.devices.is_empty());
+    assert_eq!(o.command_timeout(), Some(Duration::from_secs(20)));
+}
+
+#[test]
+fn actions_and_aliases() {
+    for (text, action) in [
+        ("ON", Action::On),
+        ("enable", Action::On),
+        ("disable", Action::Off),
+        ("meta-data", Action::Metadata),
+        ("list-status", Action::ListStatus),
+        ("validate-all", Action::ValidateAll),
+        ("manpage", Action::Manpage),
+    ] {
+        assert_eq!(Action::parse(text), Ok(action), "{text}");
+    }
+    let err = argv(&["-o", "reboot", "-n", "x"]).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Failed: Unrecognised action 'reboot'"),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), ExitCode::Error);
+}
+
+#[test]
+fn metadata_help_and_version_skip_validation() {
+    let req = argv(&["-o", "metadata", "--power-timeout=abc"]).unwrap();
+    assert_eq!(req.action, Action::Metadata);
+    let req = stdin("action=meta-data\n").unwrap();
+    assert_eq!(req.action, Action::Metadata);
+    let req = argv(&["-h", "-o", "bogus"]).unwrap();
+    assert!(req.options.help);
+    let req = argv(&["-V"]).unwrap();
+    assert!(req.options.version);
+}
+
+#[test]
+fn target_is_required_for_on_off_status_validate() {
+    for action in ["on", "off", "status", "validate-all"] {
+        assert_eq!(
+            argv(&["-o", action]).unwrap_err(),
+            AgentError::TargetRequired,
+            "{action}"
+        );
+    }
+    for action in ["monitor", "list", "list-status"] {
+        assert!(argv(&["-o", action]).is_ok(), "{action}");
+    }
+    assert!(argv(&["-o", "off", "-k", "abc"]).is_ok());
+    assert!(argv(&["-o", "off", "--nodename=n1"]).is_ok());
+}
+
+#[test]
+fn keys_are_validated() {
+    assert_eq!(
+        argv(&["-o", "on", "-k", "0x6C9D0001"]).unwrap().options.key,
+        Some(0x6c9d_0001)
+    );
+    assert_eq!(
+        argv(&["-o", "on", "-k", "0"]).unwrap_err(),
+        AgentError::Key(KeyError::Zero)
+    );
+    assert!(matches!(
+        argv(&["-o", "on", "-k", "zz"]).unwrap_err(),
+        AgentError::Key(KeyError::Malformed { .. })
+    ));
+    // An empty key is no key (fence_scsi tests truthiness).
+    assert_eq!(
+        stdin("action=on\nkey=\n").unwrap_err(),
+        AgentError::TargetRequired
+    );
+}
+
+#[test]
+fn typed_values_are_validated_and_errors_collected() {
+    let err = argv(&[
+        "-o",
+        "status",
+        "-n",
+        "x",
+        "--power-timeout=abc",
+        "--key-value=foo",
+    ])
+    .unwrap_err();
+    let AgentError::Several(list) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(list.len(), 2);
+    assert!(err.to_string().contains(
+        "Failed: The value you have entered for --power-timeout is not a valid time in seconds"
+    ));
+    assert!(err.to_string().contains("Failed: key-value has to be"));
+    assert!(matches!(
+        argv(&["-n", "x", "--retry-on=-1"]).unwrap_err(),
+        AgentError::NotInteger {
+            option: "retry-on",
+            ..
+        }
+    ));
+    assert!(matches!(
+        argv(&["-n", "x", "--mpath-register-method=both"]).unwrap_err(),
+        AgentError::MpathRegisterMethod(_)
+    ));
+    let req = argv(&[
+        "-n",
+        "x",
+        "-H",
+        "7",
+        "--power-timeout",
+        "30",
+        "--mpath-register-method=single",
+    ])
+    .unwrap();
+    assert_eq!(req.options.delay, Duration::from_secs(7));
+    assert_eq!(req.options.power_timeout, Duration::from_secs(30));
+    assert_eq!(
+        req.options.mpath_register_method,
+        MpathRegisterMethod::Single
+    );
+}
+
+#[test]
+fn verbose_level_rules() {
+    assert_eq!(argv(&["-n", "x", "-vv"]).unwrap().options.verbose_level, 2);
+    assert_eq!(
+        stdin("port=x\nverbose=1\n").unwrap().options.verbose_level,
+        1
+    );
+    assert_eq!(
+        stdin("port=x\nverbose=1\nverbose_level=0\n")
+            .unwrap()
+            .options
+            .verbose_level,
+        0
+    );
+    let req = argv(&["-n", "x", "--verbose-level=abc"]).unwrap();
+    assert_eq!(req.options.verbose_level, 0);
+    assert_eq!(req.notes.len(), 1);
+}
+
+#[test]
+fn pacemaker_disables_timeouts_unless_told_otherwise() {
+    let fenced = Environment {
+        pcmk_service: Some("pacemaker-fenced".to_owned()),
+    };
+    let req = parse::<&str>(&[], Some("port=x\n"), &fenced).unwrap();
+    assert!(req.options.disable_timeout);
+    assert_eq!(req.options.command_timeout(), None);
+    let req = parse::<&str>(&[], Some("port=x\ndisable_timeout=false\n"), &fenced).unwrap();
+    assert!(!req.options.disable_timeout);
+    let req = stdin("port=x\ndisable_timeout=yes\n").unwrap();
+    assert!(req.options.disable_timeout);
+    let req = stdin("port=x\npower_timeout=0\n").unwrap();
+    assert_eq!(req.options.command_timeout(), None);
+}
+
+#[test]
+fn argv_switches_to_command_line_mode_and_ignores_stdin() {
+    let req = parse(&["-n", "a"], Some("port=b\naction=on\n"), &env()).unwrap();
+    assert_eq!(req.mode, InputMode::CommandLine);
+    assert_eq!(req.options.plug.as_deref(), Some("a"));
+    assert_eq!(req.action, Action::Off);
+    assert!(wants_stdin::<&str>(&[]));
+    assert!(!wants_stdin(&["-o"]));
+}
+
+#[test]
+fn flags_and_paths() {
+    let req = stdin(
+        "port=x\naptpl=1\nreadonly=yes\nsuppress-errors=on\nquiet=true\nlogfile=/tmp/l\ndebug_file=/tmp/d\nsg_turs_path=/t\nvgs_path=/v\nseparator=;\n",
+    )
+    .unwrap();
+    let o = &req.options;
+    assert!(o.aptpl && o.readonly && o.suppress_errors && o.quiet);
+    assert_eq!(o.logfile, Some(PathBuf::from("/tmp/l")));
+    assert_eq!(o.debug_file, Some(PathBuf::from("/tmp/d")));
+    assert_eq!(o.sg_turs_path, PathBuf::from("/t"));
+    assert_eq!(o.vgs_path, PathBuf::from("/v"));
+    assert_eq!(o.separator, ";");
+    // 0 means off here (fence_scsi would enable the flag).
+    assert!(!stdin("port=x\naptpl=0\n").unwrap().options.aptpl);
+}
+
+const CMAP_NODELIST: &str = "nodelist.node.0.name (str) = node1\n\
+nodelist.node.0.nodeid (u32) = 1\n\
+nodelist.node.1.name (str) = node2\n\
+nodelist.node.1.nodeid (u32) = 5\n";
+
+fn fake_cmap(arg: &str) -> Result<String, KeyError> {
+    Ok(match arg {
+        "totem.cluster_name" => "totem.cluster_name (str) = mycluster\n".to_owned(),
+        "nodelist" => CMAP_NODELIST.to_owned(),
+        other => panic!("unexpected query {other}"),
+    })
+}
+
+#[test]
+fn target_key_resolution() {
+    let req = stdin("action=off\nnodename=node2\n").unwrap();
+    assert_eq!(req.target_key(fake_cmap), Ok(0x6c9d_0001));
+    let req = stdin("action=off\nnodename=node2\nkey=abc\n").unwrap();
+    assert_eq!(
+        req.target_key(|_| panic!("no query when key is set")),
+        Ok(0xabc)
+    );
+    let req = stdin("action=off\nnodename=node2\nkey_value=native\n").unwrap();
+    assert_eq!(req.target_key(fake_cmap), Ok(0xec9d_58de_0000_0005));
+    // Pacemaker's nodeid saves the nodelist lookup (and works for names corosync lacks).
+    let req = stdin("action=off\nnodename=ghost\nnodeid=5\nkey_value=native\n").unwrap();
+    assert_eq!(req.options.nodeid, Some(5));
+    assert_eq!(
+        req.target_key(|arg| {
+            assert_eq!(arg, "totem.cluster_name");
+            fake_cmap(arg)
+        }),
+        Ok(0xec9d_58de_0000_0005)
+    );
+    assert!(matches!(
+        stdin("port=x\nnodeid=abc\n").unwrap_err(),
+        AgentError::NotInteger {
+            option: "nodeid",
+            ..
+        }
+    ));
+    // fence_scsi schemes ignore nodeid: they must match fence_scsi's keys.
+    let req = stdin("action=off\nnodename=node2\nnodeid=5\n").unwrap();
+    assert_eq!(req.target_key(fake_cmap), Ok(0x6c9d_0001));
+    let req = stdin("action=off\nnodename=ghost\n").unwrap();
+    assert!(matches!(
+        req.target_key(fake_cmap),
+        Err(AgentError::Key(KeyError::NodeNotFound { .. }))
+    ));
+}
+
+#[test]
+fn self_fence_guard() {
+    assert!(check_not_self(1, 2).is_ok());
+    let err = check_not_self(0xabc, 0xabc).unwrap_err();
+    assert!(err.to_string().starts_with("Failed: keys cannot be same."));
+}
+
+#[test]
+fn list_rendering() {
+    assert_eq!(
+        render_list(&["node1", "node2"], ","),
+        "node1,node1\nnode2,node2\n"
+    );
+    assert_eq!(
+        render_list_status(&[("a", Some(true)), ("b", Some(false)), ("c", None)], ","),
+        "a,a,ON\nb,b,OFF\nc,c,UNKNOWN\n"
+    );
+}
+
+#[test]
+fn exit_codes() {
+    assert_eq!(ExitCode::Success.code(), 0);
+    assert_eq!(ExitCode::Error.code(), 1);
+    assert_eq!(ExitCode::Off.code(), 2);
+}
+
+#[test]
+fn usage_lists_every_option() {
+    let text = usage("fence_pr");
+    assert!(text.contains("-d, --devices=[value]"));
+    assert!(text.contains("--mpath-register-method=[value]"));
+    assert!(text.contains("-H, --delay=[value]"));
+}

@@ -1,0 +1,63 @@
+//! `fence_pr` metadata must validate against fence-agents' RelaxNG schema (the Fence Agent API
+//! says so, and pcs/Pacemaker tooling relies on its shape). Needs `xmllint` (libxml2-utils): the
+//! test fails, never skips, when it is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use prfence::fence_agent::metadata::metadata_xml;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn xmllint_relaxng(xml: &str, name: &str) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("prfence-metadata-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    std::fs::write(&file, xml).unwrap();
+    let out = Command::new("xmllint")
+        .arg("--noout")
+        .arg("--relaxng")
+        .arg(fixture("fence-agent-metadata.rng"))
+        .arg(&file)
+        .output()
+        .expect("xmllint must be installed (apt-get install libxml2-utils)");
+    std::fs::remove_dir_all(&dir).unwrap();
+    out
+}
+
+#[test]
+fn metadata_validates_against_fence_agents_schema() {
+    let out = xmllint_relaxng(&metadata_xml("fence_pr"), "fence_pr.xml");
+    assert!(
+        out.status.success(),
+        "xmllint rejected the metadata:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn metadata_with_awkward_agent_name_still_validates() {
+    let out = xmllint_relaxng(&metadata_xml("fence_<pr>&\"'"), "odd.xml");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn schema_check_is_not_vacuous() {
+    // A reboot-less document with a wrong content type must be rejected, proving xmllint
+    // really applies the schema.
+    let bad = metadata_xml("fence_pr").replace("type=\"second\"", "type=\"seconds\"");
+    let out = xmllint_relaxng(&bad, "bad.xml");
+    assert!(
+        !out.status.success(),
+        "schema accepted an invalid content type"
+    );
+}
