@@ -326,7 +326,11 @@ impl FromStr for TransportId {
         if let Some(hex) = strip_prefix_ignore_case(input, "raw,") {
             let bytes = parse_hex_bytes(hex).ok_or_else(|| fail("bad hex bytes"))?;
             return match TransportId::decode(&bytes) {
-                Ok((id, used)) if used == bytes.len() => Ok(id),
+                // Raw bytes may spell an iSCSI name that the text form could not carry.
+                Ok((id, used)) if used == bytes.len() => {
+                    id.validate().map_err(|err| fail(err.reason))?;
+                    Ok(id)
+                }
                 _ => Err(fail("bytes are not exactly one TransportID")),
             };
         }
@@ -503,6 +507,8 @@ mod tests {
             "iqn.a b",
             "raw,0",
             "raw,00",
+            // Found by cargo-fuzz: iSCSI with name "\x01", which has no text form.
+            "raw,3500000101",
         ] {
             let err = bad.parse::<TransportId>().unwrap_err();
             assert_eq!(err.input, bad);
