@@ -5,13 +5,13 @@
 //! below enforce it) and never trusts a length field beyond the bytes actually received.
 #![deny(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
-mod cdb;
-mod error;
-mod key;
-mod params;
-mod response;
-mod transport_id;
-mod types;
+pub mod cdb;
+pub mod error;
+pub mod key;
+pub mod params;
+pub mod response;
+pub mod transport_id;
+pub mod types;
 mod wire;
 
 #[cfg(test)]

@@ -303,7 +303,7 @@ pub fn decode_pr_out(cdb: &[u8], params: &[u8]) -> Result<PrOut, DecodeError> {
             ));
         };
         let tids = transport_id_region(list, 20, tid_len)?;
-        let (transport_id, used) = TransportId::decode(tids)?;
+        let (transport_id, used) = decode_transport_id(tids)?;
         if used != tids.len() {
             return Err(DecodeError::malformed(
                 WHAT,
@@ -341,11 +341,18 @@ pub fn decode_pr_out(cdb: &[u8], params: &[u8]) -> Result<PrOut, DecodeError> {
     })?;
     let mut rest = transport_id_region(list, 24, tid_len)?;
     while !rest.is_empty() {
-        let (transport_id, used) = TransportId::decode(rest)?;
+        let (transport_id, used) = decode_transport_id(rest)?;
         request.spec_i_pt.push(transport_id);
         rest = rest.get(used..).unwrap_or_default();
     }
     Ok(request)
+}
+
+/// A TransportID inside a region whose length was already checked: running past it is a
+/// malformed list, not a truncated one.
+fn decode_transport_id(region: &[u8]) -> Result<(TransportId, usize), DecodeError> {
+    TransportId::decode(region)
+        .map_err(|err| DecodeError::malformed(WHAT, format!("TransportID: {err}")))
 }
 
 /// The TransportIDs after the 4-byte TRANSPORTID PARAMETER DATA LENGTH at `length_at`, which
@@ -571,6 +578,12 @@ mod tests {
         params[27] = 24;
         assert!(matches!(
             decode_pr_out(&cdb, &params),
+            Err(DecodeError::Malformed { .. })
+        ));
+        // REGISTER AND MOVE without a TransportID.
+        let cdb = pr_out_cdb(PrOutAction::RegisterAndMove, Some(T::WriteExclusive), 24);
+        assert!(matches!(
+            decode_pr_out(&cdb, &[0; 24]),
             Err(DecodeError::Malformed { .. })
         ));
     }

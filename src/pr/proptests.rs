@@ -47,7 +47,7 @@ fn transport_id() -> impl Strategy<Value = TransportId> {
         any::<u64>().prop_map(|n_port_name| TransportId::FibreChannel { n_port_name }),
         any::<u64>().prop_map(|address| TransportId::Sas { address }),
         (
-            "(iqn|eui|naa)\\.[a-z0-9.:-]{1,100}",
+            "((iqn|eui|naa)\\.)?[a-zA-Z0-9.:-]{1,100}",
             proptest::option::of("[0-9a-f]{1,12}")
         )
             .prop_map(|(name, isid)| TransportId::Iscsi { name, isid }),

@@ -665,3 +665,160 @@ mod tests {
         );
     }
 }
+
+/// Responses captured from LIO in the QEMU lab (see testdata/lio/README.md).
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+mod lio_captures {
+    use super::*;
+    use ReservationType as T;
+
+    macro_rules! capture {
+        ($name:literal) => {
+            include_bytes!(concat!("testdata/lio/", $name, ".bin")).as_slice()
+        };
+    }
+
+    fn iscsi(name: &str, isid: &str) -> TransportId {
+        TransportId::Iscsi {
+            name: name.into(),
+            isid: Some(isid.into()),
+        }
+    }
+
+    #[test]
+    fn capabilities() {
+        let caps = Capabilities::decode(capture!("caps")).unwrap();
+        assert!(caps.crh && caps.sip_c && caps.atp_c && caps.ptpl_c && caps.tmv);
+        assert!(!caps.rlr_c && !caps.ptpl_a);
+        assert_eq!(caps.allow_commands, 1);
+        assert_eq!(caps.supported_types, Some(T::ALL.to_vec()));
+        assert_eq!(caps.encode(), capture!("caps"));
+        assert!(Capabilities::decode(capture!("caps_aptpl")).unwrap().ptpl_a);
+    }
+
+    #[test]
+    fn read_keys() {
+        assert_eq!(
+            ReadKeys::decode(capture!("keys_empty")),
+            Ok(ReadKeys {
+                generation: 0,
+                keys: vec![]
+            })
+        );
+        let two = ReadKeys::decode(capture!("keys_two")).unwrap();
+        assert_eq!(two.generation, 2);
+        assert_eq!(two.keys, vec![Key::new(0xa), Key::new(0xb)]);
+        assert_eq!(two.encode(), capture!("keys_two"));
+        // With a short allocation LIO keeps ADDITIONAL LENGTH at the full 16 (SPC behaviour).
+        for short in [capture!("keys_two_alloc8"), capture!("keys_two_alloc12")] {
+            assert_eq!(
+                ReadKeys::decode(short),
+                Err(DecodeError::Truncated {
+                    needed: 24,
+                    got: short.len()
+                })
+            );
+            assert_eq!(
+                next_allocation_length(PrInAction::ReadKeys, short.len(), short),
+                Some(24)
+            );
+        }
+    }
+
+    #[test]
+    fn read_reservation() {
+        assert_eq!(
+            ReadReservation::decode(capture!("resv_none")).unwrap(),
+            ReadReservation {
+                generation: 0,
+                reservation: None
+            }
+        );
+        let wero = ReadReservation::decode(capture!("resv_wero")).unwrap();
+        assert_eq!(
+            wero.reservation,
+            Some(Reservation {
+                key: Key::new(0xa),
+                rtype: T::WriteExclusiveRegistrantsOnly,
+                scope: Scope::LogicalUnit
+            })
+        );
+        assert_eq!(wero.encode(), capture!("resv_wero"));
+        // All-registrants: LIO reports key 0.
+        let wear = ReadReservation::decode(capture!("resv_wear")).unwrap();
+        assert_eq!(
+            wear.reservation,
+            Some(Reservation {
+                key: Key::ZERO,
+                rtype: T::WriteExclusiveAllRegistrants,
+                scope: Scope::LogicalUnit
+            })
+        );
+    }
+
+    #[test]
+    fn full_status() {
+        let wero = FullStatus::decode(capture!("full_wero")).unwrap();
+        assert_eq!(wero.generation, 2);
+        assert_eq!(
+            wero.registrations,
+            vec![
+                Registration {
+                    key: Key::new(0xa),
+                    all_tg_pt: false,
+                    holder: true,
+                    scope: Some(Scope::LogicalUnit),
+                    rtype: Some(T::WriteExclusiveRegistrantsOnly),
+                    relative_target_port: 1,
+                    transport_id: iscsi("iqn.2026-11.lab:nodea", "00023d000002"),
+                },
+                Registration {
+                    key: Key::new(0xb),
+                    all_tg_pt: false,
+                    holder: false,
+                    scope: None,
+                    rtype: None,
+                    relative_target_port: 1,
+                    transport_id: iscsi("iqn.2026-11.lab:nodeb", "00023d000001"),
+                },
+            ]
+        );
+        // LIO pads these TransportIDs to 40 bytes only, so our encoding (also 40) matches.
+        assert_eq!(wero.encode(), capture!("full_wero"));
+
+        let wear = FullStatus::decode(capture!("full_wear")).unwrap();
+        assert!(
+            wear.registrations
+                .iter()
+                .all(|r| r.holder && r.rtype == Some(T::WriteExclusiveAllRegistrants))
+        );
+        let aptpl = FullStatus::decode(capture!("full_wear_aptpl")).unwrap();
+        assert_eq!(aptpl.generation, 3);
+        assert_eq!(aptpl.registrations[1].key, Key::new(0xc));
+    }
+
+    #[test]
+    fn full_status_short_allocation_is_silently_incomplete() {
+        // Allocation 80: LIO returns one descriptor and an ADDITIONAL LENGTH covering only it.
+        let partial = capture!("full_wero_alloc80");
+        let decoded = FullStatus::decode(partial).unwrap();
+        assert_eq!(decoded.registrations.len(), 1);
+        assert_eq!(
+            next_allocation_length(PrInAction::ReadFullStatus, 80, partial),
+            Some(partial.len() + FULL_STATUS_MAX_DESCRIPTOR_LEN)
+        );
+        // Allocation 8: ADDITIONAL LENGTH 0, as if nobody were registered.
+        let empty = capture!("full_wero_alloc8");
+        assert_eq!(FullStatus::decode(empty).unwrap().registrations, vec![]);
+        assert_eq!(
+            next_allocation_length(PrInAction::ReadFullStatus, 8, empty),
+            Some(8 + FULL_STATUS_MAX_DESCRIPTOR_LEN)
+        );
+        let full = capture!("full_wero");
+        assert_eq!(
+            next_allocation_length(PrInAction::ReadFullStatus, 8192, full),
+            None
+        );
+    }
+}

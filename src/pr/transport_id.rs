@@ -249,11 +249,17 @@ impl fmt::Display for TransportId {
         match self {
             TransportId::FibreChannel { n_port_name } => write!(f, "fc,0x{n_port_name:016x}"),
             TransportId::Sas { address } => write!(f, "sas,0x{address:016x}"),
-            TransportId::Iscsi { name, isid: None } => f.write_str(name),
-            TransportId::Iscsi {
-                name,
-                isid: Some(isid),
-            } => write!(f, "{name}{ISID_SEPARATOR}{isid}"),
+            TransportId::Iscsi { name, isid } => {
+                // Names without a standard iSCSI prefix need the explicit form to parse back.
+                if !has_iscsi_name_prefix(name) {
+                    f.write_str("iscsi,")?;
+                }
+                f.write_str(name)?;
+                match isid {
+                    Some(isid) => write!(f, "{ISID_SEPARATOR}{isid}"),
+                    None => Ok(()),
+                }
+            }
             TransportId::Other { .. } => {
                 f.write_str("raw,")?;
                 self.encode()
@@ -269,6 +275,13 @@ fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> 
     head.eq_ignore_ascii_case(prefix)
         .then(|| text.get(prefix.len()..))
         .flatten()
+}
+
+/// RFC 7143 name types: iqn., eui., naa.
+fn has_iscsi_name_prefix(text: &str) -> bool {
+    ["iqn.", "eui.", "naa."]
+        .iter()
+        .any(|prefix| strip_prefix_ignore_case(text, prefix).is_some())
 }
 
 fn parse_hex_u64(text: &str) -> Option<u64> {
@@ -313,16 +326,16 @@ impl FromStr for TransportId {
         if let Some(hex) = strip_prefix_ignore_case(input, "raw,") {
             let bytes = parse_hex_bytes(hex).ok_or_else(|| fail("bad hex bytes"))?;
             return match TransportId::decode(&bytes) {
-                Ok((id, used)) if used == bytes.len() => Ok(id),
+                // Raw bytes may spell an iSCSI name that the text form could not carry.
+                Ok((id, used)) if used == bytes.len() => {
+                    id.validate().map_err(|err| fail(err.reason))?;
+                    Ok(id)
+                }
                 _ => Err(fail("bytes are not exactly one TransportID")),
             };
         }
-        let iscsi = strip_prefix_ignore_case(input, "iscsi,").or_else(|| {
-            ["iqn.", "eui.", "naa."]
-                .iter()
-                .any(|p| strip_prefix_ignore_case(input, p).is_some())
-                .then_some(input)
-        });
+        let iscsi = strip_prefix_ignore_case(input, "iscsi,")
+            .or_else(|| has_iscsi_name_prefix(input).then_some(input));
         let Some(iscsi) = iscsi else {
             return Err(fail("unknown form"));
         };
@@ -494,6 +507,8 @@ mod tests {
             "iqn.a b",
             "raw,0",
             "raw,00",
+            // Found by cargo-fuzz: iSCSI with name "\x01", which has no text form.
+            "raw,3500000101",
         ] {
             let err = bad.parse::<TransportId>().unwrap_err();
             assert_eq!(err.input, bad);
@@ -517,5 +532,9 @@ mod tests {
         };
         assert_eq!(other.to_string(), format!("raw,04{}", "00".repeat(23)));
         assert_eq!(other.to_string().parse(), Ok(other));
+        // Found by cargo-fuzz: a name without iqn./eui./naa. must keep its "iscsi," prefix.
+        let odd: TransportId = "iscsi,I".parse().unwrap();
+        assert_eq!(odd.to_string(), "iscsi,I");
+        assert_eq!(odd.to_string().parse(), Ok(odd));
     }
 }
