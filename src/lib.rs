@@ -3,5 +3,6 @@
 //! Data flow (one direction): intent → `ops` (decisions) → `pr` (pure codec) → `exec` (retry and
 //! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
 
+pub mod discover;
 pub mod fence_agent;
 pub mod pr;
