@@ -49,6 +49,12 @@ impl LuId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The LU designator of a VPD page 83h image (as in sysfs `vpd_pg83`), formatted like the
+    /// kernel's `wwid`. What discovery uses when `wwid` is missing.
+    pub fn from_vpd_pg83(page: &[u8]) -> Option<Self> {
+        vpd::lu_designator(page).map(Self)
+    }
 }
 
 impl fmt::Display for LuId {
@@ -543,8 +549,8 @@ impl Discovery {
             .ok()
             .map(|w| w.trim_end_matches(['\n', '\0', ' ']).to_owned())
             .filter(|w| !w.is_empty())
-            .or_else(|| bytes("vpd_pg83").ok().and_then(|p| vpd::lu_designator(&p)))
-            .map(LuId);
+            .map(LuId)
+            .or_else(|| bytes("vpd_pg83").ok().and_then(|p| LuId::from_vpd_pg83(&p)));
         let serial = bytes("vpd_pg80").ok().and_then(|p| vpd::unit_serial(&p));
         let state = match text("state") {
             Ok(s) => PathState::parse(&s),
