@@ -521,3 +521,42 @@ fn two_lus_with_one_identifier_are_refused() {
 fn no_devices_give_no_lus() {
     assert!(Tree::lab().discovery().resolve(&[]).unwrap().is_empty());
 }
+
+#[test]
+fn lvm_autodiscovery_resolves_pvs_of_shared_vgs() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tree::lab();
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    t.partition("sdd", "sdd1");
+    let vgs = t.root.path().join("vgs");
+    let script = |body: String| {
+        fs::write(&vgs, format!("#!/bin/sh\n{body}")).unwrap();
+        fs::set_permissions(&vgs, fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // A clustered VG on the map, a shared one on a partition, a local one on sdb.
+    script(format!(
+        "echo '  wz--nc:{}'; echo '  wz--ns:{}'; echo '  wz--n-:{}'\n",
+        t.dev("dm-0").display(),
+        t.dev("sdd1").display(),
+        t.dev("sdb").display()
+    ));
+    let lus = t.discovery().resolve_lvm(&vgs, None).unwrap();
+    assert_eq!(lus.len(), 2);
+    assert_eq!(names(&lus[0]), ["sda", "sdc"]);
+    assert_eq!(names(&lus[1]), ["sdd"]);
+    script("echo '  wz--n-:/dev/sda'\n".into());
+    assert!(matches!(
+        t.discovery().resolve_lvm(&vgs, None),
+        Err(DiscoverError::NothingToFence)
+    ));
+    script("exit 5\n".into());
+    assert!(matches!(
+        t.discovery().resolve_lvm(&vgs, None),
+        Err(DiscoverError::Lvm(_))
+    ));
+}
