@@ -99,8 +99,12 @@ impl PathInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathState {
     Running,
+    /// Set by error handling or an admin; commands fail at once.
     Offline,
+    /// The transport is recovering: commands queue until it recovers or its timeout (iSCSI
+    /// `recovery_tmo`, 120 s in the lab) expires — never the path to pick for reserve or preempt.
     Blocked,
+    /// The transport gave up (e.g. iSCSI recovery timed out); commands fail at once.
     TransportOffline,
     /// Any other state text (`created`, `quiesce`, `cancel`, `deleted`, …) or why it was unreadable.
     Other(String),
