@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod daemon;
+pub mod discover;
 pub mod exec;
 pub mod fence_agent;
 pub mod pr;

@@ -1,0 +1,637 @@
+//! Discovery: from the device names an admin gives to the logical units (LUs) to fence and the
+//! SCSI paths (I_T nexuses) that reach each one. Reads sysfs only; sends no SCSI command.
+//!
+//! Accepted names: `/dev/sdX`, `/dev/sgN`, a dm-multipath map (`/dev/dm-N`, `/dev/mapper/NAME`)
+//! which expands to its SCSI paths (`/sys/block/dm-N/slaves/*`), and any symlink to one of them
+//! (`/dev/disk/by-id/…`). Refused with an error that says what to give instead: partitions
+//! (`/dev/sdb1`: a reservation belongs to the whole LU, and fencing "a partition" would fence
+//! every partition of that disk, which an admin should say explicitly — fence_scsi is documented
+//! with whole devices too), device-mapper devices that are not multipath maps (LVM, crypt), and
+//! non-SCSI disks (NVMe, virtio-blk). Only LVM autodiscovery ([`Discovery::resolve_pvs`]) maps a
+//! PV on a partition to its whole disk, because PVs on partitions are common and the admin did
+//! not name them.
+//!
+//! Identity: an LU is identified by its designator as Linux exposes it in
+//! `/sys/block/sdX/device/wwid` (e.g. `naa.6001405…` on LIO), falling back to decoding the cached
+//! VPD page 83h ([`vpd`]). The designator comes from the target, so every node computes the same
+//! [`LuId`] for the same LU whatever its local names are. Paths with the same id are grouped into
+//! one [`Lu`], whether they came from a multipath map or were given as separate `/dev/sdX` (two
+//! iSCSI sessions of one node without dm-multipath). The engine is always given ONE node's
+//! devices; in the lab both "nodes" live in one guest, so node A's `/dev/sdb` and node B's
+//! `/dev/sdc` are the same LU with the same id — grouping them would be wrong only if both nodes'
+//! devices were mixed in one call, which nothing does.
+//!
+//! Order: [`Discovery::resolve`] returns LUs sorted by the byte order of the id string. Every
+//! node therefore sees the same order, and the first LU is the arbiter (issue #4).
+//!
+//! Path state comes from `/sys/block/sdX/device/state`; a path that is not `running` is still
+//! returned (with its state) so the engine can report it and use another path of the same LU.
+//!
+//! All sysfs and /dev access goes through [`Discovery`]'s two roots, so tests run on fake trees.
+
+pub mod lvm;
+mod vpd;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A logical unit's identifier as Linux formats it (`naa.…`, `eui.…`, `t10.…`, or a SCSI name
+/// string). Ordered by the bytes of that string.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LuId(String);
+
+impl LuId {
+    /// The identifier text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The LU designator of a VPD page 83h image (as in sysfs `vpd_pg83`), formatted like the
+    /// kernel's `wwid`. What discovery uses when `wwid` is missing.
+    pub fn from_vpd_pg83(page: &[u8]) -> Option<Self> {
+        vpd::lu_designator(page).map(Self)
+    }
+}
+
+impl fmt::Display for LuId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One logical unit and the SCSI paths to it that this node was given (or that its multipath
+/// map has). Registration goes to every path; reserve and preempt to one live path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lu {
+    pub id: LuId,
+    /// In the order the devices were given (a map's paths in slave-name order); never empty.
+    pub paths: Vec<PathInfo>,
+}
+
+/// One path (I_T_L nexus) to an LU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathInfo {
+    /// The node to open for SG_IO: `/dev/sdX` or `/dev/sgN` (under the /dev root).
+    pub dev: PathBuf,
+    /// The argument this path came from (`/dev/mapper/mpatha`, `/dev/disk/by-id/…`, or `dev`).
+    pub given: PathBuf,
+    /// Kernel name of `dev` (`sdb`, `sg2`).
+    pub name: String,
+    /// SCSI address host:channel:target:lun (`2:0:0:0`).
+    pub hctl: String,
+    pub state: PathState,
+    /// The iSCSI session carrying this path, if it is an iSCSI path.
+    pub transport: Option<IscsiSession>,
+}
+
+impl PathInfo {
+    /// Whether commands can be sent on this path now.
+    pub fn is_live(&self) -> bool {
+        self.state == PathState::Running
+    }
+}
+
+/// `/sys/block/sdX/device/state`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathState {
+    Running,
+    /// Set by error handling or an admin; commands fail at once.
+    Offline,
+    /// The transport is recovering: commands queue until it recovers or its timeout (iSCSI
+    /// `recovery_tmo`, 120 s in the lab) expires — never the path to pick for reserve or preempt.
+    Blocked,
+    /// The transport gave up (e.g. iSCSI recovery timed out); commands fail at once.
+    TransportOffline,
+    /// Any other state text (`created`, `quiesce`, `cancel`, `deleted`, …) or why it was unreadable.
+    Other(String),
+}
+
+impl PathState {
+    fn parse(text: &str) -> Self {
+        match text.trim() {
+            "running" => Self::Running,
+            "offline" => Self::Offline,
+            "blocked" => Self::Blocked,
+            "transport-offline" => Self::TransportOffline,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for PathState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Running => "running",
+            Self::Offline => "offline",
+            Self::Blocked => "blocked",
+            Self::TransportOffline => "transport-offline",
+            Self::Other(text) => text,
+        })
+    }
+}
+
+/// `/sys/class/iscsi_session/sessionN` of an iSCSI path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IscsiSession {
+    /// `session3`.
+    pub session: String,
+    /// Target IQN (`targetname`).
+    pub target: String,
+    /// Initiator IQN of this session (`initiatorname`; differs per iface when ifaces set one).
+    pub initiator: String,
+    /// open-iscsi iface (`ifacename`), if the kernel shows it.
+    pub iface: Option<String>,
+    /// Target portal group tag (`tpgt`).
+    pub tpgt: Option<u16>,
+    /// ISID, if the kernel shows it (`isid`). Linux 6.1 does not: the target identifies the
+    /// initiator port by IQN + ISID, which only READ FULL STATUS reveals.
+    pub isid: Option<String>,
+}
+
+/// One device that could not be resolved, or an inconsistency between devices.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error(
+        "{}: {source}; give an existing device node (/dev/sdX, /dev/sgN, /dev/dm-N, \
+         /dev/mapper/NAME or a /dev/disk/by-id link)",
+        device.display()
+    )]
+    NotFound {
+        device: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} ({name}): no {name} under {}/class/block or {}/class/scsi_generic; is it a device node?",
+        device.display(), sys.display(), sys.display()
+    )]
+    NoSysfs {
+        device: PathBuf,
+        name: String,
+        sys: PathBuf,
+    },
+    #[error(
+        "{} is a partition of {}; persistent reservations act on the whole LU: give {}",
+        device.display(), parent.display(), parent.display()
+    )]
+    Partition { device: PathBuf, parent: PathBuf },
+    #[error(
+        "{} ({name}) is a device-mapper device but not a multipath map (dm uuid {uuid:?}); give \
+         the multipath map or the SCSI disks under it",
+        device.display()
+    )]
+    NotMultipath {
+        device: PathBuf,
+        name: String,
+        uuid: String,
+    },
+    #[error(
+        "{} ({name}) is not a SCSI device (no {name}/device/scsi_device in sysfs); fencing needs \
+         SCSI persistent reservations (NVMe and virtio-blk are not supported)",
+        device.display()
+    )]
+    NotScsi { device: PathBuf, name: String },
+    #[error(
+        "{} ({name}) is a multipath map without paths (its sysfs slaves directory is empty); \
+         check `multipath -ll`",
+        device.display()
+    )]
+    NoPaths { device: PathBuf, name: String },
+    #[error(
+        "{} ({name}, {hctl}): no LU identifier (neither device/wwid nor an LU designator in \
+         device/vpd_pg83); the target does not identify the LU, it cannot be fenced by identity",
+        device.display()
+    )]
+    NoIdentity {
+        device: PathBuf,
+        name: String,
+        hctl: String,
+    },
+    #[error(
+        "{} ({name}): multipath map over different LUs ({}); fix the multipath configuration",
+        device.display(), ids.join(", ")
+    )]
+    MixedMap {
+        device: PathBuf,
+        name: String,
+        ids: Vec<String>,
+    },
+    #[error(
+        "LU identifier {id} is reported by two LUs: {} has serial {first_serial:?}, {} has serial \
+         {second_serial:?}; the target assigns identifiers badly (LIO builds its NAA from the hex \
+         digits of vpd_unit_serial only) — give the LUs serials that differ in hex digits",
+        first.display(), second.display()
+    )]
+    IdCollision {
+        id: LuId,
+        first: PathBuf,
+        first_serial: String,
+        second: PathBuf,
+        second_serial: String,
+    },
+    #[error("{} ({name}): reading {}: {source}", device.display(), path.display())]
+    Sysfs {
+        device: PathBuf,
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Discovery failed: every problem found, not just the first.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("{}", join(.0))]
+    Devices(Vec<DeviceError>),
+    #[error(transparent)]
+    Lvm(#[from] lvm::LvmError),
+    #[error("no devices given and no clustered or shared LVM volume group found; set `devices`")]
+    NothingToFence,
+}
+
+fn join(errors: &[DeviceError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Resolves `devices` on this system (`/sys`, `/dev`); see [`Discovery::resolve`].
+pub fn resolve(devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
+    Discovery::system().resolve(devices)
+}
+
+/// Discovery over a sysfs root and a /dev root (`/sys` and `/dev` on a real system).
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    sys: PathBuf,
+    dev: PathBuf,
+}
+
+/// What to do with a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Partitions {
+    Refuse,
+    WholeDevice,
+}
+
+/// A path found, before grouping.
+struct Found {
+    path: PathInfo,
+    id: Option<LuId>,
+    serial: Option<String>,
+}
+
+impl Discovery {
+    /// Discovery on fake trees: `sys` stands for `/sys`, `dev` for `/dev`.
+    pub fn new(sys: impl Into<PathBuf>, dev: impl Into<PathBuf>) -> Self {
+        Self {
+            sys: sys.into(),
+            dev: dev.into(),
+        }
+    }
+
+    /// Discovery on this system.
+    pub fn system() -> Self {
+        Self::new("/sys", "/dev")
+    }
+
+    /// The LUs behind `devices`, sorted by [`LuId`] (the first is the arbiter), each with its
+    /// paths. Partitions are refused. Every device is examined; the error lists every problem.
+    pub fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
+        self.resolve_with(devices, Partitions::Refuse)
+    }
+
+    /// Like [`Self::resolve`] for PVs found by LVM: a PV on a partition stands for its whole
+    /// disk (or multipath map).
+    pub fn resolve_pvs(&self, pvs: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
+        self.resolve_with(pvs, Partitions::WholeDevice)
+    }
+
+    /// fence_scsi's behaviour with no `devices`: the PVs of clustered or shared VGs
+    /// ([`lvm::shared_pvs`] with `vgs`), resolved with [`Self::resolve_pvs`].
+    pub fn resolve_lvm(
+        &self,
+        vgs: &Path,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Vec<Lu>, DiscoverError> {
+        let pvs = lvm::shared_pvs(vgs, timeout)?;
+        if pvs.is_empty() {
+            return Err(DiscoverError::NothingToFence);
+        }
+        self.resolve_pvs(&pvs)
+    }
+
+    fn resolve_with(
+        &self,
+        devices: &[PathBuf],
+        partitions: Partitions,
+    ) -> Result<Vec<Lu>, DiscoverError> {
+        let mut errors = Vec::new();
+        let mut found = Vec::new();
+        for device in devices {
+            match self.expand(device, partitions) {
+                Ok(paths) => found.extend(paths),
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut lus: BTreeMap<LuId, (Lu, Option<(PathBuf, String)>)> = BTreeMap::new();
+        for Found { path, id, serial } in found {
+            let Some(id) = id else {
+                errors.push(DeviceError::NoIdentity {
+                    device: path.given,
+                    name: path.name,
+                    hctl: path.hctl,
+                });
+                continue;
+            };
+            let (lu, first_serial) = lus.entry(id.clone()).or_insert_with(|| {
+                (
+                    Lu {
+                        id: id.clone(),
+                        paths: Vec::new(),
+                    },
+                    None,
+                )
+            });
+            // The same I_T_L nexus given twice (e.g. /dev/sdb and its /dev/sg1) is one path.
+            if lu.paths.iter().any(|p| p.hctl == path.hctl) {
+                continue;
+            }
+            if let Some(serial) = serial {
+                match first_serial {
+                    Some((first, first_s)) if *first_s != serial => {
+                        errors.push(DeviceError::IdCollision {
+                            id,
+                            first: first.clone(),
+                            first_serial: first_s.clone(),
+                            second: path.dev.clone(),
+                            second_serial: serial,
+                        });
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => *first_serial = Some((path.dev.clone(), serial)),
+                }
+            }
+            lu.paths.push(path);
+        }
+        if errors.is_empty() {
+            Ok(lus.into_values().map(|(lu, _)| lu).collect())
+        } else {
+            Err(DiscoverError::Devices(errors))
+        }
+    }
+
+    /// The SCSI paths one given device stands for.
+    fn expand(&self, given: &Path, partitions: Partitions) -> Result<Vec<Found>, DeviceError> {
+        let name = self.kernel_name(given)?;
+        self.expand_name(given, &name, partitions)
+    }
+
+    fn expand_name(
+        &self,
+        given: &Path,
+        name: &str,
+        partitions: Partitions,
+    ) -> Result<Vec<Found>, DeviceError> {
+        let generic = self.sys.join("class/scsi_generic").join(name);
+        if generic.exists() {
+            let scsi_dir = self.canonical(given, name, &generic.join("device"))?;
+            return Ok(vec![self.scsi_path(given, name, &scsi_dir)]);
+        }
+        let block = self.sys.join("class/block").join(name);
+        if !block.exists() {
+            return Err(DeviceError::NoSysfs {
+                device: given.to_owned(),
+                name: name.to_owned(),
+                sys: self.sys.clone(),
+            });
+        }
+        if block.join("partition").exists() {
+            let whole = self.canonical(given, name, &block)?;
+            let parent = whole
+                .parent()
+                .and_then(Path::file_name)
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return match partitions {
+                Partitions::Refuse => Err(DeviceError::Partition {
+                    device: given.to_owned(),
+                    parent: self.dev.join(parent),
+                }),
+                Partitions::WholeDevice => self.expand_name(given, &parent, partitions),
+            };
+        }
+        if block.join("dm").is_dir() {
+            return self.expand_dm(given, name, &block, partitions);
+        }
+        if !block.join("device/scsi_device").is_dir() {
+            return Err(DeviceError::NotScsi {
+                device: given.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        let scsi_dir = self.canonical(given, name, &block.join("device"))?;
+        Ok(vec![self.scsi_path(given, name, &scsi_dir)])
+    }
+
+    /// A dm-multipath map's paths. A kpartx partition of a map (dm uuid `partN-mpath-…`, one
+    /// slave: the map) is a partition like any other.
+    fn expand_dm(
+        &self,
+        given: &Path,
+        name: &str,
+        block: &Path,
+        partitions: Partitions,
+    ) -> Result<Vec<Found>, DeviceError> {
+        let uuid = self.read(given, name, &block.join("dm/uuid"))?;
+        let uuid = uuid.trim();
+        let slaves = self.list(given, name, &block.join("slaves"))?;
+        let is_partition = uuid.starts_with("part") && uuid.contains("-mpath-");
+        if is_partition {
+            let parent = slaves.first().cloned().unwrap_or_default();
+            return match partitions {
+                Partitions::Refuse => Err(DeviceError::Partition {
+                    device: given.to_owned(),
+                    parent: self.dev.join(parent),
+                }),
+                Partitions::WholeDevice => self.expand_name(given, &parent, partitions),
+            };
+        }
+        if !uuid.starts_with("mpath-") {
+            return Err(DeviceError::NotMultipath {
+                device: given.to_owned(),
+                name: name.to_owned(),
+                uuid: uuid.to_owned(),
+            });
+        }
+        if slaves.is_empty() {
+            return Err(DeviceError::NoPaths {
+                device: given.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        let mut found = Vec::new();
+        for slave in &slaves {
+            found.extend(self.expand_name(given, slave, Partitions::Refuse)?);
+        }
+        // A slave whose identity cannot be read now (an offline path) is still a path of the
+        // map's LU; slaves naming different LUs mean a broken map.
+        let mut ids: Vec<String> = found
+            .iter()
+            .filter_map(|f| f.id.as_ref().map(|id| id.0.clone()))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        if ids.len() > 1 {
+            return Err(DeviceError::MixedMap {
+                device: given.to_owned(),
+                name: name.to_owned(),
+                ids,
+            });
+        }
+        if let Some(id) = ids.pop() {
+            for f in &mut found {
+                f.id.get_or_insert_with(|| LuId(id.clone()));
+            }
+        }
+        Ok(found)
+    }
+
+    /// The kernel name (`sdb`, `sg1`, `dm-0`) of the node `given` leads to, following symlinks.
+    /// A `/dev/mapper/NAME` that is a node rather than a symlink (no udev) is found by dm name.
+    fn kernel_name(&self, given: &Path) -> Result<String, DeviceError> {
+        let not_found = |source| DeviceError::NotFound {
+            device: given.to_owned(),
+            source,
+        };
+        let real = std::fs::canonicalize(given).map_err(not_found)?;
+        let file_name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mapper = std::fs::canonicalize(self.dev.join("mapper")).ok();
+        if mapper.is_some() && real.parent() == mapper.as_deref() {
+            return self.dm_by_name(given, &file_name);
+        }
+        Ok(file_name)
+    }
+
+    fn dm_by_name(&self, given: &Path, dm_name: &str) -> Result<String, DeviceError> {
+        let class = self.sys.join("class/block");
+        for entry in self.list(given, dm_name, &class)? {
+            if !entry.starts_with("dm-") {
+                continue;
+            }
+            let name_file = class.join(&entry).join("dm/name");
+            if std::fs::read_to_string(&name_file).is_ok_and(|n| n.trim() == dm_name) {
+                return Ok(entry);
+            }
+        }
+        Err(DeviceError::NoSysfs {
+            device: given.to_owned(),
+            name: dm_name.to_owned(),
+            sys: self.sys.clone(),
+        })
+    }
+
+    /// Reads one SCSI device's attributes. `scsi_dir` is its sysfs directory
+    /// (`…/host2/session3/target2:0:0/2:0:0:0`). Missing identity is left to the caller.
+    fn scsi_path(&self, given: &Path, name: &str, scsi_dir: &Path) -> Found {
+        let hctl = scsi_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let text = |attr: &str| std::fs::read_to_string(scsi_dir.join(attr));
+        let bytes = |attr: &str| std::fs::read(scsi_dir.join(attr));
+        let id = text("wwid")
+            .ok()
+            .map(|w| w.trim_end_matches(['\n', '\0', ' ']).to_owned())
+            .filter(|w| !w.is_empty())
+            .map(LuId)
+            .or_else(|| bytes("vpd_pg83").ok().and_then(|p| LuId::from_vpd_pg83(&p)));
+        let serial = bytes("vpd_pg80").ok().and_then(|p| vpd::unit_serial(&p));
+        let state = match text("state") {
+            Ok(s) => PathState::parse(&s),
+            Err(e) => PathState::Other(format!("unreadable ({e})")),
+        };
+        Found {
+            path: PathInfo {
+                dev: self.dev.join(name),
+                given: given.to_owned(),
+                name: name.to_owned(),
+                hctl,
+                state,
+                transport: self.iscsi_session(scsi_dir),
+            },
+            id,
+            serial,
+        }
+    }
+
+    /// The iSCSI session above a SCSI device: a `sessionN` component of its sysfs path.
+    fn iscsi_session(&self, scsi_dir: &Path) -> Option<IscsiSession> {
+        let session = scsi_dir.ancestors().find_map(|a| {
+            let n = a.file_name()?.to_str()?;
+            let digits = n.strip_prefix("session")?;
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(n)
+        })?;
+        let dir = self.sys.join("class/iscsi_session").join(session);
+        let attr = |a: &str| {
+            std::fs::read_to_string(dir.join(a))
+                .ok()
+                .map(|s| s.trim().to_owned())
+                // open-iscsi leaves unset strings as "(null)".
+                .filter(|s| !s.is_empty() && s != "(null)")
+        };
+        Some(IscsiSession {
+            session: session.to_owned(),
+            target: attr("targetname")?,
+            initiator: attr("initiatorname").unwrap_or_default(),
+            iface: attr("ifacename"),
+            tpgt: attr("tpgt").and_then(|t| t.parse().ok()),
+            isid: attr("isid"),
+        })
+    }
+
+    fn canonical(&self, given: &Path, name: &str, path: &Path) -> Result<PathBuf, DeviceError> {
+        std::fs::canonicalize(path).map_err(|source| self.sysfs_error(given, name, path, source))
+    }
+
+    fn read(&self, given: &Path, name: &str, path: &Path) -> Result<String, DeviceError> {
+        std::fs::read_to_string(path).map_err(|source| self.sysfs_error(given, name, path, source))
+    }
+
+    /// Entry names of a directory, sorted (sysfs order is not stable across boots).
+    fn list(&self, given: &Path, name: &str, dir: &Path) -> Result<Vec<String>, DeviceError> {
+        let entries =
+            std::fs::read_dir(dir).map_err(|source| self.sysfs_error(given, name, dir, source))?;
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn sysfs_error(
+        &self,
+        given: &Path,
+        name: &str,
+        path: &Path,
+        source: std::io::Error,
+    ) -> DeviceError {
+        DeviceError::Sysfs {
+            device: given.to_owned(),
+            name: name.to_owned(),
+            path: path.to_owned(),
+            source,
+        }
+    }
+}

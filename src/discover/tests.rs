@@ -1,0 +1,562 @@
+//! Discovery on fake sysfs and /dev trees shaped like the lab guest's (Linux 6.1, LIO over
+//! iSCSI on 127.0.0.1, ifaces `nodea` and `nodea2` logged in with IQN …:nodea, `nodeb` with
+//! …:nodeb, two LUNs; a dm-multipath map made with `dmsetup create` over nodea's two paths to
+//! LUN 0). Captured there:
+//!
+//! ```text
+//! /sys/block/sda -> ../devices/platform/host1/session2/target1:0:0/1:0:0:0/block/sda
+//! /sys/block/sdc -> ../devices/platform/host2/session3/target2:0:0/2:0:0:0/block/sdc
+//! /sys/block/sda/device -> ../../../1:0:0:0   (wwid, state, vpd_pg80, vpd_pg83, scsi_device/,
+//!                                             scsi_generic/sg0, generic -> scsi_generic/sg0)
+//! sda wwid=naa.6001405ab00000000000000000000000 state=running  (sdc: the same wwid)
+//! /sys/class/scsi_generic/sg0 -> ../../devices/platform/host1/session2/target1:0:0/1:0:0:0/scsi_generic/sg0
+//! /sys/class/scsi_generic/sg0/device -> ../../../1:0:0:0
+//! /sys/class/iscsi_session/session2 -> ../../devices/platform/host1/session2/iscsi_session/session2
+//!   initiatorname=iqn.2026-11.lab:nodea targetname=iqn.2026-11.lab:target ifacename=nodea2
+//!   tpgt=1 state=LOGGED_IN; no `isid` attribute
+//! /sys/block/dm-0 -> ../devices/virtual/block/dm-0
+//!   dm/uuid=mpath-36001405ab00000000000000000000000 dm/name=mpath-test
+//!   slaves/sda -> ../../../../platform/host1/session2/target1:0:0/1:0:0:0/block/sda
+//!   slaves/sdc -> ../../../../platform/host2/session3/target2:0:0/2:0:0:0/block/sdc
+//! /sys/block/sda/holders/dm-0 -> ../../../../../../../../virtual/block/dm-0
+//! /dev/dm-0 (no udev: no /dev/mapper link; multipath-tools found no paths without udev)
+//! ```
+//!
+//! Partitions are not from the capture (the guest had no partitioning tool on its PATH); their
+//! layout is the kernel's usual one: `…/block/sdb/sdb1/partition`, `/sys/class/block/sdb1 ->
+//! ../../devices/…/block/sdb/sdb1`.
+
+use super::vpd::tests::{LIO_PG80, LIO_PG83};
+use super::*;
+use std::fs;
+use std::os::unix::fs::symlink;
+
+const LUN0: &str = "naa.6001405ab00000000000000000000000";
+const LUN1: &str = "naa.6001405ab10000000000000000000000";
+
+struct Tree {
+    root: tempfile::TempDir,
+}
+
+impl Tree {
+    fn new() -> Self {
+        let t = Self {
+            root: tempfile::tempdir().unwrap(),
+        };
+        for d in [
+            "sys/block",
+            "sys/class/block",
+            "sys/class/scsi_generic",
+            "sys/class/iscsi_session",
+            "sys/devices/virtual/block",
+            "dev/mapper",
+            "dev/disk/by-id",
+        ] {
+            fs::create_dir_all(t.root.path().join(d)).unwrap();
+        }
+        t
+    }
+
+    fn sys(&self) -> PathBuf {
+        self.root.path().join("sys")
+    }
+
+    fn dev(&self, name: &str) -> PathBuf {
+        self.root.path().join("dev").join(name)
+    }
+
+    fn discovery(&self) -> Discovery {
+        Discovery::new(self.sys(), self.root.path().join("dev"))
+    }
+
+    fn write(&self, rel: &str, contents: impl AsRef<[u8]>) {
+        let p = self.sys().join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, contents).unwrap();
+    }
+
+    fn session(&self, host: u32, session: u32, initiator: &str, iface: &str) {
+        let rel =
+            format!("devices/platform/host{host}/session{session}/iscsi_session/session{session}");
+        self.write(&format!("{rel}/targetname"), "iqn.2026-11.lab:target\n");
+        self.write(&format!("{rel}/initiatorname"), format!("{initiator}\n"));
+        self.write(&format!("{rel}/ifacename"), format!("{iface}\n"));
+        self.write(&format!("{rel}/tpgt"), "1\n");
+        self.write(&format!("{rel}/state"), "LOGGED_IN\n");
+        symlink(
+            format!("../../{rel}"),
+            self.sys()
+                .join(format!("class/iscsi_session/session{session}")),
+        )
+        .unwrap();
+    }
+
+    /// A SCSI disk `sd` (with generic `sg`) at host:0:0:lun under `sessionN`. `wwid: None` leaves
+    /// the attribute out (pre-4.5 kernels); `pg83: None` leaves the VPD page out too.
+    #[allow(clippy::too_many_arguments)]
+    fn disk(
+        &self,
+        host: u32,
+        session: u32,
+        lun: u32,
+        sd: &str,
+        sg: &str,
+        wwid: Option<&str>,
+        pg83: Option<&[u8]>,
+        state: &str,
+    ) {
+        let scsi = format!(
+            "devices/platform/host{host}/session{session}/target{host}:0:0/{host}:0:0:{lun}"
+        );
+        if let Some(w) = wwid {
+            self.write(&format!("{scsi}/wwid"), format!("{w}\n"));
+        }
+        if let Some(p) = pg83 {
+            self.write(&format!("{scsi}/vpd_pg83"), p);
+        }
+        self.write(&format!("{scsi}/vpd_pg80"), LIO_PG80);
+        self.write(&format!("{scsi}/state"), format!("{state}\n"));
+        fs::create_dir_all(
+            self.sys()
+                .join(format!("{scsi}/scsi_device/{host}:0:0:{lun}")),
+        )
+        .unwrap();
+        self.write(&format!("{scsi}/block/{sd}/dev"), "8:0\n");
+        symlink(
+            format!("../../../{host}:0:0:{lun}"),
+            self.sys().join(format!("{scsi}/block/{sd}/device")),
+        )
+        .unwrap();
+        symlink(
+            format!("../{scsi}/block/{sd}"),
+            self.sys().join("block").join(sd),
+        )
+        .unwrap();
+        symlink(
+            format!("../../{scsi}/block/{sd}"),
+            self.sys().join("class/block").join(sd),
+        )
+        .unwrap();
+        self.write(&format!("{scsi}/scsi_generic/{sg}/dev"), "21:0\n");
+        symlink(
+            format!("../../../{host}:0:0:{lun}"),
+            self.sys().join(format!("{scsi}/scsi_generic/{sg}/device")),
+        )
+        .unwrap();
+        symlink(
+            format!("../../{scsi}/scsi_generic/{sg}"),
+            self.sys().join("class/scsi_generic").join(sg),
+        )
+        .unwrap();
+        fs::write(self.dev(sd), "").unwrap();
+        fs::write(self.dev(sg), "").unwrap();
+    }
+
+    /// The lab's topology: sessions 1 (nodeb, host0), 2 (nodea via iface nodea2, host1) and
+    /// 3 (nodea, host2), each with LUN 0 and LUN 1.
+    fn lab() -> Self {
+        let t = Self::new();
+        t.session(0, 1, "iqn.2026-11.lab:nodeb", "nodeb");
+        t.session(1, 2, "iqn.2026-11.lab:nodea", "nodea2");
+        t.session(2, 3, "iqn.2026-11.lab:nodea", "nodea");
+        for (host, session, lun, sd, sg) in [
+            (0, 1, 0, "sdb", "sg1"),
+            (0, 1, 1, "sdf", "sg5"),
+            (1, 2, 0, "sda", "sg0"),
+            (1, 2, 1, "sde", "sg4"),
+            (2, 3, 0, "sdc", "sg2"),
+            (2, 3, 1, "sdd", "sg3"),
+        ] {
+            let wwid = if lun == 0 { LUN0 } else { LUN1 };
+            t.disk(
+                host,
+                session,
+                lun,
+                sd,
+                sg,
+                Some(wwid),
+                Some(LIO_PG83),
+                "running",
+            );
+        }
+        // LUN 1's serial is "lab-lun1" (the NAA is built from its hex digits).
+        for scsi in [
+            "host0/session1/target0:0:0/0:0:0:1",
+            "host1/session2/target1:0:0/1:0:0:1",
+            "host2/session3/target2:0:0/2:0:0:1",
+        ] {
+            t.write(
+                &format!("devices/platform/{scsi}/vpd_pg80"),
+                b"\x00\x80\x00\x09lab-lun1\x00",
+            );
+        }
+        t
+    }
+
+    fn dm(&self, n: u32, name: &str, uuid: &str, slaves: &[&str]) {
+        let rel = format!("devices/virtual/block/dm-{n}");
+        self.write(&format!("{rel}/dm/uuid"), format!("{uuid}\n"));
+        self.write(&format!("{rel}/dm/name"), format!("{name}\n"));
+        fs::create_dir_all(self.sys().join(format!("{rel}/slaves"))).unwrap();
+        for s in slaves {
+            let target = fs::read_link(self.sys().join("block").join(s)).unwrap();
+            // ../devices/X  ->  ../../../../X, as the kernel's slaves links are.
+            let below_devices = target.strip_prefix("../devices").unwrap();
+            symlink(
+                Path::new("../../../..").join(below_devices),
+                self.sys().join(format!("{rel}/slaves/{s}")),
+            )
+            .unwrap();
+        }
+        symlink(
+            format!("../{rel}"),
+            self.sys().join(format!("block/dm-{n}")),
+        )
+        .unwrap();
+        symlink(
+            format!("../../{rel}"),
+            self.sys().join(format!("class/block/dm-{n}")),
+        )
+        .unwrap();
+        fs::write(self.dev(&format!("dm-{n}")), "").unwrap();
+        symlink(format!("../dm-{n}"), self.dev(&format!("mapper/{name}"))).unwrap();
+    }
+
+    fn partition(&self, disk: &str, part: &str) {
+        let whole = fs::read_link(self.sys().join("block").join(disk)).unwrap();
+        let whole = whole.strip_prefix("..").unwrap();
+        self.write(&format!("{}/{part}/partition", whole.display()), "1\n");
+        symlink(
+            Path::new("../..").join(whole).join(part),
+            self.sys().join("class/block").join(part),
+        )
+        .unwrap();
+        fs::write(self.dev(part), "").unwrap();
+    }
+}
+
+fn names(lu: &Lu) -> Vec<&str> {
+    lu.paths.iter().map(|p| p.name.as_str()).collect()
+}
+
+fn errors(result: Result<Vec<Lu>, DiscoverError>) -> Vec<DeviceError> {
+    match result {
+        Err(DiscoverError::Devices(e)) => e,
+        other => panic!("expected device errors, got {other:?}"),
+    }
+}
+
+#[test]
+fn one_node_two_luns_sorted_by_id() {
+    let t = Tree::lab();
+    // Given LUN 1 first: the output is still ordered by id, LUN 0 (the arbiter) first.
+    let lus = t
+        .discovery()
+        .resolve(&[t.dev("sdf"), t.dev("sdb")])
+        .unwrap();
+    assert_eq!(lus.len(), 2);
+    assert_eq!(lus[0].id.as_str(), LUN0);
+    assert_eq!(lus[1].id.as_str(), LUN1);
+    let p = &lus[0].paths[0];
+    assert_eq!(p.dev, t.dev("sdb"));
+    assert_eq!(p.given, t.dev("sdb"));
+    assert_eq!(p.hctl, "0:0:0:0");
+    assert!(p.is_live());
+    assert_eq!(
+        p.transport,
+        Some(IscsiSession {
+            session: "session1".into(),
+            target: "iqn.2026-11.lab:target".into(),
+            initiator: "iqn.2026-11.lab:nodeb".into(),
+            iface: Some("nodeb".into()),
+            tpgt: Some(1),
+            isid: None,
+        })
+    );
+}
+
+#[test]
+fn two_sessions_of_one_node_group_into_one_lu() {
+    let t = Tree::lab();
+    let lus = t
+        .discovery()
+        .resolve(&[t.dev("sdc"), t.dev("sda"), t.dev("sdd"), t.dev("sde")])
+        .unwrap();
+    assert_eq!(lus.len(), 2);
+    assert_eq!(names(&lus[0]), ["sdc", "sda"]);
+    assert_eq!(names(&lus[1]), ["sdd", "sde"]);
+    let ifaces: Vec<_> = lus[0]
+        .paths
+        .iter()
+        .map(|p| p.transport.as_ref().unwrap().iface.clone().unwrap())
+        .collect();
+    assert_eq!(ifaces, ["nodea", "nodea2"]);
+}
+
+#[test]
+fn multipath_map_expands_to_its_slaves() {
+    let t = Tree::lab();
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    for given in [t.dev("dm-0"), t.dev("mapper/mpatha")] {
+        let lus = t.discovery().resolve(std::slice::from_ref(&given)).unwrap();
+        assert_eq!(lus.len(), 1);
+        assert_eq!(lus[0].id.as_str(), LUN0);
+        // Slaves in name order; each path remembers the map it came from.
+        assert_eq!(names(&lus[0]), ["sda", "sdc"]);
+        assert_eq!(lus[0].paths[0].dev, t.dev("sda"));
+        assert!(lus[0].paths.iter().all(|p| p.given == given));
+        assert_eq!(lus[0].paths[1].hctl, "2:0:0:0");
+    }
+}
+
+#[test]
+fn mapper_node_without_udev_link_is_found_by_dm_name() {
+    let t = Tree::lab();
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    let link = t.dev("mapper/mpatha");
+    fs::remove_file(&link).unwrap();
+    fs::write(&link, "").unwrap();
+    let lus = t.discovery().resolve(&[link]).unwrap();
+    assert_eq!(names(&lus[0]), ["sda", "sdc"]);
+}
+
+#[test]
+fn map_and_its_own_path_and_generic_node_are_not_counted_twice() {
+    let t = Tree::lab();
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    let lus = t
+        .discovery()
+        .resolve(&[t.dev("sg2"), t.dev("mapper/mpatha"), t.dev("sdc")])
+        .unwrap();
+    assert_eq!(lus.len(), 1);
+    // sg2 is sdc's generic node (2:0:0:0): it stays, under its own name, and sdc is dropped.
+    assert_eq!(names(&lus[0]), ["sg2", "sda"]);
+    assert_eq!(lus[0].paths[0].dev, t.dev("sg2"));
+    assert_eq!(lus[0].paths[0].hctl, "2:0:0:0");
+    assert!(lus[0].paths[0].transport.is_some());
+}
+
+#[test]
+fn by_id_symlink_is_followed() {
+    let t = Tree::lab();
+    let link = t.dev("disk/by-id/wwn-0x6001405ab00000000000000000000000");
+    symlink("../../sdb", &link).unwrap();
+    let lus = t.discovery().resolve(std::slice::from_ref(&link)).unwrap();
+    assert_eq!(lus[0].paths[0].dev, t.dev("sdb"));
+    assert_eq!(lus[0].paths[0].given, link);
+}
+
+#[test]
+fn dead_path_is_returned_with_its_state() {
+    let t = Tree::lab();
+    t.write(
+        "devices/platform/host1/session2/target1:0:0/1:0:0:0/state",
+        "transport-offline\n",
+    );
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    let lus = t.discovery().resolve(&[t.dev("dm-0")]).unwrap();
+    let states: Vec<_> = lus[0].paths.iter().map(|p| p.state.clone()).collect();
+    assert_eq!(states, [PathState::TransportOffline, PathState::Running]);
+    assert!(!lus[0].paths[0].is_live());
+    assert_eq!(
+        PathState::parse("quiesce\n"),
+        PathState::Other("quiesce".into())
+    );
+}
+
+#[test]
+fn identity_falls_back_to_vpd_page_83() {
+    let t = Tree::new();
+    t.session(0, 1, "iqn.2026-11.lab:nodeb", "default");
+    t.disk(0, 1, 0, "sdb", "sg1", None, Some(LIO_PG83), "running");
+    let lus = t.discovery().resolve(&[t.dev("sdb")]).unwrap();
+    assert_eq!(lus[0].id.as_str(), LUN0);
+}
+
+#[test]
+fn map_slave_without_identity_inherits_the_maps_lu() {
+    let t = Tree::new();
+    t.session(1, 2, "iqn.2026-11.lab:nodea", "nodea2");
+    t.session(2, 3, "iqn.2026-11.lab:nodea", "nodea");
+    t.disk(1, 2, 0, "sda", "sg0", None, None, "offline");
+    t.disk(2, 3, 0, "sdc", "sg2", Some(LUN0), None, "running");
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sda", "sdc"],
+    );
+    let lus = t.discovery().resolve(&[t.dev("dm-0")]).unwrap();
+    assert_eq!(lus[0].id.as_str(), LUN0);
+    assert_eq!(names(&lus[0]), ["sda", "sdc"]);
+    // Given alone, the same disk cannot be placed.
+    let e = errors(t.discovery().resolve(&[t.dev("sda")]));
+    assert!(matches!(&e[..], [DeviceError::NoIdentity { .. }]), "{e:?}");
+    assert!(e[0].to_string().contains("1:0:0:0"), "{}", e[0]);
+}
+
+#[test]
+fn partitions_are_refused_but_pvs_on_partitions_map_to_the_disk() {
+    let t = Tree::lab();
+    t.partition("sdb", "sdb1");
+    let e = errors(t.discovery().resolve(&[t.dev("sdb1")]));
+    let msg = e[0].to_string();
+    assert!(
+        msg.contains("partition") && msg.ends_with(&format!("give {}", t.dev("sdb").display())),
+        "{msg}"
+    );
+    let lus = t.discovery().resolve_pvs(&[t.dev("sdb1")]).unwrap();
+    assert_eq!(lus[0].paths[0].dev, t.dev("sdb"));
+    assert_eq!(lus[0].paths[0].given, t.dev("sdb1"));
+}
+
+#[test]
+fn kpartx_partition_of_a_map() {
+    let t = Tree::lab();
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    t.dm(
+        1,
+        "mpatha1",
+        "part1-mpath-36001405ab00000000000000000000000",
+        &[],
+    );
+    symlink(
+        "../../../../virtual/block/dm-0",
+        t.sys().join("devices/virtual/block/dm-1/slaves/dm-0"),
+    )
+    .unwrap();
+    let e = errors(t.discovery().resolve(&[t.dev("mapper/mpatha1")]));
+    assert!(
+        e[0].to_string()
+            .contains(&format!("give {}", t.dev("dm-0").display())),
+        "{}",
+        e[0]
+    );
+    let lus = t.discovery().resolve_pvs(&[t.dev("dm-1")]).unwrap();
+    assert_eq!(names(&lus[0]), ["sda", "sdc"]);
+}
+
+#[test]
+fn refusals_name_the_device_and_what_to_do() {
+    let t = Tree::lab();
+    t.dm(0, "vg-lv", "LVM-abcdef", &["sdb"]);
+    t.dm(1, "empty", "mpath-3600", &[]);
+    // An NVMe namespace: a block device without a SCSI device.
+    t.write("devices/virtual/nvme/nvme0n1/size", "8\n");
+    symlink(
+        "../../devices/virtual/nvme/nvme0n1",
+        t.sys().join("class/block/nvme0n1"),
+    )
+    .unwrap();
+    fs::write(t.dev("nvme0n1"), "").unwrap();
+    fs::write(t.dev("null"), "").unwrap();
+    let e = errors(t.discovery().resolve(&[
+        t.dev("mapper/vg-lv"),
+        t.dev("dm-1"),
+        t.dev("nvme0n1"),
+        t.dev("sdz"),
+        t.dev("null"),
+    ]));
+    let msgs: Vec<String> = e.iter().map(ToString::to_string).collect();
+    assert!(matches!(e[0], DeviceError::NotMultipath { .. }), "{msgs:?}");
+    assert!(msgs[0].contains("LVM-abcdef") && msgs[0].contains("mapper/vg-lv"));
+    assert!(matches!(e[1], DeviceError::NoPaths { .. }), "{msgs:?}");
+    assert!(matches!(e[2], DeviceError::NotScsi { .. }), "{msgs:?}");
+    assert!(matches!(e[3], DeviceError::NotFound { .. }), "{msgs:?}");
+    assert!(msgs[3].contains("sdz"));
+    assert!(matches!(e[4], DeviceError::NoSysfs { .. }), "{msgs:?}");
+    // Every problem is reported, one per line.
+    let all = DiscoverError::Devices(e).to_string();
+    assert_eq!(all.lines().count(), 5, "{all}");
+}
+
+#[test]
+fn map_over_two_lus_is_refused() {
+    let t = Tree::lab();
+    t.dm(0, "bad", "mpath-3600", &["sdb", "sdf"]);
+    let e = errors(t.discovery().resolve(&[t.dev("dm-0")]));
+    assert!(matches!(&e[..], [DeviceError::MixedMap { ids, .. }] if ids == &[LUN0, LUN1]));
+}
+
+#[test]
+fn two_lus_with_one_identifier_are_refused() {
+    // LIO makes its NAA from the hex digits of vpd_unit_serial: "lab-lunx" and "lab-luny" both
+    // give naa.6001405ab0…. Grouping them would fence one LU through the other's paths.
+    let t = Tree::lab();
+    t.write(
+        "devices/platform/host0/session1/target0:0:0/0:0:0:1/wwid",
+        format!("{LUN0}\n"),
+    );
+    let e = errors(t.discovery().resolve(&[t.dev("sdb"), t.dev("sdf")]));
+    assert!(matches!(&e[..], [DeviceError::IdCollision { .. }]), "{e:?}");
+    assert!(e[0].to_string().contains("\"lab-lun1\""), "{}", e[0]);
+}
+
+#[test]
+fn no_devices_give_no_lus() {
+    assert!(Tree::lab().discovery().resolve(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn lvm_autodiscovery_resolves_pvs_of_shared_vgs() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = Tree::lab();
+    t.dm(
+        0,
+        "mpatha",
+        "mpath-36001405ab00000000000000000000000",
+        &["sdc", "sda"],
+    );
+    t.partition("sdd", "sdd1");
+    let vgs = t.root.path().join("vgs");
+    let script = |body: String| {
+        fs::write(&vgs, format!("#!/bin/sh\n{body}")).unwrap();
+        fs::set_permissions(&vgs, fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // A clustered VG on the map, a shared one on a partition, a local one on sdb.
+    script(format!(
+        "echo '  wz--nc:{}'; echo '  wz--ns:{}'; echo '  wz--n-:{}'\n",
+        t.dev("dm-0").display(),
+        t.dev("sdd1").display(),
+        t.dev("sdb").display()
+    ));
+    let lus = t.discovery().resolve_lvm(&vgs, None).unwrap();
+    assert_eq!(lus.len(), 2);
+    assert_eq!(names(&lus[0]), ["sda", "sdc"]);
+    assert_eq!(names(&lus[1]), ["sdd"]);
+    script("echo '  wz--n-:/dev/sda'\n".into());
+    assert!(matches!(
+        t.discovery().resolve_lvm(&vgs, None),
+        Err(DiscoverError::NothingToFence)
+    ));
+    script("exit 5\n".into());
+    assert!(matches!(
+        t.discovery().resolve_lvm(&vgs, None),
+        Err(DiscoverError::Lvm(_))
+    ));
+}
