@@ -9,5 +9,6 @@ pub mod discover;
 pub mod exec;
 pub mod fence_agent;
 pub mod pr;
+pub mod process;
 pub mod spc_model;
 pub mod transport;

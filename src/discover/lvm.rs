@@ -10,10 +10,10 @@
 //! one vgs(8) defines as "(c)lustered, (s)hared", is `c` or `s` (fence-agents HEAD also accepts
 //! `s`).
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::process::{RunError, run_bounded};
 
 /// Arguments given to `vgs` (after the program path).
 pub const VGS_ARGS: &[&str] = &[
@@ -62,48 +62,12 @@ pub fn shared_pvs(program: &Path, timeout: Option<Duration>) -> Result<Vec<PathB
         program: program.to_owned(),
         reason,
     };
-    let mut child = Command::new(program)
-        .args(VGS_ARGS)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail(e.to_string()))?;
-    // Drain both pipes on threads so a large output cannot block the child while we wait.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(|e| fail(e.to_string()))? {
-            Some(status) => break status,
-            None if timeout.is_some_and(|t| started.elapsed() >= t) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(fail(format!(
-                    "timed out after {:?}; is LVM blocked on a lock or a dead device?",
-                    started.elapsed()
-                )));
-            }
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    if !status.success() {
-        return Err(fail(format!(
-            "{status} ({})",
-            String::from_utf8_lossy(&stderr).trim()
-        )));
-    }
+    let stdout = run_bounded(program, VGS_ARGS, timeout).map_err(|e| match e {
+        RunError::TimedOut(after) => fail(format!(
+            "timed out after {after:?}; is LVM blocked on a lock or a dead device?"
+        )),
+        other => fail(other.to_string()),
+    })?;
     Ok(parse_vgs(&String::from_utf8_lossy(&stdout)))
 }
 
@@ -153,10 +117,8 @@ mod tests {
             "{err}"
         );
         let slow = script("vgs", "exec sleep 5\n");
-        let started = Instant::now();
         let err = shared_pvs(&slow, Some(Duration::from_millis(200))).unwrap_err();
         assert!(err.to_string().contains("timed out"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(3));
         assert!(shared_pvs(Path::new("/nonexistent/vgs"), None).is_err());
         for p in [ok, bad, slow] {
             std::fs::remove_dir_all(p.parent().unwrap()).unwrap();

@@ -298,66 +298,19 @@ pub fn query_cmapctl(
     arg: &str,
     timeout: Option<std::time::Duration>,
 ) -> Result<String, KeyError> {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
+    use crate::process::{RunError, run_bounded};
 
     let fail = |reason: String| KeyError::Cmapctl {
         path: path.display().to_string(),
         arg: arg.to_owned(),
         reason,
     };
-    let mut child = Command::new(path)
-        .arg(arg)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| fail(e.to_string()))?;
-    // Drain both pipes on threads so a large output cannot block the child while we wait.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let started = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(|e| fail(e.to_string()))? {
-            Some(status) => break status,
-            None if timeout.is_some_and(|t| started.elapsed() >= t) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(fail(format!(
-                    "timed out after {:?} (power_timeout); is corosync responsive?",
-                    started.elapsed()
-                )));
-            }
-            None => std::thread::sleep(std::time::Duration::from_millis(5)),
-        }
-    };
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    if !status.success() {
-        return Err(fail(format!(
-            "{status} ({})",
-            String::from_utf8_lossy(&stderr).trim()
-        )));
-    }
+    let stdout = run_bounded(path, [arg], timeout).map_err(|e| match e {
+        RunError::TimedOut(after) => fail(format!(
+            "timed out after {after:?} (power_timeout); is corosync responsive?"
+        )),
+        other => fail(other.to_string()),
+    })?;
     String::from_utf8(stdout).map_err(|e| fail(format!("output is not UTF-8: {e}")))
 }
 
