@@ -143,6 +143,7 @@ struct RawSelfFence {
 struct RawWatchdog {
     device: String,
     timeout: String,
+    magic_close: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,8 +283,13 @@ pub struct SelfFenceSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchdogSettings {
     pub device: PathBuf,
-    /// Programmed into the device; the node resets this long after the last feed.
+    /// The device's timeout, which the agent checks at start (sysfs) because it cannot set
+    /// it: the node resets this long after the last feed.
     pub timeout: Duration,
+    /// Disarm the watchdog (magic close, 'V') when stopped cleanly by SIGTERM. Off: the node
+    /// resets `timeout` after the agent stops, unless something else feeds it. Never done when
+    /// fenced.
+    pub magic_close: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -753,6 +759,7 @@ fn validate_watchdog(raw: RawWatchdog) -> Result<WatchdogSettings, ConfigError> 
     Ok(WatchdogSettings {
         device: PathBuf::from(raw.device),
         timeout,
+        magic_close: raw.magic_close.unwrap_or(false),
     })
 }
 
