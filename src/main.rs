@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use prfence::cli::{self, Cli};
+use prfence::cli::{self, Cli, Cmd};
 
 fn init_tracing(verbosity: u8) {
     let default = match verbosity {
@@ -22,6 +22,9 @@ fn init_tracing(verbosity: u8) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    // The agent sets up its own logging from its configuration file.
+    if !matches!(cli.command, Cmd::Agent(_)) {
+        init_tracing(cli.verbose);
+    }
     ExitCode::from(cli::execute(&cli) as u8)
 }

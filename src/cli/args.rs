@@ -69,6 +69,8 @@ pub enum Cmd {
     Preempt(Preempt),
     /// Register a key for another initiator and move the reservation to it (REGISTER AND MOVE).
     RegisterMove(RegisterMove),
+    /// Run the node agent (watch or lease mode) from a configuration file.
+    Agent(Agent),
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +181,26 @@ pub struct RegisterMove {
     pub aptpl: bool,
     #[command(flatten)]
     pub devices: Devices,
+}
+
+/// `prfence agent`. Exit status: 0 stopped cleanly (or nothing wrong), 1 could not start or run,
+/// 2 invalid configuration, 3 `--once` found a problem, self_fence.exit_status (default 86)
+/// fenced.
+#[derive(Debug, Args)]
+pub struct Agent {
+    /// The agent's TOML configuration (see packaging/prfence-agent.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Look once at every LU (every path probed), print the status as JSON and exit; changes
+    /// nothing and runs no self-fence action.
+    #[arg(long, conflicts_with = "check_config")]
+    pub once: bool,
+    /// Write the status as JSON to FILE after every check (atomically replaced).
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<PathBuf>,
 }
 
 fn parse_key(s: &str) -> Result<Key, String> {

@@ -88,6 +88,7 @@ fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
             };
             (Request::Out(out), &p.devices.devices)
         }
+        Cmd::Agent(_) => unreachable!("the agent is dispatched before request_of"),
         Cmd::RegisterMove(m) => {
             let target = MoveTarget {
                 unreg: m.unreg,
@@ -136,6 +137,16 @@ fn perform(
 
 /// Runs the parsed command line and prints the results; returns the exit status.
 pub fn execute(cli: &Cli) -> ExitStatus {
+    if let Cmd::Agent(agent) = &cli.command {
+        // The agent's exit status is its own (e.g. self_fence.exit_status), not an admin
+        // command's, and it logs as its configuration says.
+        std::process::exit(i32::from(crate::daemon::run::agent_main(
+            &agent.config,
+            agent.check_config,
+            agent.once,
+            agent.status_file.clone(),
+        )));
+    }
     if let Err(message) = check_request(&cli.command) {
         eprintln!("prfence: {message}");
         return ExitStatus::Usage;

@@ -10,6 +10,11 @@
 //! - [`lease`]: lease mode, active/passive failover without a cluster manager.
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
 //!
+//! The driver: [`run`] (entry point, self-fence, shared helpers), `watch_loop` and `lease_loop`
+//! (the two modes), [`storage`] (the seam to discovery and devices, and bounded command
+//! execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
+//! [`status`], [`epoch_file`], [`logging`].
+//!
 //! # Safety does not rest on time (P5)
 //! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
 //! the target has removed its registrations on every I_T nexus, aborted its queued commands,
@@ -68,6 +73,19 @@
 //! RESERVATION CONFLICT and it self-fences; its writes in between are refused by the target.
 
 pub mod config;
+pub mod epoch_file;
+pub mod http;
 pub mod lease;
+mod lease_loop;
+pub mod logging;
 pub mod metrics;
+pub mod notify;
+pub mod run;
+pub mod status;
+pub mod storage;
 pub mod watch;
+mod watch_loop;
+pub mod watchdog;
+
+#[cfg(test)]
+mod tests;
