@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod exec;
 pub mod fence_agent;
+pub mod ops;
 pub mod pr;
 pub mod spc_model;
 pub mod transport;
