@@ -289,6 +289,11 @@ pub async fn status<T: PrTransport + 'static>(
         )
     } else if off.len() == reports.len() {
         (Outcome::Off, format!("{own} registered on none of the LUs"))
+    } else if unknown == reports.len() {
+        (
+            Outcome::Failure,
+            format!("no LU could be read: {}", failed_ids(&reports)),
+        )
     } else {
         let mut summary = format!(
             "{own} registered on {} of {} LUs; not on: {}",
