@@ -28,8 +28,9 @@ fn arbiter_steps<T: PrTransport>(
     own: Key,
     victim: Key,
 ) -> Result<Verdict, Stop> {
-    let (_, keys) = work.read_keys_any()?;
+    let (index, keys) = work.read_keys_any()?;
     if !keys.keys.contains(&own) {
+        work.note_reservation(index);
         return Err(Stop::fenced(format!(
             "own key {own} is not registered on the arbiter LU: this node was fenced (it lost the \
              race, or was preempted earlier); if this node was never registered, run `prfence \

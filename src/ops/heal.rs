@@ -15,8 +15,9 @@ pub(super) fn heal_lu<T: PrTransport>(target: &LuTarget<T>, own: Key) -> LuRepor
 }
 
 fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, Stop> {
-    let (_, keys) = work.read_keys_any()?;
+    let (index, keys) = work.read_keys_any()?;
     if !keys.keys.contains(&own) {
+        work.note_reservation(index);
         return Err(Stop::fenced(format!(
             "own key {own} is not registered on this LU; heal never registers a key that may have \
              been preempted (P3): run `prfence unfence` if this node should be back"

@@ -190,6 +190,13 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         Ok((index, keys))
     }
 
+    /// READ RESERVATION for the report only (e.g. to show who holds the LU when we stop).
+    pub fn note_reservation(&mut self, index: usize) {
+        if let Ok(reservation) = self.on(index, |p| p.read_reservation()) {
+            self.reservation = Some(reservation);
+        }
+    }
+
     pub fn read_keys_on(&mut self, index: usize) -> Result<ReadKeys, CommandError> {
         let keys = self.on(index, |p| p.read_keys())?;
         self.keys = Some(keys.clone());

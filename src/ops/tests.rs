@@ -213,6 +213,26 @@ fn unfence_is_idempotent_and_keeps_another_nodes_reservation() {
     }
 }
 
+#[test]
+fn the_json_shape_is_one_object_per_lu_with_its_evidence() {
+    let f = two_nodes(2, 1);
+    let report = f.fence(0, A, B);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["command"], "fence");
+    assert_eq!(json["outcome"], "success");
+    let lu = &json["lus"][0];
+    assert_eq!(lu["lu"], lu_id(0).as_str());
+    assert_eq!(lu["ok"], true);
+    assert_eq!(lu["verdict"], "victim_removed");
+    assert_eq!(lu["paths"][0]["device"], "/dev/n0l0p0");
+    assert_eq!(lu["paths"][0]["state"], "ok");
+    assert_eq!(lu["keys"], serde_json::json!(["0x000000000000000a"]));
+    assert_eq!(lu["reservation"]["key"], "0x000000000000000a");
+    assert_eq!(lu["reservation"]["type"], "wero");
+    assert!(lu["generation"].is_u64());
+    assert!(lu.get("error").is_none());
+}
+
 // ----- status -----
 
 #[test]
