@@ -33,7 +33,8 @@ lowercase digits. Types: wero (default), we, ea, earo, wear, eaar, or their SPC 
     after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
-    /// Print one JSON array, one object per device in argument order.
+    /// Print JSON: one array with an object per device (admin commands), or one object with a
+    /// report per LU (unfence, fence, status).
     #[arg(long, global = true)]
     pub json: bool,
 

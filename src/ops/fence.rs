@@ -37,36 +37,39 @@ fn arbiter_steps<T: PrTransport>(
              unfence` first. No LU was touched"
         )));
     }
-    let verdict = if keys.keys.contains(&victim) {
+    let (verdict, proven) = if keys.keys.contains(&victim) {
         preempt_from_a_registered_path(work, own, victim)?
     } else {
         work.notes.push(format!(
             "victim key {victim} was not registered (P4: already fenced)"
         ));
-        Verdict::AlreadyFenced
+        (Verdict::AlreadyFenced, None)
     };
-    // Only paths registered with our key can reserve; we do not know which are, so each live path
-    // is tried in turn (an unregistered one is refused without effect).
-    let candidates = work.live_paths();
+    // Only paths registered with our key can reserve. The one the preemption went through is
+    // proven registered; the others are tried after it (an unregistered one is refused without
+    // effect, but LIO refuses with NOT READY, which costs the policy's retries).
+    let mut candidates: Vec<usize> = proven.into_iter().collect();
+    candidates.extend(work.live_paths().into_iter().filter(|&i| Some(i) != proven));
     work.ensure_reservation(own, &candidates)?;
     work.verify(own, Some(victim), true)?;
     Ok(verdict)
 }
 
-/// Tries each live path until one that is registered with our key carries the preemption.
+/// Tries each live path until one that is registered with our key carries the preemption;
+/// returns the verdict and that path.
 fn preempt_from_a_registered_path<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
     victim: Key,
-) -> Result<Verdict, Stop> {
+) -> Result<(Verdict, Option<usize>), Stop> {
     for index in work.live_paths() {
         match work.preempt(index, own, victim) {
-            Ok(Preempted::Done) => return Ok(Verdict::VictimRemoved),
+            Ok(Preempted::Done) => return Ok((Verdict::VictimRemoved, Some(index))),
             Ok(Preempted::VictimGoneMeanwhile) => {
                 work.notes.push(format!(
                     "victim key {victim} was removed by someone else meanwhile"
                 ));
-                return Ok(Verdict::AlreadyFenced);
+                return Ok((Verdict::AlreadyFenced, None));
             }
             Ok(Preempted::OwnKeyGone) => {
                 return Err(Stop::fenced(format!(
