@@ -202,7 +202,21 @@ pub(super) fn purge_orphans<T: PrTransport>(
         ));
         return Ok(false);
     };
-    work.on(caller, |p| p.pr_out(&PrOut::preempt(own, own, held.rtype)))?;
+    match work.on(caller, |p| p.pr_out(&PrOut::preempt(own, own, held.rtype))) {
+        Ok(_) => {}
+        // The caller was registered a moment ago; only a preemption of our key (or a CLEAR)
+        // unregisters it, and that removed every registration we had, so nothing we still hold
+        // was there before it: give it all up.
+        Err(e) if e.kind == ErrorKind::ReservationConflict => {
+            work.mark_answered(caller);
+            work.withdraw(own);
+            return Err(Stop::fenced(format!(
+                "own key {own} was preempted while purging orphaned registrations (PREEMPT from                  {} answered RESERVATION CONFLICT)",
+                work.device(caller)
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    }
     let others: Vec<usize> = live.iter().copied().filter(|&i| i != caller).collect();
     guarded_register(work, own, &[caller], &others)?;
     work.notes.push(format!(

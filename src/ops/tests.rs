@@ -988,3 +988,136 @@ proptest! {
         check_one_survivor(&f, lus, outcomes);
     }
 }
+
+/// Node 0 heals while node 1 fences it: whatever the interleaving, once node 1's fence has
+/// succeeded node 0's key is gone from every LU (heal never brings a preempted key back, P3).
+fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
+    let mut f = two_nodes(lus, 2);
+    for lu in 0..lus {
+        let old = f.nexus[lu][0][1];
+        f.nexus[lu][0][1] = f.with_lu(lu, |l| l.relogin(old, "23d0000dd"));
+    }
+    let gate = Turnstile::new(schedule, 2);
+    let healer = {
+        let targets = gated(f.targets(0), 0, &gate);
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            let report = block_on(heal(targets, A, limits())).unwrap();
+            gate.finish(0);
+            report.outcome
+        })
+    };
+    let fencer = {
+        let targets = gated(f.targets(1), 1, &gate);
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            let report = block_on(fence(targets, B, A, limits())).unwrap();
+            gate.finish(1);
+            report.outcome
+        })
+    };
+    let (healed, fenced) = (healer.join().unwrap(), fencer.join().unwrap());
+    assert!(
+        matches!(healed, Outcome::Success | Outcome::ThisNodeFenced),
+        "{healed:?}"
+    );
+    // The fence may see the healer's brief re-registration (before it is withdrawn) and report
+    // failure; it must never be fooled into success while the key stays, and a rerun converges.
+    let outcome = match fenced {
+        Outcome::Success => fenced,
+        Outcome::Failure => f.fence(1, B, A).outcome,
+        other => panic!("fence: {other:?}"),
+    };
+    assert_eq!(outcome, Outcome::Success);
+    for lu in 0..lus {
+        assert!(
+            !f.has(lu, A),
+            "LU {lu}: {:?} (heal {healed:?}, fence {fenced:?})",
+            f.keys(lu)
+        );
+    }
+}
+
+#[test]
+fn heal_preempted_just_before_purging_its_orphan_gives_up_and_says_fenced() {
+    // Found by the property below: node 1 preempts node 0 between node 0's READ RESERVATION and
+    // its self-PREEMPT; the PREEMPT conflicts and heal must withdraw, not merely fail.
+    heal_races_fence(1, vec![0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0]);
+}
+
+/// One injected fault somewhere, a failed or partial fence, then a clean rerun converges.
+fn fault_then_rerun(
+    lus: usize,
+    lu: usize,
+    path: usize,
+    fault: Injected,
+    timing: Timing,
+    count: u32,
+) {
+    let f = two_nodes(lus, 2);
+    let nexus = f.nexus[lu][0][path];
+    f.with_lu(lu, |l| {
+        l.inject(
+            nexus,
+            Injection {
+                fault,
+                timing,
+                filter: CommandFilter::Any,
+                count,
+            },
+        )
+    });
+    let first = f.fence(0, A, B);
+    if first.outcome == Outcome::Success {
+        assert!((0..lus).all(|l| !f.has(l, B)));
+    } else {
+        assert_eq!(first.outcome, Outcome::Failure, "{first:#?}");
+    }
+    f.with_lu(lu, |l| l.clear_injections(nexus));
+    let second = f.fence(0, A, B);
+    assert_eq!(second.outcome, Outcome::Success, "{second:#?}");
+    for l in 0..lus {
+        assert!(f.has(l, A) && !f.has(l, B) && f.reserved(l));
+    }
+}
+
+fn fault() -> impl Strategy<Value = Injected> {
+    prop_oneof![
+        Just(Injected::Timeout),
+        Just(Injected::TransportDown),
+        Just(Injected::Failure(
+            crate::spc_model::ScsiFailure::lio_communication_failure()
+        )),
+        Just(Injected::Failure(
+            crate::spc_model::ScsiFailure::invalid_field_in_cdb()
+        )),
+        Just(Injected::Failure(
+            crate::spc_model::UnitAttention::POWER_ON.to_failure()
+        )),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn heal_raced_against_a_fence_never_survives_it(
+        schedule in prop::collection::vec(0usize..2, 0..80),
+        lus in 1usize..3,
+    ) {
+        heal_races_fence(lus, schedule);
+    }
+
+    #[test]
+    fn any_single_fault_then_a_rerun_converges(
+        lus in 1usize..5,
+        lu_pick in 0usize..5,
+        path in 0usize..2,
+        fault in fault(),
+        after in any::<bool>(),
+        count in 1u32..20,
+    ) {
+        let timing = if after { Timing::AfterExecuting } else { Timing::InsteadOfExecuting };
+        fault_then_rerun(lus, lu_pick % lus, path, fault, timing, count);
+    }
+}
