@@ -1121,3 +1121,52 @@ proptest! {
         fault_then_rerun(lus, lu_pick % lus, path, fault, timing, count);
     }
 }
+
+/// Three nodes fence in a ring (0 fences 1, 1 fences 2, 2 fences 0) at once: every fence that
+/// reports success has its victim gone from every LU at the end (P1, P3: nothing re-registers a
+/// preempted key), and at least one node survives.
+fn ring_race(lus: usize, schedule: Vec<usize>) {
+    let f = Fixture::new(lus, &[1, 1, 1], Quirks::lio());
+    let keys = [A, B, C];
+    for (node, key) in keys.iter().enumerate() {
+        assert_eq!(f.unfence(node, *key).outcome, Outcome::Success);
+    }
+    let gate = Turnstile::new(schedule, 3);
+    let runs: Vec<_> = (0..3)
+        .map(|node| {
+            let targets = gated(f.targets(node), node, &gate);
+            let gate = Arc::clone(&gate);
+            let (own, victim) = (keys[node], keys[(node + 1) % 3]);
+            std::thread::spawn(move || {
+                let report = block_on(fence(targets, own, victim, limits())).unwrap();
+                gate.finish(node);
+                report.outcome
+            })
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    for (node, outcome) in outcomes.iter().enumerate() {
+        if *outcome == Outcome::Success {
+            let victim = keys[(node + 1) % 3];
+            for lu in 0..lus {
+                assert!(!f.has(lu, victim), "{outcomes:?}: LU {lu} {:?}", f.keys(lu));
+            }
+        }
+    }
+    assert!(
+        (0..lus).all(|lu| !f.keys(lu).is_empty()),
+        "{outcomes:?}: someone must survive"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_ring_of_fences_never_reports_a_victim_fenced_that_is_not(
+        schedule in prop::collection::vec(0usize..3, 0..90),
+        lus in 1usize..4,
+    ) {
+        ring_race(lus, schedule);
+    }
+}
