@@ -68,14 +68,22 @@ impl PrTransport for CliPath {
 }
 
 /// Groups device arguments into LUs by the kernel's `wwid` (the VPD 83h designator sysfs shows),
-/// falling back to the device path when it cannot be read.
+/// falling back to the absolute device path when it cannot be read (a device that vanished, a
+/// dm device).
 ///
 /// Stand-in until discovery lands: to be replaced by `discover::resolve` (which also expands
 /// dm-multipath devices into their SCSI paths).
 pub fn group_into_lus(devices: &[PathBuf]) -> Vec<(String, Vec<PathBuf>)> {
     let mut lus: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for device in devices {
-        let id = sysfs_wwid(device).unwrap_or_else(|| device.display().to_string());
+        // The fallback is an absolute path, which the engine treats as node-local: never the
+        // arbiter (see `ops::is_node_local_id`).
+        let id = sysfs_wwid(device).unwrap_or_else(|| {
+            std::path::absolute(device)
+                .unwrap_or_else(|_| Path::new("/").join(device))
+                .display()
+                .to_string()
+        });
         let paths = lus.entry(id).or_default();
         if !paths.contains(device) {
             paths.push(device.clone());

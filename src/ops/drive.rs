@@ -139,6 +139,11 @@ pub async fn fence<T: PrTransport + 'static>(
     let Some((arbiter, followers)) = lus.split_first() else {
         return Err(RequestError::NoLus);
     };
+    // P2: normalize() put every identified LU first; if even the first is node-local, nodes may
+    // disagree on the arbiter.
+    if !followers.is_empty() && super::is_node_local_id(&arbiter.id) {
+        return Err(RequestError::NoArbiterIdentity(lus.len()));
+    }
     let arbiter_report = fan_out(std::slice::from_ref(arbiter), until, move |lu| {
         fence_arbiter(lu, own, victim)
     })

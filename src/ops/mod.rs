@@ -79,6 +79,13 @@ pub enum RequestError {
     ZeroKey,
     #[error("the own key and the victim key are the same ({0}); keys cannot be same")]
     SameKey(Key),
+    /// P2: with several LUs the arbiter must be named the same on every node.
+    #[error(
+        "none of the {0} LUs has an identifier (VPD page 83h designator), so other nodes could \
+         pick a different arbiter LU and both nodes could survive; name devices whose \
+         identifier can be read (/dev/sdX, /dev/sgN), or fence one LU at a time"
+    )]
+    NoArbiterIdentity(usize),
 }
 
 /// What became of one LU.
@@ -237,13 +244,20 @@ pub struct Report {
     pub lus: Vec<LuReport>,
 }
 
+/// An identifier that is a device path (a caller's fallback when the LU's designator could not be
+/// read) names the LU only on this node: another node may call the same LU something else.
+pub fn is_node_local_id(id: &str) -> bool {
+    id.starts_with('/')
+}
+
 /// Sorts by LU identifier and merges targets that name the same LU (callers' order and grouping
-/// are not trusted: the arbiter must be the same LU on every node, P2).
+/// are not trusted: the arbiter must be the same LU on every node, P2). Node-local identifiers
+/// sort after every designator, so one unidentifiable device cannot become the arbiter.
 fn normalize<T: PrTransport>(mut lus: Vec<LuTarget<T>>) -> Result<Vec<LuTarget<T>>, RequestError> {
     if lus.is_empty() {
         return Err(RequestError::NoLus);
     }
-    lus.sort_by(|a, b| a.id.cmp(&b.id));
+    lus.sort_by(|a, b| (is_node_local_id(&a.id), &a.id).cmp(&(is_node_local_id(&b.id), &b.id)));
     let mut merged: Vec<LuTarget<T>> = Vec::with_capacity(lus.len());
     for lu in lus {
         match merged.last_mut() {

@@ -367,6 +367,29 @@ fn the_arbiter_is_chosen_by_identifier_not_by_argument_order() {
 }
 
 #[test]
+fn a_device_path_id_is_never_the_arbiter_and_all_of_them_are_refused() {
+    let f = two_nodes(2, 1);
+    let mut targets = f.targets(0);
+    // LU 0's identifier could not be read on this node: it is named by its device path.
+    for t in &mut targets {
+        if t.id == lu_id(0) {
+            t.id = "/dev/sdq".to_string();
+        }
+    }
+    let report = block_on(fence(targets, A, B, limits())).unwrap();
+    assert_eq!(ids(&report), [lu_id(1).as_str(), "/dev/sdq"]);
+    assert_eq!(report.outcome, Outcome::Success);
+    let mut targets = f.targets(0);
+    for (i, t) in targets.iter_mut().enumerate() {
+        t.id = format!("/dev/sd{i}");
+    }
+    assert_eq!(
+        block_on(fence(targets, A, B, limits())).unwrap_err(),
+        RequestError::NoArbiterIdentity(2)
+    );
+}
+
+#[test]
 fn preempt_and_abort_refused_falls_back_to_preempt_and_says_so() {
     let quirks = Quirks {
         preempt_and_abort_supported: false,
