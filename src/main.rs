@@ -23,5 +23,5 @@ fn init_tracing(verbosity: u8) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
-    ExitCode::from(cli::execute(&cli) as u8)
+    ExitCode::from(cli::execute(&cli).code())
 }
