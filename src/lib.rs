@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod discover;
 pub mod exec;
 pub mod fence_agent;
+pub mod ops;
 pub mod pr;
 pub mod process;
 pub mod spc_model;

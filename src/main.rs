@@ -26,5 +26,5 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Cmd::Agent(_)) {
         init_tracing(cli.verbose);
     }
-    ExitCode::from(cli::execute(&cli) as u8)
+    ExitCode::from(cli::execute(&cli).code())
 }

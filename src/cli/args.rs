@@ -10,11 +10,15 @@ use crate::pr::{Key, ReservationType, TransportId};
 /// Exit statuses, shown in `--help` and the README.
 pub const EXIT_STATUS_HELP: &str = "\
 Exit status:
-  0  every device succeeded
-  1  a device failed (other than only reservation conflicts)
-  2  usage error
+  0  every device succeeded; fence, unfence: every LU verified; status: the key is
+     registered on every LU
+  1  a device or LU failed, timed out or was skipped (other than only reservation
+     conflicts); status: the key is registered on some LUs only (the output says which)
+  2  usage error; status: the key is registered on no LU (\"off\", as fence_scsi)
   3  the only failures were reservation conflicts (another node holds the LU, or this
-     path's key is not registered)";
+     path's key is not registered)
+  4  fence: this node was fenced: its key is gone from the arbiter LU (the first by LU
+     identifier), so it lost the race or was never unfenced; no LU was touched";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,7 +33,8 @@ lowercase digits. Types: wero (default), we, ea, earo, wear, eaar, or their SPC 
     after_help = EXIT_STATUS_HELP
 )]
 pub struct Cli {
-    /// Print one JSON array, one object per device in argument order.
+    /// Print JSON: one array with an object per device (admin commands), or one object with a
+    /// report per LU (unfence, fence, status).
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -69,8 +74,42 @@ pub enum Cmd {
     Preempt(Preempt),
     /// Register a key for another initiator and move the reservation to it (REGISTER AND MOVE).
     RegisterMove(RegisterMove),
+    /// Let this node write: register its key on every path of every LU (REGISTER AND IGNORE
+    /// EXISTING KEY), reserve (wero) where no reservation exists, verify. The only command that
+    /// registers a key that was preempted.
+    Unfence(FencingDevices),
+    /// Fence another node: remove its key from every LU (PREEMPT AND ABORT, or PREEMPT where
+    /// the target refuses it) and verify. The first LU by identifier decides alone: if this
+    /// node's key is gone there, nothing is touched and the exit status is 4.
+    Fence(Fence),
+    /// Is this node's key registered on all, some or none of the LUs? (Read only.)
+    Status(FencingDevices),
     /// Run the node agent (watch or lease mode) from a configuration file.
     Agent(Agent),
+}
+
+/// Paths to LUs for the fencing commands; paths to the same LU (same sysfs wwid) are grouped.
+#[derive(Debug, Args)]
+pub struct FencingDevices {
+    /// This node's key.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Key,
+    /// Overall deadline in seconds for all LUs together; LUs still pending are reported as
+    /// timed out (default 50, below Pacemaker's 60 s fence timeout).
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
+    pub deadline: Duration,
+    /// Every path (/dev/sdX, /dev/sgN) of every LU.
+    #[arg(required = true, value_name = "DEVICE")]
+    pub devices: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct Fence {
+    /// The key of the node to fence.
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub victim: Key,
+    #[command(flatten)]
+    pub target: FencingDevices,
 }
 
 #[derive(Debug, Args)]

@@ -8,18 +8,37 @@ use crate::pr::{PrOut, RegisterMove as MoveTarget};
 use crate::transport::{CommandError, ErrorKind, Policy, PrTransport};
 
 use super::args::{Cli, Cmd};
+use super::fencing;
 use super::render::{self, Outcome};
 
 /// The process exit status of an admin command (see [`super::args::EXIT_STATUS_HELP`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
-    Success = 0,
-    Failure = 1,
-    Usage = 2,
-    OnlyConflicts = 3,
+    Success,
+    Failure,
+    Usage,
+    OnlyConflicts,
+    /// status: the key is registered on no LU (fence_scsi's "off").
+    Off,
+    /// fence: this node's key is gone from the arbiter LU.
+    ThisNodeFenced,
+    /// `prfence agent`'s own status (see `daemon::run`), e.g. self_fence.exit_status.
+    Agent(u8),
 }
 
 impl ExitStatus {
+    /// The process exit code. `Off` shares 2 with `Usage`, as fence-agents' status does.
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Failure => 1,
+            ExitStatus::Usage | ExitStatus::Off => 2,
+            ExitStatus::OnlyConflicts => 3,
+            ExitStatus::ThisNodeFenced => 4,
+            ExitStatus::Agent(code) => code,
+        }
+    }
+
     /// The overall status of per-device results.
     pub fn of<T>(results: &[Result<T, CommandError>]) -> ExitStatus {
         let mut kinds = results
@@ -47,8 +66,8 @@ enum Request {
     Out(PrOut),
 }
 
-fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
-    match command {
+fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
+    Some(match command {
         Cmd::Keys(d) => (Request::ReadKeys, &d.devices),
         Cmd::Reservation(d) => (Request::ReadReservation, &d.devices),
         Cmd::Capabilities(d) => (Request::ReportCapabilities, &d.devices),
@@ -88,7 +107,6 @@ fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
             };
             (Request::Out(out), &p.devices.devices)
         }
-        Cmd::Agent(_) => unreachable!("the agent is dispatched before request_of"),
         Cmd::RegisterMove(m) => {
             let target = MoveTarget {
                 unreg: m.unreg,
@@ -99,7 +117,8 @@ fn request_of(command: &Cmd) -> (Request, &[PathBuf]) {
                 PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
             (Request::Out(out), &m.devices.devices)
         }
-    }
+        Cmd::Unfence(_) | Cmd::Fence(_) | Cmd::Status(_) | Cmd::Agent(_) => return None,
+    })
 }
 
 /// Rejects argument combinations the target would only answer with ILLEGAL REQUEST.
@@ -138,23 +157,33 @@ fn perform(
 /// Runs the parsed command line and prints the results; returns the exit status.
 pub fn execute(cli: &Cli) -> ExitStatus {
     if let Cmd::Agent(agent) = &cli.command {
-        // The agent's exit status is its own (e.g. self_fence.exit_status), not an admin
-        // command's, and it logs as its configuration says.
-        std::process::exit(i32::from(crate::daemon::run::agent_main(
+        // The agent logs as its configuration says and has exit statuses of its own.
+        return ExitStatus::Agent(crate::daemon::run::agent_main(
             &agent.config,
             agent.check_config,
             agent.once,
             agent.status_file.clone(),
-        )));
+        ));
     }
     if let Err(message) = check_request(&cli.command) {
         eprintln!("prfence: {message}");
         return ExitStatus::Usage;
     }
-    let (request, devices) = request_of(&cli.command);
     let policy = Policy {
         timeout: cli.timeout,
         ..Policy::default()
+    };
+    let action = match &cli.command {
+        Cmd::Unfence(d) => Some(fencing::Action::Unfence(d)),
+        Cmd::Fence(f) => Some(fencing::Action::Fence(f)),
+        Cmd::Status(d) => Some(fencing::Action::Status(d)),
+        _ => None,
+    };
+    if let Some(action) = action {
+        return fencing::execute(action, cli.json, policy);
+    }
+    let Some((request, devices)) = request_of(&cli.command) else {
+        return ExitStatus::Usage;
     };
     let results = run_concurrently(&request, devices, policy);
     render::print(cli.json, devices, &results);

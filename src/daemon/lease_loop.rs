@@ -33,7 +33,7 @@ use super::lease::{
     StartView,
 };
 use super::metrics::Outcome as MetricOutcome;
-use super::run::{Agent, Control, Outcome, heal_orphans_until_ops_heal_lands};
+use super::run::{Agent, Control, Outcome, heal_lu, report_heal};
 use super::status::State;
 use super::storage::{Executor, PathHandle, lock, no_live_path};
 use super::watch_loop::path_status;
@@ -58,7 +58,10 @@ fn lease_error(e: &CommandError) -> lease::CommandError {
 /// Everything one action needs, owned, so it can run on its own task.
 struct Job {
     exec: Arc<Executor>,
+    metrics: Arc<std::sync::Mutex<super::metrics::Metrics>>,
     lu: String,
+    /// The LU identifier for the `ops` engine.
+    id: String,
     device: PathBuf,
     paths: Vec<PathHandle>,
     rtype: ReservationType,
@@ -214,12 +217,9 @@ impl Job {
         }
         if !lost.is_empty() {
             tracing::warn!(lu = %self.lu, paths = %lost.iter().map(|p| p.spec.name.as_str()).collect::<Vec<_>>().join(", "), "renew: paths without our registration (re-login?)");
-            if let Err(e) =
-                heal_orphans_until_ops_heal_lands(&self.exec, &self.device, &self.paths, &lost, to)
-                    .await
-            {
-                tracing::error!(lu = %self.lu, error = %e, "heal");
-            }
+            let id = self.id.clone();
+            let result = heal_lu(&self.exec, id, &self.paths, to).await;
+            report_heal(&self.lu, &result, &self.metrics);
         }
         if let Some(e) = failed {
             return Completion::Renew(Err(e));
@@ -286,7 +286,12 @@ impl Agent {
         let lu = self.table.lus.get(index)?;
         Some(Job {
             exec: Arc::clone(&self.exec),
+            metrics: Arc::clone(&self.metrics),
             lu: lu.name.clone(),
+            id: lu
+                .id
+                .clone()
+                .unwrap_or_else(|| lu.device.display().to_string()),
             device: lu.device.clone(),
             paths: lu.paths.clone(),
             rtype,

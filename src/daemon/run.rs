@@ -27,6 +27,7 @@ use super::storage::{Executor, LuTable, PathHandle, Storage, SystemStorage, lock
 use super::watchdog::Watchdog;
 use crate::fence_agent::KeyValueMethod;
 use crate::fence_agent::keys::{derive_key_via, query_cmapctl};
+use crate::ops;
 use crate::pr::{Key, PrOut, PrOutAction};
 use crate::transport::{Command, CommandError, ErrorKind};
 
@@ -362,55 +363,67 @@ impl Agent {
     }
 }
 
-/// Heals re-login orphans of one LU under P3: REGISTER `key` on each orphan path, then READ
-/// KEYS again; if our key is now only where we just put it, it was preempted between the read
-/// that found it and our REGISTER, so the new registrations are removed again (a preempted key
-/// is never registered again). Stand-in until `ops::heal`, which will be the one place that
-/// heals, is merged. Returns how many paths were healed.
-pub(super) async fn heal_orphans_until_ops_heal_lands(
+/// Heals one LU's registrations with `ops::heal` (the one place that heals under P3: it probes
+/// every path, registers the unregistered ones only while our key provably stays on the LU,
+/// withdraws them if it did not, and purges stale registrations of earlier sessions). Runs on
+/// the LU's live paths; bounded by a few command timeouts per path.
+pub(super) async fn heal_lu(
     exec: &Executor,
-    device: &Path,
-    all_paths: &[PathHandle],
-    orphans: &[PathHandle],
+    lu_id: String,
+    paths: &[PathHandle],
     key: Key,
-) -> Result<usize, String> {
-    let register = Command::PrOut(PrOutAction::Register);
-    let mut healed = Vec::new();
-    for path in orphans {
-        match exec
-            .run(path, register, move |t| {
-                t.pr_out(&PrOut::register(Key::ZERO, key))
-            })
-            .await
-        {
-            Ok(_) => healed.push(path.clone()),
-            Err(e) => tracing::warn!(path = %path.spec.name, error = %e, "cannot heal the path"),
-        }
+) -> Result<ops::LuReport, String> {
+    let live: Vec<PathHandle> = paths.iter().filter(|p| p.spec.live).cloned().collect();
+    let opened = exec.open_paths(&live).await;
+    if opened.is_empty() {
+        return Err("no live path could be opened".to_owned());
     }
-    if healed.is_empty() {
-        return Ok(0);
-    }
-    let (keys, _, _) = exec
-        .read_keys_any(device, all_paths)
-        .await
-        .map_err(|e| format!("cannot re-read the keys after healing: {e}"))?;
-    let ours = keys.keys.iter().filter(|&&k| k == key).count();
-    if ours <= healed.len() {
-        for path in &healed {
-            if let Err(e) = exec
-                .run(path, register, move |t| t.pr_out(&PrOut::unregister(key)))
-                .await
-            {
-                tracing::error!(path = %path.spec.name, error = %e, "cannot remove a registration made after our key was preempted");
+    let per_path = u32::try_from(opened.len()).unwrap_or(u32::MAX);
+    let limits = ops::Limits {
+        deadline: exec
+            .timeout()
+            .saturating_mul(per_path.saturating_mul(3).saturating_add(4)),
+    };
+    let report = ops::heal(
+        vec![ops::LuTarget {
+            id: lu_id,
+            paths: opened,
+        }],
+        key,
+        limits,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    report
+        .lus
+        .into_iter()
+        .next()
+        .ok_or_else(|| "the heal reported no LU".to_owned())
+}
+
+/// Logs a heal's result and counts it.
+pub(super) fn report_heal(
+    lu: &str,
+    result: &Result<ops::LuReport, String>,
+    metrics: &Mutex<Metrics>,
+) {
+    match result {
+        Ok(report) => match report.verdict {
+            ops::Verdict::Healed => {
+                lock(metrics).record_heal(lu);
+                tracing::warn!(%lu, notes = %report.notes.join("; "), "registrations healed");
             }
-        }
-        return Err(format!(
-            "key {key} was preempted while {} path(s) were being healed; their registrations \
-             were removed again (P3)",
-            healed.len()
-        ));
+            ops::Verdict::Intact => tracing::info!(%lu, "registrations intact"),
+            ops::Verdict::ThisNodeFenced => tracing::error!(
+                %lu, error = report.error.as_deref().unwrap_or("our key is gone"),
+                "heal found our key preempted; nothing re-registered (P3)"
+            ),
+            verdict => tracing::error!(
+                %lu, %verdict, error = report.error.as_deref().unwrap_or("-"), "heal failed"
+            ),
+        },
+        Err(e) => tracing::error!(%lu, error = %e, "heal failed"),
     }
-    Ok(healed.len())
 }
 
 /// Whether a path of `key` is registered on this nexus, without changing anything but

@@ -239,6 +239,27 @@ impl Executor {
         result
     }
 
+    /// Opens `paths` (those that can be) for the `ops` engine, which runs its own commands.
+    pub async fn open_paths(&self, paths: &[PathHandle]) -> Vec<OpenedPath> {
+        let storage = Arc::clone(&self.storage);
+        let policy = self.policy;
+        let paths = paths.to_vec();
+        tokio::task::spawn_blocking(move || {
+            paths
+                .iter()
+                .filter_map(|p| match p.transport(storage.as_ref(), policy) {
+                    Ok(t) => Some(OpenedPath(t)),
+                    Err(e) => {
+                        tracing::warn!(path = %p.spec.name, error = %e, "cannot open the path");
+                        None
+                    }
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     /// READ KEYS on the first path of `paths` that answers (live paths only, in order). Returns
     /// the keys, the index of the path that answered, and the unit attentions it consumed.
     pub async fn read_keys_any(
@@ -260,6 +281,33 @@ impl Executor {
             }
         }
         Err(last.unwrap_or_else(|| no_live_path(device, paths, command)))
+    }
+}
+
+/// An opened path, as a [`PrTransport`] the `ops` engine can own.
+pub struct OpenedPath(Arc<dyn AgentTransport>);
+
+impl PrTransport for OpenedPath {
+    fn device(&self) -> &Path {
+        self.0.device()
+    }
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        self.0.read_keys()
+    }
+    fn read_reservation(&self) -> Result<crate::pr::ReadReservation, CommandError> {
+        self.0.read_reservation()
+    }
+    fn report_capabilities(&self) -> Result<crate::pr::Capabilities, CommandError> {
+        self.0.report_capabilities()
+    }
+    fn read_full_status(&self) -> Result<crate::pr::FullStatus, CommandError> {
+        self.0.read_full_status()
+    }
+    fn pr_out(
+        &self,
+        request: &crate::pr::PrOut,
+    ) -> Result<crate::transport::PrOutReport, CommandError> {
+        self.0.pr_out(request)
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::config::{ModeSettings, Settings};
 use super::metrics::Outcome as CheckOutcome;
-use super::run::{Agent, Control, Outcome, heal_orphans_until_ops_heal_lands, probe_registration};
+use super::run::{Agent, Control, Outcome, heal_lu, probe_registration, report_heal};
 use super::status::{PathStatus, State};
 use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watch::{
@@ -274,27 +274,14 @@ impl Agent {
             }
             degraded |= !matches!(verdict, LuVerdict::Healthy | LuVerdict::InspectPaths);
             lock(&self.status).lus[index].verdict = text;
-            if let LuVerdict::Heal { paths } = verdict {
-                let orphans: Vec<PathHandle> = lu
-                    .paths
-                    .iter()
-                    .filter(|p| paths.iter().any(|o| o.0 == p.spec.name))
-                    .cloned()
-                    .collect();
-                match heal_orphans_until_ops_heal_lands(
-                    &self.exec, &lu.device, &lu.paths, &orphans, key,
-                )
-                .await
-                {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        tracing::warn!(lu = %lu.name, paths = n, "re-registered paths that had lost their registration (re-login)");
-                        for _ in 0..n {
-                            lock(&self.metrics).record_heal(&lu.name);
-                        }
-                    }
-                    Err(e) => tracing::error!(lu = %lu.name, error = %e, "heal"),
-                }
+            if let LuVerdict::Heal { .. } = verdict {
+                // ops::heal probes every path itself and registers under the P3 guard.
+                let id = lu
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| lu.device.display().to_string());
+                let result = heal_lu(&self.exec, id, &lu.paths, key).await;
+                report_heal(&lu.name, &result, &self.metrics);
             }
         }
         {

@@ -1,0 +1,370 @@
+//! Running the per-LU steps: blocking PR commands on tokio's blocking pool, every LU at once,
+//! under one overall deadline; the arbiter alone and first for fence.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::pr::Key;
+use crate::transport::PrTransport;
+
+use super::fence::{fence_arbiter, fence_follower};
+use super::heal::heal_lu;
+use super::lu::LuWork;
+use super::status::status_lu;
+use super::unfence::unfence_lu;
+use super::{Limits, LuReport, LuTarget, Outcome, Report, RequestError, Verdict, normalize};
+
+fn check_key(key: Key) -> Result<(), RequestError> {
+    if key.is_zero() {
+        Err(RequestError::ZeroKey)
+    } else {
+        Ok(())
+    }
+}
+
+fn prepare<T: PrTransport>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+) -> Result<Vec<Arc<LuTarget<T>>>, RequestError> {
+    check_key(own)?;
+    Ok(normalize(lus)?.into_iter().map(Arc::new).collect())
+}
+
+fn devices<T: PrTransport>(lu: &LuTarget<T>) -> Vec<String> {
+    lu.paths
+        .iter()
+        .map(|p| p.device().display().to_string())
+        .collect()
+}
+
+/// Runs `op` on every LU concurrently; a LU still running at `until` is reported as timed out
+/// (its blocking call keeps running in the background; a rerun converges, P4).
+async fn fan_out<T, F>(lus: &[Arc<LuTarget<T>>], until: Instant, op: F) -> Vec<LuReport>
+where
+    T: PrTransport + 'static,
+    F: Fn(&LuTarget<T>) -> LuReport + Send + Sync + 'static,
+{
+    let op = Arc::new(op);
+    let handles: Vec<_> = lus
+        .iter()
+        .map(|lu| {
+            let (lu, op) = (Arc::clone(lu), Arc::clone(&op));
+            tokio::task::spawn_blocking(move || op(&lu))
+        })
+        .collect();
+    let mut reports = Vec::with_capacity(lus.len());
+    for (lu, handle) in lus.iter().zip(handles) {
+        reports.push(match tokio::time::timeout_at(until, handle).await {
+            Ok(Ok(report)) => report,
+            Ok(Err(join)) => LuReport::bare(
+                &lu.id,
+                &devices(lu),
+                Verdict::Failed,
+                Some(format!("internal error while working on the LU: {join}")),
+            ),
+            Err(_) => LuReport::bare(
+                &lu.id,
+                &devices(lu),
+                Verdict::TimedOut,
+                Some(
+                    "still pending at the overall deadline; the LU may be half done: rerun the \
+                     command, it converges"
+                        .to_string(),
+                ),
+            ),
+        });
+    }
+    reports
+}
+
+fn all_ok(reports: &[LuReport]) -> bool {
+    reports.iter().all(|r| r.ok)
+}
+
+fn failed_ids(reports: &[LuReport]) -> String {
+    reports
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{} ({})", r.lu, r.verdict))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Registers `own` on every path of every LU, reserves where no reservation exists, verifies.
+/// P3: the only engine command that registers a key that may have been preempted.
+pub async fn unfence<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    limits: Limits,
+) -> Result<Report, RequestError> {
+    let lus = prepare(lus, own)?;
+    let until = Instant::now() + limits.deadline;
+    let reports = fan_out(&lus, until, move |lu| unfence_lu(lu, own)).await;
+    let (outcome, summary) = if all_ok(&reports) {
+        (
+            Outcome::Success,
+            format!("{own} registered and a reservation exists on every LU"),
+        )
+    } else {
+        (
+            Outcome::Failure,
+            format!("unfence incomplete on: {}; rerun it", failed_ids(&reports)),
+        )
+    };
+    Ok(Report {
+        command: "unfence",
+        outcome,
+        summary,
+        lus: reports,
+    })
+}
+
+/// Removes `victim` from every LU: the arbiter (first LU by identifier) alone first, and the rest
+/// only if this node won there (P2). After the fan-out the arbiter is read again; if our own key
+/// vanished meanwhile (someone fenced us), what we registered is withdrawn and the outcome is
+/// [`Outcome::ThisNodeFenced`].
+pub async fn fence<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    victim: Key,
+    limits: Limits,
+) -> Result<Report, RequestError> {
+    check_key(victim)?;
+    if own == victim {
+        return Err(RequestError::SameKey(own));
+    }
+    let lus = prepare(lus, own)?;
+    let until = Instant::now() + limits.deadline;
+    let Some((arbiter, followers)) = lus.split_first() else {
+        return Err(RequestError::NoLus);
+    };
+    // P2: normalize() put every identified LU first; if even the first is node-local, nodes may
+    // disagree on the arbiter.
+    if !followers.is_empty() && super::is_node_local_id(&arbiter.id) {
+        return Err(RequestError::NoArbiterIdentity(lus.len()));
+    }
+    let arbiter_report = fan_out(std::slice::from_ref(arbiter), until, move |lu| {
+        fence_arbiter(lu, own, victim)
+    })
+    .await
+    .pop()
+    .unwrap_or_else(|| LuReport::bare(&arbiter.id, &devices(arbiter), Verdict::Failed, None));
+    if !arbiter_report.ok {
+        let (outcome, summary) = if arbiter_report.verdict == Verdict::ThisNodeFenced {
+            (
+                Outcome::ThisNodeFenced,
+                format!(
+                    "this node was fenced: {own} is gone from the arbiter LU {}; no LU was touched",
+                    arbiter.id
+                ),
+            )
+        } else {
+            (
+                Outcome::Failure,
+                format!(
+                    "the arbiter LU {} was not fenced ({}), so no other LU was touched; rerun",
+                    arbiter.id, arbiter_report.verdict
+                ),
+            )
+        };
+        let mut reports = vec![arbiter_report];
+        reports.extend(followers.iter().map(|lu| {
+            LuReport::bare(
+                &lu.id,
+                &devices(lu),
+                Verdict::Skipped,
+                Some(format!(
+                    "not touched: the arbiter LU {} did not succeed",
+                    arbiter.id
+                )),
+            )
+        }));
+        return Ok(Report {
+            command: "fence",
+            outcome,
+            summary,
+            lus: reports,
+        });
+    }
+    let mut reports = vec![arbiter_report];
+    reports.extend(fan_out(followers, until, move |lu| fence_follower(lu, own, victim)).await);
+    if !followers.is_empty() {
+        let recheck = fan_out(std::slice::from_ref(arbiter), until, move |lu| {
+            let mut work = LuWork::new(lu);
+            let result = work.read_keys_any().map(|(_, keys)| {
+                if keys.keys.contains(&own) {
+                    Verdict::VictimRemoved
+                } else {
+                    Verdict::ThisNodeFenced
+                }
+            });
+            work.finish(result, &[Verdict::VictimRemoved])
+        })
+        .await;
+        let fenced_meanwhile = recheck
+            .first()
+            .is_some_and(|r| r.verdict == Verdict::ThisNodeFenced);
+        if fenced_meanwhile {
+            let withdrawn = fan_out(followers, until, move |lu| {
+                let mut work = LuWork::new(lu);
+                work.withdraw(own);
+                work.finish(Ok(Verdict::ThisNodeFenced), &[])
+            })
+            .await;
+            for (report, withdrawal) in reports.iter_mut().skip(1).zip(withdrawn) {
+                report.ok = false;
+                report.verdict = Verdict::ThisNodeFenced;
+                report.notes.extend(withdrawal.notes);
+            }
+            if let Some(arbiter_report) = reports.first_mut() {
+                arbiter_report.ok = false;
+                arbiter_report.verdict = Verdict::ThisNodeFenced;
+                arbiter_report.notes.push(format!(
+                    "{own} was preempted here after this node fenced the LU"
+                ));
+            }
+            return Ok(Report {
+                command: "fence",
+                outcome: Outcome::ThisNodeFenced,
+                summary: format!(
+                    "this node was fenced while fencing {victim}: {own} vanished from the arbiter \
+                     LU {}; its registrations on the other LUs were withdrawn",
+                    arbiter.id
+                ),
+                lus: reports,
+            });
+        }
+        if let Some(failed) = recheck.into_iter().find(|r| !r.ok)
+            && let Some(arbiter_report) = reports.first_mut()
+        {
+            arbiter_report.ok = false;
+            arbiter_report.notes.push(format!(
+                "could not re-read the arbiter after the fan-out: {}",
+                failed.error.unwrap_or_default()
+            ));
+        }
+    }
+    let (outcome, summary) = if all_ok(&reports) {
+        (
+            Outcome::Success,
+            format!("{victim} fenced: gone from every LU, a reservation exists on each"),
+        )
+    } else {
+        (
+            Outcome::Failure,
+            format!(
+                "{victim} not verified fenced on: {}; rerun (it converges)",
+                failed_ids(&reports)
+            ),
+        )
+    };
+    Ok(Report {
+        command: "fence",
+        outcome,
+        summary,
+        lus: reports,
+    })
+}
+
+/// Reads whether `own` is registered on each LU. Success: on all; Off: on none; Partial: some.
+pub async fn status<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    limits: Limits,
+) -> Result<Report, RequestError> {
+    let lus = prepare(lus, own)?;
+    let until = Instant::now() + limits.deadline;
+    let reports = fan_out(&lus, until, move |lu| status_lu(lu, own)).await;
+    let on: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Registered)
+        .map(|r| r.lu.as_str())
+        .collect();
+    let off: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::NotRegistered)
+        .map(|r| r.lu.as_str())
+        .collect();
+    let unknown = reports.len() - on.len() - off.len();
+    let (outcome, summary) = if on.len() == reports.len() {
+        (
+            Outcome::Success,
+            format!("{own} registered on all {} LUs", reports.len()),
+        )
+    } else if off.len() == reports.len() {
+        (Outcome::Off, format!("{own} registered on none of the LUs"))
+    } else if unknown == reports.len() {
+        (
+            Outcome::Failure,
+            format!("no LU could be read: {}", failed_ids(&reports)),
+        )
+    } else {
+        let mut summary = format!(
+            "{own} registered on {} of {} LUs; not on: {}",
+            on.len(),
+            reports.len(),
+            if off.is_empty() {
+                "-".to_string()
+            } else {
+                off.join(", ")
+            }
+        );
+        if unknown > 0 {
+            summary.push_str(&format!(
+                "; unreadable: {}",
+                reports
+                    .iter()
+                    .filter(|r| !matches!(r.verdict, Verdict::Registered | Verdict::NotRegistered))
+                    .map(|r| r.lu.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        (Outcome::Partial, summary)
+    };
+    Ok(Report {
+        command: "status",
+        outcome,
+        summary,
+        lus: reports,
+    })
+}
+
+/// Repairs this node's registrations on every LU where its key is still present (new iSCSI
+/// sessions registered, orphaned registrations purged). Never registers where the key is gone
+/// (P3): such LUs report [`Verdict::ThisNodeFenced`].
+pub async fn heal<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    limits: Limits,
+) -> Result<Report, RequestError> {
+    let lus = prepare(lus, own)?;
+    let until = Instant::now() + limits.deadline;
+    let reports = fan_out(&lus, until, move |lu| heal_lu(lu, own)).await;
+    let (outcome, summary) = if all_ok(&reports) {
+        (
+            Outcome::Success,
+            format!("{own}: registrations intact or repaired on every LU"),
+        )
+    } else if reports.iter().any(|r| r.verdict == Verdict::ThisNodeFenced) {
+        (
+            Outcome::ThisNodeFenced,
+            format!(
+                "{own} is gone from: {}; not re-registered (P3)",
+                failed_ids(&reports)
+            ),
+        )
+    } else {
+        (
+            Outcome::Failure,
+            format!("heal incomplete on: {}", failed_ids(&reports)),
+        )
+    };
+    Ok(Report {
+        command: "heal",
+        outcome,
+        summary,
+        lus: reports,
+    })
+}

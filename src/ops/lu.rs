@@ -1,0 +1,407 @@
+//! Working on one LU through its paths: path bookkeeping, reads through the first live path, the
+//! shared steps (preempt with fallback, make sure a reservation exists, verify) and the report.
+
+use crate::pr::{Key, PrOut, ReadKeys, ReadReservation};
+use crate::transport::{CommandError, ErrorKind, PrTransport};
+
+use super::{FENCING_TYPE, LuReport, LuTarget, PathReport, PathState, ReservationView, Verdict};
+
+/// Why work on a LU stopped early: the verdict and what to tell the operator.
+#[derive(Debug)]
+pub(super) struct Stop {
+    pub verdict: Verdict,
+    pub message: String,
+}
+
+impl Stop {
+    pub fn failed(message: impl Into<String>) -> Self {
+        Stop {
+            verdict: Verdict::Failed,
+            message: message.into(),
+        }
+    }
+
+    pub fn fenced(message: impl Into<String>) -> Self {
+        Stop {
+            verdict: Verdict::ThisNodeFenced,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<CommandError> for Stop {
+    fn from(e: CommandError) -> Self {
+        Stop::failed(e.to_string())
+    }
+}
+
+/// A dead path: its failure is below the PR layer, so another path may still work.
+fn is_dead(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open
+    )
+}
+
+/// What a PREEMPT [AND ABORT] of the victim came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Preempted {
+    /// The command succeeded.
+    Done,
+    /// RESERVATION CONFLICT, and a re-read shows the victim gone anyway (someone else fenced it).
+    VictimGoneMeanwhile,
+    /// RESERVATION CONFLICT, and a re-read shows our own key gone: we were preempted.
+    OwnKeyGone,
+    /// RESERVATION CONFLICT with both keys still present: this path's nexus is not registered.
+    PathNotRegistered,
+}
+
+/// One LU being worked on, with everything the report needs.
+pub(super) struct LuWork<'a, T> {
+    pub target: &'a LuTarget<T>,
+    pub paths: Vec<PathReport>,
+    pub notes: Vec<String>,
+    pub keys: Option<ReadKeys>,
+    pub reservation: Option<ReadReservation>,
+    /// PREEMPT AND ABORT was refused once; use PREEMPT from then on.
+    preempt_and_abort_refused: bool,
+}
+
+impl<'a, T: PrTransport> LuWork<'a, T> {
+    pub fn new(target: &'a LuTarget<T>) -> Self {
+        LuWork {
+            target,
+            paths: target
+                .paths
+                .iter()
+                .map(|p| PathReport {
+                    device: p.device().display().to_string(),
+                    state: PathState::Unused,
+                    error: None,
+                })
+                .collect(),
+            notes: Vec::new(),
+            keys: None,
+            reservation: None,
+            preempt_and_abort_refused: false,
+        }
+    }
+
+    pub fn device(&self, index: usize) -> String {
+        self.paths
+            .get(index)
+            .map(|p| p.device.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn is_dead_path(&self, index: usize) -> bool {
+        self.paths
+            .get(index)
+            .is_some_and(|p| p.state == PathState::Dead)
+    }
+
+    /// Indexes of the paths not (yet) known to be dead.
+    pub fn live_paths(&self) -> Vec<usize> {
+        (0..self.paths.len())
+            .filter(|&i| !self.is_dead_path(i))
+            .collect()
+    }
+
+    /// The path answered (e.g. with RESERVATION CONFLICT): the target spoke, the path is fine.
+    pub fn mark_answered(&mut self, index: usize) {
+        if let Some(path) = self.paths.get_mut(index) {
+            path.state = PathState::Ok;
+            path.error = None;
+        }
+    }
+
+    fn mark(&mut self, index: usize, state: PathState, error: Option<String>) {
+        if let Some(path) = self.paths.get_mut(index) {
+            // A path that failed once stays reported as failed even if a later read worked.
+            if path.state == PathState::Unused || state != PathState::Ok {
+                path.state = state;
+            }
+            if error.is_some() {
+                path.error = error;
+            }
+        }
+    }
+
+    /// Records the result of one command on one path; dead paths are noted, not fatal.
+    pub fn record<R>(
+        &mut self,
+        index: usize,
+        result: Result<R, CommandError>,
+    ) -> Result<R, CommandError> {
+        match &result {
+            Ok(_) => self.mark(index, PathState::Ok, None),
+            Err(e) if is_dead(e.kind) => self.mark(index, PathState::Dead, Some(e.to_string())),
+            Err(e) => self.mark(index, PathState::Failed, Some(e.to_string())),
+        }
+        result
+    }
+
+    fn path(&self, index: usize) -> Option<&'a T> {
+        self.target.paths.get(index)
+    }
+
+    /// Runs `f` on path `index` and records the result.
+    pub fn on<R>(
+        &mut self,
+        index: usize,
+        f: impl FnOnce(&T) -> Result<R, CommandError>,
+    ) -> Result<R, CommandError> {
+        let Some(path) = self.path(index) else {
+            return Err(CommandError::without_completion(
+                std::path::Path::new(&self.target.id),
+                crate::transport::Command::Open,
+                ErrorKind::Open,
+                format!("no path number {index}"),
+            ));
+        };
+        let result = f(path);
+        self.record(index, result)
+    }
+
+    /// Runs `f` on the first live path that answers; dead paths are skipped and noted. Returns
+    /// the path used. Fails with the last error when no path answers, or at once on an error that
+    /// is not a dead path (the LU answered: another path would say the same).
+    pub fn on_any<R>(
+        &mut self,
+        f: impl Fn(&T) -> Result<R, CommandError>,
+    ) -> Result<(usize, R), Stop> {
+        let mut last = None;
+        for index in self.live_paths() {
+            match self.on(index, &f) {
+                Ok(r) => return Ok((index, r)),
+                Err(e) if is_dead(e.kind) => last = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(match last {
+            Some(e) => Stop::failed(format!("no path answered; the last error: {e}")),
+            None => Stop::failed("every path is dead"),
+        })
+    }
+
+    pub fn read_keys_any(&mut self) -> Result<(usize, ReadKeys), Stop> {
+        let (index, keys) = self.on_any(|p| p.read_keys())?;
+        self.keys = Some(keys.clone());
+        Ok((index, keys))
+    }
+
+    /// READ RESERVATION for the report only (e.g. to show who holds the LU when we stop).
+    pub fn note_reservation(&mut self, index: usize) {
+        if let Ok(reservation) = self.on(index, |p| p.read_reservation()) {
+            self.reservation = Some(reservation);
+        }
+    }
+
+    pub fn read_keys_on(&mut self, index: usize) -> Result<ReadKeys, CommandError> {
+        let keys = self.on(index, |p| p.read_keys())?;
+        self.keys = Some(keys.clone());
+        Ok(keys)
+    }
+
+    /// PREEMPT AND ABORT `victim` from path `index`, falling back to PREEMPT on targets that
+    /// refuse it (ILLEGAL REQUEST), and telling a conflict's causes apart by re-reading.
+    pub fn preempt(&mut self, index: usize, own: Key, victim: Key) -> Result<Preempted, Stop> {
+        if !self.preempt_and_abort_refused {
+            let result = self.on(index, |p| {
+                p.pr_out(&PrOut::preempt_and_abort(own, victim, FENCING_TYPE))
+            });
+            match result {
+                Ok(_) => return Ok(Preempted::Done),
+                Err(e) if e.kind == ErrorKind::InvalidField => {
+                    self.preempt_and_abort_refused = true;
+                    self.notes.push(format!(
+                        "{} refused PREEMPT AND ABORT (ILLEGAL REQUEST); fell back to PREEMPT, so \
+                         commands the victim already queued are not aborted",
+                        self.device(index)
+                    ));
+                    // The refusal marked the path failed; it is fine for everything else.
+                    self.mark_answered(index);
+                }
+                Err(e) if e.kind == ErrorKind::ReservationConflict => {
+                    return self.after_conflict(index, own, victim);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match self.on(index, |p| {
+            p.pr_out(&PrOut::preempt(own, victim, FENCING_TYPE))
+        }) {
+            Ok(_) => Ok(Preempted::Done),
+            Err(e) if e.kind == ErrorKind::ReservationConflict => {
+                self.after_conflict(index, own, victim)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn after_conflict(&mut self, index: usize, own: Key, victim: Key) -> Result<Preempted, Stop> {
+        // The conflict is the target's answer, not a broken path.
+        self.mark_answered(index);
+        let keys = self.read_keys_on(index)?;
+        Ok(if !keys.keys.contains(&own) {
+            Preempted::OwnKeyGone
+        } else if !keys.keys.contains(&victim) {
+            Preempted::VictimGoneMeanwhile
+        } else {
+            Preempted::PathNotRegistered
+        })
+    }
+
+    /// Makes sure a reservation exists, reserving with our key from one of `candidates` (paths
+    /// registered with it) if none does. Someone else's reservation is kept (and noted): under
+    /// WERO any registrant may write, and taking it over is not ours to decide.
+    pub fn ensure_reservation(&mut self, own: Key, candidates: &[usize]) -> Result<(), Stop> {
+        let mut last_error = None;
+        for &index in candidates {
+            if self.is_dead_path(index) {
+                continue;
+            }
+            let current = match self.on(index, |p| p.read_reservation()) {
+                Ok(r) => r,
+                Err(e) if is_dead(e.kind) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(held) = current.reservation.clone() {
+                if held.rtype != FENCING_TYPE {
+                    self.notes.push(format!(
+                        "the LU is reserved as {} ({}), not {FENCING_TYPE}; left as it is",
+                        held.rtype,
+                        held.rtype.description()
+                    ));
+                }
+                self.reservation = Some(current);
+                return Ok(());
+            }
+            match self.on(index, |p| p.pr_out(&PrOut::reserve(own, FENCING_TYPE))) {
+                Ok(_) => {
+                    self.notes.push(format!(
+                        "reserved ({FENCING_TYPE}) through {}",
+                        self.device(index)
+                    ));
+                    return Ok(());
+                }
+                // Someone reserved first (conflict), or this nexus is not registered (LIO says
+                // NOT READY then): look again, or try the next path.
+                Err(e) => {
+                    if !is_dead(e.kind) {
+                        self.mark_answered(index);
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        // A reservation made by someone else meanwhile is as good as ours.
+        if let Ok((_, again)) = self.on_any(|p| p.read_reservation())
+            && again.reservation.is_some()
+        {
+            self.reservation = Some(again);
+            return Ok(());
+        }
+        Err(Stop::failed(match last_error {
+            Some(e) => format!("could not create a reservation: {e}"),
+            None => "could not create a reservation: no live registered path".to_string(),
+        }))
+    }
+
+    /// Reads keys and reservation through a live path for the verdict's evidence and checks them:
+    /// our key present, `gone` (the victim) absent, a reservation if `reservation_required`.
+    pub fn verify(
+        &mut self,
+        own: Key,
+        gone: Option<Key>,
+        reservation_required: bool,
+    ) -> Result<(), Stop> {
+        let (index, keys) = self.read_keys_any()?;
+        let reservation = self.on(index, |p| p.read_reservation())?;
+        self.reservation = Some(reservation.clone());
+        if !keys.keys.contains(&own) {
+            return Err(Stop::fenced(format!(
+                "verify: own key {own} is not registered on the LU any more (preempted meanwhile)"
+            )));
+        }
+        if let Some(victim) = gone
+            && keys.keys.contains(&victim)
+        {
+            return Err(Stop::failed(format!(
+                "verify: victim key {victim} is still registered"
+            )));
+        }
+        if reservation_required && reservation.reservation.is_none() {
+            return Err(Stop::failed(
+                "verify: no reservation exists, so unregistered initiators could still write",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Unregisters our key from every live path (REGISTER with service action key 0). Used only
+    /// to give up registrations after finding this node fenced: removing our own key can never
+    /// weaken another node's fence. Errors are noted, not fatal.
+    pub fn withdraw(&mut self, own: Key) {
+        let mut withdrawn = Vec::new();
+        for index in self.live_paths() {
+            // A nexus that is not registered answers conflict: nothing to withdraw there.
+            if self
+                .on(index, |p| p.pr_out(&PrOut::register(own, Key::ZERO)))
+                .is_ok()
+            {
+                withdrawn.push(self.device(index));
+            }
+        }
+        if !withdrawn.is_empty() {
+            self.notes.push(format!(
+                "withdrew own key {own} from {} (this node was fenced meanwhile)",
+                withdrawn.join(", ")
+            ));
+        }
+    }
+
+    /// The final report; `result` is the outcome of the steps.
+    pub fn finish(mut self, result: Result<Verdict, Stop>, ok_verdicts: &[Verdict]) -> LuReport {
+        let (verdict, error) = match result {
+            Ok(v) => (v, None),
+            Err(stop) => (stop.verdict, Some(stop.message)),
+        };
+        let used: Vec<String> = self
+            .paths
+            .iter()
+            .filter(|p| p.state == PathState::Ok)
+            .map(|p| p.device.clone())
+            .collect();
+        for dead in self.paths.iter().filter(|p| p.state == PathState::Dead) {
+            if !used.is_empty() {
+                self.notes.push(format!(
+                    "path {} dead, handled through {}",
+                    dead.device,
+                    used.join(", ")
+                ));
+            }
+        }
+        LuReport {
+            lu: self.target.id.clone(),
+            ok: error.is_none() && ok_verdicts.contains(&verdict),
+            verdict,
+            paths: self.paths,
+            keys: self.keys.as_ref().map(|k| k.keys.clone()),
+            generation: self
+                .reservation
+                .as_ref()
+                .map(|r| r.generation)
+                .or(self.keys.as_ref().map(|k| k.generation)),
+            reservation: self
+                .reservation
+                .and_then(|r| r.reservation)
+                .map(|r| ReservationView {
+                    key: r.key,
+                    rtype: r.rtype,
+                }),
+            notes: self.notes,
+            error,
+        }
+    }
+}

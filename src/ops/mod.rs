@@ -1,0 +1,274 @@
+//! The fencing engine: unfence, fence (arbiter first), status and heal over many LUs, each LU
+//! reached through one or more paths (I_T nexuses), with a verdict per LU.
+//!
+//! Safety properties (issue #4) and where each is decided:
+//! - P1 (after fence succeeds no write from the victim's key lands): [`fence`] verifies the victim
+//!   is gone and a reservation exists on every LU before it reports success.
+//! - P2 (two nodes fencing each other never both survive, never split across LUs):
+//!   `fence::fence_arbiter` — the first LU by identifier decides alone, and nothing else is
+//!   touched until it has.
+//! - P3 (a preempted key is never re-registered automatically): [`unfence`] is the only operation
+//!   that registers a key without proof that it is still present; `heal::guarded_register` is
+//!   the one place that registers under that proof, and withdraws if the proof fails afterwards.
+//! - P4 (idempotent, convergent): every step reads the target first and only changes what is
+//!   missing, so a rerun after a partial failure finishes the job.
+//! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision
+//!   depends on time.
+//!
+//! The engine is generic over [`PrTransport`], so it runs on SG_IO, on the SPC model in tests,
+//! and later on NVMe reservations.
+
+mod drive;
+mod fence;
+mod heal;
+mod lu;
+mod status;
+mod unfence;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::pr::{Key, ReservationType};
+use crate::transport::PrTransport;
+
+pub use drive::{fence, heal, status, unfence};
+
+/// The reservation type the engine creates: writes only from registered nexuses, so preempting a
+/// key fences every path of that node at once (fence_scsi and fence_mpath use the same).
+pub const FENCING_TYPE: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
+
+/// One logical unit and every path this node has to it.
+#[derive(Debug)]
+pub struct LuTarget<T> {
+    /// The LU's identifier (VPD page 83h designator, e.g. `naa.6001405…`). LUs are ordered by it,
+    /// so every node picks the same arbiter.
+    pub id: String,
+    pub paths: Vec<T>,
+}
+
+/// Limits for one engine command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The whole command, arbiter and fan-out together; LUs still pending then are reported as
+    /// timed out. The per-command timeout is the transport's own (see [`crate::transport::Policy`]).
+    pub deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // Below Pacemaker's default pcmk_off_timeout of 60 s, so we report before fenced gives up.
+        Limits {
+            deadline: Duration::from_secs(50),
+        }
+    }
+}
+
+/// Requests the engine refuses before touching any LU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("no logical units given; name at least one device")]
+    NoLus,
+    #[error("LU {lu} has no paths")]
+    NoPaths { lu: String },
+    #[error("key 0 means \"no key\" in SPC; use a non-zero key")]
+    ZeroKey,
+    #[error("the own key and the victim key are the same ({0}); keys cannot be same")]
+    SameKey(Key),
+    /// P2: with several LUs the arbiter must be named the same on every node.
+    #[error(
+        "none of the {0} LUs has an identifier (VPD page 83h designator), so other nodes could \
+         pick a different arbiter LU and both nodes could survive; name devices whose \
+         identifier can be read (/dev/sdX, /dev/sgN), or fence one LU at a time"
+    )]
+    NoArbiterIdentity(usize),
+}
+
+/// What became of one LU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// unfence: own key registered and a reservation exists.
+    Unfenced,
+    /// fence: the victim was registered and is gone; a reservation exists.
+    VictimRemoved,
+    /// fence: the victim was not registered (fenced before); a reservation exists.
+    AlreadyFenced,
+    /// status: own key registered.
+    Registered,
+    /// status: own key not registered.
+    NotRegistered,
+    /// heal: registrations repaired.
+    Healed,
+    /// heal: nothing to repair.
+    Intact,
+    /// Own key is not (or no longer) on this LU: this node was fenced, or never unfenced.
+    ThisNodeFenced,
+    /// Not touched because the arbiter LU did not succeed.
+    Skipped,
+    /// Still pending at the overall deadline.
+    TimedOut,
+    /// Anything else; the error says what.
+    Failed,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Unfenced => "unfenced",
+            Verdict::VictimRemoved => "victim removed",
+            Verdict::AlreadyFenced => "victim already fenced",
+            Verdict::Registered => "registered",
+            Verdict::NotRegistered => "not registered",
+            Verdict::Healed => "healed",
+            Verdict::Intact => "intact",
+            Verdict::ThisNodeFenced => "this node was fenced",
+            Verdict::Skipped => "skipped",
+            Verdict::TimedOut => "timed out",
+            Verdict::Failed => "failed",
+        })
+    }
+}
+
+/// How one path was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathState {
+    /// Not needed (another path carried the work).
+    Unused,
+    /// Answered every command sent to it.
+    Ok,
+    /// Timeout, transport failure or open failure: the path looks dead.
+    Dead,
+    /// Answered, but with an error the engine could not work around on this path.
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathReport {
+    pub device: String,
+    pub state: PathState,
+    /// The last error on this path, in full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The reservation as the target reported it at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReservationView {
+    pub key: Key,
+    #[serde(rename = "type")]
+    pub rtype: ReservationType,
+}
+
+/// The verdict for one LU plus the evidence: which paths, what the target said afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LuReport {
+    pub lu: String,
+    pub ok: bool,
+    pub verdict: Verdict,
+    pub paths: Vec<PathReport>,
+    /// READ KEYS at the end (None if it could not be read).
+    pub keys: Option<Vec<Key>>,
+    pub reservation: Option<ReservationView>,
+    pub generation: Option<u32>,
+    /// What happened on the way: fallbacks, dead paths, orphans.
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl LuReport {
+    fn bare(lu: &str, devices: &[String], verdict: Verdict, error: Option<String>) -> Self {
+        LuReport {
+            lu: lu.to_string(),
+            ok: false,
+            verdict,
+            paths: devices
+                .iter()
+                .map(|d| PathReport {
+                    device: d.clone(),
+                    state: PathState::Unused,
+                    error: None,
+                })
+                .collect(),
+            keys: None,
+            reservation: None,
+            generation: None,
+            notes: Vec::new(),
+            error,
+        }
+    }
+}
+
+/// The overall result of one engine command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every LU verified (status: own key registered on every LU).
+    Success,
+    /// fence: the arbiter showed our own key gone (we lost the race or were never unfenced), or
+    /// we were fenced while fencing; heal: own key gone.
+    ThisNodeFenced,
+    /// status: own key on no LU.
+    Off,
+    /// status: own key on some LUs only.
+    Partial,
+    /// Anything else: a LU failed, timed out or was skipped.
+    Failure,
+}
+
+impl Outcome {
+    /// The process exit status (documented in the CLI help).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Success => 0,
+            Outcome::Failure | Outcome::Partial => 1,
+            Outcome::Off => 2,
+            Outcome::ThisNodeFenced => 4,
+        }
+    }
+}
+
+/// One engine command's result: the outcome plus a report per LU, in LU identifier order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub command: &'static str,
+    pub outcome: Outcome,
+    /// For people: what the outcome means and what to do.
+    pub summary: String,
+    pub lus: Vec<LuReport>,
+}
+
+/// An identifier that is a device path (a caller's fallback when the LU's designator could not be
+/// read) names the LU only on this node: another node may call the same LU something else.
+pub fn is_node_local_id(id: &str) -> bool {
+    id.starts_with('/')
+}
+
+/// Sorts by LU identifier and merges targets that name the same LU (callers' order and grouping
+/// are not trusted: the arbiter must be the same LU on every node, P2). Node-local identifiers
+/// sort after every designator, so one unidentifiable device cannot become the arbiter.
+fn normalize<T: PrTransport>(mut lus: Vec<LuTarget<T>>) -> Result<Vec<LuTarget<T>>, RequestError> {
+    if lus.is_empty() {
+        return Err(RequestError::NoLus);
+    }
+    lus.sort_by(|a, b| (is_node_local_id(&a.id), &a.id).cmp(&(is_node_local_id(&b.id), &b.id)));
+    let mut merged: Vec<LuTarget<T>> = Vec::with_capacity(lus.len());
+    for lu in lus {
+        match merged.last_mut() {
+            Some(last) if last.id == lu.id => last.paths.extend(lu.paths),
+            _ => merged.push(lu),
+        }
+    }
+    if let Some(empty) = merged.iter().find(|lu| lu.paths.is_empty()) {
+        return Err(RequestError::NoPaths {
+            lu: empty.id.clone(),
+        });
+    }
+    Ok(merged)
+}

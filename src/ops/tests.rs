@@ -1,0 +1,1195 @@
+//! The engine against SPC-model LUs through the real codec and execution policy
+//! (`ScsiPr<ModelDevice>`), with LIO's quirks unless a test says otherwise.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::exec::ScsiPr;
+use crate::pr::{
+    Capabilities, FullStatus, PrOut, PrOutAction, ReadKeys, ReadReservation, TransportId,
+};
+use crate::spc_model::{
+    CommandFilter, Injected, Injection, Lu, ModelDevice, Nexus, Quirks, Timing,
+};
+use crate::transport::{CommandError, Policy, PrOutReport};
+
+type ModelPath = ScsiPr<ModelDevice>;
+
+const A: Key = Key::new(0xa);
+const B: Key = Key::new(0xb);
+const C: Key = Key::new(0xc);
+
+fn quick() -> Policy {
+    Policy {
+        not_ready_backoff: Duration::from_millis(1),
+        ..Policy::default()
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+fn limits() -> Limits {
+    Limits {
+        deadline: Duration::from_secs(20),
+    }
+}
+
+/// Several LUs, several nodes, each node with its own paths (I_T nexuses) to every LU.
+struct Fixture {
+    lus: Vec<Arc<Mutex<Lu>>>,
+    /// [lu][node][path]
+    nexus: Vec<Vec<Vec<Nexus>>>,
+}
+
+fn lu_id(lu: usize) -> String {
+    format!("naa.6001405000000{lu:03}")
+}
+
+fn initiator(node: usize, path: usize) -> TransportId {
+    TransportId::Iscsi {
+        name: format!("iqn.2026-11.lab:node{node}"),
+        isid: Some(format!("23d00000{path}")),
+    }
+}
+
+impl Fixture {
+    fn new(lus: usize, paths_per_node: &[usize], quirks: Quirks) -> Self {
+        let mut models = Vec::new();
+        let mut nexus = Vec::new();
+        for _ in 0..lus {
+            let mut lu = Lu::new(quirks);
+            let per_node = paths_per_node
+                .iter()
+                .enumerate()
+                .map(|(node, &paths)| {
+                    (0..paths)
+                        .map(|p| lu.connect(initiator(node, p), u16::try_from(p + 1).unwrap()))
+                        .collect()
+                })
+                .collect();
+            models.push(Arc::new(Mutex::new(lu)));
+            nexus.push(per_node);
+        }
+        Fixture { lus: models, nexus }
+    }
+
+    fn device(node: usize, lu: usize, path: usize) -> String {
+        format!("/dev/n{node}l{lu}p{path}")
+    }
+
+    /// Node `node`'s view, handed over in reverse LU order (the engine must sort).
+    fn targets(&self, node: usize) -> Vec<LuTarget<ModelPath>> {
+        (0..self.lus.len())
+            .rev()
+            .map(|lu| LuTarget {
+                id: lu_id(lu),
+                paths: self.nexus[lu][node]
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &nexus)| {
+                        ScsiPr::new(
+                            ModelDevice::new(
+                                Arc::clone(&self.lus[lu]),
+                                nexus,
+                                Self::device(node, lu, p),
+                            ),
+                            quick(),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn keys(&self, lu: usize) -> Vec<Key> {
+        self.lus[lu]
+            .lock()
+            .unwrap()
+            .registrations()
+            .iter()
+            .map(|r| r.key)
+            .collect()
+    }
+
+    fn has(&self, lu: usize, key: Key) -> bool {
+        self.keys(lu).contains(&key)
+    }
+
+    fn key_of(&self, lu: usize, node: usize, path: usize) -> Option<Key> {
+        self.lus[lu]
+            .lock()
+            .unwrap()
+            .registered_key(self.nexus[lu][node][path])
+    }
+
+    fn reserved(&self, lu: usize) -> bool {
+        self.lus[lu].lock().unwrap().reservation().is_some()
+    }
+
+    fn with_lu<R>(&self, lu: usize, f: impl FnOnce(&mut Lu) -> R) -> R {
+        f(&mut self.lus[lu].lock().unwrap())
+    }
+
+    fn unfence(&self, node: usize, key: Key) -> Report {
+        block_on(unfence(self.targets(node), key, limits())).unwrap()
+    }
+
+    fn fence(&self, node: usize, own: Key, victim: Key) -> Report {
+        block_on(fence(self.targets(node), own, victim, limits())).unwrap()
+    }
+
+    fn status(&self, node: usize, key: Key) -> Report {
+        block_on(status(self.targets(node), key, limits())).unwrap()
+    }
+
+    fn heal(&self, node: usize, key: Key) -> Report {
+        block_on(heal(self.targets(node), key, limits())).unwrap()
+    }
+
+    fn snapshot(&self) -> Vec<(Vec<Key>, bool)> {
+        (0..self.lus.len())
+            .map(|lu| (self.keys(lu), self.reserved(lu)))
+            .collect()
+    }
+}
+
+fn two_nodes(lus: usize, paths: usize) -> Fixture {
+    let f = Fixture::new(lus, &[paths, paths], Quirks::lio());
+    assert_eq!(f.unfence(0, A).outcome, Outcome::Success);
+    assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
+    f
+}
+
+fn ids(report: &Report) -> Vec<&str> {
+    report.lus.iter().map(|r| r.lu.as_str()).collect()
+}
+
+// ----- unfence -----
+
+#[test]
+fn unfence_registers_every_path_reserves_and_verifies() {
+    let f = Fixture::new(3, &[2, 2], Quirks::lio());
+    let report = f.unfence(0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(report.outcome.exit_code(), 0);
+    assert_eq!(ids(&report), [lu_id(0), lu_id(1), lu_id(2)]);
+    for lu in 0..3 {
+        assert_eq!(f.key_of(lu, 0, 0), Some(A));
+        assert_eq!(f.key_of(lu, 0, 1), Some(A));
+        assert!(f.reserved(lu));
+        let r = &report.lus[lu];
+        assert!(r.ok && r.verdict == Verdict::Unfenced);
+        assert_eq!(r.keys.as_deref(), Some(&[A, A][..]));
+        assert_eq!(
+            r.reservation.map(|v| (v.key, v.rtype)),
+            Some((A, FENCING_TYPE))
+        );
+        assert!(r.paths.iter().all(|p| p.state == PathState::Ok));
+    }
+}
+
+#[test]
+fn unfence_is_idempotent_and_keeps_another_nodes_reservation() {
+    let f = two_nodes(2, 2);
+    let before = f.snapshot();
+    let again = f.unfence(1, B);
+    assert_eq!(again.outcome, Outcome::Success);
+    assert_eq!(f.snapshot(), before, "a rerun changes nothing");
+    // Node 0 reserved first; node 1's unfence keeps that reservation.
+    for lu in 0..2 {
+        let r = &again.lus[lu];
+        assert_eq!(r.reservation.map(|v| v.key), Some(A));
+    }
+}
+
+#[test]
+fn the_json_shape_is_one_object_per_lu_with_its_evidence() {
+    let f = two_nodes(2, 1);
+    let report = f.fence(0, A, B);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["command"], "fence");
+    assert_eq!(json["outcome"], "success");
+    let lu = &json["lus"][0];
+    assert_eq!(lu["lu"], lu_id(0).as_str());
+    assert_eq!(lu["ok"], true);
+    assert_eq!(lu["verdict"], "victim_removed");
+    assert_eq!(lu["paths"][0]["device"], "/dev/n0l0p0");
+    assert_eq!(lu["paths"][0]["state"], "ok");
+    assert_eq!(lu["keys"], serde_json::json!(["0x000000000000000a"]));
+    assert_eq!(lu["reservation"]["key"], "0x000000000000000a");
+    assert_eq!(lu["reservation"]["type"], "wero");
+    assert!(lu["generation"].is_u64());
+    assert!(lu.get("error").is_none());
+}
+
+// ----- status -----
+
+#[test]
+fn status_reports_all_none_or_which() {
+    let f = Fixture::new(3, &[1], Quirks::lio());
+    let none = f.status(0, A);
+    assert_eq!((none.outcome, none.outcome.exit_code()), (Outcome::Off, 2));
+    // Register on LU 1 only.
+    f.targets(0)
+        .into_iter()
+        .find(|t| t.id == lu_id(1))
+        .unwrap()
+        .paths[0]
+        .pr_out(&PrOut::register_ignore(A))
+        .unwrap();
+    let partial = f.status(0, A);
+    assert_eq!(
+        (partial.outcome, partial.outcome.exit_code()),
+        (Outcome::Partial, 1)
+    );
+    assert!(partial.summary.contains(&lu_id(0)) && partial.summary.contains(&lu_id(2)));
+    assert!(!partial.summary.contains(&format!("not on: {}", lu_id(1))));
+    f.unfence(0, A);
+    let all = f.status(0, A);
+    assert_eq!(
+        (all.outcome, all.outcome.exit_code()),
+        (Outcome::Success, 0)
+    );
+    assert!(
+        all.lus
+            .iter()
+            .all(|r| r.verdict == Verdict::Registered && r.ok)
+    );
+}
+
+// ----- fence -----
+
+#[test]
+fn fence_removes_the_victim_everywhere_and_converges() {
+    let f = two_nodes(4, 2);
+    let report = f.fence(0, A, B);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    for lu in 0..4 {
+        assert!(!f.has(lu, B) && f.has(lu, A) && f.reserved(lu));
+        assert_eq!(report.lus[lu].verdict, Verdict::VictimRemoved);
+    }
+    assert_eq!(f.status(1, B).outcome, Outcome::Off);
+    // P4: again, nothing left to do, still success.
+    let again = f.fence(0, A, B);
+    assert_eq!(again.outcome, Outcome::Success);
+    assert!(
+        again
+            .lus
+            .iter()
+            .all(|r| r.verdict == Verdict::AlreadyFenced)
+    );
+}
+
+#[test]
+fn fence_refuses_bad_keys() {
+    let f = two_nodes(1, 1);
+    assert_eq!(
+        block_on(fence(f.targets(0), A, A, limits())).unwrap_err(),
+        RequestError::SameKey(A)
+    );
+    assert_eq!(
+        block_on(fence(f.targets(0), A, Key::ZERO, limits())).unwrap_err(),
+        RequestError::ZeroKey
+    );
+    assert_eq!(
+        block_on(fence(Vec::<LuTarget<ModelPath>>::new(), A, B, limits())).unwrap_err(),
+        RequestError::NoLus
+    );
+}
+
+#[test]
+fn the_loser_of_a_fence_race_touches_nothing() {
+    let f = two_nodes(3, 2);
+    assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
+    let after_winner = f.snapshot();
+    let loser = f.fence(1, B, A);
+    assert_eq!(loser.outcome, Outcome::ThisNodeFenced);
+    assert_eq!(loser.outcome.exit_code(), 4);
+    assert_eq!(loser.lus[0].verdict, Verdict::ThisNodeFenced);
+    assert!(loser.lus[1..].iter().all(|r| r.verdict == Verdict::Skipped));
+    assert!(
+        loser.lus[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("prfence unfence")
+    );
+    assert_eq!(
+        f.snapshot(),
+        after_winner,
+        "P2/P3: the loser changed nothing"
+    );
+}
+
+#[test]
+fn a_failing_arbiter_stops_the_fan_out() {
+    let f = two_nodes(3, 1);
+    let arbiter = f.nexus[0][0][0];
+    f.with_lu(0, |lu| lu.fail_next(arbiter, Injected::TransportDown, 100));
+    let report = f.fence(0, A, B);
+    assert_eq!(report.outcome, Outcome::Failure);
+    assert_eq!(report.lus[0].verdict, Verdict::Failed);
+    assert!(
+        report.lus[1..]
+            .iter()
+            .all(|r| r.verdict == Verdict::Skipped)
+    );
+    assert!(f.has(1, B) && f.has(2, B), "no other LU touched");
+}
+
+#[test]
+fn the_arbiter_is_chosen_by_identifier_not_by_argument_order() {
+    let f = two_nodes(3, 1);
+    // Node 1 lists the LUs in another order and has fenced node 0 on LU 2 only (e.g. a half
+    // finished earlier run of its own). The arbiter is still LU 0, where node 0 is present.
+    let mut b_targets = f.targets(1);
+    b_targets.swap(0, 2);
+    let lu2 = b_targets.iter().find(|t| t.id == lu_id(2)).unwrap();
+    lu2.paths[0]
+        .pr_out(&PrOut::preempt_and_abort(B, A, FENCING_TYPE))
+        .unwrap();
+    let report = f.fence(0, A, B);
+    assert_eq!(report.lus[0].lu, lu_id(0));
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    // LU 2: node 0 was gone there, re-registered because it won the arbiter, and fenced node 1.
+    assert!(f.has(2, A) && !f.has(2, B));
+}
+
+#[test]
+fn a_device_path_id_is_never_the_arbiter_and_all_of_them_are_refused() {
+    let f = two_nodes(2, 1);
+    let mut targets = f.targets(0);
+    // LU 0's identifier could not be read on this node: it is named by its device path.
+    for t in &mut targets {
+        if t.id == lu_id(0) {
+            t.id = "/dev/sdq".to_string();
+        }
+    }
+    let report = block_on(fence(targets, A, B, limits())).unwrap();
+    assert_eq!(ids(&report), [lu_id(1).as_str(), "/dev/sdq"]);
+    assert_eq!(report.outcome, Outcome::Success);
+    let mut targets = f.targets(0);
+    for (i, t) in targets.iter_mut().enumerate() {
+        t.id = format!("/dev/sd{i}");
+    }
+    assert_eq!(
+        block_on(fence(targets, A, B, limits())).unwrap_err(),
+        RequestError::NoArbiterIdentity(2)
+    );
+}
+
+#[test]
+fn preempt_and_abort_refused_falls_back_to_preempt_and_says_so() {
+    let quirks = Quirks {
+        preempt_and_abort_supported: false,
+        ..Quirks::lio()
+    };
+    let f = Fixture::new(2, &[1, 1], quirks);
+    f.unfence(0, A);
+    f.unfence(1, B);
+    let report = f.fence(0, A, B);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    for r in &report.lus {
+        assert!(
+            r.notes.iter().any(|n| n.contains("fell back to PREEMPT")),
+            "{r:#?}"
+        );
+        assert!(r.paths.iter().all(|p| p.state == PathState::Ok));
+    }
+    assert!(!f.has(0, B) && !f.has(1, B));
+}
+
+#[test]
+fn a_dead_path_is_reported_and_not_fatal() {
+    let f = Fixture::new(2, &[2, 1], Quirks::lio());
+    for lu in 0..2 {
+        let dead = f.nexus[lu][0][0];
+        f.with_lu(lu, |l| l.disconnect(dead));
+    }
+    let report = f.unfence(0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    f.unfence(1, B);
+    let report = f.fence(0, A, B);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    for r in &report.lus {
+        assert_eq!(r.paths[0].state, PathState::Dead);
+        assert!(r.paths[0].error.as_deref().unwrap().contains("/dev/n0"));
+        assert_eq!(r.paths[1].state, PathState::Ok);
+        assert!(
+            r.notes.iter().any(|n| n.contains("dead, handled through")),
+            "{r:#?}"
+        );
+    }
+}
+
+#[test]
+fn all_paths_dead_fails_the_lu() {
+    let f = two_nodes(2, 1);
+    let dead = f.nexus[1][0][0];
+    f.with_lu(1, |l| l.disconnect(dead));
+    let report = f.fence(0, A, B);
+    assert_eq!(report.outcome, Outcome::Failure);
+    assert_eq!(report.lus[1].verdict, Verdict::Failed);
+    assert_eq!(report.lus[1].paths[0].state, PathState::Dead);
+}
+
+// ----- P4: failures midway, then a rerun converges -----
+
+#[test]
+fn a_timeout_on_one_lu_of_eight_fails_the_run_and_a_rerun_converges() {
+    let f = two_nodes(8, 1);
+    let lu3 = f.nexus[3][0][0];
+    f.with_lu(3, |l| l.fail_next(lu3, Injected::Timeout, 1000));
+    let first = f.fence(0, A, B);
+    assert_eq!(first.outcome, Outcome::Failure);
+    assert_eq!(first.outcome.exit_code(), 1);
+    assert!(!first.lus[3].ok && first.lus[3].error.as_deref().unwrap().contains("timeout"));
+    assert!(first.summary.contains(&lu_id(3)));
+    for lu in (0..8).filter(|&lu| lu != 3) {
+        assert!(first.lus[lu].ok && !f.has(lu, B));
+    }
+    assert!(f.has(3, B));
+    f.with_lu(3, |l| l.clear_injections(lu3));
+    let second = f.fence(0, A, B);
+    assert_eq!(second.outcome, Outcome::Success, "{second:#?}");
+    assert_eq!(second.lus[3].verdict, Verdict::VictimRemoved);
+    assert!((0..8).all(|lu| !f.has(lu, B) && f.has(lu, A) && f.reserved(lu)));
+}
+
+#[test]
+fn a_lost_response_after_the_preempt_applied_converges_on_rerun() {
+    let f = two_nodes(3, 1);
+    let n = f.nexus[2][0][0];
+    f.with_lu(2, |l| {
+        l.inject(
+            n,
+            Injection {
+                fault: Injected::Timeout,
+                timing: Timing::AfterExecuting,
+                filter: CommandFilter::Only(crate::spc_model::Command::PrOut(
+                    PrOutAction::PreemptAndAbort,
+                )),
+                count: 1,
+            },
+        )
+    });
+    let first = f.fence(0, A, B);
+    assert_eq!(first.lus[2].verdict, Verdict::Failed);
+    assert!(!f.has(2, B), "applied although the answer was lost");
+    let second = f.fence(0, A, B);
+    assert_eq!(second.outcome, Outcome::Success);
+    assert_eq!(second.lus[2].verdict, Verdict::AlreadyFenced);
+}
+
+#[test]
+fn unfence_after_a_partial_failure_converges() {
+    let f = Fixture::new(8, &[2], Quirks::lio());
+    let n = f.nexus[5][0][1];
+    f.with_lu(5, |l| {
+        l.inject(
+            n,
+            Injection {
+                fault: Injected::Failure(crate::spc_model::ScsiFailure::invalid_field_in_cdb()),
+                timing: Timing::InsteadOfExecuting,
+                filter: CommandFilter::AnyPrOut,
+                count: 1,
+            },
+        )
+    });
+    let first = f.unfence(0, A);
+    assert_eq!(
+        first.outcome,
+        Outcome::Success,
+        "the other path reserved: {first:#?}"
+    );
+    // The failed path's registration is missing; a rerun adds it.
+    assert_eq!(f.key_of(5, 0, 1), None);
+    assert_eq!(first.lus[5].paths[1].state, PathState::Failed);
+    let second = f.unfence(0, A);
+    assert_eq!(second.outcome, Outcome::Success);
+    assert_eq!(f.key_of(5, 0, 1), Some(A));
+}
+
+// ----- overall deadline -----
+
+/// A path whose commands take `delay` each.
+struct Slow<T> {
+    inner: T,
+    delay: Duration,
+}
+
+impl<T: PrTransport> PrTransport for Slow<T> {
+    fn device(&self) -> &Path {
+        self.inner.device()
+    }
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        std::thread::sleep(self.delay);
+        self.inner.read_keys()
+    }
+    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
+        std::thread::sleep(self.delay);
+        self.inner.read_reservation()
+    }
+    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
+        self.inner.report_capabilities()
+    }
+    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
+        std::thread::sleep(self.delay);
+        self.inner.read_full_status()
+    }
+    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+        std::thread::sleep(self.delay);
+        self.inner.pr_out(request)
+    }
+}
+
+#[test]
+fn lus_pending_at_the_deadline_are_timed_out() {
+    let f = Fixture::new(3, &[1], Quirks::lio());
+    let targets: Vec<LuTarget<Slow<ModelPath>>> = f
+        .targets(0)
+        .into_iter()
+        .map(|t| {
+            let slow = t.id == lu_id(1);
+            LuTarget {
+                id: t.id,
+                paths: t
+                    .paths
+                    .into_iter()
+                    .map(|inner| Slow {
+                        inner,
+                        delay: if slow {
+                            Duration::from_millis(400)
+                        } else {
+                            Duration::ZERO
+                        },
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let report = block_on(async {
+        unfence(
+            targets,
+            A,
+            Limits {
+                deadline: Duration::from_millis(100),
+            },
+        )
+        .await
+        .unwrap()
+    });
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(report.outcome, Outcome::Failure);
+    assert_eq!(report.lus[1].verdict, Verdict::TimedOut);
+    assert!(report.lus[0].ok && report.lus[2].ok);
+}
+
+// ----- P3 -----
+
+#[test]
+fn a_fenced_node_never_registers_itself_again_by_fence_or_heal() {
+    let f = two_nodes(3, 2);
+    f.fence(0, A, B);
+    let b_fence = f.fence(1, B, A);
+    assert_eq!(b_fence.outcome, Outcome::ThisNodeFenced);
+    let b_heal = f.heal(1, B);
+    assert_eq!(b_heal.outcome, Outcome::ThisNodeFenced);
+    assert_eq!(b_heal.outcome.exit_code(), 4);
+    assert!(
+        b_heal
+            .lus
+            .iter()
+            .all(|r| r.verdict == Verdict::ThisNodeFenced)
+    );
+    assert!((0..3).all(|lu| !f.has(lu, B)));
+    // Only the explicit unfence brings it back.
+    assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
+    assert!((0..3).all(|lu| f.has(lu, B)));
+}
+
+#[test]
+fn a_node_fenced_on_a_later_lu_only_is_not_healed_there() {
+    let f = two_nodes(2, 1);
+    f.targets(1)
+        .into_iter()
+        .find(|t| t.id == lu_id(1))
+        .unwrap()
+        .paths[0]
+        .pr_out(&PrOut::preempt_and_abort(B, A, FENCING_TYPE))
+        .unwrap();
+    let report = f.heal(0, A);
+    assert_eq!(report.outcome, Outcome::ThisNodeFenced);
+    assert_eq!(report.lus[0].verdict, Verdict::Intact);
+    assert_eq!(report.lus[1].verdict, Verdict::ThisNodeFenced);
+    assert!(!f.has(1, A));
+}
+
+/// Runs `hook` once, just before the first PR OUT with `action` on this path.
+struct Hooked<T> {
+    inner: T,
+    action: PrOutAction,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl<T: PrTransport> PrTransport for Hooked<T> {
+    fn device(&self) -> &Path {
+        self.inner.device()
+    }
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        self.inner.read_keys()
+    }
+    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
+        self.inner.read_reservation()
+    }
+    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
+        self.inner.report_capabilities()
+    }
+    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
+        self.inner.read_full_status()
+    }
+    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+        if request.action == self.action
+            && let Some(hook) = self.hook.lock().unwrap().take()
+        {
+            hook();
+        }
+        self.inner.pr_out(request)
+    }
+}
+
+fn hooked(
+    targets: Vec<LuTarget<ModelPath>>,
+    at: (&str, usize),
+    action: PrOutAction,
+    hook: Box<dyn FnOnce() + Send>,
+) -> Vec<LuTarget<Hooked<ModelPath>>> {
+    let mut hook = Some(hook);
+    targets
+        .into_iter()
+        .map(|t| {
+            let lu = t.id.clone();
+            LuTarget {
+                id: t.id,
+                paths: t
+                    .paths
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, inner)| Hooked {
+                        inner,
+                        action,
+                        hook: Mutex::new(if (lu.as_str(), i) == at {
+                            hook.take()
+                        } else {
+                            None
+                        }),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn heal_withdraws_when_preempted_between_check_and_register() {
+    let f = two_nodes(1, 2);
+    // Path 1 of node 0 logs in again: a new nexus without a registration.
+    let new = f.with_lu(0, |l| l.relogin(f.nexus[0][0][1], "23d0000ff"));
+    let mut f = f;
+    f.nexus[0][0][1] = new;
+    let b = f.targets(1).pop().unwrap();
+    let hook = Box::new(move || {
+        b.paths[0]
+            .pr_out(&PrOut::preempt_and_abort(B, A, FENCING_TYPE))
+            .unwrap();
+    });
+    let targets = hooked(
+        f.targets(0),
+        (&lu_id(0), 1),
+        PrOutAction::RegisterAndIgnoreExistingKey,
+        hook,
+    );
+    let report = block_on(heal(targets, A, limits())).unwrap();
+    assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:#?}");
+    assert!(
+        !f.has(0, A),
+        "P3: the registration made after the preemption was withdrawn"
+    );
+}
+
+#[test]
+fn fenced_while_fencing_withdraws_from_the_other_lus() {
+    // Three nodes: node 0 fences node 1 while node 2 fences node 0.
+    let f = Fixture::new(3, &[1, 1, 1], Quirks::lio());
+    for (node, key) in [(0, A), (1, B), (2, C)] {
+        assert_eq!(f.unfence(node, key).outcome, Outcome::Success);
+    }
+    let c_arbiter = f.targets(2).pop().unwrap();
+    assert_eq!(c_arbiter.id, lu_id(0));
+    // Node 2 wins the arbiter against node 0 just as node 0 starts on LU 1.
+    let hook = Box::new(move || {
+        c_arbiter.paths[0]
+            .pr_out(&PrOut::preempt_and_abort(C, A, FENCING_TYPE))
+            .unwrap();
+    });
+    let targets = hooked(
+        f.targets(0),
+        (&lu_id(1), 0),
+        PrOutAction::RegisterAndIgnoreExistingKey,
+        hook,
+    );
+    let report = block_on(fence(targets, A, B, limits())).unwrap();
+    assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:#?}");
+    assert!(
+        !f.has(0, A) && !f.has(1, A) && !f.has(2, A),
+        "node 0 gave up everywhere"
+    );
+}
+
+// ----- heal: orphans after iSCSI re-login -----
+
+#[test]
+fn heal_registers_a_new_session_and_purges_the_orphan() {
+    let mut f = Fixture::new(2, &[2, 1], Quirks::lio());
+    f.unfence(0, A);
+    f.unfence(1, B);
+    for lu in 0..2 {
+        let old = f.nexus[lu][0][0];
+        f.nexus[lu][0][0] = f.with_lu(lu, |l| l.relogin(old, "23d0000aa"));
+    }
+    // Before healing, fence from node 0 still works through its registered path.
+    let report = f.heal(0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    for lu in 0..2 {
+        assert_eq!(report.lus[lu].verdict, Verdict::Healed);
+        assert_eq!(f.key_of(lu, 0, 0), Some(A));
+        assert_eq!(f.key_of(lu, 0, 1), Some(A));
+        let ours = f.keys(lu).iter().filter(|&&k| k == A).count();
+        assert_eq!(ours, 2, "the orphan is gone: {:?}", f.keys(lu));
+        assert!(f.has(lu, B));
+        // The reservation moved off the orphan onto a current path.
+        let holder = f.with_lu(lu, |l| l.reservation()).unwrap().holder;
+        assert!(
+            [f.nexus[lu][0][0], f.nexus[lu][0][1]]
+                .iter()
+                .any(|&n| holder == crate::spc_model::Holder::Nexus(n))
+        );
+        assert!(
+            report.lus[lu]
+                .notes
+                .iter()
+                .any(|n| n.contains("purged 1 orphaned"))
+        );
+    }
+    // P4: nothing left to heal.
+    let again = f.heal(0, A);
+    assert!(
+        again.lus.iter().all(|r| r.verdict == Verdict::Intact),
+        "{again:#?}"
+    );
+}
+
+#[test]
+fn heal_after_every_path_relogged_uses_the_orphans_as_proof() {
+    let mut f = Fixture::new(1, &[2, 1], Quirks::lio());
+    f.unfence(1, B);
+    f.unfence(0, A);
+    for p in 0..2 {
+        let old = f.nexus[0][0][p];
+        f.nexus[0][0][p] = f.with_lu(0, |l| l.relogin(old, &format!("23d0000b{p}")));
+    }
+    let report = f.heal(0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(f.key_of(0, 0, 0), Some(A));
+    assert_eq!(f.key_of(0, 0, 1), Some(A));
+    // Node 1 holds the reservation, so the orphans are left and said so.
+    assert!(
+        report.lus[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("left in place")),
+        "{report:#?}"
+    );
+}
+
+#[test]
+fn fence_after_relogin_uses_a_registered_path_and_never_registers_on_the_arbiter() {
+    let mut f = two_nodes(2, 2);
+    let old = f.nexus[0][0][0];
+    f.nexus[0][0][0] = f.with_lu(0, |l| l.relogin(old, "23d0000cc"));
+    let report = f.fence(0, A, B);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(
+        f.key_of(0, 0, 0),
+        None,
+        "fence does not register on the arbiter"
+    );
+    assert!(
+        report.lus[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("not registered with"))
+    );
+}
+
+// ----- P2: two nodes fencing each other, interleaved command by command -----
+
+/// Lets the nodes' commands through one at a time in a given order of node numbers; once the
+/// schedule runs out (or names a node that has finished) everyone runs freely.
+struct Turnstile {
+    state: Mutex<(VecDeque<usize>, Vec<bool>)>,
+    turn: Condvar,
+}
+
+impl Turnstile {
+    fn new(schedule: Vec<usize>, nodes: usize) -> Arc<Self> {
+        Arc::new(Turnstile {
+            state: Mutex::new((schedule.into(), vec![false; nodes])),
+            turn: Condvar::new(),
+        })
+    }
+
+    fn enter(&self, node: usize) {
+        let mut state = self.state.lock().unwrap();
+        loop {
+            let (schedule, done) = &mut *state;
+            while schedule.front().is_some_and(|&n| done[n]) {
+                schedule.pop_front();
+            }
+            match schedule.front() {
+                None => return,
+                Some(&n) if n == node => {
+                    schedule.pop_front();
+                    self.turn.notify_all();
+                    return;
+                }
+                Some(_) => state = self.turn.wait(state).unwrap(),
+            }
+        }
+    }
+
+    fn finish(&self, node: usize) {
+        self.state.lock().unwrap().1[node] = true;
+        self.turn.notify_all();
+    }
+}
+
+struct Gated<T> {
+    inner: T,
+    node: usize,
+    gate: Arc<Turnstile>,
+}
+
+impl<T: PrTransport> PrTransport for Gated<T> {
+    fn device(&self) -> &Path {
+        self.inner.device()
+    }
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        self.gate.enter(self.node);
+        self.inner.read_keys()
+    }
+    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
+        self.gate.enter(self.node);
+        self.inner.read_reservation()
+    }
+    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
+        self.gate.enter(self.node);
+        self.inner.report_capabilities()
+    }
+    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
+        self.gate.enter(self.node);
+        self.inner.read_full_status()
+    }
+    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+        self.gate.enter(self.node);
+        self.inner.pr_out(request)
+    }
+}
+
+fn gated(
+    targets: Vec<LuTarget<ModelPath>>,
+    node: usize,
+    gate: &Arc<Turnstile>,
+) -> Vec<LuTarget<Gated<ModelPath>>> {
+    targets
+        .into_iter()
+        .map(|t| LuTarget {
+            id: t.id,
+            paths: t
+                .paths
+                .into_iter()
+                .map(|inner| Gated {
+                    inner,
+                    node,
+                    gate: Arc::clone(gate),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Both nodes fence each other concurrently under `schedule`; returns both outcomes.
+fn race(f: &Fixture, schedule: Vec<usize>) -> [Outcome; 2] {
+    let gate = Turnstile::new(schedule, 2);
+    let runs: Vec<_> = [(0, A, B), (1, B, A)]
+        .into_iter()
+        .map(|(node, own, victim)| {
+            let targets = gated(f.targets(node), node, &gate);
+            let gate = Arc::clone(&gate);
+            std::thread::spawn(move || {
+                let report = block_on(fence(targets, own, victim, limits())).unwrap();
+                gate.finish(node);
+                report.outcome
+            })
+        })
+        .collect();
+    let mut outcomes = runs.into_iter().map(|r| r.join().unwrap());
+    [outcomes.next().unwrap(), outcomes.next().unwrap()]
+}
+
+fn check_one_survivor(f: &Fixture, lus: usize, outcomes: [Outcome; 2]) {
+    let keys = [A, B];
+    let winners: Vec<usize> = (0..2)
+        .filter(|&n| outcomes[n] == Outcome::Success)
+        .collect();
+    assert!(winners.len() <= 1, "both survived: {outcomes:?}");
+    for (node, outcome) in outcomes.iter().enumerate() {
+        assert!(
+            matches!(outcome, Outcome::Success | Outcome::ThisNodeFenced),
+            "node {node}: {outcome:?}"
+        );
+    }
+    let [winner] = winners[..] else {
+        panic!("nobody survived: {outcomes:?}");
+    };
+    let loser = 1 - winner;
+    for lu in 0..lus {
+        assert!(
+            f.has(lu, keys[winner]),
+            "LU {lu}: winner gone: {:?}",
+            f.keys(lu)
+        );
+        assert!(
+            !f.has(lu, keys[loser]),
+            "LU {lu}: loser present: {:?}",
+            f.keys(lu)
+        );
+        assert!(f.reserved(lu));
+    }
+}
+
+#[test]
+fn simultaneous_fences_leave_exactly_one_survivor_in_lockstep() {
+    let f = two_nodes(3, 2);
+    let outcomes = race(&f, [0, 1].repeat(40));
+    check_one_survivor(&f, 3, outcomes);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fences_raced_in_any_interleaving_leave_one_survivor(
+        schedule in prop::collection::vec(0usize..2, 0..60),
+        lus in 1usize..4,
+        paths in 1usize..3,
+    ) {
+        let f = two_nodes(lus, paths);
+        let outcomes = race(&f, schedule);
+        check_one_survivor(&f, lus, outcomes);
+    }
+}
+
+/// Node 0 heals while node 1 fences it: whatever the interleaving, once node 1's fence has
+/// succeeded node 0's key is gone from every LU (heal never brings a preempted key back, P3).
+fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
+    let mut f = two_nodes(lus, 2);
+    for lu in 0..lus {
+        let old = f.nexus[lu][0][1];
+        f.nexus[lu][0][1] = f.with_lu(lu, |l| l.relogin(old, "23d0000dd"));
+    }
+    let gate = Turnstile::new(schedule, 2);
+    let healer = {
+        let targets = gated(f.targets(0), 0, &gate);
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            let report = block_on(heal(targets, A, limits())).unwrap();
+            gate.finish(0);
+            report.outcome
+        })
+    };
+    let fencer = {
+        let targets = gated(f.targets(1), 1, &gate);
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            let report = block_on(fence(targets, B, A, limits())).unwrap();
+            gate.finish(1);
+            report.outcome
+        })
+    };
+    let (healed, fenced) = (healer.join().unwrap(), fencer.join().unwrap());
+    assert!(
+        matches!(healed, Outcome::Success | Outcome::ThisNodeFenced),
+        "{healed:?}"
+    );
+    // The fence may see the healer's brief re-registration (before it is withdrawn) and report
+    // failure; it must never be fooled into success while the key stays, and a rerun converges.
+    let outcome = match fenced {
+        Outcome::Success => fenced,
+        Outcome::Failure => f.fence(1, B, A).outcome,
+        other => panic!("fence: {other:?}"),
+    };
+    assert_eq!(outcome, Outcome::Success);
+    for lu in 0..lus {
+        assert!(
+            !f.has(lu, A),
+            "LU {lu}: {:?} (heal {healed:?}, fence {fenced:?})",
+            f.keys(lu)
+        );
+    }
+}
+
+#[test]
+fn heal_preempted_just_before_purging_its_orphan_gives_up_and_says_fenced() {
+    // Found by the property below: node 1 preempts node 0 between node 0's READ RESERVATION and
+    // its self-PREEMPT; the PREEMPT conflicts and heal must withdraw, not merely fail.
+    heal_races_fence(1, vec![0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0]);
+}
+
+/// One injected fault somewhere, a failed or partial fence, then a clean rerun converges.
+fn fault_then_rerun(
+    lus: usize,
+    lu: usize,
+    path: usize,
+    fault: Injected,
+    timing: Timing,
+    count: u32,
+) {
+    let f = two_nodes(lus, 2);
+    let nexus = f.nexus[lu][0][path];
+    f.with_lu(lu, |l| {
+        l.inject(
+            nexus,
+            Injection {
+                fault,
+                timing,
+                filter: CommandFilter::Any,
+                count,
+            },
+        )
+    });
+    let first = f.fence(0, A, B);
+    if first.outcome == Outcome::Success {
+        assert!((0..lus).all(|l| !f.has(l, B)));
+    } else {
+        assert_eq!(first.outcome, Outcome::Failure, "{first:#?}");
+    }
+    f.with_lu(lu, |l| l.clear_injections(nexus));
+    let second = f.fence(0, A, B);
+    assert_eq!(second.outcome, Outcome::Success, "{second:#?}");
+    for l in 0..lus {
+        assert!(f.has(l, A) && !f.has(l, B) && f.reserved(l));
+    }
+}
+
+fn fault() -> impl Strategy<Value = Injected> {
+    prop_oneof![
+        Just(Injected::Timeout),
+        Just(Injected::TransportDown),
+        Just(Injected::Failure(
+            crate::spc_model::ScsiFailure::lio_communication_failure()
+        )),
+        Just(Injected::Failure(
+            crate::spc_model::ScsiFailure::invalid_field_in_cdb()
+        )),
+        Just(Injected::Failure(
+            crate::spc_model::UnitAttention::POWER_ON.to_failure()
+        )),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn heal_raced_against_a_fence_never_survives_it(
+        schedule in prop::collection::vec(0usize..2, 0..80),
+        lus in 1usize..3,
+    ) {
+        heal_races_fence(lus, schedule);
+    }
+
+    #[test]
+    fn any_single_fault_then_a_rerun_converges(
+        lus in 1usize..5,
+        lu_pick in 0usize..5,
+        path in 0usize..2,
+        fault in fault(),
+        after in any::<bool>(),
+        count in 1u32..20,
+    ) {
+        let timing = if after { Timing::AfterExecuting } else { Timing::InsteadOfExecuting };
+        fault_then_rerun(lus, lu_pick % lus, path, fault, timing, count);
+    }
+}
+
+/// Three nodes fence in a ring (0 fences 1, 1 fences 2, 2 fences 0) at once: every fence that
+/// reports success has its victim gone from every LU at the end (P1, P3: nothing re-registers a
+/// preempted key), and at least one node survives.
+fn ring_race(lus: usize, schedule: Vec<usize>) {
+    let f = Fixture::new(lus, &[1, 1, 1], Quirks::lio());
+    let keys = [A, B, C];
+    for (node, key) in keys.iter().enumerate() {
+        assert_eq!(f.unfence(node, *key).outcome, Outcome::Success);
+    }
+    let gate = Turnstile::new(schedule, 3);
+    let runs: Vec<_> = (0..3)
+        .map(|node| {
+            let targets = gated(f.targets(node), node, &gate);
+            let gate = Arc::clone(&gate);
+            let (own, victim) = (keys[node], keys[(node + 1) % 3]);
+            std::thread::spawn(move || {
+                let report = block_on(fence(targets, own, victim, limits())).unwrap();
+                gate.finish(node);
+                report.outcome
+            })
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    for (node, outcome) in outcomes.iter().enumerate() {
+        if *outcome == Outcome::Success {
+            let victim = keys[(node + 1) % 3];
+            for lu in 0..lus {
+                assert!(!f.has(lu, victim), "{outcomes:?}: LU {lu} {:?}", f.keys(lu));
+            }
+        }
+    }
+    assert!(
+        (0..lus).all(|lu| !f.keys(lu).is_empty()),
+        "{outcomes:?}: someone must survive"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_ring_of_fences_never_reports_a_victim_fenced_that_is_not(
+        schedule in prop::collection::vec(0usize..3, 0..90),
+        lus in 1usize..4,
+    ) {
+        ring_race(lus, schedule);
+    }
+}
