@@ -222,10 +222,18 @@ pub struct RegisterMove {
     pub devices: Devices,
 }
 
-/// `prfence agent`. Exit status: 0 stopped cleanly (or nothing wrong), 1 could not start or run,
-/// 2 invalid configuration, 3 `--once` found a problem, self_fence.exit_status (default 86)
-/// fenced.
+/// `prfence agent`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Signals: SIGHUP re-reads the configuration; SIGTERM stops (registrations stay unless
+unregister_on_exit).
+
+Exit status:
+  0   stopped by SIGTERM; --check-config: valid; --once: every LU and path healthy
+  1   could not start or run (devices, key, state file, watchdog, metrics port)
+  2   invalid configuration or arguments
+  3   --once found a problem (see the JSON)
+  86  fenced (self_fence.exit_status)")]
 pub struct Agent {
     /// The agent's TOML configuration (see packaging/prfence-agent.toml).
     #[arg(long, value_name = "FILE")]
@@ -233,8 +241,9 @@ pub struct Agent {
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
-    /// Look once at every LU (every path probed), print the status as JSON and exit; changes
-    /// nothing and runs no self-fence action.
+    /// Look once at every LU (every path probed), print the status as JSON and exit. Changes
+    /// nothing but PRgeneration (the probe re-states our key on each path) and runs no
+    /// self-fence action.
     #[arg(long, conflicts_with = "check_config")]
     pub once: bool,
     /// Write the status as JSON to FILE after every check (atomically replaced).

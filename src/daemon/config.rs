@@ -149,7 +149,7 @@ struct RawWatchdog {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetrics {
-    listen: String,
+    listen: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -306,6 +306,9 @@ pub enum LogTarget {
     Stderr,
 }
 
+/// Where `[metrics]` without `listen` serves: loopback only.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+
 /// Exit status used when fenced unless configured otherwise (not 0, 1 = generic error, 2, or
 /// systemd's reserved 200–242).
 pub const DEFAULT_FENCED_EXIT_STATUS: u8 = 86;
@@ -380,10 +383,13 @@ impl Settings {
         let metrics_listen = raw
             .metrics
             .map(|m| {
-                m.listen.parse::<SocketAddr>().map_err(|e| {
+                let listen = m
+                    .listen
+                    .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.to_owned());
+                listen.parse::<SocketAddr>().map_err(|e| {
                     field_error(
                         "metrics.listen",
-                        format!("{:?} is not an address:port ({e})", m.listen),
+                        format!("{listen:?} is not an address:port ({e})"),
                     )
                 })
             })
@@ -1063,6 +1069,11 @@ margin = "2s"
         assert_eq!(
             field_of(&format!("{WATCH}[metrics]\nlisten = \"localhost\"\n")),
             "metrics.listen"
+        );
+        let s = Settings::from_toml_str(&format!("{WATCH}[metrics]\n")).unwrap();
+        assert_eq!(
+            s.metrics_listen,
+            Some(DEFAULT_METRICS_LISTEN.parse().unwrap())
         );
         assert_eq!(
             field_of(&format!("{WATCH}[log]\nformat = \"xml\"\n")),

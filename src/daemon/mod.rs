@@ -1,9 +1,9 @@
-//! `prfence agent --config FILE`: the node daemon, as a sans-IO core.
+//! `prfence agent --config FILE`: the node daemon, a sans-IO core and its tokio driver.
 //!
-//! Everything here is pure: observations and command completions go in together with the
-//! caller's monotonic `now`, decisions and actions come out. The tokio driver (not in this
-//! module) owns the devices, timers, signals, the watchdog fd, sd_notify, logging and the
-//! metrics endpoint, and does nothing but carry out what these types decide.
+//! The core is pure: observations and command completions go in together with the caller's
+//! monotonic `now`, decisions and actions come out. The driver owns the devices, timers,
+//! signals, the watchdog fd, sd_notify, logging and the metrics endpoint, and does nothing but
+//! carry out what the core decides.
 //!
 //! - [`config`]: the TOML file, validated into [`config::Settings`], timing rules included.
 //! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr.

@@ -525,10 +525,18 @@ pub fn agent_main(
         );
         return 0;
     }
-    let log = if once {
-        None
+    // --once is run by hand or by a test: its log goes to the terminal.
+    let log_settings = if once {
+        super::config::LogSettings {
+            target: super::config::LogTarget::Stderr,
+            json: false,
+            level: settings.log.level.clone(),
+        }
     } else {
-        match super::logging::init(&settings.log) {
+        settings.log.clone()
+    };
+    let log = {
+        match super::logging::init(&log_settings) {
             Ok(handle) => Some(handle),
             Err(e) => {
                 eprintln!("prfence agent: {e}");

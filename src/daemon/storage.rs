@@ -443,7 +443,10 @@ impl LuEntry {
             Ok(spec) => spec,
             Err(e) => {
                 if self.discover_error.as_ref() != Some(&e) {
-                    tracing::warn!(lu = %self.name, device = %self.device.display(), error = %e, "discovery failed; keeping the paths found before");
+                    tracing::warn!(
+                        lu = %self.name, device = %self.device.display(), error = %e,
+                        kept_paths = self.paths.len(), "discovery failed"
+                    );
                 }
                 self.discover_error = Some(e);
                 self.paths_changed = false;

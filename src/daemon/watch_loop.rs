@@ -105,6 +105,23 @@ async fn check_all(
         let device = lu.device.clone();
         let paths = lu.paths.clone();
         let probe = probe.get(index).copied().unwrap_or(false);
+        if let (true, Some(e)) = (paths.is_empty(), &lu.discover_error) {
+            let e = CommandError::without_completion(
+                &device,
+                Command::PrIn(crate::pr::PrInAction::ReadKeys),
+                ErrorKind::Transport,
+                format!("no path: {e}"),
+            );
+            jobs.spawn(async move {
+                let check = LuCheck {
+                    keys: Err(e),
+                    preempted_unit_attention: false,
+                    registrations: None,
+                };
+                (index, check)
+            });
+            continue;
+        }
         jobs.spawn(async move { (index, check_lu(&exec, device, paths, key, probe).await) });
     }
     let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
