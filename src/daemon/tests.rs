@@ -127,29 +127,7 @@ struct Running {
 }
 
 fn start(settings: Settings, storage: &Arc<ModelStorage>, key: Option<Key>) -> Running {
-    let (control, receiver) = mpsc::unbounded_channel();
-    let host = Arc::new(RecordingHost::default());
-    let agent = Agent::new(
-        settings,
-        Options {
-            storage: Arc::clone(storage) as Arc<dyn Storage>,
-            host: Arc::clone(&host) as Arc<dyn Host>,
-            notifier: Notifier::disabled(),
-            status_file: None,
-            sys_root: PathBuf::from("/nonexistent"),
-            log: None,
-        },
-        receiver,
-    );
-    let status = agent.status();
-    let metrics = agent.metrics();
-    Running {
-        task: tokio::spawn(agent.run(key)),
-        control,
-        status,
-        metrics,
-        host,
-    }
+    start_with_sys(settings, storage, PathBuf::from("/nonexistent"), key)
 }
 
 /// Waits (in paused time) until `what` holds, at most `within`.
@@ -638,4 +616,124 @@ async fn once_reports_an_orphan_and_heals_nothing() {
         super::run::EXIT_ONCE_PROBLEM
     );
     assert_eq!(lock(&lu).registered_key(a2), None);
+}
+
+/// A watchdog "device" (a plain file) with its sysfs timeout, wired into watch settings.
+fn with_watchdog(mut settings: Settings, dir: &Path, magic_close: bool) -> (Settings, PathBuf) {
+    let device = dir.join("watchdog7");
+    std::fs::write(&device, "").unwrap();
+    let sysfs = dir.join("sys/class/watchdog/watchdog7");
+    std::fs::create_dir_all(&sysfs).unwrap();
+    std::fs::write(sysfs.join("timeout"), "5\n").unwrap();
+    settings.watchdog = Some(super::config::WatchdogSettings {
+        device: device.clone(),
+        timeout: Duration::from_secs(5),
+        magic_close,
+    });
+    settings.self_fence.stop_watchdog = true;
+    (settings, device)
+}
+
+fn start_with_sys(
+    settings: Settings,
+    storage: &Arc<ModelStorage>,
+    sys: PathBuf,
+    key: Option<Key>,
+) -> Running {
+    let (control, receiver) = mpsc::unbounded_channel();
+    let host = Arc::new(RecordingHost::default());
+    let agent = Agent::new(
+        settings,
+        Options {
+            storage: Arc::clone(storage) as Arc<dyn Storage>,
+            host: Arc::clone(&host) as Arc<dyn Host>,
+            notifier: Notifier::disabled(),
+            status_file: None,
+            sys_root: sys,
+            log: None,
+        },
+        receiver,
+    );
+    Running {
+        status: agent.status(),
+        metrics: agent.metrics(),
+        task: tokio::spawn(agent.run(key)),
+        control,
+        host,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_watchdog_is_fed_while_healthy_and_never_disarmed_when_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (settings, device) = with_watchdog(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        dir.path(),
+        true,
+    );
+    let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let fed = std::fs::read(&device).unwrap();
+    assert!(fed.len() >= 5 && fed.iter().all(|&b| b == b'1'), "{fed:?}");
+    lock(&t.lus[0])
+        .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    let after = std::fs::read(&device).unwrap();
+    assert!(
+        !after.contains(&b'V'),
+        "magic close on fence would stop the reset"
+    );
+    assert!(after.len() <= fed.len() + 2, "feeding stopped at the fence");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_stop_disarms_the_watchdog_only_if_configured() {
+    for magic_close in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let t = two_lus();
+        let (settings, device) = with_watchdog(
+            watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+            dir.path(),
+            magic_close,
+        );
+        let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+        assert!(
+            wait_for(&run.status, Duration::from_secs(10), |s| s.state
+                == State::Healthy)
+            .await
+        );
+        run.control.send(Control::Stop).unwrap();
+        assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+        let written = std::fs::read(&device).unwrap();
+        assert_eq!(written.last() == Some(&b'V'), magic_close, "{written:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_with_another_timeout_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (settings, device) = with_watchdog(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        dir.path(),
+        false,
+    );
+    std::fs::write(
+        dir.path().join("sys/class/watchdog/watchdog7/timeout"),
+        "60",
+    )
+    .unwrap();
+    let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+    let Outcome::Failed(e) = run.task.await.unwrap() else {
+        panic!("started with a mismatched watchdog")
+    };
+    assert!(e.contains("60 s"), "{e}");
+    assert_eq!(std::fs::read(&device).unwrap(), b"", "never opened");
 }

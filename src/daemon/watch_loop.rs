@@ -154,6 +154,12 @@ impl Agent {
         let mut last_verdicts: Vec<String> = vec![String::new(); self.table.lus.len()];
         let mut ready = false;
         lock(&self.status).own_key = Some(key.to_string());
+        // The device is opened only once armed; a wrong timeout is a configuration error now.
+        if let Some(w) = &self.settings.watchdog
+            && let Err(e) = super::watchdog::check_timeout(&w.device, w.timeout, &self.sys_root)
+        {
+            return Outcome::Failed(e.to_string());
+        }
         tracing::info!(%key, lus = self.table.lus.len(), interval = ?self.settings.check_interval, "watch mode");
         loop {
             tokio::select! {

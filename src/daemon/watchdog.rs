@@ -40,6 +40,43 @@ pub enum WatchdogError {
     },
 }
 
+/// Compares the device's timeout (sysfs) with the configured one without opening the device
+/// (opening starts it). Unreadable sysfs is logged and trusted: kernels without
+/// CONFIG_WATCHDOG_SYSFS do not show it.
+pub fn check_timeout(device: &Path, timeout: Duration, sys: &Path) -> Result<(), WatchdogError> {
+    let name = device
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // /dev/watchdog is the legacy node of watchdog0.
+    let name = if name == "watchdog" {
+        "watchdog0".to_owned()
+    } else {
+        name
+    };
+    let sysfs = sys.join("class/watchdog").join(&name).join("timeout");
+    match std::fs::read_to_string(&sysfs) {
+        Ok(text) => {
+            if let Ok(actual) = text.trim().parse::<u64>()
+                && actual != timeout.as_secs()
+            {
+                return Err(WatchdogError::TimeoutMismatch {
+                    device: device.display().to_string(),
+                    sysfs: sysfs.display().to_string(),
+                    actual,
+                    configured: timeout.as_secs(),
+                });
+            }
+        }
+        Err(e) => tracing::warn!(
+            device = %device.display(), sysfs = %sysfs.display(), error = %e,
+            "cannot read the watchdog's timeout (kernel without CONFIG_WATCHDOG_SYSFS?); \
+             trusting watchdog.timeout"
+        ),
+    }
+    Ok(())
+}
+
 /// An open, running hardware watchdog.
 #[derive(Debug)]
 pub struct Watchdog {
@@ -50,36 +87,7 @@ pub struct Watchdog {
 impl Watchdog {
     /// Checks the device's timeout under `sys` (`/sys` on a node) and opens it, which starts it.
     pub fn open(device: &Path, timeout: Duration, sys: &Path) -> Result<Watchdog, WatchdogError> {
-        let name = device
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // /dev/watchdog is the legacy node of watchdog0.
-        let name = if name == "watchdog" {
-            "watchdog0".to_owned()
-        } else {
-            name
-        };
-        let sysfs = sys.join("class/watchdog").join(&name).join("timeout");
-        match std::fs::read_to_string(&sysfs) {
-            Ok(text) => {
-                if let Ok(actual) = text.trim().parse::<u64>()
-                    && actual != timeout.as_secs()
-                {
-                    return Err(WatchdogError::TimeoutMismatch {
-                        device: device.display().to_string(),
-                        sysfs: sysfs.display().to_string(),
-                        actual,
-                        configured: timeout.as_secs(),
-                    });
-                }
-            }
-            Err(e) => tracing::warn!(
-                device = %device.display(), sysfs = %sysfs.display(), error = %e,
-                "cannot read the watchdog's timeout (kernel without CONFIG_WATCHDOG_SYSFS?); \
-                 trusting watchdog.timeout"
-            ),
-        }
+        check_timeout(device, timeout, sys)?;
         let file = OpenOptions::new()
             .write(true)
             .open(device)
