@@ -146,12 +146,35 @@ async fn check_all(
         .collect()
 }
 
+/// What the watch loop keeps between checks.
+struct WatchRun {
+    key: Key,
+    /// `None` until armed (our key seen on every LU).
+    state: Option<WatchState>,
+    /// Per LU: probe every path at the next check.
+    inspect: Vec<bool>,
+    /// Per LU: the last verdict logged (logged again only when it changes).
+    last_verdicts: Vec<String>,
+    /// The last "waiting for registration" message logged.
+    waiting: String,
+}
+
+impl WatchRun {
+    fn new(key: Key, lus: usize) -> WatchRun {
+        WatchRun {
+            key,
+            state: None,
+            inspect: vec![false; lus],
+            last_verdicts: vec![String::new(); lus],
+            waiting: String::new(),
+        }
+    }
+}
+
 impl Agent {
-    pub(super) async fn run_watch(&mut self, mut key: Key) -> Outcome {
+    pub(super) async fn run_watch(&mut self, key: Key) -> Outcome {
         let mut interval = ticker(self.settings.check_interval);
-        let mut state: Option<WatchState> = None;
-        let mut inspect = vec![false; self.table.lus.len()];
-        let mut last_verdicts: Vec<String> = vec![String::new(); self.table.lus.len()];
+        let mut run = WatchRun::new(key, self.table.lus.len());
         let mut ready = false;
         lock(&self.status).own_key = Some(key.to_string());
         // The device is opened only once armed; a wrong timeout is a configuration error now.
@@ -167,21 +190,16 @@ impl Agent {
                 control = self.control.recv() => match control {
                     Some(Control::Reload(settings)) => {
                         self.notifier.reloading();
-                        if let Some(new_interval) = self.reload_watch(*settings, &mut key, &mut state).await {
+                        if let Some(new_interval) = self.reload_watch(*settings, &mut run).await {
                             interval = ticker(new_interval);
                         }
-                        inspect = vec![false; self.table.lus.len()];
-                        last_verdicts = vec![String::new(); self.table.lus.len()];
                         self.notifier.ready("reloaded");
                         continue;
                     }
-                    Some(Control::Stop) | None => return self.stop_watch(key).await,
+                    Some(Control::Stop) | None => return self.stop_watch(run.key).await,
                 },
             }
-            if let Some(exit_status) = self
-                .watch_tick(key, &mut state, &mut inspect, &mut last_verdicts)
-                .await
-            {
+            if let Some(exit_status) = self.watch_tick(&mut run).await {
                 return Outcome::Fenced { exit_status };
             }
             if !ready {
@@ -193,27 +211,22 @@ impl Agent {
     }
 
     /// One check. Returns the exit status when fenced and told to exit.
-    async fn watch_tick(
-        &mut self,
-        key: Key,
-        state: &mut Option<WatchState>,
-        inspect: &mut [bool],
-        last_verdicts: &mut [String],
-    ) -> Option<u8> {
+    async fn watch_tick(&mut self, run: &mut WatchRun) -> Option<u8> {
+        let key = run.key;
         self.table.refresh(&self.storage).await;
         if let Some((a, b, id)) = self.table.duplicate() {
             tracing::error!(first = %a, second = %b, %id, "two configured devices are the same LU; list each LU once");
         }
         let now = Instant::now();
-        let probe: Vec<bool> = if state.is_some() {
-            inspect.to_vec()
+        let probe: Vec<bool> = if run.state.is_some() {
+            run.inspect.clone()
         } else {
-            vec![false; inspect.len()]
+            vec![false; run.inspect.len()]
         };
         let checks = check_all(&self.exec, &self.table, key, &probe).await;
         self.record_checks(&checks, key, now);
 
-        if state.is_none() {
+        if run.state.is_none() {
             let missing: Vec<&str> = self
                 .table
                 .lus
@@ -224,13 +237,11 @@ impl Agent {
                 .collect();
             if !missing.is_empty() {
                 let text = format!("waiting for key {key} on {}", missing.join(", "));
-                if last_verdicts.first().is_none_or(|v| *v != text) {
+                if run.waiting != text {
                     tracing::info!(
                         "{text} (fence_pr's unfencing registers it); nothing is judged until then"
                     );
-                    if let Some(first) = last_verdicts.first_mut() {
-                        first.clone_from(&text);
-                    }
+                    run.waiting.clone_from(&text);
                 }
                 lock(&self.status).state = State::WaitingForRegistration;
                 self.notifier.status(&text);
@@ -243,13 +254,13 @@ impl Agent {
             if let Err(e) = self.open_watchdog() {
                 tracing::error!(error = %e, "cannot open the watchdog");
             }
-            *state = Some(WatchState::new(
+            run.state = Some(WatchState::new(
                 config,
                 self.table.lus.iter().map(|l| LuId(l.name.clone())),
                 now.into_std(),
             ));
         }
-        let watch = state.as_mut()?;
+        let watch = run.state.as_mut()?;
         let observations: Vec<Observation> = self
             .table
             .lus
@@ -276,7 +287,7 @@ impl Agent {
         let decision = watch.tick(now.into_std(), observations);
         let mut degraded = false;
         for (index, (_, verdict)) in decision.lus.iter().enumerate() {
-            if let Some(flag) = inspect.get_mut(index) {
+            if let Some(flag) = run.inspect.get_mut(index) {
                 *flag = *verdict == LuVerdict::InspectPaths;
             }
             let Some(lu) = self.table.lus.get(index) else {
@@ -284,14 +295,14 @@ impl Agent {
             };
             let error = checks.get(index).and_then(|c| c.keys.as_ref().err());
             let text = describe(verdict, error);
-            if last_verdicts.get(index).is_some_and(|v| *v != text) {
+            if run.last_verdicts.get(index).is_some_and(|v| *v != text) {
                 match verdict {
                     LuVerdict::Healthy | LuVerdict::InspectPaths => {
                         tracing::info!(lu = %lu.name, verdict = %text)
                     }
                     _ => tracing::warn!(lu = %lu.name, verdict = %text),
                 }
-                if let Some(slot) = last_verdicts.get_mut(index) {
+                if let Some(slot) = run.last_verdicts.get_mut(index) {
                     *slot = text.clone();
                 }
             }
@@ -381,12 +392,8 @@ impl Agent {
     }
 
     /// Applies a reload. Returns the new check interval if it changed.
-    async fn reload_watch(
-        &mut self,
-        new: Settings,
-        key: &mut Key,
-        state: &mut Option<WatchState>,
-    ) -> Option<Duration> {
+    async fn reload_watch(&mut self, new: Settings, run: &mut WatchRun) -> Option<Duration> {
+        let key = run.key;
         let ModeSettings::Watch(new_watch) = &new.mode else {
             tracing::error!(
                 "SIGHUP: the mode changes only with a restart; configuration not reloaded"
@@ -401,7 +408,7 @@ impl Agent {
             return None;
         };
         let new_key = if new_watch.key == old_watch.key {
-            *key
+            key
         } else {
             let spec = new_watch.key.clone();
             let timeout = new.command_timeout;
@@ -421,7 +428,7 @@ impl Agent {
         let devices_changed = new.devices != self.settings.devices;
         let interval_changed = new.check_interval != self.settings.check_interval;
         let new = self.apply_common(new);
-        if devices_changed || new_key != *key {
+        if devices_changed || new_key != key {
             tracing::warn!(key = %new_key, "SIGHUP: devices or key changed; judging the new set from now");
             self.table = LuTable::new(&new.devices);
             let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
@@ -430,8 +437,11 @@ impl Agent {
             *status = super::status::Status::new("watch", &names);
             status.own_key = Some(new_key.to_string());
             drop(status);
-            if state.is_some() {
-                *state = new.watch_config(new_key).map(|config| {
+            let armed = run.state.is_some();
+            *run = WatchRun::new(new_key, names.len());
+            // Armed before: the new set is judged at once (no waiting for registration).
+            if armed {
+                run.state = new.watch_config(new_key).map(|config| {
                     WatchState::new(
                         config,
                         names.into_iter().map(LuId),
@@ -439,8 +449,8 @@ impl Agent {
                     )
                 });
             }
-            *key = new_key;
-        } else if let (Some(watch), Some(config)) = (state.as_mut(), new.watch_config(new_key)) {
+        } else if let (Some(watch), Some(config)) = (run.state.as_mut(), new.watch_config(new_key))
+        {
             watch.reconfigure(config);
         }
         tracing::info!("SIGHUP: configuration reloaded");
