@@ -737,3 +737,61 @@ async fn a_watchdog_with_another_timeout_stops_the_start() {
     assert!(e.contains("60 s"), "{e}");
     assert_eq!(std::fs::read(&device).unwrap(), b"", "never opened");
 }
+
+#[tokio::test(start_paused = true)]
+async fn unregister_on_exit_removes_our_key_at_a_clean_stop() {
+    let t = two_lus();
+    let mut settings = watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], "");
+    settings.unregister_on_exit = true;
+    let run = start(settings, &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    for lu in &t.lus {
+        let keys: Vec<Key> = lock(lu).registrations().iter().map(|r| r.key).collect();
+        assert_eq!(keys, vec![KB], "only node B's key is left");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let lu = model_lu();
+    let n1 = connect(&lu, "node1", "0x1");
+    let node1 = Arc::new(ModelStorage::default());
+    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
+    let fenced = dir.path().join("fenced");
+    let run = start(lease_settings(dir.path(), 1, &fenced), &node1, None);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(20), |s| s.state
+            == State::Holder)
+        .await
+    );
+    let status_file = dir.path().join("status.json");
+    // A shorter lease on the fly could let a standby take over while we still write: the
+    // reload is refused and the holder keeps renewing.
+    let mut shorter = lease_settings(dir.path(), 1, &fenced);
+    if let super::config::ModeSettings::Lease(l) = &mut shorter.mode {
+        l.lease = Duration::from_secs(5);
+    }
+    run.control
+        .send(Control::Reload(Box::new(shorter)))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(lock(&run.status).state, State::Holder);
+    super::status::write_file(&status_file, &lock(&run.status)).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(written["state"], "holder");
+    assert_eq!(written["lus"][0]["verdict"], "holder");
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert!(
+        lock(&lu).is_holder(n1),
+        "a stop leaves the reservation (unregister_on_exit off)"
+    );
+}
