@@ -1,0 +1,5 @@
+//! placeholder
+mod lab;
+fn main() -> std::process::ExitCode {
+    lab::main(&[])
+}
