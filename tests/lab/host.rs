@@ -101,7 +101,11 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         // Before the guest is up, only the lab's own lines matter (firmware output is noise).
         let text = match text.find("lab:") {
             Some(at) if report.ready.is_none() => &text[at..],
-            None if report.ready.is_none() => continue,
+            None if report.ready.is_none() => {
+                // kept to explain a guest that never comes up (panic, missing module…)
+                report.early.push(text.to_owned());
+                continue;
+            }
             _ => text,
         };
         println!("{text}");
@@ -115,6 +119,12 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         report.failed.len(),
         secs(suite_start.elapsed())
     );
+    if report.ready.is_none() {
+        let tail = report.early.len().saturating_sub(40);
+        for line in &report.early[tail..] {
+            println!("guest console: {line}");
+        }
+    }
     anyhow::ensure!(
         report.ready.is_some(),
         "the guest did not boot (no `lab: guest ready`)"
@@ -141,6 +151,7 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
 #[derive(Default)]
 struct Report {
     ready: Option<std::time::Duration>,
+    early: Vec<String>,
     passed: Vec<String>,
     failed: Vec<String>,
     exit: Option<i32>,
