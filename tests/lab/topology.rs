@@ -259,7 +259,7 @@ impl Topology {
             let lu = fileio(index, true)?;
             let port = tpg.join(format!("lun/lun_{index}"));
             fs::create_dir(&port).with_context(|| format!("mkdir {}", port.display()))?;
-            link(&lu, &port.join(format!("lun{index}")))?;
+            link(&lu.backstore, &port.join(format!("lun{index}")))?;
             lus.push(lu);
         }
         fs::create_dir(tpg.join(format!("np/{PORTAL}"))).context("mkdir the iSCSI portal")?;
@@ -362,7 +362,7 @@ impl Topology {
             write_file(tpg.join("nexus"), &initiator)?;
             let port = tpg.join("lun/lun_0");
             fs::create_dir_all(&port).with_context(|| format!("mkdir {}", port.display()))?;
-            link(&lu, &port.join("lun0"))?;
+            link(&lu.backstore, &port.join("lun0"))?;
             let address = read_file(tpg.join("address"))?; // "H:C:T" of this nexus's SCSI host
             let scsi_device = PathBuf::from(format!(
                 "/sys/class/scsi_device/{}:0/device",
@@ -704,15 +704,8 @@ fn fileio(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
     })
 }
 
-fn link(target: &impl AsRef<Path>, at: &Path) -> anyhow::Result<()> {
-    symlink(target.as_ref(), at)
-        .with_context(|| format!("ln -s {} {}", target.as_ref().display(), at.display()))
-}
-
-impl AsRef<Path> for Lu {
-    fn as_ref(&self) -> &Path {
-        &self.backstore
-    }
+fn link(target: &Path, at: &Path) -> anyhow::Result<()> {
+    symlink(target, at).with_context(|| format!("ln -s {} {}", target.display(), at.display()))
 }
 
 /// The backstore a LUN port links to.
