@@ -61,9 +61,18 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
     let timeout = std::env::var("LAB_TIMEOUT").unwrap_or_else(|_| "1500".into());
     let memory = std::env::var("LAB_MEM").unwrap_or_else(|_| "2048".into());
     let boot_start = Instant::now();
-    // `timeout` bounds a hung guest; -nic none skips the network boot ROM.
+    // `timeout` bounds a hung guest (--foreground keeps qemu in our process group, so killing the
+    // test kills the guest); -nic none skips the network boot ROM.
     let mut qemu = Command::new("timeout")
-        .args(["-k", "10", &timeout, "qemu-system-x86_64", "-accel", "tcg"])
+        .args([
+            "--foreground",
+            "-k",
+            "10",
+            &timeout,
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg",
+        ])
         .args([
             "-m",
             &memory,
