@@ -38,6 +38,7 @@
 pub mod keys;
 pub mod metadata;
 mod options;
+pub mod run;
 pub mod store;
 
 use std::path::PathBuf;
