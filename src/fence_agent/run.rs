@@ -32,6 +32,9 @@
 //!   Pacemaker's dynamic-list check refuse to fence anyone, so it is a failure). `list-status`:
 //!   each node with ON/OFF/UNKNOWN by the `status` rule.
 //! - `metadata`/`manpage`: the XML. `validate-all`: the parse succeeded, so exit 0.
+//! - `power_wait` is slept after a successful `on`/`off`; `suppress_errors` has no effect (in
+//!   fence_scsi it only silences a missing `.dev` file in `monitor`, which fence_pr never reads);
+//!   `retry_on`, `login_timeout`, `shell_timeout`, `stonith_status_sleep` have nothing to act on.
 //!
 //! Timeouts: each SCSI command is bounded by `power_timeout` unless timeouts are disabled
 //! (`disable_timeout`, set automatically under pacemaker-fenced), in which case the transport's
@@ -574,6 +577,7 @@ fn unfence<S: NodeSystem>(
     if report.outcome != Outcome::Success {
         return Err(Failed(report.summary));
     }
+    power_wait(options, system);
     print(out, "Success: Powered ON\n")?;
     Ok(ExitCode::Success)
 }
@@ -597,6 +601,7 @@ fn fence<S: NodeSystem>(
     log_report(&report);
     match report.outcome {
         Outcome::Success => {
+            power_wait(options, system);
             let already = report
                 .lus
                 .iter()
@@ -617,6 +622,14 @@ fn fence<S: NodeSystem>(
             report.summary
         ))),
         _ => Err(Failed(report.summary)),
+    }
+}
+
+/// fence-agents' `power_wait`: a pause after a successful `on` or `off`.
+fn power_wait<S: NodeSystem>(options: &Options, system: &S) {
+    if !options.power_wait.is_zero() {
+        tracing::debug!("power_wait: {:?}", options.power_wait);
+        system.sleep(options.power_wait);
     }
 }
 

@@ -253,13 +253,17 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     let (code, out) = agent(
         &a,
         &format!(
-            "action=off\nnodename=node2\ndelay=3\ndevices={}\n",
+            "action=off\nnodename=node2\ndelay=3\npower_wait=1\ndevices={}\n",
             a.devices()
         ),
     );
     assert_eq!(code, ExitCode::Success, "{out}");
     assert_eq!(out, "Success: Powered OFF\n");
-    assert_eq!(*a.slept.lock().unwrap(), vec![Duration::from_secs(3)]);
+    assert_eq!(
+        *a.slept.lock().unwrap(),
+        vec![Duration::from_secs(3), Duration::from_secs(1)],
+        "delay before, power_wait after"
+    );
     for lu in 0..2 {
         assert_eq!(cluster.keys(lu), vec![scsi_key(0)]);
     }
