@@ -114,7 +114,12 @@ fn agent_main() -> ExitCode {
         print!("{}", fence_agent::usage(AGENT_NAME));
         return fence_agent::ExitCode::Success.into();
     }
-    if request.options.version && !matches!(request.action, fence_agent::Action::Metadata) {
+    // fence-agents' precedence: help, then metadata/manpage, then version.
+    let describes = matches!(
+        request.action,
+        fence_agent::Action::Metadata | fence_agent::Action::Manpage
+    );
+    if request.options.version && !describes {
         println!("{AGENT_NAME} {}", env!("CARGO_PKG_VERSION"));
         return fence_agent::ExitCode::Success.into();
     }

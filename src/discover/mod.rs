@@ -374,6 +374,21 @@ impl Discovery {
         self.resolve_pvs(&pvs)
     }
 
+    /// [`Self::resolve_lvm`] with [`Self::resolve_each`]'s leniency: a PV that vanished (vgs
+    /// shows `[unknown]`, or the node is gone) is returned in [`Resolution::unidentified`]
+    /// instead of failing the other PVs.
+    pub fn resolve_lvm_each(
+        &self,
+        vgs: &Path,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Resolution, DiscoverError> {
+        let pvs = lvm::shared_pvs(vgs, timeout)?;
+        if pvs.is_empty() {
+            return Err(DiscoverError::NothingToFence);
+        }
+        self.resolve_with(&pvs, Partitions::WholeDevice, true)
+    }
+
     fn resolve_with(
         &self,
         devices: &[PathBuf],

@@ -549,6 +549,15 @@ fn lvm_autodiscovery_resolves_pvs_of_shared_vgs() {
     assert_eq!(lus.len(), 2);
     assert_eq!(names(&lus[0]), ["sda", "sdc"]);
     assert_eq!(names(&lus[1]), ["sdd"]);
+    // A PV that vanished ([unknown] in vgs) fails the strict call, not the lenient one.
+    script(format!(
+        "echo '  wz--nc:{}'; echo '  wz--nc:[unknown]'\n",
+        t.dev("dm-0").display()
+    ));
+    assert!(t.discovery().resolve_lvm(&vgs, None).is_err());
+    let r = t.discovery().resolve_lvm_each(&vgs, None).unwrap();
+    assert_eq!(r.lus.len(), 1);
+    assert_eq!(r.unidentified[0].device, Path::new("[unknown]"));
     script("echo '  wz--n-:/dev/sda'\n".into());
     assert!(matches!(
         t.discovery().resolve_lvm(&vgs, None),

@@ -64,7 +64,7 @@ use super::keys::{self, KeyError, Nodelist};
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
 use super::{Action, AgentRequest, ExitCode, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, Discovery, Lu, OpenPath, Resolution, targets};
+use crate::discover::{DiscoverError, Discovery, OpenPath, Resolution, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, Verdict};
 use crate::pr::{Capabilities, FullStatus, Key, PrOut, PrOutAction, ReadKeys, ReadReservation};
@@ -85,8 +85,8 @@ pub trait NodeSystem {
     fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError>;
     /// Lenient discovery of the given devices ([`Discovery::resolve_each`]).
     fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
-    /// LVM autodiscovery ([`Discovery::resolve_lvm`]).
-    fn resolve_lvm(&self, options: &Options) -> Result<Vec<Lu>, DiscoverError>;
+    /// LVM autodiscovery, lenient ([`Discovery::resolve_lvm_each`]).
+    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError>;
     fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError>;
     fn store(&self) -> &KeyStore;
     fn sleep(&self, duration: Duration);
@@ -120,9 +120,9 @@ impl NodeSystem for LinuxSystem {
     fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
         self.discovery.resolve_each(devices)
     }
-    fn resolve_lvm(&self, options: &Options) -> Result<Vec<Lu>, DiscoverError> {
+    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError> {
         self.discovery
-            .resolve_lvm(&options.vgs_path, options.command_timeout())
+            .resolve_lvm_each(&options.vgs_path, options.command_timeout())
     }
     fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
         ScsiPr::open(device, policy)
@@ -273,12 +273,9 @@ fn lu_targets<S: NodeSystem>(
             "no devices given: looking for PVs of clustered or shared VGs with {}",
             options.vgs_path.display()
         );
-        Resolution {
-            lus: system
-                .resolve_lvm(options)
-                .map_err(|e| Failed(format!("No devices found: {e}")))?,
-            unidentified: Vec::new(),
-        }
+        system
+            .resolve_lvm(options)
+            .map_err(|e| Failed(format!("No devices found: {e}")))?
     } else {
         system.resolve(&options.devices).map_err(Failed::from)?
     };

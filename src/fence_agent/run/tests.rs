@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::discover::{DeviceError, LuId, PathInfo, PathState as SysfsState, Unidentified};
+use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
 use crate::fence_agent::{Environment, keys::NativeKey, parse};
 use crate::pr::TransportId;
 use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
@@ -78,7 +78,7 @@ impl NodeSystem for ModelSystem {
         lus.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(Resolution { lus, unidentified })
     }
-    fn resolve_lvm(&self, _options: &Options) -> Result<Vec<Lu>, DiscoverError> {
+    fn resolve_lvm(&self, _options: &Options) -> Result<Resolution, DiscoverError> {
         Err(DiscoverError::NothingToFence)
     }
     fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
