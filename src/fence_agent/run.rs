@@ -334,11 +334,14 @@ fn run_engine<F: std::future::Future<Output = Result<Report, ops::RequestError>>
     result.map_err(Failed::from)
 }
 
-/// Logs the engine's evidence: failures as errors, dead paths as warnings, the rest at debug.
+/// Logs the engine's evidence: failures as errors, dead paths as warnings, the rest below.
 fn log_report(report: &Report) {
     for lu in &report.lus {
         if lu.ok {
             tracing::debug!("{} {}: {}", report.command, lu.lu, lu.verdict);
+        } else if lu.verdict == Verdict::NotRegistered {
+            // An answer (status OFF), not an error; monitor reports it itself.
+            tracing::info!("{} {}: {}", report.command, lu.lu, lu.verdict);
         } else {
             tracing::error!(
                 "{} {}: {}{}",
