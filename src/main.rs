@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 
 use clap::Parser;
-use prfence::cli::{self, Cli};
+use prfence::cli::{self, Cli, Cmd};
 use prfence::fence_agent::{self, AgentRequest, Environment, run};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -38,7 +38,10 @@ fn main() -> ExitCode {
         return agent_main();
     }
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    // The agent sets up its own logging from its configuration file.
+    if !matches!(cli.command, Cmd::Agent(_)) {
+        init_tracing(cli.verbose);
+    }
     ExitCode::from(cli::execute(&cli).code())
 }
 

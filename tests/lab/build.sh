@@ -1,0 +1,74 @@
+#!/bin/bash
+# Builds the lab guest from Debian packages only: Debian's current kernel package (downloaded and
+# unpacked, never compiled) and a busybox initramfs carrying the modules a SCSI PR target needs.
+# Installs missing host tools with apt-get (root). Cached: a second run downloads and rebuilds nothing.
+# Usage: build.sh OUTDIR          LAB_KERNEL_PKG=linux-image-<version>-amd64 picks another kernel.
+set -euo pipefail
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+out=${1:?usage: build.sh OUTDIR}; mkdir -p "$out"; out=$(cd "$out" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+exec 9>"$out/.lock"; flock 9          # two suites building at once must not interleave
+
+# command:package pairs; the guest runs the host's binaries, so they must exist on the host.
+need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio:cpio xz:xz-utils
+      iscsiadm:open-iscsi sg_persist:sg3-utils fence_scsi:fence-agents targetcli:targetcli-fb
+      dbus-daemon:dbus-daemon)
+missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
+if ((${#missing[@]})); then
+  if ((EUID != 0)); then echo "lab: missing packages ${missing[*]}: run as root (the lab installs them with apt-get)" >&2; exit 1; fi
+  echo "lab: installing missing packages with apt-get: ${missing[*]}" >&2
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*\)/\1/p' | head -1; }
+pkg=${LAB_KERNEL_PKG:-$(kernel_pkg)}
+if [ -z "$pkg" ]; then apt-get update -qq >&2; pkg=$(kernel_pkg); fi
+[ -n "$pkg" ] || { echo "lab: apt-cache knows no linux-image-amd64 package; check /etc/apt/sources.list" >&2; exit 1; }
+kv=${pkg#linux-image-}
+stamp="$pkg $(cat "$here/build.sh" "$here/init" | sha256sum | cut -c1-16)"
+if [ -f "$out/initrd.gz" ] && [ -f "$out/vmlinuz" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "lab: guest cached in $out (kernel $kv)" >&2; exit 0
+fi
+cd "$out"
+if [ ! -f "kroot/boot/vmlinuz-$kv" ]; then
+  echo "lab: downloading kernel package $pkg" >&2
+  rm -rf kroot ./*.deb
+  apt-get download "$pkg" >&2 2>/dev/null || { echo "lab: apt-get download $pkg failed" >&2; exit 1; }
+  dpkg -x "$pkg"_*.deb kroot; rm -f ./*.deb; depmod -b kroot "$kv"
+fi
+src=kroot/lib/modules/$kv
+rm -rf initrd; mkdir -p initrd/{bin,proc,sys,dev,lower,rw,root,var/target,lib/modules/$kv}
+cp "$(command -v busybox)" initrd/bin/busybox
+for a in sh mount modprobe mkdir cp sed cat chroot poweroff sleep ln echo; do ln -s busybox "initrd/bin/$a"; done
+# loaded at boot; the extra ones are only carried, for tests to modprobe when they need them
+boot="crc32c_generic virtio_pci 9pnet_virtio 9p overlay configfs target_core_mod target_core_file
+      target_core_iblock tcm_loop iscsi_target_mod iscsi_tcp sd_mod sg"
+extra="scsi_debug dm_multipath dm_round_robin softdog target_core_pscsi target_core_user"
+# The closure of the wanted modules over modules.dep. Prints "missing NAME" for a wanted module that
+# is neither a module nor built in.
+closure=$(awk -v want="$boot $extra" -v builtin="$src/modules.builtin" '
+  function base(k) { sub(/.*\//, "", k); sub(/\.ko.*/, "", k); gsub(/-/, "_", k); return k }
+  function add(k,   d, n, j) { if (k in need) return; need[k] = 1; n = split(dep[k], d, " "); for (j = 1; j <= n; j++) add(d[j]) }
+  { k = $1; sub(/:$/, "", k); $1 = ""; dep[k] = $0; by[base(k)] = k }
+  END {
+    while ((getline l < builtin) > 0) inkernel[base(l)] = 1
+    n = split(want, w, /[ \n]+/)
+    for (i = 1; i <= n; i++) if (w[i] != "") { if (w[i] in by) add(by[w[i]]); else if (!(w[i] in inkernel)) print "missing " w[i] }
+    for (k in need) print k
+  }' "$src/modules.dep")
+if grep -q '^missing ' <<<"$closure"; then echo "lab: kernel $kv lacks modules: $(sed -n 's/^missing //p' <<<"$closure" | xargs)" >&2; exit 1; fi
+plain() { sed 's/\.ko\.[a-z]*/.ko/g'; }   # busybox modprobe loads uncompressed modules only
+for k in $closure; do
+  d=initrd/lib/modules/$kv/$(plain <<<"$k"); mkdir -p "$(dirname "$d")"
+  case $k in *.xz) xz -dc "$src/$k" >"$d";; *.zst) zstd -qdc "$src/$k" >"$d";; *.gz) gzip -dc "$src/$k" >"$d";; *) cp "$src/$k" "$d";; esac
+done
+cp "$src"/modules.{order,builtin,builtin.modinfo} "initrd/lib/modules/$kv/"
+# the binary index too: kmod's modprobe in the guest wants it, and depmod is slow under TCG
+depmod -b initrd "$kv"
+for m in $boot; do grep -q "/$m.ko:\|/${m//_/-}.ko:" "initrd/lib/modules/$kv/modules.dep" && printf '%s ' "$m"; done >initrd/modules
+cp "$here/init" initrd/init; chmod +x initrd/init
+(cd initrd && find . | cpio -o -H newc 2>/dev/null | gzip -1) >initrd.gz.new && mv initrd.gz.new initrd.gz
+cp "kroot/boot/vmlinuz-$kv" vmlinuz
+echo "$stamp" >stamp
+echo "lab: guest built in $out (kernel $kv)" >&2

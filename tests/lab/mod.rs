@@ -1,0 +1,157 @@
+//! The lab: a QEMU guest running Debian's kernel with LIO as a real SCSI-3 PR target, two initiator
+//! "nodes" (A and B) and oracles that read the target's own state.
+//!
+//! Every lab suite is a test binary `tests/lab_<suite>.rs` (`harness = false`) whose `main` calls
+//! [`main`]. The same binary runs twice: on the host it builds the guest (`build.sh`, cached under
+//! `<target>/lab`), boots it and relays the console; inside the guest (env `LAB_GUEST=1`) it runs each
+//! test on a fresh topology and prints `test NAME ... ok|FAILED`.
+// Each suite uses a different part of the lab.
+#![allow(dead_code, unused_imports)]
+
+mod guest;
+mod host;
+mod topology;
+
+pub use topology::{
+    BLOCK_SIZE, Holder, Lu, Node, NodeView, Registration, Topology, WriteOutcome, block_data,
+    block_text,
+};
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::{Command, ExitCode, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// A lab test: builds its own topology (dropping it tears it down) and returns an error or panics
+/// to fail.
+pub type TestFn = fn() -> anyhow::Result<()>;
+
+/// `lab::tests![a, b]` is the list `[("a", a), ("b", b)]` that [`main`] takes.
+#[macro_export]
+macro_rules! tests {
+    ($($name:ident),* $(,)?) => {
+        &[$((stringify!($name), $name as $crate::lab::TestFn)),*]
+    };
+}
+
+/// Entry point of a lab suite: on the host, boots a guest that runs this same binary; in the guest,
+/// runs the tests. Arguments: substring filters (`--exact` for whole names), `--list`.
+pub fn main(tests: &[(&'static str, TestFn)]) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let exact = args.iter().any(|a| a == "--exact");
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let selected: Vec<(&'static str, TestFn)> = tests
+        .iter()
+        .filter(|(name, _)| {
+            filters.is_empty()
+                || filters.iter().any(|f| {
+                    if exact {
+                        name == f
+                    } else {
+                        name.contains(f.as_str())
+                    }
+                })
+        })
+        .copied()
+        .collect();
+    if args.iter().any(|a| a == "--list") {
+        // libtest's format, so cargo-nextest and `cargo test -- --list` understand it.
+        if !args.iter().any(|a| a == "--ignored") {
+            for (name, _) in &selected {
+                println!("{name}: test");
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--ignored") {
+        return ExitCode::SUCCESS; // no lab test is ignored
+    }
+    if guest::inside() {
+        guest::run_tests(&selected, tests.len())
+    } else {
+        host::run_suite(&args, selected.len())
+    }
+}
+
+/// What an external command did: its status, output and how long it took.
+#[derive(Debug)]
+pub struct Run {
+    pub command: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// The exit code, or -1 when a signal killed it.
+    pub fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+
+    /// Ok when the command exited 0; otherwise an error quoting its status and stderr.
+    pub fn ok(self) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            self.status.success(),
+            "`{}` failed ({}): {}{}",
+            self.command,
+            self.status,
+            self.stderr.trim(),
+            self.stdout.trim()
+        );
+        Ok(self)
+    }
+}
+
+/// Runs `program args…` to completion and captures everything (e.g. the prfence binary on one
+/// node's device paths: `lab::run(env!("CARGO_BIN_EXE_prfence"), ["keys", dev])`).
+pub fn run<I, S>(program: impl AsRef<OsStr>, args: I) -> anyhow::Result<Run>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(program.as_ref());
+    cmd.args(args);
+    run_command(&mut cmd)
+}
+
+/// [`run`] for a prepared [`Command`] (env, cwd…).
+pub fn run_command(cmd: &mut Command) -> anyhow::Result<Run> {
+    let command = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let start = Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run `{command}`: {e}"))?;
+    Ok(Run {
+        command,
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Runs a shell command line in the guest, failing on a non-zero status.
+pub(crate) fn sh(script: &str) -> anyhow::Result<Run> {
+    run("sh", ["-c", script])?.ok()
+}
+
+/// Seconds with millisecond precision, for timelines and reports.
+pub fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+fn write_file(path: impl AsRef<Path>, value: &str) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    std::fs::write(path, value)
+        .map_err(|e| anyhow::anyhow!("write {value:?} to {}: {e}", path.display()))
+}
+
+fn read_file(path: impl AsRef<Path>) -> anyhow::Result<String> {
+    let path = path.as_ref();
+    std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("read {}: {e}", path.display()))
+}

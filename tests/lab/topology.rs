@@ -1,0 +1,955 @@
+//! Topologies built in the guest through LIO's configfs (and open-iscsi), the target-side oracles,
+//! and the O_DIRECT write probe.
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+
+use super::{read_file, run, secs, write_file};
+
+/// The unit of the write probe and of [`Topology::read_block`]: 4 KiB, aligned for O_DIRECT on any
+/// logical block size the lab uses.
+pub const BLOCK_SIZE: usize = 4096;
+
+const TARGET: &str = "/sys/kernel/config/target";
+/// Backing files live on the guest's fresh tmpfs, never on the 9p host root.
+const BACKING: &str = "/run/lab";
+const LUN_BYTES: u64 = 64 << 20;
+const IQN: &str = "iqn.2026-11.org.prfence.lab";
+const PORTAL: &str = "127.0.0.1:3260";
+/// How long the asynchronous SCSI scan after a login or a LUN link may take under TCG.
+const SCAN_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One of the two initiators ("cluster nodes") of a topology.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    A,
+    B,
+}
+
+impl Node {
+    pub const BOTH: [Node; 2] = [Node::A, Node::B];
+
+    fn index(self) -> usize {
+        match self {
+            Node::A => 0,
+            Node::B => 1,
+        }
+    }
+
+    pub fn letter(self) -> char {
+        match self {
+            Node::A => 'A',
+            Node::B => 'B',
+        }
+    }
+
+    fn lower(self) -> char {
+        self.letter().to_ascii_lowercase()
+    }
+}
+
+/// What one node sees: its initiator name (as LIO's configfs shows it) and its device paths.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    pub node: Node,
+    pub initiator: String,
+    devices: Vec<PathBuf>,
+}
+
+impl NodeView {
+    /// The node's /dev/sdX paths, in LUN order (index i is LUN i).
+    pub fn devices(&self) -> &[PathBuf] {
+        &self.devices
+    }
+
+    pub fn device(&self, lun: usize) -> &Path {
+        &self.devices[lun]
+    }
+}
+
+/// A logical unit of the topology, with the target's view of its PR state.
+#[derive(Clone, Debug)]
+pub struct Lu {
+    pub index: usize,
+    /// Its backstore directory under /sys/kernel/config/target/core.
+    pub backstore: PathBuf,
+    /// VPD page 80h unit serial.
+    pub serial: String,
+    /// The identifier Linux shows in /sys/block/sdX/device/wwid (VPD page 83h, e.g. `naa.6001405…`).
+    pub wwid: String,
+}
+
+/// One line of `pr/res_pr_registered_i_pts`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// `iSCSI` or `loopback`.
+    pub fabric: String,
+    pub initiator: String,
+    /// The iSCSI session's ISID, e.g. `0x00023d000001` (iSCSI registers per IQN + ISID).
+    pub isid: Option<String>,
+    pub key: u64,
+}
+
+/// `pr/res_holder`: who holds the persistent reservation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub fabric: String,
+    pub initiator: String,
+    pub isid: Option<String>,
+}
+
+impl Lu {
+    fn pr_file(&self, name: &str) -> anyhow::Result<String> {
+        read_file(self.backstore.join("pr").join(name))
+    }
+
+    /// The target's registrations for this LU (`pr/res_pr_registered_i_pts`).
+    pub fn registrations(&self) -> anyhow::Result<Vec<Registration>> {
+        let text = self.pr_file("res_pr_registered_i_pts")?;
+        let mut regs = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with("SPC-3 PR Registrations") || line == "None" {
+                continue;
+            }
+            // "<fabric> Node: <name>[,i,0x<isid>] Key: 0x<key> PRgen: 0x<gen>"
+            let (fabric, rest) = line
+                .split_once(" Node: ")
+                .with_context(|| format!("unexpected registration line {line:?}"))?;
+            let (who, rest) = rest
+                .split_once(" Key: ")
+                .with_context(|| format!("no key in {line:?}"))?;
+            let key = rest.split_whitespace().next().unwrap_or_default();
+            let key = u64::from_str_radix(key.trim_start_matches("0x"), 16)
+                .with_context(|| format!("bad key in {line:?}"))?;
+            let (initiator, isid) = split_isid(who);
+            regs.push(Registration {
+                fabric: fabric.to_owned(),
+                initiator,
+                isid,
+                key,
+            });
+        }
+        Ok(regs)
+    }
+
+    /// The reservation holder (`pr/res_holder`), None when nothing is reserved.
+    pub fn holder(&self) -> anyhow::Result<Option<Holder>> {
+        let text = self.pr_file("res_holder")?;
+        let text = text.trim();
+        if text.starts_with("No SPC-3 Reservation holder") {
+            return Ok(None);
+        }
+        // "SPC-3 Reservation: <fabric> Initiator: <name>[,i,0x<isid>]"
+        let rest = text
+            .strip_prefix("SPC-3 Reservation: ")
+            .with_context(|| format!("unexpected res_holder {text:?}"))?;
+        let (fabric, who) = rest
+            .split_once(" Initiator: ")
+            .with_context(|| format!("unexpected res_holder {text:?}"))?;
+        let (initiator, isid) = split_isid(who.trim());
+        Ok(Some(Holder {
+            fabric: fabric.to_owned(),
+            initiator,
+            isid,
+        }))
+    }
+
+    /// The reservation type as its SPC code (1 WE, 3 EA, 5 WERO, 6 EARO, 7 WEAR, 8 EAAR), None when
+    /// nothing is reserved (`pr/res_pr_type`).
+    pub fn reservation_type(&self) -> anyhow::Result<Option<u8>> {
+        let text = self.pr_file("res_pr_type")?;
+        let text = text.trim();
+        let Some(name) = text.strip_prefix("SPC-3 Reservation Type: ") else {
+            return Ok(None);
+        };
+        let code = match name {
+            "Write Exclusive Access" => 1,
+            "Exclusive Access" => 3,
+            "Write Exclusive Access, Registrants Only" => 5,
+            "Exclusive Access, Registrants Only" => 6,
+            "Write Exclusive Access, All Registrants" => 7,
+            "Exclusive Access, All Registrants" => 8,
+            other => bail!("unknown reservation type {other:?} in res_pr_type"),
+        };
+        Ok(Some(code))
+    }
+
+    /// PRgeneration (`pr/res_pr_generation`). LIO does not bump it on unregister.
+    pub fn generation(&self) -> anyhow::Result<u32> {
+        let text = self.pr_file("res_pr_generation")?;
+        u32::from_str_radix(text.trim().trim_start_matches("0x"), 16)
+            .with_context(|| format!("bad res_pr_generation {text:?}"))
+    }
+}
+
+fn split_isid(who: &str) -> (String, Option<String>) {
+    match who.split_once(",i,") {
+        Some((name, isid)) => (name.to_owned(), Some(isid.to_owned())),
+        None => (who.to_owned(), None),
+    }
+}
+
+/// The result of one O_DIRECT write as the target judged it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Accepted,
+    /// The target answered RESERVATION CONFLICT (the kernel reports EBADE).
+    Refused,
+    /// Any other error.
+    Failed(String),
+}
+
+/// A block whose content is `text` padded with zeros.
+pub fn block_data(text: &str) -> Vec<u8> {
+    let mut block = text.as_bytes().to_vec();
+    block.resize(BLOCK_SIZE, 0);
+    block
+}
+
+/// The text at the start of a block written by [`block_data`].
+pub fn block_text(block: &[u8]) -> String {
+    let end = block.iter().position(|&b| b == 0).unwrap_or(block.len());
+    String::from_utf8_lossy(&block[..end]).into_owned()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Iscsi,
+    TcmLoop,
+    Targetcli,
+}
+
+/// A target and two initiators, built for one test. Dropping it tears everything down.
+pub struct Topology {
+    kind: Kind,
+    nodes: [NodeView; 2],
+    lus: Vec<Lu>,
+    setup: Duration,
+}
+
+impl Topology {
+    /// One fileio LU seen through two tcm_loop nexuses (initiators `naa.50014050000000a1` and
+    /// `…b1`), i.e. two /dev/sdX.
+    pub fn tcm_loop() -> anyhow::Result<Self> {
+        Self::loopback(true)
+    }
+
+    /// Like [`Topology::tcm_loop`], but the LU does not support PR (`attrib/emulate_pr=0`): PR
+    /// commands get ILLEGAL REQUEST, INVALID OPERATION CODE.
+    pub fn no_pr() -> anyhow::Result<Self> {
+        Self::loopback(false)
+    }
+
+    /// An LIO iSCSI target on 127.0.0.1:3260 with `luns` fileio LUNs, logged in by two open-iscsi
+    /// ifaces with initiators `iqn.2026-11.org.prfence.lab:node-a` and `…:node-b`.
+    pub fn iscsi(luns: usize) -> anyhow::Result<Self> {
+        ensure!(
+            (1..=256).contains(&luns),
+            "iscsi topology wants 1..=256 LUNs, not {luns}"
+        );
+        let start = begin()?;
+        let tpg = iscsi_tpg();
+        fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
+        let mut lus = Vec::new();
+        for index in 0..luns {
+            let lu = fileio(index, true)?;
+            let port = tpg.join(format!("lun/lun_{index}"));
+            fs::create_dir(&port).with_context(|| format!("mkdir {}", port.display()))?;
+            link(&lu.backstore, &port.join(format!("lun{index}")))?;
+            lus.push(lu);
+        }
+        fs::create_dir(tpg.join(format!("np/{PORTAL}"))).context("mkdir the iSCSI portal")?;
+        write_file(tpg.join("attrib/authentication"), "0")?;
+        for node in Node::BOTH {
+            let acl = tpg.join("acls").join(iscsi_initiator(node));
+            for index in 0..luns {
+                let mapped = acl.join(format!("lun_{index}"));
+                fs::create_dir_all(&mapped)
+                    .with_context(|| format!("mkdir {}", mapped.display()))?;
+                link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
+            }
+        }
+        write_file(tpg.join("enable"), "1")?;
+        Self::login_iscsi(Kind::Iscsi, lus, start)
+    }
+
+    /// The same as [`Topology::iscsi`], but built with targetcli commands, as an admin would.
+    pub fn targetcli_iscsi(luns: usize) -> anyhow::Result<Self> {
+        ensure!(
+            (1..=256).contains(&luns),
+            "targetcli topology wants 1..=256 LUNs, not {luns}"
+        );
+        let start = begin()?;
+        let target = format!("{IQN}:target");
+        // One targetcli session fed on stdin: each targetcli start costs seconds under TCG.
+        let mut commands = vec![
+            "set global color_mode=false".to_owned(),
+            "set global auto_save_on_exit=false".to_owned(),
+        ];
+        for index in 0..luns {
+            commands.push(format!(
+                "/backstores/fileio create name=lun{index} file_or_dev={BACKING}/lun{index}.img size={LUN_BYTES} write_back=false"
+            ));
+        }
+        commands.push(format!("/iscsi create {target}"));
+        for index in 0..luns {
+            commands.push(format!(
+                "/iscsi/{target}/tpg1/luns create /backstores/fileio/lun{index} lun={index}"
+            ));
+        }
+        for node in Node::BOTH {
+            // auto_add_mapped_luns (the default) maps every LUN to the new ACL
+            commands.push(format!(
+                "/iscsi/{target}/tpg1/acls create {}",
+                iscsi_initiator(node)
+            ));
+        }
+        commands.push(format!(
+            "/iscsi/{target}/tpg1 set attribute authentication=0"
+        ));
+        commands.push("exit".to_owned());
+        let session = targetcli(&commands.join("\n"))?;
+        // targetcli exits 0 even when a command failed: check that what it should build exists.
+        let tpg = iscsi_tpg();
+        let mut expected: Vec<PathBuf> = (0..luns)
+            .map(|i| tpg.join(format!("lun/lun_{i}")))
+            .collect();
+        expected.extend(Node::BOTH.map(|n| {
+            tpg.join("acls")
+                .join(iscsi_initiator(n))
+                .join(format!("lun_{}", luns - 1))
+        }));
+        if let Some(missing) = expected.iter().find(|p| !p.exists()) {
+            bail!(
+                "targetcli did not create {}:\n{}{}",
+                missing.display(),
+                session.stdout,
+                session.stderr
+            );
+        }
+        // targetcli chose the backstore names and serials: read them back from configfs.
+        let mut lus = Vec::new();
+        for index in 0..luns {
+            let port = tpg.join(format!("lun/lun_{index}"));
+            let backstore = linked_backstore(&port)?;
+            let serial = unit_serial(&backstore)?;
+            lus.push(Lu {
+                index,
+                backstore,
+                serial,
+                wwid: String::new(),
+            });
+        }
+        Self::login_iscsi(Kind::Targetcli, lus, start)
+    }
+
+    fn loopback(emulate_pr: bool) -> anyhow::Result<Self> {
+        let start = begin()?;
+        let lu = fileio(0, emulate_pr)?;
+        let mut nodes = Vec::new();
+        for node in Node::BOTH {
+            let tpg = PathBuf::from(format!(
+                "{TARGET}/loopback/naa.50014050000000{}0/tpgt_1",
+                node.lower()
+            ));
+            fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
+            let initiator = format!("naa.50014050000000{}1", node.lower());
+            // the nexus must exist before a LUN is linked, or the scan finds nothing
+            write_file(tpg.join("nexus"), &initiator)?;
+            let port = tpg.join("lun/lun_0");
+            fs::create_dir_all(&port).with_context(|| format!("mkdir {}", port.display()))?;
+            link(&lu.backstore, &port.join("lun0"))?;
+            let address = read_file(tpg.join("address"))?; // "H:C:T" of this nexus's SCSI host
+            let scsi_device = PathBuf::from(format!(
+                "/sys/class/scsi_device/{}:0/device",
+                address.trim()
+            ));
+            let device = wait_for(|| block_device(&scsi_device).ok()).with_context(|| {
+                format!(
+                    "node {} sees no disk at {}",
+                    node.letter(),
+                    scsi_device.display()
+                )
+            })?;
+            nodes.push(NodeView {
+                node,
+                initiator,
+                devices: vec![device],
+            });
+        }
+        let mut lus = vec![lu];
+        fill_wwids(&mut lus, &nodes)?;
+        Self::finish(Kind::TcmLoop, nodes, lus, start)
+    }
+
+    fn login_iscsi(kind: Kind, mut lus: Vec<Lu>, start: Instant) -> anyhow::Result<Self> {
+        let target = format!("{IQN}:target");
+        for node in Node::BOTH {
+            let iface = iface(node);
+            run("iscsiadm", ["-m", "iface", "-I", &iface, "-o", "new"])?.ok()?;
+            let name = iscsi_initiator(node);
+            run(
+                "iscsiadm",
+                [
+                    "-m",
+                    "iface",
+                    "-I",
+                    &iface,
+                    "-o",
+                    "update",
+                    "-n",
+                    "iface.initiatorname",
+                    "-v",
+                    &name,
+                ],
+            )?
+            .ok()?;
+        }
+        run(
+            "iscsiadm",
+            [
+                "-m",
+                "discovery",
+                "-t",
+                "st",
+                "-p",
+                PORTAL,
+                "-I",
+                &iface(Node::A),
+                "-I",
+                &iface(Node::B),
+            ],
+        )?
+        .ok()?;
+        run(
+            "iscsiadm",
+            ["-m", "node", "-T", &target, "-p", PORTAL, "--login"],
+        )?
+        .ok()?;
+        let mut nodes = Vec::new();
+        for node in Node::BOTH {
+            let initiator = iscsi_initiator(node);
+            let devices = wait_for(|| {
+                let devices = iscsi_devices(&initiator).ok()?;
+                (devices.len() == lus.len()).then_some(devices)
+            })
+            .with_context(|| {
+                format!(
+                    "node {} ({initiator}) did not see {} disks",
+                    node.letter(),
+                    lus.len()
+                )
+            })?;
+            nodes.push(NodeView {
+                node,
+                initiator,
+                devices,
+            });
+        }
+        fill_wwids(&mut lus, &nodes)?;
+        Self::finish(kind, nodes, lus, start)
+    }
+
+    fn finish(
+        kind: Kind,
+        nodes: Vec<NodeView>,
+        lus: Vec<Lu>,
+        start: Instant,
+    ) -> anyhow::Result<Self> {
+        let [a, b]: [NodeView; 2] = nodes
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("a topology has exactly two nodes"))?;
+        let topology = Topology {
+            kind,
+            nodes: [a, b],
+            lus,
+            setup: start.elapsed(),
+        };
+        println!("{}", topology.describe());
+        Ok(topology)
+    }
+
+    /// One line per node and LU, plus the setup time, for test logs.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "lab: {:?} topology with {} LU(s) ready in {}",
+            self.kind,
+            self.lus.len(),
+            secs(self.setup)
+        );
+        for view in &self.nodes {
+            let devices: Vec<String> = view
+                .devices
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            let shown = if devices.len() > 4 {
+                format!(
+                    "{} … {}",
+                    devices[..2].join(" "),
+                    devices[devices.len() - 1]
+                )
+            } else {
+                devices.join(" ")
+            };
+            text.push_str(&format!(
+                "\nlab:   node {} {}: {shown}",
+                view.node.letter(),
+                view.initiator
+            ));
+        }
+        if let (Some(first), Some(last)) = (self.lus.first(), self.lus.last()) {
+            text.push_str(&format!(
+                "\nlab:   LU 0 serial {} wwid {}",
+                first.serial, first.wwid
+            ));
+            if self.lus.len() > 1 {
+                text.push_str(&format!(
+                    "\nlab:   LU {} serial {} wwid {}",
+                    last.index, last.serial, last.wwid
+                ));
+            }
+        }
+        text
+    }
+
+    pub fn node(&self, node: Node) -> &NodeView {
+        &self.nodes[node.index()]
+    }
+
+    /// Node `node`'s path to LUN `lun`.
+    pub fn device(&self, node: Node, lun: usize) -> &Path {
+        self.node(node).device(lun)
+    }
+
+    pub fn lus(&self) -> &[Lu] {
+        &self.lus
+    }
+
+    pub fn lu(&self, index: usize) -> &Lu {
+        &self.lus[index]
+    }
+
+    /// How long building this topology took (configfs, logins, device scan).
+    pub fn setup_time(&self) -> Duration {
+        self.setup
+    }
+
+    /// Eats pending UNIT ATTENTIONs with TEST UNIT READY on every device of both nodes, for tests
+    /// that don't study them. (Measured on Debian's 6.1: the kernel's own scan of a new disk
+    /// already consumed the power-on UA, so a fresh topology usually has none left to show.)
+    pub fn settle(&self) -> anyhow::Result<()> {
+        for view in &self.nodes {
+            for device in &view.devices {
+                let mut tries = 0;
+                while run("sg_turs", [device])?.code() != 0 {
+                    tries += 1;
+                    ensure!(
+                        tries < 5,
+                        "TEST UNIT READY on {} keeps failing",
+                        device.display()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `node` writes a recognisable block `block` of LUN `lun` with O_DIRECT.
+    pub fn write_probe(&self, node: Node, lun: usize, block: u64) -> WriteOutcome {
+        let text = format!(
+            "write probe from node {} to LUN {lun} block {block}",
+            node.letter()
+        );
+        self.write_block(node, lun, block, &block_data(&text))
+    }
+
+    /// Node `node` writes `data` (at most [`BLOCK_SIZE`] bytes, zero padded) to block `block` of
+    /// LUN `lun` with O_DIRECT, so the target, not the page cache, judges it.
+    pub fn write_block(&self, node: Node, lun: usize, block: u64, data: &[u8]) -> WriteOutcome {
+        let device = self.device(node, lun);
+        let mut buffer = AlignedBlock::new();
+        let len = data.len().min(BLOCK_SIZE);
+        buffer.get_mut()[..len].copy_from_slice(&data[..len]);
+        let result = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(device)
+            .and_then(|file| file.write_all_at(buffer.get(), block * BLOCK_SIZE as u64));
+        match result {
+            Ok(()) => WriteOutcome::Accepted,
+            Err(e) if e.raw_os_error() == Some(libc::EBADE) => WriteOutcome::Refused,
+            Err(e) => WriteOutcome::Failed(format!("O_DIRECT write to {}: {e}", device.display())),
+        }
+    }
+
+    /// Node `node` reads block `block` of LUN `lun` with O_DIRECT (what the target has stored).
+    pub fn read_block(&self, node: Node, lun: usize, block: u64) -> anyhow::Result<Vec<u8>> {
+        let device = self.device(node, lun);
+        let mut buffer = AlignedBlock::new();
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(device)
+            .and_then(|file| file.read_exact_at(buffer.get_mut(), block * BLOCK_SIZE as u64))
+            .with_context(|| format!("O_DIRECT read of block {block} from {}", device.display()))?;
+        Ok(buffer.get().to_vec())
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if let Err(e) = teardown_all() {
+            eprintln!("lab: teardown failed: {e:#}");
+        }
+    }
+}
+
+/// A page-aligned block buffer for O_DIRECT, without unsafe: the aligned window of a larger Vec.
+struct AlignedBlock {
+    storage: Vec<u8>,
+    offset: usize,
+}
+
+impl AlignedBlock {
+    fn new() -> Self {
+        let storage = vec![0u8; 2 * BLOCK_SIZE];
+        let offset = storage.as_ptr().align_offset(BLOCK_SIZE);
+        AlignedBlock { storage, offset }
+    }
+
+    fn get(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + BLOCK_SIZE]
+    }
+
+    fn get_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + BLOCK_SIZE]
+    }
+}
+
+/// Starts a topology: refuses to run outside the guest, checks nothing is left from before.
+fn begin() -> anyhow::Result<Instant> {
+    ensure!(
+        super::guest::inside(),
+        "topologies are built only inside the lab guest"
+    );
+    teardown_all().context("cleaning up before a new topology")?;
+    fs::create_dir_all(BACKING).with_context(|| format!("mkdir {BACKING}"))?;
+    Ok(Instant::now())
+}
+
+/// Runs one targetcli session reading `script` on stdin.
+fn targetcli(script: &str) -> anyhow::Result<super::Run> {
+    let mut cmd = std::process::Command::new("targetcli");
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().context("cannot start targetcli")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        std::io::Write::write_all(&mut stdin, script.as_bytes()).context("feeding targetcli")?;
+    }
+    let out = child.wait_with_output().context("waiting for targetcli")?;
+    super::Run {
+        command: format!("targetcli <<EOF\n{script}\nEOF"),
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    }
+    .ok()
+}
+
+fn iscsi_tpg() -> PathBuf {
+    PathBuf::from(format!("{TARGET}/iscsi/{IQN}:target/tpgt_1"))
+}
+
+fn iscsi_initiator(node: Node) -> String {
+    format!("{IQN}:node-{}", node.lower())
+}
+
+fn iface(node: Node) -> String {
+    format!("lab-{}", node.lower())
+}
+
+/// Creates fileio backstore `lun<index>` with a pure-hex serial (LIO derives the NAA identifier from
+/// the serial's hex digits, so they must differ within the first 25).
+fn fileio(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
+    let file = PathBuf::from(format!("{BACKING}/lun{index}.img"));
+    fs::File::create(&file)
+        .and_then(|f| f.set_len(LUN_BYTES))
+        .with_context(|| format!("create {}", file.display()))?;
+    let backstore = PathBuf::from(format!("{TARGET}/core/fileio_0/lun{index}"));
+    fs::create_dir_all(&backstore).with_context(|| format!("mkdir {}", backstore.display()))?;
+    write_file(
+        backstore.join("control"),
+        &format!("fd_dev_name={},fd_dev_size={LUN_BYTES}", file.display()),
+    )?;
+    // before any LUN link: it names the APTPL file and the VPD serial
+    let serial = format!("1ab0{index:012x}");
+    write_file(backstore.join("wwn/vpd_unit_serial"), &serial)?;
+    write_file(backstore.join("enable"), "1")?;
+    if !emulate_pr {
+        write_file(backstore.join("attrib/emulate_pr"), "0")?;
+    }
+    Ok(Lu {
+        index,
+        backstore,
+        serial,
+        wwid: String::new(),
+    })
+}
+
+fn link(target: &Path, at: &Path) -> anyhow::Result<()> {
+    symlink(target, at).with_context(|| format!("ln -s {} {}", target.display(), at.display()))
+}
+
+/// The backstore a LUN port links to.
+fn linked_backstore(port: &Path) -> anyhow::Result<PathBuf> {
+    for entry in fs::read_dir(port).with_context(|| format!("read {}", port.display()))? {
+        let path = entry?.path();
+        if path.is_symlink() {
+            return fs::canonicalize(&path).with_context(|| format!("resolve {}", path.display()));
+        }
+    }
+    bail!("{} links no backstore", port.display())
+}
+
+fn unit_serial(backstore: &Path) -> anyhow::Result<String> {
+    let text = read_file(backstore.join("wwn/vpd_unit_serial"))?;
+    Ok(text
+        .trim()
+        .trim_start_matches("T10 VPD Unit Serial Number:")
+        .trim()
+        .to_owned())
+}
+
+/// Fills each LU's wwid from node A's disk and checks node B's disk shows the same LU.
+fn fill_wwids(lus: &mut [Lu], nodes: &[NodeView]) -> anyhow::Result<()> {
+    for lu in lus.iter_mut() {
+        let mut seen = Vec::new();
+        for view in nodes {
+            let device = &view.devices[lu.index];
+            let name = device
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            seen.push(
+                read_file(format!("/sys/class/block/{name}/device/wwid"))?
+                    .trim()
+                    .to_owned(),
+            );
+        }
+        ensure!(
+            seen.windows(2).all(|w| w[0] == w[1]),
+            "LU {} has different wwids on the nodes: {seen:?}",
+            lu.index
+        );
+        lu.wwid = seen.swap_remove(0);
+    }
+    Ok(())
+}
+
+/// The /dev path of the disk under a SCSI device's sysfs directory.
+fn block_device(scsi_device: &Path) -> anyhow::Result<PathBuf> {
+    let name = fs::read_dir(scsi_device.join("block"))?
+        .next()
+        .context("no block device yet")??
+        .file_name();
+    let device = Path::new("/dev").join(name);
+    ensure!(device.exists(), "{} not created yet", device.display());
+    Ok(device)
+}
+
+/// The disks of `initiator`'s iSCSI session, in LUN order.
+fn iscsi_devices(initiator: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for session in fs::read_dir("/sys/class/iscsi_session")? {
+        let session = session?.path();
+        if read_file(session.join("initiatorname"))?.trim() != initiator {
+            continue;
+        }
+        for target in fs::read_dir(session.join("device"))? {
+            let target = target?.path();
+            if !target
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("target"))
+            {
+                continue;
+            }
+            for lun in fs::read_dir(&target)? {
+                let lun = lun?.path();
+                let name = lun
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let Some(number) = name
+                    .rsplit(':')
+                    .next()
+                    .and_then(|n| n.parse::<usize>().ok())
+                else {
+                    continue;
+                };
+                if name.matches(':').count() == 3 {
+                    found.push((number, block_device(&lun)?));
+                }
+            }
+        }
+    }
+    found.sort();
+    Ok(found.into_iter().map(|(_, device)| device).collect())
+}
+
+fn wait_for<T>(mut probe: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return Ok(value);
+        }
+        ensure!(
+            start.elapsed() < SCAN_TIMEOUT,
+            "gave up after {}",
+            secs(SCAN_TIMEOUT)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Removes every topology, whoever built it: iSCSI sessions and records, LIO fabric and core
+/// objects, scsi_debug, backing files and APTPL files. Guest only.
+pub fn teardown_all() -> anyhow::Result<()> {
+    ensure!(
+        super::guest::inside(),
+        "teardown runs only inside the lab guest"
+    );
+    let mut errors = Vec::new();
+    if fs::read_dir("/sys/class/iscsi_session").is_ok_and(|mut d| d.next().is_some()) {
+        match run("iscsiadm", ["-m", "node", "--logoutall=all"]) {
+            Ok(r) if r.code() == 0 || r.code() == 21 => {}
+            Ok(r) => errors.push(format!("iscsiadm logout: {}", r.stderr.trim())),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    for dir in ["/etc/iscsi/nodes", "/etc/iscsi/send_targets"] {
+        if Path::new(dir).exists()
+            && let Err(e) = fs::remove_dir_all(dir)
+        {
+            errors.push(format!("rm -r {dir}: {e}"));
+        }
+    }
+    for node in Node::BOTH {
+        let file = PathBuf::from(format!("/etc/iscsi/ifaces/{}", iface(node)));
+        if file.exists()
+            && let Err(e) = fs::remove_file(&file)
+        {
+            errors.push(format!("rm {}: {e}", file.display()));
+        }
+    }
+    for fabric in ["iscsi", "loopback"] {
+        // WWN directories are named iqn.…, naa.…, eui.…; the others are configfs default groups.
+        let wwns = subdirs(&Path::new(TARGET).join(fabric));
+        for wwn in wwns.iter().filter(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains('.'))
+        }) {
+            let tpgs = subdirs(wwn);
+            for tpg in tpgs.iter().filter(|d| {
+                d.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("tpgt_"))
+            }) {
+                remove_tpg(tpg, fabric, &mut errors);
+            }
+            rmdir(wwn, &mut errors);
+        }
+    }
+    for hba in subdirs(&Path::new(TARGET).join("core")) {
+        if hba.file_name().is_some_and(|n| n == "alua") {
+            continue;
+        }
+        for device in subdirs(&hba) {
+            rmdir(&device, &mut errors);
+        }
+        rmdir(&hba, &mut errors);
+    }
+    if Path::new("/sys/module/scsi_debug").exists() {
+        match run("rmmod", ["scsi_debug"]) {
+            Ok(r) if r.code() == 0 => {}
+            Ok(r) => errors.push(format!("rmmod scsi_debug: {}", r.stderr.trim())),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    for dir in [BACKING, "/var/target/pr", "/etc/rtslib-fb-target/pr"] {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            if let Err(e) = fs::remove_file(entry.path()) {
+                errors.push(format!("rm {}: {e}", entry.path().display()));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", errors.join("; "))
+    }
+}
+
+fn remove_tpg(tpg: &Path, fabric: &str, errors: &mut Vec<String>) {
+    if fabric == "iscsi" {
+        let _ = fs::write(tpg.join("enable"), "0"); // fails harmlessly when already disabled
+    }
+    for acl in subdirs(&tpg.join("acls")) {
+        for mapped in subdirs(&acl) {
+            if mapped
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("lun_"))
+            {
+                unlink_all(&mapped, errors);
+                rmdir(&mapped, errors);
+            }
+        }
+        rmdir(&acl, errors);
+    }
+    for portal in subdirs(&tpg.join("np")) {
+        rmdir(&portal, errors);
+    }
+    for port in subdirs(&tpg.join("lun")) {
+        unlink_all(&port, errors);
+        rmdir(&port, errors);
+    }
+    if fabric == "loopback" {
+        let _ = fs::write(tpg.join("nexus"), "NULL"); // fails harmlessly without a nexus
+    }
+    rmdir(tpg, errors);
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && !p.is_symlink())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn unlink_all(dir: &Path, errors: &mut Vec<String>) {
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_symlink()
+            && let Err(e) = fs::remove_file(&path)
+        {
+            errors.push(format!("rm {}: {e}", path.display()));
+        }
+    }
+}
+
+fn rmdir(dir: &Path, errors: &mut Vec<String>) {
+    if let Err(e) = fs::remove_dir(dir) {
+        errors.push(format!("rmdir {}: {e}", dir.display()));
+    }
+}
