@@ -112,17 +112,27 @@ impl LinuxSystem {
     }
 }
 
+/// The bound for `corosync-cmapctl` and `vgs`: `power_timeout`, or [`HELPER_TIMEOUT`] when
+/// timeouts are disabled. fence_scsi leaves them unbounded under pacemaker-fenced; a bound turns
+/// a hung helper into a logged failure instead of a kill at Pacemaker's timeout.
+fn helper_timeout(options: &Options) -> Option<Duration> {
+    Some(options.command_timeout().unwrap_or(HELPER_TIMEOUT))
+}
+
+/// See [`helper_timeout`]; fence-agents' default `power_timeout`.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
+
 impl NodeSystem for LinuxSystem {
     type Path = ScsiPr<Device>;
     fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError> {
-        keys::query_cmapctl(&options.corosync_cmap_path, arg, options.command_timeout())
+        keys::query_cmapctl(&options.corosync_cmap_path, arg, helper_timeout(options))
     }
     fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
         self.discovery.resolve_each(devices)
     }
     fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError> {
         self.discovery
-            .resolve_lvm_each(&options.vgs_path, options.command_timeout())
+            .resolve_lvm_each(&options.vgs_path, helper_timeout(options))
     }
     fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
         ScsiPr::open(device, policy)
