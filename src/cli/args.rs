@@ -88,7 +88,8 @@ pub enum Cmd {
     Agent(Agent),
 }
 
-/// Paths to LUs for the fencing commands; paths to the same LU (same sysfs wwid) are grouped.
+/// Paths to LUs for the fencing commands; paths to the same LU (same identifier) are grouped, and a
+/// dm-multipath map stands for its SCSI paths.
 #[derive(Debug, Args)]
 pub struct FencingDevices {
     /// This node's key.
@@ -98,7 +99,9 @@ pub struct FencingDevices {
     /// timed out (default 50, below Pacemaker's 60 s fence timeout).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
     pub deadline: Duration,
-    /// Every path (/dev/sdX, /dev/sgN) of every LU.
+    /// Every LU: its paths (/dev/sdX, /dev/sgN) or its dm-multipath map (/dev/dm-N,
+    /// /dev/mapper/NAME). A device that vanished is reported as a dead path; a partition, an LVM
+    /// volume or a non-SCSI disk is a usage error.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
 }
