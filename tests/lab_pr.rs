@@ -682,6 +682,31 @@ fn register_options(t: &Topology) -> anyhow::Result<()> {
         "{file} does not hold A's registration:\n{saved}"
     );
 
+    // SPEC_I_PT from a nexus that is already registered: INVALID FIELD IN PARAMETER LIST
+    let b_port_id = format!("{},i,0x00023d000001", t.node(Node::B).initiator);
+    let error = prfence_fails(
+        &[
+            "register",
+            "--old-key",
+            "0xa",
+            "--key",
+            "0xa",
+            "--transport-id",
+            &b_port_id,
+            &a,
+        ],
+        1,
+        "invalid_field",
+    )?;
+    ensure!(
+        error["sense"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("26h/00h"),
+        "{error}"
+    );
+    expect_registered(t, 0, &[(Node::A, 0xa)])?;
+
     // ALL_TG_PT: LIO records the bit (READ FULL STATUS shows it) and, the LU having one target
     // port per initiator here, registers just this I_T nexus.
     prfence_ok(&["register", "--all-target-ports", "--key", "0xb", &b])?;
@@ -823,7 +848,12 @@ fn every_type_access_and_ownership(t: &Topology, compare_reads: bool) -> anyhow:
 }
 
 fn clear_and_preempt_tcm_loop() -> anyhow::Result<()> {
-    // PREEMPT AND ABORT over tcm_loop hung the guest (see the report in this branch's history)
+    // Plain PREEMPT: PREEMPT AND ABORT over tcm_loop never completes on Debian's 6.1. LIO runs a
+    // tcm_loop command in the device's submission work item, and the abort path
+    // (core_tmr_drain_state_list) flushes that same work item: the PR OUT waits for itself
+    // (observed: kworker target_submission in flush_work, the SG_IO caller in blk_execute_rq, then
+    // the initiator's error handler stuck in tcm_loop_issue_tmr). iSCSI submits from its own
+    // thread, so the iSCSI variant below covers PREEMPT AND ABORT.
     clear_and_preempt(&Topology::tcm_loop()?, false)
 }
 
