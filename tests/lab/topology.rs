@@ -193,7 +193,7 @@ fn split_isid(who: &str) -> (String, Option<String>) {
     }
 }
 
-/// The result of one O_DIRECT write as the target judged it.
+/// The result of one O_DIRECT write (or read, [`Topology::read_probe`]) as the target judged it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
     Accepted,
@@ -566,6 +566,23 @@ impl Topology {
             node.letter()
         );
         self.write_block(node, lun, block, &block_data(&text))
+    }
+
+    /// Node `node` reads block `block` of LUN `lun` with O_DIRECT: whether the target lets it read
+    /// (the exclusive-access types refuse reads too). Same verdicts as [`Topology::write_probe`].
+    pub fn read_probe(&self, node: Node, lun: usize, block: u64) -> WriteOutcome {
+        let device = self.device(node, lun);
+        let mut buffer = AlignedBlock::new();
+        let result = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(device)
+            .and_then(|file| file.read_exact_at(buffer.get_mut(), block * BLOCK_SIZE as u64));
+        match result {
+            Ok(()) => WriteOutcome::Accepted,
+            Err(e) if e.raw_os_error() == Some(libc::EBADE) => WriteOutcome::Refused,
+            Err(e) => WriteOutcome::Failed(format!("O_DIRECT read from {}: {e}", device.display())),
+        }
     }
 
     /// Node `node` writes `data` (at most [`BLOCK_SIZE`] bytes, zero padded) to block `block` of
