@@ -539,6 +539,47 @@ impl Topology {
         self.setup
     }
 
+    /// Logs node `node`'s iSCSI session out and in again. The new session has a new ISID, so the
+    /// target sees a new I_T nexus and the old one's registrations are orphaned (fence-agents
+    /// #517). The node's device paths are refreshed (the disks get new names).
+    pub fn relogin(&mut self, node: Node) -> anyhow::Result<()> {
+        ensure!(
+            self.kind != Kind::TcmLoop,
+            "relogin needs an iSCSI topology"
+        );
+        let target = format!("{IQN}:target");
+        let iface = iface(node);
+        for action in ["--logout", "--login"] {
+            run(
+                "iscsiadm",
+                [
+                    "-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface, action,
+                ],
+            )?
+            .ok()?;
+        }
+        let initiator = iscsi_initiator(node);
+        let count = self.lus.len();
+        let devices = wait_for(|| {
+            let devices = iscsi_devices(&initiator).ok()?;
+            (devices.len() == count).then_some(devices)
+        })
+        .with_context(|| format!("node {} sees no disks after re-login", node.letter()))?;
+        self.nodes[node.index()].devices = devices;
+        let mut lus = self.lus.clone();
+        fill_wwids(&mut lus, &self.nodes)?;
+        for (old, new) in self.lus.iter().zip(&lus) {
+            ensure!(
+                old.wwid == new.wwid,
+                "after re-login LUN {} shows wwid {}, not {}",
+                old.index,
+                new.wwid,
+                old.wwid
+            );
+        }
+        Ok(())
+    }
+
     /// Eats pending UNIT ATTENTIONs with TEST UNIT READY on every device of both nodes, for tests
     /// that don't study them. (Measured on Debian's 6.1: the kernel's own scan of a new disk
     /// already consumed the power-on UA, so a fresh topology usually has none left to show.)
