@@ -1,10 +1,22 @@
-//! `prfence` (admin CLI) and, when invoked as `fence_pr`, the Fence Agent API. A thin shell over
-//! the library: argument parsing, logging set-up and the exit status.
+//! `prfence` (admin CLI) and, when invoked as `fence_pr` (argv[0]'s file name, e.g. through a
+//! symlink), the Fence Agent API. A thin shell over the library: argument parsing, logging set-up
+//! and the exit status.
 
+use std::io::Read;
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Mutex;
 
 use clap::Parser;
-use prfence::cli::{self, Cli};
+use prfence::cli::{self, Cli, Cmd};
+use prfence::fence_agent::{self, AgentRequest, Environment, run};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, Registry};
+
+/// The name under which the binary acts as the fence agent.
+const AGENT_NAME: &str = "fence_pr";
 
 fn init_tracing(verbosity: u8) {
     let default = match verbosity {
@@ -21,7 +33,104 @@ fn init_tracing(verbosity: u8) {
 }
 
 fn main() -> ExitCode {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    if Path::new(&argv0).file_name() == Some(AGENT_NAME.as_ref()) {
+        return agent_main();
+    }
     let cli = Cli::parse();
-    init_tracing(cli.verbose);
+    // The agent sets up its own logging from its configuration file.
+    if !matches!(cli.command, Cmd::Agent(_)) {
+        init_tracing(cli.verbose);
+    }
     ExitCode::from(cli::execute(&cli).code())
+}
+
+/// Logging as fence-agents does it: stderr unless `quiet` (debug with `verbose`, trace with
+/// `verbose_level` ≥ 2, else warnings and errors); `logfile` gets the same messages at info and
+/// above and is truncated on every run (fence_scsi opens it with 'w'); `debug_file` gets
+/// everything at debug and is appended to (fence-agents' FileHandler).
+fn init_agent_logging(request: &AgentRequest) -> Result<(), String> {
+    let options = &request.options;
+    let stderr_level = match options.verbose_level {
+        _ if options.quiet => LevelFilter::OFF,
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    };
+    type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
+    let file_layer = |path: &Path, truncate: bool, level: LevelFilter| -> Result<Boxed, String> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(!truncate)
+            .truncate(truncate)
+            .open(path)
+            .map_err(|e| format!("Failed: Unable to create file {}: {e}", path.display()))?;
+        Ok(tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(Mutex::new(file))
+            .with_filter(level)
+            .boxed())
+    };
+    let mut layers: Vec<Boxed> = vec![
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .with_filter(stderr_level)
+            .boxed(),
+    ];
+    if let Some(path) = options.logfile.as_deref() {
+        layers.push(file_layer(path, true, LevelFilter::INFO.max(stderr_level))?);
+    }
+    if let Some(path) = options.debug_file.as_deref() {
+        layers.push(file_layer(
+            path,
+            false,
+            LevelFilter::DEBUG.max(stderr_level),
+        )?);
+    }
+    tracing_subscriber::registry()
+        .with(layers)
+        .try_init()
+        .map_err(|e| format!("Failed: cannot set up logging: {e}"))
+}
+
+fn agent_main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut stdin = String::new();
+    if fence_agent::wants_stdin(&args)
+        && let Err(e) = std::io::stdin().read_to_string(&mut stdin)
+    {
+        eprintln!("Failed: reading options from stdin: {e}");
+        return fence_agent::ExitCode::Error.into();
+    }
+    let request = match fence_agent::parse(&args, Some(&stdin), &Environment::from_process()) {
+        Ok(request) => request,
+        Err(e) => {
+            eprintln!("{e}");
+            return e.exit_code().into();
+        }
+    };
+    if request.options.help {
+        print!("{}", fence_agent::usage(AGENT_NAME));
+        return fence_agent::ExitCode::Success.into();
+    }
+    // fence-agents' precedence: help, then metadata/manpage, then version.
+    let describes = matches!(
+        request.action,
+        fence_agent::Action::Metadata | fence_agent::Action::Manpage
+    );
+    if request.options.version && !describes {
+        println!("{AGENT_NAME} {}", env!("CARGO_PKG_VERSION"));
+        return fence_agent::ExitCode::Success.into();
+    }
+    if let Err(e) = init_agent_logging(&request) {
+        eprintln!("{e}");
+        return fence_agent::ExitCode::Error.into();
+    }
+    let system = run::LinuxSystem::from_environment();
+    let mut stdout = std::io::stdout().lock();
+    run::execute(&request, &system, AGENT_NAME, &mut stdout).into()
 }

@@ -3,6 +3,9 @@
 //! test fails, never skips, when it is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "lab/host_tools.rs"]
+mod host_tools;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -15,6 +18,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn xmllint_relaxng(xml: &str, name: &str) -> std::process::Output {
+    host_tools::ensure();
     let dir = std::env::temp_dir().join(format!("prfence-metadata-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(name);

@@ -13,6 +13,9 @@
 //! device node in a temp dir (root) or use an existing one from /dev.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "lab/host_tools.rs"]
+mod host_tools;
+
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -23,6 +26,7 @@ use prfence::fence_agent::keys::{self, fence_scsi_key_text};
 use prfence::fence_agent::{self, Environment};
 
 fn fence_scsi() -> PathBuf {
+    host_tools::ensure();
     let installed = Path::new("/usr/sbin/fence_scsi");
     if installed.exists() {
         return installed.to_owned();

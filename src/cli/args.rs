@@ -84,9 +84,12 @@ pub enum Cmd {
     Fence(Fence),
     /// Is this node's key registered on all, some or none of the LUs? (Read only.)
     Status(FencingDevices),
+    /// Run the node agent (watch or lease mode) from a configuration file.
+    Agent(Agent),
 }
 
-/// Paths to LUs for the fencing commands; paths to the same LU (same sysfs wwid) are grouped.
+/// Paths to LUs for the fencing commands; paths to the same LU (same identifier) are grouped, and a
+/// dm-multipath map stands for its SCSI paths.
 #[derive(Debug, Args)]
 pub struct FencingDevices {
     /// This node's key.
@@ -96,7 +99,9 @@ pub struct FencingDevices {
     /// timed out (default 50, below Pacemaker's 60 s fence timeout).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
     pub deadline: Duration,
-    /// Every path (/dev/sdX, /dev/sgN) of every LU.
+    /// Every LU: its paths (/dev/sdX, /dev/sgN) or its dm-multipath map (/dev/dm-N,
+    /// /dev/mapper/NAME). A device that vanished is reported as a dead path; a partition, an LVM
+    /// volume or a non-SCSI disk is a usage error.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
 }
@@ -218,6 +223,35 @@ pub struct RegisterMove {
     pub aptpl: bool,
     #[command(flatten)]
     pub devices: Devices,
+}
+
+/// `prfence agent`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Signals: SIGHUP re-reads the configuration; SIGTERM stops (registrations stay unless
+unregister_on_exit).
+
+Exit status:
+  0   stopped by SIGTERM; --check-config: valid; --once: every LU and path healthy
+  1   could not start or run (devices, key, state file, watchdog, metrics port)
+  2   invalid configuration or arguments
+  3   --once found a problem (see the JSON)
+  86  fenced (self_fence.exit_status)")]
+pub struct Agent {
+    /// The agent's TOML configuration (see packaging/prfence-agent.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Look once at every LU (every path probed), print the status as JSON and exit. Changes
+    /// nothing but PRgeneration (the probe re-states our key on each path) and runs no
+    /// self-fence action.
+    #[arg(long, conflicts_with = "check_config")]
+    pub once: bool,
+    /// Write the status as JSON to FILE after every check (atomically replaced).
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<PathBuf>,
 }
 
 fn parse_key(s: &str) -> Result<Key, String> {

@@ -1,110 +1,18 @@
 //! `prfence unfence | fence | status`: the fencing engine ([`crate::ops`]) on the devices named,
 //! grouped into LUs, with a verdict per LU as text or JSON.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 
 use sg_io::Device;
 
+use crate::discover::{Discovery, OpenPath, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, RequestError};
-use crate::pr::{Capabilities, FullStatus, Key, PrOut, ReadKeys, ReadReservation};
-use crate::transport::{CommandError, Policy, PrOutReport, PrTransport};
+use crate::pr::Key;
+use crate::transport::Policy;
 
 use super::args::{Fence, FencingDevices};
 use super::run::ExitStatus;
-
-/// One path as the CLI opened it. A path that cannot be opened is kept, as a dead path whose
-/// every command fails with the open error, so the report names it and the LU can still be
-/// handled through its other paths.
-#[derive(Debug)]
-pub enum CliPath {
-    Open(ScsiPr<Device>),
-    Unopened(CommandError),
-}
-
-impl CliPath {
-    fn open(path: &Path, policy: Policy) -> Self {
-        match ScsiPr::open(path, policy) {
-            Ok(device) => CliPath::Open(device),
-            Err(e) => CliPath::Unopened(e),
-        }
-    }
-
-    fn run<R>(
-        &self,
-        f: impl FnOnce(&ScsiPr<Device>) -> Result<R, CommandError>,
-    ) -> Result<R, CommandError> {
-        match self {
-            CliPath::Open(device) => f(device),
-            CliPath::Unopened(e) => Err(e.clone()),
-        }
-    }
-}
-
-impl PrTransport for CliPath {
-    fn device(&self) -> &Path {
-        match self {
-            CliPath::Open(device) => device.device(),
-            CliPath::Unopened(e) => &e.device,
-        }
-    }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        self.run(|d| d.read_keys())
-    }
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        self.run(|d| d.read_reservation())
-    }
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.run(|d| d.report_capabilities())
-    }
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        self.run(|d| d.read_full_status())
-    }
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        self.run(|d| d.pr_out(request))
-    }
-}
-
-/// Groups device arguments into LUs by the kernel's `wwid` (the VPD 83h designator sysfs shows),
-/// falling back to the absolute device path when it cannot be read (a device that vanished, a
-/// dm device).
-///
-/// Stand-in until discovery lands: to be replaced by `discover::resolve` (which also expands
-/// dm-multipath devices into their SCSI paths).
-pub fn group_into_lus(devices: &[PathBuf]) -> Vec<(String, Vec<PathBuf>)> {
-    let mut lus: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for device in devices {
-        // The fallback is an absolute path, which the engine treats as node-local: never the
-        // arbiter (see `ops::is_node_local_id`).
-        let id = sysfs_wwid(device).unwrap_or_else(|| {
-            std::path::absolute(device)
-                .unwrap_or_else(|_| Path::new("/").join(device))
-                .display()
-                .to_string()
-        });
-        let paths = lus.entry(id).or_default();
-        if !paths.contains(device) {
-            paths.push(device.clone());
-        }
-    }
-    lus.into_iter().collect()
-}
-
-fn sysfs_wwid(device: &Path) -> Option<String> {
-    let resolved = std::fs::canonicalize(device).ok()?;
-    let name = resolved.file_name()?.to_str()?;
-    let candidates = [
-        format!("/sys/block/{name}/device/wwid"),
-        format!("/sys/class/scsi_generic/{name}/device/wwid"),
-    ];
-    candidates.iter().find_map(|file| {
-        let text = std::fs::read_to_string(file).ok()?;
-        let id = text.trim();
-        (!id.is_empty()).then(|| id.to_string())
-    })
-}
 
 /// Which engine command to run.
 pub enum Action<'a> {
@@ -119,13 +27,23 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
         Action::Unfence(d) | Action::Status(d) => (&d.devices, d.key, d.deadline),
         Action::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
     };
-    let lus: Vec<LuTarget<CliPath>> = group_into_lus(devices)
-        .into_iter()
-        .map(|(id, paths)| LuTarget {
-            id,
-            paths: paths.iter().map(|p| CliPath::open(p, policy)).collect(),
-        })
-        .collect();
+    // Devices that vanished become dead paths of node-local LUs (never the arbiter); devices the
+    // admin must replace (a partition, an LVM volume, an NVMe disk) are a usage error.
+    let resolution = match Discovery::system().resolve_each(devices) {
+        Ok(resolution) => resolution,
+        Err(e) => {
+            eprintln!("prfence: {e}");
+            return ExitStatus::Usage;
+        }
+    };
+    for unknown in &resolution.unidentified {
+        eprintln!(
+            "prfence: warning: {}; handled as a dead path",
+            unknown.error
+        );
+    }
+    let lus: Vec<LuTarget<OpenPath<ScsiPr<Device>>>> =
+        targets(&resolution, false, |dev| ScsiPr::open(dev, policy));
     let limits = Limits { deadline };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -247,32 +165,9 @@ pub fn to_text(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
-
-    #[test]
-    fn devices_without_a_wwid_are_their_own_lu_and_duplicates_merge() {
-        let devices = [
-            PathBuf::from("/nonexistent/b"),
-            PathBuf::from("/nonexistent/a"),
-            PathBuf::from("/nonexistent/b"),
-        ];
-        let lus = group_into_lus(&devices);
-        assert_eq!(
-            lus,
-            vec![
-                ("/nonexistent/a".to_string(), vec![devices[1].clone()]),
-                ("/nonexistent/b".to_string(), vec![devices[0].clone()]),
-            ]
-        );
-    }
-
-    #[test]
-    fn an_unopenable_path_is_a_dead_path() {
-        let path = CliPath::open(Path::new("/nonexistent/sdz"), Policy::default());
-        let e = path.read_keys().unwrap_err();
-        assert_eq!(e.kind, crate::transport::ErrorKind::Open);
-        assert_eq!(path.device(), Path::new("/nonexistent/sdz"));
-    }
 
     #[test]
     fn status_over_unopenable_devices_fails_and_names_them() {
@@ -283,5 +178,24 @@ mod tests {
         };
         let status = execute(Action::Status(&args), true, Policy::default());
         assert_eq!(status, ExitStatus::Failure);
+    }
+
+    #[test]
+    fn a_device_the_admin_must_replace_is_a_usage_error_a_vanished_one_is_not() {
+        // A loop device is a block device but not SCSI: the admin must name another device.
+        // (Skipped where the host has none; this host has no SCSI devices to fence.)
+        let loop0 = PathBuf::from("/dev/loop0");
+        if !loop0.exists() || !std::path::Path::new("/sys/class/block/loop0").exists() {
+            return;
+        }
+        let args = FencingDevices {
+            key: Key::new(0xa),
+            deadline: std::time::Duration::from_secs(5),
+            devices: vec![PathBuf::from("/nonexistent/sdz"), loop0],
+        };
+        assert_eq!(
+            execute(Action::Unfence(&args), true, Policy::default()),
+            ExitStatus::Usage
+        );
     }
 }

@@ -22,6 +22,8 @@ pub enum ExitStatus {
     Off,
     /// fence: this node's key is gone from the arbiter LU.
     ThisNodeFenced,
+    /// `prfence agent`'s own status (see `daemon::run`), e.g. self_fence.exit_status.
+    Agent(u8),
 }
 
 impl ExitStatus {
@@ -33,6 +35,7 @@ impl ExitStatus {
             ExitStatus::Usage | ExitStatus::Off => 2,
             ExitStatus::OnlyConflicts => 3,
             ExitStatus::ThisNodeFenced => 4,
+            ExitStatus::Agent(code) => code,
         }
     }
 
@@ -114,7 +117,7 @@ fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
                 PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
             (Request::Out(out), &m.devices.devices)
         }
-        Cmd::Unfence(_) | Cmd::Fence(_) | Cmd::Status(_) => return None,
+        Cmd::Unfence(_) | Cmd::Fence(_) | Cmd::Status(_) | Cmd::Agent(_) => return None,
     })
 }
 
@@ -153,6 +156,15 @@ fn perform(
 
 /// Runs the parsed command line and prints the results; returns the exit status.
 pub fn execute(cli: &Cli) -> ExitStatus {
+    if let Cmd::Agent(agent) = &cli.command {
+        // The agent logs as its configuration says and has exit statuses of its own.
+        return ExitStatus::Agent(crate::daemon::run::agent_main(
+            &agent.config,
+            agent.check_config,
+            agent.once,
+            agent.status_file.clone(),
+        ));
+    }
     if let Err(message) = check_request(&cli.command) {
         eprintln!("prfence: {message}");
         return ExitStatus::Usage;

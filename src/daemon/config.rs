@@ -143,12 +143,13 @@ struct RawSelfFence {
 struct RawWatchdog {
     device: String,
     timeout: String,
+    magic_close: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetrics {
-    listen: String,
+    listen: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,8 +283,13 @@ pub struct SelfFenceSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchdogSettings {
     pub device: PathBuf,
-    /// Programmed into the device; the node resets this long after the last feed.
+    /// The device's timeout, which the agent checks at start (sysfs) because it cannot set
+    /// it: the node resets this long after the last feed.
     pub timeout: Duration,
+    /// Disarm the watchdog (magic close, 'V') when stopped cleanly by SIGTERM. Off: the node
+    /// resets `timeout` after the agent stops, unless something else feeds it. Never done when
+    /// fenced.
+    pub magic_close: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +305,9 @@ pub enum LogTarget {
     Journald,
     Stderr,
 }
+
+/// Where `[metrics]` without `listen` serves: loopback only.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 
 /// Exit status used when fenced unless configured otherwise (not 0, 1 = generic error, 2, or
 /// systemd's reserved 200–242).
@@ -374,10 +383,13 @@ impl Settings {
         let metrics_listen = raw
             .metrics
             .map(|m| {
-                m.listen.parse::<SocketAddr>().map_err(|e| {
+                let listen = m
+                    .listen
+                    .unwrap_or_else(|| DEFAULT_METRICS_LISTEN.to_owned());
+                listen.parse::<SocketAddr>().map_err(|e| {
                     field_error(
                         "metrics.listen",
-                        format!("{:?} is not an address:port ({e})", m.listen),
+                        format!("{listen:?} is not an address:port ({e})"),
                     )
                 })
             })
@@ -753,6 +765,7 @@ fn validate_watchdog(raw: RawWatchdog) -> Result<WatchdogSettings, ConfigError> 
     Ok(WatchdogSettings {
         device: PathBuf::from(raw.device),
         timeout,
+        magic_close: raw.magic_close.unwrap_or(false),
     })
 }
 
@@ -1056,6 +1069,11 @@ margin = "2s"
         assert_eq!(
             field_of(&format!("{WATCH}[metrics]\nlisten = \"localhost\"\n")),
             "metrics.listen"
+        );
+        let s = Settings::from_toml_str(&format!("{WATCH}[metrics]\n")).unwrap();
+        assert_eq!(
+            s.metrics_listen,
+            Some(DEFAULT_METRICS_LISTEN.parse().unwrap())
         );
         assert_eq!(
             field_of(&format!("{WATCH}[log]\nformat = \"xml\"\n")),

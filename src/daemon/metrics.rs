@@ -264,7 +264,7 @@ impl Metrics {
             &mut out,
             "prfence_heals_total",
             "counter",
-            "Paths re-registered because they lost their registration while our key stayed on the LU.",
+            "Heals (ops::heal) that re-registered paths which lost their registration while our key stayed on the LU.",
             self.heals
                 .iter()
                 .map(|(lu, n)| (labels(&[("lu", lu)]), n.to_string())),

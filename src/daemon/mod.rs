@@ -1,14 +1,19 @@
-//! `prfence agent --config FILE`: the node daemon, as a sans-IO core.
+//! `prfence agent --config FILE`: the node daemon, a sans-IO core and its tokio driver.
 //!
-//! Everything here is pure: observations and command completions go in together with the
-//! caller's monotonic `now`, decisions and actions come out. The tokio driver (not in this
-//! module) owns the devices, timers, signals, the watchdog fd, sd_notify, logging and the
-//! metrics endpoint, and does nothing but carry out what these types decide.
+//! The core is pure: observations and command completions go in together with the caller's
+//! monotonic `now`, decisions and actions come out. The driver owns the devices, timers,
+//! signals, the watchdog fd, sd_notify, logging and the metrics endpoint, and does nothing but
+//! carry out what the core decides.
 //!
 //! - [`config`]: the TOML file, validated into [`config::Settings`], timing rules included.
 //! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr.
 //! - [`lease`]: lease mode, active/passive failover without a cluster manager.
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
+//!
+//! The driver: [`run`] (entry point, self-fence, shared helpers), `watch_loop` and `lease_loop`
+//! (the two modes), [`storage`] (the seam to discovery and devices, and bounded command
+//! execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
+//! [`status`], [`epoch_file`], [`logging`].
 //!
 //! # Safety does not rest on time (P5)
 //! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
@@ -68,6 +73,19 @@
 //! RESERVATION CONFLICT and it self-fences; its writes in between are refused by the target.
 
 pub mod config;
+pub mod epoch_file;
+pub mod http;
 pub mod lease;
+mod lease_loop;
+pub mod logging;
 pub mod metrics;
+pub mod notify;
+pub mod run;
+pub mod status;
+pub mod storage;
 pub mod watch;
+mod watch_loop;
+pub mod watchdog;
+
+#[cfg(test)]
+mod tests;

@@ -218,6 +218,16 @@ impl WatchState {
         self.fenced.as_ref()
     }
 
+    /// Applies new timings (a configuration reload) and keeps what was observed: last good reads,
+    /// missed reads, audits, and the fenced latch. The key and the LUs are not changed here: a
+    /// reload that changes them starts a new state.
+    pub fn reconfigure(&mut self, config: WatchConfig) {
+        self.config = WatchConfig {
+            own_key: self.config.own_key,
+            ..config
+        };
+    }
+
     /// Applies this tick's observations (at most one per LU; an LU without one is "no answer")
     /// and decides. Observations for LUs not being watched are ignored.
     pub fn tick(

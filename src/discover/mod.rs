@@ -30,7 +30,10 @@
 //! All sysfs and /dev access goes through [`Discovery`]'s two roots, so tests run on fake trees.
 
 pub mod lvm;
+mod targets;
 mod vpd;
+
+pub use targets::{OpenPath, targets};
 
 #[cfg(test)]
 mod tests;
@@ -241,6 +244,42 @@ pub enum DeviceError {
     },
 }
 
+impl DeviceError {
+    /// The device could not be identified because it (or its sysfs entry) is gone or unreadable,
+    /// or the target gives no LU designator: nothing an admin configured wrongly. The lenient
+    /// resolution ([`Discovery::resolve_each`]) keeps such a device as a node-local LU, which
+    /// the engine handles as a dead path and never makes the arbiter. Every other error (a
+    /// partition, a non-multipath dm device, a non-SCSI disk, a broken map, an identifier
+    /// collision) needs the admin to change what is given.
+    pub fn is_unidentifiable(&self) -> bool {
+        matches!(
+            self,
+            Self::NotFound { .. }
+                | Self::NoSysfs { .. }
+                | Self::Sysfs { .. }
+                | Self::NoPaths { .. }
+                | Self::NoIdentity { .. }
+        )
+    }
+}
+
+/// A device [`Discovery::resolve_each`] could not identify (see
+/// [`DeviceError::is_unidentifiable`]).
+#[derive(Debug)]
+pub struct Unidentified {
+    /// The node to try anyway: the device as given, or the path without an identifier.
+    pub device: PathBuf,
+    pub error: DeviceError,
+}
+
+/// The lenient resolution: the LUs identified, and the devices that could not be.
+#[derive(Debug, Default)]
+pub struct Resolution {
+    /// Sorted by [`LuId`], as [`Discovery::resolve`] returns them.
+    pub lus: Vec<Lu>,
+    pub unidentified: Vec<Unidentified>,
+}
+
 /// Discovery failed: every problem found, not just the first.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoverError {
@@ -303,13 +342,22 @@ impl Discovery {
     /// The LUs behind `devices`, sorted by [`LuId`] (the first is the arbiter), each with its
     /// paths. Partitions are refused. Every device is examined; the error lists every problem.
     pub fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
-        self.resolve_with(devices, Partitions::Refuse)
+        Ok(self.resolve_with(devices, Partitions::Refuse, false)?.lus)
+    }
+
+    /// Like [`Self::resolve`], but a device that cannot be identified (vanished, sysfs gone, no
+    /// designator: [`DeviceError::is_unidentifiable`]) does not fail the others: it is returned
+    /// in [`Resolution::unidentified`]. Errors an admin must fix still fail, naming every one.
+    /// What fencing uses, so one dead device cannot stop the fencing of the LUs that can be
+    /// identified.
+    pub fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+        self.resolve_with(devices, Partitions::Refuse, true)
     }
 
     /// Like [`Self::resolve`] for PVs found by LVM: a PV on a partition stands for its whole
     /// disk (or multipath map).
     pub fn resolve_pvs(&self, pvs: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
-        self.resolve_with(pvs, Partitions::WholeDevice)
+        Ok(self.resolve_with(pvs, Partitions::WholeDevice, false)?.lus)
     }
 
     /// fence_scsi's behaviour with no `devices`: the PVs of clustered or shared VGs
@@ -326,27 +374,58 @@ impl Discovery {
         self.resolve_pvs(&pvs)
     }
 
+    /// [`Self::resolve_lvm`] with [`Self::resolve_each`]'s leniency: a PV that vanished (vgs
+    /// shows `[unknown]`, or the node is gone) is returned in [`Resolution::unidentified`]
+    /// instead of failing the other PVs.
+    pub fn resolve_lvm_each(
+        &self,
+        vgs: &Path,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Resolution, DiscoverError> {
+        let pvs = lvm::shared_pvs(vgs, timeout)?;
+        if pvs.is_empty() {
+            return Err(DiscoverError::NothingToFence);
+        }
+        self.resolve_with(&pvs, Partitions::WholeDevice, true)
+    }
+
     fn resolve_with(
         &self,
         devices: &[PathBuf],
         partitions: Partitions,
-    ) -> Result<Vec<Lu>, DiscoverError> {
+        lenient: bool,
+    ) -> Result<Resolution, DiscoverError> {
         let mut errors = Vec::new();
+        let mut unidentified = Vec::new();
         let mut found = Vec::new();
         for device in devices {
             match self.expand(device, partitions) {
                 Ok(paths) => found.extend(paths),
+                Err(error) if lenient && error.is_unidentifiable() => {
+                    unidentified.push(Unidentified {
+                        device: device.clone(),
+                        error,
+                    })
+                }
                 Err(e) => errors.push(e),
             }
         }
         let mut lus: BTreeMap<LuId, (Lu, Option<(PathBuf, String)>)> = BTreeMap::new();
         for Found { path, id, serial } in found {
             let Some(id) = id else {
-                errors.push(DeviceError::NoIdentity {
+                let error = DeviceError::NoIdentity {
                     device: path.given,
                     name: path.name,
                     hctl: path.hctl,
-                });
+                };
+                if lenient {
+                    unidentified.push(Unidentified {
+                        device: path.dev,
+                        error,
+                    });
+                } else {
+                    errors.push(error);
+                }
                 continue;
             };
             let (lu, first_serial) = lus.entry(id.clone()).or_insert_with(|| {
@@ -381,7 +460,10 @@ impl Discovery {
             lu.paths.push(path);
         }
         if errors.is_empty() {
-            Ok(lus.into_values().map(|(lu, _)| lu).collect())
+            Ok(Resolution {
+                lus: lus.into_values().map(|(lu, _)| lu).collect(),
+                unidentified,
+            })
         } else {
             Err(DiscoverError::Devices(errors))
         }

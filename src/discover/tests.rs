@@ -549,6 +549,15 @@ fn lvm_autodiscovery_resolves_pvs_of_shared_vgs() {
     assert_eq!(lus.len(), 2);
     assert_eq!(names(&lus[0]), ["sda", "sdc"]);
     assert_eq!(names(&lus[1]), ["sdd"]);
+    // A PV that vanished ([unknown] in vgs) fails the strict call, not the lenient one.
+    script(format!(
+        "echo '  wz--nc:{}'; echo '  wz--nc:[unknown]'\n",
+        t.dev("dm-0").display()
+    ));
+    assert!(t.discovery().resolve_lvm(&vgs, None).is_err());
+    let r = t.discovery().resolve_lvm_each(&vgs, None).unwrap();
+    assert_eq!(r.lus.len(), 1);
+    assert_eq!(r.unidentified[0].device, Path::new("[unknown]"));
     script("echo '  wz--n-:/dev/sda'\n".into());
     assert!(matches!(
         t.discovery().resolve_lvm(&vgs, None),
@@ -559,4 +568,66 @@ fn lvm_autodiscovery_resolves_pvs_of_shared_vgs() {
         t.discovery().resolve_lvm(&vgs, None),
         Err(DiscoverError::Lvm(_))
     ));
+}
+
+#[test]
+fn lenient_resolution_keeps_vanished_devices_apart_and_still_refuses_admin_errors() {
+    let t = Tree::lab();
+    // sdz vanished (no node), sdy is a stale node without sysfs: neither stops sdb and sdf.
+    fs::write(t.dev("sdy"), "").unwrap();
+    let r = t
+        .discovery()
+        .resolve_each(&[t.dev("sdz"), t.dev("sdb"), t.dev("sdy"), t.dev("sdf")])
+        .unwrap();
+    let ids: Vec<&str> = r.lus.iter().map(|lu| lu.id.as_str()).collect();
+    assert_eq!(ids, [LUN0, LUN1]);
+    let unknown: Vec<&Path> = r.unidentified.iter().map(|u| u.device.as_path()).collect();
+    assert_eq!(unknown, [t.dev("sdz"), t.dev("sdy")]);
+    assert!(matches!(
+        r.unidentified[0].error,
+        DeviceError::NotFound { .. }
+    ));
+    // A partition is the admin's to fix, even next to a vanished device.
+    t.partition("sdb", "sdb1");
+    let e = t
+        .discovery()
+        .resolve_each(&[t.dev("sdz"), t.dev("sdb1")])
+        .unwrap_err();
+    assert!(
+        matches!(&e, DiscoverError::Devices(v) if v.len() == 1
+        && matches!(v[0], DeviceError::Partition { .. })),
+        "{e}"
+    );
+    // The strict entry point still refuses the vanished device.
+    assert!(
+        t.discovery()
+            .resolve(&[t.dev("sdz"), t.dev("sdb")])
+            .is_err()
+    );
+}
+
+#[test]
+fn unidentified_devices_become_node_local_dead_lus() {
+    let t = Tree::lab();
+    let r = t
+        .discovery()
+        .resolve_each(&[t.dev("sdz"), t.dev("sdb"), t.dev("sdc"), t.dev("sdz")])
+        .unwrap();
+    // Nothing opens on a fake tree: every path is an unopened (dead) path, which is enough here.
+    let open = |dev: &Path| {
+        Err::<(), _>(crate::transport::CommandError::without_completion(
+            dev,
+            crate::transport::Command::Open,
+            crate::transport::ErrorKind::Open,
+            "fake tree",
+        ))
+    };
+    let lus = targets(&r, false, open);
+    assert_eq!(lus.len(), 2);
+    assert_eq!(lus[0].id, LUN0);
+    assert_eq!(lus[0].paths.len(), 2);
+    assert!(crate::ops::is_node_local_id(&lus[1].id));
+    assert_eq!(lus[1].paths.len(), 1);
+    let single = targets(&r, true, open);
+    assert_eq!(single[0].paths.len(), 1);
 }

@@ -128,14 +128,16 @@ const PARAMS: &[Param] = &[
         "--mpath-register-method=[multi|single]",
         Content::String,
         Some("multi"),
-        "Register on every path of a multipath device (multi) or on the multipath device itself (single).",
+        "multi: register on every path of every LU (a multipath device stands for its paths); \
+         single: register, reserve and preempt through one path per LU only (the first live one).",
     ),
     param(
         "readonly",
         "--readonly",
         Content::Boolean,
         None,
-        "Open devices read-only for PERSISTENT RESERVE IN.",
+        "Accepted for compatibility: fence_pr always opens devices read-only (SG_IO needs no \
+         write access, and a read-only open triggers no udev change event).",
     ),
     Param {
         alias: Alias::Deprecated,
@@ -245,8 +247,8 @@ const PARAMS: &[Param] = &[
         "--disable-timeout=[true/false]",
         Content::String,
         None,
-        "Disable the per-command timeouts (default: true when run by pacemaker-fenced, which \
-         enforces its own timeout).",
+        "Bound each device command by 10 s instead of power_timeout (default: true when run by \
+         pacemaker-fenced, which enforces its own timeout).",
     ),
     param(
         "login_timeout",

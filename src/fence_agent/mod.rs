@@ -1,6 +1,7 @@
-//! The ClusterLabs Fence Agent API side of `fence_pr`, a drop-in for fence_scsi. Pure: parsing,
-//! validation, key derivation, the key store format, metadata and exit codes. No SCSI I/O; the
-//! engine executes an [`AgentRequest`].
+//! The ClusterLabs Fence Agent API side of `fence_pr`, a drop-in for fence_scsi. This module and
+//! its pure parts: parsing, validation, key derivation, the key store format, metadata and exit
+//! codes. [`run`] executes an [`AgentRequest`] with the engine; `src/main.rs` becomes the agent
+//! when invoked as `fence_pr`.
 //!
 //! Input: with no arguments, `name=value` lines on stdin (what Pacemaker sends); with any
 //! argument, the command line only (see [`wants_stdin`]). Names, getopt letters, defaults and
@@ -38,6 +39,7 @@
 pub mod keys;
 pub mod metadata;
 mod options;
+pub mod run;
 pub mod store;
 
 use std::path::PathBuf;

@@ -9,17 +9,7 @@ out=${1:?usage: build.sh OUTDIR}; mkdir -p "$out"; out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 exec 9>"$out/.lock"; flock 9          # two suites building at once must not interleave
 
-# command:package pairs; the guest runs the host's binaries, so they must exist on the host.
-need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio:cpio xz:xz-utils
-      iscsiadm:open-iscsi sg_persist:sg3-utils fence_scsi:fence-agents targetcli:targetcli-fb
-      dbus-daemon:dbus-daemon)
-missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
-if ((${#missing[@]})); then
-  if ((EUID != 0)); then echo "lab: missing packages ${missing[*]}: run as root (the lab installs them with apt-get)" >&2; exit 1; fi
-  echo "lab: installing missing packages with apt-get: ${missing[*]}" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash "$here/host-tools.sh"
 
 kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*\)/\1/p' | head -1; }
 pkg=${LAB_KERNEL_PKG:-$(kernel_pkg)}

@@ -1,0 +1,623 @@
+//! Lease mode, driven: one [`Lease`] machine per LU, polled until idle; each command it asks for
+//! runs at once (the poll's `now` is its send time) on the blocking pool, and its completion is
+//! reported back. A [`LeaseAction::SelfFence`] from any LU fences the node.
+//!
+//! How each action is carried out:
+//! - `Join`: persist the epoch, then REGISTER AND IGNORE EXISTING KEY on every live path.
+//! - `ReadReservation`: READ RESERVATION on the first live path that answers.
+//! - `Renew`: persist the epoch, then on every live path (concurrently) REGISTER with the first
+//!   of `from` the path accepts → `to`. A path that refuses every `from` key lost its
+//!   registration (re-login) or was preempted; if no path took `to`, READ KEYS tells which (no
+//!   `from` key left on the LU: preempted). Paths that lost theirs while others took `to` are
+//!   healed by `ops::heal` under P3 (our new key is on the LU). Then READ RESERVATION: the
+//!   lease holds only if it shows `to` (under WE/EA only the reserving nexus is the holder).
+//! - `Preempt` / `Reserve`: PREEMPT AND ABORT / RESERVE on the first live path, which becomes
+//!   the reservation holder's nexus: the service must write through that path.
+//!
+//! The epoch state file is written durably before a key from a new block is sent. The driver
+//! tracks what is on disk itself, so a failed write is retried before the next key is used
+//! rather than trusting the machine's hint.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::config::{LeaseReservation, ModeSettings, Settings};
+use super::epoch_file;
+use super::lease::{
+    self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseKey, Role,
+    StartView,
+};
+use super::metrics::Outcome as MetricOutcome;
+use super::run::{Agent, Control, Outcome, heal_lu, report_heal};
+use super::status::State;
+use super::storage::{Executor, PathHandle, lock, no_live_path};
+use super::watch_loop::path_status;
+use crate::pr::{Key, PrInAction, PrOut, PrOutAction, ReservationType};
+use crate::transport::{Command, CommandError, ErrorKind};
+
+/// What is durably on disk.
+struct EpochStore {
+    path: PathBuf,
+    durable: Option<u64>,
+}
+
+fn lease_error(e: &CommandError) -> lease::CommandError {
+    match e.kind {
+        ErrorKind::ReservationConflict => lease::CommandError::Conflict,
+        ErrorKind::Timeout => lease::CommandError::Timeout,
+        ErrorKind::Transport | ErrorKind::Open => lease::CommandError::Unreachable,
+        _ => lease::CommandError::Failed,
+    }
+}
+
+/// Everything one action needs, owned, so it can run on its own task.
+struct Job {
+    exec: Arc<Executor>,
+    metrics: Arc<std::sync::Mutex<super::metrics::Metrics>>,
+    lu: String,
+    /// The LU identifier for the `ops` engine.
+    id: String,
+    device: PathBuf,
+    paths: Vec<PathHandle>,
+    rtype: ReservationType,
+    epochs: Arc<AsyncMutex<EpochStore>>,
+}
+
+impl Job {
+    fn live(&self) -> Vec<PathHandle> {
+        self.paths.iter().filter(|p| p.spec.live).cloned().collect()
+    }
+
+    /// Makes sure `key`'s epoch (and `hint`, the block end the machine asks for) is on disk.
+    async fn persist(&self, key: Key, hint: Option<u64>) -> Result<(), lease::CommandError> {
+        let epoch = LeaseKey::decode(key).map_or(0, LeaseKey::epoch);
+        let mut store = self.epochs.lock().await;
+        let wanted = hint.unwrap_or(0).max(epoch);
+        if store.durable.is_some_and(|d| d >= wanted) {
+            return Ok(());
+        }
+        // After a failed write the machine gives no hint for the rest of its block.
+        let write = hint
+            .unwrap_or_else(|| epoch.saturating_add(EPOCH_BLOCK - 1).min(EPOCH_MAX))
+            .max(epoch);
+        let path = store.path.clone();
+        match tokio::task::spawn_blocking(move || epoch_file::write_durably(&path, write)).await {
+            Ok(Ok(())) => {
+                store.durable = Some(write);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                tracing::error!(lu = %self.lu, error = %e, "key not sent: its epoch is not on disk");
+                Err(lease::CommandError::Failed)
+            }
+            Err(e) => {
+                tracing::error!(lu = %self.lu, error = %e, "epoch write failed");
+                Err(lease::CommandError::Failed)
+            }
+        }
+    }
+
+    async fn first_live<T, F>(&self, command: Command, f: F) -> Result<T, CommandError>
+    where
+        T: Send + 'static,
+        F: Fn(&dyn crate::transport::PrTransport) -> Result<T, CommandError>
+            + Send
+            + Sync
+            + Clone
+            + 'static,
+    {
+        let mut last = None;
+        for path in self.live() {
+            let f = f.clone();
+            match self.exec.run(&path, command, move |t| f(t)).await {
+                Ok(value) => return Ok(value),
+                // A conflict is the target's answer, not a path problem: do not try another.
+                Err(e) if e.kind == ErrorKind::ReservationConflict => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| no_live_path(&self.device, &self.paths, command)))
+    }
+
+    async fn read_reservation(&self) -> Result<Option<Key>, CommandError> {
+        self.first_live(Command::PrIn(PrInAction::ReadReservation), |t| {
+            t.read_reservation().map(|r| r.reservation.map(|r| r.key))
+        })
+        .await
+    }
+
+    async fn join(&self, key: Key, hint: Option<u64>) -> Completion {
+        if let Err(e) = self.persist(key, hint).await {
+            return Completion::Join(Err(e));
+        }
+        let live = self.live();
+        if live.is_empty() {
+            return Completion::Join(Err(lease::CommandError::Unreachable));
+        }
+        let mut result = Ok(());
+        for path in live {
+            let done = self
+                .exec
+                .run(
+                    &path,
+                    Command::PrOut(PrOutAction::RegisterAndIgnoreExistingKey),
+                    move |t| t.pr_out(&PrOut::register_ignore(key)),
+                )
+                .await;
+            if let Err(e) = done {
+                tracing::warn!(lu = %self.lu, path = %path.spec.name, error = %e, "join: REGISTER failed");
+                result = Err(lease_error(&e));
+            }
+        }
+        Completion::Join(result)
+    }
+
+    async fn renew(&self, from: Vec<Key>, to: Key, hint: Option<u64>) -> Completion {
+        if let Err(e) = self.persist(to, hint).await {
+            return Completion::Renew(Err(e));
+        }
+        let live = self.live();
+        if live.is_empty() {
+            return Completion::Renew(Err(lease::CommandError::Unreachable));
+        }
+        let mut jobs = JoinSet::new();
+        for path in live.clone() {
+            let exec = Arc::clone(&self.exec);
+            let from = from.clone();
+            jobs.spawn(async move {
+                let answer = exec
+                    .run(&path, Command::PrOut(PrOutAction::Register), move |t| {
+                        for old in &from {
+                            match t.pr_out(&PrOut::register(*old, to)) {
+                                Ok(_) => return Ok(true),
+                                Err(e) if e.kind == ErrorKind::ReservationConflict => {}
+                                Err(e) => return Err(e),
+                            }
+                        }
+                        Ok(false)
+                    })
+                    .await;
+                (path, answer)
+            });
+        }
+        let (mut took, mut lost, mut failed) = (0usize, Vec::new(), None);
+        while let Some(joined) = jobs.join_next().await {
+            match joined {
+                Ok((_, Ok(true))) => took += 1,
+                Ok((path, Ok(false))) => lost.push(path),
+                Ok((path, Err(e))) => {
+                    tracing::warn!(lu = %self.lu, path = %path.spec.name, error = %e, "renew: REGISTER failed");
+                    failed = Some(lease_error(&e));
+                }
+                Err(_) => failed = Some(lease::CommandError::Failed),
+            }
+        }
+        if took == 0 {
+            if let Some(e) = failed {
+                return Completion::Renew(Err(e));
+            }
+            // Every path refused every old key: preempted, or every path lost its registration.
+            return Completion::Renew(
+                match self.exec.read_keys_any(&self.device, &self.paths).await {
+                    Ok((keys, _, _)) if !keys.keys.iter().any(|k| from.contains(k) || *k == to) => {
+                        Err(lease::CommandError::Conflict)
+                    }
+                    Ok(_) => {
+                        tracing::error!(lu = %self.lu, "renew: every path lost its registration while our key is still on the LU (re-login of every path?)");
+                        Err(lease::CommandError::Failed)
+                    }
+                    Err(e) => Err(lease_error(&e)),
+                },
+            );
+        }
+        if !lost.is_empty() {
+            tracing::warn!(lu = %self.lu, paths = %lost.iter().map(|p| p.spec.name.as_str()).collect::<Vec<_>>().join(", "), "renew: paths without our registration (re-login?)");
+            let id = self.id.clone();
+            let result = heal_lu(&self.exec, id, &self.paths, to).await;
+            report_heal(&self.lu, &result, &self.metrics);
+        }
+        if let Some(e) = failed {
+            return Completion::Renew(Err(e));
+        }
+        Completion::Renew(self.read_reservation().await.map_err(|e| lease_error(&e)))
+    }
+
+    async fn execute(&self, action: LeaseAction) -> Option<Completion> {
+        let rtype = self.rtype;
+        Some(match action {
+            LeaseAction::Join { key, persist_epoch } => self.join(key, persist_epoch).await,
+            LeaseAction::ReadReservation => {
+                Completion::Reservation(self.read_reservation().await.map_err(|e| lease_error(&e)))
+            }
+            LeaseAction::Renew {
+                from,
+                to,
+                persist_epoch,
+            } => self.renew(from, to, persist_epoch).await,
+            LeaseAction::Preempt { own, victim } => {
+                tracing::warn!(lu = %self.lu, %victim, "the holder's key has not changed for a lease: preempting it");
+                let done = self
+                    .first_live(Command::PrOut(PrOutAction::PreemptAndAbort), move |t| {
+                        t.pr_out(&PrOut::preempt_and_abort(own, victim, rtype))
+                    })
+                    .await;
+                Completion::Preempt(done.map(|_| ()).map_err(|e| lease_error(&e)))
+            }
+            LeaseAction::Reserve { own } => {
+                tracing::info!(lu = %self.lu, "no reservation for a lease: reserving");
+                let done = self
+                    .first_live(Command::PrOut(PrOutAction::Reserve), move |t| {
+                        t.pr_out(&PrOut::reserve(own, rtype))
+                    })
+                    .await;
+                Completion::Reserve(done.map(|_| ()).map_err(|e| lease_error(&e)))
+            }
+            LeaseAction::Promoted { .. } | LeaseAction::SelfFence(_) => return None,
+        })
+    }
+}
+
+/// The node-wide role: holder only when holding every LU.
+fn node_role(leases: &[Lease]) -> Role {
+    let roles: Vec<Role> = leases.iter().map(Lease::role).collect();
+    if roles.contains(&Role::Fenced) {
+        Role::Fenced
+    } else if roles.iter().all(|r| *r == Role::Holder { promoted: true }) {
+        Role::Holder { promoted: true }
+    } else if roles.iter().all(|r| matches!(r, Role::Holder { .. })) {
+        Role::Holder { promoted: false }
+    } else {
+        Role::Standby
+    }
+}
+
+impl Agent {
+    fn job(
+        &self,
+        index: usize,
+        rtype: ReservationType,
+        epochs: &Arc<AsyncMutex<EpochStore>>,
+    ) -> Option<Job> {
+        let lu = self.table.lus.get(index)?;
+        Some(Job {
+            exec: Arc::clone(&self.exec),
+            metrics: Arc::clone(&self.metrics),
+            lu: lu.name.clone(),
+            id: lu
+                .id
+                .clone()
+                .unwrap_or_else(|| lu.device.display().to_string()),
+            device: lu.device.clone(),
+            paths: lu.paths.clone(),
+            rtype,
+            epochs: Arc::clone(epochs),
+        })
+    }
+
+    /// READ RESERVATION and READ KEYS of every LU, retried every check_interval until all
+    /// answer. `None`: stopped meanwhile.
+    async fn start_views(
+        &mut self,
+        rtype: ReservationType,
+        epochs: &Arc<AsyncMutex<EpochStore>>,
+    ) -> Option<Vec<StartView>> {
+        loop {
+            self.table.refresh(&self.storage).await;
+            let mut views = Vec::new();
+            for index in 0..self.table.lus.len() {
+                let job = self.job(index, rtype, epochs)?;
+                let holder = job.read_reservation().await;
+                let keys = self.exec.read_keys_any(&job.device, &job.paths).await;
+                match (holder, keys) {
+                    (Ok(holder), Ok((keys, _, _))) => {
+                        lock(&self.status).lus[index].keys =
+                            keys.keys.iter().map(Key::to_string).collect();
+                        views.push(StartView {
+                            holder,
+                            keys: keys.keys,
+                        });
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        tracing::warn!(lu = %job.lu, error = %e, "cannot read the LU at start; retrying");
+                        lock(&self.status).lus[index].verdict = format!("unreadable: {e}");
+                    }
+                }
+            }
+            self.publish();
+            if views.len() == self.table.lus.len() {
+                return Some(views);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.check_interval) => {}
+                control = self.control.recv() => match control {
+                    Some(Control::Reload(_)) => tracing::warn!("SIGHUP ignored while starting"),
+                    Some(Control::Stop) | None => return None,
+                },
+            }
+        }
+    }
+
+    pub(super) async fn run_lease(&mut self) -> Outcome {
+        let (Some(config), ModeSettings::Lease(settings)) =
+            (self.settings.lease_config(), self.settings.mode.clone())
+        else {
+            return Outcome::Failed("lease mode needs [lease]".to_owned());
+        };
+        let rtype = match settings.reservation {
+            LeaseReservation::WriteExclusive => ReservationType::WriteExclusive,
+            LeaseReservation::ExclusiveAccess => ReservationType::ExclusiveAccess,
+        };
+        let state_file = settings.state_file.clone();
+        let persisted =
+            match tokio::task::spawn_blocking(move || epoch_file::read(&state_file)).await {
+                Ok(Ok(persisted)) => persisted,
+                Ok(Err(e)) => return Outcome::Failed(e.to_string()),
+                Err(e) => return Outcome::Failed(e.to_string()),
+            };
+        let epochs = Arc::new(AsyncMutex::new(EpochStore {
+            path: settings.state_file.clone(),
+            durable: persisted,
+        }));
+        let Some(views) = self.start_views(rtype, &epochs).await else {
+            return self.stop_lease(&[]).await;
+        };
+        if let Some((a, b, id)) = self.table.duplicate() {
+            return Outcome::Failed(format!(
+                "devices {a} and {b} are the same LU {id}; list each LU once"
+            ));
+        }
+        let on_target: Vec<Key> = views.iter().flat_map(|v| v.keys.iter().copied()).collect();
+        let wall_clock_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_millis()).ok());
+        let first_epoch = match lease::starting_epoch(
+            config.node,
+            &EpochSources {
+                persisted,
+                on_target: &on_target,
+                wall_clock_ms,
+            },
+        ) {
+            Ok(epoch) => epoch,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        let now = Instant::now().into_std();
+        let mut leases: Vec<Lease> = views
+            .iter()
+            .map(|view| Lease::new(config.clone(), first_epoch, persisted, view, now))
+            .collect();
+        if let Err(e) = self.open_watchdog() {
+            return Outcome::Failed(e);
+        }
+        tracing::info!(
+            node = config.node.get(),
+            first_epoch,
+            lus = leases.len(),
+            "lease mode"
+        );
+        self.notifier.ready("lease: starting");
+        let mut jobs: JoinSet<(usize, Option<Completion>)> = JoinSet::new();
+        let mut next_check = Instant::now();
+        let mut role = None;
+        loop {
+            let now = Instant::now();
+            if !self.fenced {
+                let mut fence = None;
+                'poll: for (index, lease) in leases.iter_mut().enumerate() {
+                    while let Some(action) = lease.poll(now.into_std()) {
+                        match action {
+                            LeaseAction::SelfFence(reason) => {
+                                let name =
+                                    self.table.lus.get(index).map_or("?", |l| l.name.as_str());
+                                fence = Some(format!("LU {name}: {reason}"));
+                                break 'poll;
+                            }
+                            LeaseAction::Promoted { key } => {
+                                let name =
+                                    self.table.lus.get(index).map_or("?", |l| l.name.as_str());
+                                tracing::info!(lu = %name, %key, "holding the reservation");
+                            }
+                            action => {
+                                if let Some(job) = self.job(index, rtype, &epochs) {
+                                    jobs.spawn(async move { (index, job.execute(action).await) });
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(reason) = fence {
+                    lock(&self.metrics).set_lease_role(Role::Fenced);
+                    if let Some(exit_status) = self.self_fence(reason).await {
+                        return Outcome::Fenced { exit_status };
+                    }
+                }
+            }
+            let current = node_role(&leases);
+            if role != Some(current) {
+                role = Some(current);
+                self.lease_role_changed(current, &leases);
+            }
+            if now >= next_check {
+                let healthy = leases.iter().all(|l| l.feed_watchdog(now.into_std()));
+                self.feed(healthy);
+                self.table.refresh(&self.storage).await;
+                self.lease_status(&leases);
+                next_check = now + self.settings.check_interval;
+            }
+            let wake = leases
+                .iter()
+                .filter_map(Lease::next_wakeup)
+                .map(Instant::from_std)
+                .fold(next_check, Instant::min);
+            tokio::select! {
+                Some(joined) = jobs.join_next(), if !jobs.is_empty() => {
+                    if let Ok((index, Some(completion))) = joined {
+                        self.record_completion(&completion);
+                        if let Some(lease) = leases.get_mut(index) {
+                            lease.complete(Instant::now().into_std(), completion);
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+                control = self.control.recv() => match control {
+                    Some(Control::Reload(new)) => {
+                        self.notifier.reloading();
+                        self.reload_lease(*new);
+                        self.notifier.ready("reloaded");
+                    }
+                    Some(Control::Stop) | None => return self.stop_lease(&leases).await,
+                },
+            }
+        }
+    }
+
+    fn record_completion(&self, completion: &Completion) {
+        let mut metrics = lock(&self.metrics);
+        match completion {
+            Completion::Renew(result) => metrics.record_renewal(MetricOutcome::from(*result)),
+            Completion::Preempt(result) => metrics.record_preempt(MetricOutcome::from(*result)),
+            _ => {}
+        }
+    }
+
+    fn lease_role_changed(&self, role: Role, leases: &[Lease]) {
+        lock(&self.metrics).set_lease_role(role);
+        let text = match role {
+            Role::Holder { promoted: true } => {
+                tracing::info!("holding every LU: the service may run");
+                "lease: holder".to_owned()
+            }
+            Role::Holder { promoted: false } => "lease: holder, confirming".to_owned(),
+            Role::Standby => format!(
+                "lease: standby ({} of {} LU(s) held)",
+                leases
+                    .iter()
+                    .filter(|l| matches!(l.role(), Role::Holder { .. }))
+                    .count(),
+                leases.len()
+            ),
+            Role::Fenced => "lease: fenced".to_owned(),
+        };
+        if !self.fenced {
+            self.notifier.status(&text);
+        }
+    }
+
+    fn lease_status(&self, leases: &[Lease]) {
+        {
+            let mut status = lock(&self.status);
+            status.checks += 1;
+            if !self.fenced {
+                status.state = match node_role(leases) {
+                    Role::Holder { promoted: true } => State::Holder,
+                    Role::Fenced => State::Fenced,
+                    _ => State::Standby,
+                };
+            }
+            for ((lu, lease), shown) in self.table.lus.iter().zip(leases).zip(status.lus.iter_mut())
+            {
+                shown.id.clone_from(&lu.id);
+                shown.paths = path_status(&lu.paths);
+                shown.lease_key = Some(lease.own_key().to_string());
+                shown.verdict = match lease.role() {
+                    Role::Holder { promoted: true } => "holder".to_owned(),
+                    Role::Holder { promoted: false } => "holder, confirming".to_owned(),
+                    Role::Standby => "standby".to_owned(),
+                    Role::Fenced => "fenced".to_owned(),
+                };
+            }
+        }
+        self.publish();
+    }
+
+    async fn stop_lease(&mut self, leases: &[Lease]) -> Outcome {
+        tracing::info!("stopping");
+        self.notifier.stopping();
+        lock(&self.status).state = State::Stopping;
+        self.publish();
+        if self.settings.unregister_on_exit && !self.fenced {
+            // Unregistering the holder's key also releases its reservation (SPC-4): a clean
+            // hand-over, the standby reserves after a lease.
+            let keys: Vec<(usize, Key)> = leases
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i, l.own_key()))
+                .filter(|(_, k)| !k.is_zero())
+                .collect();
+            self.unregister_everywhere(&keys).await;
+        }
+        self.close_watchdog();
+        Outcome::Stopped
+    }
+
+    /// A reload in lease mode may not touch the lease: its timings and devices are what the
+    /// other nodes rely on. Anything else is applied.
+    fn reload_lease(&mut self, new: Settings) {
+        if self.fenced {
+            tracing::warn!("SIGHUP: fenced; nothing changes until the agent is restarted");
+            return;
+        }
+        if new.mode != self.settings.mode
+            || new.devices != self.settings.devices
+            || new.check_interval != self.settings.check_interval
+        {
+            tracing::error!(
+                "SIGHUP: [lease], [[device]] and check_interval change only with a restart (stop \
+                 the service first); configuration not reloaded"
+            );
+            return;
+        }
+        let new = self.apply_common(new);
+        self.settings = new;
+        tracing::info!("SIGHUP: configuration reloaded");
+    }
+
+    /// `--once`: the reservation and keys of every LU; nothing is registered.
+    pub(super) async fn once_lease(&mut self) -> bool {
+        self.table.refresh(&self.storage).await;
+        let mut all = true;
+        for index in 0..self.table.lus.len() {
+            let Some(job) = self.job(
+                index,
+                ReservationType::WriteExclusive,
+                &Arc::new(AsyncMutex::new(EpochStore {
+                    path: PathBuf::new(),
+                    durable: None,
+                })),
+            ) else {
+                continue;
+            };
+            let holder = job.read_reservation().await;
+            let keys = self.exec.read_keys_any(&job.device, &job.paths).await;
+            let mut status = lock(&self.status);
+            let shown = &mut status.lus[index];
+            shown.id.clone_from(&self.table.lus[index].id);
+            shown.paths = path_status(&self.table.lus[index].paths);
+            match (holder, keys) {
+                (Ok(holder), Ok((keys, _, _))) => {
+                    shown.keys = keys.keys.iter().map(Key::to_string).collect();
+                    shown.verdict = match holder {
+                        Some(key) => match LeaseKey::decode(key) {
+                            Some(lk) => format!("held by node {} (key {key})", lk.node()),
+                            None => format!("held by key {key} (not a lease key)"),
+                        },
+                        None => "no reservation".to_owned(),
+                    };
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    all = false;
+                    shown.verdict = format!("unreadable: {e}");
+                }
+            }
+        }
+        lock(&self.status).state = State::Standby;
+        self.publish();
+        all
+    }
+}

@@ -1,0 +1,90 @@
+//! Logging set-up from `[log]`: text for a terminal, text for journald (no timestamp, which the
+//! journal adds, and a `<N>` syslog priority prefix that journald turns into the entry's
+//! priority; SYSLOG_IDENTIFIER comes from the unit), or JSON lines. The level is reloadable.
+
+use std::fmt;
+
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
+
+use super::config::{LogSettings, LogTarget};
+
+/// Changes the level on SIGHUP.
+pub struct LogHandle(reload::Handle<EnvFilter, Registry>);
+
+impl LogHandle {
+    pub fn set_level(&self, level: &str) -> Result<(), String> {
+        let filter = EnvFilter::try_new(level).map_err(|e| format!("log.level {level:?}: {e}"))?;
+        self.0.reload(filter).map_err(|e| e.to_string())
+    }
+}
+
+/// Installs the global subscriber. `PRFENCE_LOG`, if set, overrides `log.level`.
+pub fn init(settings: &LogSettings) -> Result<LogHandle, String> {
+    let filter = match std::env::var("PRFENCE_LOG") {
+        Ok(directive) => EnvFilter::try_new(&directive).map_err(|e| format!("PRFENCE_LOG: {e}"))?,
+        Err(_) => EnvFilter::try_new(&settings.level)
+            .map_err(|e| format!("log.level {:?}: {e}", settings.level))?,
+    };
+    let (filter, handle) = reload::Layer::new(filter);
+    let output: Box<dyn Layer<_> + Send + Sync> = match (settings.json, settings.target) {
+        (true, _) => Box::new(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_writer(std::io::stderr),
+        ),
+        (false, LogTarget::Journald) => Box::new(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .without_time()
+                .event_format(SyslogPriority(
+                    tracing_subscriber::fmt::format()
+                        .with_ansi(false)
+                        .without_time(),
+                ))
+                .with_writer(std::io::stderr),
+        ),
+        (false, LogTarget::Stderr) => Box::new(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr),
+        ),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(output)
+        .try_init()
+        .map_err(|e| e.to_string())?;
+    Ok(LogHandle(handle))
+}
+
+/// Prefixes each line with its sd-daemon(3) priority (`<3>` error … `<7>` debug).
+struct SyslogPriority<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for SyslogPriority<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let priority = match *event.metadata().level() {
+            Level::ERROR => "<3>",
+            Level::WARN => "<4>",
+            Level::INFO => "<6>",
+            Level::DEBUG | Level::TRACE => "<7>",
+        };
+        writer.write_str(priority)?;
+        self.0.format_event(ctx, writer, event)
+    }
+}

@@ -1,0 +1,669 @@
+//! The tokio driver of `prfence agent`: owns the devices, timers, signals, watchdog, sd_notify,
+//! logging and the metrics endpoint, and carries out what the sans-IO machines decide
+//! ([`super::watch`], [`super::lease`]). The mode loops are in [`super::watch_loop`] and
+//! [`super::lease_loop`].
+//!
+//! Everything a test needs to replace is injected through [`Options`]: the [`Storage`] (discovery
+//! and device opening; the SPC model in unit tests), the [`Host`] (reboot), the sd_notify target,
+//! the sysfs root of the watchdog check, and the [`Control`] channel that stands in for signals.
+//!
+//! Exit statuses of `prfence agent`: 0 stopped by SIGTERM (or `--once`/`--check-config` found
+//! nothing wrong), 1 could not start or run (devices, key, state file, watchdog, port), 2 invalid
+//! configuration or arguments, 3 `--once` found a problem, `self_fence.exit_status` (default 86)
+//! fenced.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::config::{FenceScsiKeyValue, KeyScheme, KeySpec, ModeSettings, Settings};
+use super::logging::LogHandle;
+use super::metrics::Metrics;
+use super::notify::Notifier;
+use super::status::{self, State, Status};
+use super::storage::{Executor, LuTable, PathHandle, Storage, SystemStorage, lock};
+use super::watchdog::Watchdog;
+use crate::fence_agent::KeyValueMethod;
+use crate::fence_agent::keys::{derive_key_via, query_cmapctl};
+use crate::ops;
+use crate::pr::{Key, PrOut, PrOutAction};
+use crate::transport::{Command, CommandError, ErrorKind};
+
+/// Exit status: a runtime failure (start-up included).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status: the configuration or the arguments are invalid.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit status: `--once` found a problem.
+pub const EXIT_ONCE_PROBLEM: u8 = 3;
+
+/// Where corosync's cmap is read when the key is derived (fence_pr's default).
+const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
+
+/// What the signal handlers (or a test) ask of a running agent.
+#[derive(Debug)]
+pub enum Control {
+    /// SIGHUP: the re-read, validated configuration.
+    Reload(Box<Settings>),
+    /// SIGTERM / SIGINT: stop cleanly.
+    Stop,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stopped on request.
+    Stopped,
+    /// Fenced, and `self_fence.exit` says to exit with this status.
+    Fenced { exit_status: u8 },
+    /// Could not start or continue.
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            Outcome::Stopped => 0,
+            Outcome::Fenced { exit_status } => *exit_status,
+            Outcome::Failed(_) => EXIT_FAILURE,
+        }
+    }
+}
+
+/// The node itself: what a self-fence does beyond this process.
+pub trait Host: Send + Sync + 'static {
+    /// Reboots at once, without syncing (a fenced node's dirty pages must not reach the LU);
+    /// returns only if that failed.
+    fn reboot_now(&self) -> std::io::Error;
+}
+
+/// The real node: `reboot(2)` with `RB_AUTOBOOT` (needs CAP_SYS_BOOT).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemHost;
+
+impl Host for SystemHost {
+    fn reboot_now(&self) -> std::io::Error {
+        match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT) {
+            Ok(never) => match never {},
+            Err(errno) => std::io::Error::from(errno),
+        }
+    }
+}
+
+/// The injectable parts of an agent.
+pub struct Options {
+    pub storage: Arc<dyn Storage>,
+    pub host: Arc<dyn Host>,
+    pub notifier: Notifier,
+    /// Written after every check (see [`super::status`]).
+    pub status_file: Option<PathBuf>,
+    /// `/sys` on a node; the watchdog's timeout is read below it.
+    pub sys_root: PathBuf,
+    pub log: Option<LogHandle>,
+}
+
+/// A running agent: settings, devices and everything the loops share.
+pub struct Agent {
+    pub(super) settings: Settings,
+    pub(super) storage: Arc<dyn Storage>,
+    pub(super) host: Arc<dyn Host>,
+    pub(super) exec: Arc<Executor>,
+    pub(super) table: LuTable,
+    pub(super) metrics: Arc<Mutex<Metrics>>,
+    pub(super) status: Arc<Mutex<Status>>,
+    pub(super) notifier: Notifier,
+    pub(super) status_file: Option<PathBuf>,
+    pub(super) sys_root: PathBuf,
+    pub(super) watchdog: Option<Watchdog>,
+    pub(super) log: Option<LogHandle>,
+    pub(super) control: mpsc::UnboundedReceiver<Control>,
+    /// Latched once the self-fence actions ran.
+    pub(super) fenced: bool,
+}
+
+impl Agent {
+    pub fn new(
+        settings: Settings,
+        options: Options,
+        control: mpsc::UnboundedReceiver<Control>,
+    ) -> Agent {
+        let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
+        let metrics = Arc::new(Mutex::new(Metrics::new(names.clone())));
+        let mode = match settings.mode {
+            ModeSettings::Watch(_) => "watch",
+            ModeSettings::Lease(_) => "lease",
+        };
+        Agent {
+            exec: Arc::new(Executor::new(
+                Arc::clone(&options.storage),
+                settings.command_timeout,
+                Arc::clone(&metrics),
+            )),
+            table: LuTable::new(&settings.devices),
+            status: Arc::new(Mutex::new(Status::new(mode, &names))),
+            metrics,
+            settings,
+            storage: options.storage,
+            host: options.host,
+            notifier: options.notifier,
+            status_file: options.status_file,
+            sys_root: options.sys_root,
+            watchdog: None,
+            log: options.log,
+            control,
+            fenced: false,
+        }
+    }
+
+    pub fn metrics(&self) -> Arc<Mutex<Metrics>> {
+        Arc::clone(&self.metrics)
+    }
+
+    pub fn status(&self) -> Arc<Mutex<Status>> {
+        Arc::clone(&self.status)
+    }
+
+    /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
+    pub async fn run(mut self, key: Option<Key>) -> Outcome {
+        match (&self.settings.mode, key) {
+            (ModeSettings::Watch(_), Some(key)) => self.run_watch(key).await,
+            (ModeSettings::Watch(_), None) => {
+                Outcome::Failed("watch mode needs our key resolved first".to_owned())
+            }
+            (ModeSettings::Lease(_), _) => self.run_lease().await,
+        }
+    }
+
+    /// One look at every LU for `--once`: prints the status and says whether all is well.
+    pub async fn once(mut self, key: Option<Key>) -> u8 {
+        let healthy = match key {
+            Some(key) => self.once_watch(key).await,
+            None => self.once_lease().await,
+        };
+        println!("{}", lock(&self.status).to_json());
+        if healthy { 0 } else { EXIT_ONCE_PROBLEM }
+    }
+
+    /// Opens the configured watchdog, if any (which starts it).
+    pub(super) fn open_watchdog(&mut self) -> Result<(), String> {
+        if let (Some(settings), None) = (&self.settings.watchdog, &self.watchdog) {
+            let watchdog = Watchdog::open(&settings.device, settings.timeout, &self.sys_root)
+                .map_err(|e| e.to_string())?;
+            tracing::info!(device = %settings.device.display(), timeout = ?settings.timeout, "watchdog armed");
+            self.watchdog = Some(watchdog);
+        }
+        Ok(())
+    }
+
+    /// Feeds the watchdog if `healthy`, or after fencing if `self_fence.stop_watchdog` is off.
+    /// The sd_notify watchdog is fed on every check: it is about this process being alive.
+    pub(super) fn feed(&mut self, healthy: bool) {
+        let feed = if self.fenced {
+            !self.settings.self_fence.stop_watchdog
+        } else {
+            healthy
+        };
+        if feed
+            && let Some(watchdog) = &mut self.watchdog
+            && let Err(e) = watchdog.feed()
+        {
+            tracing::error!(error = %e, "cannot feed the watchdog; the node will be reset");
+        }
+        self.notifier.watchdog();
+    }
+
+    /// Publishes the status (file, endpoint) after a check.
+    pub(super) fn publish(&self) {
+        if let Some(path) = &self.status_file {
+            let status = lock(&self.status).clone();
+            if let Err(e) = status::write_file(path, &status) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
+            }
+        }
+    }
+
+    /// The self-fence actions, in order: stop feeding the watchdog, run the hook, reboot,
+    /// exit. Returns the exit status if the agent is to exit.
+    pub(super) async fn self_fence(&mut self, reason: String) -> Option<u8> {
+        self.fenced = true;
+        tracing::error!(%reason, "this node is fenced: running the self-fence actions");
+        lock(&self.metrics).set_fenced();
+        {
+            let mut status = lock(&self.status);
+            status.state = State::Fenced;
+            status.fenced_reason = Some(reason.clone());
+        }
+        self.publish();
+        self.notifier.status(&format!("fenced: {reason}"));
+        let actions = self.settings.self_fence.clone();
+        if actions.stop_watchdog
+            && let Some(watchdog) = &self.watchdog
+        {
+            tracing::error!(
+                device = %watchdog.device().display(),
+                "no longer feeding the watchdog: the node will be reset"
+            );
+        }
+        if let Some(argv) = &actions.command {
+            let argv = argv.clone();
+            let timeout = actions.command_timeout;
+            let shown = argv.join(" ");
+            let ran = tokio::task::spawn_blocking(move || {
+                let (program, args) = argv
+                    .split_first()
+                    .map_or((Path::new(""), &[][..]), |(p, a)| {
+                        (Path::new(p.as_str()), a)
+                    });
+                crate::process::run_bounded(program, args, Some(timeout))
+            })
+            .await;
+            match ran {
+                Ok(Ok(_)) => tracing::info!(command = %shown, "self-fence command done"),
+                Ok(Err(e)) => {
+                    tracing::error!(command = %shown, error = %e, "self-fence command failed")
+                }
+                Err(e) => {
+                    tracing::error!(command = %shown, error = %e, "self-fence command could not run")
+                }
+            }
+        }
+        if actions.reboot {
+            tracing::error!("rebooting now, without sync");
+            let e = self.host.reboot_now();
+            tracing::error!(error = %e, "reboot(2) failed (CAP_SYS_BOOT missing?)");
+        }
+        actions.exit_status
+    }
+
+    /// Closes the watchdog at a clean stop: disarmed only if `watchdog.magic_close`, and never
+    /// once fenced.
+    pub(super) fn close_watchdog(&mut self) {
+        let Some(watchdog) = self.watchdog.take() else {
+            return;
+        };
+        let magic_close = self
+            .settings
+            .watchdog
+            .as_ref()
+            .is_some_and(|w| w.magic_close);
+        if magic_close && !self.fenced {
+            match watchdog.disarm() {
+                Ok(()) => tracing::info!("watchdog disarmed"),
+                Err(e) => tracing::error!(error = %e, "cannot disarm the watchdog"),
+            }
+        } else {
+            tracing::warn!(
+                device = %watchdog.device().display(),
+                "closing the watchdog armed (watchdog.magic_close is off or we are fenced): the \
+                 node resets unless the agent is back in time"
+            );
+        }
+    }
+
+    /// Removes `key` from every live path of every LU (unregister_on_exit).
+    pub(super) async fn unregister_everywhere(&self, keys: &[(usize, Key)]) {
+        for &(index, key) in keys {
+            let Some(lu) = self.table.lus.get(index) else {
+                continue;
+            };
+            for path in lu.live_paths() {
+                let result = self
+                    .exec
+                    .run(&path, Command::PrOut(PrOutAction::Register), move |t| {
+                        t.pr_out(&PrOut::unregister(key))
+                    })
+                    .await;
+                match result {
+                    Ok(_) => {
+                        tracing::info!(lu = %lu.name, path = %path.spec.name, %key, "unregistered")
+                    }
+                    Err(e) => tracing::warn!(lu = %lu.name, error = %e, "cannot unregister"),
+                }
+            }
+        }
+    }
+
+    /// Applies what a reload may change in any mode: log level, command timeout, self-fence
+    /// actions, unregister_on_exit. Returns the settings with the fields that need a restart
+    /// put back (and says so).
+    pub(super) fn apply_common(&mut self, mut new: Settings) -> Settings {
+        if let Some(log) = &self.log
+            && let Err(e) = log.set_level(&new.log.level)
+        {
+            tracing::error!(error = %e, "log level not changed");
+        }
+        if new.watchdog != self.settings.watchdog {
+            tracing::warn!("[watchdog] changes only with a restart; keeping the running one");
+            new.watchdog = self.settings.watchdog.clone();
+        }
+        if new.metrics_listen != self.settings.metrics_listen {
+            tracing::warn!("metrics.listen changes only with a restart");
+            new.metrics_listen = self.settings.metrics_listen;
+        }
+        if new.log.target != self.settings.log.target || new.log.json != self.settings.log.json {
+            tracing::warn!("log.target and log.format change only with a restart");
+        }
+        if new.sd_notify != self.settings.sd_notify {
+            tracing::warn!("systemd.notify changes only with a restart");
+            new.sd_notify = self.settings.sd_notify;
+        }
+        if new.command_timeout != self.settings.command_timeout {
+            self.exec = Arc::new(Executor::new(
+                Arc::clone(&self.storage),
+                new.command_timeout,
+                Arc::clone(&self.metrics),
+            ));
+            // Open devices carry the old timeout: reopen them.
+            for lu in &self.table.lus {
+                lu.paths.iter().for_each(PathHandle::forget);
+            }
+        }
+        new
+    }
+}
+
+/// Heals one LU's registrations with `ops::heal` (the one place that heals under P3: it probes
+/// every path, registers the unregistered ones only while our key provably stays on the LU,
+/// withdraws them if it did not, and purges stale registrations of earlier sessions). Runs on
+/// the LU's live paths; bounded by a few command timeouts per path.
+pub(super) async fn heal_lu(
+    exec: &Executor,
+    lu_id: String,
+    paths: &[PathHandle],
+    key: Key,
+) -> Result<ops::LuReport, String> {
+    let live: Vec<PathHandle> = paths.iter().filter(|p| p.spec.live).cloned().collect();
+    let opened = exec.open_paths(&live).await;
+    if opened.is_empty() {
+        return Err("no live path could be opened".to_owned());
+    }
+    let per_path = u32::try_from(opened.len()).unwrap_or(u32::MAX);
+    let limits = ops::Limits {
+        deadline: exec
+            .timeout()
+            .saturating_mul(per_path.saturating_mul(3).saturating_add(4)),
+    };
+    let report = ops::heal(
+        vec![ops::LuTarget {
+            id: lu_id,
+            paths: opened,
+        }],
+        key,
+        limits,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    report
+        .lus
+        .into_iter()
+        .next()
+        .ok_or_else(|| "the heal reported no LU".to_owned())
+}
+
+/// Logs a heal's result and counts it.
+pub(super) fn report_heal(
+    lu: &str,
+    result: &Result<ops::LuReport, String>,
+    metrics: &Mutex<Metrics>,
+) {
+    match result {
+        Ok(report) => match report.verdict {
+            ops::Verdict::Healed => {
+                lock(metrics).record_heal(lu);
+                tracing::warn!(%lu, notes = %report.notes.join("; "), "registrations healed");
+            }
+            ops::Verdict::Intact => tracing::info!(%lu, "registrations intact"),
+            ops::Verdict::ThisNodeFenced => tracing::error!(
+                %lu, error = report.error.as_deref().unwrap_or("our key is gone"),
+                "heal found our key preempted; nothing re-registered (P3)"
+            ),
+            verdict => tracing::error!(
+                %lu, %verdict, error = report.error.as_deref().unwrap_or("-"), "heal failed"
+            ),
+        },
+        Err(e) => tracing::error!(%lu, error = %e, "heal failed"),
+    }
+}
+
+/// Whether a path of `key` is registered on this nexus, without changing anything but
+/// PRgeneration: REGISTER with RESERVATION KEY = SERVICE ACTION RESERVATION KEY = `key` succeeds
+/// only on a nexus registered with `key` (re-registering the same key), and is answered with
+/// RESERVATION CONFLICT by any other nexus (SPC-4 5.14.7.2: an unregistered nexus with a non-zero
+/// reservation key, or a nexus registered with another key). It never creates a registration,
+/// so it cannot bring back a preempted key (P3). LIO refuses a key change of a registration made
+/// with ALL_TG_PT unless the request sets it too (INVALID FIELD IN CDB); then it is asked again
+/// with ALL_TG_PT.
+///
+/// Why not READ FULL STATUS: it lists each registration's TransportID (iSCSI name + ISID) and
+/// relative target port, but Linux does not tell which ISID a session uses, and after a re-login
+/// the stale registration has the same initiator name and port as the new, unregistered nexus.
+pub(super) fn probe_registration(
+    t: &dyn crate::transport::PrTransport,
+    key: Key,
+) -> Result<bool, CommandError> {
+    let answer = |r: Result<_, CommandError>| match r {
+        Ok(_) => Ok(Some(true)),
+        Err(e) if e.kind == ErrorKind::ReservationConflict => Ok(Some(false)),
+        Err(e) if e.kind == ErrorKind::InvalidField => Ok(None),
+        Err(e) => Err(e),
+    };
+    match answer(t.pr_out(&PrOut::register(key, key)))? {
+        Some(registered) => Ok(registered),
+        None => {
+            answer(t.pr_out(&PrOut::register(key, key).with_all_tg_pt(true)))?.ok_or_else(|| {
+                CommandError::without_completion(
+                    t.device(),
+                    Command::PrOut(PrOutAction::Register),
+                    ErrorKind::InvalidField,
+                    "re-registering our own key was refused with and without ALL_TG_PT",
+                )
+            })
+        }
+    }
+}
+
+/// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync).
+pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
+    let (scheme, node) = match spec {
+        KeySpec::Given(key) => return Ok(*key),
+        KeySpec::Derive { scheme, node } => (scheme, node),
+    };
+    let node = match node {
+        Some(node) => node.clone(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
+    };
+    let method = match scheme {
+        KeyScheme::Native => KeyValueMethod::Native,
+        KeyScheme::FenceScsi(FenceScsiKeyValue::Id) => KeyValueMethod::Id,
+        KeyScheme::FenceScsi(FenceScsiKeyValue::Hash) => KeyValueMethod::Hash,
+    };
+    derive_key_via(&node, method, |arg| {
+        query_cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
+    })
+    .map(Key::new)
+    .map_err(|e| {
+        format!(
+            "deriving the key of node {node:?}: {e} (set key.node to the corosync node name if \
+             it differs from the host name, or give key.value)"
+        )
+    })
+}
+
+/// Reads and validates the configuration file.
+pub fn load_settings(path: &Path) -> Result<Settings, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `prfence agent`: the process entry point. Returns the exit status.
+pub fn agent_main(
+    config: &Path,
+    check_config: bool,
+    once: bool,
+    status_file: Option<PathBuf>,
+) -> u8 {
+    let settings = match load_settings(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("prfence agent: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    if check_config {
+        println!(
+            "{}: valid ({} mode, {} device(s), check every {:?})",
+            config.display(),
+            match settings.mode {
+                ModeSettings::Watch(_) => "watch",
+                ModeSettings::Lease(_) => "lease",
+            },
+            settings.devices.len(),
+            settings.check_interval
+        );
+        return 0;
+    }
+    // --once is run by hand or by a test: its log goes to the terminal.
+    let log_settings = if once {
+        super::config::LogSettings {
+            target: super::config::LogTarget::Stderr,
+            json: false,
+            level: settings.log.level.clone(),
+        }
+    } else {
+        settings.log.clone()
+    };
+    let log = {
+        match super::logging::init(&log_settings) {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                eprintln!("prfence agent: {e}");
+                return EXIT_CONFIG;
+            }
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("prfence agent: cannot start the runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let status = runtime.block_on(serve(
+        settings,
+        config.to_path_buf(),
+        once,
+        status_file,
+        log,
+    ));
+    // A command hung in the kernel must not hold up the exit (and a fenced node must go).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    status
+}
+
+async fn serve(
+    settings: Settings,
+    config: PathBuf,
+    once: bool,
+    status_file: Option<PathBuf>,
+    log: Option<LogHandle>,
+) -> u8 {
+    let key = match &settings.mode {
+        ModeSettings::Watch(watch) => {
+            let spec = watch.key.clone();
+            let timeout = settings.command_timeout;
+            match tokio::task::spawn_blocking(move || resolve_key(&spec, timeout)).await {
+                Ok(Ok(key)) => Some(key),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "cannot resolve our key");
+                    eprintln!("prfence agent: {e}");
+                    return EXIT_FAILURE;
+                }
+                Err(e) => {
+                    eprintln!("prfence agent: {e}");
+                    return EXIT_FAILURE;
+                }
+            }
+        }
+        ModeSettings::Lease(_) => None,
+    };
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let notifier = if settings.sd_notify && !once {
+        Notifier::from_env()
+    } else {
+        Notifier::disabled()
+    };
+    let options = Options {
+        storage: Arc::new(SystemStorage),
+        host: Arc::new(SystemHost),
+        notifier,
+        status_file,
+        sys_root: PathBuf::from("/sys"),
+        log,
+    };
+    let metrics_listen = settings.metrics_listen;
+    let agent = Agent::new(settings, options, receiver);
+    if once {
+        return agent.once(key).await;
+    }
+    if let Some(address) = metrics_listen {
+        match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => {
+                tracing::info!(%address, "serving /metrics and /status");
+                tokio::spawn(super::http::serve(
+                    listener,
+                    super::http::Exposed {
+                        metrics: agent.metrics(),
+                        status: agent.status(),
+                    },
+                ));
+            }
+            Err(e) => {
+                tracing::error!(%address, error = %e, "cannot listen for metrics");
+                return EXIT_FAILURE;
+            }
+        }
+    }
+    if let Err(e) = forward_signals(sender, config) {
+        tracing::error!(error = %e, "cannot install signal handlers");
+        return EXIT_FAILURE;
+    }
+    let outcome = agent.run(key).await;
+    if let Outcome::Failed(e) = &outcome {
+        tracing::error!(error = %e, "the agent stopped");
+    }
+    outcome.exit_status()
+}
+
+/// SIGHUP re-reads `config` (a bad file is logged and ignored); SIGTERM and SIGINT stop.
+fn forward_signals(sender: mpsc::UnboundedSender<Control>, config: PathBuf) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        loop {
+            let control = tokio::select! {
+                _ = hangup.recv() => match load_settings(&config) {
+                    Ok(settings) => Control::Reload(Box::new(settings)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
+                        continue;
+                    }
+                },
+                _ = terminate.recv() => Control::Stop,
+                _ = interrupt.recv() => Control::Stop,
+            };
+            if sender.send(control).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}

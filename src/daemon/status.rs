@@ -1,0 +1,98 @@
+//! The agent's current state as one JSON document: served at `GET /status`, written to
+//! `--status-file` after every check (atomically: temporary file + rename), and printed by
+//! `--once`. Meant for tests and humans; metrics are for monitoring.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+/// What the agent is doing, node-wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Starting,
+    /// Watch mode: our key is not yet on every LU (fence_pr's unfencing registers it); nothing
+    /// is judged and the watchdog is not opened until it is.
+    WaitingForRegistration,
+    /// Watch mode: our key is on every LU and every path.
+    Healthy,
+    /// Watch mode: not fenced, but an LU is unreadable, missed our key once, or a path lacks
+    /// its registration.
+    Degraded,
+    /// Lease mode: not holding every LU.
+    Standby,
+    /// Lease mode: holding every LU (the service may run).
+    Holder,
+    Fenced,
+    Stopping,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PathStatus {
+    pub name: String,
+    pub dev: String,
+    pub live: bool,
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LuStatus {
+    /// The configured name.
+    pub name: String,
+    /// The LU identifier, once discovered.
+    pub id: Option<String>,
+    /// The last verdict (watch) or role (lease), in words.
+    pub verdict: String,
+    /// The keys listed by the last good READ KEYS.
+    pub keys: Vec<String>,
+    pub paths: Vec<PathStatus>,
+    /// Lease mode: this node's key on the LU.
+    pub lease_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub mode: &'static str,
+    pub state: State,
+    pub fenced_reason: Option<String>,
+    /// Watch mode: the key we watch for.
+    pub own_key: Option<String>,
+    /// Checks (ticks) done since start.
+    pub checks: u64,
+    pub lus: Vec<LuStatus>,
+}
+
+impl Status {
+    pub fn new(mode: &'static str, lus: &[String]) -> Status {
+        Status {
+            mode,
+            state: State::Starting,
+            fenced_reason: None,
+            own_key: None,
+            checks: 0,
+            lus: lus
+                .iter()
+                .map(|name| LuStatus {
+                    name: name.clone(),
+                    id: None,
+                    verdict: "not checked yet".to_owned(),
+                    keys: Vec::new(),
+                    paths: Vec::new(),
+                    lease_key: None,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+/// Replaces `path` with the status, atomically (readers never see half a document).
+pub fn write_file(path: &Path, status: &Status) -> std::io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    std::fs::write(&temporary, status.to_json() + "\n")?;
+    std::fs::rename(&temporary, path)
+}

@@ -1,0 +1,508 @@
+//! The driver's seam to the storage, and the one place a PR command is run for it.
+//!
+//! - [`Storage`] resolves a configured device to its LU and paths and opens a path. A node uses
+//!   [`SystemStorage`] (sysfs discovery, SG_IO through a read-only open); unit tests plug in the
+//!   SPC model, so the whole driver runs without a SCSI stack.
+//! - [`LuTable`] is the current view of every configured LU: re-discovered each tick (sysfs only,
+//!   no SCSI command), paths keyed by device and iSCSI session so a re-login is a *change*.
+//! - [`Executor::run`] runs one command on one path on the blocking pool, bounded by
+//!   `command_timeout`. A path's device is opened on first use and reopened after an open or
+//!   transport failure (a path that came back is usually a new device node). A path whose
+//!   previous command still hangs in the kernel is not given another one.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sg_io::AdditionalSense;
+
+use super::config::DeviceSettings;
+use super::metrics::{self, Metrics};
+use crate::discover::{self, DiscoverError};
+use crate::exec::{ScsiDevice, ScsiPr};
+use crate::pr::{PrInAction, PrOutAction, ReadKeys};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
+
+/// One path of an LU as discovery reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathSpec {
+    /// The node opened for SG_IO (`/dev/sdc`).
+    pub dev: PathBuf,
+    /// Kernel name (`sdc`), used in logs, metrics and the watch state.
+    pub name: String,
+    /// The SCSI device state is `running`.
+    pub live: bool,
+    /// The iSCSI session carrying the path (`session3`): a new session is a new I_T nexus.
+    pub session: Option<String>,
+}
+
+/// One LU: its identifier (the same on every node) and this node's paths to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuSpec {
+    pub id: String,
+    pub paths: Vec<PathSpec>,
+}
+
+/// A path as the agent uses it: PR commands plus the unit attentions they consumed.
+pub trait AgentTransport: PrTransport {
+    /// Unit attentions consumed by retries since the last call (2Ah/05h: this nexus's
+    /// registration was preempted).
+    fn take_unit_attentions(&self) -> Vec<AdditionalSense>;
+}
+
+impl<D: ScsiDevice> AgentTransport for ScsiPr<D> {
+    fn take_unit_attentions(&self) -> Vec<AdditionalSense> {
+        ScsiPr::take_unit_attentions(self)
+    }
+}
+
+/// Discovery and device opening, injectable for tests.
+pub trait Storage: Send + Sync + 'static {
+    /// Resolves one configured device to its LU and paths.
+    fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError>;
+    /// Opens one path for PR commands.
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError>;
+}
+
+/// sysfs discovery and SG_IO through a read-only open (no udev change event on close).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemStorage;
+
+impl Storage for SystemStorage {
+    fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError> {
+        // One device is one LU: a multipath map over different LUs is refused by discovery.
+        let lu = discover::resolve(&[device.to_path_buf()])?
+            .into_iter()
+            .next()
+            .ok_or(DiscoverError::NothingToFence)?;
+        Ok(LuSpec {
+            id: lu.id.to_string(),
+            paths: lu
+                .paths
+                .into_iter()
+                .map(|p| PathSpec {
+                    live: p.is_live(),
+                    dev: p.dev,
+                    name: p.name,
+                    session: p.transport.map(|t| t.session),
+                })
+                .collect(),
+        })
+    }
+
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError> {
+        Ok(Arc::new(ScsiPr::open(dev, policy)?))
+    }
+}
+
+/// One path with its (lazily opened) device and whether a command is outstanding on it.
+#[derive(Clone)]
+pub struct PathHandle {
+    pub spec: PathSpec,
+    device: Arc<Mutex<Option<Arc<dyn AgentTransport>>>>,
+    busy: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for PathHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PathHandle")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PathHandle {
+    fn new(spec: PathSpec) -> PathHandle {
+        PathHandle {
+            spec,
+            device: Arc::new(Mutex::new(None)),
+            busy: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<dyn AgentTransport>>> {
+        self.device
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn transport(
+        &self,
+        storage: &dyn Storage,
+        policy: Policy,
+    ) -> Result<Arc<dyn AgentTransport>, CommandError> {
+        let mut slot = self.slot();
+        if let Some(open) = slot.as_ref() {
+            return Ok(Arc::clone(open));
+        }
+        let opened = storage.open(&self.spec.dev, policy)?;
+        *slot = Some(Arc::clone(&opened));
+        Ok(opened)
+    }
+
+    /// Drops the open device so the next command reopens it.
+    pub fn forget(&self) {
+        *self.slot() = None;
+    }
+}
+
+/// Runs PR commands on paths: bounded, on the blocking pool, with latency and conflict metrics.
+pub struct Executor {
+    storage: Arc<dyn Storage>,
+    policy: Policy,
+    metrics: Arc<Mutex<Metrics>>,
+}
+
+/// Time allowed beyond `command_timeout` for the kernel's own timeout to fire first.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(200);
+
+impl Executor {
+    pub fn new(storage: Arc<dyn Storage>, timeout: Duration, metrics: Arc<Mutex<Metrics>>) -> Self {
+        Executor {
+            storage,
+            policy: Policy {
+                timeout,
+                ..Policy::default()
+            },
+            metrics,
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.policy.timeout
+    }
+
+    /// Runs `f` on `path`'s device. `command` names the (first) command for errors and metrics.
+    pub async fn run<T, F>(
+        &self,
+        path: &PathHandle,
+        command: Command,
+        f: F,
+    ) -> Result<T, CommandError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn AgentTransport) -> Result<T, CommandError> + Send + 'static,
+    {
+        let dev = path.spec.dev.clone();
+        if path.busy.swap(true, Ordering::SeqCst) {
+            return Err(CommandError::without_completion(
+                &dev,
+                command,
+                ErrorKind::Timeout,
+                "the previous command on this path has not returned from the kernel yet",
+            ));
+        }
+        let storage = Arc::clone(&self.storage);
+        let policy = self.policy;
+        let handle = path.clone();
+        let started = tokio::time::Instant::now();
+        let job = tokio::task::spawn_blocking(move || {
+            let result = handle
+                .transport(storage.as_ref(), policy)
+                .and_then(|device| f(device.as_ref()));
+            if let Err(e) = &result
+                && matches!(e.kind, ErrorKind::Open | ErrorKind::Transport)
+            {
+                handle.forget();
+            }
+            handle.busy.store(false, Ordering::SeqCst);
+            result
+        });
+        let result = match tokio::time::timeout(policy.timeout + TIMEOUT_SLACK, job).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(CommandError::without_completion(
+                &dev,
+                command,
+                ErrorKind::Failed,
+                format!("the command's worker failed: {join}"),
+            )),
+            Err(_) => Err(CommandError::without_completion(
+                &dev,
+                command,
+                ErrorKind::Timeout,
+                format!(
+                    "no answer within {} ms (command_timeout)",
+                    policy.timeout.as_millis()
+                ),
+            )),
+        };
+        if let Some(label) = metric_command(command) {
+            let mut m = lock(&self.metrics);
+            m.observe_latency(label, started.elapsed());
+            if let Err(e) = &result
+                && e.kind == ErrorKind::ReservationConflict
+            {
+                m.record_conflict(label);
+            }
+        }
+        result
+    }
+
+    /// Opens `paths` (those that can be) for the `ops` engine, which runs its own commands.
+    pub async fn open_paths(&self, paths: &[PathHandle]) -> Vec<OpenedPath> {
+        let storage = Arc::clone(&self.storage);
+        let policy = self.policy;
+        let paths = paths.to_vec();
+        tokio::task::spawn_blocking(move || {
+            paths
+                .iter()
+                .filter_map(|p| match p.transport(storage.as_ref(), policy) {
+                    Ok(t) => Some(OpenedPath(t)),
+                    Err(e) => {
+                        tracing::warn!(path = %p.spec.name, error = %e, "cannot open the path");
+                        None
+                    }
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// READ KEYS on the first path of `paths` that answers (live paths only, in order). Returns
+    /// the keys, the index of the path that answered, and the unit attentions it consumed.
+    pub async fn read_keys_any(
+        &self,
+        device: &Path,
+        paths: &[PathHandle],
+    ) -> Result<(ReadKeys, usize, Vec<AdditionalSense>), CommandError> {
+        let command = Command::PrIn(PrInAction::ReadKeys);
+        let mut last = None;
+        for (index, path) in paths.iter().enumerate().filter(|(_, p)| p.spec.live) {
+            match self
+                .run(path, command, |t| {
+                    t.read_keys().map(|keys| (keys, t.take_unit_attentions()))
+                })
+                .await
+            {
+                Ok((keys, attentions)) => return Ok((keys, index, attentions)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| no_live_path(device, paths, command)))
+    }
+}
+
+/// An opened path, as a [`PrTransport`] the `ops` engine can own.
+pub struct OpenedPath(Arc<dyn AgentTransport>);
+
+impl PrTransport for OpenedPath {
+    fn device(&self) -> &Path {
+        self.0.device()
+    }
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        self.0.read_keys()
+    }
+    fn read_reservation(&self) -> Result<crate::pr::ReadReservation, CommandError> {
+        self.0.read_reservation()
+    }
+    fn report_capabilities(&self) -> Result<crate::pr::Capabilities, CommandError> {
+        self.0.report_capabilities()
+    }
+    fn read_full_status(&self) -> Result<crate::pr::FullStatus, CommandError> {
+        self.0.read_full_status()
+    }
+    fn pr_out(
+        &self,
+        request: &crate::pr::PrOut,
+    ) -> Result<crate::transport::PrOutReport, CommandError> {
+        self.0.pr_out(request)
+    }
+}
+
+/// The error for an LU with no running path.
+pub fn no_live_path(device: &Path, paths: &[PathHandle], command: Command) -> CommandError {
+    let states: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}",
+                p.spec.name,
+                if p.spec.live {
+                    "running"
+                } else {
+                    "not running"
+                }
+            )
+        })
+        .collect();
+    CommandError::without_completion(
+        device,
+        command,
+        ErrorKind::Transport,
+        if states.is_empty() {
+            "no path to the LU (discovery found none)".to_owned()
+        } else {
+            format!("no running path ({})", states.join(", "))
+        },
+    )
+}
+
+fn metric_command(command: Command) -> Option<metrics::Command> {
+    Some(match command {
+        Command::PrIn(PrInAction::ReadKeys) => metrics::Command::ReadKeys,
+        Command::PrIn(PrInAction::ReadReservation) => metrics::Command::ReadReservation,
+        Command::PrIn(PrInAction::ReadFullStatus) => metrics::Command::ReadFullStatus,
+        Command::PrOut(PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey) => {
+            metrics::Command::Register
+        }
+        Command::PrOut(PrOutAction::Reserve) => metrics::Command::Reserve,
+        Command::PrOut(PrOutAction::Preempt | PrOutAction::PreemptAndAbort) => {
+            metrics::Command::Preempt
+        }
+        _ => return None,
+    })
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One configured LU as currently discovered.
+#[derive(Debug)]
+pub struct LuEntry {
+    /// The configured name (logs, metrics, the watch state).
+    pub name: String,
+    /// The configured device.
+    pub device: PathBuf,
+    /// The LU identifier from the first successful discovery.
+    pub id: Option<String>,
+    pub paths: Vec<PathHandle>,
+    /// A path appeared, vanished, changed state or session at the last refresh.
+    pub paths_changed: bool,
+    /// Why the last discovery failed (the previous paths are kept and tried).
+    pub discover_error: Option<String>,
+}
+
+impl LuEntry {
+    /// The paths in state `running`, in discovery order.
+    pub fn live_paths(&self) -> Vec<PathHandle> {
+        self.paths.iter().filter(|p| p.spec.live).cloned().collect()
+    }
+}
+
+/// Every configured LU, in configuration order.
+#[derive(Debug)]
+pub struct LuTable {
+    pub lus: Vec<LuEntry>,
+}
+
+impl LuTable {
+    pub fn new(devices: &[DeviceSettings]) -> LuTable {
+        LuTable {
+            lus: devices
+                .iter()
+                .map(|d| LuEntry {
+                    name: d.name.clone(),
+                    device: d.path.clone(),
+                    id: None,
+                    paths: Vec::new(),
+                    paths_changed: false,
+                    discover_error: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Re-discovers every LU (sysfs only; on the blocking pool).
+    pub async fn refresh(&mut self, storage: &Arc<dyn Storage>) {
+        let devices: Vec<PathBuf> = self.lus.iter().map(|l| l.device.clone()).collect();
+        let storage = Arc::clone(storage);
+        let found = tokio::task::spawn_blocking(move || {
+            devices
+                .iter()
+                .map(|d| storage.discover(d).map_err(|e| e.to_string()))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_else(|e| vec![Err(format!("discovery worker failed: {e}")); self.lus.len()]);
+        for (lu, result) in self.lus.iter_mut().zip(found) {
+            lu.apply(result);
+        }
+    }
+
+    /// Two configured devices must not be the same LU: its paths would be counted twice.
+    pub fn duplicate(&self) -> Option<(String, String, String)> {
+        for (i, a) in self.lus.iter().enumerate() {
+            for b in &self.lus[i + 1..] {
+                if let (Some(x), Some(y)) = (&a.id, &b.id)
+                    && x == y
+                {
+                    return Some((a.name.clone(), b.name.clone(), x.clone()));
+                }
+            }
+        }
+        None
+    }
+}
+
+impl LuEntry {
+    fn apply(&mut self, result: Result<LuSpec, String>) {
+        let spec = match result {
+            Ok(spec) => spec,
+            Err(e) => {
+                if self.discover_error.as_ref() != Some(&e) {
+                    tracing::warn!(
+                        lu = %self.name, device = %self.device.display(), error = %e,
+                        kept_paths = self.paths.len(), "discovery failed"
+                    );
+                }
+                self.discover_error = Some(e);
+                self.paths_changed = false;
+                return;
+            }
+        };
+        if let Some(id) = &self.id
+            && *id != spec.id
+        {
+            let e = format!(
+                "{} now resolves to LU {} instead of {id}; the device was replaced: restart the \
+                 agent if that is intended",
+                self.device.display(),
+                spec.id
+            );
+            if self.discover_error.as_ref() != Some(&e) {
+                tracing::error!(lu = %self.name, error = %e, "LU identity changed");
+            }
+            self.discover_error = Some(e);
+            self.paths_changed = !self.paths.is_empty();
+            self.paths.clear();
+            return;
+        }
+        if self.discover_error.take().is_some() {
+            tracing::info!(lu = %self.name, "discovery works again");
+        }
+        self.id = Some(spec.id);
+        let before: Vec<PathSpec> = self.paths.iter().map(|p| p.spec.clone()).collect();
+        let mut paths = Vec::with_capacity(spec.paths.len());
+        for path in spec.paths {
+            // Same device node and session: the same nexus, keep its open device.
+            let kept = self
+                .paths
+                .iter()
+                .find(|h| h.spec.dev == path.dev && h.spec.session == path.session);
+            paths.push(match kept {
+                Some(handle) => PathHandle {
+                    spec: path,
+                    ..handle.clone()
+                },
+                None => PathHandle::new(path),
+            });
+        }
+        self.paths = paths;
+        self.paths_changed = before
+            != self
+                .paths
+                .iter()
+                .map(|p| p.spec.clone())
+                .collect::<Vec<_>>();
+        if self.paths_changed {
+            tracing::info!(
+                lu = %self.name,
+                paths = %self.paths.iter().map(|p| format!("{}{}{}", p.spec.name, p.spec.session.as_deref().map(|s| format!("@{s}")).unwrap_or_default(), if p.spec.live { "" } else { " (not running)" })).collect::<Vec<_>>().join(", "),
+                "paths"
+            );
+        }
+    }
+}

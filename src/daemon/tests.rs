@@ -1,0 +1,797 @@
+//! The driver end to end over the SPC model: real codec, real execution policy, injected
+//! storage, tokio's paused clock (time jumps to the next timer whenever every task waits, so a
+//! 10 s lease takes milliseconds).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::config::Settings;
+use super::notify::Notifier;
+use super::run::{Agent, Control, Host, Options, Outcome};
+use super::status::{State, Status};
+use super::storage::{AgentTransport, LuSpec, PathSpec, Storage, lock};
+use crate::discover::DiscoverError;
+use crate::exec::ScsiPr;
+use crate::pr::{Key, PrOut, ReservationType, TransportId};
+use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
+use crate::transport::{Command, CommandError, ErrorKind, Policy};
+
+const KA: Key = Key::new(0xa1);
+const KB: Key = Key::new(0xb2);
+const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
+
+/// Discovery and devices backed by model LUs; tests change them as sysfs would change.
+#[derive(Default)]
+struct ModelStorage {
+    lus: Mutex<HashMap<PathBuf, LuSpec>>,
+    devices: Mutex<HashMap<PathBuf, ModelDevice>>,
+}
+
+impl Storage for ModelStorage {
+    fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError> {
+        lock(&self.lus)
+            .get(device)
+            .cloned()
+            .ok_or(DiscoverError::NothingToFence)
+    }
+
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError> {
+        let device = lock(&self.devices).get(dev).cloned().ok_or_else(|| {
+            CommandError::without_completion(
+                dev,
+                Command::Open,
+                ErrorKind::Open,
+                "no such model device",
+            )
+        })?;
+        Ok(Arc::new(ScsiPr::new(device, policy)))
+    }
+}
+
+impl ModelStorage {
+    /// Adds (or replaces) a path `dev` of the configured `device`, reaching `lu` as `nexus`.
+    fn path(
+        &self,
+        device: &str,
+        id: &str,
+        lu: &Arc<Mutex<Lu>>,
+        nexus: Nexus,
+        dev: &str,
+        session: &str,
+    ) {
+        let spec = PathSpec {
+            dev: PathBuf::from(dev),
+            name: dev.trim_start_matches("/dev/").to_owned(),
+            live: true,
+            session: Some(session.to_owned()),
+        };
+        let mut lus = lock(&self.lus);
+        let entry = lus.entry(PathBuf::from(device)).or_insert_with(|| LuSpec {
+            id: id.to_owned(),
+            paths: Vec::new(),
+        });
+        entry.paths.retain(|p| p.dev != spec.dev);
+        entry.paths.push(spec);
+        lock(&self.devices).insert(
+            PathBuf::from(dev),
+            ModelDevice::new(Arc::clone(lu), nexus, dev),
+        );
+    }
+}
+
+#[derive(Default)]
+struct RecordingHost {
+    reboots: AtomicUsize,
+}
+
+impl Host for RecordingHost {
+    fn reboot_now(&self) -> std::io::Error {
+        self.reboots.fetch_add(1, Ordering::SeqCst);
+        std::io::Error::other("test host does not reboot")
+    }
+}
+
+fn iscsi(node: &str, isid: &str) -> TransportId {
+    TransportId::Iscsi {
+        name: format!("iqn.2026-11.lab:{node}"),
+        isid: Some(isid.to_owned()),
+    }
+}
+
+fn model_lu() -> Arc<Mutex<Lu>> {
+    Arc::new(Mutex::new(Lu::new(Quirks::lio())))
+}
+
+fn connect(lu: &Arc<Mutex<Lu>>, node: &str, isid: &str) -> Nexus {
+    lock(lu).connect(iscsi(node, isid), 1)
+}
+
+fn register(lu: &Arc<Mutex<Lu>>, nexus: Nexus, key: Key) {
+    lock(lu)
+        .pr_out(nexus, &PrOut::register_ignore(key))
+        .unwrap();
+}
+
+struct Running {
+    task: tokio::task::JoinHandle<Outcome>,
+    control: mpsc::UnboundedSender<Control>,
+    status: Arc<Mutex<Status>>,
+    metrics: Arc<Mutex<super::metrics::Metrics>>,
+    host: Arc<RecordingHost>,
+}
+
+fn start(settings: Settings, storage: &Arc<ModelStorage>, key: Option<Key>) -> Running {
+    start_with_sys(settings, storage, PathBuf::from("/nonexistent"), key)
+}
+
+/// Waits (in paused time) until `what` holds, at most `within`.
+async fn wait_for(
+    status: &Arc<Mutex<Status>>,
+    within: Duration,
+    what: impl Fn(&Status) -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if what(&lock(status)) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    what(&lock(status))
+}
+
+fn hook(file: &Path) -> String {
+    format!(
+        "command = [\"/bin/sh\", \"-c\", \"echo fenced >> {}\"]\n",
+        file.display()
+    )
+}
+
+fn watch_settings(devices: &[&str], self_fence: &str) -> Settings {
+    let mut text =
+        String::from("mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n");
+    for device in devices {
+        text += &format!(
+            "[[device]]\npath = \"{device}\"\nname = \"{}\"\n",
+            device.trim_start_matches("/dev/mapper/")
+        );
+    }
+    text += &format!(
+        "[key]\nvalue = \"{KA}\"\n[watch]\ngrace = \"10s\"\npath_audit = \"1m\"\n[self_fence]\n{self_fence}"
+    );
+    Settings::from_toml_str(&text).unwrap()
+}
+
+fn lines(file: &Path) -> usize {
+    std::fs::read_to_string(file)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// Two LUs, node A registered on both through one path each, node B registered too.
+struct TwoLus {
+    storage: Arc<ModelStorage>,
+    lus: [Arc<Mutex<Lu>>; 2],
+    b: [Nexus; 2],
+}
+
+fn two_lus() -> TwoLus {
+    let storage = Arc::new(ModelStorage::default());
+    let lus = [model_lu(), model_lu()];
+    let mut b = Vec::new();
+    for (i, lu) in lus.iter().enumerate() {
+        let a = connect(lu, "nodea", "0x1");
+        let nb = connect(lu, "nodeb", "0x1");
+        register(lu, a, KA);
+        register(lu, nb, KB);
+        b.push(nb);
+        let name = format!("lu{i}");
+        storage.path(
+            &format!("/dev/mapper/{name}"),
+            &format!("naa.{i}"),
+            lu,
+            a,
+            &format!("/dev/sd{i}"),
+            "session1",
+        );
+    }
+    TwoLus {
+        storage,
+        lus,
+        b: [b[0], b[1]],
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_fences_when_the_key_leaves_any_lu_and_runs_the_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let fenced_file = dir.path().join("fenced");
+    let t = two_lus();
+    let settings = watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], &hook(&fenced_file));
+    let run = start(settings, &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+
+    // Node B preempts A on the second LU only (fence-agents #278: one LU is enough).
+    let preempted_at = Instant::now();
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    let outcome = run.task.await.unwrap();
+    assert_eq!(outcome, Outcome::Fenced { exit_status: 86 });
+    let took = preempted_at.elapsed();
+    assert!(
+        took <= Duration::from_secs(3),
+        "two confirmations at 1 s: {took:?}"
+    );
+    assert_eq!(lines(&fenced_file), 1, "the hook ran once");
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Fenced);
+    let reason = status.fenced_reason.unwrap();
+    assert!(
+        reason.contains("lu1") && reason.contains("gone"),
+        "{reason}"
+    );
+    assert!(
+        lock(&run.metrics)
+            .render(Instant::now().into_std())
+            .contains("prfence_fenced 1")
+    );
+    assert_eq!(
+        run.host.reboots.load(Ordering::SeqCst),
+        0,
+        "reboot is off by default"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fenced_is_latched_even_if_the_key_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let fenced_file = dir.path().join("fenced");
+    let t = two_lus();
+    let settings = watch_settings(
+        &["/dev/mapper/lu0", "/dev/mapper/lu1"],
+        &format!("{}exit = false\nreboot = true\n", hook(&fenced_file)),
+    );
+    let run = start(settings, &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    lock(&t.lus[0])
+        .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Fenced)
+        .await
+    );
+    assert_eq!(
+        run.host.reboots.load(Ordering::SeqCst),
+        1,
+        "reboot asked for once"
+    );
+    // Someone registers our key again: the agent stays fenced and runs nothing again (P3).
+    let a0 = lock(&t.storage.devices)[Path::new("/dev/sd0")].nexus();
+    register(&t.lus[0], a0, KA);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(lock(&run.status).state, State::Fenced);
+    assert_eq!(lines(&fenced_file), 1);
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_judged_before_our_key_is_registered() {
+    let storage = Arc::new(ModelStorage::default());
+    let lu = model_lu();
+    let a = connect(&lu, "nodea", "0x1");
+    storage.path("/dev/mapper/lu0", "naa.0", &lu, a, "/dev/sd0", "session1");
+    let run = start(watch_settings(&["/dev/mapper/lu0"], ""), &storage, Some(KA));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        lock(&run.status).state,
+        State::WaitingForRegistration,
+        "no fence at boot"
+    );
+    register(&lu, a, KA);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(
+        lock(&lu).registered_key(a),
+        Some(KA),
+        "registrations stay (unregister_on_exit off)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_lu_fences_after_the_grace() {
+    let t = two_lus();
+    let settings = watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], "");
+    let run = start(settings, &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    let a1 = lock(&t.storage.devices)[Path::new("/dev/sd1")].nexus();
+    lock(&t.lus[1]).fail_next(a1, Injected::TransportDown, 1000);
+    let lost_at = Instant::now();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Degraded)
+        .await
+    );
+    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    let took = lost_at.elapsed();
+    assert!(
+        (Duration::from_secs(9)..=Duration::from_secs(12)).contains(&took),
+        "grace 10 s: {took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relogin_orphan_is_found_by_the_audit_and_healed() {
+    // #517: sd1 logs in again with a new ISID; the old nexus keeps our key, so the key count
+    // still matches the path count and only the per-path probe shows the new nexus unregistered.
+    let storage = Arc::new(ModelStorage::default());
+    let lu = model_lu();
+    let a1 = connect(&lu, "nodea", "0x1");
+    let a2 = connect(&lu, "nodea", "0x2");
+    register(&lu, a1, KA);
+    register(&lu, a2, KA);
+    storage.path("/dev/mapper/lu0", "naa.0", &lu, a1, "/dev/sd0", "session1");
+    storage.path("/dev/mapper/lu0", "naa.0", &lu, a2, "/dev/sd1", "session2");
+    let run = start(watch_settings(&["/dev/mapper/lu0"], ""), &storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+
+    let a3 = lock(&lu).relogin(a2, "0x3");
+    storage.path("/dev/mapper/lu0", "naa.0", &lu, a3, "/dev/sd1", "session3");
+    assert_eq!(lock(&lu).registered_key(a3), None);
+    let healed = async {
+        while lock(&lu).registered_key(a3) != Some(KA) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), healed)
+        .await
+        .unwrap();
+    assert!(
+        lock(&run.metrics)
+            .render(Instant::now().into_std())
+            .contains("prfence_heals_total{lu=\"lu0\"} 1")
+    );
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reload_keeps_state_and_a_new_key_is_judged_from_now() {
+    let t = two_lus();
+    let devices = ["/dev/mapper/lu0", "/dev/mapper/lu1"];
+    let run = start(watch_settings(&devices, ""), &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    let checks = lock(&run.status).checks;
+    // Same devices and key: the state (checks, audit) is kept.
+    let mut same = watch_settings(&devices, "");
+    same.command_timeout = Duration::from_millis(500);
+    run.control.send(Control::Reload(Box::new(same))).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Healthy);
+    assert!(status.checks > checks);
+    // A key nobody registered: judged at once (no waiting for registration), so it fences.
+    let text = "mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
+         [[device]]\npath = \"/dev/mapper/lu0\"\nname = \"lu0\"\n[key]\nvalue = \"0xc3\"\n";
+    run.control
+        .send(Control::Reload(Box::new(
+            Settings::from_toml_str(text).unwrap(),
+        )))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+}
+
+fn lease_settings(dir: &Path, node: u16, fenced_file: &Path) -> Settings {
+    Settings::from_toml_str(&format!(
+        "mode = \"lease\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
+         [[device]]\npath = \"/dev/mapper/lu0\"\nname = \"lu0\"\n\
+         [lease]\nnode_id = {node}\nrenew = \"2s\"\nlease = \"10s\"\nmargin = \"2s\"\n\
+         state_file = \"{}\"\n[self_fence]\n{}command_timeout = \"1s\"\n",
+        dir.join(format!("epoch{node}")).display(),
+        hook(fenced_file)
+    ))
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_takeover_when_the_holder_stalls() {
+    let dir = tempfile::tempdir().unwrap();
+    let lu = model_lu();
+    let n1 = connect(&lu, "node1", "0x1");
+    let n2 = connect(&lu, "node2", "0x1");
+    // Each node sees the LU as its own device with its own nexus.
+    let node1 = Arc::new(ModelStorage::default());
+    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
+    let node2 = Arc::new(ModelStorage::default());
+    node2.path("/dev/mapper/lu0", "naa.0", &lu, n2, "/dev/sd0", "session1");
+    let fenced1 = dir.path().join("fenced1");
+    let fenced2 = dir.path().join("fenced2");
+
+    let first = start(lease_settings(dir.path(), 1, &fenced1), &node1, None);
+    // Nobody holds the LU: node 1 waits one lease (a restarting holder could come back), then
+    // reserves.
+    assert!(
+        wait_for(&first.status, Duration::from_secs(20), |s| s.state
+            == State::Holder)
+        .await
+    );
+    let second = start(lease_settings(dir.path(), 2, &fenced2), &node2, None);
+    assert!(
+        wait_for(&second.status, Duration::from_secs(5), |s| s.state
+            == State::Standby
+            && s.lus[0]
+                .lease_key
+                .as_deref()
+                .is_some_and(|k| k != Key::ZERO.to_string()))
+        .await
+    );
+    // The holder keeps renewing: the standby does not take over.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(lock(&first.status).state, State::Holder);
+    assert_eq!(lock(&second.status).state, State::Standby);
+    let epoch_file = super::epoch_file::read(&dir.path().join("epoch1"))
+        .unwrap()
+        .unwrap();
+    let key1 = lock(&lu).registered_key(n1).unwrap();
+    assert!(
+        super::lease::LeaseKey::decode(key1).unwrap().epoch() <= epoch_file,
+        "epoch persisted before use"
+    );
+
+    // The holder stalls: every command it sends is lost.
+    let stalled_at = Instant::now();
+    lock(&lu).fail_next(n1, Injected::Timeout, 100_000);
+    let fenced = async {
+        let outcome = first.task.await.unwrap();
+        (outcome, stalled_at.elapsed())
+    };
+    let promoted = async {
+        assert!(
+            wait_for(&second.status, Duration::from_secs(30), |s| s.state
+                == State::Holder)
+            .await
+        );
+        stalled_at.elapsed()
+    };
+    let ((outcome, fenced_after), promoted_after) = tokio::join!(fenced, promoted);
+    assert_eq!(outcome, Outcome::Fenced { exit_status: 86 });
+    assert_eq!(lines(&fenced1), 1, "the stalled holder ran its hook");
+    assert!(
+        fenced_after < promoted_after,
+        "the holder stops ({fenced_after:?}) before the standby takes over ({promoted_after:?})"
+    );
+    assert!(
+        promoted_after <= Duration::from_secs(14),
+        "{promoted_after:?}"
+    );
+    // The target agrees: node 2's nexus holds the reservation, node 1's key is gone.
+    assert!(lock(&lu).is_holder(n2));
+    assert_eq!(lock(&lu).registered_key(n1), None);
+    assert_eq!(lines(&fenced2), 0);
+    assert!(
+        lock(&second.metrics)
+            .render(Instant::now().into_std())
+            .contains("prfence_lease_preempts_total{result=\"ok\"} 1")
+    );
+    second.control.send(Control::Stop).unwrap();
+    assert_eq!(second.task.await.unwrap(), Outcome::Stopped);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_preempted_holder_fences_at_its_next_renew() {
+    let dir = tempfile::tempdir().unwrap();
+    let lu = model_lu();
+    let n1 = connect(&lu, "node1", "0x1");
+    let other = connect(&lu, "admin", "0x1");
+    let node1 = Arc::new(ModelStorage::default());
+    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
+    let fenced1 = dir.path().join("fenced1");
+    let first = start(lease_settings(dir.path(), 1, &fenced1), &node1, None);
+    assert!(
+        wait_for(&first.status, Duration::from_secs(20), |s| s.state
+            == State::Holder)
+        .await
+    );
+    // An admin preempts the holder by hand.
+    register(&lu, other, KB);
+    let victim = lock(&lu).registered_key(n1).unwrap();
+    lock(&lu)
+        .pr_out(
+            other,
+            &PrOut::preempt_and_abort(KB, victim, ReservationType::WriteExclusive),
+        )
+        .unwrap();
+    let at = Instant::now();
+    assert_eq!(
+        first.task.await.unwrap(),
+        Outcome::Fenced { exit_status: 86 }
+    );
+    assert!(at.elapsed() <= Duration::from_secs(3), "{:?}", at.elapsed());
+    assert!(
+        lock(&first.status)
+            .fenced_reason
+            .as_deref()
+            .unwrap()
+            .contains("preempted")
+    );
+}
+
+#[test]
+fn the_probe_tells_registered_from_unregistered_nexuses_without_registering() {
+    let lu = model_lu();
+    let a = connect(&lu, "nodea", "0x1");
+    let orphan = connect(&lu, "nodea", "0x2");
+    let all_ports = connect(&lu, "nodea", "0x3");
+    register(&lu, a, KA);
+    lock(&lu)
+        .pr_out(all_ports, &PrOut::register_ignore(KA).with_all_tg_pt(true))
+        .unwrap();
+    let path = |nexus| {
+        ScsiPr::new(
+            ModelDevice::new(Arc::clone(&lu), nexus, "/dev/sdx"),
+            Policy::default(),
+        )
+    };
+    assert!(super::run::probe_registration(&path(a), KA).unwrap());
+    assert!(!super::run::probe_registration(&path(orphan), KA).unwrap());
+    assert_eq!(
+        lock(&lu).registered_key(orphan),
+        None,
+        "the probe never registers"
+    );
+    // LIO refuses a plain REGISTER on an ALL_TG_PT registration; the probe asks again with it.
+    assert!(super::run::probe_registration(&path(all_ports), KA).unwrap());
+    assert!(
+        !super::run::probe_registration(&path(a), KB).unwrap(),
+        "registered, but with another key"
+    );
+    assert_eq!(lock(&lu).registered_key(a), Some(KA), "nothing changed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn once_reports_an_orphan_and_heals_nothing() {
+    let storage = Arc::new(ModelStorage::default());
+    let lu = model_lu();
+    let a1 = connect(&lu, "nodea", "0x1");
+    let a2 = connect(&lu, "nodea", "0x2");
+    register(&lu, a1, KA);
+    storage.path("/dev/mapper/lu0", "naa.0", &lu, a1, "/dev/sd0", "session1");
+    let agent = |storage: &Arc<ModelStorage>| {
+        let (_control, receiver) = mpsc::unbounded_channel();
+        Agent::new(
+            watch_settings(&["/dev/mapper/lu0"], ""),
+            Options {
+                storage: Arc::clone(storage) as Arc<dyn Storage>,
+                host: Arc::new(RecordingHost::default()),
+                notifier: Notifier::disabled(),
+                status_file: None,
+                sys_root: PathBuf::from("/nonexistent"),
+                log: None,
+            },
+            receiver,
+        )
+    };
+    assert_eq!(agent(&storage).once(Some(KA)).await, 0);
+    storage.path("/dev/mapper/lu0", "naa.0", &lu, a2, "/dev/sd1", "session2");
+    assert_eq!(
+        agent(&storage).once(Some(KA)).await,
+        super::run::EXIT_ONCE_PROBLEM
+    );
+    assert_eq!(lock(&lu).registered_key(a2), None);
+}
+
+/// A watchdog "device" (a plain file) with its sysfs timeout, wired into watch settings.
+fn with_watchdog(mut settings: Settings, dir: &Path, magic_close: bool) -> (Settings, PathBuf) {
+    let device = dir.join("watchdog7");
+    std::fs::write(&device, "").unwrap();
+    let sysfs = dir.join("sys/class/watchdog/watchdog7");
+    std::fs::create_dir_all(&sysfs).unwrap();
+    std::fs::write(sysfs.join("timeout"), "5\n").unwrap();
+    settings.watchdog = Some(super::config::WatchdogSettings {
+        device: device.clone(),
+        timeout: Duration::from_secs(5),
+        magic_close,
+    });
+    settings.self_fence.stop_watchdog = true;
+    (settings, device)
+}
+
+fn start_with_sys(
+    settings: Settings,
+    storage: &Arc<ModelStorage>,
+    sys: PathBuf,
+    key: Option<Key>,
+) -> Running {
+    let (control, receiver) = mpsc::unbounded_channel();
+    let host = Arc::new(RecordingHost::default());
+    let agent = Agent::new(
+        settings,
+        Options {
+            storage: Arc::clone(storage) as Arc<dyn Storage>,
+            host: Arc::clone(&host) as Arc<dyn Host>,
+            notifier: Notifier::disabled(),
+            status_file: None,
+            sys_root: sys,
+            log: None,
+        },
+        receiver,
+    );
+    Running {
+        status: agent.status(),
+        metrics: agent.metrics(),
+        task: tokio::spawn(agent.run(key)),
+        control,
+        host,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_watchdog_is_fed_while_healthy_and_never_disarmed_when_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (settings, device) = with_watchdog(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        dir.path(),
+        true,
+    );
+    let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let fed = std::fs::read(&device).unwrap();
+    assert!(fed.len() >= 5 && fed.iter().all(|&b| b == b'1'), "{fed:?}");
+    lock(&t.lus[0])
+        .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    let after = std::fs::read(&device).unwrap();
+    assert!(
+        !after.contains(&b'V'),
+        "magic close on fence would stop the reset"
+    );
+    assert!(after.len() <= fed.len() + 2, "feeding stopped at the fence");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_stop_disarms_the_watchdog_only_if_configured() {
+    for magic_close in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let t = two_lus();
+        let (settings, device) = with_watchdog(
+            watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+            dir.path(),
+            magic_close,
+        );
+        let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+        assert!(
+            wait_for(&run.status, Duration::from_secs(10), |s| s.state
+                == State::Healthy)
+            .await
+        );
+        run.control.send(Control::Stop).unwrap();
+        assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+        let written = std::fs::read(&device).unwrap();
+        assert_eq!(written.last() == Some(&b'V'), magic_close, "{written:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_with_another_timeout_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (settings, device) = with_watchdog(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        dir.path(),
+        false,
+    );
+    std::fs::write(
+        dir.path().join("sys/class/watchdog/watchdog7/timeout"),
+        "60",
+    )
+    .unwrap();
+    let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+    let Outcome::Failed(e) = run.task.await.unwrap() else {
+        panic!("started with a mismatched watchdog")
+    };
+    assert!(e.contains("60 s"), "{e}");
+    assert_eq!(std::fs::read(&device).unwrap(), b"", "never opened");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unregister_on_exit_removes_our_key_at_a_clean_stop() {
+    let t = two_lus();
+    let mut settings = watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], "");
+    settings.unregister_on_exit = true;
+    let run = start(settings, &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    for lu in &t.lus {
+        let keys: Vec<Key> = lock(lu).registrations().iter().map(|r| r.key).collect();
+        assert_eq!(keys, vec![KB], "only node B's key is left");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file_is_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let lu = model_lu();
+    let n1 = connect(&lu, "node1", "0x1");
+    let node1 = Arc::new(ModelStorage::default());
+    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
+    let fenced = dir.path().join("fenced");
+    let run = start(lease_settings(dir.path(), 1, &fenced), &node1, None);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(20), |s| s.state
+            == State::Holder)
+        .await
+    );
+    let status_file = dir.path().join("status.json");
+    // A shorter lease on the fly could let a standby take over while we still write: the
+    // reload is refused and the holder keeps renewing.
+    let mut shorter = lease_settings(dir.path(), 1, &fenced);
+    if let super::config::ModeSettings::Lease(l) = &mut shorter.mode {
+        l.lease = Duration::from_secs(5);
+    }
+    run.control
+        .send(Control::Reload(Box::new(shorter)))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(lock(&run.status).state, State::Holder);
+    super::status::write_file(&status_file, &lock(&run.status)).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(written["state"], "holder");
+    assert_eq!(written["lus"][0]["verdict"], "holder");
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert!(
+        lock(&lu).is_holder(n1),
+        "a stop leaves the reservation (unregister_on_exit off)"
+    );
+}

@@ -1,0 +1,568 @@
+//! Watch mode, driven: every `check_interval`, re-discover the paths (sysfs), READ KEYS once per
+//! LU on one live path (all LUs at once), probe each path's registration only when the
+//! [`WatchState`] asks ([`LuVerdict::InspectPaths`]), feed the decision back, and carry it out.
+//!
+//! Arming: the agent judges nothing until our key has been seen on every LU once (fence_pr's
+//! unfencing registers it when the cluster starts; fence_scsi_check likewise checks only devices
+//! that were unfenced). Until then a missing key is "waiting for registration", the hardware
+//! watchdog is not opened, and nothing is fenced. A node fenced while its agent was down is still
+//! refused by the target (P5); it is only not stopped by the agent.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sg_io::AdditionalSense;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::config::{ModeSettings, Settings};
+use super::metrics::Outcome as CheckOutcome;
+use super::run::{Agent, Control, Outcome, heal_lu, probe_registration, report_heal};
+use super::status::{PathStatus, State};
+use super::storage::{Executor, LuTable, PathHandle, lock};
+use super::watch::{
+    CheckError, LuId, LuKeys, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
+    WatchState,
+};
+use crate::pr::{Key, PrOutAction, ReadKeys};
+use crate::transport::{Command, CommandError, ErrorKind};
+
+/// What one LU's check found.
+struct LuCheck {
+    keys: Result<ReadKeys, CommandError>,
+    /// The target told a path its registration was preempted (2Ah/05h).
+    preempted_unit_attention: bool,
+    /// Per-path registration, when probed.
+    registrations: Option<Vec<PathRegistration>>,
+}
+
+/// A READ KEYS on one live path, and the per-path probes if `probe`.
+async fn check_lu(
+    exec: &Executor,
+    device: PathBuf,
+    paths: Vec<PathHandle>,
+    key: Key,
+    probe: bool,
+) -> LuCheck {
+    let read = exec.read_keys_any(&device, &paths).await;
+    let (keys, preempted_unit_attention) = match read {
+        Ok((keys, _, attentions)) => (
+            Ok(keys),
+            attentions.contains(&AdditionalSense::REGISTRATIONS_PREEMPTED),
+        ),
+        Err(e) => (Err(e), false),
+    };
+    let registrations = if probe && keys.is_ok() {
+        let mut found = Vec::new();
+        for path in paths.iter().filter(|p| p.spec.live) {
+            match exec
+                .run(path, Command::PrOut(PrOutAction::Register), move |t| {
+                    probe_registration(t, key)
+                })
+                .await
+            {
+                Ok(registered) => found.push(PathRegistration {
+                    path: PathId(path.spec.name.clone()),
+                    registered,
+                }),
+                Err(e) => {
+                    tracing::warn!(path = %path.spec.name, error = %e, "cannot probe the path's registration")
+                }
+            }
+        }
+        // Nothing probed: leave the audit due rather than record an empty one.
+        (!found.is_empty()).then_some(found)
+    } else {
+        None
+    };
+    LuCheck {
+        keys,
+        preempted_unit_attention,
+        registrations,
+    }
+}
+
+fn check_error(e: &CommandError) -> CheckError {
+    match e.kind {
+        ErrorKind::ReservationConflict => CheckError::Conflict,
+        ErrorKind::Timeout => CheckError::Timeout,
+        ErrorKind::Transport | ErrorKind::Open => CheckError::Unreachable,
+        _ => CheckError::Failed,
+    }
+}
+
+/// Checks every LU concurrently; results in table order.
+async fn check_all(
+    exec: &std::sync::Arc<Executor>,
+    table: &LuTable,
+    key: Key,
+    probe: &[bool],
+) -> Vec<LuCheck> {
+    let mut jobs = JoinSet::new();
+    for (index, lu) in table.lus.iter().enumerate() {
+        let exec = std::sync::Arc::clone(exec);
+        let device = lu.device.clone();
+        let paths = lu.paths.clone();
+        let probe = probe.get(index).copied().unwrap_or(false);
+        if let (true, Some(e)) = (paths.is_empty(), &lu.discover_error) {
+            let e = CommandError::without_completion(
+                &device,
+                Command::PrIn(crate::pr::PrInAction::ReadKeys),
+                ErrorKind::Transport,
+                format!("no path: {e}"),
+            );
+            jobs.spawn(async move {
+                let check = LuCheck {
+                    keys: Err(e),
+                    preempted_unit_attention: false,
+                    registrations: None,
+                };
+                (index, check)
+            });
+            continue;
+        }
+        jobs.spawn(async move { (index, check_lu(&exec, device, paths, key, probe).await) });
+    }
+    let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
+    while let Some(joined) = jobs.join_next().await {
+        if let Ok((index, check)) = joined {
+            results.insert(index, check);
+        }
+    }
+    (0..table.lus.len())
+        .map(|index| {
+            results.remove(&index).unwrap_or_else(|| LuCheck {
+                keys: Err(CommandError::without_completion(
+                    &table.lus[index].device,
+                    Command::PrIn(crate::pr::PrInAction::ReadKeys),
+                    ErrorKind::Failed,
+                    "the check's task failed",
+                )),
+                preempted_unit_attention: false,
+                registrations: None,
+            })
+        })
+        .collect()
+}
+
+/// What the watch loop keeps between checks.
+struct WatchRun {
+    key: Key,
+    /// `None` until armed (our key seen on every LU).
+    state: Option<WatchState>,
+    /// Per LU: probe every path at the next check.
+    inspect: Vec<bool>,
+    /// Per LU: the last verdict logged (logged again only when it changes).
+    last_verdicts: Vec<String>,
+    /// The last "waiting for registration" message logged.
+    waiting: String,
+}
+
+impl WatchRun {
+    fn new(key: Key, lus: usize) -> WatchRun {
+        WatchRun {
+            key,
+            state: None,
+            inspect: vec![false; lus],
+            last_verdicts: vec![String::new(); lus],
+            waiting: String::new(),
+        }
+    }
+}
+
+impl Agent {
+    pub(super) async fn run_watch(&mut self, key: Key) -> Outcome {
+        let mut interval = ticker(self.settings.check_interval);
+        let mut run = WatchRun::new(key, self.table.lus.len());
+        let mut ready = false;
+        lock(&self.status).own_key = Some(key.to_string());
+        // The device is opened only once armed; a wrong timeout is a configuration error now.
+        if let Some(w) = &self.settings.watchdog
+            && let Err(e) = super::watchdog::check_timeout(&w.device, w.timeout, &self.sys_root)
+        {
+            return Outcome::Failed(e.to_string());
+        }
+        tracing::info!(%key, lus = self.table.lus.len(), interval = ?self.settings.check_interval, "watch mode");
+        loop {
+            tokio::select! {
+                _ = interval.tick() => {}
+                control = self.control.recv() => match control {
+                    Some(Control::Reload(settings)) => {
+                        self.notifier.reloading();
+                        if let Some(new_interval) = self.reload_watch(*settings, &mut run).await {
+                            interval = ticker(new_interval);
+                        }
+                        self.notifier.ready("reloaded");
+                        continue;
+                    }
+                    Some(Control::Stop) | None => return self.stop_watch(run.key).await,
+                },
+            }
+            if let Some(exit_status) = self.watch_tick(&mut run).await {
+                return Outcome::Fenced { exit_status };
+            }
+            if !ready {
+                ready = true;
+                let summary = format!("{:?}", lock(&self.status).state);
+                self.notifier.ready(&summary);
+            }
+        }
+    }
+
+    /// One check. Returns the exit status when fenced and told to exit.
+    async fn watch_tick(&mut self, run: &mut WatchRun) -> Option<u8> {
+        let key = run.key;
+        self.table.refresh(&self.storage).await;
+        if let Some((a, b, id)) = self.table.duplicate() {
+            tracing::error!(first = %a, second = %b, %id, "two configured devices are the same LU; list each LU once");
+        }
+        let now = Instant::now();
+        let probe: Vec<bool> = if run.state.is_some() {
+            run.inspect.clone()
+        } else {
+            vec![false; run.inspect.len()]
+        };
+        let checks = check_all(&self.exec, &self.table, key, &probe).await;
+        self.record_checks(&checks, key, now);
+
+        if run.state.is_none() {
+            let missing: Vec<&str> = self
+                .table
+                .lus
+                .iter()
+                .zip(&checks)
+                .filter(|(_, c)| !c.keys.as_ref().is_ok_and(|k| k.keys.contains(&key)))
+                .map(|(lu, _)| lu.name.as_str())
+                .collect();
+            if !missing.is_empty() {
+                let text = format!("waiting for key {key} on {}", missing.join(", "));
+                if run.waiting != text {
+                    tracing::info!(
+                        "{text} (fence_pr's unfencing registers it); nothing is judged until then"
+                    );
+                    run.waiting.clone_from(&text);
+                }
+                lock(&self.status).state = State::WaitingForRegistration;
+                self.notifier.status(&text);
+                self.notifier.watchdog();
+                self.finish_tick(&checks);
+                return None;
+            }
+            let config = self.settings.watch_config(key)?;
+            tracing::info!(%key, "our key is on every LU: armed");
+            if let Err(e) = self.open_watchdog() {
+                tracing::error!(error = %e, "cannot open the watchdog");
+            }
+            run.state = Some(WatchState::new(
+                config,
+                self.table.lus.iter().map(|l| LuId(l.name.clone())),
+                now.into_std(),
+            ));
+        }
+        let watch = run.state.as_mut()?;
+        let observations: Vec<Observation> = self
+            .table
+            .lus
+            .iter()
+            .zip(&checks)
+            .map(|(lu, check)| Observation {
+                lu: LuId(lu.name.clone()),
+                result: match &check.keys {
+                    Ok(keys) => Ok(LuKeys {
+                        keys: keys.keys.clone(),
+                        path_count: lu.paths.len(),
+                        paths: check.registrations.clone(),
+                        paths_changed: lu.paths_changed || check.preempted_unit_attention,
+                    }),
+                    Err(e) => Err(check_error(e)),
+                },
+            })
+            .collect();
+        for (lu, check) in self.table.lus.iter().zip(&checks) {
+            if check.preempted_unit_attention {
+                tracing::warn!(lu = %lu.name, "the target reports a registration of this node was preempted (2Ah/05h)");
+            }
+        }
+        let decision = watch.tick(now.into_std(), observations);
+        let mut degraded = false;
+        for (index, (_, verdict)) in decision.lus.iter().enumerate() {
+            if let Some(flag) = run.inspect.get_mut(index) {
+                *flag = *verdict == LuVerdict::InspectPaths;
+            }
+            let Some(lu) = self.table.lus.get(index) else {
+                continue;
+            };
+            let error = checks.get(index).and_then(|c| c.keys.as_ref().err());
+            let text = describe(verdict, error);
+            if run.last_verdicts.get(index).is_some_and(|v| *v != text) {
+                match verdict {
+                    LuVerdict::Healthy | LuVerdict::InspectPaths => {
+                        tracing::info!(lu = %lu.name, verdict = %text)
+                    }
+                    _ => tracing::warn!(lu = %lu.name, verdict = %text),
+                }
+                if let Some(slot) = run.last_verdicts.get_mut(index) {
+                    *slot = text.clone();
+                }
+            }
+            degraded |= !matches!(verdict, LuVerdict::Healthy | LuVerdict::InspectPaths);
+            lock(&self.status).lus[index].verdict = text;
+            if let LuVerdict::Heal { .. } = verdict {
+                // ops::heal probes every path itself and registers under the P3 guard.
+                let id = lu
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| lu.device.display().to_string());
+                let result = heal_lu(&self.exec, id, &lu.paths, key).await;
+                report_heal(&lu.name, &result, &self.metrics);
+            }
+        }
+        {
+            let mut status = lock(&self.status);
+            if !self.fenced {
+                status.state = if degraded {
+                    State::Degraded
+                } else {
+                    State::Healthy
+                };
+            }
+        }
+        self.feed(decision.feed_watchdog);
+        let exit = match (&decision.fenced, decision.newly_fenced) {
+            (Some(reason), true) => self.self_fence(reason.to_string()).await,
+            _ => None,
+        };
+        if !self.fenced {
+            self.notifier.status(&format!(
+                "{} LU(s) {}",
+                self.table.lus.len(),
+                if degraded { "degraded" } else { "healthy" }
+            ));
+        }
+        self.finish_tick(&checks);
+        exit
+    }
+
+    fn record_checks(&self, checks: &[LuCheck], key: Key, now: Instant) {
+        let mut metrics = lock(&self.metrics);
+        for (lu, check) in self.table.lus.iter().zip(checks) {
+            let (outcome, seen) = match &check.keys {
+                Ok(keys) if keys.keys.contains(&key) => (CheckOutcome::Ok, Some(keys.keys.len())),
+                Ok(keys) => (CheckOutcome::KeyMissing, Some(keys.keys.len())),
+                Err(e) => (CheckOutcome::from(check_error(e)), None),
+            };
+            metrics.record_check(
+                &lu.name,
+                outcome,
+                seen.and_then(|n| u64::try_from(n).ok()),
+                now.into_std(),
+            );
+        }
+    }
+
+    /// Status of every LU after a check, then publish.
+    fn finish_tick(&self, checks: &[LuCheck]) {
+        {
+            let mut status = lock(&self.status);
+            status.checks += 1;
+            for ((lu, check), shown) in self.table.lus.iter().zip(checks).zip(status.lus.iter_mut())
+            {
+                shown.id.clone_from(&lu.id);
+                if let Ok(keys) = &check.keys {
+                    shown.keys = keys.keys.iter().map(Key::to_string).collect();
+                }
+                shown.paths = path_status(&lu.paths);
+            }
+        }
+        self.publish();
+    }
+
+    async fn stop_watch(&mut self, key: Key) -> Outcome {
+        tracing::info!("stopping");
+        self.notifier.stopping();
+        lock(&self.status).state = State::Stopping;
+        self.publish();
+        if self.settings.unregister_on_exit && !self.fenced {
+            let keys: Vec<(usize, Key)> = (0..self.table.lus.len()).map(|i| (i, key)).collect();
+            self.unregister_everywhere(&keys).await;
+        }
+        self.close_watchdog();
+        Outcome::Stopped
+    }
+
+    /// Applies a reload. Returns the new check interval if it changed.
+    async fn reload_watch(&mut self, new: Settings, run: &mut WatchRun) -> Option<Duration> {
+        let key = run.key;
+        let ModeSettings::Watch(new_watch) = &new.mode else {
+            tracing::error!(
+                "SIGHUP: the mode changes only with a restart; configuration not reloaded"
+            );
+            return None;
+        };
+        if self.fenced {
+            tracing::warn!("SIGHUP: fenced; nothing changes until the agent is restarted");
+            return None;
+        }
+        let ModeSettings::Watch(old_watch) = &self.settings.mode else {
+            return None;
+        };
+        let new_key = if new_watch.key == old_watch.key {
+            key
+        } else {
+            let spec = new_watch.key.clone();
+            let timeout = new.command_timeout;
+            match tokio::task::spawn_blocking(move || super::run::resolve_key(&spec, timeout)).await
+            {
+                Ok(Ok(k)) => k,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
+                    return None;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
+                    return None;
+                }
+            }
+        };
+        let devices_changed = new.devices != self.settings.devices;
+        let interval_changed = new.check_interval != self.settings.check_interval;
+        let new = self.apply_common(new);
+        if devices_changed || new_key != key {
+            tracing::warn!(key = %new_key, "SIGHUP: devices or key changed; judging the new set from now");
+            self.table = LuTable::new(&new.devices);
+            let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
+            *lock(&self.metrics) = super::metrics::Metrics::new(names.clone());
+            let mut status = lock(&self.status);
+            *status = super::status::Status::new("watch", &names);
+            status.own_key = Some(new_key.to_string());
+            drop(status);
+            let armed = run.state.is_some();
+            *run = WatchRun::new(new_key, names.len());
+            // Armed before: the new set is judged at once (no waiting for registration).
+            if armed {
+                run.state = new.watch_config(new_key).map(|config| {
+                    WatchState::new(
+                        config,
+                        names.into_iter().map(LuId),
+                        Instant::now().into_std(),
+                    )
+                });
+            }
+        } else if let (Some(watch), Some(config)) = (run.state.as_mut(), new.watch_config(new_key))
+        {
+            watch.reconfigure(config);
+        }
+        tracing::info!("SIGHUP: configuration reloaded");
+        let interval = new.check_interval;
+        self.settings = new;
+        interval_changed.then_some(interval)
+    }
+
+    /// `--once`: one READ KEYS per LU and every path probed; nothing healed, nothing fenced.
+    pub(super) async fn once_watch(&mut self, key: Key) -> bool {
+        self.table.refresh(&self.storage).await;
+        let probe = vec![true; self.table.lus.len()];
+        let checks = check_all(&self.exec, &self.table, key, &probe).await;
+        let Some(config) = self.settings.watch_config(key) else {
+            return false;
+        };
+        let now = Instant::now().into_std();
+        let mut judge = WatchState::new(
+            WatchConfig {
+                missing_confirmations: 1,
+                heal: false,
+                ..config
+            },
+            self.table.lus.iter().map(|l| LuId(l.name.clone())),
+            now,
+        );
+        let observations = self
+            .table
+            .lus
+            .iter()
+            .zip(&checks)
+            .map(|(lu, check)| Observation {
+                lu: LuId(lu.name.clone()),
+                result: match &check.keys {
+                    Ok(keys) => Ok(LuKeys {
+                        keys: keys.keys.clone(),
+                        path_count: lu.paths.len(),
+                        paths: check.registrations.clone(),
+                        paths_changed: false,
+                    }),
+                    Err(e) => Err(check_error(e)),
+                },
+            });
+        let decision = judge.tick(now, observations.collect::<Vec<_>>());
+        let healthy = decision.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy);
+        {
+            let mut status = lock(&self.status);
+            status.own_key = Some(key.to_string());
+            status.state = if healthy {
+                State::Healthy
+            } else {
+                State::Degraded
+            };
+            for (index, (_, verdict)) in decision.lus.iter().enumerate() {
+                let error = checks.get(index).and_then(|c| c.keys.as_ref().err());
+                if let Some(shown) = status.lus.get_mut(index) {
+                    shown.verdict = describe(verdict, error);
+                }
+            }
+        }
+        self.finish_tick(&checks);
+        healthy
+    }
+}
+
+fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut interval = tokio::time::interval(period);
+    // A late check is not made up for with a burst.
+    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    interval
+}
+
+pub(super) fn path_status(paths: &[PathHandle]) -> Vec<PathStatus> {
+    paths
+        .iter()
+        .map(|p| PathStatus {
+            name: p.spec.name.clone(),
+            dev: p.spec.dev.display().to_string(),
+            live: p.spec.live,
+            session: p.spec.session.clone(),
+        })
+        .collect()
+}
+
+/// A verdict in words, for logs and the status.
+fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
+    match verdict {
+        LuVerdict::Healthy => "healthy".to_owned(),
+        LuVerdict::InspectPaths => "key present; probing every path's registration".to_owned(),
+        LuVerdict::KeyMissing { reads } => {
+            format!("our key is missing ({reads} read(s) in a row); reading again")
+        }
+        LuVerdict::Heal { paths } => format!(
+            "paths without our registration (re-login?): {}; healing",
+            join(paths)
+        ),
+        LuVerdict::Orphaned { paths } => format!(
+            "paths without our registration (re-login?): {}; watch.heal is off",
+            join(paths)
+        ),
+        LuVerdict::Unreachable { .. } => match error {
+            Some(e) => format!("unreadable: {e}"),
+            None => "unreadable".to_owned(),
+        },
+        LuVerdict::Fenced => "fenced".to_owned(),
+    }
+}
+
+fn join(paths: &[PathId]) -> String {
+    paths
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,766 @@
+//! Executing an [`AgentRequest`] with the fencing engine ([`crate::ops`]): what `fence_pr` does
+//! for each Fence Agent API action. Everything the node provides (corosync, sysfs discovery,
+//! opening devices, the key store, sleeping) comes through [`NodeSystem`], so the logic runs on
+//! SPC-model LUs in tests and on SG_IO devices in production ([`LinuxSystem`]).
+//!
+//! Behaviour, action by action (fence_scsi 4.12.1 facts checked in /usr/sbin/fence_scsi):
+//! - `on` (unfence, run by Pacemaker on the target itself): the key is `key`, else the key of
+//!   `nodename`/`plug` derived as fence_scsi does. It is written to the key store first (as
+//!   fence_scsi's `set_key`), then registered on every path of every LU with a reservation made
+//!   where none exists, and verified. Each device of an LU that verified is appended to the
+//!   store's `.dev` file (as fence_scsi's `dev_write`). `aptpl` sets APTPL on the REGISTERs.
+//! - `off`: waits `delay`, then removes the target's key (the victim) using this node's own key
+//!   as fence_scsi does: the key `on` stored in `/var/run/cluster.key` (`get_key()`; fence_scsi
+//!   does not ask corosync for it). No stored key means this node was never unfenced and cannot
+//!   preempt: failure. The victim equal to the own key is refused ("keys cannot be same").
+//!   The engine fences the arbiter LU first; "this node was fenced" (our key is gone from the
+//!   arbiter) is a failure like any other (exit 1, the API has no other code) and is logged as
+//!   such, so an admin reading the log knows this node lost the race.
+//! - `status`: ON (exit 0) if the target's key is registered on ANY LU, OFF (2) if every LU was
+//!   read and none has it, else failure (1). Rationale: a node whose key is still on one LU can
+//!   still write there, so calling it OFF would tell Pacemaker and the admin it is fenced when it
+//!   is not. ON on only some LUs is logged as a warning naming the LUs. This is fence_scsi's
+//!   semantic; Pacemaker's `pcmk_host_check=status` treats 0 and 2 alike ("can fence").
+//! - `monitor`: probes every LU instead of fence_scsi's binary checks: each LU must answer READ
+//!   KEYS through some path, must not refuse persistent reservations (REPORT CAPABILITIES must
+//!   not say WERO is unsupported; a target without REPORT CAPABILITIES is accepted since READ KEYS
+//!   worked), and this node's stored key must be registered (else this node cannot fence: it
+//!   was fenced or never unfenced). A dead path of an LU that answers elsewhere is a warning on
+//!   stderr, not a failure, so Pacemaker does not bounce the device for a degraded path
+//!   (fence-agents PR #548). No stored key is a failure, as in fence_scsi.
+//! - `list`: every node of the corosync nodelist (never empty: an empty list would make
+//!   Pacemaker's dynamic-list check refuse to fence anyone, so it is a failure). `list-status`:
+//!   each node with ON/OFF/UNKNOWN by the `status` rule.
+//! - `metadata`/`manpage`: the XML. `validate-all`: the parse succeeded, so exit 0.
+//! - `power_wait` is slept after a successful `on`/`off`; `suppress_errors` has no effect (in
+//!   fence_scsi it only silences a missing `.dev` file in `monitor`, which fence_pr never reads);
+//!   `retry_on`, `login_timeout`, `shell_timeout`, `stonith_status_sleep` have nothing to act on.
+//!
+//! Timeouts: each SCSI command is bounded by `power_timeout` unless timeouts are disabled
+//! (`disable_timeout`, set automatically under pacemaker-fenced), in which case the transport's
+//! default ([`Policy::DEFAULT_TIMEOUT`], 10 s) bounds it: SG_IO always needs a bound, and a
+//! bounded command lets the engine move to another path within Pacemaker's timeout. The whole
+//! run (delay, corosync queries, discovery, engine) aims to finish within [`RUN_BUDGET`], below
+//! Pacemaker's default 60 s `pcmk_off_timeout`; the engine always gets at least
+//! [`MIN_ENGINE_DEADLINE`], so a long `delay` needs a longer Pacemaker timeout (warned).
+//!
+//! Devices: `devices`, resolved by discovery (a dm-multipath map stands for its paths; a device
+//! that vanished is a dead path of a node-local LU and does not stop the others; a partition, an
+//! LVM volume or a non-SCSI disk fails the request). No `devices`: the PVs of clustered or shared
+//! VGs (`vgs_path`), as fence_scsi. `mpath_register_method=multi` (default) uses every path of
+//! each LU; `single` uses one path per LU (the first live one), so registration and reservation
+//! go through that path only and a dead path fails the LU. `readonly` changes nothing: devices
+//! are always opened read-only (SG_IO needs no write access, and a read-only open does not
+//! trigger udev change events, the reason fence_scsi added the option).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sg_io::Device;
+
+use super::keys::{self, KeyError, Nodelist};
+use super::metadata::metadata_xml;
+use super::store::{DEFAULT_STEM, KeyStore};
+use super::{Action, AgentRequest, ExitCode, MpathRegisterMethod, Options};
+use crate::discover::{DiscoverError, Discovery, OpenPath, Resolution, targets};
+use crate::exec::ScsiPr;
+use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, Verdict};
+use crate::pr::{Capabilities, FullStatus, Key, PrOut, PrOutAction, ReadKeys, ReadReservation};
+use crate::transport::{CommandError, ErrorKind, Policy, PrOutReport, PrTransport};
+
+/// The whole run should end within this, below Pacemaker's default 60 s fence timeout.
+pub const RUN_BUDGET: Duration = Duration::from_secs(50);
+/// The least the engine is given, however long the delay and the corosync queries took.
+pub const MIN_ENGINE_DEADLINE: Duration = Duration::from_secs(10);
+/// Environment variable naming the key store stem instead of `/var/run/cluster`. Not a fence_scsi
+/// option: it lets a lab run two "nodes" on one host, each with its own store.
+pub const STORE_ENV: &str = "FENCE_PR_STORE";
+
+/// What the node provides to the agent.
+pub trait NodeSystem {
+    type Path: PrTransport + 'static;
+    /// Output of `corosync-cmapctl <arg>` (with `options.corosync_cmap_path`).
+    fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError>;
+    /// Lenient discovery of the given devices ([`Discovery::resolve_each`]).
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
+    /// LVM autodiscovery, lenient ([`Discovery::resolve_lvm_each`]).
+    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError>;
+    fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError>;
+    fn store(&self) -> &KeyStore;
+    fn sleep(&self, duration: Duration);
+}
+
+/// The real node: corosync-cmapctl, /sys and /dev, SG_IO, the key store.
+#[derive(Debug, Clone)]
+pub struct LinuxSystem {
+    discovery: Discovery,
+    store: KeyStore,
+}
+
+impl LinuxSystem {
+    /// The store is fence_scsi's (`/var/run/cluster.key`/`.dev`) unless [`STORE_ENV`] is set.
+    pub fn from_environment() -> LinuxSystem {
+        let stem = std::env::var_os(STORE_ENV)
+            .filter(|s| !s.is_empty())
+            .map_or_else(|| PathBuf::from(DEFAULT_STEM), PathBuf::from);
+        LinuxSystem {
+            discovery: Discovery::system(),
+            store: KeyStore::new(stem),
+        }
+    }
+}
+
+/// The bound for `corosync-cmapctl` and `vgs`: `power_timeout`, or [`HELPER_TIMEOUT`] when
+/// timeouts are disabled. fence_scsi leaves them unbounded under pacemaker-fenced; a bound turns
+/// a hung helper into a logged failure instead of a kill at Pacemaker's timeout.
+fn helper_timeout(options: &Options) -> Option<Duration> {
+    Some(options.command_timeout().unwrap_or(HELPER_TIMEOUT))
+}
+
+/// See [`helper_timeout`]; fence-agents' default `power_timeout`.
+pub const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl NodeSystem for LinuxSystem {
+    type Path = ScsiPr<Device>;
+    fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError> {
+        keys::query_cmapctl(&options.corosync_cmap_path, arg, helper_timeout(options))
+    }
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+        self.discovery.resolve_each(devices)
+    }
+    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError> {
+        self.discovery
+            .resolve_lvm_each(&options.vgs_path, helper_timeout(options))
+    }
+    fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
+        ScsiPr::open(device, policy)
+    }
+    fn store(&self) -> &KeyStore {
+        &self.store
+    }
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// A failure before or outside the engine, logged with fence-agents' "Failed:" wording.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Failed(String);
+
+impl Failed {
+    fn from(e: impl std::fmt::Display) -> Failed {
+        Failed(e.to_string())
+    }
+}
+
+/// A path as the agent uses it: REGISTERs carry APTPL when `aptpl` is set (for `on`).
+#[derive(Debug)]
+pub struct AgentPath<T> {
+    inner: OpenPath<T>,
+    aptpl: bool,
+}
+
+impl<T: PrTransport> PrTransport for AgentPath<T> {
+    fn device(&self) -> &Path {
+        self.inner.device()
+    }
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        self.inner.read_keys()
+    }
+    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
+        self.inner.read_reservation()
+    }
+    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
+        self.inner.report_capabilities()
+    }
+    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
+        self.inner.read_full_status()
+    }
+    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+        let registers = matches!(
+            request.action,
+            PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey
+        );
+        // Unregistering (service action key 0) never asks to persist anything.
+        if self.aptpl && registers && !request.sa_key.is_zero() {
+            self.inner.pr_out(&request.clone().with_aptpl(true))
+        } else {
+            self.inner.pr_out(request)
+        }
+    }
+}
+
+/// The engine's targets for this request plus, per LU identifier, the device names given for it
+/// (what `on` records in the `.dev` file).
+struct Targets<T> {
+    lus: Vec<LuTarget<AgentPath<T>>>,
+    given: HashMap<String, Vec<PathBuf>>,
+}
+
+/// Executes `request` (help and version are the caller's: they print before logging starts).
+/// Writes the action's output (metadata, list, "Success: …", "Status: …") to `out` and logs the
+/// rest through `tracing`. Returns the exit code.
+pub fn execute<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    agent_name: &str,
+    out: &mut dyn Write,
+) -> ExitCode {
+    let started = Instant::now();
+    for note in &request.notes {
+        tracing::debug!("{note}");
+    }
+    let result = match request.action {
+        Action::Metadata | Action::Manpage => {
+            print(out, &metadata_xml(agent_name)).map(|()| ExitCode::Success)
+        }
+        Action::ValidateAll => {
+            tracing::info!("validate-all: the options are valid");
+            Ok(ExitCode::Success)
+        }
+        Action::List => list(request, system, out),
+        Action::ListStatus => list_status(request, system, out, started),
+        Action::Monitor => monitor(request, system, started),
+        Action::Status => status(request, system, out, started),
+        Action::On => unfence(request, system, out, started),
+        Action::Off => fence(request, system, out, started),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failed(message)) => {
+            for line in message.lines() {
+                if line.starts_with("Failed") {
+                    tracing::error!("{line}");
+                } else {
+                    tracing::error!("Failed: {line}");
+                }
+            }
+            ExitCode::Error
+        }
+    }
+}
+
+fn print(out: &mut dyn Write, text: &str) -> Result<(), Failed> {
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Failed(format!("writing the output: {e}")))
+}
+
+/// The per-command policy (see the module docs).
+fn policy(options: &Options) -> Policy {
+    Policy {
+        timeout: options.command_timeout().unwrap_or(Policy::DEFAULT_TIMEOUT),
+        ..Policy::default()
+    }
+}
+
+fn limits(started: Instant) -> Limits {
+    let left = RUN_BUDGET.saturating_sub(started.elapsed());
+    if left < MIN_ENGINE_DEADLINE {
+        tracing::warn!(
+            "{:?} of the {RUN_BUDGET:?} budget already spent (delay, corosync, discovery); the \
+             engine still gets {MIN_ENGINE_DEADLINE:?}: make Pacemaker's timeout for this action \
+             longer than delay + 50 s",
+            started.elapsed()
+        );
+    }
+    Limits {
+        deadline: left.max(MIN_ENGINE_DEADLINE),
+    }
+}
+
+/// Resolves the devices (or LVM) and opens every path.
+fn lu_targets<S: NodeSystem>(
+    options: &Options,
+    system: &S,
+    aptpl: bool,
+) -> Result<Targets<S::Path>, Failed> {
+    let resolution = if options.devices.is_empty() {
+        tracing::debug!(
+            "no devices given: looking for PVs of clustered or shared VGs with {}",
+            options.vgs_path.display()
+        );
+        system
+            .resolve_lvm(options)
+            .map_err(|e| Failed(format!("No devices found: {e}")))?
+    } else {
+        system.resolve(&options.devices).map_err(Failed::from)?
+    };
+    for unknown in &resolution.unidentified {
+        tracing::warn!("{}; handled as a dead path", unknown.error);
+    }
+    let mut given: HashMap<String, Vec<PathBuf>> = HashMap::new();
+    for lu in &resolution.lus {
+        let names = given.entry(lu.id.to_string()).or_default();
+        for path in &lu.paths {
+            if !names.contains(&path.given) {
+                names.push(path.given.clone());
+            }
+        }
+    }
+    let policy = policy(options);
+    let single = options.mpath_register_method == MpathRegisterMethod::Single;
+    let lus: Vec<LuTarget<AgentPath<S::Path>>> =
+        targets(&resolution, single, |dev| system.open(dev, policy))
+            .into_iter()
+            .map(|lu| LuTarget {
+                id: lu.id,
+                paths: lu
+                    .paths
+                    .into_iter()
+                    .map(|inner| AgentPath { inner, aptpl })
+                    .collect(),
+            })
+            .collect();
+    for unknown in &resolution.unidentified {
+        if let Some(lu) = lus
+            .iter()
+            .find(|lu| lu.paths.iter().any(|p| p.device() == unknown.device))
+        {
+            given
+                .entry(lu.id.clone())
+                .or_default()
+                .push(unknown.device.clone());
+        }
+    }
+    Ok(Targets { lus, given })
+}
+
+/// Runs one engine command on a fresh runtime. LUs that timed out may still have a command in
+/// the kernel; the runtime is shut down without waiting for them.
+fn run_engine<F: std::future::Future<Output = Result<Report, ops::RequestError>>>(
+    future: F,
+) -> Result<Report, Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .map_err(|e| Failed(format!("cannot start the async runtime: {e}")))?;
+    let result = runtime.block_on(future);
+    runtime.shutdown_background();
+    result.map_err(Failed::from)
+}
+
+/// Logs the engine's evidence: failures as errors, dead paths as warnings, the rest below.
+fn log_report(report: &Report) {
+    for lu in &report.lus {
+        if lu.ok {
+            tracing::debug!("{} {}: {}", report.command, lu.lu, lu.verdict);
+        } else if lu.verdict == Verdict::NotRegistered {
+            // An answer (status OFF), not an error; monitor reports it itself.
+            tracing::info!("{} {}: {}", report.command, lu.lu, lu.verdict);
+        } else {
+            tracing::error!(
+                "{} {}: {}{}",
+                report.command,
+                lu.lu,
+                lu.verdict,
+                lu.error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            );
+        }
+        for path in &lu.paths {
+            if matches!(path.state, PathState::Dead | PathState::Failed) {
+                tracing::warn!(
+                    "{} {}: path {} {}: {}",
+                    report.command,
+                    lu.lu,
+                    path.device,
+                    if path.state == PathState::Dead {
+                        "dead"
+                    } else {
+                        "failed"
+                    },
+                    path.error.as_deref().unwrap_or("")
+                );
+            }
+        }
+        for note in &lu.notes {
+            tracing::info!("{} {}: {note}", report.command, lu.lu);
+        }
+    }
+    tracing::info!("{}: {}", report.command, report.summary);
+}
+
+/// Memoizes corosync queries: `list-status` derives a key per node from the same two answers.
+struct Corosync<'a, S> {
+    system: &'a S,
+    options: &'a Options,
+    answers: HashMap<String, String>,
+}
+
+impl<'a, S: NodeSystem> Corosync<'a, S> {
+    fn new(system: &'a S, options: &'a Options) -> Self {
+        Corosync {
+            system,
+            options,
+            answers: HashMap::new(),
+        }
+    }
+
+    fn query(&mut self, arg: &str) -> Result<String, KeyError> {
+        if let Some(answer) = self.answers.get(arg) {
+            return Ok(answer.clone());
+        }
+        let answer = self.system.cmapctl(self.options, arg)?;
+        self.answers.insert(arg.to_owned(), answer.clone());
+        Ok(answer)
+    }
+
+    fn key_of(&mut self, request: &AgentRequest) -> Result<Key, Failed> {
+        let key = request
+            .target_key(|arg| self.query(arg))
+            .map_err(Failed::from)?;
+        Ok(Key::new(key))
+    }
+
+    fn node_names(&mut self) -> Result<Vec<String>, Failed> {
+        let nodelist = Nodelist::parse(&self.query("nodelist").map_err(Failed::from)?);
+        let names: Vec<String> = nodelist
+            .node_names()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        if names.is_empty() {
+            return Err(Failed(format!(
+                "the corosync nodelist ({} nodelist) names no node; an empty list would stop \
+                 Pacemaker from fencing any node with this device",
+                self.options.corosync_cmap_path.display()
+            )));
+        }
+        Ok(names)
+    }
+}
+
+fn list<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    out: &mut dyn Write,
+) -> Result<ExitCode, Failed> {
+    let names = Corosync::new(system, &request.options).node_names()?;
+    print(out, &super::render_list(&names, &request.options.separator))?;
+    Ok(ExitCode::Success)
+}
+
+/// The `status` rule (module docs): Some(true) ON, Some(false) OFF, None unknown.
+fn status_verdict(report: &Report) -> Option<bool> {
+    let on = report
+        .lus
+        .iter()
+        .any(|lu| lu.verdict == Verdict::Registered);
+    let off = report
+        .lus
+        .iter()
+        .all(|lu| lu.verdict == Verdict::NotRegistered);
+    if on {
+        Some(true)
+    } else if off {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+fn registered_partially(report: &Report) -> Vec<&str> {
+    report
+        .lus
+        .iter()
+        .filter(|lu| lu.verdict != Verdict::Registered)
+        .map(|lu| lu.lu.as_str())
+        .collect()
+}
+
+fn status_of<S: NodeSystem>(
+    options: &Options,
+    system: &S,
+    key: Key,
+    started: Instant,
+) -> Result<Report, Failed> {
+    let targets = lu_targets(options, system, false)?;
+    let report = run_engine(ops::status(targets.lus, key, limits(started)))?;
+    log_report(&report);
+    Ok(report)
+}
+
+fn status<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    out: &mut dyn Write,
+    started: Instant,
+) -> Result<ExitCode, Failed> {
+    let key = Corosync::new(system, &request.options).key_of(request)?;
+    let report = status_of(&request.options, system, key, started)?;
+    match status_verdict(&report) {
+        Some(true) => {
+            let missing = registered_partially(&report);
+            if !missing.is_empty() {
+                tracing::warn!(
+                    "{key} is registered on some LUs only; not (or unreadable) on: {}. The node \
+                     can still write where it is registered, so it is ON",
+                    missing.join(", ")
+                );
+            }
+            print(out, "Status: ON\n")?;
+            Ok(ExitCode::Success)
+        }
+        Some(false) => {
+            print(out, "Status: OFF\n")?;
+            Ok(ExitCode::Off)
+        }
+        None => Err(Failed(format!(
+            "cannot tell whether {key} is registered: {}",
+            report.summary
+        ))),
+    }
+}
+
+fn list_status<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    out: &mut dyn Write,
+    started: Instant,
+) -> Result<ExitCode, Failed> {
+    let mut corosync = Corosync::new(system, &request.options);
+    let names = corosync.node_names()?;
+    let mut rows: Vec<(String, Option<bool>)> = Vec::with_capacity(names.len());
+    for name in names {
+        let mut per_node = request.clone();
+        per_node.options.plug = Some(name.clone());
+        per_node.options.key = None;
+        let on = match corosync.key_of(&per_node) {
+            Ok(key) => status_of(&request.options, system, key, started)
+                .map(|report| status_verdict(&report))
+                .unwrap_or_else(|e| {
+                    tracing::error!("status of {name}: {e}");
+                    None
+                }),
+            Err(e) => {
+                tracing::error!("key of {name}: {e}");
+                None
+            }
+        };
+        rows.push((name, on));
+    }
+    print(
+        out,
+        &super::render_list_status(&rows, &request.options.separator),
+    )?;
+    Ok(ExitCode::Success)
+}
+
+fn stored_key<S: NodeSystem>(system: &S, why: &str) -> Result<Key, Failed> {
+    match system.store().read_key().map_err(Failed::from)? {
+        Some(key) => Ok(Key::new(key)),
+        None => Err(Failed(format!(
+            "Failed: Cannot open file \"{}\": this node has no key ({why}); it is written by \
+             `on` (unfencing), which Pacemaker runs when the node joins",
+            system.store().key_path().display()
+        ))),
+    }
+}
+
+fn unfence<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    out: &mut dyn Write,
+    started: Instant,
+) -> Result<ExitCode, Failed> {
+    let options = &request.options;
+    let key = Corosync::new(system, options).key_of(request)?;
+    // fence_scsi records the key before registering, so a later `off` from this node and the
+    // watchdog check know it even if registration fails halfway.
+    system.store().write_key(key.get()).map_err(Failed::from)?;
+    let targets = lu_targets(options, system, options.aptpl)?;
+    let given = targets.given;
+    let report = run_engine(ops::unfence(targets.lus, key, limits(started)))?;
+    log_report(&report);
+    for lu in report.lus.iter().filter(|lu| lu.ok) {
+        for device in given.get(&lu.lu).into_iter().flatten() {
+            system.store().add_device(device).map_err(Failed::from)?;
+        }
+    }
+    if report.outcome != Outcome::Success {
+        return Err(Failed(report.summary));
+    }
+    power_wait(options, system);
+    print(out, "Success: Powered ON\n")?;
+    Ok(ExitCode::Success)
+}
+
+fn fence<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    out: &mut dyn Write,
+    started: Instant,
+) -> Result<ExitCode, Failed> {
+    let options = &request.options;
+    if !options.delay.is_zero() {
+        tracing::info!("Delay {} second(s) before fencing", options.delay.as_secs());
+        system.sleep(options.delay);
+    }
+    let victim = Corosync::new(system, options).key_of(request)?;
+    let own = stored_key(system, "needed to preempt the victim")?;
+    super::check_not_self(victim.get(), own.get()).map_err(Failed::from)?;
+    let targets = lu_targets(options, system, false)?;
+    let report = run_engine(ops::fence(targets.lus, own, victim, limits(started)))?;
+    log_report(&report);
+    match report.outcome {
+        Outcome::Success => {
+            power_wait(options, system);
+            let already = report
+                .lus
+                .iter()
+                .all(|lu| lu.verdict == Verdict::AlreadyFenced);
+            print(
+                out,
+                if already {
+                    "Success: Already OFF\n"
+                } else {
+                    "Success: Powered OFF\n"
+                },
+            )?;
+            Ok(ExitCode::Success)
+        }
+        Outcome::ThisNodeFenced => Err(Failed(format!(
+            "THIS NODE WAS FENCED, not {victim}: {}. It must not fence anyone; it needs `on` \
+             (unfencing) after it rejoins the cluster",
+            report.summary
+        ))),
+        _ => Err(Failed(report.summary)),
+    }
+}
+
+/// fence-agents' `power_wait`: a pause after a successful `on` or `off`.
+fn power_wait<S: NodeSystem>(options: &Options, system: &S) {
+    if !options.power_wait.is_zero() {
+        tracing::debug!("power_wait: {:?}", options.power_wait);
+        system.sleep(options.power_wait);
+    }
+}
+
+/// What REPORT CAPABILITIES says about one LU, tried on each path until one answers.
+fn capabilities_problem<T: PrTransport>(lu: &LuTarget<T>) -> Option<Result<String, String>> {
+    for path in &lu.paths {
+        match path.report_capabilities() {
+            Ok(caps) => {
+                let wero = ops::FENCING_TYPE;
+                return match &caps.supported_types {
+                    Some(types) if !types.contains(&wero) => Some(Err(format!(
+                        "{} does not support {wero} reservations (REPORT CAPABILITIES type \
+                         mask); it cannot be fenced with this agent",
+                        lu.id
+                    ))),
+                    _ => None,
+                };
+            }
+            Err(e) if matches!(e.kind, ErrorKind::NotSupported) => {
+                return Some(Err(format!(
+                    "{} has no persistent reservations: {e}",
+                    lu.id
+                )));
+            }
+            Err(e) if matches!(e.kind, ErrorKind::InvalidField) => {
+                return Some(Ok(format!(
+                    "{}: REPORT CAPABILITIES is not supported ({e}); READ KEYS decides",
+                    lu.id
+                )));
+            }
+            // Dead paths show up in the status pass.
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+fn monitor<S: NodeSystem>(
+    request: &AgentRequest,
+    system: &S,
+    started: Instant,
+) -> Result<ExitCode, Failed> {
+    let options = &request.options;
+    let own = stored_key(system, "monitor checks it is registered")?;
+    let targets = lu_targets(options, system, false)?;
+    // REPORT CAPABILITIES on every LU at once, each through its first answering path.
+    let caps: Vec<Option<Result<String, String>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = targets
+            .lus
+            .iter()
+            .map(|lu| scope.spawn(move || capabilities_problem(lu)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Some(Err("REPORT CAPABILITIES check panicked".into())))
+            })
+            .collect()
+    });
+    let mut problems: Vec<String> = Vec::new();
+    for found in caps.into_iter().flatten() {
+        match found {
+            Ok(warning) => tracing::warn!("{warning}"),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    let report = run_engine(ops::status(targets.lus, own, limits(started)))?;
+    for lu in &report.lus {
+        problems.extend(monitor_problem(lu, own));
+        degraded_warning(lu);
+    }
+    if problems.is_empty() {
+        tracing::info!(
+            "monitor: {} LUs reachable, {own} registered on each",
+            report.lus.len()
+        );
+        Ok(ExitCode::Success)
+    } else {
+        Err(Failed(problems.join("\n")))
+    }
+}
+
+fn monitor_problem(lu: &LuReport, own: Key) -> Option<String> {
+    match lu.verdict {
+        Verdict::Registered => None,
+        Verdict::NotRegistered => Some(format!(
+            "this node's key {own} is not registered on {}: this node was fenced or never \
+             unfenced, so it cannot fence others; run `on` (unfence) on this node",
+            lu.lu
+        )),
+        _ => Some(format!(
+            "{} unreachable ({}): {}",
+            lu.lu,
+            lu.verdict,
+            lu.error.as_deref().unwrap_or("no path answered")
+        )),
+    }
+}
+
+fn degraded_warning(lu: &LuReport) {
+    let bad: Vec<String> = lu
+        .paths
+        .iter()
+        .filter(|p| matches!(p.state, PathState::Dead | PathState::Failed))
+        .map(|p| {
+            format!(
+                "{} ({})",
+                p.device,
+                p.error.as_deref().unwrap_or("no answer")
+            )
+        })
+        .collect();
+    if !bad.is_empty() && lu.verdict == Verdict::Registered {
+        tracing::warn!(
+            "{} is degraded: path(s) {} failed; it is still reachable through another path",
+            lu.lu,
+            bad.join(", ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;

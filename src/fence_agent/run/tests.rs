@@ -1,0 +1,505 @@
+//! The agent's actions on SPC-model LUs (`ScsiPr<ModelDevice>`, LIO quirks) through the real
+//! engine, with corosync, discovery, the key store and sleeping faked by [`ModelSystem`].
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
+use crate::fence_agent::{Environment, keys::NativeKey, parse};
+use crate::pr::TransportId;
+use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
+
+const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
+const CMAP_NODES: &str = "nodelist.local_node_pos (u32) = 0\n\
+nodelist.node.0.name (str) = node1\n\
+nodelist.node.0.nodeid (u32) = 1\n\
+nodelist.node.0.ring0_addr (str) = 10.0.0.1\n\
+nodelist.node.1.name (str) = node2\n\
+nodelist.node.1.nodeid (u32) = 2\n\
+nodelist.node.1.ring0_addr (str) = 10.0.0.2\n";
+
+/// A path of one node to one modelled LU, as discovery would report it.
+struct ModelPathSpec {
+    dev: PathBuf,
+    lu: usize,
+    nexus: Nexus,
+}
+
+/// One node's view: its paths to the shared LUs, its own key store, a fake corosync.
+struct ModelSystem {
+    lus: Arc<Vec<Arc<Mutex<ModelLu>>>>,
+    paths: Vec<ModelPathSpec>,
+    store: KeyStore,
+    _dir: tempfile::TempDir,
+    slept: Mutex<Vec<Duration>>,
+    nodelist: String,
+}
+
+impl NodeSystem for ModelSystem {
+    type Path = ScsiPr<ModelDevice>;
+    fn cmapctl(&self, _options: &Options, arg: &str) -> Result<String, KeyError> {
+        match arg {
+            "totem.cluster_name" => Ok(CMAP_NAME.to_owned()),
+            "nodelist" => Ok(self.nodelist.clone()),
+            other => panic!("unexpected cmapctl query {other}"),
+        }
+    }
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+        let mut lus: Vec<Lu> = Vec::new();
+        let mut unidentified = Vec::new();
+        for device in devices {
+            let Some(spec) = self.paths.iter().find(|p| &p.dev == device) else {
+                unidentified.push(Unidentified {
+                    device: device.clone(),
+                    error: DeviceError::NotFound {
+                        device: device.clone(),
+                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    },
+                });
+                continue;
+            };
+            let path = PathInfo {
+                dev: spec.dev.clone(),
+                given: device.clone(),
+                name: spec.dev.display().to_string(),
+                hctl: format!("{}:0:0:{}", spec.nexus_index(), spec.lu),
+                state: SysfsState::Running,
+                transport: None,
+            };
+            let id = LuId::from_vpd_pg83(&designator(spec.lu)).unwrap();
+            match lus.iter_mut().find(|l| l.id == id) {
+                Some(lu) => lu.paths.push(path),
+                None => lus.push(Lu {
+                    id,
+                    paths: vec![path],
+                }),
+            }
+        }
+        lus.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(Resolution { lus, unidentified })
+    }
+    fn resolve_lvm(&self, _options: &Options) -> Result<Resolution, DiscoverError> {
+        Err(DiscoverError::NothingToFence)
+    }
+    fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
+        // A device that vanished: the open fails as on a real system.
+        let Some(spec) = self.paths.iter().find(|p| p.dev == device) else {
+            return Err(CommandError::without_completion(
+                device,
+                crate::transport::Command::Open,
+                ErrorKind::Open,
+                "No such file or directory",
+            ));
+        };
+        Ok(ScsiPr::new(
+            ModelDevice::new(Arc::clone(&self.lus[spec.lu]), spec.nexus, &spec.dev),
+            Policy {
+                not_ready_backoff: Duration::from_millis(1),
+                ..policy
+            },
+        ))
+    }
+    fn store(&self) -> &KeyStore {
+        &self.store
+    }
+    fn sleep(&self, duration: Duration) {
+        self.slept.lock().unwrap().push(duration);
+    }
+}
+
+impl ModelPathSpec {
+    fn nexus_index(&self) -> String {
+        format!("{:?}", self.nexus)
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect()
+    }
+}
+
+/// A VPD page 83h with one NAA designator, different per LU.
+fn designator(lu: usize) -> Vec<u8> {
+    let mut naa = [0u8; 16];
+    naa[0] = 0x60;
+    naa[1] = 0x01;
+    naa[2] = 0x40;
+    naa[3] = 0x50;
+    naa[15] = u8::try_from(lu).unwrap();
+    // Designator: code set binary, association LU, type NAA, length 16.
+    let mut page = vec![0x00, 0x83, 0x00, 20, 0x01, 0x03, 0x00, 16];
+    page.extend_from_slice(&naa);
+    page
+}
+
+/// Shared LUs; nodes connect to them with `paths` paths each.
+struct Cluster {
+    lus: Arc<Vec<Arc<Mutex<ModelLu>>>>,
+}
+
+impl Cluster {
+    fn new(count: usize) -> Cluster {
+        Cluster {
+            lus: Arc::new(
+                (0..count)
+                    .map(|_| Arc::new(Mutex::new(ModelLu::new(Quirks::lio()))))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn node(&self, node: &str, paths: usize) -> ModelSystem {
+        let mut specs = Vec::new();
+        for (lu, model) in self.lus.iter().enumerate() {
+            for p in 0..paths {
+                let nexus = model.lock().unwrap().connect(
+                    TransportId::Iscsi {
+                        name: format!("iqn.2026-11.lab:{node}"),
+                        isid: Some(format!("23d00000{p}")),
+                    },
+                    u16::try_from(p + 1).unwrap(),
+                );
+                specs.push(ModelPathSpec {
+                    dev: PathBuf::from(format!("/dev/{node}-lu{lu}-p{p}")),
+                    lu,
+                    nexus,
+                });
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        ModelSystem {
+            lus: Arc::clone(&self.lus),
+            paths: specs,
+            store: KeyStore::new(dir.path().join("cluster")),
+            _dir: dir,
+            slept: Mutex::new(Vec::new()),
+            nodelist: CMAP_NODES.to_owned(),
+        }
+    }
+
+    fn keys(&self, lu: usize) -> Vec<Key> {
+        self.lus[lu]
+            .lock()
+            .unwrap()
+            .registrations()
+            .iter()
+            .map(|r| r.key)
+            .collect()
+    }
+}
+
+impl ModelSystem {
+    fn devices(&self) -> String {
+        self.paths
+            .iter()
+            .map(|p| p.dev.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Runs the agent with stdin `lines` (what Pacemaker sends); returns exit code and stdout.
+fn agent(system: &ModelSystem, lines: &str) -> (ExitCode, String) {
+    let env = Environment {
+        pcmk_service: Some("pacemaker-fenced".into()),
+    };
+    let request = match parse::<&str>(&[], Some(lines), &env) {
+        Ok(request) => request,
+        Err(e) => return (e.exit_code(), e.to_string()),
+    };
+    let mut out = Vec::new();
+    let code = execute(&request, system, "fence_pr", &mut out);
+    (code, String::from_utf8(out).unwrap())
+}
+
+fn on(system: &ModelSystem, node: &str) -> (ExitCode, String) {
+    agent(
+        system,
+        &format!("action=on\nnodename={node}\ndevices={}\n", system.devices()),
+    )
+}
+
+// fence_scsi's keys for cluster "lab": md5("lab")[:4] + positional index.
+fn scsi_key(position: u32) -> Key {
+    let cluster = &keys::fence_scsi_hash_key_string("lab", "x")[..4];
+    Key::new(u64::from_str_radix(&format!("{cluster}{position:04}"), 16).unwrap())
+}
+
+#[test]
+fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
+    let cluster = Cluster::new(2);
+    let a = cluster.node("node1", 2);
+    let (code, out) = on(&a, "node1");
+    assert_eq!(code, ExitCode::Success, "{out}");
+    assert_eq!(out, "Success: Powered ON\n");
+    let key = scsi_key(0);
+    for lu in 0..2 {
+        assert_eq!(cluster.keys(lu), vec![key, key], "two paths registered");
+        assert!(cluster.lus[lu].lock().unwrap().reservation().is_some());
+    }
+    assert_eq!(a.store.read_key().unwrap(), Some(key.get()));
+    let devs = a.store.read_devices().unwrap().unwrap();
+    assert_eq!(devs.len(), 4, "{devs:?}");
+    // Idempotent (P4).
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(a.store.read_devices().unwrap().unwrap().len(), 4);
+}
+
+#[test]
+fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
+    let cluster = Cluster::new(2);
+    let a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 1);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    let (code, out) = agent(
+        &a,
+        &format!(
+            "action=off\nnodename=node2\ndelay=3\npower_wait=1\ndevices={}\n",
+            a.devices()
+        ),
+    );
+    assert_eq!(code, ExitCode::Success, "{out}");
+    assert_eq!(out, "Success: Powered OFF\n");
+    assert_eq!(
+        *a.slept.lock().unwrap(),
+        vec![Duration::from_secs(3), Duration::from_secs(1)],
+        "delay before, power_wait after"
+    );
+    for lu in 0..2 {
+        assert_eq!(cluster.keys(lu), vec![scsi_key(0)]);
+    }
+    // Again: already off, still success (P4).
+    let (code, out) = agent(
+        &a,
+        &format!("action=off\nport=node2\ndevices={}\n", a.devices()),
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (ExitCode::Success, "Success: Already OFF\n")
+    );
+    // status of node2 is now OFF, of node1 ON.
+    let status = |node: &str| {
+        agent(
+            &a,
+            &format!("action=status\nport={node}\ndevices={}\n", a.devices()),
+        )
+    };
+    assert_eq!(status("node2"), (ExitCode::Off, "Status: OFF\n".into()));
+    assert_eq!(status("node1"), (ExitCode::Success, "Status: ON\n".into()));
+}
+
+#[test]
+fn off_without_a_stored_key_or_against_itself_fails_untouched() {
+    let cluster = Cluster::new(1);
+    let a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 1);
+    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    let off = |s: &ModelSystem, node: &str| {
+        agent(
+            s,
+            &format!("action=off\nport={node}\ndevices={}\n", s.devices()),
+        )
+        .0
+    };
+    // node1 never ran `on`: it has no key to preempt with.
+    assert_eq!(off(&a, "node2"), ExitCode::Error);
+    // node2 fencing itself.
+    assert_eq!(off(&b, "node2"), ExitCode::Error);
+    assert_eq!(cluster.keys(0), vec![scsi_key(1)]);
+}
+
+#[test]
+fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
+    let cluster = Cluster::new(2);
+    let a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 1);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    let off = |s: &ModelSystem, node: &str| {
+        agent(
+            s,
+            &format!("action=off\nport={node}\ndevices={}\n", s.devices()),
+        )
+        .0
+    };
+    assert_eq!(off(&b, "node1"), ExitCode::Success);
+    assert_eq!(off(&a, "node2"), ExitCode::Error);
+    for lu in 0..2 {
+        assert_eq!(cluster.keys(lu), vec![scsi_key(1)]);
+    }
+}
+
+#[test]
+fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
+    let cluster = Cluster::new(2);
+    let a = cluster.node("node1", 1);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    // Remove node1's key from LU 1 only (as a half-finished fence would leave it).
+    let nexus = a.paths.iter().find(|p| p.lu == 1).unwrap().nexus;
+    cluster.lus[1]
+        .lock()
+        .unwrap()
+        .pr_out(nexus, &PrOut::register(scsi_key(0), Key::ZERO))
+        .unwrap();
+    let status = agent(
+        &a,
+        &format!("action=status\nport=node1\ndevices={}\n", a.devices()),
+    );
+    assert_eq!(status, (ExitCode::Success, "Status: ON\n".into()));
+    // LU 0 through a vanished device only, LU 1 readable without the key: cannot say OFF.
+    let lu1 = a
+        .paths
+        .iter()
+        .find(|p| p.lu == 1)
+        .unwrap()
+        .dev
+        .display()
+        .to_string();
+    let status = agent(
+        &a,
+        &format!("action=status\nport=node1\ndevices=/dev/gone,{lu1}\n"),
+    );
+    assert_eq!(status.0, ExitCode::Error);
+}
+
+#[test]
+fn monitor_probes_lus_warns_on_a_dead_path_and_fails_without_the_key() {
+    let cluster = Cluster::new(2);
+    let a = cluster.node("node1", 2);
+    let monitor = |devices: &str| agent(&a, &format!("action=monitor\ndevices={devices}\n")).0;
+    // Never unfenced: no key to check, as fence_scsi.
+    assert_eq!(monitor(&a.devices()), ExitCode::Error);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(monitor(&a.devices()), ExitCode::Success);
+    // One path of LU 0 disconnected: degraded but reachable.
+    let first = &a.paths[0];
+    cluster.lus[first.lu]
+        .lock()
+        .unwrap()
+        .disconnect(first.nexus);
+    assert_eq!(monitor(&a.devices()), ExitCode::Success);
+    // Every path of LU 0 gone: unreachable.
+    let second = &a.paths[1];
+    cluster.lus[second.lu]
+        .lock()
+        .unwrap()
+        .disconnect(second.nexus);
+    assert_eq!(monitor(&a.devices()), ExitCode::Error);
+}
+
+#[test]
+fn monitor_fails_when_this_node_was_fenced() {
+    let cluster = Cluster::new(1);
+    let a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 1);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    let off = agent(
+        &b,
+        &format!("action=off\nport=node1\ndevices={}\n", b.devices()),
+    );
+    assert_eq!(off.0, ExitCode::Success);
+    let monitor = agent(&a, &format!("action=monitor\ndevices={}\n", a.devices()));
+    assert_eq!(monitor.0, ExitCode::Error);
+}
+
+#[test]
+fn aptpl_and_single_path_registration() {
+    let cluster = Cluster::new(1);
+    let a = cluster.node("node1", 2);
+    let (code, _) = agent(
+        &a,
+        &format!(
+            "action=on\nport=node1\naptpl=1\nmpath_register_method=single\ndevices={}\n",
+            a.devices()
+        ),
+    );
+    assert_eq!(code, ExitCode::Success);
+    let lu = cluster.lus[0].lock().unwrap();
+    assert!(lu.aptpl(), "APTPL requested with the registration");
+    assert_eq!(lu.registered_key(a.paths[0].nexus), Some(scsi_key(0)));
+    assert_eq!(
+        lu.registered_key(a.paths[1].nexus),
+        None,
+        "single: one path"
+    );
+}
+
+#[test]
+fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
+    let cluster = Cluster::new(1);
+    let a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 1);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    let (code, _) = agent(
+        &a,
+        &format!(
+            "action=off\nport=node2\ndevices=/dev/gone,{}\n",
+            a.devices()
+        ),
+    );
+    // The vanished device cannot be verified, so the run fails, but the real LU is fenced.
+    assert_eq!(code, ExitCode::Error);
+    assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
+}
+
+#[test]
+fn list_prints_every_corosync_node_and_list_status_their_state() {
+    let cluster = Cluster::new(1);
+    let mut a = cluster.node("node1", 1);
+    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(
+        agent(&a, "action=list\n"),
+        (ExitCode::Success, "node1,node1\nnode2,node2\n".into())
+    );
+    assert_eq!(
+        agent(
+            &a,
+            &format!("action=list-status\ndevices={}\n", a.devices())
+        ),
+        (
+            ExitCode::Success,
+            "node1,node1,ON\nnode2,node2,OFF\n".into()
+        )
+    );
+    a.nodelist = String::new();
+    assert_eq!(agent(&a, "action=list\n").0, ExitCode::Error);
+}
+
+#[test]
+fn native_keys_and_explicit_keys_are_used_as_given() {
+    let cluster = Cluster::new(1);
+    let a = cluster.node("node1", 1);
+    let (code, _) = agent(
+        &a,
+        &format!(
+            "action=on\nport=node1\nkey_value=native\ndevices={}\n",
+            a.devices()
+        ),
+    );
+    assert_eq!(code, ExitCode::Success);
+    assert_eq!(
+        cluster.keys(0),
+        vec![Key::new(NativeKey::new("lab", 1).value())]
+    );
+    let (code, _) = agent(
+        &a,
+        &format!("action=on\nkey=0xabc\ndevices={}\n", a.devices()),
+    );
+    assert_eq!(code, ExitCode::Success);
+    assert_eq!(a.store.read_key().unwrap(), Some(0xabc));
+}
+
+#[test]
+fn metadata_and_validate_all_need_no_node() {
+    let cluster = Cluster::new(1);
+    let a = cluster.node("node1", 1);
+    let (code, out) = agent(&a, "action=metadata\n");
+    assert_eq!(code, ExitCode::Success);
+    assert!(out.starts_with("<?xml") && out.contains("fence_pr"));
+    assert_eq!(
+        agent(&a, "action=validate-all\nport=node1\n").0,
+        ExitCode::Success
+    );
+    assert_eq!(agent(&a, "action=reboot\nport=node1\n").0, ExitCode::Error);
+}

@@ -1,0 +1,203 @@
+//! The built binary invoked as `fence_pr` (a symlink named so, as packaging installs it): the
+//! argv[0] dispatch, both input forms of the Fence Agent API, exit codes, and the actions that
+//! need no SCSI device (this host has none; the lab covers the rest).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+struct Agent {
+    dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn new() -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        symlink(env!("CARGO_BIN_EXE_prfence"), dir.path().join("fence_pr")).unwrap();
+        Agent { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(self.path("fence_pr"));
+        // Each run has its own key store and is not under pacemaker-fenced.
+        command
+            .env("FENCE_PR_STORE", self.path("store/cluster"))
+            .env_remove("PCMK_service");
+        command
+    }
+
+    fn args(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    fn stdin(&self, lines: &str) -> Output {
+        let mut child = self
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(lines.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// A fake `corosync-cmapctl` answering the two queries key derivation and `list` make.
+    fn fake_cmapctl(&self) -> PathBuf {
+        let path = self.path("corosync-cmapctl");
+        std::fs::write(
+            &path,
+            "#!/bin/sh\ncase \"$1\" in\n\
+             totem.cluster_name) echo 'totem.cluster_name (str) = lab' ;;\n\
+             nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
+nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
+nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
+             *) exit 1 ;;\nesac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap()
+}
+
+#[test]
+fn metadata_on_the_command_line_and_on_stdin() {
+    let agent = Agent::new();
+    for out in [
+        agent.args(&["-o", "metadata"]),
+        agent.stdin("action=metadata\n"),
+    ] {
+        assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+        let xml = text(&out.stdout);
+        assert!(xml.starts_with("<?xml"), "{xml}");
+        assert!(xml.contains("<resource-agent name=\"fence_pr\""));
+        assert!(!xml.contains("\"reboot\""));
+    }
+}
+
+#[test]
+fn validate_all_accepts_good_options_and_rejects_bad_ones() {
+    let agent = Agent::new();
+    let out = agent.stdin("action=validate-all\nnodename=node1\ndevices=/dev/sdb\n");
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let out = agent.stdin("action=validate-all\nkey_value=bogus\n");
+    assert_eq!(code(&out), 1);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("key-value") && err.contains("nodename or key"),
+        "{err}"
+    );
+}
+
+#[test]
+fn argument_errors_and_reboot_exit_1() {
+    let agent = Agent::new();
+    let out = agent.args(&["-o", "off", "--bogus"]);
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stderr).contains("option --bogus not recognized"));
+    let out = agent.args(&["-o", "reboot", "-n", "node1"]);
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stderr).contains("Unrecognised action 'reboot'"));
+    // Pacemaker's form of the same request.
+    let out = agent.stdin("action=reboot\nnodename=node1\n");
+    assert_eq!(code(&out), 1);
+}
+
+#[test]
+fn help_and_version() {
+    let agent = Agent::new();
+    let out = agent.args(&["--help"]);
+    assert_eq!(code(&out), 0);
+    assert!(text(&out.stdout).contains("--devices"));
+    let out = agent.args(&["-V"]);
+    assert_eq!(code(&out), 0);
+    assert!(text(&out.stdout).starts_with("fence_pr "));
+}
+
+#[test]
+fn list_prints_the_corosync_nodes() {
+    let agent = Agent::new();
+    let cmapctl = agent.fake_cmapctl();
+    let out = agent.stdin(&format!(
+        "action=list\ncorosync_cmap_path={}\n",
+        cmapctl.display()
+    ));
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "node1,node1\nnode2,node2\n");
+    // A corosync that cannot be run is a failure, never an empty list.
+    let out = agent.args(&["-o", "list", "--corosync-cmap-path=/nonexistent/cmapctl"]);
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stdout).is_empty());
+    assert!(text(&out.stderr).contains("/nonexistent/cmapctl"));
+}
+
+#[test]
+fn off_without_unfencing_first_fails_and_names_the_key_file() {
+    let agent = Agent::new();
+    let cmapctl = agent.fake_cmapctl();
+    let out = agent.args(&[
+        "-o",
+        "off",
+        "-n",
+        "node2",
+        "-d",
+        "/nonexistent/sdz",
+        "--corosync-cmap-path",
+        cmapctl.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 1);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&agent.path("store/cluster.key").display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn status_of_a_vanished_device_is_an_error_and_logs_go_to_the_files() {
+    let agent = Agent::new();
+    let logfile = agent.path("fence.log");
+    let debug = agent.path("debug.log");
+    let out = agent.stdin(&format!(
+        "action=status\nkey=0x1234\ndevices=/nonexistent/sdz\nlogfile={}\ndebug_file={}\nquiet=1\n",
+        logfile.display(),
+        debug.display()
+    ));
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stderr).is_empty(), "quiet: {}", text(&out.stderr));
+    let log = std::fs::read_to_string(&logfile).unwrap();
+    assert!(
+        log.contains("/nonexistent/sdz") && log.contains("Failed"),
+        "{log}"
+    );
+    assert!(Path::new(&debug).exists());
+}
+
+#[test]
+fn prfence_name_keeps_the_admin_cli() {
+    let out = Command::new(env!("CARGO_BIN_EXE_prfence"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0);
+    assert!(text(&out.stdout).contains("unfence"));
+}
