@@ -27,6 +27,9 @@ fn main() -> ExitCode {
         mutual_fence_race_has_one_survivor,
         commands_are_idempotent_and_converge_after_a_failure,
         relogin_orphan_is_purged_by_unfence,
+        multipath_maps_register_and_lose_every_path,
+        fence_pr_and_fence_scsi_side_by_side,
+        fence_pr_versus_fence_scsi_wall_time,
     ])
 }
 
@@ -539,5 +542,382 @@ fn relogin_orphan_is_purged_by_unfence() -> anyhow::Result<()> {
     }
     fence(&t, Node::A, 0)?;
     assert_sole_survivor(&t, Node::A, 2)?;
+    Ok(())
+}
+
+/// dm-multipath with two iSCSI sessions per node (two I_T nexuses, same IQN, different ISIDs):
+/// `unfence` on the maps registers every path, B's `fence` removes both of A's, and A's writes
+/// through the map and through each path are refused.
+fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
+    const MP_LUNS: usize = 2;
+    let t = Topology::iscsi(MP_LUNS)?;
+    let mut maps: BTreeMap<char, Vec<PathBuf>> = BTreeMap::new();
+    for node in Node::BOTH {
+        let second = t.second_session(node)?;
+        for (lun, path) in second.iter().enumerate() {
+            let name = format!("{}{lun}", node.letter().to_ascii_lowercase());
+            let map = t.multipath_map(&name, lun, &[t.device(node, lun), path])?;
+            maps.entry(node.letter()).or_default().push(map);
+        }
+        println!(
+            "  node {}: second session {second:?}, maps {:?}",
+            node.letter(),
+            maps[&node.letter()]
+        );
+    }
+    t.settle()?;
+    let agent_run = |node: Node, args: &[&str], code: i32| -> anyhow::Result<Value> {
+        let mut cmd = Command::new(PRFENCE);
+        cmd.args(args).arg("--json").args(&maps[&node.letter()]);
+        let run = lab::run_command(&mut cmd)?;
+        println!(
+            "  node {}: prfence {} (maps) -> exit {} in {} ms",
+            node.letter(),
+            args.join(" "),
+            run.code(),
+            run.elapsed.as_millis()
+        );
+        ensure!(
+            run.code() == code,
+            "`{}` exited {}, expected {code}:\n{}{}",
+            run.command,
+            run.code(),
+            run.stdout,
+            run.stderr
+        );
+        Ok(serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null))
+    };
+    for node in Node::BOTH {
+        let report = agent_run(node, &["unfence", "--key", &hex(key(node))], 0)?;
+        for lu in report["lus"].as_array().into_iter().flatten() {
+            let paths = lu["paths"].as_array().map_or(0, Vec::len);
+            ensure!(
+                paths == 2,
+                "LU {} was handled through {paths} path(s)",
+                lu["lu"]
+            );
+        }
+    }
+    for lu in t.lus() {
+        let regs = lu.registrations()?;
+        for node in Node::BOTH {
+            let mut isids: Vec<&Option<String>> = regs
+                .iter()
+                .filter(|r| r.initiator == t.node(node).initiator && r.key == key(node))
+                .map(|r| &r.isid)
+                .collect();
+            isids.sort();
+            isids.dedup();
+            ensure!(
+                isids.len() == 2,
+                "LU {}: node {}'s key is registered through {isids:?}, expected two ISIDs ({regs:?})",
+                lu.index,
+                node.letter()
+            );
+        }
+    }
+    for map in &maps[&'A'] {
+        let before = lab::write_to(map, 1, &lab::block_data("node A through its map"));
+        ensure!(
+            before == WriteOutcome::Accepted,
+            "A's write through {} before the fence: {before:?}",
+            map.display()
+        );
+    }
+
+    agent_run(
+        Node::B,
+        &[
+            "fence",
+            "--key",
+            &hex(key(Node::B)),
+            "--victim",
+            &hex(key(Node::A)),
+        ],
+        0,
+    )?;
+    for lu in t.lus() {
+        let regs = lu.registrations()?;
+        ensure!(
+            regs.len() == 2 && regs.iter().all(|r| r.key == key(Node::B)),
+            "LU {} after B fenced A: {regs:?}",
+            lu.index
+        );
+    }
+    for (lun, map) in maps[&'A'].iter().enumerate() {
+        let through_map = lab::write_to(map, 2, &lab::block_data("A after the fence"));
+        ensure!(
+            through_map == WriteOutcome::Refused,
+            "A's write through {} after the fence: {through_map:?}",
+            map.display()
+        );
+        let through_path = t.write_probe(Node::A, lun, 2);
+        ensure!(
+            through_path == WriteOutcome::Refused,
+            "A's write through its first path to LUN {lun}: {through_path:?}"
+        );
+    }
+    let b_map = lab::write_to(&maps[&'B'][0], 2, &lab::block_data("B after the fence"));
+    ensure!(
+        b_map == WriteOutcome::Accepted,
+        "B's write through its map: {b_map:?}"
+    );
+    Ok(())
+}
+
+/// The fake `corosync-cmapctl` both agents ask for the cluster name and the nodelist (node1 id 1,
+/// node2 id 2), under /run/lab so teardown removes it.
+fn fake_cmapctl() -> anyhow::Result<PathBuf> {
+    let path = PathBuf::from("/run/lab/corosync-cmapctl");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\ncase \"$1\" in\n\
+         totem.cluster_name) echo 'totem.cluster_name (str) = lab' ;;\n\
+         nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
+nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
+nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
+         *) exit 1 ;;\nesac\n",
+    )?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    Ok(path)
+}
+
+/// The cluster node name a lab node plays.
+fn cluster_name(node: Node) -> &'static str {
+    match node {
+        Node::A => "node1",
+        Node::B => "node2",
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Agent {
+    FencePr,
+    FenceScsi,
+}
+
+/// Runs `agent` as lab node `node` the way pacemaker-fenced does: parameters on stdin, one
+/// `name=value` a line, env PCMK_service=pacemaker-fenced. `target` is the node acted on.
+/// fence_pr keeps each lab node's key store apart (FENCE_PR_STORE); fence_scsi has one store
+/// (/var/run/cluster.key), so the acting node's own key is written there first, as its own `on`
+/// would have left it on a real node.
+fn agent(
+    t: &Topology,
+    agent: Agent,
+    node: Node,
+    action: &str,
+    target: Node,
+) -> anyhow::Result<lab::Run> {
+    let devices: Vec<String> = t
+        .node(node)
+        .devices()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    let target_name = cluster_name(target);
+    let stdin = format!(
+        "action={action}\nnodename={target_name}\nport={target_name}\nplug={target_name}\n\
+         devices={}\ncorosync_cmap_path=/run/lab/corosync-cmapctl\n",
+        devices.join(",")
+    );
+    let mut cmd = match agent {
+        Agent::FencePr => {
+            let link = Path::new("/run/lab/fence_pr");
+            if !link.exists() {
+                std::os::unix::fs::symlink(PRFENCE, link)?;
+            }
+            let mut cmd = Command::new(link);
+            cmd.env(
+                "FENCE_PR_STORE",
+                format!("/run/lab/node-{}", node.letter().to_ascii_lowercase()),
+            );
+            cmd
+        }
+        Agent::FenceScsi => Command::new("fence_scsi"),
+    };
+    if agent == Agent::FenceScsi && action == "off" {
+        let own = derived_key(node)?;
+        std::fs::write("/var/run/cluster.key", format!("{own:x}\n"))?;
+    }
+    cmd.env("PCMK_service", "pacemaker-fenced")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("spawn {agent:?}"))?;
+    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, stdin.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let run = lab::Run {
+        command: format!("{agent:?} as node {} <<< {stdin:?}", node.letter()),
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    };
+    println!(
+        "  node {}: {agent:?} action={action} target={target_name} -> exit {} in {} ms",
+        node.letter(),
+        run.code(),
+        run.elapsed.as_millis()
+    );
+    Ok(run)
+}
+
+fn agent_expect(
+    t: &Topology,
+    which: Agent,
+    node: Node,
+    action: &str,
+    target: Node,
+    code: i32,
+) -> anyhow::Result<lab::Run> {
+    let run = agent(t, which, node, action, target)?;
+    ensure!(
+        run.code() == code,
+        "{} exited {}, expected {code}:\n{}{}",
+        run.command,
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    Ok(run)
+}
+
+/// fence_scsi's key for `node` (key_value=id): the first 4 hex digits of md5(cluster name), then
+/// the node's position in corosync's nodelist (`nodelist.node.<N>.name`, not its nodeid) as 4
+/// decimal digits, read as hex. Computed here with md5sum, independently of both agents.
+fn derived_key(node: Node) -> anyhow::Result<u64> {
+    let md5 = lab::run("sh", ["-c", "printf lab | md5sum"])?.ok()?;
+    let position = match node {
+        Node::A => 0,
+        Node::B => 1,
+    };
+    let text = format!("{}{position:04}", &md5.stdout[..4]);
+    Ok(u64::from_str_radix(&text, 16)?)
+}
+
+/// The keys registered on every LU (must be the same set on each), sorted.
+fn keys_everywhere(t: &Topology) -> anyhow::Result<Vec<u64>> {
+    let mut sets = Vec::new();
+    for lu in t.lus() {
+        let mut keys: Vec<u64> = lu.registrations()?.iter().map(|r| r.key).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        sets.push(keys);
+    }
+    ensure!(
+        sets.windows(2).all(|w| w[0] == w[1]),
+        "the LUs have different keys: {sets:x?}"
+    );
+    Ok(sets.swap_remove(0))
+}
+
+/// Both agents' `status` of `target`: the same answer, `code`.
+fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
+    for which in [Agent::FencePr, Agent::FenceScsi] {
+        agent_expect(t, which, other(target), "status", target, code)?;
+    }
+    Ok(())
+}
+
+/// fence_pr and fence_scsi (4.12.1, over sg_persist) on the same LUs, driven through stdin as
+/// pacemaker-fenced drives them: both derive the same keys from corosync; a node unfenced by one
+/// is fenced by the other, both ways; their `status` agree.
+fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
+    let t = Topology::iscsi(4)?;
+    t.settle()?;
+    fake_cmapctl()?;
+    let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
+
+    // A unfenced by fence_scsi, B by fence_pr: the target shows exactly the keys derived here.
+    agent_expect(&t, Agent::FenceScsi, Node::A, "on", Node::A, 0)?;
+    agent_expect(&t, Agent::FencePr, Node::B, "on", Node::B, 0)?;
+    let keys = keys_everywhere(&t)?;
+    ensure!(
+        keys == [ka, kb],
+        "keys on the LUs {keys:x?}, derived {ka:x} (node1, by fence_scsi) and {kb:x} (node2, by fence_pr)"
+    );
+    statuses_agree(&t, Node::A, 0)?;
+    statuses_agree(&t, Node::B, 0)?;
+    // fence_pr fences the node fence_scsi unfenced.
+    agent_expect(&t, Agent::FencePr, Node::B, "off", Node::A, 0)?;
+    ensure!(keys_everywhere(&t)? == [kb], "after fence_pr's off");
+    assert_sole_survivor_key(&t, Node::B, kb, 2)?;
+    statuses_agree(&t, Node::A, 2)?;
+    statuses_agree(&t, Node::B, 0)?;
+
+    // The reverse: A unfenced by fence_pr, B by fence_scsi, fence_scsi fences B.
+    agent_expect(&t, Agent::FencePr, Node::A, "on", Node::A, 0)?;
+    agent_expect(&t, Agent::FenceScsi, Node::B, "on", Node::B, 0)?;
+    ensure!(keys_everywhere(&t)? == [ka, kb], "after both on again");
+    agent_expect(&t, Agent::FenceScsi, Node::A, "off", Node::B, 0)?;
+    ensure!(keys_everywhere(&t)? == [ka], "after fence_scsi's off");
+    assert_sole_survivor_key(&t, Node::A, ka, 3)?;
+    statuses_agree(&t, Node::B, 2)?;
+    statuses_agree(&t, Node::A, 0)?;
+    let _ = std::fs::remove_file("/var/run/cluster.key");
+    let _ = std::fs::remove_file("/var/run/cluster.dev");
+    Ok(())
+}
+
+/// [`assert_sole_survivor`] for agents' keys: only `k` is registered, by `survivor`, and the
+/// other node's writes are refused everywhere. (A reservation's holder may be either nexus of the
+/// survivor's, so only registrations and writes are checked.)
+fn assert_sole_survivor_key(
+    t: &Topology,
+    survivor: Node,
+    k: u64,
+    block: u64,
+) -> anyhow::Result<()> {
+    for lu in t.lus() {
+        let regs = lu.registrations()?;
+        ensure!(
+            regs.iter()
+                .all(|r| r.key == k && r.initiator == t.node(survivor).initiator),
+            "LU {}: {regs:?}",
+            lu.index
+        );
+        ensure!(
+            lu.reservation_type()? == Some(5),
+            "LU {} not WERO",
+            lu.index
+        );
+    }
+    for lun in 0..t.lus().len() {
+        let probe = t.write_probe(other(survivor), lun, block);
+        ensure!(
+            probe == WriteOutcome::Refused,
+            "fenced node's write to LUN {lun}: {probe:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Wall time of fence_pr's and fence_scsi's `off` of the same node on the same 16 LUs, each after
+/// both nodes were unfenced (by fence_pr), printed as a ratio (a measurement, never asserted).
+fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
+    const BENCH_LUNS: usize = 16;
+    let t = Topology::iscsi(BENCH_LUNS)?;
+    t.settle()?;
+    fake_cmapctl()?;
+    let kb = derived_key(Node::B)?;
+    let mut times = Vec::new();
+    for which in [Agent::FencePr, Agent::FenceScsi] {
+        // Only `off` is measured; fence_pr unfences for both (fence_scsi's `on` is slow too).
+        agent_expect(&t, Agent::FencePr, Node::A, "on", Node::A, 0)?;
+        agent_expect(&t, Agent::FencePr, Node::B, "on", Node::B, 0)?;
+        let run = agent_expect(&t, which, Node::B, "off", Node::A, 0)?;
+        ensure!(keys_everywhere(&t)? == [kb], "after {which:?}'s off");
+        times.push(run.elapsed);
+    }
+    println!(
+        "  off of one node on {BENCH_LUNS} LUs: fence_pr {} ms, fence_scsi {} ms: fence_scsi takes \
+         {:.1}x fence_pr's time",
+        times[0].as_millis(),
+        times[1].as_millis(),
+        times[1].as_secs_f64() / times[0].as_secs_f64()
+    );
+    let _ = std::fs::remove_file("/var/run/cluster.key");
+    let _ = std::fs::remove_file("/var/run/cluster.dev");
     Ok(())
 }

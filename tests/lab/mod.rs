@@ -15,7 +15,7 @@ mod writer;
 
 pub use topology::{
     BLOCK_SIZE, Holder, Lu, Node, NodeView, Registration, Topology, WriteOutcome, block_data,
-    block_text,
+    block_text, write_to,
 };
 pub use writer::{Writer, write_number};
 
