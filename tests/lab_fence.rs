@@ -381,7 +381,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
 
 /// P4: every command run twice leaves the target as the first run did; a failure injected on one
 /// LU (the node's path to it offline) makes the command exit 1 naming that LU, and the rerun after
-/// the path is back converges.
+/// the path is back converges. With the arbiter's path dead, fence touches no LU at all.
 fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> {
     let t = Topology::iscsi(LUNS)?;
     t.settle()?;
@@ -448,6 +448,29 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
             lu.index
         );
     }
+
+    // fence with B's path to the arbiter dead: exit 1 naming it, and no other LU touched (P2:
+    // nothing is fenced before the arbiter has decided).
+    let arbiter = by_wwid(&t)[0];
+    let before = snapshot(&t)?;
+    let dead = PathStateGuard::offline(t.device(Node::B, arbiter))?;
+    let (_, report) = prfence_expect(&t, Node::B, &["fence", "--key", &b, "--victim", &a], 1)?;
+    let arbiter_wwid = t.lu(arbiter).wwid.clone();
+    ensure!(
+        failed_lus(&report).first() == Some(&arbiter_wwid),
+        "fence with a dead arbiter path failed on {:?}, expected {arbiter_wwid} first",
+        failed_lus(&report)
+    );
+    ensure!(
+        verdicts(&report).iter().skip(1).all(|v| v == "skipped"),
+        "the other LUs were not skipped: {:?}",
+        verdicts(&report)
+    );
+    ensure!(
+        snapshot(&t)? == before,
+        "a fence whose arbiter failed changed the target"
+    );
+    dead.restore()?;
 
     // fence with B's path to one LU dead: exit 1 naming it; A still there only on that LU.
     let dead = PathStateGuard::offline(t.device(Node::B, broken))?;
