@@ -1,24 +1,21 @@
 //! The demo: the phantom write that prfence exists to stop, played on a real LIO target.
 //!
-//! Node A holds the LUNs (WERO) and writes a counter every ~100 ms. A freezes (SIGSTOP: a long
-//! pause, a hung path). Node B fences A with `prfence preempt --abort` and writes its own data.
-//! A wakes up and its next write — the phantom write — is refused by the target; the disk holds
-//! B's data. Run: `cargo test --test lab_demo` (as root). It drives prfence only, never sg_persist.
+//! Both nodes join (`prfence unfence`: A first, so A holds the LUNs, WERO) and A writes a counter
+//! every ~100 ms. A freezes (SIGSTOP: a long pause, a hung path). Node B fences A with one
+//! `prfence fence` over all LUNs and writes its own data. A wakes up and its next write — the
+//! phantom write — is refused by the target; the disk holds B's data. Run: `cargo test --test
+//! lab_demo` (as root). It drives prfence only, never sg_persist.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod lab;
 
 use std::fmt::Display;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use lab::{Node, Topology, WriteOutcome};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use lab::{Node, Topology, WriteOutcome, Writer};
+use nix::sys::signal::Signal;
 
 const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
 const LUNS: usize = 2;
@@ -58,66 +55,11 @@ impl Timeline {
         }
         run.ok()
     }
-}
 
-/// Node A's application: a shell loop writing an increasing counter to one disk with O_DIRECT,
-/// in its own process group so SIGSTOP/SIGCONT reach the loop and its dd alike.
-struct Writer {
-    child: Child,
-    pgid: Pid,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Writer {
-    fn start(device: &std::path::Path, timeline: Timeline) -> anyhow::Result<Self> {
-        let script = r#"
-            i=0
-            while :; do
-              i=$((i+1))
-              if printf 'node A write %d\n' "$i" | dd of="$DEV" bs=4096 count=1 conv=sync oflag=direct 2>/run/lab/writer.err; then
-                echo "wrote $i"
-              else
-                echo "write $i FAILED: $(head -n1 /run/lab/writer.err)"; exit 3
-              fi
-              sleep 0.1
-            done"#;
-        let mut child = Command::new("sh")
-            .args(["-c", script])
-            .env("DEV", device)
-            .stdout(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .context("starting node A's writer")?;
-        let pgid = Pid::from_raw(i32::try_from(child.id())?);
-        let stdout = child.stdout.take().context("writer stdout")?;
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                timeline.say("node A", format!("writer: {line}"));
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Writer { child, pgid, lines })
-    }
-
-    fn signal(&self, signal: Signal) -> anyhow::Result<()> {
-        killpg(self.pgid, signal).with_context(|| format!("{signal} to node A's writer"))
-    }
-
-    /// The next line the writer prints, within `within`.
-    fn next_line(&self, within: Duration) -> anyhow::Result<String> {
-        self.lines
-            .recv_timeout(within)
-            .with_context(|| format!("node A's writer said nothing for {} s", within.as_secs()))
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        let _ = killpg(self.pgid, Signal::SIGKILL);
-        let _ = self.child.wait();
+    /// [`Timeline::prfence`] with owned arguments (a command over a list of devices).
+    fn prfence_all(&self, who: &str, args: &[String]) -> anyhow::Result<lab::Run> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.prfence(who, &args)
     }
 }
 
@@ -149,16 +91,20 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
         ),
     );
 
-    for device in &a_devices {
-        tl.prfence("node A", &["register", "--key", KEY_A, device])?;
-        tl.prfence(
-            "node A",
-            &["reserve", "--key", KEY_A, "--type", "wero", device],
-        )?;
-    }
-    let mut args = vec!["reservation"];
-    args.extend(a_devices.iter().map(String::as_str));
-    tl.prfence("node A", &args)?;
+    let with_devices = |args: &[&'static str], devices: &[String]| -> Vec<String> {
+        args.iter()
+            .map(|a| (*a).to_owned())
+            .chain(devices.iter().cloned())
+            .collect()
+    };
+    tl.prfence_all(
+        "node A",
+        &with_devices(&["unfence", "--key", KEY_A], &a_devices),
+    )?;
+    tl.prfence_all(
+        "node B",
+        &with_devices(&["unfence", "--key", KEY_B], &b_devices),
+    )?;
     for lu in t.lus() {
         let holder = lu.holder()?.map(|h| h.initiator);
         ensure!(
@@ -171,13 +117,22 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
             "LU {} is not reserved WERO",
             lu.index
         );
+        let mut keys: Vec<u64> = lu.registrations()?.iter().map(|r| r.key).collect();
+        keys.sort_unstable();
+        ensure!(
+            keys == [0xa, 0xb],
+            "LU {} has keys {keys:?} after both unfenced",
+            lu.index
+        );
     }
     tl.say(
         "target",
-        "A holds every LU (Write Exclusive, Registrants Only), key 0xa",
+        "keys 0xa and 0xb registered; A holds every LU (Write Exclusive, Registrants Only)",
     );
 
-    let writer = Writer::start(t.device(Node::A, 0), tl)?;
+    let writer = Writer::start("node A", &t.node(Node::A).devices()[..1], 0, move |line| {
+        tl.say("node A", format!("writer: {line}"));
+    })?;
     let mut last_write = String::new();
     for _ in 0..3 {
         last_write = writer.next_line(Duration::from_secs(30))?;
@@ -193,15 +148,10 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
     );
 
     let fence_start = Instant::now();
-    for device in &b_devices {
-        tl.prfence("node B", &["register", "--key", KEY_B, device])?;
-        tl.prfence(
-            "node B",
-            &[
-                "preempt", "--abort", "--key", KEY_B, "--victim", KEY_A, "--type", "wero", device,
-            ],
-        )?;
-    }
+    tl.prfence_all(
+        "node B",
+        &with_devices(&["fence", "--key", KEY_B, "--victim", KEY_A], &b_devices),
+    )?;
     let fence_time = fence_start.elapsed();
     for lu in t.lus() {
         let holder = lu.holder()?.map(|h| h.initiator);
@@ -235,9 +185,9 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
     tl.say("node A", "THAWED (SIGCONT): its stale write goes out");
     // A write that had completed just before the freeze may only be reported now; any other
     // "wrote" would be a phantom write (the disk check below would see it too).
-    let frozen_at: u64 = last_write.trim_start_matches("wrote ").parse()?;
+    let frozen_at = lab::write_number(&last_write).context("the writer's last line")?;
     let mut verdict = writer.next_line(Duration::from_secs(60))?;
-    if verdict == format!("wrote {}", frozen_at + 1) {
+    if lab::write_number(&verdict) == Some(frozen_at + 1) {
         tl.say("node A", "(that write had completed before the freeze)");
         verdict = writer.next_line(Duration::from_secs(60))?;
     }
@@ -277,11 +227,10 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
         format!("LUN 0 block 0 holds \"{b_data}\" (read back through both nodes)"),
     );
 
-    let mut args = vec!["keys"];
-    args.extend(b_devices.iter().map(String::as_str));
-    tl.prfence("node B", &args)?;
-    args[0] = "reservation";
-    tl.prfence("node B", &args)?;
+    tl.prfence_all(
+        "node B",
+        &with_devices(&["status", "--key", KEY_B], &b_devices),
+    )?;
     tl.say("demo", "phantom write refused, the data on disk is B's");
     Ok(())
 }

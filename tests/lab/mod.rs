@@ -11,11 +11,13 @@
 mod guest;
 mod host;
 mod topology;
+mod writer;
 
 pub use topology::{
     BLOCK_SIZE, Holder, Lu, Node, NodeView, Registration, Topology, WriteOutcome, block_data,
-    block_text,
+    block_text, write_to,
 };
+pub use writer::{Writer, write_number};
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -539,6 +539,138 @@ impl Topology {
         self.setup
     }
 
+    /// Logs node `node`'s iSCSI session out and in again. The new session has a new ISID, so the
+    /// target sees a new I_T nexus and the old one's registrations are orphaned (fence-agents
+    /// #517). The node's device paths are refreshed (the disks get new names).
+    pub fn relogin(&mut self, node: Node) -> anyhow::Result<()> {
+        ensure!(
+            self.kind != Kind::TcmLoop,
+            "relogin needs an iSCSI topology"
+        );
+        let target = format!("{IQN}:target");
+        let iface = iface(node);
+        for action in ["--logout", "--login"] {
+            run(
+                "iscsiadm",
+                [
+                    "-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface, action,
+                ],
+            )?
+            .ok()?;
+        }
+        let initiator = iscsi_initiator(node);
+        let count = self.lus.len();
+        let devices = wait_for(|| {
+            let devices = iscsi_devices(&initiator).ok()?;
+            (devices.len() == count).then_some(devices)
+        })
+        .with_context(|| format!("node {} sees no disks after re-login", node.letter()))?;
+        self.nodes[node.index()].devices = devices;
+        let mut lus = self.lus.clone();
+        fill_wwids(&mut lus, &self.nodes)?;
+        for (old, new) in self.lus.iter().zip(&lus) {
+            ensure!(
+                old.wwid == new.wwid,
+                "after re-login LUN {} shows wwid {}, not {}",
+                old.index,
+                new.wwid,
+                old.wwid
+            );
+        }
+        Ok(())
+    }
+
+    /// Logs node `node` in a second time, through another open-iscsi iface with the same
+    /// initiator name: a second I_T nexus (same IQN, another ISID), i.e. a second path to every
+    /// LU for dm-multipath. Returns that session's disks in LUN order.
+    pub fn second_session(&self, node: Node) -> anyhow::Result<Vec<PathBuf>> {
+        ensure!(
+            self.kind != Kind::TcmLoop,
+            "a second session needs an iSCSI topology"
+        );
+        let iface = second_iface(node);
+        let name = iscsi_initiator(node);
+        run("iscsiadm", ["-m", "iface", "-I", &iface, "-o", "new"])?.ok()?;
+        run(
+            "iscsiadm",
+            [
+                "-m",
+                "iface",
+                "-I",
+                &iface,
+                "-o",
+                "update",
+                "-n",
+                "iface.initiatorname",
+                "-v",
+                &name,
+            ],
+        )?
+        .ok()?;
+        let target = format!("{IQN}:target");
+        for action in ["new", "login"] {
+            let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface];
+            if action == "new" {
+                args.extend(["-o", "new"]);
+            } else {
+                args.push("--login");
+            }
+            run("iscsiadm", args)?.ok()?;
+        }
+        let count = self.lus.len();
+        wait_for(|| {
+            let devices = session_disks(|session| {
+                read_file(session.join("ifacename")).is_ok_and(|n| n.trim() == iface)
+            })
+            .ok()?;
+            (devices.len() == count).then_some(devices)
+        })
+        .with_context(|| format!("node {}'s second session shows no disks", node.letter()))
+    }
+
+    /// A dm-multipath map `lab-<name>` over `paths` to LUN `lun`, made with plain dmsetup (no
+    /// udev, no multipathd) and a multipath uuid (`mpath-…`; multipathd's would be `mpath-<wwid>`,
+    /// but both nodes' maps of one LU live on this one guest and uuids must differ). Returns its
+    /// `/dev/dm-N`. Teardown removes every `lab-` map.
+    pub fn multipath_map(
+        &self,
+        name: &str,
+        lun: usize,
+        paths: &[&Path],
+    ) -> anyhow::Result<PathBuf> {
+        ensure!(!paths.is_empty(), "a multipath map needs paths");
+        run("modprobe", ["-a", "dm_multipath", "dm_round_robin"])?.ok()?;
+        let mut sectors = None;
+        let mut table_paths = String::new();
+        for path in paths {
+            let disk = path.file_name().context("path name")?.to_string_lossy();
+            let sysfs = Path::new("/sys/block").join(&*disk);
+            sectors.get_or_insert(read_file(sysfs.join("size"))?.trim().to_owned());
+            table_paths.push_str(&format!(" {} 1", read_file(sysfs.join("dev"))?.trim()));
+        }
+        let sectors = sectors.unwrap_or_default();
+        let table = format!(
+            "0 {sectors} multipath 0 0 1 1 round-robin 0 {} 1{table_paths}",
+            paths.len()
+        );
+        let map = format!("lab-{name}");
+        let uuid = format!("mpath-{}-{map}", self.lu(lun).wwid);
+        run(
+            "dmsetup",
+            [
+                "create",
+                "--noudevsync",
+                &map,
+                "-u",
+                &uuid,
+                "--table",
+                &table,
+            ],
+        )?
+        .ok()?;
+        dm_device(&map)?.with_context(|| format!("no /sys/block/dm-* is named {map}"))
+    }
+
     /// Eats pending UNIT ATTENTIONs with TEST UNIT READY on every device of both nodes, for tests
     /// that don't study them. (Measured on Debian's 6.1: the kernel's own scan of a new disk
     /// already consumed the power-on UA, so a fresh topology usually has none left to show.)
@@ -588,20 +720,7 @@ impl Topology {
     /// Node `node` writes `data` (at most [`BLOCK_SIZE`] bytes, zero padded) to block `block` of
     /// LUN `lun` with O_DIRECT, so the target, not the page cache, judges it.
     pub fn write_block(&self, node: Node, lun: usize, block: u64, data: &[u8]) -> WriteOutcome {
-        let device = self.device(node, lun);
-        let mut buffer = AlignedBlock::new();
-        let len = data.len().min(BLOCK_SIZE);
-        buffer.get_mut()[..len].copy_from_slice(&data[..len]);
-        let result = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(device)
-            .and_then(|file| file.write_all_at(buffer.get(), block * BLOCK_SIZE as u64));
-        match result {
-            Ok(()) => WriteOutcome::Accepted,
-            Err(e) if e.raw_os_error() == Some(libc::EBADE) => WriteOutcome::Refused,
-            Err(e) => WriteOutcome::Failed(format!("O_DIRECT write to {}: {e}", device.display())),
-        }
+        write_to(self.device(node, lun), block, data)
     }
 
     /// Node `node` reads block `block` of LUN `lun` with O_DIRECT (what the target has stored).
@@ -623,6 +742,24 @@ impl Drop for Topology {
         if let Err(e) = teardown_all() {
             eprintln!("lab: teardown failed: {e:#}");
         }
+    }
+}
+
+/// Writes `data` (at most [`BLOCK_SIZE`] bytes, zero padded) to block `block` of any block device
+/// (a node's disk, a multipath map) with O_DIRECT, so the target, not the page cache, judges it.
+pub fn write_to(device: &Path, block: u64, data: &[u8]) -> WriteOutcome {
+    let mut buffer = AlignedBlock::new();
+    let len = data.len().min(BLOCK_SIZE);
+    buffer.get_mut()[..len].copy_from_slice(&data[..len]);
+    let result = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(device)
+        .and_then(|file| file.write_all_at(buffer.get(), block * BLOCK_SIZE as u64));
+    match result {
+        Ok(()) => WriteOutcome::Accepted,
+        Err(e) if e.raw_os_error() == Some(libc::EBADE) => WriteOutcome::Refused,
+        Err(e) => WriteOutcome::Failed(format!("O_DIRECT write to {}: {e}", device.display())),
     }
 }
 
@@ -691,6 +828,22 @@ fn iscsi_initiator(node: Node) -> String {
 
 fn iface(node: Node) -> String {
     format!("lab-{}", node.lower())
+}
+
+/// The iface of a node's second session ([`Topology::second_session`]).
+fn second_iface(node: Node) -> String {
+    format!("lab-{}2", node.lower())
+}
+
+/// `/dev/dm-N` of the device-mapper map named `name`, if any.
+fn dm_device(name: &str) -> anyhow::Result<Option<PathBuf>> {
+    for entry in fs::read_dir("/sys/block")? {
+        let entry = entry?;
+        if read_file(entry.path().join("dm/name")).is_ok_and(|n| n.trim() == name) {
+            return Ok(Some(Path::new("/dev").join(entry.file_name())));
+        }
+    }
+    Ok(None)
 }
 
 /// Creates fileio backstore `lun<index>` with a pure-hex serial (LIO derives the NAA identifier from
@@ -784,10 +937,18 @@ fn block_device(scsi_device: &Path) -> anyhow::Result<PathBuf> {
 
 /// The disks of `initiator`'s iSCSI session, in LUN order.
 fn iscsi_devices(initiator: &str) -> anyhow::Result<Vec<PathBuf>> {
+    session_disks(|session| {
+        read_file(session.join("initiatorname")).is_ok_and(|name| name.trim() == initiator)
+    })
+}
+
+/// The disks of the iSCSI sessions `wanted` accepts (given /sys/class/iscsi_session/sessionN), in
+/// LUN order.
+fn session_disks(wanted: impl Fn(&Path) -> bool) -> anyhow::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     for session in fs::read_dir("/sys/class/iscsi_session")? {
         let session = session?.path();
-        if read_file(session.join("initiatorname"))?.trim() != initiator {
+        if !wanted(&session) {
             continue;
         }
         for target in fs::read_dir(session.join("device"))? {
@@ -844,6 +1005,18 @@ pub fn teardown_all() -> anyhow::Result<()> {
         "teardown runs only inside the lab guest"
     );
     let mut errors = Vec::new();
+    // multipath maps hold their paths open: remove them before the sessions go
+    for entry in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
+        let name = read_file(entry.path().join("dm/name")).unwrap_or_default();
+        let name = name.trim();
+        if name.starts_with("lab-") {
+            match run("dmsetup", ["remove", "--noudevsync", name]) {
+                Ok(r) if r.code() == 0 => {}
+                Ok(r) => errors.push(format!("dmsetup remove {name}: {}", r.stderr.trim())),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+    }
     if fs::read_dir("/sys/class/iscsi_session").is_ok_and(|mut d| d.next().is_some()) {
         match run("iscsiadm", ["-m", "node", "--logoutall=all"]) {
             Ok(r) if r.code() == 0 || r.code() == 21 => {}
@@ -858,8 +1031,8 @@ pub fn teardown_all() -> anyhow::Result<()> {
             errors.push(format!("rm -r {dir}: {e}"));
         }
     }
-    for node in Node::BOTH {
-        let file = PathBuf::from(format!("/etc/iscsi/ifaces/{}", iface(node)));
+    for iface in Node::BOTH.iter().flat_map(|&n| [iface(n), second_iface(n)]) {
+        let file = PathBuf::from(format!("/etc/iscsi/ifaces/{iface}"));
         if file.exists()
             && let Err(e) = fs::remove_file(&file)
         {
