@@ -104,8 +104,8 @@ impl<D: ScsiDevice> ScsiPr<D> {
         &self.policy
     }
 
-    /// Unit attentions consumed while reading since the last call (e.g. 2Ah/05h: this nexus's
-    /// registration was preempted).
+    /// Unit attentions consumed by any command since the last call, in order (e.g. 2Ah/05h:
+    /// this nexus's registration was preempted).
     pub fn take_unit_attentions(&self) -> Vec<AdditionalSense> {
         match self.seen_unit_attentions.lock() {
             Ok(mut seen) => std::mem::take(&mut *seen),
@@ -176,7 +176,6 @@ impl<D: ScsiDevice> ScsiPr<D> {
                 Attempt::Failed(e) => return Err(e),
                 Attempt::UnitAttention(ua) => {
                     tracing::debug!(device = %self.device.path().display(), %command, unit_attention = %ua, "unit attention consumed; retrying");
-                    report.unit_attentions.push(ua.to_string());
                     self.note_unit_attention(ua);
                     unit_attentions += 1;
                     if unit_attentions > self.policy.unit_attention_retries {

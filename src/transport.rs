@@ -35,12 +35,10 @@ pub trait PrTransport: Send + Sync {
     fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError>;
 }
 
-/// What a successful PERSISTENT RESERVE OUT went through before it succeeded.
+/// What a successful PERSISTENT RESERVE OUT went through before it succeeded. (Unit attentions
+/// consumed on the way are kept by the transport: [`crate::exec::ScsiPr::take_unit_attentions`].)
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PrOutReport {
-    /// Unit attentions consumed by retries, in order (e.g. `2Ah/05h` says this nexus was
-    /// preempted before the command ran).
-    pub unit_attentions: Vec<String>,
     /// The target answered NOT READY but a re-read showed the command had taken effect (LIO
     /// applies REGISTER and then fails it when its APTPL directory is missing).
     pub confirmed_by_reread: bool,

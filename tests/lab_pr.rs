@@ -889,8 +889,7 @@ fn clear_and_preempt(t: &Topology, abort: bool) -> anyhow::Result<()> {
         lu.generation()? == g + 1,
         "CLEAR bumps PRgeneration by exactly 1"
     );
-    // read through B: a PR IN from A would consume A's unit attention (prfence's read commands
-    // retry it without reporting it)
+    // read through B: a PR IN from A would consume the unit attention the next step looks for
     check_keys(t, 0, &b)?;
     check_reservation(t, 0, &b)?;
     // A's next PR OUT consumes the RESERVATIONS PREEMPTED attention CLEAR queued for it
@@ -912,13 +911,14 @@ fn clear_and_preempt(t: &Topology, abort: bool) -> anyhow::Result<()> {
         "PREEMPT bumps PRgeneration by exactly 1"
     );
     check_keys(t, 0, &b)?;
-    // A's next command succeeds and says it was preempted (REGISTRATIONS PREEMPTED)
-    let result = prfence_ok(&["register", "--key", "0xa", &a])?.remove(0);
+    // A's next command, a read, succeeds and says A was preempted (REGISTRATIONS PREEMPTED)
+    let result = prfence_ok(&["keys", &a])?.remove(0);
     let uas = unit_attentions(&result);
     ensure!(
         uas.iter().any(|u| u.contains("2Ah/05h")),
-        "A after PREEMPT: {result}"
+        "A's read after PREEMPT: {result}"
     );
+    prfence_ok(&["register", "--key", "0xa", &a])?;
     expect_registered(t, 0, &[(Node::A, 0xa), (Node::B, 0xb)])?;
 
     // PREEMPT of the holder: B takes the reservation, A's writes are refused

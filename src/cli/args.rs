@@ -164,6 +164,10 @@ pub struct Unregister {
     /// The registration was made with ALL_TG_PT (LIO refuses to remove it otherwise).
     #[arg(long)]
     pub all_target_ports: bool,
+    /// Keep persist-through-power-loss active for the LU's remaining registrations (LIO turns
+    /// APTPL off on any REGISTER sent without it).
+    #[arg(long)]
+    pub aptpl: bool,
     #[command(flatten)]
     pub devices: Devices,
 }

@@ -22,7 +22,15 @@ pub enum Outcome {
     },
 }
 
-pub fn print(json: bool, devices: &[PathBuf], results: &[Result<Outcome, CommandError>]) {
+/// An outcome with the unit attentions consumed on the way (a read can be the first command a
+/// preempted node sends, and then the 2Ah/05h it consumed is the news).
+#[derive(Debug)]
+pub struct Reported {
+    pub outcome: Outcome,
+    pub unit_attentions: Vec<String>,
+}
+
+pub fn print(json: bool, devices: &[PathBuf], results: &[Result<Reported, CommandError>]) {
     if json {
         let array: Vec<Value> = devices
             .iter()
@@ -34,7 +42,7 @@ pub fn print(json: bool, devices: &[PathBuf], results: &[Result<Outcome, Command
     }
     for (device, result) in devices.iter().zip(results) {
         match result {
-            Ok(outcome) => print!("{}", to_text(device, outcome)),
+            Ok(reported) => print!("{}", to_text(device, reported)),
             Err(e) => eprintln!("prfence: {e}"),
         }
     }
@@ -51,7 +59,7 @@ fn scope_name(r: &Reservation) -> String {
     }
 }
 
-pub fn to_json(device: &std::path::Path, result: &Result<Outcome, CommandError>) -> Value {
+pub fn to_json(device: &std::path::Path, result: &Result<Reported, CommandError>) -> Value {
     let mut object = Map::new();
     object.insert("device".into(), json!(device.display().to_string()));
     match result {
@@ -68,8 +76,12 @@ pub fn to_json(device: &std::path::Path, result: &Result<Outcome, CommandError>)
                 }),
             );
         }
-        Ok(outcome) => {
+        Ok(Reported {
+            outcome,
+            unit_attentions,
+        }) => {
             object.insert("ok".into(), json!(true));
+            object.insert("unit_attentions".into(), json!(unit_attentions));
             match outcome {
                 Outcome::Keys(k) => {
                     object.insert("generation".into(), json!(k.generation));
@@ -106,7 +118,6 @@ pub fn to_json(device: &std::path::Path, result: &Result<Outcome, CommandError>)
                 }
                 Outcome::Done { action, report } => {
                     object.insert("action".into(), json!(action.name()));
-                    object.insert("unit_attentions".into(), json!(report.unit_attentions));
                     object.insert(
                         "confirmed_by_reread".into(),
                         json!(report.confirmed_by_reread),
@@ -135,7 +146,20 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
+pub fn to_text(device: &std::path::Path, reported: &Reported) -> String {
+    let mut s = outcome_text(device, &reported.outcome);
+    if !reported.unit_attentions.is_empty() {
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            s,
+            "  unit attentions consumed: {}",
+            reported.unit_attentions.join(", ")
+        );
+    }
+    s
+}
+
+fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
     let d = device.display();
     let mut s = String::new();
     // Writing to a String cannot fail; the results are ignored on purpose.
@@ -227,13 +251,6 @@ pub fn to_text(device: &std::path::Path, outcome: &Outcome) -> String {
                 let _ = write!(
                     s,
                     " (the target answered NOT READY, a re-read shows it applied)"
-                );
-            }
-            if !report.unit_attentions.is_empty() {
-                let _ = write!(
-                    s,
-                    "; unit attentions consumed: {}",
-                    report.unit_attentions.join(", ")
                 );
             }
             let _ = writeln!(s);

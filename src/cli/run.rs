@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::exec::ScsiPr;
-use crate::pr::{PrOut, RegisterMove as MoveTarget};
+use crate::pr::{PrOut, RegisterMove as MoveTarget, TransportId};
 use crate::transport::{CommandError, ErrorKind, Policy, PrTransport};
 
 use super::args::{Cli, Cmd};
 use super::fencing;
-use super::render::{self, Outcome};
+use super::render::{self, Outcome, Reported};
 
 /// The process exit status of an admin command (see [`super::args::EXIT_STATUS_HELP`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,9 @@ fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
         }
         Cmd::Unregister(u) => (
             Request::Out(
-                PrOut::register(u.key, crate::pr::Key::ZERO).with_all_tg_pt(u.all_target_ports),
+                PrOut::register(u.key, crate::pr::Key::ZERO)
+                    .with_all_tg_pt(u.all_target_ports)
+                    .with_aptpl(u.aptpl),
             ),
             &u.devices.devices,
         ),
@@ -133,6 +135,17 @@ fn check_request(command: &Cmd) -> Result<(), String> {
             p.rtype
         ));
     }
+    if let Cmd::RegisterMove(m) = command
+        && matches!(&m.transport_id, TransportId::Iscsi { isid: None, .. })
+    {
+        // Not refused (SPC allows it), but LIO then registers a nexus no session uses.
+        eprintln!(
+            "prfence: warning: {} names an iSCSI initiator without an ISID; the target may move \
+             the reservation to a registration that no session of it uses. Give NAME,i,0xISID \
+             as `prfence full-status` shows it",
+            m.transport_id
+        );
+    }
     Ok(())
 }
 
@@ -140,9 +153,9 @@ fn perform(
     request: &Request,
     path: &std::path::Path,
     policy: Policy,
-) -> Result<Outcome, CommandError> {
+) -> Result<Reported, CommandError> {
     let device = ScsiPr::open(path, policy)?;
-    match request {
+    let outcome = match request {
         Request::ReadKeys => device.read_keys().map(Outcome::Keys),
         Request::ReadReservation => device.read_reservation().map(Outcome::Reservation),
         Request::ReportCapabilities => device.report_capabilities().map(Outcome::Capabilities),
@@ -151,7 +164,16 @@ fn perform(
             action: out.action,
             report,
         }),
-    }
+    }?;
+    let unit_attentions = device
+        .take_unit_attentions()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    Ok(Reported {
+        outcome,
+        unit_attentions,
+    })
 }
 
 /// Runs the parsed command line and prints the results; returns the exit status.
@@ -195,7 +217,7 @@ fn run_concurrently(
     request: &Request,
     devices: &[PathBuf],
     policy: Policy,
-) -> Vec<Result<Outcome, CommandError>> {
+) -> Vec<Result<Reported, CommandError>> {
     let request = Arc::new(request.clone());
     std::thread::scope(|scope| {
         let handles: Vec<_> = devices
