@@ -14,7 +14,7 @@ mod topology;
 
 pub use topology::{
     BLOCK_SIZE, Holder, Lu, Node, NodeView, Registration, Topology, WriteOutcome, block_data,
-    block_text,
+    block_text, write_direct,
 };
 
 use std::ffi::OsStr;

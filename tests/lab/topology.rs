@@ -571,20 +571,37 @@ impl Topology {
     /// Node `node` writes `data` (at most [`BLOCK_SIZE`] bytes, zero padded) to block `block` of
     /// LUN `lun` with O_DIRECT, so the target, not the page cache, judges it.
     pub fn write_block(&self, node: Node, lun: usize, block: u64, data: &[u8]) -> WriteOutcome {
-        let device = self.device(node, lun);
-        let mut buffer = AlignedBlock::new();
-        let len = data.len().min(BLOCK_SIZE);
-        buffer.get_mut()[..len].copy_from_slice(&data[..len]);
-        let result = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(device)
-            .and_then(|file| file.write_all_at(buffer.get(), block * BLOCK_SIZE as u64));
-        match result {
-            Ok(()) => WriteOutcome::Accepted,
-            Err(e) if e.raw_os_error() == Some(libc::EBADE) => WriteOutcome::Refused,
-            Err(e) => WriteOutcome::Failed(format!("O_DIRECT write to {}: {e}", device.display())),
+        write_direct(self.device(node, lun), block, data)
+    }
+
+    /// Logs node `node`'s iSCSI session out and in again (a path flap): the new session has a new
+    /// ISID, i.e. a new I_T nexus, and its disks may get new names, which [`Topology::device`]
+    /// then returns. The old nexus's registrations stay on the target (orphans).
+    pub fn relogin(&mut self, node: Node) -> anyhow::Result<()> {
+        ensure!(
+            self.kind != Kind::TcmLoop,
+            "relogin needs an iSCSI topology"
+        );
+        let target = format!("{IQN}:target");
+        let iface = iface(node);
+        for action in ["--logout", "--login"] {
+            run(
+                "iscsiadm",
+                [
+                    "-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface, action,
+                ],
+            )?
+            .ok()?;
         }
+        let initiator = iscsi_initiator(node);
+        let luns = self.lus.len();
+        let devices = wait_for(|| {
+            let devices = iscsi_devices(&initiator).ok()?;
+            (devices.len() == luns).then_some(devices)
+        })
+        .with_context(|| format!("node {} did not see its disks again", node.letter()))?;
+        self.nodes[node.index()].devices = devices;
+        Ok(())
     }
 
     /// Node `node` reads block `block` of LUN `lun` with O_DIRECT (what the target has stored).
@@ -598,6 +615,24 @@ impl Topology {
             .and_then(|file| file.read_exact_at(buffer.get_mut(), block * BLOCK_SIZE as u64))
             .with_context(|| format!("O_DIRECT read of block {block} from {}", device.display()))?;
         Ok(buffer.get().to_vec())
+    }
+}
+
+/// Writes `data` (at most [`BLOCK_SIZE`] bytes, zero padded) to block `block` of `device` with
+/// O_DIRECT, so the target, not the page cache, judges it (for writers outside a [`Topology`]).
+pub fn write_direct(device: &Path, block: u64, data: &[u8]) -> WriteOutcome {
+    let mut buffer = AlignedBlock::new();
+    let len = data.len().min(BLOCK_SIZE);
+    buffer.get_mut()[..len].copy_from_slice(&data[..len]);
+    let result = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(device)
+        .and_then(|file| file.write_all_at(buffer.get(), block * BLOCK_SIZE as u64));
+    match result {
+        Ok(()) => WriteOutcome::Accepted,
+        Err(e) if e.raw_os_error() == Some(libc::EBADE) => WriteOutcome::Refused,
+        Err(e) => WriteOutcome::Failed(format!("O_DIRECT write to {}: {e}", device.display())),
     }
 }
 
