@@ -784,9 +784,10 @@ fn renew_racing_takeover_never_two_writers() -> anyhow::Result<()> {
             Writer::start(Node::B, t.device(Node::B, 0), &tag)?,
         ];
         std::thread::sleep(Duration::from_millis(300));
-        // Freeze right after a renew lands on the target, for lease - margin - 300 ms ..
-        // lease + 300 ms: the holder's own deadline (lease - margin after that renew) and the
-        // standby's (lease after it sampled the new key) both fall inside.
+        // Freeze right after a renew lands on the target, for 400 ms .. lease + renew + 300 ms:
+        // the holder's own deadline (lease - margin after that renew, less the time its next
+        // renew takes) and the standby's (lease after it sampled the new key, one check late at
+        // most) both fall inside, with room on either side.
         let renewed_key = keys_of(&t, 0, holder)?;
         let wait_renew = Instant::now();
         while keys_of(&t, 0, holder)? == renewed_key {
@@ -796,8 +797,8 @@ fn renew_racing_takeover_never_two_writers() -> anyhow::Result<()> {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        let low = timings.lease - timings.margin - 300;
-        let freeze_ms = low + next() % (timings.lease + 300 - low);
+        let (low, high) = (400, timings.lease + timings.renew + 300);
+        let freeze_ms = low + next() % (high - low);
         let frozen = Instant::now();
         let frozen_at = now_ns();
         kill(writers[holder_index].pid(), Signal::SIGSTOP)?;
@@ -950,8 +951,14 @@ fn settle_roles(
 ) -> anyhow::Result<usize> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        let alive = [agents[0].exited().is_none(), agents[1].exited().is_none()];
+        let on_target = target_holder(t, 0)?;
         for (index, (agent, node)) in agents.iter_mut().zip(Node::BOTH).enumerate() {
-            if agent.exited().is_some() {
+            // A node whose stopped holder still holds the reservation waits for the other
+            // node's preempt: restarted now, it would pick up its old key (a restarted holder
+            // carries on) and only learn at its first renew that the key was preempted.
+            let awaits_preempt = on_target == Some(node) && alive[1 - index];
+            if !alive[index] && !awaits_preempt {
                 if lost.take_if(|&mut l| l == index).is_none() {
                     *restarts += 1;
                 }
