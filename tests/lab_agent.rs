@@ -591,11 +591,17 @@ fn lease_takeover_refuses_the_paused_holder() -> anyhow::Result<()> {
         &lease_config(2, t.device(Node::B, 0), timings, None),
     )?;
     b.wait_state("standby", Duration::from_secs(60))?;
-    tl.now("node B", "agent: standby (registered, no write access)");
-    ensure!(
-        !keys_of(&t, 0, Node::B)?.is_empty(),
-        "B's standby key is not registered"
-    );
+    // "standby" means "not holding"; its key may still be on its way to the target
+    let joined = Instant::now();
+    while keys_of(&t, 0, Node::B)?.is_empty() {
+        ensure!(
+            joined.elapsed() < Duration::from_secs(10),
+            "B's standby key is not registered:\n{}",
+            b.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tl.now("node B", "agent: standby, key registered (no write access)");
 
     let writer_a = Writer::start(Node::A, t.device(Node::A, 0), "seed")?;
     tl.now(
