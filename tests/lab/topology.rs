@@ -390,24 +390,7 @@ impl Topology {
         let target = format!("{IQN}:target");
         for node in Node::BOTH {
             let iface = iface(node);
-            run("iscsiadm", ["-m", "iface", "-I", &iface, "-o", "new"])?.ok()?;
-            let name = iscsi_initiator(node);
-            run(
-                "iscsiadm",
-                [
-                    "-m",
-                    "iface",
-                    "-I",
-                    &iface,
-                    "-o",
-                    "update",
-                    "-n",
-                    "iface.initiatorname",
-                    "-v",
-                    &name,
-                ],
-            )?
-            .ok()?;
+            new_iface(&iface, &iscsi_initiator(node))?;
         }
         run(
             "iscsiadm",
@@ -589,24 +572,7 @@ impl Topology {
             "a second session needs an iSCSI topology"
         );
         let iface = second_iface(node);
-        let name = iscsi_initiator(node);
-        run("iscsiadm", ["-m", "iface", "-I", &iface, "-o", "new"])?.ok()?;
-        run(
-            "iscsiadm",
-            [
-                "-m",
-                "iface",
-                "-I",
-                &iface,
-                "-o",
-                "update",
-                "-n",
-                "iface.initiatorname",
-                "-v",
-                &name,
-            ],
-        )?
-        .ok()?;
+        new_iface(&iface, &iscsi_initiator(node))?;
         let target = format!("{IQN}:target");
         for action in ["new", "login"] {
             let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface];
@@ -735,6 +701,26 @@ impl Topology {
             .with_context(|| format!("O_DIRECT read of block {block} from {}", device.display()))?;
         Ok(buffer.get().to_vec())
     }
+}
+
+/// An open-iscsi iface `iface` logging in as `initiator` (one "node"; a second iface with the
+/// same name is a second session, i.e. another I_T nexus, of that node).
+fn new_iface(iface: &str, initiator: &str) -> anyhow::Result<()> {
+    run("iscsiadm", ["-m", "iface", "-I", iface, "-o", "new"])?.ok()?;
+    let update = [
+        "-m",
+        "iface",
+        "-I",
+        iface,
+        "-o",
+        "update",
+        "-n",
+        "iface.initiatorname",
+        "-v",
+        initiator,
+    ];
+    run("iscsiadm", update)?.ok()?;
+    Ok(())
 }
 
 impl Drop for Topology {
