@@ -31,7 +31,7 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         println!("lab {suite}: no test matches the filters, no guest booted");
         return Ok(());
     }
-    let lab_dir = target_dir(&exe).join("lab");
+    let lab_dir = target_dir(&exe).join(lab_dir_name());
 
     let build_start = Instant::now();
     let status = Command::new("bash")
@@ -181,6 +181,16 @@ impl Report {
                 self.failed.push(name.to_owned());
             }
         }
+    }
+}
+
+/// The guest's cache directory under the target dir: `lab` for Debian 12's kernel, `lab-SUITE` for
+/// the kernel of another Debian suite (`LAB_KERNEL_SUITE`, e.g. `unstable`), so that switching
+/// between kernels rebuilds nothing.
+fn lab_dir_name() -> String {
+    match std::env::var("LAB_KERNEL_SUITE") {
+        Ok(suite) if !suite.is_empty() => format!("lab-{suite}"),
+        _ => "lab".to_owned(),
     }
 }
 
