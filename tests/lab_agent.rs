@@ -37,13 +37,16 @@ fn main() -> ExitCode {
     if let Ok(spec) = std::env::var(WRITER_ENV) {
         return writer_main(&spec);
     }
-    lab::main(crate::tests![
-        lease_takeover_refuses_the_paused_holder,
-        renew_racing_takeover_never_two_writers,
-        fenced_node_self_fences_and_never_reregisters,
-        relogin_orphan_healed_preempted_key_not,
-        watchdog_stops_being_fed_once_fenced,
-    ])
+    lab::main(
+        Duration::from_secs(15 * 60),
+        crate::tests![
+            lease_takeover_refuses_the_paused_holder,
+            renew_racing_takeover_never_two_writers,
+            fenced_node_self_fences_and_never_reregisters,
+            relogin_orphan_healed_preempted_key_not,
+            watchdog_stops_being_fed_once_fenced,
+        ],
+    )
 }
 
 // ----- time, shared by every process of the guest -----

@@ -23,7 +23,10 @@ const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 const WORK: &str = "/run/lab-bench";
 
 fn main() -> ExitCode {
-    lab::main(crate::tests![watch_cost_256_luns])
+    lab::main(
+        Duration::from_secs(12 * 60),
+        crate::tests![watch_cost_256_luns],
+    )
 }
 
 /// CPU time and memory of one measured job.

@@ -23,7 +23,10 @@ const KEY_A: &str = "0xa";
 const KEY_B: &str = "0xb";
 
 fn main() -> ExitCode {
-    lab::main(crate::tests![phantom_write_fenced])
+    lab::main(
+        Duration::from_secs(4 * 60),
+        crate::tests![phantom_write_fenced],
+    )
 }
 
 /// Prints each event with the time since the demo started.

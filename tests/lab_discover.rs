@@ -5,6 +5,8 @@
 
 mod lab;
 
+use std::time::Duration;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -13,12 +15,15 @@ use lab::{Node, Topology};
 use prfence::discover::{DeviceError, DiscoverError, Discovery, Lu, LuId, PathState, resolve};
 
 fn main() -> ExitCode {
-    lab::main(crate::tests![
-        node_disks_group_into_luns_sorted_by_id,
-        vpd_fallback_matches_the_kernels_wwid,
-        multipath_map_expands_and_reports_a_dead_path,
-        partition_is_refused_with_its_disk_named,
-    ])
+    lab::main(
+        Duration::from_secs(4 * 60),
+        crate::tests![
+            node_disks_group_into_luns_sorted_by_id,
+            vpd_fallback_matches_the_kernels_wwid,
+            multipath_map_expands_and_reports_a_dead_path,
+            partition_is_refused_with_its_disk_named,
+        ],
+    )
 }
 
 fn hctls(lu: &Lu) -> Vec<String> {

@@ -9,6 +9,8 @@
 
 mod lab;
 
+use std::time::Duration;
+
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -19,19 +21,22 @@ use serde_json::Value;
 const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
 
 fn main() -> ExitCode {
-    lab::main(crate::tests![
-        register_and_key_changes_tcm_loop,
-        register_and_key_changes_iscsi,
-        register_options_iscsi,
-        every_type_access_and_ownership_tcm_loop,
-        every_type_access_and_ownership_iscsi,
-        clear_and_preempt_tcm_loop,
-        clear_and_preempt_and_abort_iscsi,
-        register_and_move_tcm_loop,
-        register_and_move_iscsi,
-        no_pr_lun_is_not_supported,
-        sixteen_luns_in_argument_order,
-    ])
+    lab::main(
+        Duration::from_secs(8 * 60),
+        crate::tests![
+            register_and_key_changes_tcm_loop,
+            register_and_key_changes_iscsi,
+            register_options_iscsi,
+            every_type_access_and_ownership_tcm_loop,
+            every_type_access_and_ownership_iscsi,
+            clear_and_preempt_tcm_loop,
+            clear_and_preempt_and_abort_iscsi,
+            register_and_move_tcm_loop,
+            register_and_move_iscsi,
+            no_pr_lun_is_not_supported,
+            sixteen_luns_in_argument_order,
+        ],
+    )
 }
 
 /// The six reservation types: SPC code and prfence's name.

@@ -4,17 +4,22 @@
 
 mod lab;
 
+use std::time::Duration;
+
 use std::process::ExitCode;
 
 use lab::{Node, Topology, WriteOutcome};
 
 fn main() -> ExitCode {
-    lab::main(crate::tests![
-        tcm_loop_two_nexuses,
-        iscsi_16_luns,
-        no_pr_lun,
-        targetcli_iscsi_two_nodes
-    ])
+    lab::main(
+        Duration::from_secs(5 * 60),
+        crate::tests![
+            tcm_loop_two_nexuses,
+            iscsi_16_luns,
+            no_pr_lun,
+            targetcli_iscsi_two_nodes
+        ],
+    )
 }
 
 fn sg_persist(args: &[&str], device: &std::path::Path) -> anyhow::Result<lab::Run> {

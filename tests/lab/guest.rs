@@ -3,7 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{TestFn, secs, topology};
 
@@ -16,6 +16,7 @@ pub fn inside() -> bool {
 
 pub fn run_tests(selected: &[(&'static str, TestFn)], total: usize) -> ExitCode {
     let start = Instant::now();
+    watch_kernel();
     println!("\nrunning {} tests", selected.len());
     let mut failed = Vec::new();
     for (name, test) in selected {
@@ -61,4 +62,60 @@ pub fn run_tests(selected: &[(&'static str, TestFn)], total: usize) -> ExitCode 
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Kernel messages by which the guest kernel says a task hangs or the kernel broke.
+const KERNEL_TROUBLE: &[&str] = &[
+    " blocked for more than ",
+    "BUG: ",
+    "Oops: ",
+    "general protection fault",
+    "detected stall",
+];
+/// How long the monitor relays every kernel message after trouble: the stacks follow the report.
+const RELAY_AFTER_TROUBLE: Duration = Duration::from_secs(5);
+
+/// Starts a thread that reads the kernel log (`/dev/kmsg`, every level) and, when the kernel
+/// reports a hung task, an oops or a lock-up, prints `lab: kernel trouble: …` and relays everything
+/// the kernel logs for a few seconds, stacks included, after asking for every blocked task's and
+/// every CPU's backtrace (sysrq w, l). The console itself shows only warnings and worse, and a
+/// hung task's stack is logged below that. The host ends the run on that line (host.rs).
+fn watch_kernel() {
+    let kmsg = match std::fs::File::open("/dev/kmsg") {
+        Ok(f) => f,
+        Err(e) => {
+            println!("lab: cannot read /dev/kmsg ({e}): hung tasks will show without stacks");
+            return;
+        }
+    };
+    // Long enough for SCSI error recovery under emulation, short enough to end a hung run soon.
+    let _ = std::fs::write("/proc/sys/kernel/hung_task_timeout_secs", "60");
+    std::thread::spawn(move || {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut kmsg = kmsg;
+        // Only what happens from now on: the boot log is not news.
+        let _ = kmsg.seek(SeekFrom::End(0));
+        let mut relay_until: Option<Instant> = None;
+        let mut record = vec![0u8; 8192];
+        loop {
+            // One read returns one record: "prio,seq,usec,flags;text\n".
+            let n = match kmsg.read(&mut record) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue, // overwritten: skip
+                Err(_) => return,
+            };
+            let text = String::from_utf8_lossy(record.get(..n).unwrap_or_default());
+            let message = text.split_once(';').map_or(&*text, |(_, m)| m).trim_end();
+            if relay_until.is_none() && KERNEL_TROUBLE.iter().any(|p| message.contains(p)) {
+                println!("lab: kernel trouble: {message}");
+                relay_until = Some(Instant::now() + RELAY_AFTER_TROUBLE);
+                let _ = std::fs::write("/proc/sysrq-trigger", "w");
+                let _ = std::fs::write("/proc/sysrq-trigger", "l");
+            }
+            match relay_until {
+                Some(until) if Instant::now() < until => println!("kernel: {message}"),
+                _ => {}
+            }
+        }
+    });
 }

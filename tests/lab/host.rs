@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::secs;
 
@@ -12,9 +12,11 @@ use super::secs;
 const LAB_SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
 
 /// Builds the guest if needed, boots it, runs this suite's `selected` tests inside (same `args`),
-/// and fails unless the guest booted, ran and reported every test as passed.
-pub fn run_suite(args: &[String], selected: usize) -> ExitCode {
-    match boot_and_run(args, selected) {
+/// and fails unless the guest booted, ran and reported every test as passed. `budget` bounds the
+/// guest's whole life (`LAB_TIMEOUT` seconds overrides it); a guest kernel that reports a lock-up,
+/// a hung task or an oops ends the run within seconds instead (see [`KernelTrouble`]).
+pub fn run_suite(args: &[String], selected: usize, budget: Duration) -> ExitCode {
+    match boot_and_run(args, selected, budget) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lab: FAILED: {e:#}");
@@ -23,7 +25,7 @@ pub fn run_suite(args: &[String], selected: usize) -> ExitCode {
     }
 }
 
-fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
+fn boot_and_run(args: &[String], selected: usize, budget: Duration) -> anyhow::Result<()> {
     let suite_start = Instant::now();
     let exe = std::env::current_exe()?;
     let suite = suite_name(&exe);
@@ -45,7 +47,20 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
     // The guest runs this script from the shared host root (never /run: the guest's is fresh).
     let script = lab_dir.join(format!("run-{suite}-{}.sh", std::process::id()));
     let cwd = std::env::current_dir()?;
-    let mut line = format!("cd {} && LAB_GUEST=1 exec {}", quote(&cwd), quote(&exe));
+    // The guest starts from init's bare environment: hand the suite's own settings (LAB_*) over.
+    let settings: String = std::env::vars()
+        .filter(|(name, _)| {
+            name.starts_with("LAB_")
+                && name != "LAB_GUEST"
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .map(|(name, value)| format!("{name}={} ", quote(Path::new(&value))))
+        .collect();
+    let mut line = format!(
+        "cd {} && {settings}LAB_GUEST=1 exec {}",
+        quote(&cwd),
+        quote(&exe)
+    );
     for a in args {
         line.push(' ');
         line.push_str(&quote(Path::new(a)));
@@ -58,7 +73,7 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         anyhow::anyhow!("the lab needs a path without spaces: {}", script.display())
     })?;
 
-    let timeout = std::env::var("LAB_TIMEOUT").unwrap_or_else(|_| "1500".into());
+    let timeout = std::env::var("LAB_TIMEOUT").unwrap_or_else(|_| budget.as_secs().to_string());
     let memory = std::env::var("LAB_MEM").unwrap_or_else(|_| "2048".into());
     let boot_start = Instant::now();
     // `timeout` bounds a hung guest (--foreground keeps qemu in our process group, so killing the
@@ -88,7 +103,7 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         .arg("-initrd")
         .arg(lab_dir.join("initrd.gz"))
         .arg("-append")
-        .arg(format!("console=ttyS0 quiet panic=-1 lab.cmd={script_arg}"))
+        .arg(format!("console=ttyS0 {KERNEL_ARGS} lab.cmd={script_arg}"))
         .args([
             "-virtfs",
             "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
@@ -101,16 +116,18 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         .stdout
         .take()
         .ok_or_else(|| anyhow::anyhow!("qemu has no stdout"))?;
+    let stopper = Stopper::new(qemu.id());
 
     let mut report = Report::default();
     for raw in BufReader::new(console).split(b'\n') {
         let raw = raw?;
         let text = String::from_utf8_lossy(&raw);
         let text = text.trim_end_matches('\r');
+        report.watch_trouble(text, boot_start.elapsed());
         // Before the guest is up, only the lab's own lines matter (firmware output is noise).
         let text = match text.find("lab:") {
             Some(at) if report.ready.is_none() => &text[at..],
-            None if report.ready.is_none() => {
+            None if report.ready.is_none() && report.trouble.is_none() => {
                 // kept to explain a guest that never comes up (panic, missing module…)
                 report.early.push(text.to_owned());
                 continue;
@@ -119,6 +136,13 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         };
         println!("{text}");
         report.observe(text, boot_start.elapsed());
+        if let Some(trouble) = &mut report.trouble {
+            if trouble.lines.len() < TROUBLE_LINES {
+                trouble.lines.push(text.to_owned());
+            }
+            // The kernel prints its stacks right after the report; then the guest is useless.
+            stopper.stop_after(TROUBLE_GRACE);
+        }
     }
     let status = qemu.wait()?;
     let boot = report.ready.map(secs).unwrap_or_else(|| "-".into());
@@ -133,6 +157,16 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
         for line in &report.early[tail..] {
             println!("guest console: {line}");
         }
+    }
+    if let Some(trouble) = &report.trouble {
+        anyhow::bail!(
+            "the guest kernel reported {:?} after {}; the run was stopped within {} of it. \
+             What the kernel printed (stacks included):\n{}",
+            trouble.kind,
+            secs(trouble.at),
+            secs(TROUBLE_GRACE),
+            trouble.lines.join("\n")
+        );
     }
     anyhow::ensure!(
         report.ready.is_some(),
@@ -157,6 +191,83 @@ fn boot_and_run(args: &[String], selected: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The guest kernel's command line. A soft lockup (a CPU spinning in the kernel for 10 s, twice
+/// `watchdog_thresh`, before the RCU stall detector's 21 s) panics
+/// after every CPU's backtrace is printed, and the panic ends QEMU at once (`panic=-1` reboots,
+/// `-no-reboot` exits); an oops panics too. `loglevel=5` lets the backtraces (printed at the
+/// default level) reach the console while informational chatter stays off it. Hung tasks are
+/// reported by the kernel after `hung_task_timeout_secs` (set by `init`); the guest's own monitor
+/// prints their stacks (see `guest::watch_kernel`).
+const KERNEL_ARGS: &str = "loglevel=5 panic=-1 watchdog_thresh=5 softlockup_panic=1 \
+     softlockup_all_cpu_backtrace=1 oops=panic";
+
+/// How long the console is still read after the kernel reported trouble: enough for the stacks
+/// and the panic (and, after an RCU stall, for the soft lockup report with every CPU's stack),
+/// then QEMU is stopped whatever the guest does.
+const TROUBLE_GRACE: Duration = Duration::from_secs(12);
+/// How many console lines after the trouble report go into the failure message.
+const TROUBLE_LINES: usize = 400;
+
+/// Console lines by which the guest kernel says it is broken, and the diagnosis each stands for.
+const TROUBLE_PATTERNS: &[(&str, &str)] = &[
+    (
+        "BUG: soft lockup",
+        "soft lockup (a CPU spinning in the kernel)",
+    ),
+    ("rcu_sched detected stall", "RCU stall"),
+    ("rcu: INFO: rcu_preempt detected stall", "RCU stall"),
+    (" blocked for more than ", "hung task"),
+    ("BUG: unable to handle", "oops"),
+    ("general protection fault", "oops"),
+    ("Oops: ", "oops"),
+    ("Kernel panic - not syncing", "kernel panic"),
+    (
+        "lab: kernel trouble:",
+        "hung task or oops seen by the guest's monitor",
+    ),
+];
+
+/// What the guest kernel reported, and the console from there on.
+struct KernelTrouble {
+    kind: &'static str,
+    at: Duration,
+    lines: Vec<String>,
+}
+
+/// Stops QEMU (through `timeout`, which forwards SIGTERM to it) a grace period after the first
+/// request, from a thread of its own: the console reader may be blocked on a silent guest.
+struct Stopper {
+    request: std::sync::mpsc::Sender<Duration>,
+    requested: std::cell::Cell<bool>,
+}
+
+impl Stopper {
+    fn new(pid: u32) -> Self {
+        let (request, requests) = std::sync::mpsc::channel::<Duration>();
+        std::thread::spawn(move || {
+            if let Ok(grace) = requests.recv() {
+                std::thread::sleep(grace);
+                if let Ok(pid) = i32::try_from(pid) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                }
+            }
+        });
+        Stopper {
+            request,
+            requested: std::cell::Cell::new(false),
+        }
+    }
+
+    fn stop_after(&self, grace: Duration) {
+        if !self.requested.replace(true) {
+            let _ = self.request.send(grace);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Report {
     ready: Option<std::time::Duration>,
@@ -164,9 +275,23 @@ struct Report {
     passed: Vec<String>,
     failed: Vec<String>,
     exit: Option<i32>,
+    trouble: Option<KernelTrouble>,
 }
 
 impl Report {
+    /// Notes the first console line by which the kernel says it is broken (before boot too).
+    fn watch_trouble(&mut self, line: &str, at: Duration) {
+        if self.trouble.is_none()
+            && let Some((_, kind)) = TROUBLE_PATTERNS.iter().find(|(p, _)| line.contains(p))
+        {
+            self.trouble = Some(KernelTrouble {
+                kind,
+                at,
+                lines: Vec::new(),
+            });
+        }
+    }
+
     fn observe(&mut self, line: &str, at: std::time::Duration) {
         if line.starts_with("lab: guest ready") {
             self.ready.get_or_insert(at);

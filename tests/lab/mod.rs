@@ -10,6 +10,7 @@
 
 mod guest;
 mod host;
+pub mod race;
 mod topology;
 mod writer;
 
@@ -37,8 +38,10 @@ macro_rules! tests {
 }
 
 /// Entry point of a lab suite: on the host, boots a guest that runs this same binary; in the guest,
-/// runs the tests. Arguments: substring filters (`--exact` for whole names), `--list`.
-pub fn main(tests: &[(&'static str, TestFn)]) -> ExitCode {
+/// runs the tests. Arguments: substring filters (`--exact` for whole names), `--list`. `budget`
+/// bounds the guest's life (about three times the suite's usual time under emulation; the
+/// environment variable `LAB_TIMEOUT`, in seconds, overrides it).
+pub fn main(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let exact = args.iter().any(|a| a == "--exact");
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
@@ -71,7 +74,7 @@ pub fn main(tests: &[(&'static str, TestFn)]) -> ExitCode {
     if guest::inside() {
         guest::run_tests(&selected, tests.len())
     } else {
-        host::run_suite(&args, selected.len())
+        host::run_suite(&args, selected.len(), budget)
     }
 }
 
