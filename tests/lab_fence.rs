@@ -11,107 +11,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
+use lab::race::{
+    self, PRFENCE, assert_sole_survivor, fence, fence_args, hex, key, other, prfence,
+    prfence_expect, unfence,
+};
 use lab::{Node, Topology, WriteOutcome, Writer};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
 /// Enough LUs for a fan-out behind the arbiter, few enough for TCG.
 const LUNS: usize = 8;
 const RACE_ROUNDS: usize = 20;
 
 fn main() -> ExitCode {
-    lab::main(crate::tests![
-        fence_refuses_every_write_of_the_victim,
-        mutual_fence_race_has_one_survivor,
-        commands_are_idempotent_and_converge_after_a_failure,
-        relogin_orphan_is_purged_by_unfence,
-        multipath_maps_register_and_lose_every_path,
-        fence_pr_and_fence_scsi_side_by_side,
-        fence_pr_versus_fence_scsi_wall_time,
-    ])
-}
-
-fn key(node: Node) -> u64 {
-    match node {
-        Node::A => 0xa,
-        Node::B => 0xb,
-    }
-}
-
-fn other(node: Node) -> Node {
-    match node {
-        Node::A => Node::B,
-        Node::B => Node::A,
-    }
-}
-
-fn hex(key: u64) -> String {
-    format!("{key:#x}")
-}
-
-/// The `prfence` command line `args… --json <node's devices>`.
-fn prfence_command(t: &Topology, node: Node, args: &[&str]) -> Command {
-    let mut cmd = Command::new(PRFENCE);
-    cmd.args(args).arg("--json").args(t.node(node).devices());
-    cmd
-}
-
-/// Runs prfence as `node` on all its devices; returns the run and its JSON report (Null when it
-/// printed none).
-fn prfence(t: &Topology, node: Node, args: &[&str]) -> anyhow::Result<(lab::Run, Value)> {
-    let run = lab::run_command(&mut prfence_command(t, node, args))?;
-    let report = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
-    println!(
-        "  node {}: prfence {} -> exit {} in {} ms",
-        node.letter(),
-        args.join(" "),
-        run.code(),
-        run.elapsed.as_millis()
-    );
-    Ok((run, report))
-}
-
-/// Runs prfence and requires exit status `code`.
-fn prfence_expect(
-    t: &Topology,
-    node: Node,
-    args: &[&str],
-    code: i32,
-) -> anyhow::Result<(lab::Run, Value)> {
-    let (run, report) = prfence(t, node, args)?;
-    ensure!(
-        run.code() == code,
-        "node {}: `{}` exited {}, expected {code}:\n{}{}",
-        node.letter(),
-        run.command,
-        run.code(),
-        run.stdout,
-        run.stderr
-    );
-    Ok((run, report))
-}
-
-fn unfence(t: &Topology, node: Node) -> anyhow::Result<Value> {
-    let k = hex(key(node));
-    Ok(prfence_expect(t, node, &["unfence", "--key", &k], 0)?.1)
-}
-
-fn fence_args(node: Node) -> [String; 5] {
-    [
-        "fence".into(),
-        "--key".into(),
-        hex(key(node)),
-        "--victim".into(),
-        hex(key(other(node))),
-    ]
-}
-
-fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
-    let args = fence_args(node);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Ok(prfence_expect(t, node, &args, code)?.1)
+    lab::main(
+        Duration::from_secs(12 * 60),
+        crate::tests![
+            fence_refuses_every_write_of_the_victim,
+            mutual_fence_race_has_one_survivor,
+            commands_are_idempotent_and_converge_after_a_failure,
+            relogin_orphan_is_purged_by_unfence,
+            multipath_maps_register_and_lose_every_path,
+            fence_pr_and_fence_scsi_side_by_side,
+            fence_pr_versus_fence_scsi_wall_time,
+        ],
+    )
 }
 
 /// The `lu` of every LU report whose `ok` is false.
@@ -170,52 +95,6 @@ fn by_wwid(t: &Topology) -> Vec<usize> {
     let mut order: Vec<usize> = (0..t.lus().len()).collect();
     order.sort_by(|&a, &b| t.lu(a).wwid.cmp(&t.lu(b).wwid));
     order
-}
-
-/// The target's verdict after a fence won by `survivor`: on every LU only its key is registered,
-/// only through its own nexuses, it holds a WERO reservation; the other node's O_DIRECT writes
-/// are refused on every LU and the survivor's accepted.
-fn assert_sole_survivor(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()> {
-    let loser = other(survivor);
-    for lu in t.lus() {
-        let regs = lu.registrations()?;
-        ensure!(
-            !regs.is_empty()
-                && regs.iter().all(|r| {
-                    r.key == key(survivor) && r.initiator == t.node(survivor).initiator
-                }),
-            "LU {} registrations are not node {}'s alone: {regs:?}",
-            lu.index,
-            survivor.letter()
-        );
-        let holder = lu.holder()?;
-        ensure!(
-            holder.as_ref().map(|h| &h.initiator) == Some(&t.node(survivor).initiator),
-            "LU {} is held by {holder:?}, not node {}",
-            lu.index,
-            survivor.letter()
-        );
-        ensure!(
-            lu.reservation_type()? == Some(5),
-            "LU {} is not reserved WERO",
-            lu.index
-        );
-    }
-    for lun in 0..t.lus().len() {
-        let refused = t.write_probe(loser, lun, block);
-        ensure!(
-            refused == WriteOutcome::Refused,
-            "node {}'s write to LUN {lun} after it was fenced: {refused:?}",
-            loser.letter()
-        );
-        let accepted = t.write_probe(survivor, lun, block);
-        ensure!(
-            accepted == WriteOutcome::Accepted,
-            "survivor {}'s write to LUN {lun}: {accepted:?}",
-            survivor.letter()
-        );
-    }
-    Ok(())
 }
 
 /// Sets a SCSI disk's state (`offline` makes every command fail at once, as a dead path); the
@@ -315,68 +194,30 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// P2: A and B fence each other at the same moment over 8 LUs, 20 times: every round exactly one
-/// exits 0 and the other 4, and the target shows that one survivor alone on every LU.
+/// P2: A and B fence each other at the same moment over 8 LUs, 20 times (`LAB_RACE_ROUNDS` and
+/// `LAB_RACE_LUNS` change that; `lab_stress` runs hundreds): every round exactly one exits 0 and
+/// the other 4, and the target shows that one survivor alone on every LU.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
-    let t = Topology::iscsi(LUNS)?;
+    let rounds = env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
+    let luns = env_count("LAB_RACE_LUNS", LUNS)?;
+    let t = Topology::iscsi(luns)?;
     t.settle()?;
-    let mut winners: BTreeMap<char, usize> = BTreeMap::new();
-    let mut times = Vec::new();
-    for round in 1..=RACE_ROUNDS {
-        unfence(&t, Node::A)?;
-        unfence(&t, Node::B)?;
-        let start = Instant::now();
-        let mut children = Vec::new();
-        for node in Node::BOTH {
-            let args = fence_args(node);
-            let child = prfence_command(&t, node, &args.each_ref().map(String::as_str))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("spawn prfence fence")?;
-            children.push((node, child));
-        }
-        let mut codes = Vec::new();
-        for (node, child) in children {
-            let out = child.wait_with_output()?;
-            codes.push((node, out.status.code().unwrap_or(-1), out));
-        }
-        let elapsed = start.elapsed();
-        let winner = match (codes[0].1, codes[1].1) {
-            (0, 4) => Node::A,
-            (4, 0) => Node::B,
-            (a, b) => {
-                let mut why = String::new();
-                for (node, code, out) in &codes {
-                    why.push_str(&format!(
-                        "\nnode {} exit {code}: {}{}",
-                        node.letter(),
-                        String::from_utf8_lossy(&out.stdout),
-                        String::from_utf8_lossy(&out.stderr)
-                    ));
-                }
-                bail!("round {round}: exits A {a}, B {b}, not one 0 and one 4:{why}");
-            }
-        };
-        assert_sole_survivor(&t, winner, 2)
-            .with_context(|| format!("round {round}: split after the race"))?;
-        println!(
-            "  round {round:>2}: node {} survived, both fences done in {} ms",
-            winner.letter(),
-            elapsed.as_millis()
-        );
-        *winners.entry(winner.letter()).or_default() += 1;
-        times.push(elapsed);
-    }
-    times.sort();
+    let mut stats = race::mutual_fence(&t, rounds)?;
     println!(
-        "  P2 race over {LUNS} LUs, {RACE_ROUNDS} rounds: winners {winners:?}; round time min {} ms, \
-         median {} ms, max {} ms",
-        times[0].as_millis(),
-        times[times.len() / 2].as_millis(),
-        times[times.len() - 1].as_millis()
+        "  P2 race over {luns} LUs, {rounds} rounds: {}",
+        stats.summary()
     );
     Ok(())
+}
+
+/// A count from the environment, or `default`.
+fn env_count(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("{name}={v:?} is not a count")),
+        Err(_) => Ok(default),
+    }
 }
 
 /// P4: every command run twice leaves the target as the first run did; a failure injected on one

@@ -1,0 +1,329 @@
+//! Two nodes fencing each other at the same moment, judged on the target: the fencing helpers
+//! shared by `lab_fence` (the CI race) and `lab_stress` (the long races and the raw PREEMPT races
+//! that show LIO's lock-up).
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use serde_json::Value;
+
+use super::{Node, Topology, WriteOutcome};
+
+pub const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
+
+/// Node A's key is 0xa, node B's 0xb.
+pub fn key(node: Node) -> u64 {
+    match node {
+        Node::A => 0xa,
+        Node::B => 0xb,
+    }
+}
+
+pub fn other(node: Node) -> Node {
+    match node {
+        Node::A => Node::B,
+        Node::B => Node::A,
+    }
+}
+
+pub fn hex(key: u64) -> String {
+    format!("{key:#x}")
+}
+
+/// The `prfence` command line `args… --json <node's devices>`.
+pub fn prfence_command(t: &Topology, node: Node, args: &[&str]) -> Command {
+    let mut cmd = Command::new(PRFENCE);
+    cmd.args(args).arg("--json").args(t.node(node).devices());
+    cmd
+}
+
+/// Runs prfence as `node` on all its devices; returns the run and its JSON report (Null when it
+/// printed none).
+pub fn prfence(t: &Topology, node: Node, args: &[&str]) -> anyhow::Result<(super::Run, Value)> {
+    let run = super::run_command(&mut prfence_command(t, node, args))?;
+    let report = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
+    println!(
+        "  node {}: prfence {} -> exit {} in {} ms",
+        node.letter(),
+        args.join(" "),
+        run.code(),
+        run.elapsed.as_millis()
+    );
+    Ok((run, report))
+}
+
+/// Runs prfence and requires exit status `code`.
+pub fn prfence_expect(
+    t: &Topology,
+    node: Node,
+    args: &[&str],
+    code: i32,
+) -> anyhow::Result<(super::Run, Value)> {
+    let (run, report) = prfence(t, node, args)?;
+    ensure!(
+        run.code() == code,
+        "node {}: `{}` exited {}, expected {code}:\n{}{}",
+        node.letter(),
+        run.command,
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    Ok((run, report))
+}
+
+pub fn unfence(t: &Topology, node: Node) -> anyhow::Result<Value> {
+    let k = hex(key(node));
+    Ok(prfence_expect(t, node, &["unfence", "--key", &k], 0)?.1)
+}
+
+pub fn fence_args(node: Node) -> [String; 5] {
+    [
+        "fence".into(),
+        "--key".into(),
+        hex(key(node)),
+        "--victim".into(),
+        hex(key(other(node))),
+    ]
+}
+
+/// `prfence fence` as `node` (its key, the other's as victim), requiring exit status `code`.
+pub fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
+    let args = fence_args(node);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Ok(prfence_expect(t, node, &args, code)?.1)
+}
+
+/// The target's verdict after a fence won by `survivor`: on every LU only its key is registered,
+/// only through its own nexuses, it holds a WERO reservation; the other node's O_DIRECT writes
+/// are refused on every LU and the survivor's accepted.
+pub fn assert_sole_survivor(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()> {
+    let loser = other(survivor);
+    for lu in t.lus() {
+        let regs = lu.registrations()?;
+        ensure!(
+            !regs.is_empty()
+                && regs.iter().all(|r| {
+                    r.key == key(survivor) && r.initiator == t.node(survivor).initiator
+                }),
+            "LU {} registrations are not node {}'s alone: {regs:?}",
+            lu.index,
+            survivor.letter()
+        );
+        let holder = lu.holder()?;
+        ensure!(
+            holder.as_ref().map(|h| &h.initiator) == Some(&t.node(survivor).initiator),
+            "LU {} is held by {holder:?}, not node {}",
+            lu.index,
+            survivor.letter()
+        );
+        ensure!(
+            lu.reservation_type()? == Some(5),
+            "LU {} is not reserved WERO",
+            lu.index
+        );
+    }
+    for lun in 0..t.lus().len() {
+        let refused = t.write_probe(loser, lun, block);
+        ensure!(
+            refused == WriteOutcome::Refused,
+            "node {}'s write to LUN {lun} after it was fenced: {refused:?}",
+            loser.letter()
+        );
+        let accepted = t.write_probe(survivor, lun, block);
+        ensure!(
+            accepted == WriteOutcome::Accepted,
+            "survivor {}'s write to LUN {lun}: {accepted:?}",
+            survivor.letter()
+        );
+    }
+    Ok(())
+}
+
+/// Starts `args` as both nodes at the same moment and waits for both.
+fn both_at_once(
+    t: &Topology,
+    args: impl Fn(Node) -> Vec<String>,
+) -> anyhow::Result<Vec<(Node, Output)>> {
+    let mut children = Vec::new();
+    for node in Node::BOTH {
+        let args = args(node);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let child = prfence_command(t, node, &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("spawn prfence")?;
+        children.push((node, child));
+    }
+    children
+        .into_iter()
+        .map(|(node, child)| Ok((node, child.wait_with_output()?)))
+        .collect()
+}
+
+fn exits(outputs: &[(Node, Output)]) -> String {
+    let mut why = String::new();
+    for (node, out) in outputs {
+        why.push_str(&format!(
+            "\nnode {} exit {}: {}{}",
+            node.letter(),
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    why
+}
+
+/// What a series of races came to.
+#[derive(Debug, Default)]
+pub struct RaceStats {
+    pub winners: BTreeMap<char, usize>,
+    pub times: Vec<Duration>,
+}
+
+impl RaceStats {
+    fn record(&mut self, winner: Node, elapsed: Duration) {
+        *self.winners.entry(winner.letter()).or_default() += 1;
+        self.times.push(elapsed);
+    }
+
+    /// "winners {…}; round time min …, median …, max …".
+    pub fn summary(&mut self) -> String {
+        self.times.sort();
+        let ms = |i: usize| self.times.get(i).map_or(0, Duration::as_millis);
+        format!(
+            "winners {:?}; round time min {} ms, median {} ms, max {} ms",
+            self.winners,
+            ms(0),
+            ms(self.times.len() / 2),
+            ms(self.times.len().saturating_sub(1))
+        )
+    }
+}
+
+/// P2: A and B unfence, then fence each other at the same moment, `rounds` times: every round
+/// exactly one exits 0 and the other 4, and the target shows that one survivor alone on every LU.
+pub fn mutual_fence(t: &Topology, rounds: usize) -> anyhow::Result<RaceStats> {
+    let mut stats = RaceStats::default();
+    for round in 1..=rounds {
+        unfence(t, Node::A)?;
+        unfence(t, Node::B)?;
+        let start = Instant::now();
+        let outputs = both_at_once(t, |node| fence_args(node).to_vec())?;
+        let elapsed = start.elapsed();
+        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
+        let winner = match (code(0), code(1)) {
+            (0, 4) => Node::A,
+            (4, 0) => Node::B,
+            (a, b) => bail!(
+                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
+                exits(&outputs)
+            ),
+        };
+        assert_sole_survivor(t, winner, 2)
+            .with_context(|| format!("round {round}: split after the race"))?;
+        println!(
+            "  round {round:>3}: node {} survived, both fences done in {} ms",
+            winner.letter(),
+            elapsed.as_millis()
+        );
+        stats.record(winner, elapsed);
+    }
+    Ok(stats)
+}
+
+/// Which PERSISTENT RESERVE OUT each node sends in a raw race.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preempts {
+    /// PREEMPT AND ABORT from both nodes.
+    BothAbort,
+    /// Plain PREEMPT from both nodes.
+    BothPlain,
+    /// PREEMPT AND ABORT from A, plain PREEMPT from B.
+    OneAbort,
+}
+
+impl Preempts {
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        Ok(match text {
+            "both-abort" => Preempts::BothAbort,
+            "both-plain" => Preempts::BothPlain,
+            "one-abort" => Preempts::OneAbort,
+            _ => bail!("preempt mode is both-abort, both-plain or one-abort, not {text:?}"),
+        })
+    }
+
+    fn abort(self, node: Node) -> bool {
+        match self {
+            Preempts::BothAbort => true,
+            Preempts::BothPlain => false,
+            Preempts::OneAbort => node == Node::A,
+        }
+    }
+}
+
+/// The bare target race, without prfence's fencing sequence: both nodes registered on LU 0 (A
+/// holding WERO), then each sends one PREEMPT [AND ABORT] of the other's key at the same moment,
+/// `rounds` times. The target must leave exactly one of them registered. On an LIO target with
+/// the lock-up this hangs the guest, and the lab reports the kernel's stacks.
+pub fn raw_preempts(t: &Topology, rounds: usize, mode: Preempts) -> anyhow::Result<RaceStats> {
+    let mut stats = RaceStats::default();
+    let lu0 = |node: Node| vec![t.device(node, 0).display().to_string()];
+    for round in 1..=rounds {
+        for node in Node::BOTH {
+            let k = hex(key(node));
+            let mut cmd = Command::new(PRFENCE);
+            cmd.args(["register", "--ignore-existing", "--key", &k])
+                .args(lu0(node));
+            super::run_command(&mut cmd)?.ok()?;
+        }
+        if t.lu(0).holder()?.is_none() {
+            let mut cmd = Command::new(PRFENCE);
+            cmd.args(["reserve", "--key", "0xa", "--type", "wero"])
+                .args(lu0(Node::A));
+            super::run_command(&mut cmd)?.ok()?;
+        }
+        let start = Instant::now();
+        let mut children = Vec::new();
+        for node in Node::BOTH {
+            let mut cmd = Command::new(PRFENCE);
+            cmd.args(["preempt", "--key", &hex(key(node))])
+                .args(["--victim", &hex(key(other(node)))]);
+            if mode.abort(node) {
+                cmd.arg("--abort");
+            }
+            let child = cmd
+                .args(lu0(node))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("spawn prfence preempt")?;
+            children.push((node, child));
+        }
+        let outputs: Vec<(Node, Output)> = children
+            .into_iter()
+            .map(|(node, child)| Ok((node, child.wait_with_output()?)))
+            .collect::<anyhow::Result<_>>()?;
+        let elapsed = start.elapsed();
+        let keys: Vec<u64> = t.lu(0).registrations()?.iter().map(|r| r.key).collect();
+        let winner = match keys.as_slice() {
+            [k] if *k == key(Node::A) => Node::A,
+            [k] if *k == key(Node::B) => Node::B,
+            _ => bail!(
+                "round {round}: the target kept {keys:x?}, not one of the two keys:{}",
+                exits(&outputs)
+            ),
+        };
+        println!(
+            "  round {round:>3}: {mode:?}, node {} kept its key, both preempts done in {} ms",
+            winner.letter(),
+            elapsed.as_millis()
+        );
+        stats.record(winner, elapsed);
+    }
+    Ok(stats)
+}
