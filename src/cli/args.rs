@@ -111,6 +111,11 @@ pub struct Fence {
     /// The key of the node to fence.
     #[arg(long, value_parser = parse_nonzero_key)]
     pub victim: Key,
+    /// Seconds the node with the greater key waits on the arbiter LU, while both keys are
+    /// registered there, before it preempts: in a mutual fence the smaller key goes first, so two
+    /// PREEMPTs never cross on one LU (they can lock up an LIO target). 0 turns the wait off.
+    #[arg(long, value_name = "SECS", value_parser = parse_tie_break, default_value = "1")]
+    pub tie_break: Duration,
     #[command(flatten)]
     pub target: FencingDevices,
 }
@@ -270,6 +275,16 @@ fn parse_nonzero_key(s: &str) -> Result<Key, String> {
         return Err("key 0 means \"no key\" here; use a non-zero key".to_string());
     }
     Ok(key)
+}
+
+fn parse_tie_break(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=60.0).contains(&secs) {
+        return Err("the tie-break wait must be 0 to 60 seconds".to_string());
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {

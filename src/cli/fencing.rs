@@ -44,7 +44,13 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
     }
     let lus: Vec<LuTarget<OpenPath<ScsiPr<Device>>>> =
         targets(&resolution, false, |dev| ScsiPr::open(dev, policy));
-    let limits = Limits { deadline };
+    let limits = Limits {
+        deadline,
+        tie_break: match &action {
+            Action::Fence(f) => f.tie_break,
+            Action::Unfence(_) | Action::Status(_) => ops::TIE_BREAK,
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_time()

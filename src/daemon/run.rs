@@ -383,6 +383,7 @@ pub(super) async fn heal_lu(
         deadline: exec
             .timeout()
             .saturating_mul(per_path.saturating_mul(3).saturating_add(4)),
+        ..ops::Limits::default()
     };
     let report = ops::heal(
         vec![ops::LuTarget {

@@ -269,6 +269,7 @@ fn limits(started: Instant) -> Limits {
     }
     Limits {
         deadline: left.max(MIN_ENGINE_DEADLINE),
+        ..Limits::default()
     }
 }
 

@@ -144,8 +144,9 @@ pub async fn fence<T: PrTransport + 'static>(
     if !followers.is_empty() && super::is_node_local_id(&arbiter.id) {
         return Err(RequestError::NoArbiterIdentity(lus.len()));
     }
+    let tie_break = limits.tie_break;
     let arbiter_report = fan_out(std::slice::from_ref(arbiter), until, move |lu| {
-        fence_arbiter(lu, own, victim)
+        fence_arbiter(lu, own, victim, tie_break)
     })
     .await
     .pop()

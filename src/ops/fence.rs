@@ -1,5 +1,7 @@
 //! fence: remove the victim's key from every LU, the arbiter first and alone.
 
+use std::time::Duration;
+
 use crate::pr::{Key, PrOut};
 use crate::transport::PrTransport;
 
@@ -13,13 +15,18 @@ const FENCE_OK: &[Verdict] = &[Verdict::VictimRemoved, Verdict::AlreadyFenced];
 /// key still present here. A node whose key is absent touches nothing, anywhere (P2, P3): our key
 /// is never registered on the arbiter by `fence`, because a loser that re-registered itself here
 /// could then preempt the winner.
+///
+/// A mutual fence must not send two PREEMPTs to the arbiter at once (they can lock up LIO, see
+/// [`super::TIE_BREAK`]): while both keys are registered, the node with the greater key waits
+/// `tie_break` and reads again before it preempts.
 pub(super) fn fence_arbiter<T: PrTransport>(
     target: &LuTarget<T>,
     own: Key,
     victim: Key,
+    tie_break: Duration,
 ) -> LuReport {
     let mut work = LuWork::new(target);
-    let result = arbiter_steps(&mut work, own, victim);
+    let result = arbiter_steps(&mut work, own, victim, tie_break);
     work.finish(result, FENCE_OK)
 }
 
@@ -27,8 +34,22 @@ fn arbiter_steps<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
     victim: Key,
+    tie_break: Duration,
 ) -> Result<Verdict, Stop> {
-    let (index, keys) = work.read_keys_any()?;
+    let (mut index, mut keys) = work.read_keys_any()?;
+    if keys.keys.contains(&own)
+        && keys.keys.contains(&victim)
+        && own > victim
+        && !tie_break.is_zero()
+    {
+        work.notes.push(format!(
+            "both keys registered on the arbiter: waited {} s for {victim} (the smaller key) to \
+             fence first, then read the keys again (tie-break)",
+            tie_break.as_secs_f64()
+        ));
+        std::thread::sleep(tie_break);
+        (index, keys) = work.read_keys_any()?;
+    }
     if !keys.keys.contains(&own) {
         work.note_reservation(index);
         return Err(Stop::fenced(format!(

@@ -57,13 +57,27 @@ pub struct Limits {
     /// The whole command, arbiter and fan-out together; LUs still pending then are reported as
     /// timed out. The per-command timeout is the transport's own (see [`crate::transport::Policy`]).
     pub deadline: Duration,
+    /// fence: how long the node with the greater key waits on the arbiter LU, when both its own
+    /// and the victim's key are registered there, before it preempts (see [`TIE_BREAK`]).
+    pub tie_break: Duration,
 }
+
+/// The default tie-break of a mutual fence. Two nodes preempting each other on one LU at the same
+/// moment can lock up an LIO target (every Linux kernel up to 7.2 at least: the PREEMPT spins,
+/// holding the LU's reservation lock, until the other node's PERSISTENT RESERVE OUT lets go of
+/// its registration, and that command waits for the same lock). So in a mutual fence the node
+/// with the smaller key goes first and the other waits this long, then looks again: by then it
+/// finds itself preempted and sends nothing. Only liveness rests on the wait: the target alone
+/// decides who is fenced (P2, P5). It covers the other node's start-up and its arbiter steps
+/// with a wide margin even under emulation, and is far below a fence timeout.
+pub const TIE_BREAK: Duration = Duration::from_secs(1);
 
 impl Default for Limits {
     fn default() -> Self {
         // Below Pacemaker's default pcmk_off_timeout of 60 s, so we report before fenced gives up.
         Limits {
             deadline: Duration::from_secs(50),
+            tie_break: TIE_BREAK,
         }
     }
 }

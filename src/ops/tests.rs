@@ -39,9 +39,18 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
+/// No tie-break wait: the race tests interleave the two nodes' commands themselves.
 fn limits() -> Limits {
     Limits {
         deadline: Duration::from_secs(20),
+        tie_break: Duration::ZERO,
+    }
+}
+
+fn limits_with_tie_break(tie_break: Duration) -> Limits {
+    Limits {
+        tie_break,
+        ..limits()
     }
 }
 
@@ -332,6 +341,89 @@ fn the_loser_of_a_fence_race_touches_nothing() {
     );
 }
 
+// ----- tie-break (two PREEMPTs must not cross on one LU: they can lock up LIO) -----
+
+fn tie_break_notes(report: &Report) -> usize {
+    report.lus[0]
+        .notes
+        .iter()
+        .filter(|n| n.contains("tie-break"))
+        .count()
+}
+
+#[test]
+fn the_smaller_key_fences_at_once() {
+    let f = two_nodes(2, 1);
+    // A wait of a minute would outlast the 20 s deadline and time the arbiter out.
+    let report = block_on(fence(
+        f.targets(0),
+        A,
+        B,
+        limits_with_tie_break(Duration::from_secs(60)),
+    ))
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(tie_break_notes(&report), 0);
+}
+
+#[test]
+fn the_greater_key_waits_then_fences_a_peer_that_did_not_act() {
+    let f = two_nodes(2, 1);
+    let report = block_on(fence(
+        f.targets(1),
+        B,
+        A,
+        limits_with_tie_break(Duration::from_millis(20)),
+    ))
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(tie_break_notes(&report), 1);
+    assert!((0..2).all(|lu| f.has(lu, B) && !f.has(lu, A)));
+}
+
+#[test]
+fn the_greater_key_that_is_fenced_during_its_wait_sends_nothing() {
+    let f = Arc::new(two_nodes(2, 1));
+    let preempted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiting = {
+        let f = Arc::clone(&f);
+        let preempted = Arc::clone(&preempted);
+        std::thread::spawn(move || {
+            let targets = hooked(
+                f.targets(1),
+                (&lu_id(0), 0),
+                PrOutAction::PreemptAndAbort,
+                Box::new(move || preempted.store(true, std::sync::atomic::Ordering::SeqCst)),
+            );
+            block_on(fence(
+                targets,
+                B,
+                A,
+                limits_with_tie_break(Duration::from_secs(2)),
+            ))
+            .unwrap()
+        })
+    };
+    // B has read the keys (instant on the model) and waits; A fences it meanwhile.
+    std::thread::sleep(Duration::from_millis(200));
+    let generation = f.with_lu(0, |l| l.generation());
+    let winner = f.fence(0, A, B);
+    assert_eq!(winner.outcome, Outcome::Success, "{winner:#?}");
+    let after_winner = f.snapshot();
+    let generation_after_winner = f.with_lu(0, |l| l.generation());
+    assert!(generation_after_winner > generation);
+    let loser = waiting.join().unwrap();
+    assert_eq!(loser.outcome, Outcome::ThisNodeFenced, "{loser:#?}");
+    assert_eq!(tie_break_notes(&loser), 1);
+    assert!(loser.lus[1..].iter().all(|r| r.verdict == Verdict::Skipped));
+    assert_eq!(f.snapshot(), after_winner, "the loser changed nothing");
+    assert_eq!(f.with_lu(0, |l| l.generation()), generation_after_winner);
+    assert!(
+        !preempted.load(std::sync::atomic::Ordering::SeqCst),
+        "the loser never sent its PREEMPT AND ABORT to the arbiter"
+    );
+}
+
 #[test]
 fn a_failing_arbiter_stops_the_fan_out() {
     let f = two_nodes(3, 1);
@@ -586,6 +678,7 @@ fn lus_pending_at_the_deadline_are_timed_out() {
             A,
             Limits {
                 deadline: Duration::from_millis(100),
+                ..limits()
             },
         )
         .await
