@@ -11,7 +11,7 @@ exec 9>"$out/.lock"; flock 9          # two suites building at once must not int
 
 bash "$here/host-tools.sh"
 
-kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*\)/\1/p' | head -1; }
+kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*\)/\1/p' | head -1 || true; }
 pkg=${LAB_KERNEL_PKG:-$(kernel_pkg)}
 if [ -z "$pkg" ]; then apt-get update -qq >&2; pkg=$(kernel_pkg); fi
 [ -n "$pkg" ] || { echo "lab: apt-cache knows no linux-image-amd64 package; check /etc/apt/sources.list" >&2; exit 1; }
