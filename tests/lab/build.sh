@@ -3,6 +3,9 @@
 # unpacked, never compiled) and a busybox initramfs carrying the modules a SCSI PR target needs.
 # Installs missing host tools with apt-get (root). Cached: a second run downloads and rebuilds nothing.
 # Usage: build.sh OUTDIR          LAB_KERNEL_PKG=linux-image-<version>-amd64 picks another kernel.
+# LAB_KERNEL_SUITE=SUITE (e.g. unstable) takes the newest kernel of that Debian suite instead, from
+# the mirror the host's apt already uses, through a private apt state in OUTDIR/apt (the host's apt
+# configuration and lists are never touched).
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 out=${1:?usage: build.sh OUTDIR}; mkdir -p "$out"; out=$(cd "$out" && pwd)
@@ -11,20 +14,74 @@ exec 9>"$out/.lock"; flock 9          # two suites building at once must not int
 
 bash "$here/host-tools.sh"
 
-kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*\)/\1/p' | head -1 || true; }
-pkg=${LAB_KERNEL_PKG:-$(kernel_pkg)}
-if [ -z "$pkg" ]; then apt-get update -qq >&2; pkg=$(kernel_pkg); fi
-[ -n "$pkg" ] || { echo "lab: apt-cache knows no linux-image-amd64 package; check /etc/apt/sources.list" >&2; exit 1; }
-kv=${pkg#linux-image-}
-stamp="$pkg $(cat "$here/build.sh" "$here/init" | sha256sum | cut -c1-16)"
+# The mirror of the host's own Debian suite (VERSION_CODENAME): the first URI of a deb822 entry in
+# sources.list.d/*.sources whose Suites include it, else of a one-line `deb URI SUITE` entry.
+host_mirror() {
+  local suite; suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  [ -n "$suite" ] || return 0
+  local f; for f in /etc/apt/sources.list.d/*.sources; do [ -f "$f" ] && { cat "$f"; echo; }; done | awk -v want="$suite" '
+    function has(list, w,   n, a, i) { n = split(list, a, /[ \t]+/); for (i = 1; i <= n; i++) if (a[i] == w) return 1; return 0 }
+    function entry(   u) {
+      if (!done && has(f["types"], "deb") && has(f["suites"], want) && tolower(f["enabled"]) !~ /no/) {
+        u = f["uris"]; sub(/^[ \t]+/, "", u); sub(/[ \t].*/, "", u); if (u != "") { print u; done = 1 }
+      }
+      delete f; key = ""
+    }
+    /^#/ { next }
+    /^[ \t]*$/ { entry(); next }
+    /^[ \t]/ { if (key != "") f[key] = f[key] " " $0; next }
+    { key = tolower($0); sub(/:.*/, "", key); v = $0; sub(/^[^:]*:/, "", v); f[key] = v }
+    END { entry() }' | head -1 | grep . && return 0
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v want="$suite" '
+    $1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }; if ($(i + 1) == want) { print $i; exit } }'
+  return 0
+}
+
+# Without LAB_KERNEL_SUITE apt runs on the host's configuration (Debian 12's kernel); with it, on a
+# private state in $out/apt that only knows SUITE/main from the host's mirror. The host's apt.conf.d
+# still applies (proxies), its sources, preferences and lists do not.
+suite=${LAB_KERNEL_SUITE:-}
+apt=()
+if [ -n "$suite" ]; then
+  [[ $suite =~ ^[a-z0-9][a-z0-9.-]*$ ]] || { echo "lab: LAB_KERNEL_SUITE=$suite is not a Debian suite name" >&2; exit 1; }
+  mirror=$(host_mirror)
+  [ -n "$mirror" ] || { echo "lab: no deb entry for the host's suite in /etc/apt/sources.list{,.d}: cannot tell which Debian mirror serves $suite" >&2; exit 1; }
+  keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  [ -f "$keyring" ] || { echo "lab: $keyring is missing (package debian-archive-keyring)" >&2; exit 1; }
+  ad=$out/apt; line="deb [arch=amd64 signed-by=$keyring target=Packages] $mirror $suite main"
+  # a new mirror or suite makes the lists stale: start over
+  [ "$(cat "$ad/sources.list" 2>/dev/null)" = "$line" ] || { rm -rf "$ad"; mkdir -p "$ad"; echo "$line" >"$ad/sources.list"; }
+  mkdir -p "$ad/lists/partial" "$ad/cache/archives/partial" "$ad/preferences.d"
+  # keep a package cache even where the host's apt.conf.d turns it off: it saves a second per run
+  apt=(-o "Dir::Etc::sourcelist=$ad/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::lists=$ad/lists"
+       -o "Dir::Cache=$ad/cache" -o Dir::Cache::pkgcache=pkgcache.bin -o Dir::Cache::srcpkgcache=
+       -o "Dir::Etc::preferences=$ad/preferences" -o "Dir::Etc::preferencesparts=$ad/preferences.d"
+       -o APT::Sandbox::User=root)
+fi
+updated=
+apt_update() {
+  [ -z "$suite" ] || echo "lab: apt-get update of $suite from $mirror (private state in $out/apt)" >&2
+  apt-get "${apt[@]}" update -qq >&2; updated=1
+}
+kernel_pkg() { apt-cache "${apt[@]}" depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9].*\)/\1/p' | head -1 || true; }
+resolve() {
+  pkg=${LAB_KERNEL_PKG:-$(kernel_pkg)}
+  if [ -z "$pkg" ] && [ -z "$updated" ]; then apt_update; pkg=$(kernel_pkg); fi
+  [ -n "$pkg" ] || { echo "lab: apt-cache knows no linux-image-amd64 package${suite:+ in $suite}; check /etc/apt/sources.list" >&2; exit 1; }
+  kv=${pkg#linux-image-}
+  stamp="$pkg $(cat "$here/build.sh" "$here/init" | sha256sum | cut -c1-16)"
+}
+resolve
 if [ -f "$out/initrd.gz" ] && [ -f "$out/vmlinuz" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "lab: guest cached in $out (kernel $kv)" >&2; exit 0
 fi
 cd "$out"
+# Before downloading from a suite, refresh its lists: the kernel they name may be gone from the mirror.
+if [ ! -f "kroot/boot/vmlinuz-$kv" ] && [ -n "$suite" ] && [ -z "$updated" ]; then apt_update; resolve; fi
 if [ ! -f "kroot/boot/vmlinuz-$kv" ]; then
   echo "lab: downloading kernel package $pkg" >&2
   rm -rf kroot ./*.deb
-  apt-get download "$pkg" >&2 2>/dev/null || { echo "lab: apt-get download $pkg failed" >&2; exit 1; }
+  apt-get "${apt[@]}" download "$pkg" >&2 2>/dev/null || { echo "lab: apt-get download $pkg failed" >&2; exit 1; }
   dpkg -x "$pkg"_*.deb kroot; rm -f ./*.deb; depmod -b kroot "$kv"
 fi
 src=kroot/lib/modules/$kv
