@@ -71,18 +71,43 @@ resolve() {
   kv=${pkg#linux-image-}
   stamp="$pkg $(cat "$here/build.sh" "$here/init" | sha256sum | cut -c1-16)"
 }
+# The packages making up kernel $kv: $pkg and, transitively, what it Depends on named linux-*-$kv.
+# Debian 12 has one (vmlinuz in boot/, modules in lib/modules); newer suites split linux-image-$kv
+# into linux-binary-$kv (usr/lib/modules/$kv/vmlinuz), linux-modules-$kv and linux-base-$kv
+# (modules.builtin, modules.order).
+kernel_debs() {
+  local all=("$pkg") i d
+  for ((i = 0; i < ${#all[@]}; i++)); do
+    for d in $(apt-cache "${apt[@]}" depends --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+                 --no-enhances "${all[i]}" 2>/dev/null | awk -v suf="-$kv" '/Depends: linux-/ {
+                   n = $NF; if (length(n) > length(suf) && substr(n, length(n) - length(suf) + 1) == suf) print n }'); do
+      [[ " ${all[*]} " == *" $d "* ]] || all+=("$d")
+    done
+  done
+  echo "${all[@]}"
+}
+vmlinuz() { local f; for f in "kroot/boot/vmlinuz-$kv" "kroot/lib/modules/$kv/vmlinuz"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
+unpacked() { [ -n "$(vmlinuz)" ] && [ -f "kroot/lib/modules/$kv/modules.dep" ]; }
+
 resolve
 if [ -f "$out/initrd.gz" ] && [ -f "$out/vmlinuz" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "lab: guest cached in $out (kernel $kv)" >&2; exit 0
 fi
 cd "$out"
 # Before downloading from a suite, refresh its lists: the kernel they name may be gone from the mirror.
-if [ ! -f "kroot/boot/vmlinuz-$kv" ] && [ -n "$suite" ] && [ -z "$updated" ]; then apt_update; resolve; fi
-if [ ! -f "kroot/boot/vmlinuz-$kv" ]; then
-  echo "lab: downloading kernel package $pkg" >&2
+if ! unpacked && [ -n "$suite" ] && [ -z "$updated" ]; then apt_update; resolve; fi
+if ! unpacked; then
+  debs=$(kernel_debs)
+  echo "lab: downloading kernel packages $debs" >&2
   rm -rf kroot ./*.deb
-  apt-get "${apt[@]}" download "$pkg" >&2 2>/dev/null || { echo "lab: apt-get download $pkg failed" >&2; exit 1; }
-  dpkg -x "$pkg"_*.deb kroot; rm -f ./*.deb; depmod -b kroot "$kv"
+  # shellcheck disable=SC2086
+  apt-get "${apt[@]}" download $debs >&2 2>/dev/null || { echo "lab: apt-get download $debs failed" >&2; exit 1; }
+  for d in ./*.deb; do dpkg -x "$d" kroot; done; rm -f ./*.deb
+  # newer packages put the modules (and vmlinuz) in usr/lib/modules: merge /usr as a Debian root does
+  if [ ! -e kroot/lib ] && [ -d kroot/usr/lib/modules ]; then ln -s usr/lib kroot/lib; fi
+  [ -n "$(vmlinuz)" ] || { echo "lab: no vmlinuz for $kv in $debs (boot/vmlinuz-$kv or lib/modules/$kv/vmlinuz; dpkg -c shows where)" >&2; exit 1; }
+  [ -d "kroot/lib/modules/$kv/kernel" ] || { echo "lab: no modules for $kv in $debs (dpkg -c shows where)" >&2; exit 1; }
+  depmod -b kroot "$kv"
 fi
 src=kroot/lib/modules/$kv
 rm -rf initrd; mkdir -p initrd/{bin,proc,sys,dev,lower,rw,root,var/target,lib/modules/$kv}
@@ -116,6 +141,6 @@ depmod -b initrd "$kv"
 for m in $boot; do grep -q "/$m.ko:\|/${m//_/-}.ko:" "initrd/lib/modules/$kv/modules.dep" && printf '%s ' "$m"; done >initrd/modules
 cp "$here/init" initrd/init; chmod +x initrd/init
 (cd initrd && find . | cpio -o -H newc 2>/dev/null | gzip -1) >initrd.gz.new && mv initrd.gz.new initrd.gz
-cp "kroot/boot/vmlinuz-$kv" vmlinuz
+cp "$(vmlinuz)" vmlinuz
 echo "$stamp" >stamp
 echo "lab: guest built in $out (kernel $kv)" >&2
