@@ -117,24 +117,39 @@ for a in sh mount modprobe mkdir cp sed cat chroot poweroff sleep ln echo; do ln
 boot="crc32c_generic virtio_pci 9pnet_virtio 9p overlay configfs target_core_mod target_core_file
       target_core_iblock tcm_loop iscsi_target_mod iscsi_tcp sd_mod sg"
 extra="scsi_debug dm_multipath dm_round_robin softdog target_core_pscsi target_core_user"
+# Wanted only where the kernel has them. crc32c_generic: 6.1's iSCSI target and initiator hash their
+# CRC32C digests through the crypto API (crypto_alloc_ahash("crc32c")), so without this module login
+# fails with "crypto_alloc_ahash() failed". From 6.14 both call the built-in crc32c() library and
+# the module is gone (the crypto API's crc32c became crc32c_cryptoapi); checked below.
+optional="crc32c_generic"
 # The closure of the wanted modules over modules.dep. Prints "missing NAME" for a wanted module that
-# is neither a module nor built in.
-closure=$(awk -v want="$boot $extra" -v builtin="$src/modules.builtin" '
+# is neither a module nor built in, "absent NAME" for such an optional one.
+closure=$(awk -v want="$boot $extra" -v optional=" $optional " -v builtin="$src/modules.builtin" '
   function base(k) { sub(/.*\//, "", k); sub(/\.ko.*/, "", k); gsub(/-/, "_", k); return k }
   function add(k,   d, n, j) { if (k in need) return; need[k] = 1; n = split(dep[k], d, " "); for (j = 1; j <= n; j++) add(d[j]) }
   { k = $1; sub(/:$/, "", k); $1 = ""; dep[k] = $0; by[base(k)] = k }
   END {
     while ((getline l < builtin) > 0) inkernel[base(l)] = 1
     n = split(want, w, /[ \n]+/)
-    for (i = 1; i <= n; i++) if (w[i] != "") { if (w[i] in by) add(by[w[i]]); else if (!(w[i] in inkernel)) print "missing " w[i] }
+    for (i = 1; i <= n; i++) if (w[i] != "") {
+      if (w[i] in by) add(by[w[i]])
+      else if (!(w[i] in inkernel)) print (index(optional, " " w[i] " ") ? "absent " : "missing ") w[i]
+    }
     for (k in need) print k
   }' "$src/modules.dep")
 if grep -q '^missing ' <<<"$closure"; then echo "lab: kernel $kv lacks modules: $(sed -n 's/^missing //p' <<<"$closure" | xargs)" >&2; exit 1; fi
+absent=$(sed -n 's/^absent //p' <<<"$closure" | xargs); closure=$(grep -v '^absent ' <<<"$closure")
 plain() { sed 's/\.ko\.[a-z]*/.ko/g'; }   # busybox modprobe loads uncompressed modules only
 for k in $closure; do
   d=initrd/lib/modules/$kv/$(plain <<<"$k"); mkdir -p "$(dirname "$d")"
   case $k in *.xz) xz -dc "$src/$k" >"$d";; *.zst) zstd -qdc "$src/$k" >"$d";; *.gz) gzip -dc "$src/$k" >"$d";; *) cp "$src/$k" "$d";; esac
 done
+if [[ " $absent " == *" crc32c_generic "* ]]; then
+  # without it, iSCSI works only if no carried iSCSI module still asks the crypto API for the digest
+  users=$(find "initrd/lib/modules/$kv" -name '*iscsi*.ko' -exec grep -l crypto_alloc_ahash {} + | xargs -rn1 basename | xargs || true)
+  [ -z "$users" ] || { echo "lab: kernel $kv has no crc32c_generic module but $users hash CRC32C through the crypto API" >&2; exit 1; }
+  echo "lab: kernel $kv has no crc32c_generic module; its iSCSI modules use the crc32c() library" >&2
+fi
 cp "$src"/modules.{order,builtin,builtin.modinfo} "initrd/lib/modules/$kv/"
 # the binary index too: kmod's modprobe in the guest wants it, and depmod is slow under TCG
 depmod -b initrd "$kv"
