@@ -198,8 +198,8 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
 /// `LAB_RACE_LUNS` change that; `lab_stress` runs hundreds): every round exactly one exits 0 and
 /// the other 4, and the target shows that one survivor alone on every LU.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
-    let rounds = env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
-    let luns = env_count("LAB_RACE_LUNS", LUNS)?;
+    let rounds = lab::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
+    let luns = lab::env_count("LAB_RACE_LUNS", LUNS)?;
     let t = Topology::iscsi(luns)?;
     t.settle()?;
     let mut stats = race::mutual_fence(&t, rounds)?;
@@ -208,16 +208,6 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
         stats.summary()
     );
     Ok(())
-}
-
-/// A count from the environment, or `default`.
-fn env_count(name: &str, default: usize) -> anyhow::Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("{name}={v:?} is not a count")),
-        Err(_) => Ok(default),
-    }
 }
 
 /// P4: every command run twice leaves the target as the first run did; a failure injected on one

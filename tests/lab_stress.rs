@@ -15,7 +15,7 @@ mod lab;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
+use anyhow::ensure;
 use lab::Topology;
 use lab::race::{self, Preempts};
 
@@ -31,16 +31,10 @@ fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-fn env_count(name: &str, default: usize) -> anyhow::Result<usize> {
-    let v = env_or(name, &default.to_string());
-    v.parse()
-        .with_context(|| format!("{name}={v:?} is not a count"))
-}
-
 /// `prfence fence` from both nodes at the same moment, `LAB_STRESS_ROUNDS` times over iSCSI.
 fn mutual_fence() -> anyhow::Result<()> {
-    let rounds = env_count("LAB_STRESS_ROUNDS", 500)?;
-    let luns = env_count("LAB_STRESS_LUNS", 8)?;
+    let rounds = lab::env_count("LAB_STRESS_ROUNDS", 500)?;
+    let luns = lab::env_count("LAB_STRESS_LUNS", 8)?;
     ensure!(
         env_or("LAB_STRESS_FABRIC", "iscsi") == "iscsi",
         "mutual_fence runs over iSCSI: on tcm_loop (Linux 6.1) PREEMPT AND ABORT never completes"
@@ -57,7 +51,7 @@ fn mutual_fence() -> anyhow::Result<()> {
 
 /// Bare PREEMPTs of each other's key from both nodes at once, on one LU.
 fn raw_preempts() -> anyhow::Result<()> {
-    let rounds = env_count("LAB_STRESS_ROUNDS", 500)?;
+    let rounds = lab::env_count("LAB_STRESS_ROUNDS", 500)?;
     let mode = Preempts::parse(&env_or("LAB_STRESS_PREEMPT", "both-abort"))?;
     let fabric = env_or("LAB_STRESS_FABRIC", "iscsi");
     let t = match fabric.as_str() {

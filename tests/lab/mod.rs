@@ -145,6 +145,16 @@ pub(crate) fn sh(script: &str) -> anyhow::Result<Run> {
     run("sh", ["-c", script])?.ok()
 }
 
+/// A count from the environment variable `name` (set on the host, see host.rs), or `default`.
+pub fn env_count(name: &str, default: usize) -> anyhow::Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a count")),
+        Err(_) => Ok(default),
+    }
+}
+
 /// Seconds with millisecond precision, for timelines and reports.
 pub fn secs(d: Duration) -> String {
     format!("{:.3} s", d.as_secs_f64())
