@@ -514,8 +514,11 @@ pub fn agent_main(
         }
     };
     // What the configuration names on this host, checked the same way for --check-config and
-    // for a start: a watchdog that is missing (1) or is no watchdog (2) stops both.
-    if let Err(status) = check_host(config, &settings, Path::new("/dev"), Path::new("/sys")) {
+    // for a start: a watchdog that is missing (1) or is no watchdog (2) stops both. --once opens
+    // no watchdog, so it still looks at the LUs.
+    if !once
+        && let Err(status) = check_host(config, &settings, Path::new("/dev"), Path::new("/sys"))
+    {
         return status;
     }
     if check_config {
