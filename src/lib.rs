@@ -13,3 +13,9 @@ pub mod pr;
 pub mod process;
 pub mod spc_model;
 pub mod transport;
+
+/// The most devices one request may name (the admin CLI's arguments, fence_pr's `devices`, the
+/// agent's `[[device]]` list). Every device gets a worker thread and open file descriptors, so an
+/// absurd list would exhaust threads or memory before the first command; 1024 is far above any
+/// real cluster's shared LUs times their paths, and a larger set belongs in several requests.
+pub const MAX_DEVICES: usize = 1024;

@@ -2,7 +2,6 @@
 //! symlink), the Fence Agent API. A thin shell over the library: argument parsing, logging set-up
 //! and the exit status.
 
-use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -98,14 +97,23 @@ fn init_agent_logging(request: &AgentRequest) -> Result<(), String> {
 }
 
 fn agent_main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut stdin = String::new();
-    if fence_agent::wants_stdin(&args)
-        && let Err(e) = std::io::stdin().read_to_string(&mut stdin)
-    {
-        eprintln!("Failed: reading options from stdin: {e}");
-        return fence_agent::ExitCode::Error.into();
-    }
+    // Arguments and stdin are checked as they are read: not UTF-8, an overlong line or too much
+    // input is an error (exit 1), never a panic or an unbounded allocation.
+    let input = fence_agent::args_from_os(std::env::args_os().skip(1)).and_then(|args| {
+        let stdin = if fence_agent::wants_stdin(&args) {
+            fence_agent::read_stdin(std::io::stdin().lock())?
+        } else {
+            String::new()
+        };
+        Ok((args, stdin))
+    });
+    let (args, stdin) = match input {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("{e}");
+            return e.exit_code().into();
+        }
+    };
     let request = match fence_agent::parse(&args, Some(&stdin), &Environment::from_process()) {
         Ok(request) => request,
         Err(e) => {

@@ -53,6 +53,25 @@ impl Agent {
         child.wait_with_output().unwrap()
     }
 
+    /// Like [`Agent::stdin`] with raw bytes; the agent may stop reading early (an error), so a
+    /// write that fails on the closed pipe is expected.
+    fn stdin_bytes(&self, bytes: Vec<u8>) -> Output {
+        let mut child = self
+            .command()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut pipe = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = pipe.write_all(&bytes);
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out
+    }
+
     /// A fake `corosync-cmapctl` answering the two queries key derivation and `list` make.
     fn fake_cmapctl(&self) -> PathBuf {
         let path = self.path("corosync-cmapctl");
@@ -200,4 +219,82 @@ fn prfence_name_keeps_the_admin_cli() {
         .unwrap();
     assert_eq!(code(&out), 0);
     assert!(text(&out.stdout).contains("unfence"));
+}
+
+/// Issue #10 item 3: bad input at the door is a clear error with exit 1 (fence_pr) or 2
+/// (prfence usage), never a panic (101).
+#[test]
+fn fence_pr_refuses_bad_input_with_exit_1() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let agent = Agent::new();
+    let out = agent
+        .command()
+        .args([OsStr::new("-o"), OsStr::from_bytes(b"\xff")])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("argument 2 is not valid UTF-8"));
+
+    let out = agent.stdin_bytes(b"action=status\nkey=1\ndevices=/dev/sd\xff\n".to_vec());
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("line 3 of stdin is not valid UTF-8"));
+
+    let mut huge = b"action=status\nkey=1\ndevices=".to_vec();
+    huge.resize(20_000_000, b'a');
+    let started = std::time::Instant::now();
+    let out = agent.stdin_bytes(huge);
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("line 3 of stdin is longer than"));
+    assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+
+    let devices: Vec<String> = (0..3000).map(|i| format!("/dev/sd{i}")).collect();
+    let out = agent.stdin(&format!(
+        "action=status\nkey=1\ndevices={}\n",
+        devices.join(",")
+    ));
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("3000 devices given; at most 1024"));
+
+    let out = agent.args(&["-o", "status", "-k", "1", "--power-timeout", "99999999999"]);
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--power-timeout is too large"));
+    let out = agent.stdin("action=status\nkey=1\ndelay=-1\n");
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--delay is not a valid time"));
+}
+
+#[test]
+fn prfence_refuses_bad_arguments_as_usage_errors() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let prfence = || Command::new(env!("CARGO_BIN_EXE_prfence"));
+    let out = prfence()
+        .args(["--timeout", "0.0000000001", "keys", "/nonexistent/sdz"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("at least 1 ms"));
+    let out = prfence()
+        .args([
+            OsStr::new("--timeout"),
+            OsStr::from_bytes(b"\xff"),
+            OsStr::new("keys"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out.stderr));
+    // A device path need not be UTF-8: it is tried and fails like any missing device.
+    let out = prfence()
+        .args([
+            OsStr::new("keys"),
+            OsStr::from_bytes(b"/nonexistent/sd\xff"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    let devices: Vec<String> = (0..1025).map(|i| format!("/nonexistent/sd{i}")).collect();
+    let out = prfence().arg("keys").args(&devices).output().unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("1025 devices given; at most 1024"));
 }

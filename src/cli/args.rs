@@ -277,22 +277,127 @@ fn parse_nonzero_key(s: &str) -> Result<Key, String> {
     Ok(key)
 }
 
-fn parse_tie_break(s: &str) -> Result<Duration, String> {
+/// The least time a command or a deadline can be given: SG_IO takes its timeout in whole
+/// milliseconds and reads 0 as "the kernel's default" (tens of seconds), so anything shorter
+/// would silently become the default rather than a shorter bound.
+pub const MIN_TIME: Duration = Duration::from_millis(1);
+
+/// The most `--timeout` and `--deadline` take.
+pub const MAX_TIMEOUT_SECS: f64 = 3600.0;
+
+/// The most `--tie-break` takes.
+pub const MAX_TIE_BREAK_SECS: f64 = 60.0;
+
+/// Seconds as a finite, non-negative number (NaN, infinities, negatives and `-0` refused).
+fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
+        .trim()
         .parse()
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(0.0..=60.0).contains(&secs) {
-        return Err("the tie-break wait must be 0 to 60 seconds".to_string());
+    if !secs.is_finite() || secs.is_sign_negative() {
+        return Err(format!(
+            "{s:?} is not a finite, non-negative number of seconds"
+        ));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn parse_tie_break(s: &str) -> Result<Duration, String> {
+    let wait = parse_seconds(s)?;
+    // Exactly 0 turns the wait off; a tiny non-zero wait would be off by accident.
+    if wait.is_zero() && s.trim().parse::<f64>().is_ok_and(|secs| secs == 0.0) {
+        return Ok(Duration::ZERO);
+    }
+    if wait < MIN_TIME || wait.as_secs_f64() > MAX_TIE_BREAK_SECS {
+        return Err(format!(
+            "the tie-break wait must be 0 (off) or 0.001 to {MAX_TIE_BREAK_SECS} seconds; \
+             {s:?} is outside"
+        ));
+    }
+    Ok(wait)
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !(secs > 0.0 && secs <= 3600.0) {
-        return Err("the timeout must be more than 0 and at most 3600 seconds".to_string());
+    let timeout = parse_seconds(s)?;
+    if timeout < MIN_TIME || timeout.as_secs_f64() > MAX_TIMEOUT_SECS {
+        return Err(format!(
+            "{s:?} is outside 0.001 to {MAX_TIMEOUT_SECS} seconds: SG_IO counts whole \
+             milliseconds and takes 0 as the kernel's default, so at least 1 ms"
+        ));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_take_1_ms_to_an_hour() {
+        assert_eq!(parse_timeout("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("0.001"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_timeout("0.0015"), Ok(Duration::from_micros(1500)));
+        assert_eq!(parse_timeout("3600"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "0",
+            "-0",
+            "0.0000000001",
+            "0.0009",
+            "1e-400",
+            "3600.001",
+            "1e300",
+            "inf",
+            "-inf",
+            "NaN",
+            "-1",
+            "",
+            "ten",
+        ] {
+            assert!(parse_timeout(bad).is_err(), "{bad:?} accepted");
+        }
+        let e = parse_timeout("0.0000000001").unwrap_err();
+        assert!(e.contains("1 ms") && e.contains("kernel's default"), "{e}");
+    }
+
+    #[test]
+    fn tie_break_is_off_or_1_ms_to_a_minute() {
+        assert_eq!(parse_tie_break("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_tie_break("0.0"), Ok(Duration::ZERO));
+        assert_eq!(parse_tie_break("1"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_tie_break("0.001"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_tie_break("60"), Ok(Duration::from_secs(60)));
+        for bad in ["-0", "0.0000000001", "60.5", "inf", "NaN", "-1", ""] {
+            assert!(parse_tie_break(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_command_line_refuses_bad_times_as_usage_errors() {
+        for args in [
+            &["prfence", "--timeout", "0.0000000001", "keys", "/dev/sdz"][..],
+            &[
+                "prfence",
+                "status",
+                "--key",
+                "1",
+                "--deadline",
+                "1e-9",
+                "/dev/sdz",
+            ],
+            &[
+                "prfence",
+                "fence",
+                "--key",
+                "1",
+                "--victim",
+                "2",
+                "--tie-break",
+                "NaN",
+                "/dev/sdz",
+            ],
+        ] {
+            let e = Cli::try_parse_from(args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+        }
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::exec::ScsiPr;
 use crate::pr::{PrOut, RegisterMove as MoveTarget, TransportId};
-use crate::transport::{CommandError, ErrorKind, Policy, PrTransport};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
 
 use super::args::{Cli, Cmd};
 use super::fencing;
@@ -123,8 +123,27 @@ fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
     })
 }
 
-/// Rejects argument combinations the target would only answer with ILLEGAL REQUEST.
+/// The devices a command names.
+fn devices_of(command: &Cmd) -> &[PathBuf] {
+    match command {
+        Cmd::Unfence(d) | Cmd::Status(d) => &d.devices,
+        Cmd::Fence(f) => &f.target.devices,
+        Cmd::Agent(_) => &[],
+        other => request_of(other).map_or(&[], |(_, devices)| devices),
+    }
+}
+
+/// Rejects argument combinations the target would only answer with ILLEGAL REQUEST, and more
+/// devices than one run may work on ([`crate::MAX_DEVICES`]).
 fn check_request(command: &Cmd) -> Result<(), String> {
+    let count = devices_of(command).len();
+    if count > crate::MAX_DEVICES {
+        return Err(format!(
+            "{count} devices given; at most {} per command (each gets a worker thread): run the \
+             command on fewer devices at a time",
+            crate::MAX_DEVICES
+        ));
+    }
     if let Cmd::Preempt(p) = command
         && p.victim.is_zero()
         && !p.rtype.is_all_registrants()
@@ -212,7 +231,8 @@ pub fn execute(cli: &Cli) -> ExitStatus {
     ExitStatus::of(&results)
 }
 
-/// One blocking worker per device; results in argument order.
+/// One blocking worker per device; results in argument order. A worker the system cannot start
+/// (thread or memory limits) fails its device with an error instead of aborting the others.
 fn run_concurrently(
     request: &Request,
     devices: &[PathBuf],
@@ -224,16 +244,87 @@ fn run_concurrently(
             .iter()
             .map(|path| {
                 let request = Arc::clone(&request);
-                scope.spawn(move || perform(&request, path, policy))
+                std::thread::Builder::new()
+                    .name("prfence-device".to_owned())
+                    .spawn_scoped(scope, move || perform(&request, path, policy))
+                    .map_err(|e| spawn_failed(path, &e))
             })
             .collect();
         handles
             .into_iter()
             .map(|handle| {
-                handle
+                handle?
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
             .collect()
     })
+}
+
+/// The error of a device whose worker thread could not be started.
+fn spawn_failed(path: &std::path::Path, error: &std::io::Error) -> CommandError {
+    CommandError::without_completion(
+        path,
+        Command::Open,
+        ErrorKind::Failed,
+        format!(
+            "cannot start a worker thread for this device ({error}); nothing was sent: the \
+             process hit a thread or memory limit (ulimit -u, ulimit -v, cgroup pids.max), so run \
+             the command on fewer devices at a time"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(args).unwrap()
+    }
+
+    #[test]
+    fn more_devices_than_the_cap_are_a_usage_error_before_any_is_opened() {
+        let many: Vec<String> = (0..=crate::MAX_DEVICES)
+            .map(|i| format!("/nonexistent/sd{i}"))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for head in [
+            &["prfence", "keys"][..],
+            &["prfence", "status", "--key", "1"],
+            &["prfence", "fence", "--key", "1", "--victim", "2"],
+        ] {
+            let args: Vec<&str> = head.iter().chain(&many).copied().collect();
+            let command = cli(&args).command;
+            let e = check_request(&command).unwrap_err();
+            assert!(
+                e.contains("1025 devices") && e.contains("at most 1024"),
+                "{e}"
+            );
+            assert_eq!(execute(&cli(&args)), ExitStatus::Usage);
+        }
+        let at_cap: Vec<&str> = ["prfence", "keys"]
+            .iter()
+            .chain(&many[1..])
+            .copied()
+            .collect();
+        assert!(check_request(&cli(&at_cap).command).is_ok());
+    }
+
+    #[test]
+    fn a_worker_that_cannot_start_is_a_device_error() {
+        let e = spawn_failed(
+            std::path::Path::new("/dev/sdq"),
+            &std::io::Error::from_raw_os_error(libc::EAGAIN),
+        );
+        assert_eq!(e.kind, ErrorKind::Failed);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("/dev/sdq") && text.contains("fewer devices"),
+            "{text}"
+        );
+        assert_eq!(ExitStatus::of::<()>(&[Err(e)]), ExitStatus::Failure);
+    }
 }

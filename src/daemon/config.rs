@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroU16;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -313,6 +313,10 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// systemd's reserved 200–242).
 pub const DEFAULT_FENCED_EXIT_STATUS: u8 = 86;
 
+/// The longest `command_timeout`: SG_IO carries a command's timeout in a u32 of milliseconds
+/// (`u32::MAX` means "none"), about 49.7 days.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_millis(u32::MAX as u64 - 1);
+
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 const MAX_NODE_ID: u32 = u16::MAX as u32;
@@ -341,6 +345,16 @@ impl Settings {
             duration_field("command_timeout", raw.command_timeout.as_deref(), "2s")?;
         if command_timeout.is_zero() {
             return Err(field_error("command_timeout", "must be greater than 0"));
+        }
+        if command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(field_error(
+                "command_timeout",
+                format!(
+                    "{command_timeout:?} is more than SG_IO can carry: at most \
+                     {}ms (a u32 of milliseconds, about 49 days)",
+                    MAX_COMMAND_TIMEOUT.as_millis()
+                ),
+            ));
         }
         let devices = validate_devices(raw.device)?;
         let mode = match raw.mode.as_str() {
@@ -568,6 +582,17 @@ fn validate_devices(raw: Vec<RawDevice>) -> Result<Vec<DeviceSettings>, ConfigEr
             "no [[device]] given; list every LU the node uses (path = \"/dev/mapper/…\")",
         ));
     }
+    if raw.len() > crate::MAX_DEVICES {
+        return Err(field_error(
+            "device",
+            format!(
+                "{} [[device]] entries; at most {} (each LU is checked concurrently): split the \
+                 LUs across agents on different nodes or group them in fewer multipath maps",
+                raw.len(),
+                crate::MAX_DEVICES
+            ),
+        ));
+    }
     let mut devices: Vec<DeviceSettings> = Vec::with_capacity(raw.len());
     for (index, device) in raw.into_iter().enumerate() {
         let field = format!("device[{index}].path");
@@ -755,6 +780,19 @@ fn validate_watchdog(raw: RawWatchdog) -> Result<WatchdogSettings, ConfigError> 
             format!("{:?} is not a /dev/watchdog* device", raw.device),
         ));
     }
+    // `..` would leave /dev/watchdog* (the file system check at start resolves symlinks too).
+    if Path::new(&raw.device)
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(field_error(
+            "watchdog.device",
+            format!(
+                "{:?} has a \"..\" component; name the watchdog itself, e.g. /dev/watchdog0",
+                raw.device
+            ),
+        ));
+    }
     let timeout = parse_duration(&raw.timeout).map_err(|p| field_error("watchdog.timeout", p))?;
     if timeout < Duration::from_secs(1) || timeout.subsec_millis() != 0 {
         return Err(field_error(
@@ -825,14 +863,21 @@ fn validate_self_fence(
             "no action left: enable at least one of exit, command, reboot, stop_watchdog",
         ));
     }
+    let command_timeout = duration_field(
+        "self_fence.command_timeout",
+        raw.command_timeout.as_deref(),
+        "2s",
+    )?;
+    if command_timeout.is_zero() {
+        return Err(field_error(
+            "self_fence.command_timeout",
+            "must be greater than 0: the hook would be killed before it could run",
+        ));
+    }
     Ok(SelfFenceSettings {
         stop_watchdog,
         command,
-        command_timeout: duration_field(
-            "self_fence.command_timeout",
-            raw.command_timeout.as_deref(),
-            "2s",
-        )?,
+        command_timeout,
         reboot,
         exit_status,
     })
@@ -863,10 +908,21 @@ fn validate_log(raw: Option<RawLog>) -> Result<LogSettings, ConfigError> {
             ));
         }
     };
+    let level = level.unwrap_or_else(|| "info".to_owned());
+    // The parser start and SIGHUP use (logging.rs), so --check-config refuses what they would.
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
+        return Err(field_error(
+            "log.level",
+            format!(
+                "{level:?} is not a tracing filter ({e}); use a level (error, warn, info, debug, \
+                 trace) or directives such as \"info,prfence=debug\""
+            ),
+        ));
+    }
     Ok(LogSettings {
         target,
         json,
-        level: level.unwrap_or_else(|| "info".to_owned()),
+        level,
     })
 }
 
@@ -1186,5 +1242,138 @@ margin = "2s"
             "{LEASE}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"3s\"\n"
         ))
         .unwrap();
+    }
+
+    /// Issue #10 item 3: each value is checked against what the runtime can use.
+    #[test]
+    fn command_timeout_fits_sg_io() {
+        let e = Settings::from_toml_str(&format!(
+            "command_timeout = \"1200h\"\n{WATCH}[watch]\ngrace = \"2000h\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Field { field, problem }
+                if field == "command_timeout" && problem.contains("4294967294ms")),
+            "{e}"
+        );
+        assert_eq!(
+            field_of(&format!("command_timeout = \"4294967295ms\"\n{WATCH}")),
+            "command_timeout"
+        );
+        let s = Settings::from_toml_str(&format!(
+            "command_timeout = \"4294967294ms\"\n{WATCH}[watch]\ngrace = \"2000h\"\n"
+        ))
+        .unwrap();
+        assert_eq!(s.command_timeout, MAX_COMMAND_TIMEOUT);
+    }
+
+    #[test]
+    fn self_fence_command_timeout_must_be_positive() {
+        let hook = "[self_fence]\ncommand = [\"/bin/true\"]\n";
+        assert_eq!(
+            field_of(&format!("{WATCH}{hook}command_timeout = \"0s\"\n")),
+            "self_fence.command_timeout"
+        );
+        assert_eq!(
+            field_of(&format!("{WATCH}{hook}command_timeout = \"0ms\"\n")),
+            "self_fence.command_timeout"
+        );
+        let s =
+            Settings::from_toml_str(&format!("{WATCH}{hook}command_timeout = \"1ms\"\n")).unwrap();
+        assert_eq!(s.self_fence.command_timeout, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn log_level_is_parsed_as_start_parses_it() {
+        for good in ["info", "debug", "prfence=trace", "warn,prfence=debug", ""] {
+            let s =
+                Settings::from_toml_str(&format!("{WATCH}[log]\nlevel = \"{good}\"\n")).unwrap();
+            assert_eq!(s.log.level, good);
+            assert!(tracing_subscriber::EnvFilter::try_new(good).is_ok());
+        }
+        for bad in ["prfence=loud", "info,=", "[{"] {
+            assert!(
+                tracing_subscriber::EnvFilter::try_new(bad).is_err(),
+                "{bad}"
+            );
+            let e =
+                Settings::from_toml_str(&format!("{WATCH}[log]\nlevel = \"{bad}\"\n")).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::Field { field, .. } if field == "log.level"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn watchdog_device_may_not_climb_out_with_dot_dot() {
+        for bad in ["/dev/watchdog/../sda", "/dev/watchdog0/../../etc/passwd"] {
+            assert_eq!(
+                field_of(&format!(
+                    "{WATCH}[watchdog]\ndevice = \"{bad}\"\ntimeout = \"10s\"\n"
+                )),
+                "watchdog.device",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn device_list_is_capped() {
+        let devices = |n: usize| -> String {
+            (0..n)
+                .map(|i| format!("[[device]]\npath = \"/dev/sd{i}\"\n"))
+                .collect()
+        };
+        let body = "mode = \"watch\"\n[key]\nvalue = \"0xabc\"\n";
+        let s = Settings::from_toml_str(&format!("{body}{}", devices(crate::MAX_DEVICES))).unwrap();
+        assert_eq!(s.devices.len(), crate::MAX_DEVICES);
+        let e = Settings::from_toml_str(&format!("{body}{}", devices(crate::MAX_DEVICES + 1)))
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Field { field, problem }
+                if field == "device" && problem.contains("at most 1024")),
+            "{e}"
+        );
+    }
+
+    /// Every duration the file can hold (up to u64::MAX ms) goes through the timing rules'
+    /// additions and multiplications without a panic: the result is settings or an error.
+    #[test]
+    fn extreme_durations_never_panic() {
+        let huge = format!("{}ms", u64::MAX);
+        let whole_secs = format!("{}ms", u64::MAX / 1000 * 1000);
+        let third = format!("{}ms", u64::MAX / 3);
+        let values = [
+            "1ms",
+            "100ms",
+            "2s",
+            third.as_str(),
+            whole_secs.as_str(),
+            huge.as_str(),
+        ];
+        for a in values {
+            for b in values {
+                let watch = format!(
+                    "check_interval = \"{a}\"\ncommand_timeout = \"{b}\"\n{WATCH}[watch]\n\
+                     grace = \"{b}\"\npath_audit = \"{a}\"\n[watchdog]\n\
+                     device = \"/dev/watchdog\"\ntimeout = \"{a}\"\n\
+                     [self_fence]\ncommand = [\"/bin/true\"]\ncommand_timeout = \"{b}\"\n"
+                );
+                let _ = Settings::from_toml_str(&watch);
+                let lease = format!(
+                    "check_interval = \"{a}\"\ncommand_timeout = \"{a}\"\nmode = \"lease\"\n\
+                     [[device]]\npath = \"/dev/sdb\"\n[lease]\nnode_id = 2\n\
+                     renew = \"{a}\"\nlease = \"{b}\"\nmargin = \"{a}\"\n\
+                     clock_drift_ppm = 100000\n[watchdog]\ndevice = \"/dev/watchdog\"\n\
+                     timeout = \"{whole_secs}\"\n[self_fence]\ncommand = [\"/bin/true\"]\n\
+                     command_timeout = \"{b}\"\n"
+                );
+                if let Ok(s) = Settings::from_toml_str(&lease) {
+                    let c = s.lease_config().unwrap();
+                    assert!(c.renew.saturating_mul(2) < c.lease);
+                }
+            }
+        }
     }
 }

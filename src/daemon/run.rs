@@ -513,6 +513,14 @@ pub fn agent_main(
             return EXIT_CONFIG;
         }
     };
+    // What the configuration names on this host, checked the same way for --check-config and
+    // for a start: a watchdog that is missing (1) or is no watchdog (2) stops both. --once opens
+    // no watchdog, so it still looks at the LUs.
+    if !once
+        && let Err(status) = check_host(config, &settings, Path::new("/dev"), Path::new("/sys"))
+    {
+        return status;
+    }
     if check_config {
         println!(
             "{}: valid ({} mode, {} device(s), check every {:?})",
@@ -566,6 +574,25 @@ pub fn agent_main(
     // A command hung in the kernel must not hold up the exit (and a fenced node must go).
     runtime.shutdown_timeout(Duration::from_secs(1));
     status
+}
+
+/// The checks of the configuration against this host that `--check-config` and a start share:
+/// the watchdog must resolve to a watchdog device under `dev` ([`check_device`]). Prints the
+/// problem and returns the exit status: [`EXIT_FAILURE`] when it cannot be resolved (the driver
+/// may not be loaded yet), [`EXIT_CONFIG`] when it is something else.
+///
+/// [`check_device`]: super::watchdog::check_device
+pub fn check_host(config: &Path, settings: &Settings, dev: &Path, sys: &Path) -> Result<(), u8> {
+    if let Some(watchdog) = &settings.watchdog
+        && let Err(e) = super::watchdog::check_device(&watchdog.device, dev, sys)
+    {
+        eprintln!("prfence agent: {}: {e}", config.display());
+        return Err(match e {
+            super::watchdog::WatchdogError::NotAWatchdog { .. } => EXIT_CONFIG,
+            _ => EXIT_FAILURE,
+        });
+    }
+    Ok(())
 }
 
 async fn serve(

@@ -795,3 +795,52 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
         "a stop leaves the reservation (unregister_on_exit off)"
     );
 }
+
+/// Issue #10 item 3: `--check-config` refuses what a start would refuse, with the same statuses.
+#[test]
+fn check_config_refuses_what_start_refuses() {
+    use super::run::{EXIT_CONFIG, EXIT_FAILURE, agent_main, check_host};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    let watch = "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n";
+    let check = |text: &str| {
+        std::fs::write(&config, text).unwrap();
+        agent_main(&config, true, false, None)
+    };
+    assert_eq!(check(watch), 0);
+    for bad in [
+        format!("command_timeout = \"1200h\"\n{watch}[watch]\ngrace = \"2000h\"\n"),
+        format!("{watch}[log]\nlevel = \"prfence=loud\"\n"),
+        format!("{watch}[self_fence]\ncommand = [\"/bin/true\"]\ncommand_timeout = \"0s\"\n"),
+        format!("{watch}[watchdog]\ndevice = \"/dev/watchdog/../sda\"\ntimeout = \"10s\"\n"),
+    ] {
+        assert_eq!(check(&bad), EXIT_CONFIG, "{bad}");
+    }
+    if !Path::new("/dev/watchdog42").exists() {
+        let missing =
+            format!("{watch}[watchdog]\ndevice = \"/dev/watchdog42\"\ntimeout = \"10s\"\n");
+        assert_eq!(check(&missing), EXIT_FAILURE);
+    }
+
+    // The file system half, over a fake /dev and /sys: a regular file and a symlink to a disk are
+    // no watchdogs, whatever their names.
+    let dev = dir.path().join("dev");
+    let sys = dir.path().join("sys");
+    std::fs::create_dir_all(sys.join("class/watchdog/watchdog0")).unwrap();
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("watchdog0"), "").unwrap();
+    std::fs::write(dev.join("sda"), "").unwrap();
+    std::os::unix::fs::symlink(dev.join("sda"), dev.join("watchdog1")).unwrap();
+    let mut settings = Settings::from_toml_str(&format!(
+        "{watch}[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"10s\"\n"
+    ))
+    .unwrap();
+    for name in ["watchdog0", "watchdog1"] {
+        if let Some(w) = &mut settings.watchdog {
+            w.device = dev.join(name);
+        }
+        assert_eq!(check_host(&config, &settings, &dev, &sys), Err(EXIT_CONFIG));
+    }
+    settings.watchdog = None;
+    assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
+}

@@ -33,6 +33,23 @@ pub enum WatchdogError {
         device: String,
         source: std::io::Error,
     },
+    #[error(
+        "watchdog.device {device:?}: cannot resolve it: {source}; is the watchdog driver loaded \
+         (e.g. modprobe softdog)?"
+    )]
+    Resolve {
+        device: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "watchdog.device {device:?} resolves to {resolved}, which {problem}; name a watchdog: \
+         /dev/watchdog or a /dev/watchdogN listed in /sys/class/watchdog"
+    )]
+    NotAWatchdog {
+        device: String,
+        resolved: String,
+        problem: String,
+    },
     #[error("{device}: feeding the watchdog failed: {source}")]
     Write {
         device: String,
@@ -75,6 +92,83 @@ pub fn check_timeout(device: &Path, timeout: Duration, sys: &Path) -> Result<(),
         ),
     }
     Ok(())
+}
+
+/// The misc device `/dev/watchdog` (the legacy node of the first watchdog): character 10:130.
+pub const MISC_WATCHDOG: (u64, u64) = (10, 130);
+
+/// What [`check_device`] found out about a configured watchdog, for [`judge_device`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// The configured path with every symlink and `..` resolved.
+    pub resolved: PathBuf,
+    pub char_device: bool,
+    /// Major and minor device number (meaningful for a character device).
+    pub rdev: (u64, u64),
+    /// `<sys>/class/watchdog/<name>` exists for the resolved name.
+    pub in_watchdog_class: bool,
+    /// That class entry's `dev` file (`major:minor`), when it could be read.
+    pub class_dev: Option<String>,
+}
+
+/// Whether `facts` describe a watchdog under `dev` (`/dev` on a node): a character device that
+/// is the misc watchdog (10:130) or one of the watchdog class (with the same numbers, when sysfs
+/// tells them). `Err` says what it is instead.
+pub fn judge_device(facts: &DeviceFacts, dev: &Path) -> Result<(), String> {
+    if !facts.resolved.starts_with(dev) {
+        return Err(format!("is not under {}", dev.display()));
+    }
+    if !facts.char_device {
+        return Err("is not a character device".to_owned());
+    }
+    if facts.rdev == MISC_WATCHDOG {
+        return Ok(());
+    }
+    let (major, minor) = facts.rdev;
+    if !facts.in_watchdog_class {
+        return Err(format!(
+            "is character device {major}:{minor}, neither the misc watchdog (10:130) nor in the \
+             watchdog class"
+        ));
+    }
+    match facts.class_dev.as_deref().map(str::trim) {
+        Some(class) if class != format!("{major}:{minor}") => Err(format!(
+            "is character device {major}:{minor}, but the watchdog class says {class}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Resolves `device` and checks it is a watchdog under `dev` ([`judge_device`]), reading the
+/// watchdog class under `sys`, without opening it (opening starts it). Returns the resolved path.
+pub fn check_device(device: &Path, dev: &Path, sys: &Path) -> Result<PathBuf, WatchdogError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let shown = || device.display().to_string();
+    let resolved = std::fs::canonicalize(device).map_err(|source| WatchdogError::Resolve {
+        device: shown(),
+        source,
+    })?;
+    let metadata = std::fs::metadata(&resolved).map_err(|source| WatchdogError::Resolve {
+        device: shown(),
+        source,
+    })?;
+    let rdev = metadata.rdev();
+    let class = resolved
+        .file_name()
+        .map(|name| sys.join("class/watchdog").join(name));
+    let facts = DeviceFacts {
+        char_device: metadata.file_type().is_char_device(),
+        rdev: (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev)),
+        in_watchdog_class: class.as_deref().is_some_and(Path::exists),
+        class_dev: class.and_then(|c| std::fs::read_to_string(c.join("dev")).ok()),
+        resolved,
+    };
+    judge_device(&facts, dev).map_err(|problem| WatchdogError::NotAWatchdog {
+        device: shown(),
+        resolved: facts.resolved.display().to_string(),
+        problem,
+    })?;
+    Ok(facts.resolved)
 }
 
 /// An open, running hardware watchdog.
@@ -160,6 +254,89 @@ mod tests {
         w.feed().unwrap();
         drop(w);
         assert_eq!(std::fs::read(&device).unwrap(), b"1");
+    }
+
+    fn facts(resolved: &str, char_device: bool, rdev: (u64, u64), class: bool) -> DeviceFacts {
+        DeviceFacts {
+            resolved: PathBuf::from(resolved),
+            char_device,
+            rdev,
+            in_watchdog_class: class,
+            class_dev: None,
+        }
+    }
+
+    #[test]
+    fn watchdogs_are_the_misc_device_or_the_watchdog_class_under_dev() {
+        let dev = Path::new("/dev");
+        // /dev/watchdog: misc 10:130, no class entry of its own.
+        assert_eq!(
+            judge_device(&facts("/dev/watchdog", true, (10, 130), false), dev),
+            Ok(())
+        );
+        // /dev/watchdog0: the class's own character device.
+        assert_eq!(
+            judge_device(&facts("/dev/watchdog0", true, (247, 0), true), dev),
+            Ok(())
+        );
+        let with_dev = DeviceFacts {
+            class_dev: Some("247:0\n".to_owned()),
+            ..facts("/dev/watchdog0", true, (247, 0), true)
+        };
+        assert_eq!(judge_device(&with_dev, dev), Ok(()));
+        let problem = |f: DeviceFacts| judge_device(&f, dev).unwrap_err();
+        assert!(problem(facts("/dev/sda", false, (8, 0), false)).contains("not a character"));
+        assert!(problem(facts("/tmp/watchdog", true, (10, 130), false)).contains("under /dev"));
+        assert!(problem(facts("/dev/null", true, (1, 3), false)).contains("1:3"));
+        let e = problem(DeviceFacts {
+            class_dev: Some("247:1".to_owned()),
+            ..facts("/dev/watchdog0", true, (247, 0), true)
+        });
+        assert!(e.contains("247:1"), "{e}");
+    }
+
+    #[test]
+    fn check_device_resolves_the_path_and_names_what_it_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("dev");
+        let sys = dir.path().join("sys");
+        std::fs::create_dir_all(dev.join("watchdog")).unwrap();
+        std::fs::create_dir_all(sys.join("class/watchdog/watchdog0")).unwrap();
+        std::fs::write(dev.join("sda"), "").unwrap();
+        std::fs::write(dev.join("watchdog0"), "").unwrap();
+        std::os::unix::fs::symlink(dev.join("sda"), dev.join("watchdog1")).unwrap();
+        let resolved_sda = std::fs::canonicalize(dev.join("sda")).unwrap();
+        for (configured, resolved) in [
+            // A regular file, even with the watchdog's name and class entry.
+            (dev.join("watchdog0"), dev.join("watchdog0")),
+            // A symlink to a disk-like path.
+            (dev.join("watchdog1"), dev.join("sda")),
+            // `..` out of the watchdog directory.
+            (dev.join("watchdog/../sda"), dev.join("sda")),
+        ] {
+            let e = check_device(&configured, &dev, &sys).unwrap_err();
+            let resolved = std::fs::canonicalize(resolved).unwrap();
+            assert!(
+                matches!(&e, WatchdogError::NotAWatchdog { resolved: r, .. } if *r == resolved.display().to_string()),
+                "{configured:?}: {e}"
+            );
+            assert!(e.to_string().contains("not a character device"), "{e}");
+        }
+        assert!(resolved_sda.ends_with("dev/sda"));
+        // Missing: named, with the likely cause.
+        let e = check_device(&dev.join("watchdog9"), &dev, &sys).unwrap_err();
+        assert!(
+            matches!(e, WatchdogError::Resolve { .. }) && e.to_string().contains("softdog"),
+            "{e}"
+        );
+        // A real character device that is no watchdog.
+        if Path::new("/dev/null").exists() {
+            let e = check_device(Path::new("/dev/null"), Path::new("/dev"), &sys).unwrap_err();
+            assert!(e.to_string().contains("1:3"), "{e}");
+            // Outside the given /dev root.
+            let e = check_device(Path::new("/dev/null"), &dev, &sys).unwrap_err();
+            assert!(e.to_string().contains("is not under"), "{e}");
+        }
     }
 
     #[test]

@@ -250,8 +250,34 @@ pub enum AgentError {
         "Failed: The value you have entered for --{option} is not a valid time in seconds ({value:?})"
     )]
     NotSeconds { option: &'static str, value: String },
+    #[error(
+        "Failed: The value you have entered for --{option} is too large ({value} s); the most is {MAX_TIME_SECS} s (about 49 days: SG_IO and Pacemaker count milliseconds in 32 bits)"
+    )]
+    TimeTooLarge { option: &'static str, value: u64 },
     #[error("Failed: The value you have entered for --{option} is not a valid integer ({value:?})")]
     NotInteger { option: &'static str, value: String },
+    #[error(
+        "Failed: {count} devices given; at most {MAX_DEVICES} per request: split them across several fence devices (stonith resources)",
+        MAX_DEVICES = crate::MAX_DEVICES
+    )]
+    TooManyDevices { count: usize },
+    #[error(
+        "Failed: argument {index} is not valid UTF-8 ({lossy:?}); options and device paths must be UTF-8"
+    )]
+    ArgumentNotUtf8 { index: usize, lossy: String },
+    #[error("Failed: line {line} of stdin is not valid UTF-8; send UTF-8 name=value lines")]
+    StdinNotUtf8 { line: usize },
+    #[error(
+        "Failed: line {line} of stdin is longer than {MAX_STDIN_LINE} bytes; no option needs that much (devices: at most {MAX_DEVICES} paths)",
+        MAX_DEVICES = crate::MAX_DEVICES
+    )]
+    StdinLineTooLong { line: usize },
+    #[error(
+        "Failed: stdin holds more than {MAX_STDIN_BYTES} bytes of options; send only the name=value lines the agent takes"
+    )]
+    StdinTooLarge,
+    #[error("Failed: reading options from stdin: {0}")]
+    StdinRead(String),
     #[error("{0}")]
     Key(#[from] KeyError),
     #[error(
@@ -305,6 +331,70 @@ impl Environment {
             pcmk_service: std::env::var("PCMK_service").ok(),
         }
     }
+}
+
+/// The most seconds a time option (`delay`, `power_timeout`, …) takes: `u32::MAX` milliseconds,
+/// SG_IO's timeout field and Pacemaker's timers, rounded down to whole seconds (about 49 days).
+pub const MAX_TIME_SECS: u64 = (u32::MAX as u64 - 1) / 1000;
+
+/// The longest stdin line, newline excluded: what the kernel lets one command-line argument
+/// carry (MAX_ARG_STRLEN), so `devices=` holds as much as `--devices=` can, e.g.
+/// [`crate::MAX_DEVICES`] paths of 127 bytes. Pacemaker's lines are far shorter.
+pub const MAX_STDIN_LINE: usize = 128 * 1024;
+
+/// The most stdin bytes read in all, so no input can make the agent hold more than this.
+pub const MAX_STDIN_BYTES: usize = 1024 * 1024;
+
+/// The command-line arguments as UTF-8, or which one is not (`std::env::args` would panic).
+/// `args` excludes `argv[0]`; `index` in the error counts from 1.
+pub fn args_from_os<I>(args: I) -> Result<Vec<String>, AgentError>
+where
+    I: IntoIterator<Item = std::ffi::OsString>,
+{
+    args.into_iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            arg.into_string()
+                .map_err(|arg| AgentError::ArgumentNotUtf8 {
+                    index: i + 1,
+                    lossy: arg.to_string_lossy().into_owned(),
+                })
+        })
+        .collect()
+}
+
+/// Reads the stdin options without ever holding more than [`MAX_STDIN_LINE`] bytes of one line or
+/// [`MAX_STDIN_BYTES`] in all; a longer line, more input or bytes that are not UTF-8 are errors
+/// (naming the line, counted from 1).
+pub fn read_stdin<R: std::io::BufRead>(mut reader: R) -> Result<String, AgentError> {
+    use std::io::{BufRead as _, Read as _};
+    let mut text = String::new();
+    let mut line = Vec::new();
+    for number in 1.. {
+        line.clear();
+        // One byte past the limit tells a line that is too long from one that just fits.
+        let limit = u64::try_from(MAX_STDIN_LINE + 2).unwrap_or(u64::MAX);
+        let read = (&mut reader)
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| AgentError::StdinRead(e.to_string()))?;
+        if read == 0 {
+            break;
+        }
+        let content = line
+            .strip_suffix(b"\n")
+            .map_or(&line[..], |l| l.strip_suffix(b"\r").unwrap_or(l));
+        if content.len() > MAX_STDIN_LINE {
+            return Err(AgentError::StdinLineTooLong { line: number });
+        }
+        if text.len() + line.len() > MAX_STDIN_BYTES {
+            return Err(AgentError::StdinTooLarge);
+        }
+        let valid =
+            std::str::from_utf8(&line).map_err(|_| AgentError::StdinNotUtf8 { line: number })?;
+        text.push_str(valid);
+    }
+    Ok(text)
 }
 
 /// Whether the caller must read stdin: only when there are no arguments (`argv[0]` excluded).
@@ -378,6 +468,10 @@ fn build(
     let mut seconds = |key: &'static str, long: &'static str, slot: &mut Duration| {
         if let Some(v) = text(&raw, key) {
             match parse_count(v) {
+                Some(s) if s > MAX_TIME_SECS => errors.push(AgentError::TimeTooLarge {
+                    option: long,
+                    value: s,
+                }),
                 Some(s) => *slot = Duration::from_secs(s),
                 None => errors.push(AgentError::NotSeconds {
                     option: long,
@@ -482,6 +576,11 @@ fn build(
                 .collect()
         })
         .unwrap_or_default();
+    if o.devices.len() > crate::MAX_DEVICES {
+        errors.push(AgentError::TooManyDevices {
+            count: o.devices.len(),
+        });
+    }
     o.aptpl = flag(&raw, "aptpl");
     o.readonly = flag(&raw, "readonly");
     o.suppress_errors = flag(&raw, "suppress-errors");

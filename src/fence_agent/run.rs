@@ -686,18 +686,32 @@ fn monitor<S: NodeSystem>(
     let options = &request.options;
     let own = stored_key(system, "monitor checks it is registered")?;
     let targets = lu_targets(options, system, false)?;
-    // REPORT CAPABILITIES on every LU at once, each through its first answering path.
+    // REPORT CAPABILITIES on every LU at once, each through its first answering path. A thread
+    // the system cannot start (thread or memory limits) is a problem of that LU, not a panic.
     let caps: Vec<Option<Result<String, String>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = targets
             .lus
             .iter()
-            .map(|lu| scope.spawn(move || capabilities_problem(lu)))
+            .map(|lu| {
+                std::thread::Builder::new()
+                    .name("fence_pr-caps".to_owned())
+                    .spawn_scoped(scope, move || capabilities_problem(lu))
+                    .map_err(|e| {
+                        format!(
+                            "{}: cannot start a thread for REPORT CAPABILITIES ({e}): the process \
+                             hit a thread or memory limit; name fewer devices",
+                            lu.id
+                        )
+                    })
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Some(Err("REPORT CAPABILITIES check panicked".into())))
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Some(Err("REPORT CAPABILITIES check panicked".into()))),
+                Err(problem) => Some(Err(problem)),
             })
             .collect()
     });

@@ -332,3 +332,159 @@ fn usage_lists_every_option() {
     assert!(text.contains("--mpath-register-method=[value]"));
     assert!(text.contains("-H, --delay=[value]"));
 }
+
+#[test]
+fn time_options_are_bounded_to_what_sg_io_and_pacemaker_can_count() {
+    let options = [
+        ("delay", "delay"),
+        ("power_timeout", "power-timeout"),
+        ("shell_timeout", "shell-timeout"),
+        ("login_timeout", "login-timeout"),
+        ("power_wait", "power-wait"),
+        ("stonith_status_sleep", "stonith-status-sleep"),
+    ];
+    for (key, long) in options {
+        let req = stdin(&format!("port=n1\n{key}={MAX_TIME_SECS}\n")).unwrap();
+        assert!(
+            [
+                req.options.delay,
+                req.options.power_timeout,
+                req.options.shell_timeout,
+                req.options.login_timeout,
+                req.options.power_wait,
+                req.options.stonith_status_sleep,
+            ]
+            .contains(&Duration::from_secs(MAX_TIME_SECS)),
+            "{key}"
+        );
+        for too_large in [
+            format!("{}", MAX_TIME_SECS + 1),
+            "99999999999".to_owned(),
+            u64::MAX.to_string(),
+        ] {
+            let e = stdin(&format!("port=n1\n{key}={too_large}\n")).unwrap_err();
+            assert_eq!(
+                e,
+                AgentError::TimeTooLarge {
+                    option: long,
+                    value: too_large.parse().unwrap()
+                }
+            );
+            assert!(e.to_string().contains("the most is 4294967 s"), "{e}");
+            let e = argv(&["-n", "n1", &format!("--{long}={too_large}")]).unwrap_err();
+            assert!(matches!(e, AgentError::TimeTooLarge { .. }), "{e}");
+        }
+        for bad in [
+            "nan",
+            "NaN",
+            "inf",
+            "-inf",
+            "-1",
+            "1.5",
+            "1e3",
+            "",
+            "18446744073709551616",
+        ] {
+            let e = stdin(&format!("port=n1\n{key}={bad}\n")).unwrap_err();
+            assert!(
+                matches!(e, AgentError::NotSeconds { option, .. } if option == long),
+                "{key}={bad}: {e}"
+            );
+        }
+    }
+    // The largest power_timeout is a command bound SG_IO can carry.
+    let req = stdin(&format!("port=n1\npower_timeout={MAX_TIME_SECS}\n")).unwrap();
+    let millis = req.options.command_timeout().unwrap().as_millis();
+    assert!(millis < u128::from(u32::MAX), "{millis}");
+}
+
+#[test]
+fn device_count_is_capped_on_stdin_and_argv() {
+    let list = |n: usize| {
+        (0..n)
+            .map(|i| format!("/dev/sd{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let req = stdin(&format!("port=n1\ndevices={}\n", list(crate::MAX_DEVICES))).unwrap();
+    assert_eq!(req.options.devices.len(), crate::MAX_DEVICES);
+    let e = stdin(&format!("port=n1\ndevices={}\n", list(3000))).unwrap_err();
+    assert_eq!(e, AgentError::TooManyDevices { count: 3000 });
+    assert!(e.to_string().contains("at most 1024"), "{e}");
+    let devices = format!("--devices={}", list(crate::MAX_DEVICES + 1));
+    let e = argv(&["-n", "n1", &devices]).unwrap_err();
+    assert_eq!(e.exit_code(), ExitCode::Error);
+    assert!(
+        matches!(e, AgentError::TooManyDevices { count: 1025 }),
+        "{e}"
+    );
+}
+
+#[test]
+fn arguments_that_are_not_utf8_are_named() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let ok = args_from_os(["-o".into(), "status".into()]).unwrap();
+    assert_eq!(ok, ["-o", "status"]);
+    let e = args_from_os([
+        std::ffi::OsString::from("-o"),
+        OsString::from_vec(vec![0xff]),
+    ])
+    .unwrap_err();
+    assert!(
+        matches!(e, AgentError::ArgumentNotUtf8 { index: 2, .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("Failed: argument 2 is not valid UTF-8"),
+        "{e}"
+    );
+    assert_eq!(e.exit_code(), ExitCode::Error);
+}
+
+#[test]
+fn stdin_is_read_with_bounded_lines_and_total() {
+    use std::io::Read as _;
+    let read = |bytes: &[u8]| read_stdin(bytes);
+    assert_eq!(
+        read(b"action=on\r\nport=n1").unwrap(),
+        "action=on\r\nport=n1"
+    );
+    assert_eq!(read(b"").unwrap(), "");
+    // A line of exactly the limit passes, with either line ending or none.
+    let fits = "a".repeat(MAX_STDIN_LINE);
+    for ending in ["\n", "\r\n", ""] {
+        let text = format!("port=n1\n{fits}{ending}");
+        assert_eq!(read(text.as_bytes()).unwrap(), text);
+    }
+    let long = format!("port=n1\ndevices={}\n", "a".repeat(MAX_STDIN_LINE));
+    assert_eq!(
+        read(long.as_bytes()).unwrap_err(),
+        AgentError::StdinLineTooLong { line: 2 }
+    );
+    // A 20 MB line is refused after reading one line's worth, not held in memory.
+    let mut huge = std::io::Read::chain(&b"devices="[..], std::io::repeat(b'a').take(20_000_000));
+    let e = read_stdin(std::io::BufReader::new(&mut huge)).unwrap_err();
+    assert_eq!(e, AgentError::StdinLineTooLong { line: 1 });
+    assert!(
+        huge.get_ref().1.limit() > 19_000_000,
+        "read {} bytes of the line",
+        20_000_000 - huge.get_ref().1.limit()
+    );
+    // Many lines that each fit but add up past the total.
+    let line = format!("# {}\n", "c".repeat(MAX_STDIN_LINE - 2));
+    let many = line.repeat(MAX_STDIN_BYTES / line.len() + 1);
+    assert_eq!(
+        read(many.as_bytes()).unwrap_err(),
+        AgentError::StdinTooLarge
+    );
+    // Not UTF-8: the line is named; the error is a failure (exit 1).
+    let e = read(b"action=status\nport=n\xff1\n").unwrap_err();
+    assert_eq!(e, AgentError::StdinNotUtf8 { line: 2 });
+    assert_eq!(e.exit_code(), ExitCode::Error);
+    assert!(
+        e.to_string().contains("line 2 of stdin is not valid UTF-8"),
+        "{e}"
+    );
+}
