@@ -9,7 +9,8 @@ pub mod discover;
 pub mod exec;
 pub mod fence_agent;
 pub mod ops;
-pub mod pr;
+/// The PR codec, its own crate (`pr-codec`); re-exported so `prfence::pr::…` paths stay.
+pub use pr_codec as pr;
 pub mod process;
 pub mod spc_model;
 pub mod transport;

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prfence::pr::{FullStatus, PrInAction, next_allocation_length, required_length};
+use pr_codec::{FullStatus, PrInAction, next_allocation_length, required_length};
 
 fuzz_target!(|data: &[u8]| {
     let action = PrInAction::ReadFullStatus;

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prfence::pr::{decode_pr_in_cdb, pr_in_cdb};
+use pr_codec::{decode_pr_in_cdb, pr_in_cdb};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((action, allocation_length)) = decode_pr_in_cdb(data) {

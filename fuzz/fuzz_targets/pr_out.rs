@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prfence::pr::decode_pr_out;
+use pr_codec::decode_pr_out;
 
 fuzz_target!(|data: &[u8]| {
     let (cdb, params) = data.split_at(data.len().min(10));

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prfence::pr::{PrInAction, ReadReservation, next_allocation_length, required_length};
+use pr_codec::{PrInAction, ReadReservation, next_allocation_length, required_length};
 
 fuzz_target!(|data: &[u8]| {
     let action = PrInAction::ReadReservation;

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prfence::pr::TransportId;
+use pr_codec::TransportId;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((id, used)) = TransportId::decode(data) {

@@ -1,8 +1,15 @@
-//! Sans-IO codec for PERSISTENT RESERVE IN/OUT (SPC-4): CDBs, parameter lists, responses.
+//! Sans-IO codec for SCSI-3 PERSISTENT RESERVE IN/OUT (SPC-4): reservation keys and types, CDBs,
+//! PR OUT parameter lists, TransportIDs and PR IN responses.
 //!
-//! Everything here is pure: bytes in, typed values out, and back. Response bytes come from a
-//! target we do not control, so decoding never indexes or does unchecked arithmetic (the lints
-//! below enforce it) and never trusts a length field beyond the bytes actually received.
+//! Everything here is pure: bytes in, typed values out, and back. The crate does no I/O, knows no
+//! device, clock or async runtime, and depends only on `serde` and `thiserror`. Sending a CDB is
+//! the caller's business: in prfence, `exec` does it through `sg-io`, and the `prfence` library
+//! re-exports this crate as `prfence::pr`.
+//!
+//! Response bytes come from a target we do not control, so decoding never panics on target
+//! data: it never indexes or does unchecked arithmetic (the lints below enforce it) and never
+//! trusts a length field beyond the bytes actually received. The decoders are property-tested
+//! (round trips) and fuzzed (`fuzz/`).
 #![deny(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod cdb;
