@@ -3,6 +3,7 @@
 //! Data flow (one direction): intent → `ops` (decisions) → `pr` (pure codec) → `exec` (retry and
 //! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
 
+pub mod atomic_file;
 pub mod cli;
 pub mod daemon;
 pub mod discover;
