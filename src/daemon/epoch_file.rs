@@ -2,7 +2,6 @@
 //! (temporary file, fsync, rename, fsync of the directory) *before* a key from a new block is
 //! sent, so a crash can never lead to an epoch being used twice (P3, no ABA; `lease` docs).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -18,10 +17,9 @@ pub enum EpochFileError {
         path.display()
     )]
     Corrupt { path: PathBuf, text: String },
-    #[error("{}: cannot write the lease epoch durably ({step}): {source}", path.display())]
+    #[error("{}: cannot write the lease epoch durably: {source}", path.display())]
     Write {
         path: PathBuf,
-        step: &'static str,
         source: std::io::Error,
     },
 }
@@ -48,29 +46,14 @@ pub fn read(path: &Path) -> Result<Option<u64>, EpochFileError> {
 /// Replaces the file's content with `epoch`, durably: after this returns, a power loss leaves
 /// either the old or the new value, and the new one once the rename is on disk.
 pub fn write_durably(path: &Path, epoch: u64) -> Result<(), EpochFileError> {
-    let fail = |step: &'static str| {
-        move |source| EpochFileError::Write {
+    // The mode `File::create` gave it before (0666 less the umask).
+    let mode = crate::atomic_file::MODE_DEFAULT;
+    crate::atomic_file::write_atomic(path, format!("{epoch}\n").as_bytes(), mode).map_err(
+        |source| EpochFileError::Write {
             path: path.to_path_buf(),
-            step,
             source,
-        }
-    };
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let mut file = std::fs::File::create(&temporary).map_err(fail("create the temporary file"))?;
-    file.write_all(format!("{epoch}\n").as_bytes())
-        .map_err(fail("write"))?;
-    file.sync_all().map_err(fail("fsync the temporary file"))?;
-    drop(file);
-    std::fs::rename(&temporary, path).map_err(fail("rename"))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(fail("fsync the directory"))
+        },
+    )
 }
 
 #[cfg(test)]
@@ -86,7 +69,7 @@ mod tests {
         assert_eq!(read(&path).unwrap(), Some(1_700_000_001_023));
         write_durably(&path, 5).unwrap();
         assert_eq!(read(&path).unwrap(), Some(5));
-        assert!(!dir.path().join("lease-epoch.tmp").exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         std::fs::write(&path, "five").unwrap();
         assert!(matches!(read(&path), Err(EpochFileError::Corrupt { .. })));
         let e = write_durably(&dir.path().join("missing/lease-epoch"), 1).unwrap_err();

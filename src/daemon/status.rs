@@ -1,5 +1,6 @@
 //! The agent's current state as one JSON document: served at `GET /status`, written to
-//! `--status-file` after every check (atomically: temporary file + rename), and printed by
+//! `--status-file` after every check (atomically and durably, by
+//! [`crate::atomic_file::write_atomic`]), and printed by
 //! `--once`. Meant for tests and humans; metrics are for monitoring.
 
 use std::path::Path;
@@ -89,10 +90,12 @@ impl Status {
     }
 }
 
-/// Replaces `path` with the status, atomically (readers never see half a document).
+/// Replaces `path` with the status, atomically (readers never see half a document), with the
+/// mode `File::create` gave it before (monitoring reads it as another user).
 pub fn write_file(path: &Path, status: &Status) -> std::io::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    std::fs::write(&temporary, status.to_json() + "\n")?;
-    std::fs::rename(&temporary, path)
+    crate::atomic_file::write_atomic(
+        path,
+        (status.to_json() + "\n").as_bytes(),
+        crate::atomic_file::MODE_DEFAULT,
+    )
 }
