@@ -10,10 +10,20 @@
 //! lowercased. `.dev` holds one device path per line as given in `devices`, appended by `on` when
 //! no line starts with that path followed by whitespace; readers take the non-empty trimmed
 //! lines. The parent directory is created when missing.
+//!
+//! Both files are replaced whole through [`crate::atomic_file::write_atomic`] (unique temporary,
+//! no symlink followed, fsync, rename); `.dev` is read, checked and rewritten under an exclusive
+//! `flock` on `<stem>.dev.lock`, so two `on` runs never lose each other's device. fence_scsi
+//! itself appends without a lock; it and fence_pr do not run `on` at the same time on one node.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg, OFlag};
+
+use crate::atomic_file::{MODE_DEFAULT, write_atomic};
 
 use super::keys::{self, KeyError};
 
@@ -26,7 +36,17 @@ pub const LEGACY_STEM: &str = "/var/run/cluster/fence_scsi";
 pub enum StoreError {
     #[error("Failed: Cannot open file \"{path}\": {source}; `on` must run on this node first")]
     Io { path: PathBuf, source: io::Error },
-    #[error("Failed: key file \"{path}\" holds {line:?}: {source}; rerun `on` on this node")]
+    #[error("Failed: Cannot write file \"{path}\": {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error(
+        "Failed: key file \"{path}\" is not UTF-8 text (corrupt, or not written by fence_pr or \
+         fence_scsi); remove it and run `fence_pr -o on` on this node again"
+    )]
+    NotUtf8 { path: PathBuf },
+    #[error(
+        "Failed: key file \"{path}\" holds {line:?}, not a hex key ({source}); remove it and run \
+         `fence_pr -o on` on this node again"
+    )]
     BadKey {
         path: PathBuf,
         line: String,
@@ -76,34 +96,38 @@ impl KeyStore {
     fn ensure_parent(path: &Path) -> Result<(), StoreError> {
         match path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => {
-                fs::create_dir_all(parent).map_err(Self::io_error(parent))
+                fs::create_dir_all(parent).map_err(Self::write_error(parent))
             }
             _ => Ok(()),
         }
     }
 
-    /// Records this node's key (`on`). Written to a temporary file and renamed, so a concurrent
-    /// reader (the watchdog check) never sees an empty file.
+    fn write_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+        move |source| StoreError::Write {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    /// Records this node's key (`on`), atomically, so a concurrent reader (the watchdog check)
+    /// never sees an empty file.
     pub fn write_key(&self, key: u64) -> Result<(), StoreError> {
         let path = self.key_path();
         Self::ensure_parent(&path)?;
-        let tmp = self.with_suffix(".key.tmp");
-        let write = || -> io::Result<()> {
-            let mut file = fs::File::create(&tmp)?;
-            writeln!(file, "{}", keys::fence_scsi_key_text(key))?;
-            file.sync_all()?;
-            fs::rename(&tmp, &path)
-        };
-        write().map_err(Self::io_error(&path))
+        let text = format!("{}\n", keys::fence_scsi_key_text(key));
+        write_atomic(&path, text.as_bytes(), MODE_DEFAULT).map_err(Self::write_error(&path))
     }
 
     /// This node's key as recorded by `on` (of fence_pr or fence_scsi); `None` if never written.
     pub fn read_key(&self) -> Result<Option<u64>, StoreError> {
         let path = self.key_path();
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Self::io_error(&path)(e)),
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Err(StoreError::NotUtf8 { path });
         };
         let line = text
             .lines()
@@ -116,38 +140,50 @@ impl KeyStore {
             .map_err(|source| StoreError::BadKey { path, line, source })
     }
 
-    /// Records a device registered by `on`, unless already listed.
+    /// The lock serializing `.dev` updates: `<stem>.dev.lock`, never through a symlink.
+    fn lock_devices(&self) -> Result<Flock<fs::File>, StoreError> {
+        let path = self.with_suffix(".dev.lock");
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits())
+            .open(&path)
+            .map_err(Self::write_error(&path))?;
+        Flock::lock(file, FlockArg::LockExclusive)
+            .map_err(|(_, errno)| Self::write_error(&path)(io::Error::from(errno)))
+    }
+
+    /// Records a device registered by `on`, unless already listed. The read, the check and the
+    /// atomic rewrite happen under [`Self::lock_devices`].
     pub fn add_device(&self, device: &Path) -> Result<(), StoreError> {
         let path = self.dev_path();
         Self::ensure_parent(&path)?;
-        let existing = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        let _lock = self.lock_devices()?;
+        let existing = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(Self::io_error(&path)(e)),
         };
-        let dev = device.to_string_lossy();
+        let dev = device.as_os_str().as_encoded_bytes();
         // fence_scsi's test is a line starting with the path followed by whitespace; a last line
         // without its newline counts here too (fence_scsi would glue the next path onto it).
-        let listed = existing.lines().any(|line| {
-            line.strip_prefix(dev.as_ref())
-                .is_some_and(|rest| rest.chars().next().is_none_or(char::is_whitespace))
+        let listed = existing.split(|&b| b == b'\n').any(|line| {
+            line.strip_prefix(dev)
+                .is_some_and(|rest| rest.first().is_none_or(u8::is_ascii_whitespace))
         });
         if listed {
             return Ok(());
         }
-        let append = || -> io::Result<()> {
-            let mut file = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)?;
-            // Keep the file line-structured even if an earlier writer left no final newline.
-            if !existing.is_empty() && !existing.ends_with('\n') {
-                file.write_all(b"\n")?;
-            }
-            writeln!(file, "{dev}")?;
-            file.sync_all()
-        };
-        append().map_err(Self::io_error(&path))
+        let mut updated = existing;
+        // Keep the file line-structured even if an earlier writer left no final newline.
+        if updated.last().is_some_and(|&b| b != b'\n') {
+            updated.push(b'\n');
+        }
+        updated.extend_from_slice(dev);
+        updated.push(b'\n');
+        write_atomic(&path, &updated, MODE_DEFAULT).map_err(Self::write_error(&path))
     }
 
     /// Devices recorded by `on`; `None` if the file does not exist.
@@ -255,6 +291,117 @@ mod tests {
                 PathBuf::from("/dev/sdd")
             ]
         );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn non_utf8_and_garbage_keys_say_what_is_wrong_and_how_to_fix_it() {
+        let (dir, store) = temp_store("bad");
+        fs::create_dir_all(store.key_path().parent().unwrap()).unwrap();
+        fs::write(store.key_path(), b"\xff\xfe6c9d\n").unwrap();
+        let e = store.read_key().unwrap_err();
+        assert!(matches!(e, StoreError::NotUtf8 { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("cluster.key") && text.contains("not UTF-8"),
+            "{text}"
+        );
+        assert!(
+            text.contains("remove it and run `fence_pr -o on`"),
+            "{text}"
+        );
+        assert!(!text.contains("must run on this node first"), "{text}");
+        fs::write(store.key_path(), "not a key\n").unwrap();
+        let text = store.read_key().unwrap_err().to_string();
+        assert!(text.contains("not a hex key"), "{text}");
+        assert!(
+            text.contains("remove it and run `fence_pr -o on`"),
+            "{text}"
+        );
+        assert!(!text.contains("must run on this node first"), "{text}");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn planted_temporary_symlink_is_left_alone() {
+        use std::os::unix::fs::symlink;
+        let (dir, store) = temp_store("symlink");
+        let run = store.key_path().parent().unwrap().to_owned();
+        fs::create_dir_all(&run).unwrap();
+        let victim = dir.join("victim");
+        fs::write(&victim, "untouched").unwrap();
+        symlink(&victim, run.join("cluster.key.tmp")).unwrap();
+        store.write_key(0x6c9d_0001).unwrap();
+        store.add_device(Path::new("/dev/sdb")).unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(fs::read_to_string(store.key_path()).unwrap(), "6c9d0001\n");
+        assert!(
+            fs::symlink_metadata(run.join("cluster.key.tmp"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        let mut names: Vec<_> = fs::read_dir(&run)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "cluster.dev",
+                "cluster.dev.lock",
+                "cluster.key",
+                "cluster.key.tmp"
+            ]
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn files_keep_the_mode_file_create_gives() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, store) = temp_store("mode");
+        store.write_key(1).unwrap();
+        store.add_device(Path::new("/dev/sdb")).unwrap();
+        let reference = dir.join("reference");
+        fs::File::create(&reference).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode();
+        assert_eq!(mode(&store.key_path()), mode(&reference));
+        assert_eq!(mode(&store.dev_path()), mode(&reference));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn concurrent_device_updates_are_not_lost() {
+        let (dir, store) = temp_store("race");
+        for round in 0..50 {
+            let _ = fs::remove_file(store.dev_path());
+            let threads: Vec<_> = ["/dev/sdb", "/dev/sdc"]
+                .into_iter()
+                .map(|dev| {
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        store
+                            .add_device(Path::new(&format!("{dev}{round}")))
+                            .unwrap()
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let mut devices = store.read_devices().unwrap().unwrap();
+            devices.sort();
+            assert_eq!(
+                devices,
+                [
+                    PathBuf::from(format!("/dev/sdb{round}")),
+                    PathBuf::from(format!("/dev/sdc{round}"))
+                ],
+                "round {round}"
+            );
+        }
         fs::remove_dir_all(dir).unwrap();
     }
 }
