@@ -127,6 +127,7 @@ pub struct Metrics {
     latency: BTreeMap<Command, Histogram>,
     fenced: bool,
     lease_role: Option<Role>,
+    http_evicted: u64,
 }
 
 impl Metrics {
@@ -143,6 +144,7 @@ impl Metrics {
             latency: BTreeMap::new(),
             fenced: false,
             lease_role: None,
+            http_evicted: 0,
         }
     }
 
@@ -186,6 +188,11 @@ impl Metrics {
             .entry(command)
             .or_insert_with(Histogram::new)
             .observe(took.as_secs_f64());
+    }
+
+    /// An HTTP connection closed to make room under the connection cap (see `http.rs`).
+    pub fn record_http_evicted(&mut self) {
+        self.http_evicted += 1;
     }
 
     pub fn set_fenced(&mut self) {
@@ -268,6 +275,13 @@ impl Metrics {
             self.heals
                 .iter()
                 .map(|(lu, n)| (labels(&[("lu", lu)]), n.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_http_connections_evicted_total",
+            "counter",
+            "HTTP connections closed unanswered because the endpoint's connection cap was full.",
+            std::iter::once((String::new(), self.http_evicted.to_string())),
         );
         family(
             &mut out,
