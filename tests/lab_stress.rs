@@ -37,7 +37,7 @@ fn mutual_fence() -> anyhow::Result<()> {
     let luns = lab::env_count("LAB_STRESS_LUNS", 8)?;
     ensure!(
         env_or("LAB_STRESS_FABRIC", "iscsi") == "iscsi",
-        "mutual_fence runs over iSCSI: on tcm_loop (Linux 6.1) PREEMPT AND ABORT never completes"
+        "mutual_fence runs over iSCSI: on tcm_loop (Linux 6.1 and 7.2) PREEMPT AND ABORT never completes"
     );
     let t = Topology::iscsi(luns)?;
     t.settle()?;
