@@ -37,23 +37,10 @@ impl Agent {
     }
 
     fn stdin(&self, lines: &str) -> Output {
-        let mut child = self
-            .command()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(lines.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        self.stdin_bytes(lines.as_bytes().to_vec())
     }
 
-    /// Like [`Agent::stdin`] with raw bytes; the agent may stop reading early (an error), so a
+    /// Runs the agent with `bytes` on its stdin; the agent may stop reading early (an error), so a
     /// write that fails on the closed pipe is expected.
     fn stdin_bytes(&self, bytes: Vec<u8>) -> Output {
         let mut child = self
