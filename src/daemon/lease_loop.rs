@@ -392,6 +392,9 @@ impl Agent {
             .iter()
             .map(|view| Lease::new(config.clone(), first_epoch, persisted, view, now))
             .collect();
+        // Stricter than watch mode on purpose (watch mode shows a degraded watchdog and retries):
+        // a holder's watchdog is part of the lease timing rule (a hung holder must be reset
+        // before its lease ends and a standby takes over), so lease mode does not start without it.
         if let Err(e) = self.open_watchdog() {
             return Outcome::Failed(e);
         }

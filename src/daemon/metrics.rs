@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use super::lease::{CommandError, Role};
+use super::status::WatchdogState;
 use super::watch::CheckError;
 
 /// The PR command a latency or conflict belongs to.
@@ -128,6 +129,7 @@ pub struct Metrics {
     fenced: bool,
     lease_role: Option<Role>,
     http_evicted: u64,
+    watchdog: WatchdogState,
 }
 
 impl Metrics {
@@ -145,6 +147,7 @@ impl Metrics {
             fenced: false,
             lease_role: None,
             http_evicted: 0,
+            watchdog: WatchdogState::NotConfigured,
         }
     }
 
@@ -197,6 +200,10 @@ impl Metrics {
 
     pub fn set_fenced(&mut self) {
         self.fenced = true;
+    }
+
+    pub fn set_watchdog(&mut self, state: WatchdogState) {
+        self.watchdog = state;
     }
 
     pub fn set_lease_role(&mut self, role: Role) {
@@ -290,6 +297,28 @@ impl Metrics {
             "1 once this node has decided it is fenced.",
             std::iter::once((String::new(), u8::from(self.fenced).to_string())),
         );
+        if self.watchdog != WatchdogState::NotConfigured {
+            family(
+                &mut out,
+                "prfence_watchdog_up",
+                "gauge",
+                "1 while the configured hardware watchdog is open and its last feed worked.",
+                std::iter::once((
+                    String::new(),
+                    u8::from(self.watchdog == WatchdogState::Ok).to_string(),
+                )),
+            );
+            family(
+                &mut out,
+                "prfence_watchdog_degraded",
+                "gauge",
+                "1 while the configured watchdog is due but cannot be opened or fed (no hardware reset backs the agent).",
+                std::iter::once((
+                    String::new(),
+                    u8::from(self.watchdog == WatchdogState::Degraded).to_string(),
+                )),
+            );
+        }
         if let Some(role) = self.lease_role {
             family(
                 &mut out,

@@ -22,7 +22,7 @@ use super::config::{FenceScsiKeyValue, KeyScheme, KeySpec, ModeSettings, Setting
 use super::logging::LogHandle;
 use super::metrics::Metrics;
 use super::notify::Notifier;
-use super::status::{self, State, Status};
+use super::status::{self, State, Status, WatchdogState, WatchdogStatus};
 use super::storage::{Executor, LuTable, PathHandle, Storage, SystemStorage, lock};
 use super::watchdog::Watchdog;
 use crate::fence_agent::KeyValueMethod;
@@ -134,6 +134,11 @@ impl Agent {
             ModeSettings::Watch(_) => "watch",
             ModeSettings::Lease(_) => "lease",
         };
+        let mut shown = Status::new(mode, &names);
+        if settings.watchdog.is_some() {
+            shown.watchdog.state = WatchdogState::NotArmed;
+            lock(&metrics).set_watchdog(WatchdogState::NotArmed);
+        }
         Agent {
             exec: Arc::new(Executor::new(
                 Arc::clone(&options.storage),
@@ -141,7 +146,7 @@ impl Agent {
                 Arc::clone(&metrics),
             )),
             table: LuTable::new(&settings.devices),
-            status: Arc::new(Mutex::new(Status::new(mode, &names))),
+            status: Arc::new(Mutex::new(shown)),
             metrics,
             settings,
             storage: options.storage,
@@ -185,30 +190,76 @@ impl Agent {
         if healthy { 0 } else { EXIT_ONCE_PROBLEM }
     }
 
-    /// Opens the configured watchdog, if any (which starts it).
+    /// Opens the configured watchdog, if any and not open yet (which starts it). A failure is
+    /// shown as a degraded watchdog (status, metrics) and returned.
     pub(super) fn open_watchdog(&mut self) -> Result<(), String> {
         if let (Some(settings), None) = (&self.settings.watchdog, &self.watchdog) {
-            let watchdog = Watchdog::open(&settings.device, settings.timeout, &self.sys_root)
-                .map_err(|e| e.to_string())?;
+            let watchdog = match Watchdog::open(&settings.device, settings.timeout, &self.sys_root)
+            {
+                Ok(watchdog) => watchdog,
+                Err(e) => {
+                    let e = e.to_string();
+                    self.set_watchdog(WatchdogState::Degraded, Some(e.clone()));
+                    return Err(e);
+                }
+            };
             tracing::info!(device = %settings.device.display(), timeout = ?settings.timeout, "watchdog armed");
             self.watchdog = Some(watchdog);
+            self.set_watchdog(WatchdogState::Ok, None);
         }
         Ok(())
     }
 
+    /// Watch mode, at every check once armed: opens the watchdog if it is configured but not
+    /// open (a failed open stays a visible degraded state and is tried again next check).
+    pub(super) fn retry_watchdog(&mut self) {
+        if !self.fenced {
+            // The failure is already shown and logged (once) by open_watchdog.
+            let _ = self.open_watchdog();
+        }
+    }
+
+    /// Shows the watchdog's state in the status and metrics; logs a change once (an error
+    /// again only when its text changes).
+    pub(super) fn set_watchdog(&self, state: WatchdogState, error: Option<String>) {
+        let mut status = lock(&self.status);
+        let before = status.watchdog.clone();
+        let now = WatchdogStatus { state, error };
+        if before == now {
+            return;
+        }
+        match (&before.state, &now.state) {
+            (_, WatchdogState::Degraded) => tracing::error!(
+                error = now.error.as_deref().unwrap_or(""),
+                "the watchdog is degraded: no hardware reset backs this agent; retrying at \
+                 every check"
+            ),
+            (WatchdogState::Degraded, _) => tracing::info!("the watchdog works again"),
+            _ => {}
+        }
+        status.watchdog = now;
+        drop(status);
+        lock(&self.metrics).set_watchdog(state);
+    }
+
     /// Feeds the watchdog if `healthy`, or after fencing if `self_fence.stop_watchdog` is off.
-    /// The sd_notify watchdog is fed on every check: it is about this process being alive.
+    /// A failed feed shows the watchdog degraded; the next
+    /// check feeds again. The sd_notify watchdog is fed on every check: it is about this
+    /// process being alive.
     pub(super) fn feed(&mut self, healthy: bool) {
         let feed = if self.fenced {
             !self.settings.self_fence.stop_watchdog
         } else {
             healthy
         };
-        if feed
-            && let Some(watchdog) = &mut self.watchdog
-            && let Err(e) = watchdog.feed()
-        {
-            tracing::error!(error = %e, "cannot feed the watchdog; the node will be reset");
+        if feed && let Some(watchdog) = &mut self.watchdog {
+            match watchdog.feed() {
+                Ok(()) => self.set_watchdog(WatchdogState::Ok, None),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot feed the watchdog; the node will be reset");
+                    self.set_watchdog(WatchdogState::Degraded, Some(e.to_string()));
+                }
+            }
         }
         self.notifier.watchdog();
     }

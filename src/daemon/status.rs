@@ -17,8 +17,8 @@ pub enum State {
     WaitingForRegistration,
     /// Watch mode: our key is on every LU and every path.
     Healthy,
-    /// Watch mode: not fenced, but an LU is unreadable, missed our key once, or a path lacks
-    /// its registration.
+    /// Watch mode: not fenced, but an LU is unreadable, missed our key once, a path lacks
+    /// its registration, or the configured watchdog cannot be opened or fed.
     Degraded,
     /// Lease mode: not holding every LU.
     Standby,
@@ -26,6 +26,28 @@ pub enum State {
     Holder,
     Fenced,
     Stopping,
+}
+
+/// The hardware watchdog, as far as the agent knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchdogState {
+    /// No `[watchdog]` in the configuration.
+    NotConfigured,
+    /// Configured, not opened yet (watch mode opens it once armed).
+    NotArmed,
+    /// Open, and the last feed (if any) worked.
+    Ok,
+    /// Configured and due, but it cannot be opened or fed: no hardware reset backs the agent.
+    /// Watch mode retries the open at every check.
+    Degraded,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WatchdogStatus {
+    pub state: WatchdogState,
+    /// Why it is degraded.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -61,6 +83,7 @@ pub struct Status {
     /// Checks (ticks) done since start.
     pub checks: u64,
     pub lus: Vec<LuStatus>,
+    pub watchdog: WatchdogStatus,
 }
 
 impl Status {
@@ -82,6 +105,10 @@ impl Status {
                     lease_key: None,
                 })
                 .collect(),
+            watchdog: WatchdogStatus {
+                state: WatchdogState::NotConfigured,
+                error: None,
+            },
         }
     }
 

@@ -844,3 +844,98 @@ fn check_config_refuses_what_start_refuses() {
     settings.watchdog = None;
     assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
 }
+
+fn has_line(metrics: &Arc<Mutex<super::metrics::Metrics>>, line: &str) -> bool {
+    let text = lock(metrics).render(Instant::now().into_std());
+    text.lines().any(|l| l == line)
+}
+
+/// Issue #10 item 2: watch mode shows a watchdog it cannot open, keeps checking, retries the
+/// open at every check and clears the state once it works.
+#[tokio::test(start_paused = true)]
+async fn a_missing_watchdog_is_degraded_and_retried_until_it_appears() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (settings, device) = with_watchdog(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        dir.path(),
+        false,
+    );
+    std::fs::remove_file(&device).unwrap();
+    let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.watchdog.state
+            == WatchdogState::Degraded)
+        .await
+    );
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Degraded);
+    let error = status.watchdog.error.clone().unwrap();
+    assert!(error.contains("watchdog7"), "{error}");
+    assert!(has_line(&run.metrics, "prfence_watchdog_up 0"));
+    assert!(has_line(&run.metrics, "prfence_watchdog_degraded 1"));
+    let json: serde_json::Value = serde_json::from_str(&status.to_json()).unwrap();
+    assert_eq!(json["watchdog"]["state"], "degraded");
+    // Checks go on, still degraded.
+    let checks = status.checks;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let status = lock(&run.status).clone();
+    assert!(status.checks >= checks + 2, "{} vs {checks}", status.checks);
+    assert_eq!(status.watchdog.state, WatchdogState::Degraded);
+    // The device appears: the next check opens and feeds it, and the state clears.
+    std::fs::write(&device, "").unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(2), |s| s.watchdog.state
+            == WatchdogState::Ok
+            && s.state == State::Healthy)
+        .await
+    );
+    assert_eq!(lock(&run.status).watchdog.error, None);
+    assert!(has_line(&run.metrics, "prfence_watchdog_up 1"));
+    assert!(has_line(&run.metrics, "prfence_watchdog_degraded 0"));
+    assert!(std::fs::read(&device).unwrap().starts_with(b"1"), "fed");
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+}
+
+/// `--once` reports a watchdog it could not open (exit 3), without ever opening one.
+#[tokio::test(start_paused = true)]
+async fn once_reports_a_missing_watchdog_without_opening_one() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (settings, device) = with_watchdog(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        dir.path(),
+        false,
+    );
+    let once = |settings: Settings| {
+        let (_control, receiver) = mpsc::unbounded_channel();
+        let agent = Agent::new(
+            settings,
+            Options {
+                storage: Arc::clone(&t.storage) as Arc<dyn Storage>,
+                host: Arc::new(RecordingHost::default()),
+                notifier: Notifier::disabled(),
+                status_file: None,
+                sys_root: dir.path().join("sys"),
+                log: None,
+            },
+            receiver,
+        );
+        let status = agent.status();
+        (agent.once(Some(KA)), status)
+    };
+    let (done, status) = once(settings.clone());
+    assert_eq!(done.await, 0);
+    assert_eq!(lock(&status).watchdog.state, WatchdogState::NotArmed);
+    assert_eq!(std::fs::read(&device).unwrap(), b"", "never opened");
+    std::fs::remove_file(&device).unwrap();
+    let (done, status) = once(settings);
+    assert_eq!(done.await, super::run::EXIT_ONCE_PROBLEM);
+    let status = lock(&status).clone();
+    assert_eq!(status.state, State::Degraded);
+    assert_eq!(status.watchdog.state, WatchdogState::Degraded);
+    assert!(status.watchdog.error.unwrap().contains("watchdog7"));
+}

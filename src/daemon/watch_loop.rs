@@ -19,7 +19,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::config::{ModeSettings, Settings};
 use super::metrics::Outcome as CheckOutcome;
 use super::run::{Agent, Control, Outcome, heal_lu, probe_registration, report_heal};
-use super::status::{PathStatus, State};
+use super::status::{PathStatus, State, WatchdogState};
 use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watch::{
     CheckError, LuId, LuKeys, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
@@ -251,15 +251,16 @@ impl Agent {
             }
             let config = self.settings.watch_config(key)?;
             tracing::info!(%key, "our key is on every LU: armed");
-            if let Err(e) = self.open_watchdog() {
-                tracing::error!(error = %e, "cannot open the watchdog");
-            }
             run.state = Some(WatchState::new(
                 config,
                 self.table.lus.iter().map(|l| LuId(l.name.clone())),
                 now.into_std(),
             ));
         }
+        // Armed: the watchdog is due. Unlike lease mode (where it is fatal at start), a watchdog
+        // that cannot be opened is a degraded state, shown and tried again at every check: the
+        // target fences us either way (P5), the watchdog only makes the stop sure.
+        self.retry_watchdog();
         let watch = run.state.as_mut()?;
         let observations: Vec<Observation> = self
             .table
@@ -318,8 +319,10 @@ impl Agent {
                 report_heal(&lu.name, &result, &self.metrics);
             }
         }
+        self.feed(decision.feed_watchdog);
         {
             let mut status = lock(&self.status);
+            degraded |= status.watchdog.state == WatchdogState::Degraded;
             if !self.fenced {
                 status.state = if degraded {
                     State::Degraded
@@ -328,7 +331,6 @@ impl Agent {
                 };
             }
         }
-        self.feed(decision.feed_watchdog);
         let exit = match (&decision.fenced, decision.newly_fenced) {
             (Some(reason), true) => self.self_fence(reason.to_string()).await,
             _ => None,
@@ -432,9 +434,14 @@ impl Agent {
             tracing::warn!(key = %new_key, "SIGHUP: devices or key changed; judging the new set from now");
             self.table = LuTable::new(&new.devices);
             let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
-            *lock(&self.metrics) = super::metrics::Metrics::new(names.clone());
+            let watchdog = lock(&self.status).watchdog.state;
+            let mut metrics = super::metrics::Metrics::new(names.clone());
+            metrics.set_watchdog(watchdog);
+            *lock(&self.metrics) = metrics;
             let mut status = lock(&self.status);
+            let watchdog = status.watchdog.clone();
             *status = super::status::Status::new("watch", &names);
+            status.watchdog = watchdog;
             status.own_key = Some(new_key.to_string());
             drop(status);
             let armed = run.state.is_some();
@@ -495,7 +502,8 @@ impl Agent {
                 },
             });
         let decision = judge.tick(now, observations.collect::<Vec<_>>());
-        let healthy = decision.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy);
+        let watchdog_ok = self.check_watchdog_once();
+        let healthy = watchdog_ok && decision.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy);
         {
             let mut status = lock(&self.status);
             status.own_key = Some(key.to_string());
@@ -513,6 +521,38 @@ impl Agent {
         }
         self.finish_tick(&checks);
         healthy
+    }
+}
+
+impl Agent {
+    /// `--once`: whether the configured watchdog could be opened, without opening it (that
+    /// would start it): its timeout matches and the device exists and is writable. A device
+    /// held by another daemon (EBUSY) shows only at a real open. A problem is shown as a
+    /// degraded watchdog and printed.
+    fn check_watchdog_once(&mut self) -> bool {
+        let Some(w) = self.settings.watchdog.clone() else {
+            return true;
+        };
+        let problem = match super::watchdog::check_timeout(&w.device, w.timeout, &self.sys_root) {
+            Err(e) => Some(e.to_string()),
+            Ok(()) => nix::unistd::access(&w.device, nix::unistd::AccessFlags::W_OK)
+                .err()
+                .map(|errno| {
+                    format!(
+                        "{}: cannot open the watchdog: {}",
+                        w.device.display(),
+                        std::io::Error::from(errno)
+                    )
+                }),
+        };
+        match problem {
+            Some(e) => {
+                eprintln!("prfence agent: watchdog degraded: {e}");
+                self.set_watchdog(WatchdogState::Degraded, Some(e));
+                false
+            }
+            None => true,
+        }
     }
 }
 
