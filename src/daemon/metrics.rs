@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use super::lease::{CommandError, Role};
-use super::status::WatchdogState;
+use super::status::{SelfFenceSteps, WatchdogState};
 use super::watch::CheckError;
 
 /// The PR command a latency or conflict belongs to.
@@ -130,6 +130,7 @@ pub struct Metrics {
     lease_role: Option<Role>,
     http_evicted: u64,
     watchdog: WatchdogState,
+    self_fence: Option<SelfFenceSteps>,
 }
 
 impl Metrics {
@@ -148,6 +149,7 @@ impl Metrics {
             lease_role: None,
             http_evicted: 0,
             watchdog: WatchdogState::NotConfigured,
+            self_fence: None,
         }
     }
 
@@ -204,6 +206,10 @@ impl Metrics {
 
     pub fn set_watchdog(&mut self, state: WatchdogState) {
         self.watchdog = state;
+    }
+
+    pub fn set_self_fence(&mut self, steps: SelfFenceSteps) {
+        self.self_fence = Some(steps);
     }
 
     pub fn set_lease_role(&mut self, role: Role) {
@@ -319,6 +325,26 @@ impl Metrics {
                 )),
             );
         }
+        if let Some(steps) = self.self_fence {
+            family(
+                &mut out,
+                "prfence_self_fence_step",
+                "gauge",
+                "The result of each self-fence step (1 for the current one).",
+                [
+                    ("watchdog", snake(&steps.watchdog)),
+                    ("hook", snake(&steps.hook)),
+                    ("reboot", snake(&steps.reboot)),
+                ]
+                .into_iter()
+                .map(|(step, result)| {
+                    (
+                        labels(&[("step", step), ("result", &result)]),
+                        "1".to_owned(),
+                    )
+                }),
+            );
+        }
         if let Some(role) = self.lease_role {
             family(
                 &mut out,
@@ -375,6 +401,14 @@ fn family(
     let _ = writeln!(out, "# TYPE {name} {kind}");
     for (labels, value) in samples {
         let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+/// A unit enum variant's serde name (snake_case), the same word the status shows.
+fn snake(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "unknown".to_owned(),
     }
 }
 

@@ -22,7 +22,10 @@ use super::config::{FenceScsiKeyValue, KeyScheme, KeySpec, ModeSettings, Setting
 use super::logging::LogHandle;
 use super::metrics::Metrics;
 use super::notify::Notifier;
-use super::status::{self, State, Status, WatchdogState, WatchdogStatus};
+use super::status::{
+    self, HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
+    WatchdogStep,
+};
 use super::storage::{Executor, LuTable, PathHandle, Storage, SystemStorage, lock};
 use super::watchdog::Watchdog;
 use crate::fence_agent::KeyValueMethod;
@@ -120,6 +123,9 @@ pub struct Agent {
     pub(super) control: mpsc::UnboundedReceiver<Control>,
     /// Latched once the self-fence actions ran.
     pub(super) fenced: bool,
+    /// Latched by the self-fence: the watchdog is no longer fed (`self_fence.stop_watchdog`, or
+    /// a reboot that failed).
+    pub(super) stop_feeding: bool,
 }
 
 impl Agent {
@@ -158,6 +164,7 @@ impl Agent {
             log: options.log,
             control,
             fenced: false,
+            stop_feeding: false,
         }
     }
 
@@ -242,13 +249,13 @@ impl Agent {
         lock(&self.metrics).set_watchdog(state);
     }
 
-    /// Feeds the watchdog if `healthy`, or after fencing if `self_fence.stop_watchdog` is off.
-    /// A failed feed shows the watchdog degraded; the next
+    /// Feeds the watchdog if `healthy`, or after fencing unless the self-fence stopped the
+    /// feeding ([`Agent::stop_feeding`]). A failed feed shows the watchdog degraded; the next
     /// check feeds again. The sd_notify watchdog is fed on every check: it is about this
     /// process being alive.
     pub(super) fn feed(&mut self, healthy: bool) {
         let feed = if self.fenced {
-            !self.settings.self_fence.stop_watchdog
+            !self.stop_feeding
         } else {
             healthy
         };
@@ -264,6 +271,13 @@ impl Agent {
         self.notifier.watchdog();
     }
 
+    /// Records (status, metrics) and publishes the self-fence steps so far.
+    fn show_self_fence(&self, steps: SelfFenceSteps) {
+        lock(&self.status).self_fence = Some(steps);
+        lock(&self.metrics).set_self_fence(steps);
+        self.publish();
+    }
+
     /// Publishes the status (file, endpoint) after a check.
     pub(super) fn publish(&self) {
         if let Some(path) = &self.status_file {
@@ -274,8 +288,11 @@ impl Agent {
         }
     }
 
-    /// The self-fence actions, in order: stop feeding the watchdog, run the hook, reboot,
-    /// exit. Returns the exit status if the agent is to exit.
+    /// The self-fence actions, in order: stop feeding the watchdog, run the hook, reboot; if
+    /// the reboot fails, stop feeding the watchdog (even with `self_fence.stop_watchdog` off:
+    /// the hardware reset is the reboot that did not happen); then exit. Each step's result is
+    /// published (status file, `/status`, metrics) before the next one, so it is on disk before
+    /// a reboot or an exit. Returns the exit status if the agent is to exit.
     pub(super) async fn self_fence(&mut self, reason: String) -> Option<u8> {
         self.fenced = true;
         tracing::error!(%reason, "this node is fenced: running the self-fence actions");
@@ -288,14 +305,18 @@ impl Agent {
         self.publish();
         self.notifier.status(&format!("fenced: {reason}"));
         let actions = self.settings.self_fence.clone();
-        if actions.stop_watchdog
-            && let Some(watchdog) = &self.watchdog
-        {
-            tracing::error!(
-                device = %watchdog.device().display(),
-                "no longer feeding the watchdog: the node will be reset"
-            );
-        }
+        // 1. Stop feeding the watchdog.
+        let mut steps = SelfFenceSteps {
+            watchdog: self.stop_watchdog_feeding(actions.stop_watchdog),
+            hook: if actions.command.is_some() {
+                HookStep::Running
+            } else {
+                HookStep::NotConfigured
+            },
+            reboot: RebootStep::Disabled,
+        };
+        self.show_self_fence(steps);
+        // 2. The stop hook.
         if let Some(argv) = &actions.command {
             let argv = argv.clone();
             let timeout = actions.command_timeout;
@@ -309,22 +330,66 @@ impl Agent {
                 crate::process::run_bounded(program, args, Some(timeout))
             })
             .await;
-            match ran {
-                Ok(Ok(_)) => tracing::info!(command = %shown, "self-fence command done"),
+            steps.hook = match ran {
+                Ok(Ok(_)) => {
+                    tracing::info!(command = %shown, "self-fence command done");
+                    HookStep::Ok
+                }
                 Ok(Err(e)) => {
-                    tracing::error!(command = %shown, error = %e, "self-fence command failed")
+                    tracing::error!(command = %shown, error = %e, "self-fence command failed");
+                    if matches!(e, crate::process::RunError::TimedOut(_)) {
+                        HookStep::TimedOut
+                    } else {
+                        HookStep::Failed
+                    }
                 }
                 Err(e) => {
-                    tracing::error!(command = %shown, error = %e, "self-fence command could not run")
+                    tracing::error!(command = %shown, error = %e, "self-fence command could not run");
+                    HookStep::Failed
                 }
-            }
+            };
+            self.show_self_fence(steps);
         }
+        // 3. Reboot.
         if actions.reboot {
+            steps.reboot = RebootStep::Requested;
+            self.show_self_fence(steps);
             tracing::error!("rebooting now, without sync");
             let e = self.host.reboot_now();
             tracing::error!(error = %e, "reboot(2) failed (CAP_SYS_BOOT missing?)");
+            steps.reboot = RebootStep::Failed;
+            // Fall through: the watchdog reset is the reboot that did not happen.
+            steps.watchdog = self.stop_watchdog_feeding(true);
+            self.show_self_fence(steps);
         }
+        // 4. Exit (the caller returns the status), with all of the above published.
         actions.exit_status
+    }
+
+    /// Self-fence step 1 (and the fall-back of a failed reboot): stops the feeding if `stop`.
+    fn stop_watchdog_feeding(&mut self, stop: bool) -> WatchdogStep {
+        if self.settings.watchdog.is_none() {
+            return WatchdogStep::NotConfigured;
+        }
+        if !stop {
+            return WatchdogStep::KeptFeeding;
+        }
+        self.stop_feeding = true;
+        match &self.watchdog {
+            Some(watchdog) => {
+                tracing::error!(
+                    device = %watchdog.device().display(),
+                    "no longer feeding the watchdog: the node will be reset"
+                );
+                WatchdogStep::Ok
+            }
+            None => {
+                tracing::error!(
+                    "the watchdog is configured but not open: no hardware reset will come"
+                );
+                WatchdogStep::Failed
+            }
+        }
     }
 
     /// Closes the watchdog at a clean stop: disarmed only if `watchdog.magic_close`, and never

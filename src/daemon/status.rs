@@ -50,6 +50,49 @@ pub struct WatchdogStatus {
     pub error: Option<String>,
 }
 
+/// Self-fence step 1: stopping the watchdog's feeding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchdogStep {
+    /// Feeding stopped; the hardware resets the node after its timeout.
+    Ok,
+    /// Configured, but not open: nothing is there to reset the node.
+    Failed,
+    NotConfigured,
+    /// `self_fence.stop_watchdog` is off: still fed (until a reboot fails).
+    KeptFeeding,
+}
+
+/// Self-fence step 2: the stop hook (`self_fence.command`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookStep {
+    /// Started, not done yet.
+    Running,
+    Ok,
+    Failed,
+    TimedOut,
+    NotConfigured,
+}
+
+/// Self-fence step 3: reboot(2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RebootStep {
+    /// Asked for (shown before the call; a reboot that works ends the process).
+    Requested,
+    Failed,
+    Disabled,
+}
+
+/// What each self-fence step did; `None` in [`Status::self_fence`] until fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SelfFenceSteps {
+    pub watchdog: WatchdogStep,
+    pub hook: HookStep,
+    pub reboot: RebootStep,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct PathStatus {
     pub name: String,
@@ -84,6 +127,8 @@ pub struct Status {
     pub checks: u64,
     pub lus: Vec<LuStatus>,
     pub watchdog: WatchdogStatus,
+    /// Each self-fence step's result, once fenced.
+    pub self_fence: Option<SelfFenceSteps>,
 }
 
 impl Status {
@@ -109,6 +154,7 @@ impl Status {
                 state: WatchdogState::NotConfigured,
                 error: None,
             },
+            self_fence: None,
         }
     }
 

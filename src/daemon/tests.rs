@@ -845,6 +845,37 @@ fn check_config_refuses_what_start_refuses() {
     assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
 }
 
+/// Like [`start_with_sys`], with a status file.
+fn start_with_status_file(
+    settings: Settings,
+    storage: &Arc<ModelStorage>,
+    sys: PathBuf,
+    key: Option<Key>,
+    status_file: PathBuf,
+) -> Running {
+    let (control, receiver) = mpsc::unbounded_channel();
+    let host = Arc::new(RecordingHost::default());
+    let agent = Agent::new(
+        settings,
+        Options {
+            storage: Arc::clone(storage) as Arc<dyn Storage>,
+            host: Arc::clone(&host) as Arc<dyn Host>,
+            notifier: Notifier::disabled(),
+            status_file: Some(status_file),
+            sys_root: sys,
+            log: None,
+        },
+        receiver,
+    );
+    Running {
+        status: agent.status(),
+        metrics: agent.metrics(),
+        task: tokio::spawn(agent.run(key)),
+        control,
+        host,
+    }
+}
+
 fn has_line(metrics: &Arc<Mutex<super::metrics::Metrics>>, line: &str) -> bool {
     let text = lock(metrics).render(Instant::now().into_std());
     text.lines().any(|l| l == line)
@@ -938,4 +969,112 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
     assert_eq!(status.state, State::Degraded);
     assert_eq!(status.watchdog.state, WatchdogState::Degraded);
     assert!(status.watchdog.error.unwrap().contains("watchdog7"));
+}
+
+/// A failing hook and a failing reboot: each step's result is shown (status file, metrics),
+/// and the failed reboot stops the feeding even with `self_fence.stop_watchdog` off.
+#[tokio::test(start_paused = true)]
+async fn a_self_fence_records_each_step_and_a_failed_reboot_stops_the_feeding() {
+    use super::status::{HookStep, RebootStep, SelfFenceSteps, WatchdogStep};
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_lus();
+    let (mut settings, device) = with_watchdog(
+        watch_settings(
+            &["/dev/mapper/lu0", "/dev/mapper/lu1"],
+            "command = [\"/bin/sh\", \"-c\", \"exit 1\"]\nreboot = true\nexit = false\n",
+        ),
+        dir.path(),
+        false,
+    );
+    settings.self_fence.stop_watchdog = false;
+    let status_file = dir.path().join("status.json");
+    let run = start_with_status_file(
+        settings,
+        &t.storage,
+        dir.path().join("sys"),
+        Some(KA),
+        status_file.clone(),
+    );
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    assert_eq!(lock(&run.status).self_fence, None);
+    lock(&t.lus[0])
+        .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s
+            .self_fence
+            .is_some_and(|f| f.reboot == RebootStep::Failed))
+        .await
+    );
+    assert_eq!(run.host.reboots.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        lock(&run.status).self_fence,
+        Some(SelfFenceSteps {
+            watchdog: WatchdogStep::Ok,
+            hook: HookStep::Failed,
+            reboot: RebootStep::Failed,
+        })
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(written["state"], "fenced");
+    assert_eq!(written["self_fence"]["watchdog"], "ok");
+    assert_eq!(written["self_fence"]["hook"], "failed");
+    assert_eq!(written["self_fence"]["reboot"], "failed");
+    for line in [
+        "prfence_self_fence_step{step=\"watchdog\",result=\"ok\"} 1",
+        "prfence_self_fence_step{step=\"hook\",result=\"failed\"} 1",
+        "prfence_self_fence_step{step=\"reboot\",result=\"failed\"} 1",
+    ] {
+        assert!(has_line(&run.metrics, line), "{line}");
+    }
+    // No longer fed, although self_fence.stop_watchdog is off: the reboot failed.
+    let fed = std::fs::read(&device).unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(std::fs::read(&device).unwrap(), fed);
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+}
+
+/// No watchdog, a hook that times out, reboot off: each step says so, and the agent exits 86.
+#[tokio::test(start_paused = true)]
+async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
+    use super::status::{HookStep, RebootStep, SelfFenceSteps, WatchdogStep};
+    let t = two_lus();
+    let settings = watch_settings(
+        &["/dev/mapper/lu0", "/dev/mapper/lu1"],
+        "command = [\"/bin/sleep\", \"30\"]\ncommand_timeout = \"1s\"\n",
+    );
+    let run = start(settings, &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    assert_eq!(
+        lock(&run.status).self_fence,
+        Some(SelfFenceSteps {
+            watchdog: WatchdogStep::NotConfigured,
+            hook: HookStep::TimedOut,
+            reboot: RebootStep::Disabled,
+        })
+    );
+    assert!(has_line(
+        &run.metrics,
+        "prfence_self_fence_step{step=\"hook\",result=\"timed_out\"} 1"
+    ));
+    assert!(
+        !lock(&run.metrics)
+            .render(Instant::now().into_std())
+            .contains("prfence_watchdog_up")
+    );
+    assert_eq!(run.host.reboots.load(Ordering::SeqCst), 0);
 }
