@@ -94,17 +94,22 @@ fn exit_status(outcome: Outcome) -> ExitStatus {
 
 fn print_report(report: &Report, json: bool) {
     if json {
-        let mut value = serde_json::to_value(report).unwrap_or_default();
-        if let Some(object) = value.as_object_mut() {
-            object.insert(
-                "exit_status".into(),
-                serde_json::json!(report.outcome.exit_code()),
-            );
-        }
-        println!("{value}");
+        println!("{}", to_json(report));
     } else {
         print!("{}", to_text(report));
     }
+}
+
+/// The report as JSON, with the exit status added.
+pub fn to_json(report: &Report) -> serde_json::Value {
+    let mut value = serde_json::to_value(report).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.insert(
+            "exit_status".into(),
+            serde_json::json!(report.outcome.exit_code()),
+        );
+    }
+    value
 }
 
 fn key_list(keys: &[Key]) -> String {
