@@ -51,8 +51,6 @@ pub enum Command {
     Open,
     PrIn(PrInAction),
     PrOut(PrOutAction),
-    TestUnitReady,
-    Inquiry,
 }
 
 impl fmt::Display for Command {
@@ -61,8 +59,6 @@ impl fmt::Display for Command {
             Command::Open => f.write_str("open"),
             Command::PrIn(a) => write!(f, "PERSISTENT RESERVE IN ({})", a.name()),
             Command::PrOut(a) => write!(f, "PERSISTENT RESERVE OUT ({})", a.name()),
-            Command::TestUnitReady => f.write_str("TEST UNIT READY"),
-            Command::Inquiry => f.write_str("INQUIRY"),
         }
     }
 }

@@ -65,3 +65,11 @@ fn schema_check_is_not_vacuous() {
         "schema accepted an invalid content type"
     );
 }
+
+/// The metadata is what `pcs stonith describe` and Pacemaker read: every byte is pinned, so
+/// refactoring the option table or `Options` cannot change it unnoticed.
+#[test]
+fn metadata_is_byte_identical_to_the_pinned_copy() {
+    let pinned = std::fs::read_to_string(fixture("fence_pr-metadata.xml")).unwrap();
+    assert_eq!(metadata_xml("fence_pr"), pinned);
+}

@@ -83,6 +83,8 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
     }
 }
 
+/// The one mapping from the engine's outcome to the admin CLI's exit status (the engine has no
+/// exit codes: each front end owns its own; `fence_pr` maps outcomes to the Fence Agent API's).
 fn exit_status(outcome: Outcome) -> ExitStatus {
     match outcome {
         Outcome::Success => ExitStatus::Success,
@@ -94,17 +96,22 @@ fn exit_status(outcome: Outcome) -> ExitStatus {
 
 fn print_report(report: &Report, json: bool) {
     if json {
-        let mut value = serde_json::to_value(report).unwrap_or_default();
-        if let Some(object) = value.as_object_mut() {
-            object.insert(
-                "exit_status".into(),
-                serde_json::json!(report.outcome.exit_code()),
-            );
-        }
-        println!("{value}");
+        println!("{}", to_json(report));
     } else {
         print!("{}", to_text(report));
     }
+}
+
+/// The report as JSON, with the exit status added.
+pub fn to_json(report: &Report) -> serde_json::Value {
+    let mut value = serde_json::to_value(report).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.insert(
+            "exit_status".into(),
+            serde_json::json!(exit_status(report.outcome).code()),
+        );
+    }
+    value
 }
 
 fn key_list(keys: &[Key]) -> String {
@@ -174,6 +181,20 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+
+    #[test]
+    fn engine_outcomes_map_to_the_documented_exit_codes() {
+        let codes = [
+            (Outcome::Success, 0),
+            (Outcome::Failure, 1),
+            (Outcome::Partial, 1),
+            (Outcome::Off, 2),
+            (Outcome::ThisNodeFenced, 4),
+        ];
+        for (outcome, code) in codes {
+            assert_eq!(exit_status(outcome).code(), code, "{outcome:?}");
+        }
+    }
 
     #[test]
     fn status_over_unopenable_devices_fails_and_names_them() {

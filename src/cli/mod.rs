@@ -8,5 +8,8 @@ mod fencing;
 mod render;
 mod run;
 
+#[cfg(test)]
+mod output_tests;
+
 pub use args::{Cli, Cmd};
 pub use run::{ExitStatus, execute};

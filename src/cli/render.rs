@@ -4,10 +4,14 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-use crate::pr::{Capabilities, FullStatus, PrOutAction, ReadKeys, ReadReservation, Reservation};
-use crate::transport::{CommandError, PrOutReport};
+use crate::pr::{
+    Capabilities, FullStatus, Key, PrOutAction, ReadKeys, ReadReservation, ReservationType, Scope,
+    TransportId,
+};
+use crate::transport::{CommandError, ErrorKind, PrOutReport};
 
 /// The result of one command on one device.
 #[derive(Debug)]
@@ -48,98 +52,159 @@ pub fn print(json: bool, devices: &[PathBuf], results: &[Result<Reported, Comman
     }
 }
 
-fn reservation_json(r: &Reservation) -> Value {
-    json!({ "key": r.key.to_string(), "type": r.rtype.short_name(), "scope": scope_name(r) })
+/// One device's entry in the JSON array. Field names and order are the interface; they differ
+/// from the codec types' own (e.g. `type`, `all_target_ports`), so these views borrow from them.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum DeviceJson<'a> {
+    Failed {
+        device: String,
+        ok: bool,
+        error: ErrorJson,
+    },
+    Done {
+        device: String,
+        ok: bool,
+        unit_attentions: &'a [String],
+        #[serde(flatten)]
+        outcome: OutcomeJson<'a>,
+    },
 }
 
-fn scope_name(r: &Reservation) -> String {
-    match r.scope {
-        crate::pr::Scope::LogicalUnit => "lu".to_string(),
-        crate::pr::Scope::Other(code) => format!("0x{code:x}"),
+#[derive(Serialize)]
+struct ErrorJson {
+    kind: ErrorKind,
+    message: String,
+    sense: Option<String>,
+    command: String,
+    status: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum OutcomeJson<'a> {
+    /// The codec's own shape: `generation`, `keys`.
+    Keys(&'a ReadKeys),
+    Reservation {
+        generation: u32,
+        reservation: Option<ReservationJson>,
+    },
+    Capabilities {
+        capabilities: CapabilitiesJson<'a>,
+    },
+    FullStatus {
+        generation: u32,
+        registrations: Vec<RegistrationJson<'a>>,
+    },
+    Done {
+        action: &'static str,
+        confirmed_by_reread: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct ReservationJson {
+    key: Key,
+    #[serde(rename = "type")]
+    rtype: ReservationType,
+    scope: Scope,
+}
+
+#[derive(Serialize)]
+struct CapabilitiesJson<'a> {
+    replace_lost_reservation: bool,
+    compatible_reservation_handling: bool,
+    specify_initiator_ports: bool,
+    all_target_ports: bool,
+    persist_through_power_loss: bool,
+    persist_through_power_loss_active: bool,
+    allow_commands: u8,
+    types: Option<&'a [ReservationType]>,
+}
+
+#[derive(Serialize)]
+struct RegistrationJson<'a> {
+    key: Key,
+    holder: bool,
+    /// Only the holder's type means anything.
+    #[serde(rename = "type")]
+    rtype: Option<ReservationType>,
+    all_target_ports: bool,
+    relative_target_port: u16,
+    transport_id: &'a TransportId,
+}
+
+fn outcome_json(outcome: &Outcome) -> OutcomeJson<'_> {
+    match outcome {
+        Outcome::Keys(k) => OutcomeJson::Keys(k),
+        Outcome::Reservation(r) => OutcomeJson::Reservation {
+            generation: r.generation,
+            reservation: r.reservation.as_ref().map(|res| ReservationJson {
+                key: res.key,
+                rtype: res.rtype,
+                scope: res.scope,
+            }),
+        },
+        Outcome::Capabilities(c) => OutcomeJson::Capabilities {
+            capabilities: CapabilitiesJson {
+                replace_lost_reservation: c.rlr_c,
+                compatible_reservation_handling: c.crh,
+                specify_initiator_ports: c.sip_c,
+                all_target_ports: c.atp_c,
+                persist_through_power_loss: c.ptpl_c,
+                persist_through_power_loss_active: c.ptpl_a,
+                allow_commands: c.allow_commands,
+                types: c.supported_types.as_deref(),
+            },
+        },
+        Outcome::FullStatus(f) => OutcomeJson::FullStatus {
+            generation: f.generation,
+            registrations: f
+                .registrations
+                .iter()
+                .map(|r| RegistrationJson {
+                    key: r.key,
+                    holder: r.holder,
+                    rtype: r.rtype.filter(|_| r.holder),
+                    all_target_ports: r.all_tg_pt,
+                    relative_target_port: r.relative_target_port,
+                    transport_id: &r.transport_id,
+                })
+                .collect(),
+        },
+        Outcome::Done { action, report } => OutcomeJson::Done {
+            action: action.name(),
+            confirmed_by_reread: report.confirmed_by_reread,
+        },
     }
 }
 
 pub fn to_json(device: &std::path::Path, result: &Result<Reported, CommandError>) -> Value {
-    let mut object = Map::new();
-    object.insert("device".into(), json!(device.display().to_string()));
-    match result {
-        Err(e) => {
-            object.insert("ok".into(), json!(false));
-            object.insert(
-                "error".into(),
-                json!({
-                    "kind": e.kind,
-                    "message": e.to_string(),
-                    "sense": e.sense_text(),
-                    "command": e.command.to_string(),
-                    "status": e.status.map(|s| s.to_string()),
-                }),
-            );
-        }
+    let device = device.display().to_string();
+    let entry = match result {
+        Err(e) => DeviceJson::Failed {
+            device,
+            ok: false,
+            error: ErrorJson {
+                kind: e.kind,
+                message: e.to_string(),
+                sense: e.sense_text(),
+                command: e.command.to_string(),
+                status: e.status.map(|s| s.to_string()),
+            },
+        },
         Ok(Reported {
             outcome,
             unit_attentions,
-        }) => {
-            object.insert("ok".into(), json!(true));
-            object.insert("unit_attentions".into(), json!(unit_attentions));
-            match outcome {
-                Outcome::Keys(k) => {
-                    object.insert("generation".into(), json!(k.generation));
-                    let keys: Vec<String> = k.keys.iter().map(ToString::to_string).collect();
-                    object.insert("keys".into(), json!(keys));
-                }
-                Outcome::Reservation(r) => {
-                    object.insert("generation".into(), json!(r.generation));
-                    object.insert(
-                        "reservation".into(),
-                        r.reservation.as_ref().map_or(Value::Null, reservation_json),
-                    );
-                }
-                Outcome::Capabilities(c) => {
-                    object.insert("capabilities".into(), capabilities_json(c));
-                }
-                Outcome::FullStatus(f) => {
-                    object.insert("generation".into(), json!(f.generation));
-                    let registrations: Vec<Value> = f
-                        .registrations
-                        .iter()
-                        .map(|r| {
-                            json!({
-                                "key": r.key.to_string(),
-                                "holder": r.holder,
-                                "type": r.rtype.filter(|_| r.holder).map(|t| t.short_name()),
-                                "all_target_ports": r.all_tg_pt,
-                                "relative_target_port": r.relative_target_port,
-                                "transport_id": r.transport_id.to_string(),
-                            })
-                        })
-                        .collect();
-                    object.insert("registrations".into(), json!(registrations));
-                }
-                Outcome::Done { action, report } => {
-                    object.insert("action".into(), json!(action.name()));
-                    object.insert(
-                        "confirmed_by_reread".into(),
-                        json!(report.confirmed_by_reread),
-                    );
-                }
-            }
-        }
-    }
-    Value::Object(object)
-}
-
-fn capabilities_json(c: &Capabilities) -> Value {
-    json!({
-        "replace_lost_reservation": c.rlr_c,
-        "compatible_reservation_handling": c.crh,
-        "specify_initiator_ports": c.sip_c,
-        "all_target_ports": c.atp_c,
-        "persist_through_power_loss": c.ptpl_c,
-        "persist_through_power_loss_active": c.ptpl_a,
-        "allow_commands": c.allow_commands,
-        "types": c.supported_types.as_ref().map(|ts| ts.iter().map(|t| t.short_name()).collect::<Vec<_>>()),
-    })
+        }) => DeviceJson::Done {
+            device,
+            ok: true,
+            unit_attentions,
+            outcome: outcome_json(outcome),
+        },
+    };
+    // Every field is a string, number, bool, null or list of them: serializing cannot fail.
+    serde_json::to_value(entry).unwrap_or_default()
 }
 
 fn yes_no(b: bool) -> &'static str {
@@ -190,7 +255,7 @@ fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
                     res.key,
                     res.rtype.short_name(),
                     res.rtype.description(),
-                    scope_name(res)
+                    res.scope
                 );
             }
         },

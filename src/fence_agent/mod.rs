@@ -130,7 +130,8 @@ pub enum MpathRegisterMethod {
     Single,
 }
 
-/// Every fence_scsi parameter, typed. Defaults are fence_scsi's.
+/// The fence_scsi parameters this agent acts on, typed; `build` checks and drops the others.
+/// Defaults are fence_scsi's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// The node to act on: `nodename` if given, else `plug`/`port` (fence_scsi's precedence).
@@ -145,13 +146,9 @@ pub struct Options {
     pub key: Option<u64>,
     pub key_value: KeyValueMethod,
     pub aptpl: bool,
-    pub readonly: bool,
-    pub suppress_errors: bool,
     pub mpath_register_method: MpathRegisterMethod,
     pub logfile: Option<PathBuf>,
     pub corosync_cmap_path: PathBuf,
-    pub sg_persist_path: PathBuf,
-    pub sg_turs_path: PathBuf,
     pub vgs_path: PathBuf,
     pub quiet: bool,
     /// 0 = not verbose. From `verbose_level`, else the number of `-v`, else 1 for `verbose=1`.
@@ -160,14 +157,9 @@ pub struct Options {
     /// Wait before `off` (fence-agents delays only off/reboot).
     pub delay: Duration,
     pub power_timeout: Duration,
-    pub shell_timeout: Duration,
-    pub login_timeout: Duration,
     pub power_wait: Duration,
-    pub stonith_status_sleep: Duration,
     /// True when `disable_timeout` is true, or unset and `PCMK_service=pacemaker-fenced`.
     pub disable_timeout: bool,
-    pub retry_on: u32,
-    pub plug_separator: String,
     pub separator: String,
     pub help: bool,
     pub version: bool,
@@ -182,26 +174,17 @@ impl Default for Options {
             key: None,
             key_value: KeyValueMethod::Id,
             aptpl: false,
-            readonly: false,
-            suppress_errors: false,
             mpath_register_method: MpathRegisterMethod::Multi,
             logfile: None,
             corosync_cmap_path: PathBuf::from("/usr/sbin/corosync-cmapctl"),
-            sg_persist_path: PathBuf::from("/usr/bin/sg_persist"),
-            sg_turs_path: PathBuf::from("/usr/bin/sg_turs"),
             vgs_path: PathBuf::from("/sbin/vgs"),
             quiet: false,
             verbose_level: 0,
             debug_file: None,
             delay: Duration::ZERO,
             power_timeout: Duration::from_secs(20),
-            shell_timeout: Duration::from_secs(3),
-            login_timeout: Duration::from_secs(5),
             power_wait: Duration::ZERO,
-            stonith_status_sleep: Duration::from_secs(1),
             disable_timeout: false,
-            retry_on: 1,
-            plug_separator: ",".to_owned(),
             separator: ",".to_owned(),
             help: false,
             version: false,
@@ -482,23 +465,25 @@ fn build(
     };
     seconds("delay", "delay", &mut o.delay);
     seconds("power_timeout", "power-timeout", &mut o.power_timeout);
-    seconds("shell_timeout", "shell-timeout", &mut o.shell_timeout);
-    seconds("login_timeout", "login-timeout", &mut o.login_timeout);
     seconds("power_wait", "power-wait", &mut o.power_wait);
-    seconds(
-        "stonith_status_sleep",
-        "stonith-status-sleep",
-        &mut o.stonith_status_sleep,
-    );
-
-    if let Some(v) = text(&raw, "retry_on") {
-        match parse_count(v).and_then(|n| u32::try_from(n).ok()) {
-            Some(n) => o.retry_on = n,
-            None => errors.push(AgentError::NotInteger {
-                option: "retry-on",
-                value: v.to_owned(),
-            }),
-        }
+    // Accepted for fence_scsi compatibility and rejected when malformed, as fence-agents does,
+    // but not kept: shell_timeout, login_timeout, stonith_status_sleep and retry_on drive
+    // fence-agents' login and retry loops, which an agent talking SG_IO directly does not have.
+    // readonly, suppress_errors, sg_persist_path, sg_turs_path and plug_separator are accepted
+    // by the option table alone (no value to check) and not kept either: devices are always
+    // opened read-only, suppress_errors only matters for fence_scsi's `.dev` file, no sg3_utils
+    // binary is run, and a request names one node, never several plugs (see run.rs).
+    let mut unused = Duration::ZERO;
+    seconds("shell_timeout", "shell-timeout", &mut unused);
+    seconds("login_timeout", "login-timeout", &mut unused);
+    seconds("stonith_status_sleep", "stonith-status-sleep", &mut unused);
+    if let Some(v) = text(&raw, "retry_on")
+        && parse_count(v).and_then(|n| u32::try_from(n).ok()).is_none()
+    {
+        errors.push(AgentError::NotInteger {
+            option: "retry-on",
+            value: v.to_owned(),
+        });
     }
 
     // verbose_level: explicit, else the -v count, else verbose=1 on stdin (fence-agents).
@@ -582,8 +567,6 @@ fn build(
         });
     }
     o.aptpl = flag(&raw, "aptpl");
-    o.readonly = flag(&raw, "readonly");
-    o.suppress_errors = flag(&raw, "suppress-errors");
     o.quiet = flag(&raw, "quiet");
     o.logfile = non_empty(&raw, "logfile").map(PathBuf::from);
     o.debug_file = non_empty(&raw, "debug").map(PathBuf::from);
@@ -593,12 +576,7 @@ fn build(
         }
     };
     path("corosync_cmap_path", &mut o.corosync_cmap_path);
-    path("sg_persist_path", &mut o.sg_persist_path);
-    path("sg_turs_path", &mut o.sg_turs_path);
     path("vgs_path", &mut o.vgs_path);
-    if let Some(v) = text(&raw, "plug_separator") {
-        o.plug_separator = v.to_owned();
-    }
     if let Some(v) = text(&raw, "separator") {
         o.separator = v.to_owned();
     }

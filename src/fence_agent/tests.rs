@@ -51,11 +51,7 @@ fn defaults_match_fence_scsi() {
     assert_eq!(req.action, Action::Off);
     let o = &req.options;
     assert_eq!(o.power_timeout, Duration::from_secs(20));
-    assert_eq!(o.shell_timeout, Duration::from_secs(3));
-    assert_eq!(o.login_timeout, Duration::from_secs(5));
-    assert_eq!(o.stonith_status_sleep, Duration::from_secs(1));
     assert_eq!(o.delay, Duration::ZERO);
-    assert_eq!(o.retry_on, 1);
     assert_eq!(
         o.corosync_cmap_path,
         PathBuf::from("/usr/sbin/corosync-cmapctl")
@@ -238,10 +234,9 @@ fn flags_and_paths() {
     )
     .unwrap();
     let o = &req.options;
-    assert!(o.aptpl && o.readonly && o.suppress_errors && o.quiet);
+    assert!(o.aptpl && o.quiet);
     assert_eq!(o.logfile, Some(PathBuf::from("/tmp/l")));
     assert_eq!(o.debug_file, Some(PathBuf::from("/tmp/d")));
-    assert_eq!(o.sg_turs_path, PathBuf::from("/t"));
     assert_eq!(o.vgs_path, PathBuf::from("/v"));
     assert_eq!(o.separator, ";");
     // 0 means off here (fence_scsi would enable the flag).
@@ -345,16 +340,15 @@ fn time_options_are_bounded_to_what_sg_io_and_pacemaker_can_count() {
     ];
     for (key, long) in options {
         let req = stdin(&format!("port=n1\n{key}={MAX_TIME_SECS}\n")).unwrap();
-        assert!(
-            [
-                req.options.delay,
-                req.options.power_timeout,
-                req.options.shell_timeout,
-                req.options.login_timeout,
-                req.options.power_wait,
-                req.options.stonith_status_sleep,
-            ]
-            .contains(&Duration::from_secs(MAX_TIME_SECS)),
+        // shell_timeout, login_timeout and stonith_status_sleep are checked but not kept.
+        let kept = [
+            req.options.delay,
+            req.options.power_timeout,
+            req.options.power_wait,
+        ];
+        assert_eq!(
+            kept.contains(&Duration::from_secs(MAX_TIME_SECS)),
+            ["delay", "power_timeout", "power_wait"].contains(&key),
             "{key}"
         );
         for too_large in [
@@ -487,4 +481,23 @@ fn stdin_is_read_with_bounded_lines_and_total() {
         e.to_string().contains("line 2 of stdin is not valid UTF-8"),
         "{e}"
     );
+}
+
+#[test]
+fn fence_scsi_options_without_a_use_here_are_still_accepted_and_checked() {
+    let req = stdin(
+        "port=x\nreadonly=1\nsuppress_errors=1\nsg_persist_path=/p\nsg_turs_path=/t\n\
+         plug_separator=+\nshell_timeout=3\nlogin_timeout=5\nstonith_status_sleep=1\n\
+         retry_on=2\n",
+    )
+    .unwrap();
+    assert!(req.notes.is_empty(), "{:?}", req.notes);
+    for bad in [
+        "shell_timeout=x",
+        "login_timeout=-1",
+        "stonith_status_sleep=y",
+        "retry_on=z",
+    ] {
+        assert!(stdin(&format!("port=x\n{bad}\n")).is_err(), "{bad}");
+    }
 }

@@ -236,18 +236,6 @@ pub enum Outcome {
     Failure,
 }
 
-impl Outcome {
-    /// The process exit status (documented in the CLI help).
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Success => 0,
-            Outcome::Failure | Outcome::Partial => 1,
-            Outcome::Off => 2,
-            Outcome::ThisNodeFenced => 4,
-        }
-    }
-}
-
 /// One engine command's result: the outcome plus a report per LU, in LU identifier order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {

@@ -1,0 +1,458 @@
+//! Pins the admin CLI's output: representative results of every command, rendered as text and as
+//! JSON, compared with the exact strings scripts and people see. Refactors of the renderers must
+//! keep these byte-identical.
+
+use std::path::{Path, PathBuf};
+
+use sg_io::{ScsiStatus, Sense};
+
+use crate::ops::{
+    LuReport, Outcome as EngineOutcome, PathReport, PathState, Report, ReservationView, Verdict,
+};
+use crate::pr::{
+    Capabilities, FullStatus, Key, PrInAction, PrOutAction, ReadKeys, ReadReservation,
+    Registration, Reservation, ReservationType, Scope, TransportId,
+};
+use crate::transport::{Command, CommandError, ErrorKind, PrOutReport};
+
+use super::fencing;
+use super::render::{Outcome, Reported, to_json, to_text};
+
+const DEV: &str = "/dev/sdb";
+
+fn reported(outcome: Outcome) -> Reported {
+    Reported {
+        outcome,
+        unit_attentions: Vec::new(),
+    }
+}
+
+fn text(outcome: Outcome) -> String {
+    to_text(Path::new(DEV), &reported(outcome))
+}
+
+fn json(outcome: Outcome) -> String {
+    to_json(Path::new(DEV), &Ok(reported(outcome))).to_string()
+}
+
+fn iscsi(name: &str, isid: Option<&str>) -> TransportId {
+    TransportId::Iscsi {
+        name: name.to_string(),
+        isid: isid.map(str::to_string),
+    }
+}
+
+fn keys(list: &[u64]) -> Outcome {
+    Outcome::Keys(ReadKeys {
+        generation: 7,
+        keys: list.iter().map(|&k| Key::new(k)).collect(),
+    })
+}
+
+#[test]
+fn keys_output_is_pinned() {
+    assert_eq!(
+        text(keys(&[])),
+        "/dev/sdb: generation 7, no keys registered\n"
+    );
+    assert_eq!(
+        text(keys(&[0xa, 0xbeef])),
+        "/dev/sdb: generation 7, 2 key(s) registered\n  0x000000000000000a\n  0x000000000000beef\n"
+    );
+    assert_eq!(
+        json(keys(&[])),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":7,"keys":[]}"#
+    );
+    assert_eq!(
+        json(keys(&[0xa, 0xbeef])),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":7,"keys":["0x000000000000000a","0x000000000000beef"]}"#
+    );
+}
+
+fn reservation(r: Option<(u64, ReservationType, Scope)>) -> Outcome {
+    Outcome::Reservation(ReadReservation {
+        generation: 3,
+        reservation: r.map(|(key, rtype, scope)| Reservation {
+            key: Key::new(key),
+            rtype,
+            scope,
+        }),
+    })
+}
+
+#[test]
+fn reservation_output_is_pinned() {
+    assert_eq!(
+        text(reservation(None)),
+        "/dev/sdb: generation 3, no reservation\n"
+    );
+    assert_eq!(
+        json(reservation(None)),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":3,"reservation":null}"#
+    );
+    let lu = reservation(Some((
+        0xb,
+        ReservationType::WriteExclusiveRegistrantsOnly,
+        Scope::LogicalUnit,
+    )));
+    assert_eq!(
+        text(lu),
+        "/dev/sdb: generation 3, reserved by key 0x000000000000000b, type wero (Write Exclusive, Registrants Only), scope lu\n"
+    );
+    let lu = reservation(Some((
+        0xb,
+        ReservationType::WriteExclusiveRegistrantsOnly,
+        Scope::LogicalUnit,
+    )));
+    assert_eq!(
+        json(lu),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":3,"reservation":{"key":"0x000000000000000b","type":"wero","scope":"lu"}}"#
+    );
+    let other = || {
+        reservation(Some((
+            0,
+            ReservationType::ExclusiveAccessAllRegistrants,
+            Scope::Other(0xc),
+        )))
+    };
+    assert_eq!(
+        text(other()),
+        "/dev/sdb: generation 3, reserved by key 0x0000000000000000, type eaar (Exclusive Access, All Registrants), scope 0xc\n"
+    );
+    assert_eq!(
+        json(other()),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":3,"reservation":{"key":"0x0000000000000000","type":"eaar","scope":"0xc"}}"#
+    );
+}
+
+fn capabilities(types: Option<Vec<ReservationType>>) -> Outcome {
+    Outcome::Capabilities(Capabilities {
+        rlr_c: false,
+        crh: true,
+        sip_c: true,
+        atp_c: true,
+        ptpl_c: true,
+        tmv: types.is_some(),
+        allow_commands: 1,
+        ptpl_a: false,
+        supported_types: types,
+    })
+}
+
+#[test]
+fn capabilities_output_is_pinned() {
+    let types = || {
+        Some(vec![
+            ReservationType::WriteExclusive,
+            ReservationType::ExclusiveAccess,
+            ReservationType::WriteExclusiveRegistrantsOnly,
+        ])
+    };
+    assert_eq!(
+        text(capabilities(types())),
+        "/dev/sdb:\n  persist through power loss: capable yes, active no\n  all target ports: yes\n  specify initiator ports: yes\n  compatible reservation handling: yes\n  replace lost reservation: no\n  allow commands: 1\n  types: we ea wero\n"
+    );
+    assert_eq!(
+        json(capabilities(types())),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"capabilities":{"replace_lost_reservation":false,"compatible_reservation_handling":true,"specify_initiator_ports":true,"all_target_ports":true,"persist_through_power_loss":true,"persist_through_power_loss_active":false,"allow_commands":1,"types":["we","ea","wero"]}}"#
+    );
+    assert_eq!(
+        text(capabilities(None)),
+        "/dev/sdb:\n  persist through power loss: capable yes, active no\n  all target ports: yes\n  specify initiator ports: yes\n  compatible reservation handling: yes\n  replace lost reservation: no\n  allow commands: 1\n  types: not reported\n"
+    );
+    assert_eq!(
+        json(capabilities(None)),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"capabilities":{"replace_lost_reservation":false,"compatible_reservation_handling":true,"specify_initiator_ports":true,"all_target_ports":true,"persist_through_power_loss":true,"persist_through_power_loss_active":false,"allow_commands":1,"types":null}}"#
+    );
+}
+
+fn full_status() -> Outcome {
+    Outcome::FullStatus(FullStatus {
+        generation: 12,
+        registrations: vec![
+            Registration {
+                key: Key::new(0xa),
+                all_tg_pt: false,
+                holder: true,
+                scope: Some(Scope::LogicalUnit),
+                rtype: Some(ReservationType::WriteExclusiveRegistrantsOnly),
+                relative_target_port: 1,
+                transport_id: iscsi("iqn.2024-01.example:node1", Some("23d000000")),
+            },
+            Registration {
+                key: Key::new(0xb),
+                all_tg_pt: true,
+                holder: true,
+                scope: None,
+                rtype: None,
+                relative_target_port: 2,
+                transport_id: TransportId::Sas {
+                    address: 0x5000_c500_1234_5678,
+                },
+            },
+            Registration {
+                key: Key::new(0xc),
+                all_tg_pt: false,
+                holder: false,
+                scope: Some(Scope::LogicalUnit),
+                rtype: Some(ReservationType::WriteExclusive),
+                relative_target_port: 3,
+                transport_id: TransportId::FibreChannel {
+                    n_port_name: 0x2100_0024_ff00_0001,
+                },
+            },
+        ],
+    })
+}
+
+#[test]
+fn full_status_output_is_pinned() {
+    assert_eq!(
+        text(full_status()),
+        "/dev/sdb: generation 12, 3 registration(s)\n  0x000000000000000a iqn.2024-01.example:node1,i,0x23d000000 port 1, holder (wero)\n  0x000000000000000b sas,0x5000c50012345678 port 2, all target ports, holder\n  0x000000000000000c fc,0x21000024ff000001 port 3\n"
+    );
+    assert_eq!(
+        json(full_status()),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":12,"registrations":[{"key":"0x000000000000000a","holder":true,"type":"wero","all_target_ports":false,"relative_target_port":1,"transport_id":"iqn.2024-01.example:node1,i,0x23d000000"},{"key":"0x000000000000000b","holder":true,"type":null,"all_target_ports":true,"relative_target_port":2,"transport_id":"sas,0x5000c50012345678"},{"key":"0x000000000000000c","holder":false,"type":null,"all_target_ports":false,"relative_target_port":3,"transport_id":"fc,0x21000024ff000001"}]}"#
+    );
+    let empty = || {
+        Outcome::FullStatus(FullStatus {
+            generation: 0,
+            registrations: Vec::new(),
+        })
+    };
+    assert_eq!(text(empty()), "/dev/sdb: generation 0, 0 registration(s)\n");
+    assert_eq!(
+        json(empty()),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":0,"registrations":[]}"#
+    );
+}
+
+fn done(action: PrOutAction, confirmed_by_reread: bool) -> Outcome {
+    Outcome::Done {
+        action,
+        report: PrOutReport {
+            confirmed_by_reread,
+        },
+    }
+}
+
+#[test]
+fn pr_out_commands_output_is_pinned() {
+    let mut texts = String::new();
+    let mut jsons = String::new();
+    for action in PrOutAction::ALL {
+        texts.push_str(&text(done(action, false)));
+        jsons.push_str(&json(done(action, false)));
+        jsons.push('\n');
+    }
+    assert_eq!(
+        texts,
+        "/dev/sdb: REGISTER done\n/dev/sdb: RESERVE done\n/dev/sdb: RELEASE done\n/dev/sdb: CLEAR done\n/dev/sdb: PREEMPT done\n/dev/sdb: PREEMPT AND ABORT done\n/dev/sdb: REGISTER AND IGNORE EXISTING KEY done\n/dev/sdb: REGISTER AND MOVE done\n"
+    );
+    assert_eq!(
+        jsons,
+        concat!(
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"REGISTER","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"RESERVE","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"RELEASE","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"CLEAR","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"PREEMPT","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"PREEMPT AND ABORT","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"REGISTER AND IGNORE EXISTING KEY","confirmed_by_reread":false}"#,
+            "\n",
+            r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"REGISTER AND MOVE","confirmed_by_reread":false}"#,
+            "\n",
+        )
+    );
+    assert_eq!(
+        text(done(PrOutAction::Register, true)),
+        "/dev/sdb: REGISTER done (the target answered NOT READY, a re-read shows it applied)\n"
+    );
+    assert_eq!(
+        json(done(PrOutAction::Register, true)),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"action":"REGISTER","confirmed_by_reread":true}"#
+    );
+}
+
+#[test]
+fn unit_attentions_are_pinned() {
+    let r = || Reported {
+        outcome: keys(&[0xa]),
+        unit_attentions: vec![
+            "2Ah/03h RESERVATIONS PREEMPTED".to_string(),
+            "29h/00h POWER ON".to_string(),
+        ],
+    };
+    assert_eq!(
+        to_text(Path::new(DEV), &r()),
+        "/dev/sdb: generation 7, 1 key(s) registered\n  0x000000000000000a\n  unit attentions consumed: 2Ah/03h RESERVATIONS PREEMPTED, 29h/00h POWER ON\n"
+    );
+    assert_eq!(
+        to_json(Path::new(DEV), &Ok(r())).to_string(),
+        r#"{"device":"/dev/sdb","ok":true,"unit_attentions":["2Ah/03h RESERVATIONS PREEMPTED","29h/00h POWER ON"],"generation":7,"keys":["0x000000000000000a"]}"#
+    );
+}
+
+#[test]
+fn errors_are_pinned() {
+    let open = CommandError::without_completion(
+        Path::new(DEV),
+        Command::Open,
+        ErrorKind::Open,
+        "No such file or directory (os error 2)",
+    );
+    assert_eq!(
+        to_json(Path::new(DEV), &Err(open)).to_string(),
+        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device node could not be opened: it must exist, and SG_IO for persistent reservations needs root (CAP_SYS_RAWIO)","sense":null,"command":"open","status":null}}"#
+    );
+    let mut conflict = CommandError::without_completion(
+        Path::new(DEV),
+        Command::PrOut(PrOutAction::Reserve),
+        ErrorKind::ReservationConflict,
+        "the target refused",
+    );
+    conflict.status = Some(ScsiStatus::RESERVATION_CONFLICT);
+    assert_eq!(
+        to_json(Path::new(DEV), &Err(conflict)).to_string(),
+        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"reservation_conflict","message":"/dev/sdb: PERSISTENT RESERVE OUT (RESERVE) failed: the target refused; status RESERVATION CONFLICT (0x18). Hint: another initiator holds the reservation, or this path's key is not registered (was this node fenced?); check with `prfence keys` and `prfence reservation`","sense":null,"command":"PERSISTENT RESERVE OUT (RESERVE)","status":"RESERVATION CONFLICT (0x18)"}}"#
+    );
+    let mut sensed = CommandError::without_completion(
+        Path::new(DEV),
+        Command::PrIn(PrInAction::ReadKeys),
+        ErrorKind::InvalidField,
+        "ILLEGAL REQUEST",
+    );
+    sensed.status = Some(ScsiStatus::CHECK_CONDITION);
+    sensed.sense = Sense::parse(&[
+        0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0,
+    ]);
+    assert_eq!(
+        to_json(Path::new(DEV), &Err(sensed)).to_string(),
+        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"invalid_field","message":"/dev/sdb: PERSISTENT RESERVE IN (READ KEYS) failed: ILLEGAL REQUEST; status CHECK CONDITION (0x02); sense ILLEGAL REQUEST, 24h/00h invalid field in CDB. Hint: the target rejected a field: the service action, reservation type or flag is unsupported, or does not match the LU's state; see `prfence capabilities` and `prfence reservation`","sense":"ILLEGAL REQUEST, 24h/00h invalid field in CDB","command":"PERSISTENT RESERVE IN (READ KEYS)","status":"CHECK CONDITION (0x02)"}}"#
+    );
+}
+
+fn engine_report(command: &'static str, outcome: EngineOutcome) -> Report {
+    Report {
+        command,
+        outcome,
+        summary: "a summary for people".to_string(),
+        lus: vec![
+            LuReport {
+                lu: "naa.6001405aaaa".to_string(),
+                ok: true,
+                verdict: Verdict::VictimRemoved,
+                paths: vec![
+                    PathReport {
+                        device: "/dev/sdb".to_string(),
+                        state: PathState::Ok,
+                        error: None,
+                    },
+                    PathReport {
+                        device: "/dev/sdc".to_string(),
+                        state: PathState::Dead,
+                        error: Some("timed out".to_string()),
+                    },
+                    PathReport {
+                        device: "/dev/sdd".to_string(),
+                        state: PathState::Unused,
+                        error: None,
+                    },
+                    PathReport {
+                        device: "/dev/sde".to_string(),
+                        state: PathState::Failed,
+                        error: None,
+                    },
+                ],
+                keys: Some(vec![Key::new(0xa)]),
+                reservation: Some(ReservationView {
+                    key: Key::new(0xa),
+                    rtype: ReservationType::WriteExclusiveRegistrantsOnly,
+                }),
+                generation: Some(9),
+                notes: vec!["path /dev/sdc looks dead".to_string()],
+                error: None,
+            },
+            LuReport {
+                lu: "naa.6001405bbbb".to_string(),
+                ok: false,
+                verdict: Verdict::Failed,
+                paths: vec![],
+                keys: Some(vec![]),
+                reservation: None,
+                generation: None,
+                notes: vec![],
+                error: Some("it broke".to_string()),
+            },
+            LuReport {
+                lu: "/dev/sdf".to_string(),
+                ok: false,
+                verdict: Verdict::Skipped,
+                paths: vec![],
+                keys: None,
+                reservation: None,
+                generation: None,
+                notes: vec![],
+                error: None,
+            },
+        ],
+    }
+}
+
+#[test]
+fn fencing_report_output_is_pinned() {
+    let report = engine_report("fence", EngineOutcome::Failure);
+    assert_eq!(
+        fencing::to_text(&report),
+        "fence: a summary for people\n  OK   naa.6001405aaaa: victim removed\n       keys: 0x000000000000000a\n       reservation: 0x000000000000000a wero\n       generation: 9\n       path /dev/sdb: ok\n       path /dev/sdc: dead (timed out)\n       path /dev/sdd: unused\n       path /dev/sde: failed\n       note: path /dev/sdc looks dead\n  FAIL naa.6001405bbbb: failed\n       keys: none\n       reservation: none\n       error: it broke\n  FAIL /dev/sdf: skipped\n"
+    );
+    assert_eq!(
+        fencing::to_json(&report).to_string(),
+        r#"{"command":"fence","outcome":"failure","summary":"a summary for people","lus":[{"lu":"naa.6001405aaaa","ok":true,"verdict":"victim_removed","paths":[{"device":"/dev/sdb","state":"ok"},{"device":"/dev/sdc","state":"dead","error":"timed out"},{"device":"/dev/sdd","state":"unused"},{"device":"/dev/sde","state":"failed"}],"keys":["0x000000000000000a"],"reservation":{"key":"0x000000000000000a","type":"wero"},"generation":9,"notes":["path /dev/sdc looks dead"]},{"lu":"naa.6001405bbbb","ok":false,"verdict":"failed","paths":[],"keys":[],"reservation":null,"generation":null,"notes":[],"error":"it broke"},{"lu":"/dev/sdf","ok":false,"verdict":"skipped","paths":[],"keys":null,"reservation":null,"generation":null,"notes":[]}],"exit_status":1}"#
+    );
+    let mut exit_statuses = String::new();
+    for outcome in [
+        EngineOutcome::Success,
+        EngineOutcome::ThisNodeFenced,
+        EngineOutcome::Off,
+        EngineOutcome::Partial,
+        EngineOutcome::Failure,
+    ] {
+        let mut report = engine_report("status", outcome);
+        report.lus.clear();
+        exit_statuses.push_str(&fencing::to_json(&report).to_string());
+        exit_statuses.push('\n');
+    }
+    assert_eq!(
+        exit_statuses,
+        concat!(
+            r#"{"command":"status","outcome":"success","summary":"a summary for people","lus":[],"exit_status":0}"#,
+            "\n",
+            r#"{"command":"status","outcome":"this_node_fenced","summary":"a summary for people","lus":[],"exit_status":4}"#,
+            "\n",
+            r#"{"command":"status","outcome":"off","summary":"a summary for people","lus":[],"exit_status":2}"#,
+            "\n",
+            r#"{"command":"status","outcome":"partial","summary":"a summary for people","lus":[],"exit_status":1}"#,
+            "\n",
+            r#"{"command":"status","outcome":"failure","summary":"a summary for people","lus":[],"exit_status":1}"#,
+            "\n",
+        )
+    );
+}
+
+#[test]
+fn the_device_path_is_printed_as_given() {
+    let device = PathBuf::from("/dev/disk/by-id/wwn-0x6001405aaaa");
+    let r = reported(keys(&[]));
+    assert_eq!(
+        to_text(&device, &r),
+        "/dev/disk/by-id/wwn-0x6001405aaaa: generation 7, no keys registered\n"
+    );
+}
