@@ -640,6 +640,17 @@ fn start_with_sys(
     sys: PathBuf,
     key: Option<Key>,
 ) -> Running {
+    start_agent(settings, storage, sys, key, None)
+}
+
+/// Starts the agent on the model storage with `sys` as its sysfs root.
+fn start_agent(
+    settings: Settings,
+    storage: &Arc<ModelStorage>,
+    sys: PathBuf,
+    key: Option<Key>,
+    status_file: Option<PathBuf>,
+) -> Running {
     let (control, receiver) = mpsc::unbounded_channel();
     let host = Arc::new(RecordingHost::default());
     let agent = Agent::new(
@@ -648,7 +659,7 @@ fn start_with_sys(
             storage: Arc::clone(storage) as Arc<dyn Storage>,
             host: Arc::clone(&host) as Arc<dyn Host>,
             notifier: Notifier::disabled(),
-            status_file: None,
+            status_file,
             sys_root: sys,
             log: None,
         },
@@ -853,27 +864,7 @@ fn start_with_status_file(
     key: Option<Key>,
     status_file: PathBuf,
 ) -> Running {
-    let (control, receiver) = mpsc::unbounded_channel();
-    let host = Arc::new(RecordingHost::default());
-    let agent = Agent::new(
-        settings,
-        Options {
-            storage: Arc::clone(storage) as Arc<dyn Storage>,
-            host: Arc::clone(&host) as Arc<dyn Host>,
-            notifier: Notifier::disabled(),
-            status_file: Some(status_file),
-            sys_root: sys,
-            log: None,
-        },
-        receiver,
-    );
-    Running {
-        status: agent.status(),
-        metrics: agent.metrics(),
-        task: tokio::spawn(agent.run(key)),
-        control,
-        host,
-    }
+    start_agent(settings, storage, sys, key, Some(status_file))
 }
 
 fn has_line(metrics: &Arc<Mutex<super::metrics::Metrics>>, line: &str) -> bool {
