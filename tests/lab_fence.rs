@@ -364,11 +364,9 @@ fn relogin_orphan_is_purged_by_unfence() -> anyhow::Result<()> {
     // fence never registers on the arbiter: A's key is there only as an orphan, so A's fence
     // fails without touching B.
     let before = snapshot(&t)?;
-    let (run, _) = prfence(
-        &t,
-        Node::A,
-        &fence_args(Node::A).each_ref().map(String::as_str),
-    )?;
+    let args = fence_args(Node::A);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (run, _) = prfence(&t, Node::A, &args)?;
     ensure!(
         run.code() == 1,
         "A's fence through an unregistered nexus exited {}:\n{}",

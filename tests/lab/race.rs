@@ -79,14 +79,20 @@ pub fn unfence(t: &Topology, node: Node) -> anyhow::Result<Value> {
     Ok(prfence_expect(t, node, &["unfence", "--key", &k], 0)?.1)
 }
 
-pub fn fence_args(node: Node) -> [String; 5] {
-    [
+/// `fence --key K --victim V`, plus `--tie-break SECS` when `LAB_RACE_TIE_BREAK` is set (0 shows
+/// what the races do without it).
+pub fn fence_args(node: Node) -> Vec<String> {
+    let mut args = vec![
         "fence".into(),
         "--key".into(),
         hex(key(node)),
         "--victim".into(),
         hex(key(other(node))),
-    ]
+    ];
+    if let Ok(secs) = std::env::var("LAB_RACE_TIE_BREAK") {
+        args.extend(["--tie-break".into(), secs]);
+    }
+    args
 }
 
 /// `prfence fence` as `node` (its key, the other's as victim), requiring exit status `code`.
@@ -205,16 +211,36 @@ impl RaceStats {
     }
 }
 
+/// What LIO 6.1 logs when it runs a PREEMPT [AND ABORT] from a nexus that is no longer
+/// registered: the loser of a race preempted after all, the two fences crossed on the arbiter
+/// (when LIO can lock up, README's Target notes). A loser's PREEMPT that a unit attention stops
+/// first never gets there, so this sees only crossings that reached the PR code.
+const LATE_PREEMPT: &str = "Unable to locate PR_REGISTERED *pr_reg for PREEMPT";
+
+/// How many PREEMPTs from unregistered nexuses the guest kernel logged since `dmesg -C`.
+fn late_preempts() -> anyhow::Result<usize> {
+    let log = super::sh("dmesg")?;
+    Ok(log
+        .stdout
+        .lines()
+        .filter(|l| l.contains(LATE_PREEMPT))
+        .count())
+}
+
 /// P2: A and B unfence, then fence each other at the same moment, `rounds` times: every round
-/// exactly one exits 0 and the other 4, and the target shows that one survivor alone on every LU.
+/// exactly one exits 0 and the other 4, the target shows that one survivor alone on every LU, and
+/// the target ran no PREEMPT from a nexus that had already lost its registration (the tie-break
+/// kept the two PREEMPTs from crossing).
 pub fn mutual_fence(t: &Topology, rounds: usize) -> anyhow::Result<RaceStats> {
     let mut stats = RaceStats::default();
     for round in 1..=rounds {
         unfence(t, Node::A)?;
         unfence(t, Node::B)?;
+        super::sh("dmesg -C")?;
         let start = Instant::now();
-        let outputs = both_at_once(t, |node| fence_args(node).to_vec())?;
+        let outputs = both_at_once(t, fence_args)?;
         let elapsed = start.elapsed();
+        let late = late_preempts()?;
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         let winner = match (code(0), code(1)) {
             (0, 4) => Node::A,
@@ -226,6 +252,12 @@ pub fn mutual_fence(t: &Topology, rounds: usize) -> anyhow::Result<RaceStats> {
         };
         assert_sole_survivor(t, winner, 2)
             .with_context(|| format!("round {round}: split after the race"))?;
+        ensure!(
+            late == 0,
+            "round {round}: the target ran {late} PREEMPT(s) from a nexus no longer registered: \
+             the loser preempted after all, the two fences crossed:{}",
+            exits(&outputs)
+        );
         println!(
             "  round {round:>3}: node {} survived, both fences done in {} ms",
             winner.letter(),
