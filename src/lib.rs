@@ -1,23 +1,15 @@
-//! prfence: SCSI-3 persistent reservation fencing.
+//! prfence: SCSI-3 persistent reservation fencing — the three front ends over the engine.
 //!
-//! Data flow (one direction): intent → `ops` (decisions) → `pr` (pure codec) → `exec` (retry and
-//! classification policy) → `transport` (SG_IO today) → verdicts → rendering.
+//! The engine (`prfence-engine`: `ops`, `transport`, `exec`, `discover`, `process`,
+//! `atomic_file`) and the codec (`pr-codec`, as `pr`) are their own crates, re-exported here so
+//! every front end names them as `crate::ops`, `crate::pr`…. The front ends: `cli` (the admin
+//! command), `fence_agent` (fence_pr, the Pacemaker agent), `daemon` (`prfence agent`).
 
-pub mod atomic_file;
 pub mod cli;
 pub mod daemon;
-pub mod discover;
-pub mod exec;
 pub mod fence_agent;
-pub mod ops;
-/// The PR codec, its own crate (`pr-codec`); re-exported so `prfence::pr::…` paths stay.
-pub use pr_codec as pr;
-pub mod process;
-pub mod spc_model;
-pub mod transport;
 
-/// The most devices one request may name (the admin CLI's arguments, fence_pr's `devices`, the
-/// agent's `[[device]]` list). Every device gets a worker thread and open file descriptors, so an
-/// absurd list would exhaust threads or memory before the first command; 1024 is far above any
-/// real cluster's shared LUs times their paths, and a larger set belongs in several requests.
-pub const MAX_DEVICES: usize = 1024;
+/// The SPC target model: only for tests (the engine's `spc-model` feature).
+#[cfg(test)]
+pub use prfence_engine::spc_model;
+pub use prfence_engine::{MAX_DEVICES, atomic_file, discover, exec, ops, pr, process, transport};

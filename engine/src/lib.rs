@@ -1,0 +1,24 @@
+//! The fencing engine: everything between an operator's intent and the wire, with no front end.
+//!
+//! Data flow (one direction): `ops` (decisions: fence, unfence, status, heal) → `transport`
+//! (the [`transport::PrTransport`] seam: PR operations on one path) → `exec` (the SCSI
+//! implementation: retry and classification policy) → `pr` (the pure codec, its own crate) →
+//! `sg-io` (the one ioctl). `discover` finds the paths and LUs the operations run on; `process`
+//! runs bounded helpers; `atomic_file` is how every file is written.
+
+pub mod atomic_file;
+pub mod discover;
+pub mod exec;
+pub mod ops;
+/// The PR codec, its own crate (`pr-codec`); re-exported so `crate::pr::…` paths read naturally.
+pub use pr_codec as pr;
+pub mod process;
+#[cfg(any(test, feature = "spc-model"))]
+pub mod spc_model;
+pub mod transport;
+
+/// The most devices one request may name (the admin CLI's arguments, fence_pr's `devices`, the
+/// agent's `[[device]]` list). Every device gets a worker thread and open file descriptors, so an
+/// absurd list would exhaust threads or memory before the first command; 1024 is far above any
+/// real cluster's shared LUs times their paths, and a larger set belongs in several requests.
+pub const MAX_DEVICES: usize = 1024;
