@@ -1,6 +1,6 @@
 //! prfence: SCSI-3 persistent reservation fencing — the three front ends over the engine.
 //!
-//! The engine (`prfence-engine`: `ops`, `transport`, `exec`, `discover`, `process`,
+//! The engine (`prfence-engine`: `ops`, `transport`, `exec`, `discover`, `keys`, `process`,
 //! `atomic_file`) and the codec (`pr-codec`, as `pr`) are their own crates, re-exported here so
 //! every front end names them as `crate::ops`, `crate::pr`…. The front ends: `cli` (the admin
 //! command), `fence_agent` (fence_pr, the Pacemaker agent), `daemon` (`prfence agent`).
@@ -12,4 +12,6 @@ pub mod fence_agent;
 /// The SPC target model: only for tests (the engine's `spc-model` feature).
 #[cfg(test)]
 pub use prfence_engine::spc_model;
-pub use prfence_engine::{MAX_DEVICES, atomic_file, discover, exec, ops, pr, process, transport};
+pub use prfence_engine::{
+    MAX_DEVICES, atomic_file, discover, exec, keys, ops, pr, process, transport,
+};

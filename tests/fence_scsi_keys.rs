@@ -22,8 +22,8 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use prfence::fence_agent::keys::{self, fence_scsi_key_text};
 use prfence::fence_agent::{self, Environment};
+use prfence::keys::{self, fence_scsi_key_text};
 
 fn fence_scsi() -> PathBuf {
     host_tools::ensure();

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::lease::LeaseConfig;
 use super::watch::WatchConfig;
+use crate::keys::KeyScheme;
 use crate::pr::Key;
 
 /// A configuration the agent refused, with the field and the reason.
@@ -228,21 +229,6 @@ pub enum KeySpec {
         scheme: KeyScheme,
         node: Option<String>,
     },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyScheme {
-    /// prfence's native key (cluster tag + corosync nodeid).
-    Native,
-    /// fence_scsi's key, so the agent watches the key a fence_scsi cluster registered.
-    FenceScsi(FenceScsiKeyValue),
-}
-
-/// fence_scsi's `key_value` option.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceScsiKeyValue {
-    Id,
-    Hash,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -660,8 +646,8 @@ fn validate_key(raw: Option<RawKey>) -> Result<KeySpec, ConfigError> {
                         "only applies with derive = \"fence_scsi\"",
                     ));
                 }
-                ("fence_scsi", None | Some("id")) => KeyScheme::FenceScsi(FenceScsiKeyValue::Id),
-                ("fence_scsi", Some("hash")) => KeyScheme::FenceScsi(FenceScsiKeyValue::Hash),
+                ("fence_scsi", None | Some("id")) => KeyScheme::FenceScsiId,
+                ("fence_scsi", Some("hash")) => KeyScheme::FenceScsiHash,
                 ("fence_scsi", Some(other)) => {
                     return Err(field_error(
                         "key.key_value",
@@ -1168,7 +1154,7 @@ margin = "2s"
         assert_eq!(
             derive("derive = \"fence_scsi\"\nkey_value = \"hash\"\nnode = \"n1\"").unwrap(),
             KeySpec::Derive {
-                scheme: KeyScheme::FenceScsi(FenceScsiKeyValue::Hash),
+                scheme: KeyScheme::FenceScsiHash,
                 node: Some("n1".to_owned())
             }
         );

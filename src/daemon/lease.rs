@@ -69,61 +69,10 @@ use std::time::{Duration, Instant};
 
 use crate::pr::Key;
 
-/// Bits of a lease key holding the epoch.
-pub const EPOCH_BITS: u32 = 48;
-/// The highest epoch.
-pub const EPOCH_MAX: u64 = (1 << EPOCH_BITS) - 1;
+pub use crate::keys::{EPOCH_BITS, EPOCH_MAX, EpochExhausted, LeaseKey};
+
 /// Epochs reserved per state-file write.
 pub const EPOCH_BLOCK: u64 = 1024;
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LeaseError {
-    #[error(
-        "lease key epoch {epoch} of node {node} exceeds 48 bits: the state file or a key on the \
-         LU is corrupt; clear the state file and the node's registrations"
-    )]
-    EpochExhausted { node: u16, epoch: u64 },
-}
-
-/// A lease-mode key: node id in the top 16 bits, epoch in the low 48.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaseKey {
-    node: NonZeroU16,
-    epoch: u64,
-}
-
-impl LeaseKey {
-    pub fn new(node: NonZeroU16, epoch: u64) -> Result<LeaseKey, LeaseError> {
-        if epoch > EPOCH_MAX {
-            return Err(LeaseError::EpochExhausted {
-                node: node.get(),
-                epoch,
-            });
-        }
-        Ok(LeaseKey { node, epoch })
-    }
-
-    /// Splits a key; `None` for 0 in the node bits (not a lease key).
-    pub fn decode(key: Key) -> Option<LeaseKey> {
-        let node = u16::try_from(key.get() >> EPOCH_BITS).ok()?;
-        Some(LeaseKey {
-            node: NonZeroU16::new(node)?,
-            epoch: key.get() & EPOCH_MAX,
-        })
-    }
-
-    pub fn node(self) -> NonZeroU16 {
-        self.node
-    }
-
-    pub fn epoch(self) -> u64 {
-        self.epoch
-    }
-
-    pub fn key(self) -> Key {
-        Key::new(u64::from(self.node.get()) << EPOCH_BITS | self.epoch)
-    }
-}
 
 /// What a node knows at start about the epochs it used before.
 #[derive(Debug, Clone, Default)]
@@ -137,13 +86,13 @@ pub struct EpochSources<'a> {
 }
 
 /// The first epoch of this run: above everything this node may have used (module docs).
-pub fn starting_epoch(node: NonZeroU16, sources: &EpochSources<'_>) -> Result<u64, LeaseError> {
+pub fn starting_epoch(node: NonZeroU16, sources: &EpochSources<'_>) -> Result<u64, EpochExhausted> {
     let from_target = sources
         .on_target
         .iter()
         .filter_map(|&k| LeaseKey::decode(k))
-        .filter(|k| k.node == node)
-        .map(|k| k.epoch.saturating_add(1))
+        .filter(|k| k.node() == node)
+        .map(|k| k.epoch().saturating_add(1))
         .max();
     let epoch = [
         sources.persisted.map(|p| p.saturating_add(1)),
@@ -244,7 +193,7 @@ pub enum SelfFenceReason {
     LeaseExpired { since_last_good_send: Duration },
     /// The renew went through but the reservation is not held by our new key any more.
     ReservationLost { key: Key, holder: Option<Key> },
-    /// No fresh key can be made (see [`LeaseError::EpochExhausted`]).
+    /// No fresh key can be made (see [`EpochExhausted`]).
     EpochsExhausted,
 }
 
@@ -354,7 +303,7 @@ impl Lease {
         view: &StartView,
         now: Instant,
     ) -> Lease {
-        let ours = |k: &Key| LeaseKey::decode(*k).is_some_and(|lk| lk.node == config.node);
+        let ours = |k: &Key| LeaseKey::decode(*k).is_some_and(|lk| lk.node() == config.node);
         let phase = match view.holder {
             Some(holder) if ours(&holder) => Phase::Holding {
                 confirmed: holder,
@@ -740,13 +689,13 @@ impl Lease {
     }
 
     /// The next fresh key, and the epoch to persist first if it leaves the reserved block.
-    fn allocate(&mut self) -> Result<(Key, Option<u64>), LeaseError> {
+    fn allocate(&mut self) -> Result<(Key, Option<u64>), EpochExhausted> {
         let key = LeaseKey::new(self.config.node, self.next_epoch)?;
         self.next_epoch += 1;
         let persist = match self.persisted_through {
-            Some(through) if through >= key.epoch => None,
+            Some(through) if through >= key.epoch() => None,
             _ => {
-                let through = key.epoch.saturating_add(EPOCH_BLOCK - 1).min(EPOCH_MAX);
+                let through = key.epoch().saturating_add(EPOCH_BLOCK - 1).min(EPOCH_MAX);
                 self.persisted_through = Some(through);
                 Some(through)
             }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::config::{FenceScsiKeyValue, KeyScheme, KeySpec, ModeSettings, Settings};
+use super::config::{KeySpec, ModeSettings, Settings};
 use super::logging::LogHandle;
 use super::metrics::Metrics;
 use super::notify::Notifier;
@@ -28,8 +28,7 @@ use super::status::{
 };
 use super::storage::{Executor, LuTable, PathHandle, Storage, SystemStorage, lock};
 use super::watchdog::Watchdog;
-use crate::fence_agent::KeyValueMethod;
-use crate::fence_agent::keys::{derive_key_via, query_cmapctl};
+use crate::keys::{derive_key_via, query_cmapctl};
 use crate::ops;
 use crate::pr::{Key, PrOut, PrOutAction};
 use crate::transport::{Command, CommandError, ErrorKind};
@@ -592,12 +591,7 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
             .map(|h| h.trim().to_owned())
             .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
     };
-    let method = match scheme {
-        KeyScheme::Native => KeyValueMethod::Native,
-        KeyScheme::FenceScsi(FenceScsiKeyValue::Id) => KeyValueMethod::Id,
-        KeyScheme::FenceScsi(FenceScsiKeyValue::Hash) => KeyValueMethod::Hash,
-    };
-    derive_key_via(&node, method, |arg| {
+    derive_key_via(&node, *scheme, |arg| {
         query_cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
     })
     .map(Key::new)

@@ -36,7 +36,6 @@
 //! `devices` splits on commas and whitespace (fence-agents HEAD; 4.12.1 only on commas);
 //! `nodeid` from Pacemaker is accepted; `key_value=native` is added.
 
-pub mod keys;
 pub mod metadata;
 mod options;
 pub mod run;
@@ -45,7 +44,8 @@ pub mod store;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use keys::KeyError;
+pub use crate::keys::KeyError;
+use crate::keys::{self, KeyScheme};
 pub use options::InputMode;
 use options::{RawOptions, RawValue};
 
@@ -109,18 +109,6 @@ impl Action {
     }
 }
 
-/// `key_value`: how a key is derived from a node name when `key` is unset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KeyValueMethod {
-    /// fence_scsi's default: cluster md5 + positional nodelist index.
-    #[default]
-    Id,
-    /// fence_scsi's `hash`: cluster md5 + node-name md5.
-    Hash,
-    /// prfence's 64-bit cluster tag + corosync nodeid ([`keys::NativeKey`]).
-    Native,
-}
-
 /// `mpath_register_method` (fence-agents HEAD): register on each path of a dm-multipath device
 /// or on the multipath device itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,7 +132,7 @@ pub struct Options {
     pub devices: Vec<PathBuf>,
     /// `key`, if given (hex, non-zero).
     pub key: Option<u64>,
-    pub key_value: KeyValueMethod,
+    pub key_value: KeyScheme,
     pub aptpl: bool,
     pub mpath_register_method: MpathRegisterMethod,
     pub logfile: Option<PathBuf>,
@@ -172,7 +160,7 @@ impl Default for Options {
             nodeid: None,
             devices: Vec::new(),
             key: None,
-            key_value: KeyValueMethod::Id,
+            key_value: KeyScheme::FenceScsiId,
             aptpl: false,
             mpath_register_method: MpathRegisterMethod::Multi,
             logfile: None,
@@ -533,12 +521,12 @@ fn build(
     }
     if let Some(v) = text(&raw, "key_value") {
         o.key_value = match v {
-            "id" => KeyValueMethod::Id,
-            "hash" => KeyValueMethod::Hash,
-            "native" => KeyValueMethod::Native,
+            "id" => KeyScheme::FenceScsiId,
+            "hash" => KeyScheme::FenceScsiHash,
+            "native" => KeyScheme::Native,
             _ => {
                 errors.push(AgentError::KeyValue(v.to_owned()));
-                KeyValueMethod::Id
+                KeyScheme::FenceScsiId
             }
         };
     }
@@ -609,9 +597,7 @@ impl AgentRequest {
             .plug
             .as_deref()
             .ok_or(AgentError::TargetRequired)?;
-        if let (KeyValueMethod::Native, Some(nodeid)) =
-            (self.options.key_value, self.options.nodeid)
-        {
+        if let (KeyScheme::Native, Some(nodeid)) = (self.options.key_value, self.options.nodeid) {
             let cluster = keys::parse_cluster_name(&query("totem.cluster_name")?)
                 .ok_or(KeyError::NoClusterName)?;
             return Ok(keys::NativeKey::new(&cluster, nodeid).value());

@@ -60,12 +60,12 @@ use std::time::{Duration, Instant};
 
 use sg_io::Device;
 
-use super::keys::{self, KeyError, Nodelist};
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
 use super::{Action, AgentRequest, ExitCode, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, Discovery, OpenPath, Resolution, targets};
 use crate::exec::ScsiPr;
+use crate::keys::{self, KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, Verdict};
 use crate::pr::{Capabilities, FullStatus, Key, PrOut, PrOutAction, ReadKeys, ReadReservation};
 use crate::transport::{CommandError, ErrorKind, Policy, PrOutReport, PrTransport};

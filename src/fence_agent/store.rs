@@ -25,7 +25,7 @@ use nix::fcntl::{Flock, FlockArg, OFlag};
 
 use crate::atomic_file::{MODE_DEFAULT, write_atomic};
 
-use super::keys::{self, KeyError};
+use crate::keys::{self, KeyError};
 
 /// Stem of the store used by fence_scsi since fence-agents c2c72887 (4.12.1, HEAD).
 pub const DEFAULT_STEM: &str = "/var/run/cluster";

@@ -30,7 +30,7 @@ fn pacemaker_style_stdin() {
             PathBuf::from("/dev/sdd")
         ]
     );
-    assert_eq!(req.options.key_value, KeyValueMethod::Hash);
+    assert_eq!(req.options.key_value, KeyScheme::FenceScsiHash);
     assert_eq!(
         req.notes.len(),
         1,
@@ -57,7 +57,7 @@ fn defaults_match_fence_scsi() {
         PathBuf::from("/usr/sbin/corosync-cmapctl")
     );
     assert_eq!(o.vgs_path, PathBuf::from("/sbin/vgs"));
-    assert_eq!(o.key_value, KeyValueMethod::Id);
+    assert_eq!(o.key_value, KeyScheme::FenceScsiId);
     assert_eq!(o.mpath_register_method, MpathRegisterMethod::Multi);
     assert!(o.devices.is_empty());
     assert_eq!(o.command_timeout(), Some(Duration::from_secs(20)));

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
-use crate::fence_agent::{Environment, keys::NativeKey, parse};
+use crate::fence_agent::{Environment, parse};
+use crate::keys::NativeKey;
 use crate::pr::TransportId;
 use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
 

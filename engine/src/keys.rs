@@ -1,5 +1,6 @@
-//! Reservation keys: fence_scsi's derivation (so fence_pr registers the very keys a running
-//! fence_scsi cluster already holds) and prfence's native 64-bit scheme.
+//! Reservation keys, every scheme in one place: fence_scsi's derivation (so fence_pr and the agent
+//! use the very keys a running fence_scsi cluster already holds), prfence's native 64-bit scheme,
+//! and lease mode's node + epoch keys ([`LeaseKey`]).
 //!
 //! # fence_scsi derivation (verified against /usr/sbin/fence_scsi 4.12.1 and fence-agents HEAD)
 //! - cluster part: the first 4 hex digits of md5(cluster name), the cluster name being the first
@@ -29,9 +30,24 @@
 //!   8 (< 2^32), so a native key can never equal a fence_scsi key and tooling can tell which
 //!   scheme made a key. It also makes the key non-zero (0 is not a valid registration key).
 
+use std::num::NonZeroU16;
+
 use md5::{Digest, Md5};
 
-use super::KeyValueMethod;
+use crate::pr::Key;
+
+/// How a node's key is derived from its name: fence_pr's `key_value` and the agent's
+/// `key.scheme` (+ `key.fence_scsi_key_value`) name the same three schemes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyScheme {
+    /// fence_scsi's default (`key_value=id`): cluster md5 + positional nodelist index.
+    #[default]
+    FenceScsiId,
+    /// fence_scsi's `key_value=hash`: cluster md5 + node-name md5.
+    FenceScsiHash,
+    /// prfence's 64-bit cluster tag + corosync nodeid ([`NativeKey`]).
+    Native,
+}
 
 /// Errors of key derivation. Messages keep fence_scsi's wording where it has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -228,12 +244,14 @@ pub fn derive_key(
     cluster_name: &str,
     nodelist: &Nodelist,
     node: &str,
-    method: KeyValueMethod,
+    method: KeyScheme,
 ) -> Result<u64, KeyError> {
     match method {
-        KeyValueMethod::Id => parse_key(&fence_scsi_id_key_string(cluster_name, nodelist, node)?),
-        KeyValueMethod::Hash => parse_key(&fence_scsi_hash_key_string(cluster_name, node)),
-        KeyValueMethod::Native => Ok(NativeKey::for_node(cluster_name, nodelist, node)?.value()),
+        KeyScheme::FenceScsiId => {
+            parse_key(&fence_scsi_id_key_string(cluster_name, nodelist, node)?)
+        }
+        KeyScheme::FenceScsiHash => parse_key(&fence_scsi_hash_key_string(cluster_name, node)),
+        KeyScheme::Native => Ok(NativeKey::for_node(cluster_name, nodelist, node)?.value()),
     }
 }
 
@@ -319,16 +337,75 @@ pub fn query_cmapctl(
 /// which `hash` does not need.
 pub fn derive_key_via(
     node: &str,
-    method: KeyValueMethod,
+    method: KeyScheme,
     mut query: impl FnMut(&str) -> Result<String, KeyError>,
 ) -> Result<u64, KeyError> {
     let cluster =
         parse_cluster_name(&query("totem.cluster_name")?).ok_or(KeyError::NoClusterName)?;
     let nodelist = match method {
-        KeyValueMethod::Id | KeyValueMethod::Native => Nodelist::parse(&query("nodelist")?),
-        KeyValueMethod::Hash => Nodelist::default(),
+        KeyScheme::FenceScsiId | KeyScheme::Native => Nodelist::parse(&query("nodelist")?),
+        KeyScheme::FenceScsiHash => Nodelist::default(),
     };
     derive_key(&cluster, &nodelist, node, method)
+}
+
+// Lease mode: `key = node_id << 48 | epoch` — why epochs only grow is told in the agent's lease
+// state machine, which allocates them.
+
+/// Bits of a lease key holding the epoch.
+pub const EPOCH_BITS: u32 = 48;
+/// The highest epoch.
+pub const EPOCH_MAX: u64 = (1 << EPOCH_BITS) - 1;
+
+/// No lease key can carry this epoch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "lease key epoch {epoch} of node {node} exceeds 48 bits: the state file or a key on the LU is \
+     corrupt; clear the state file and the node's registrations"
+)]
+pub struct EpochExhausted {
+    pub node: u16,
+    pub epoch: u64,
+}
+
+/// A lease-mode key: node id in the top 16 bits, epoch in the low 48.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseKey {
+    node: NonZeroU16,
+    epoch: u64,
+}
+
+impl LeaseKey {
+    pub fn new(node: NonZeroU16, epoch: u64) -> Result<LeaseKey, EpochExhausted> {
+        if epoch > EPOCH_MAX {
+            return Err(EpochExhausted {
+                node: node.get(),
+                epoch,
+            });
+        }
+        Ok(LeaseKey { node, epoch })
+    }
+
+    /// Splits a key; `None` for 0 in the node bits (not a lease key).
+    pub fn decode(key: Key) -> Option<LeaseKey> {
+        let node = u16::try_from(key.get() >> EPOCH_BITS).ok()?;
+        Some(LeaseKey {
+            node: NonZeroU16::new(node)?,
+            epoch: key.get() & EPOCH_MAX,
+        })
+    }
+
+    pub fn node(self) -> NonZeroU16 {
+        self.node
+    }
+
+    pub fn epoch(self) -> u64 {
+        self.epoch
+    }
+
+    pub fn key(self) -> Key {
+        Key::new(u64::from(self.node.get()) << EPOCH_BITS | self.epoch)
+    }
 }
 
 #[cfg(test)]
@@ -412,7 +489,7 @@ nodelist.node.12.nodeid (u32) = 13\n";
         assert_eq!(key("10.0.0.1").unwrap(), "6c9d0000");
         assert!(matches!(key("nodeX"), Err(KeyError::NodeNotFound { .. })));
         assert_eq!(
-            derive_key("mycluster", &list, "node13", KeyValueMethod::Id),
+            derive_key("mycluster", &list, "node13", KeyScheme::FenceScsiId),
             Ok(0x6c9d_0012)
         );
     }
@@ -434,7 +511,7 @@ nodelist.node.12.nodeid (u32) = 13\n";
             "mycluster",
             &Nodelist::default(),
             "node2",
-            KeyValueMethod::Hash,
+            KeyScheme::FenceScsiHash,
         );
         assert_eq!(key.map(fence_scsi_key_text), Ok(k));
     }
@@ -442,7 +519,7 @@ nodelist.node.12.nodeid (u32) = 13\n";
     #[test]
     fn derive_queries_in_fence_scsi_order() {
         let mut asked = Vec::new();
-        let key = derive_key_via("node2", KeyValueMethod::Id, |arg| {
+        let key = derive_key_via("node2", KeyScheme::FenceScsiId, |arg| {
             asked.push(arg.to_owned());
             Ok(match arg {
                 "totem.cluster_name" => "totem.cluster_name (str) = mycluster\n".to_owned(),
@@ -452,13 +529,13 @@ nodelist.node.12.nodeid (u32) = 13\n";
         assert_eq!(key, Ok(0x6c9d_0001));
         assert_eq!(asked, ["totem.cluster_name", "nodelist"]);
         let mut asked = 0;
-        let key = derive_key_via("node2", KeyValueMethod::Hash, |_| {
+        let key = derive_key_via("node2", KeyScheme::FenceScsiHash, |_| {
             asked += 1;
             Ok("totem.cluster_name (str) = mycluster\n".to_owned())
         });
         assert!(key.is_ok());
         assert_eq!(asked, 1);
-        let err = derive_key_via("n", KeyValueMethod::Id, |_| Ok(String::new()));
+        let err = derive_key_via("n", KeyScheme::FenceScsiId, |_| Ok(String::new()));
         assert_eq!(err, Err(KeyError::NoClusterName));
     }
 
