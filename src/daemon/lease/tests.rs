@@ -1,11 +1,13 @@
-//! Lease rules with a fake clock (`t0 + offset`) and an in-memory target that applies PR
-//! commands the way SPC-4 does for one path per node.
+//! Lease rules with a fake clock (`t0 + offset`) against the SPC-4 model (`spc_model`, the one
+//! every engine unit test uses), one path per node.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::pr::{PrOut, ReservationType, TransportId};
+use crate::spc_model::{Holder, Io, Lu, Nexus, Quirks, ScsiFailure};
 
 fn node(id: u16) -> NonZeroU16 {
     NonZeroU16::new(id).unwrap()
@@ -34,73 +36,98 @@ fn s(t0: Instant, secs: u64) -> Instant {
     t0 + Duration::from_secs(secs)
 }
 
-/// One registration per node (one path each) and the reservation holder, as SPC-4 applies
-/// REGISTER, PREEMPT AND ABORT and RESERVE.
-#[derive(Debug, Default)]
+/// The LU: the same SPC-4 model every engine test runs against, one path (I_T nexus) per node.
+/// Lease actions reach it as the PR commands the driver sends for them.
 struct Target {
-    registrations: BTreeMap<u16, Key>,
-    holder: Option<u16>,
+    lu: Lu,
+    nexus: BTreeMap<u16, Nexus>,
 }
+
+impl Default for Target {
+    fn default() -> Self {
+        Target {
+            lu: Lu::new(Quirks::spc4()),
+            nexus: BTreeMap::new(),
+        }
+    }
+}
+
+/// The lease tests' reservation type (the agent's default).
+const TYPE: ReservationType = ReservationType::WriteExclusive;
 
 impl Target {
     fn held_by(n: u16, key: Key) -> Target {
-        Target {
-            registrations: BTreeMap::from([(n, key)]),
-            holder: Some(n),
+        let mut target = Target::default();
+        target.register(n, key);
+        target.out(n, &PrOut::reserve(key, TYPE)).unwrap();
+        target
+    }
+
+    /// Node `n`'s path, connected on first use.
+    fn path(&mut self, n: u16) -> Nexus {
+        if let Some(nexus) = self.nexus.get(&n) {
+            return *nexus;
         }
+        let initiator = TransportId::iscsi(format!("iqn.2026-01.lab:node{n}"), None).unwrap();
+        let nexus = self.lu.connect(initiator, 1);
+        self.nexus.insert(n, nexus);
+        nexus
+    }
+
+    /// One PR OUT from node `n`, unit attentions consumed first (the driver retries them).
+    fn out(&mut self, n: u16, request: &PrOut) -> Result<(), CommandError> {
+        let nexus = self.path(n);
+        while self.lu.take_unit_attention(nexus).is_some() {}
+        self.lu.pr_out(nexus, request).map_err(|e| match e.scsi() {
+            Some(ScsiFailure::ReservationConflict) => CommandError::Conflict,
+            _ => CommandError::Failed,
+        })
+    }
+
+    /// REGISTER AND IGNORE EXISTING KEY from node `n` (a join, or a holder's renew landing).
+    fn register(&mut self, n: u16, key: Key) {
+        self.out(n, &PrOut::register_ignore(key)).unwrap();
+    }
+
+    fn keys(&self) -> Vec<Key> {
+        self.lu.registrations().iter().map(|r| r.key).collect()
     }
 
     fn holder_key(&self) -> Option<Key> {
-        self.holder
-            .and_then(|n| self.registrations.get(&n).copied())
+        match self.lu.holder()? {
+            Holder::Nexus(nexus) => self.lu.registered_key(nexus),
+            Holder::AllRegistrants => None,
+        }
     }
 
-    /// Under WE/EA only the holder's nexus may write; everyone else gets RESERVATION CONFLICT.
-    fn may_write(&self, n: u16) -> bool {
-        self.holder == Some(n)
+    /// Whether the target accepts a WRITE from node `n`.
+    fn may_write(&mut self, n: u16) -> bool {
+        let nexus = self.path(n);
+        while self.lu.take_unit_attention(nexus).is_some() {}
+        self.lu.access(nexus, Io::Write).is_ok()
     }
 
     fn apply(&mut self, n: u16, action: &LeaseAction) -> Completion {
-        let conflict = Err(CommandError::Conflict);
-        let registered = self.registrations.get(&n).copied();
         match action {
             LeaseAction::Join { key, .. } => {
-                self.registrations.insert(n, *key);
-                Completion::Join(Ok(()))
+                Completion::Join(self.out(n, &PrOut::register_ignore(*key)))
             }
             LeaseAction::ReadReservation => Completion::Reservation(Ok(self.holder_key())),
-            LeaseAction::Renew { from, to, .. } => match registered {
-                Some(current) if from.contains(&current) => {
-                    self.registrations.insert(n, *to);
-                    Completion::Renew(Ok(self.holder_key()))
-                }
-                _ => Completion::Renew(Err(CommandError::Conflict)),
-            },
-            LeaseAction::Preempt { own, victim } => {
-                let victims: Vec<u16> = self
-                    .registrations
+            // The driver tries each of `from` in turn; a conflict on all means none is ours.
+            LeaseAction::Renew { from, to, .. } => Completion::Renew(
+                match from
                     .iter()
-                    .filter(|(_, k)| *k == victim)
-                    .map(|(n, _)| *n)
-                    .collect();
-                if registered != Some(*own) || victims.is_empty() {
-                    return Completion::Preempt(conflict);
-                }
-                let held_by_victim = self.holder_key() == Some(*victim);
-                for v in victims {
-                    self.registrations.remove(&v);
-                }
-                if held_by_victim {
-                    self.holder = Some(n);
-                }
-                Completion::Preempt(Ok(()))
+                    .find(|old| self.out(n, &PrOut::register(**old, *to)).is_ok())
+                {
+                    Some(_) => Ok(self.holder_key()),
+                    None => Err(CommandError::Conflict),
+                },
+            ),
+            LeaseAction::Preempt { own, victim } => {
+                Completion::Preempt(self.out(n, &PrOut::preempt_and_abort(*own, *victim, TYPE)))
             }
             LeaseAction::Reserve { own } => {
-                if registered != Some(*own) || self.holder.is_some_and(|h| h != n) {
-                    return Completion::Reserve(conflict);
-                }
-                self.holder = Some(n);
-                Completion::Reserve(Ok(()))
+                Completion::Reserve(self.out(n, &PrOut::reserve(*own, TYPE)))
             }
             LeaseAction::Promoted { .. } | LeaseAction::SelfFence(_) => {
                 unreachable!("not a command: {action:?}")
@@ -128,7 +155,7 @@ fn drive(n: u16, lease: &mut Lease, target: &mut Target, now: Instant) -> Vec<Le
 fn standby(n: u16, first_epoch: u64, target: &Target, now: Instant) -> Lease {
     let view = StartView {
         holder: target.holder_key(),
-        keys: target.registrations.values().copied().collect(),
+        keys: target.keys(),
     };
     Lease::new(config(n), first_epoch, None, &view, now)
 }
@@ -321,7 +348,9 @@ fn holder_renewing_just_before_the_preempt_makes_the_cas_fail() {
         }
     );
     // ...but the holder's REGISTER 1:5 -> 1:6 reaches the target first.
-    target.registrations.insert(1, lkey(1, 6));
+    target
+        .out(1, &PrOut::register(lkey(1, 5), lkey(1, 6)))
+        .unwrap();
     let completion = target.apply(2, &preempt);
     assert_eq!(completion, Completion::Preempt(Err(CommandError::Conflict)));
     sb.complete(s(t0, 10), completion);
@@ -403,8 +432,8 @@ fn holder_paused_longer_than_the_lease_is_taken_over_and_fences_on_resume() {
         // P3: the preempted key was never registered again.
         assert!(
             !target
-                .registrations
-                .values()
+                .keys()
+                .iter()
                 .any(|&k| LeaseKey::decode(k).unwrap().node().get() == 1)
         );
     }
@@ -628,9 +657,13 @@ fn holder_that_renews_but_no_longer_holds_the_reservation_fences() {
         let t0 = Instant::now();
         let mut target = Target::held_by(1, lkey(1, 5));
         let mut holder = confirmed_holder(&mut target, t0);
-        target.holder = holder_after;
+        // The reservation leaves node 1 (released) and, in the second case, node 3 takes it.
+        target.out(1, &PrOut::release(lkey(1, 10), TYPE)).unwrap();
         if let Some(other) = holder_after {
-            target.registrations.insert(other, lkey(other, 1));
+            target.register(other, lkey(other, 1));
+            target
+                .out(other, &PrOut::reserve(lkey(other, 1), TYPE))
+                .unwrap();
         }
         let actions = drive(1, &mut holder, &mut target, s(t0, 2));
         assert_eq!(
