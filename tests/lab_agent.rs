@@ -24,7 +24,7 @@ use lab::{Node, Topology, WriteOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
+use lab::PRFENCE;
 /// Scratch space on the guest's tmpfs (configs, status files, logs, epoch files).
 const WORK: &str = "/run/lab-agent";
 /// Set (to "DEVICE NODE STOPFILE") when this binary runs as a writer.
@@ -480,7 +480,7 @@ fn keys_of(t: &Topology, lun: usize, node: Node) -> anyhow::Result<Vec<u64>> {
 }
 
 fn prfence(args: &[&str]) -> anyhow::Result<lab::Run> {
-    lab::run(PRFENCE, args)?.ok()
+    lab::prfence(args)?.ok()
 }
 
 fn paths(t: &Topology, node: Node) -> Vec<String> {

@@ -16,7 +16,7 @@ use lab::{Node, Topology};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
+use lab::PRFENCE;
 const LUNS: usize = 256;
 const WINDOW: Duration = Duration::from_secs(30);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
@@ -51,7 +51,7 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
         .collect();
     let mut args = vec!["unfence", "--key", "0xa"];
     args.extend(devices.iter().map(String::as_str));
-    let unfence = lab::run(PRFENCE, &args)?.ok()?;
+    let unfence = lab::prfence(&args)?.ok()?;
     println!(
         "bench: {LUNS} LUNs set up in {}, node A unfenced on all in {}",
         lab::secs(t.setup_time()),
@@ -67,7 +67,7 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
     // the same job as the agent's, reading every LU: the key only on the last one
     let mut args = vec!["unregister", "--key", "0xa"];
     args.extend(devices[..LUNS - 1].iter().map(String::as_str));
-    lab::run(PRFENCE, &args)?.ok()?;
+    lab::prfence(&args)?.ok()?;
     let every_lu = fence_scsi_check_cost("reading all 256 LUs (key only on the last)")?;
     let _ = std::fs::remove_file("/var/run/cluster.dev");
     let _ = std::fs::remove_file("/var/run/cluster.key");

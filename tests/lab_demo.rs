@@ -17,7 +17,6 @@ use anyhow::{Context, bail, ensure};
 use lab::{Node, Topology, WriteOutcome, Writer};
 use nix::sys::signal::Signal;
 
-const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
 const LUNS: usize = 2;
 const KEY_A: &str = "0xa";
 const KEY_B: &str = "0xb";
@@ -43,7 +42,7 @@ impl Timeline {
 
     /// Runs prfence as `who`, shows the command, its result, timing and output.
     fn prfence(&self, who: &str, args: &[&str]) -> anyhow::Result<lab::Run> {
-        let run = lab::run(PRFENCE, args)?;
+        let run = lab::prfence(args)?;
         self.say(
             who,
             format!(

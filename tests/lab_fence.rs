@@ -676,6 +676,8 @@ fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
 /// pacemaker-fenced drives them: both derive the same keys from corosync; a node unfenced by one
 /// is fenced by the other, both ways; their `status` agree.
 fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
+    // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
+    let _key_store = lab::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
     let t = Topology::iscsi(4)?;
     t.settle()?;
     fake_cmapctl()?;
@@ -707,8 +709,6 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     assert_sole_survivor_key(&t, Node::A, ka, 3)?;
     statuses_agree(&t, Node::B, 2)?;
     statuses_agree(&t, Node::A, 0)?;
-    let _ = std::fs::remove_file("/var/run/cluster.key");
-    let _ = std::fs::remove_file("/var/run/cluster.dev");
     Ok(())
 }
 
@@ -749,6 +749,8 @@ fn assert_sole_survivor_key(
 /// both nodes were unfenced (by fence_pr), printed as a ratio (a measurement, never asserted).
 fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
     const BENCH_LUNS: usize = 16;
+    // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
+    let _key_store = lab::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
     let t = Topology::iscsi(BENCH_LUNS)?;
     t.settle()?;
     fake_cmapctl()?;
@@ -769,7 +771,5 @@ fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
         times[1].as_millis(),
         times[1].as_secs_f64() / times[0].as_secs_f64()
     );
-    let _ = std::fs::remove_file("/var/run/cluster.key");
-    let _ = std::fs::remove_file("/var/run/cluster.dev");
     Ok(())
 }

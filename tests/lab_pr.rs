@@ -18,7 +18,6 @@ use anyhow::{Context, bail, ensure};
 use lab::{Node, Topology, WriteOutcome};
 use serde_json::Value;
 
-const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
 
 fn main() -> ExitCode {
     lab::main(
@@ -85,16 +84,8 @@ fn dev(t: &Topology, node: Node, lun: usize) -> String {
 fn prfence(args: &[&str]) -> anyhow::Result<(i32, Vec<Value>)> {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let run = lab::run(PRFENCE, &all)?;
-    let parsed: Value = serde_json::from_str(run.stdout.trim()).with_context(|| {
-        format!(
-            "`{}` (exit {}) printed no JSON: {}{}",
-            run.command,
-            run.code(),
-            run.stdout,
-            run.stderr
-        )
-    })?;
+    let run = lab::prfence(&all)?;
+    let parsed = run.json()?;
     let Value::Array(results) = parsed else {
         bail!("`{}` printed {parsed}, not an array", run.command);
     };

@@ -66,7 +66,7 @@ fn boot_and_run(args: &[String], selected: usize, budget: Duration) -> anyhow::R
         line.push_str(&quote(Path::new(a)));
     }
     std::fs::write(&script, format!("#!/bin/sh\n{line}\n"))?;
-    let _remove_script = RemoveOnDrop(script.clone());
+    let _remove_script = super::RemoveOnDrop::new(&script);
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let script_arg = script.to_str().filter(|s| !s.contains(char::is_whitespace));
     let script_arg = script_arg.ok_or_else(|| {
@@ -343,12 +343,4 @@ fn target_dir(exe: &Path) -> PathBuf {
 /// Single-quotes a path for sh.
 fn quote(p: &Path) -> String {
     format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
-}
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

@@ -21,7 +21,7 @@ pub use topology::{
 pub use writer::{Writer, write_number};
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -106,10 +106,32 @@ impl Run {
         );
         Ok(self)
     }
+
+    /// The JSON the command printed on stdout (`--json`), or an error quoting what it printed.
+    pub fn json(&self) -> anyhow::Result<serde_json::Value> {
+        serde_json::from_str(self.stdout.trim()).map_err(|e| {
+            anyhow::anyhow!(
+                "`{}` (exit {}) printed no JSON ({e}): {}{}",
+                self.command,
+                self.code(),
+                self.stdout,
+                self.stderr
+            )
+        })
+    }
 }
 
-/// Runs `program args…` to completion and captures everything (e.g. the prfence binary on one
-/// node's device paths: `lab::run(env!("CARGO_BIN_EXE_prfence"), ["keys", dev])`).
+/// The prfence binary under test (also `fence_pr` through a link named so).
+pub const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
+
+/// Runs `prfence args…` to completion: the one way lab suites run it (wrap it to print timelines or
+/// parse JSON).
+pub fn prfence<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> anyhow::Result<Run> {
+    run(PRFENCE, args)
+}
+
+/// Runs `program args…` to completion and captures everything (e.g. `lab::run("sg_persist",
+/// ["-k", dev])`).
 pub fn run<I, S>(program: impl AsRef<OsStr>, args: I) -> anyhow::Result<Run>
 where
     I: IntoIterator<Item = S>,
@@ -169,4 +191,31 @@ fn write_file(path: impl AsRef<Path>, value: &str) -> anyhow::Result<()> {
 fn read_file(path: impl AsRef<Path>) -> anyhow::Result<String> {
     let path = path.as_ref();
     std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("read {}: {e}", path.display()))
+}
+
+/// Removes files when dropped, so a test that fails half-way leaves nothing behind for the next
+/// test in the same guest (fence_scsi's key files, hooks, scripts).
+pub struct RemoveOnDrop(Vec<PathBuf>);
+
+impl RemoveOnDrop {
+    pub fn new(path: impl AsRef<Path>) -> Self {
+        RemoveOnDrop(vec![path.as_ref().to_path_buf()])
+    }
+
+    pub fn all<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Self {
+        RemoveOnDrop(
+            paths
+                .into_iter()
+                .map(|p| p.as_ref().to_path_buf())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }

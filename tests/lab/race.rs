@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{Node, Topology, WriteOutcome};
 
-pub const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
+pub use super::PRFENCE;
 
 /// Node A's key is 0xa, node B's 0xb.
 pub fn key(node: Node) -> u64 {
