@@ -18,7 +18,6 @@ use anyhow::{Context, bail, ensure};
 use lab::{Node, Topology, WriteOutcome};
 use serde_json::Value;
 
-
 fn main() -> ExitCode {
     lab::main(
         Duration::from_secs(8 * 60),

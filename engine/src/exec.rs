@@ -449,10 +449,7 @@ mod tests {
     const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
 
     fn iscsi(name: &str) -> TransportId {
-        TransportId::Iscsi {
-            name: format!("iqn.2026-11.lab:{name}"),
-            isid: Some("0x23d000001".into()),
-        }
+        crate::spc_model::iscsi_initiator(name, "0x23d000001")
     }
 
     fn quick() -> Policy {

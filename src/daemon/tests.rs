@@ -18,7 +18,7 @@ use super::status::{State, Status};
 use super::storage::{AgentTransport, LuSpec, PathSpec, Storage, lock};
 use crate::discover::DiscoverError;
 use crate::exec::ScsiPr;
-use crate::pr::{Key, PrOut, ReservationType, TransportId};
+use crate::pr::{Key, PrOut, ReservationType};
 use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
 use crate::transport::{Command, CommandError, ErrorKind, Policy};
 
@@ -97,12 +97,7 @@ impl Host for RecordingHost {
     }
 }
 
-fn iscsi(node: &str, isid: &str) -> TransportId {
-    TransportId::Iscsi {
-        name: format!("iqn.2026-11.lab:{node}"),
-        isid: Some(isid.to_owned()),
-    }
-}
+use crate::spc_model::iscsi_initiator as iscsi;
 
 fn model_lu() -> Arc<Mutex<Lu>> {
     Arc::new(Mutex::new(Lu::new(Quirks::lio())))

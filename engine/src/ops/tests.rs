@@ -66,10 +66,7 @@ fn lu_id(lu: usize) -> String {
 }
 
 fn initiator(node: usize, path: usize) -> TransportId {
-    TransportId::Iscsi {
-        name: format!("iqn.2026-11.lab:node{node}"),
-        isid: Some(format!("23d00000{path}")),
-    }
+    crate::spc_model::iscsi_initiator(&format!("node{node}"), &format!("23d00000{path}"))
 }
 
 impl Fixture {

@@ -34,6 +34,15 @@ pub use device::ModelDevice;
 pub use failure::{CommandError, Injected, ScsiFailure, UnitAttention};
 pub use lu::Lu;
 
+/// The lab-style iSCSI initiator port `iqn.2026-11.lab:<node>` with ISID `isid`: the one fixture
+/// every unit test names its nodes' paths with.
+pub fn iscsi_initiator(node: &str, isid: &str) -> TransportId {
+    TransportId::Iscsi {
+        name: format!("iqn.2026-11.lab:{node}"),
+        isid: Some(isid.to_owned()),
+    }
+}
+
 /// One I_T nexus (initiator port × target port) known to a [`Lu`]. Opaque handle; only valid for
 /// the `Lu` that issued it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::pr::{PrOut, ReservationType, TransportId};
-use crate::spc_model::{Holder, Io, Lu, Nexus, Quirks, ScsiFailure};
+use crate::pr::{PrOut, ReservationType};
+use crate::spc_model::{Holder, Io, Lu, Nexus, Quirks, ScsiFailure, iscsi_initiator};
 
 fn node(id: u16) -> NonZeroU16 {
     NonZeroU16::new(id).unwrap()
@@ -68,8 +68,9 @@ impl Target {
         if let Some(nexus) = self.nexus.get(&n) {
             return *nexus;
         }
-        let initiator = TransportId::iscsi(format!("iqn.2026-01.lab:node{n}"), None).unwrap();
-        let nexus = self.lu.connect(initiator, 1);
+        let nexus = self
+            .lu
+            .connect(iscsi_initiator(&format!("node{n}"), "1"), 1);
         self.nexus.insert(n, nexus);
         nexus
     }
