@@ -1,0 +1,95 @@
+//! `cargo xtask`: what the build makes besides the binary, from the code itself.
+//!
+//! - `cargo xtask docs [DIR]`: man pages and shell completions (default `packaging/generated`, which
+//!   is committed and checked fresh by this crate's test, so a stale page fails CI).
+//! - `cargo xtask deb|rpm|packages [VERSION-SUFFIX]`: the release binary, the generated files and
+//!   `packaging/` laid out as a Debian and an RPM package in `target/packages/`.
+
+mod completions;
+mod man;
+mod package;
+mod roff;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+/// The workspace root (this crate lives in `packaging/xtask`).
+fn workspace() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
+}
+
+/// Every generated file: its path under the output directory and its content.
+pub fn generated() -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
+    let mut files = man::pages(&workspace())?;
+    files.extend(completions::scripts()?);
+    Ok(files)
+}
+
+fn write_all(dir: &Path) -> anyhow::Result<()> {
+    for (path, content) in generated()? {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, content).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["docs"] => write_all(&root.join("packaging/generated")),
+        ["docs", dir] => write_all(Path::new(dir)),
+        ["deb"] => package::deb(&root).map(|p| println!("{}", p.display())),
+        ["rpm"] => package::rpm(&root).map(|p| println!("{}", p.display())),
+        ["packages"] => {
+            println!("{}", package::deb(&root)?.display());
+            println!("{}", package::rpm(&root)?.display());
+            Ok(())
+        }
+        _ => bail!("usage: cargo xtask docs [DIR] | deb | rpm | packages"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed pages and completions are what the code generates now: change the CLI, the
+    /// fence_pr metadata, the example config or README's timing rules, then run `cargo xtask docs`.
+    #[test]
+    fn committed_docs_are_fresh() {
+        let dir = workspace().join("packaging/generated");
+        let files = generated().unwrap();
+        let mut stale = Vec::new();
+        for sub in ["man", "completions"] {
+            for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
+                let path = PathBuf::from(sub).join(entry.unwrap().file_name());
+                if !files.iter().any(|(p, _)| *p == path) {
+                    stale.push(format!("{} (no longer generated)", path.display()));
+                }
+            }
+        }
+        for (path, content) in files {
+            let committed = std::fs::read(dir.join(&path)).unwrap_or_default();
+            if committed != content {
+                stale.push(path.display().to_string());
+            }
+        }
+        assert!(
+            stale.is_empty(),
+            "out of date (run `cargo xtask docs`): {}",
+            stale.join(", ")
+        );
+    }
+}

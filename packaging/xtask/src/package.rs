@@ -1,0 +1,383 @@
+//! The .deb and the .rpm, laid out from one staged tree so their file lists are the same by
+//! construction (and checked): `dpkg-deb` and `rpmbuild` from the distribution's own packages
+//! (`apt-get install dpkg-dev lintian rpm`), nothing compiled for the job.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail, ensure};
+
+const NAME: &str = "prfence";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const SUMMARY: &str =
+    "SCSI-3 persistent reservation fencing: fence_pr agent, admin CLI, node agent";
+const DESCRIPTION: &str = "prfence fences cluster nodes at the storage with SCSI-3 persistent \
+reservations (PERSISTENT RESERVE IN/OUT through SG_IO): fence_pr is a drop-in replacement for \
+fence_scsi (same parameters, same keys), prfence is the admin command (keys, reservations, \
+fence, unfence, status, JSON output), and prfence agent keeps a node's registrations watched \
+and self-fences when the node is fenced.";
+/// The configuration file, a conffile/%config(noreplace): an upgrade never overwrites it.
+const CONFFILE: &str = "etc/prfence/agent.toml";
+
+/// Runs a command and fails with its output when it fails.
+fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {shown} (apt-get install dpkg-dev lintian rpm)"))?;
+    ensure!(
+        out.status.success(),
+        "{shown} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn gzip(path: &Path) -> anyhow::Result<()> {
+    // -n: no name or timestamp inside, so the package is reproducible (lintian checks it).
+    run(Command::new("gzip").args(["-9nf"]).arg(path)).map(drop)
+}
+
+fn install(from: &Path, to: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::copy(from, to).with_context(|| format!("{} -> {}", from.display(), to.display()))?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+fn write(to: &Path, content: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(to, content)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// Where each distribution wants systemd units: Debian 12's lintian insists on /lib (13 accepts
+/// it), Fedora and RHEL on /usr/lib. The one sanctioned difference between the two file lists.
+const DEB_UNIT_DIR: &str = "lib/systemd/system";
+const RPM_UNIT_DIR: &str = "usr/lib/systemd/system";
+
+/// Builds the release binary and stages every file of the package under `stage`.
+fn stage(root: &Path, stage: &Path, unit_dir: &str) -> anyhow::Result<()> {
+    run(Command::new(env!("CARGO")).current_dir(root).args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        NAME,
+        "--bin",
+        NAME,
+    ]))?;
+    if stage.exists() {
+        std::fs::remove_dir_all(stage)?;
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    install(
+        &target.join("release/prfence"),
+        &stage.join("usr/sbin/prfence"),
+        0o755,
+    )?;
+    run(Command::new("strip")
+        .arg("--strip-unneeded")
+        .arg(stage.join("usr/sbin/prfence")))?;
+    std::os::unix::fs::symlink("prfence", stage.join("usr/sbin/fence_pr"))?;
+    let pkg = root.join("packaging");
+    install(
+        &pkg.join("prfence-agent.service"),
+        &stage.join(unit_dir).join("prfence-agent.service"),
+        0o644,
+    )?;
+    install(
+        &pkg.join("prfence-agent.toml"),
+        &stage.join(CONFFILE),
+        0o600,
+    )?;
+    let doc = stage.join("usr/share/doc/prfence");
+    install(
+        &pkg.join("prfence-agent.toml"),
+        &doc.join("examples/agent.toml"),
+        0o644,
+    )?;
+    install(&pkg.join("copyright"), &doc.join("copyright"), 0o644)?;
+    install(&root.join("README.md"), &doc.join("README.md"), 0o644)?;
+    gzip(&doc.join("README.md"))?;
+    install(&pkg.join("changelog"), &doc.join("changelog"), 0o644)?;
+    gzip(&doc.join("changelog"))?;
+    for (path, content) in crate::generated()? {
+        let name = path.file_name().context("generated file without a name")?;
+        let to = match path
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|d| d.to_str())
+        {
+            Some("man") => {
+                let section = path.extension().and_then(|e| e.to_str()).unwrap_or("8");
+                stage.join(format!("usr/share/man/man{section}")).join(name)
+            }
+            Some("completions") => match name.to_str() {
+                Some("prfence.bash") => stage.join("usr/share/bash-completion/completions/prfence"),
+                Some("_prfence") => stage.join("usr/share/zsh/vendor-completions/_prfence"),
+                Some("prfence.fish") => {
+                    stage.join("usr/share/fish/vendor_completions.d/prfence.fish")
+                }
+                _ => bail!("unplaced completion {}", path.display()),
+            },
+            _ => bail!("unplaced generated file {}", path.display()),
+        };
+        write(&to, &content, 0o644)?;
+        if to.starts_with(stage.join("usr/share/man")) {
+            gzip(&to)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every path in the staged tree, `/`-rooted, directories included.
+fn staged_files(stage: &Path) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut dirs = vec![stage.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let rel = format!("/{}", path.strip_prefix(stage)?.display());
+            if path.is_dir() && !path.is_symlink() {
+                dirs.push(path);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn out_dir(root: &Path) -> anyhow::Result<PathBuf> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let dir = target.join("packages");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The .deb: staged tree + DEBIAN/{control,conffiles,postinst,prerm,postrm,md5sums}; checked
+/// with lintian (no errors allowed).
+pub fn deb(root: &Path) -> anyhow::Result<PathBuf> {
+    let out = out_dir(root)?;
+    let tree = out.join("deb-root");
+    stage(root, &tree, DEB_UNIT_DIR)?;
+    let arch = run(Command::new("dpkg").arg("--print-architecture"))?
+        .trim()
+        .to_owned();
+    // Library dependencies as Debian computes them, from the binary's ELF needs.
+    let shlibs_dir = out.join("shlibs");
+    std::fs::create_dir_all(shlibs_dir.join("debian"))?;
+    std::fs::write(
+        shlibs_dir.join("debian/control"),
+        format!("Source: {NAME}\n\nPackage: {NAME}\nArchitecture: any\n"),
+    )?;
+    let depends = run(Command::new("dpkg-shlibdeps")
+        .current_dir(&shlibs_dir)
+        .arg("-O")
+        .arg(tree.join("usr/sbin/prfence")))?;
+    let depends = depends
+        .trim()
+        .strip_prefix("shlibs:Depends=")
+        .context("dpkg-shlibdeps printed no shlibs:Depends")?
+        .to_owned();
+    let installed_kib = dir_size(&tree)?.div_ceil(1024);
+    let debian = tree.join("DEBIAN");
+    let control = format!(
+        "Package: {NAME}\nVersion: {VERSION}\nArchitecture: {arch}\nMaintainer: prfence developers \
+         <prfence@example.invalid>\nInstalled-Size: {installed_kib}\nDepends: {depends}\n\
+         Recommends: sg3-utils\nSuggests: pacemaker, corosync\nSection: admin\nPriority: optional\n\
+         Homepage: https://example.invalid/prfence\nDescription: {SUMMARY}\n{}",
+        wrap_description(DESCRIPTION)
+    );
+    write(&debian.join("control"), control.as_bytes(), 0o644)?;
+    write(
+        &debian.join("conffiles"),
+        format!("/{CONFFILE}\n").as_bytes(),
+        0o644,
+    )?;
+    // The unit is installed but neither enabled nor started: the agent needs a configuration
+    // naming this node's devices and key first (README: "The node agent").
+    write(
+        &debian.join("postinst"),
+        b"#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then\n\tsystemctl --system daemon-reload >/dev/null || true\nfi\n",
+        0o755,
+    )?;
+    write(
+        &debian.join("prerm"),
+        b"#!/bin/sh\nset -e\nif [ -d /run/systemd/system ] && [ \"$1\" = remove ]; then\n\tdeb-systemd-invoke stop prfence-agent.service >/dev/null || true\nfi\n",
+        0o755,
+    )?;
+    write(
+        &debian.join("postrm"),
+        b"#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then\n\tsystemctl --system daemon-reload >/dev/null || true\nfi\n",
+        0o755,
+    )?;
+    let mut sums = Vec::new();
+    for file in staged_files(&tree)? {
+        let path = tree.join(file.trim_start_matches('/'));
+        if file.starts_with("/DEBIAN/") || path.is_symlink() || file == format!("/{CONFFILE}") {
+            continue;
+        }
+        let sum = run(Command::new("md5sum").arg(&path))?;
+        let hash = sum.split_whitespace().next().unwrap_or_default();
+        writeln!(sums, "{hash}  {}", file.trim_start_matches('/'))?;
+    }
+    write(&debian.join("md5sums"), &sums, 0o644)?;
+    let deb = out.join(format!("{NAME}_{VERSION}_{arch}.deb"));
+    run(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zxz", "--build"])
+        .arg(&tree)
+        .arg(&deb))?;
+    lintian(&deb)?;
+    Ok(deb)
+}
+
+/// lintian, with errors failing the build. Warnings are printed.
+fn lintian(deb: &Path) -> anyhow::Result<()> {
+    let out = Command::new("lintian")
+        .args(["--no-tag-display-limit", "--fail-on", "error"])
+        .arg(deb)
+        .output()
+        .context("running lintian (apt-get install lintian)")?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    ensure!(
+        out.status.success(),
+        "lintian found errors in {}: {}{}",
+        deb.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn wrap_description(text: &str) -> String {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.len() + word.len() + 1 > 78 {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines.iter().map(|l| format!(" {l}\n")).collect()
+}
+
+fn dir_size(dir: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for file in staged_files(dir)? {
+        let meta = std::fs::symlink_metadata(dir.join(file.trim_start_matches('/')))?;
+        total += meta.len();
+    }
+    Ok(total)
+}
+
+/// The .rpm: the same staged tree, packaged by rpmbuild with a generated spec; its file list
+/// must equal the .deb's.
+pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
+    let out = out_dir(root)?;
+    let tree = out.join("rpm-root");
+    stage(root, &tree, RPM_UNIT_DIR)?;
+    let files = staged_files(&tree)?;
+    let top = out.join("rpmbuild");
+    if top.exists() {
+        std::fs::remove_dir_all(&top)?;
+    }
+    std::fs::create_dir_all(top.join("SPECS"))?;
+    let mut list = String::new();
+    for file in &files {
+        let line = if file == &format!("/{CONFFILE}") {
+            format!("%config(noreplace) %attr(0600,root,root) {file}\n")
+        } else if file.starts_with("/usr/share/doc/prfence/copyright") {
+            format!("%license {file}\n")
+        } else {
+            format!("{file}\n")
+        };
+        list.push_str(&line);
+    }
+    let spec = format!(
+        "Name: {NAME}\nVersion: {VERSION}\nRelease: 1\nSummary: {SUMMARY}\nLicense: MIT OR Apache-2.0\n\
+         URL: https://example.invalid/prfence\n\n%description\n{DESCRIPTION}\n\n\
+         %install\ncp -a {}/. %{{buildroot}}/\n\n\
+         %post\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
+         %files\n%dir /etc/prfence\n{list}",
+        tree.display()
+    );
+    let spec_path = top.join("SPECS/prfence.spec");
+    std::fs::write(&spec_path, spec)?;
+    run(Command::new("rpmbuild")
+        .arg("-bb")
+        .arg("--define")
+        .arg(format!("_topdir {}", top.display()))
+        // The tree is already stripped and compressed; rpm's brp scripts must not redo it.
+        .args([
+            "--define",
+            "__os_install_post %{nil}",
+            "--define",
+            "debug_package %{nil}",
+        ])
+        .args(["--define", "_build_id_links none"])
+        .arg(&spec_path))?;
+    let arch = run(Command::new("rpm").args(["--eval", "%{_arch}"]))?
+        .trim()
+        .to_owned();
+    let built = top.join(format!("RPMS/{arch}/{NAME}-{VERSION}-1.{arch}.rpm"));
+    let rpm = out.join(built.file_name().context("rpm name")?);
+    std::fs::rename(&built, &rpm).with_context(|| format!("moving {}", built.display()))?;
+    same_files(root, &rpm)?;
+    Ok(rpm)
+}
+
+/// The .rpm's files are the .deb's but for the unit directory (both are staged by one function;
+/// this proves it from the packages themselves).
+fn same_files(root: &Path, rpm: &Path) -> anyhow::Result<()> {
+    let out = out_dir(root)?;
+    let debs: Vec<PathBuf> = std::fs::read_dir(&out)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        .collect();
+    let [deb] = debs.as_slice() else {
+        println!(
+            "no single .deb in {} to compare the .rpm with; run `cargo xtask packages`",
+            out.display()
+        );
+        return Ok(());
+    };
+    let deb_list: Vec<String> = run(Command::new("dpkg-deb").arg("-c").arg(deb))?
+        .lines()
+        .filter(|l| !l.starts_with('d'))
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(|p| {
+            p.trim_start_matches('.')
+                .replacen(DEB_UNIT_DIR, RPM_UNIT_DIR, 1)
+        })
+        .collect();
+    let rpm_list: Vec<String> = run(Command::new("rpm").arg("-qlp").arg(rpm))?
+        .lines()
+        .filter(|l| *l != "/etc/prfence")
+        .map(str::to_owned)
+        .collect();
+    let (mut d, mut r) = (deb_list, rpm_list);
+    d.sort();
+    r.sort();
+    ensure!(d == r, "file lists differ:\n.deb: {d:?}\n.rpm: {r:?}");
+    Ok(())
+}
