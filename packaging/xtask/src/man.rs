@@ -217,11 +217,9 @@ fn settings(example: &str) -> (Vec<String>, Vec<Setting>) {
             comment.clear();
             continue;
         }
-        if let Some(rest) = line.strip_prefix('[') {
-            section = rest
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned();
+        if line.starts_with('[') {
+            // As written: `[watch]`, or `[[device]]` for a table that repeats.
+            section = line.to_owned();
             settings.push(Setting {
                 section: section.clone(),
                 name: String::new(),
