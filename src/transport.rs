@@ -125,8 +125,9 @@ impl ErrorKind {
                  session and the device node"
             }
             ErrorKind::Open => {
-                "the device node could not be opened: it must exist, and SG_IO for persistent \
-                 reservations needs root (CAP_SYS_RAWIO)"
+                "the device could not be opened or used: the node must exist and be readable by \
+                 this user (group `disk`), and SG_IO for persistent reservations needs \
+                 CAP_SYS_RAWIO (root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)"
             }
             ErrorKind::Malformed => {
                 "the target returned persistent-reservation data that does not parse; capture it \
