@@ -23,6 +23,8 @@ const PORTAL: &str = "127.0.0.1:3260";
 /// Node B's portal in [`Topology::iscsi_second_portal`]: another loopback address, so that a packet
 /// filter can tell B's session from A's.
 const SECOND_PORTAL: &str = "127.0.0.2:3260";
+/// The open-iscsi iface of [`Topology::third_initiator`].
+const THIRD_IFACE: &str = "lab-c";
 /// The nftables table of [`Topology::hang_path`].
 const HANG_TABLE: &str = "lab_hang";
 /// How long the asynchronous SCSI scan after a login or a LUN link may take under TCG.
@@ -741,6 +743,39 @@ impl Topology {
         .with_context(|| format!("node {}'s second session shows no disks", node.letter()))
     }
 
+    /// Logs a third initiator in to every LU of an [`Topology::iscsi`] topology: `…:node-c`, no
+    /// node of the cluster (another host on the SAN), with an ACL of its own. Returns its disks
+    /// in LUN order.
+    pub fn third_initiator(&self) -> anyhow::Result<Vec<PathBuf>> {
+        ensure!(
+            self.kind == Kind::Iscsi,
+            "a third initiator needs an iscsi topology"
+        );
+        let initiator = format!("{IQN}:node-c");
+        let tpg = iscsi_tpg();
+        for index in 0..self.lus.len() {
+            let mapped = tpg
+                .join("acls")
+                .join(&initiator)
+                .join(format!("lun_{index}"));
+            fs::create_dir_all(&mapped).with_context(|| format!("mkdir {}", mapped.display()))?;
+            link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
+        }
+        new_iface(THIRD_IFACE, &initiator)?;
+        let target = format!("{IQN}:target");
+        for action in [&["-o", "new"][..], &["--login"][..]] {
+            let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", THIRD_IFACE];
+            args.extend(action);
+            run("iscsiadm", args)?.ok()?;
+        }
+        let count = self.lus.len();
+        wait_for(|| {
+            let devices = iscsi_devices(&initiator).ok()?;
+            (devices.len() == count).then_some(devices)
+        })
+        .context("the third initiator sees no disks")
+    }
+
     /// A dm-multipath map `lab-<name>` over `paths` to LUN `lun`, made with plain dmsetup (no
     /// udev, no multipathd) and a multipath uuid (`mpath-…`; multipathd's would be `mpath-<wwid>`,
     /// but both nodes' maps of one LU live on this one guest and uuids must differ). Returns its
@@ -1291,7 +1326,8 @@ pub fn teardown_all() -> anyhow::Result<()> {
             errors.push(format!("rm -r {dir}: {e}"));
         }
     }
-    for iface in Node::BOTH.iter().flat_map(|&n| [iface(n), second_iface(n)]) {
+    let ifaces = Node::BOTH.iter().flat_map(|&n| [iface(n), second_iface(n)]);
+    for iface in ifaces.chain([THIRD_IFACE.to_owned()]) {
         let file = PathBuf::from(format!("/etc/iscsi/ifaces/{iface}"));
         if file.exists()
             && let Err(e) = fs::remove_file(&file)
