@@ -768,7 +768,32 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         "a verdict per LU expected, got {verdicts:?}"
     );
 
+    // The re-login is a new I_T nexus, registered nowhere; A's key is on the LUs through the
+    // old one. `fence` never registers on the arbiter (P2, P3): if the arbiter still had B's
+    // key, the re-run must fail there, touch nothing, and say to unfence first.
     t.login(Node::A)?;
+    let direct = Started::spawn("fence-relogin", &mut fence_cmd(&t, Node::A))?
+        .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+    ensure!(
+        direct.code.is_some() && direct.verdict_after() <= fence_budget() + SLACK,
+        "{}",
+        direct.describe()
+    );
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &direct.report(), Node::B)?;
+    println!(
+        "after the re-login, fence: exit {:?} in {}: {verdicts:?}",
+        direct.code,
+        lab::secs(direct.elapsed)
+    );
+    if direct.code != Some(0) {
+        ensure!(
+            direct.stdout.contains("prfence unfence"),
+            "a fence that fails for an unregistered new nexus must say to unfence: {}",
+            direct.stdout
+        );
+        // the documented recovery: unfence registers the new nexus (our key is still there)
+        unfence(&t, Node::A)?;
+    }
     let rerun = Started::spawn("fence-rerun", &mut fence_cmd(&t, Node::A))?
         .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
     rerun.expect(0, fence_budget())?;
@@ -892,11 +917,23 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
     let fence = Started::spawn(&format!("fence-{label}"), &mut fence_cmd(t, Node::A))?
         .finish(fence_budget() + SLACK)?;
     println!(
-        "  after the restart ({label}): status exit {:?} in {}, agent --once exit {:?} in {}, \
-         fence exit {:?} in {}",
+        "  after the restart ({label}): status exit {:?} in {}, agent --once exit {:?} ({}) in \
+         {}, fence exit {:?} in {}",
         status.code,
         lab::secs(status.elapsed),
         once.code,
+        once.report()["state"]
+            .as_str()
+            .into_iter()
+            .chain(
+                once.report()["lus"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|lu| lu["verdict"].as_str())
+            )
+            .collect::<Vec<_>>()
+            .join("; "),
         lab::secs(once.elapsed),
         fence.code,
         lab::secs(fence.elapsed)
