@@ -83,7 +83,8 @@ pub enum ErrorKind {
     Timeout,
     /// The path failed below SCSI: the ioctl, the host adapter or the transport.
     Transport,
-    /// The device could not be opened.
+    /// The device could not be opened, or the kernel refused this caller the command (EPERM or
+    /// EACCES from SG_IO: no CAP_SYS_RAWIO).
     Open,
     /// The target answered with data that does not parse.
     Malformed,
