@@ -572,6 +572,11 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     }
     if let Err(e) = once.expect(3, once_budget) {
         failures.push(format!("agent --once: {e:#}"));
+    } else if !once.stdout.contains("\"verdict\": \"unreadable") {
+        failures.push(format!(
+            "agent --once does not call the LUs unreadable: {}",
+            once.stdout
+        ));
     }
     match self_fenced_after {
         Some(after) if after <= watch_budget + SLACK && watch.code == Some(FENCED_EXIT) => {}
