@@ -378,7 +378,9 @@ fn wait_until(
 
 // ----- the agent and fence_pr as node B -----
 
-fn watch_config(devices: &[PathBuf], key: u64, hook: Option<&Path>) -> String {
+/// Watch-mode config for `key` on `devices`; with `hook` a self-fence hook writing the time there;
+/// with `watchdog` the lab's softdog ([`Softdog`]) as its hardware watchdog.
+fn watch_config(devices: &[PathBuf], key: u64, hook: Option<&Path>, watchdog: bool) -> String {
     let mut text = format!(
         "mode = \"watch\"\ncheck_interval = \"{AGENT_CHECK_MS}ms\"\n\
          command_timeout = \"{AGENT_COMMAND_TIMEOUT_MS}ms\"\n"
@@ -399,8 +401,62 @@ fn watch_config(devices: &[PathBuf], key: u64, hook: Option<&Path>) -> String {
             hook.display()
         ));
     }
+    if watchdog {
+        text.push_str(&format!(
+            "[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"{WATCHDOG_TIMEOUT_S}s\"\n"
+        ));
+    }
     text.push_str("[log]\ntarget = \"stderr\"\n");
     text
+}
+
+/// softdog's timeout in the hung-path test: above `check_interval + command_timeout`, as the
+/// agent requires, and below `grace`, so a check held up by the hung path would starve it.
+const WATCHDOG_TIMEOUT_S: u64 = 3;
+/// What softdog with `soft_noboot=1` prints when it expires.
+const SOFTDOG_EXPIRED: &str = "softdog: Triggered - Reboot ignored";
+
+/// softdog loaded with `soft_noboot=1` (it logs its expiry instead of rebooting the guest);
+/// unloaded on drop.
+struct Softdog;
+
+impl Softdog {
+    fn load() -> anyhow::Result<Softdog> {
+        if Path::new("/sys/module/softdog").exists() {
+            lab::run("rmmod", ["softdog"])?.ok()?;
+        }
+        let margin = format!("soft_margin={WATCHDOG_TIMEOUT_S}");
+        lab::run("modprobe", ["softdog", "soft_noboot=1", &margin])?.ok()?;
+        Ok(Softdog)
+    }
+
+    /// When softdog expired, in seconds of the kernel log's clock.
+    fn expiries() -> anyhow::Result<Vec<f64>> {
+        let log = lab::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
+        Ok(log
+            .lines()
+            .filter(|line| line.contains(SOFTDOG_EXPIRED))
+            .filter_map(|line| {
+                let stamp = line.trim_start_matches('[').split(']').next()?;
+                stamp.trim().parse().ok()
+            })
+            .collect())
+    }
+}
+
+impl Drop for Softdog {
+    fn drop(&mut self) {
+        let _ = lab::run("rmmod", ["softdog"]);
+    }
+}
+
+/// Seconds since boot (the kernel log's clock, near enough for sub-second comparisons).
+fn uptime() -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string("/proc/uptime")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .context("bad /proc/uptime")
 }
 
 fn agent_cmd(name: &str, config: &str, once: bool) -> anyhow::Result<Command> {
@@ -475,11 +531,12 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let hook = PathBuf::from(format!("{WORK}/hook-hung"));
     std::fs::create_dir_all(WORK)?;
     let _ = std::fs::remove_file(&hook);
+    let _softdog = Softdog::load()?;
     let watch = Started::spawn(
         "agent-watch-b",
         &mut agent_cmd(
             "agent-watch-b",
-            &watch_config(&b_devices, key(Node::B), Some(&hook)),
+            &watch_config(&b_devices, key(Node::B), Some(&hook), true),
             false,
         )?,
     )?;
@@ -489,6 +546,8 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
 
     let hung = t.hang_path(Node::B)?;
     let hung_wall_ns = now_ns();
+    let hung_uptime = uptime()?;
+    let starved_before_hang = Softdog::expiries()?;
     println!("node B's path hung (packets dropped)");
     let timeout = COMMAND_TIMEOUT_S.to_string();
     let keys = Started::spawn(
@@ -503,7 +562,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "agent-once-b",
         &mut agent_cmd(
             "agent-once-b",
-            &watch_config(&b_devices, key(Node::B), None),
+            &watch_config(&b_devices, key(Node::B), None, false),
             true,
         )?,
     )?;
@@ -524,6 +583,12 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         .ok()
         .and_then(|text| text.trim().parse::<u64>().ok())
         .map(|at| Duration::from_nanos(at.saturating_sub(hung_wall_ns)));
+
+    // softdog must not expire before the self-fence: a check held up by the hung path must not
+    // starve it (that would reset a node still inside its grace).
+    let self_fence_uptime = self_fenced_after.map(|d| hung_uptime + d.as_secs_f64());
+    let expiries = Softdog::expiries()?;
+    let first_expiry = expiries.iter().copied().find(|&at| at >= hung_uptime);
 
     // The target's verdict first: A fenced B whatever B's path did.
     for lun in 0..t.lus().len() {
@@ -561,9 +626,31 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         watch.code,
         self_fenced_after.map_or("never ran".to_owned(), lab::secs),
     );
+    println!(
+        "softdog ({WATCHDOG_TIMEOUT_S} s): first expiry {} after the hang",
+        first_expiry.map_or("none yet".to_owned(), |at| format!(
+            "{:.3} s",
+            at - hung_uptime
+        ))
+    );
     // Each entry point's verdict within its budget.
     fence.expect(0, fence_budget())?;
     let mut failures = Vec::new();
+    if !starved_before_hang.is_empty() {
+        failures.push(format!(
+            "softdog expired while B's agent was healthy, before the hang: {starved_before_hang:?}"
+        ));
+    }
+    if let (Some(expiry), Some(self_fence)) = (first_expiry, self_fence_uptime)
+        && expiry < self_fence
+    {
+        failures.push(format!(
+            "softdog expired {:.3} s after the hang, before the self-fence at {:.3} s: a check \
+             held up by the hung path starved the watchdog",
+            expiry - hung_uptime,
+            self_fence - hung_uptime
+        ));
+    }
     if let Err(e) = keys.expect(1, keys_budget) {
         failures.push(format!("prfence keys: {e:#}"));
     }
@@ -914,7 +1001,7 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
         &format!("once-{label}"),
         &mut agent_cmd(
             &format!("once-{label}"),
-            &watch_config(devices, key(Node::A), None),
+            &watch_config(devices, key(Node::A), None, false),
             true,
         )?,
     )?
@@ -1101,7 +1188,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
         "agent-storm",
         &mut agent_cmd(
             "agent-storm",
-            &watch_config(t.node(Node::A).devices(), key(Node::A), Some(&hook)),
+            &watch_config(t.node(Node::A).devices(), key(Node::A), Some(&hook), false),
             false,
         )?,
     )?;
