@@ -132,6 +132,15 @@ impl<D: ScsiDevice> ScsiPr<D> {
             Err(e) => {
                 let kind = match &e {
                     sg_io::Error::Open { .. } => ErrorKind::Open,
+                    // not a path failure: the kernel refused this caller (CAP_SYS_RAWIO)
+                    sg_io::Error::Ioctl { source, .. }
+                        if matches!(
+                            source.raw_os_error(),
+                            Some(nix::libc::EPERM | nix::libc::EACCES)
+                        ) =>
+                    {
+                        ErrorKind::Open
+                    }
                     _ => ErrorKind::Transport,
                 };
                 return Attempt::Failed(CommandError::without_completion(
@@ -597,6 +606,42 @@ mod tests {
                 .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidField);
         assert!(e.sense.is_some());
+    }
+
+    /// A device whose every SG_IO the kernel refuses with `errno`.
+    struct Refusing(i32);
+
+    impl ScsiDevice for Refusing {
+        fn path(&self) -> &Path {
+            Path::new("/dev/sdx")
+        }
+
+        fn execute(
+            &self,
+            _: &[u8],
+            _: DataTransfer<'_>,
+            _: Duration,
+        ) -> Result<Completion, sg_io::Error> {
+            Err(sg_io::Error::Ioctl {
+                path: self.path().to_path_buf(),
+                source: std::io::Error::from_raw_os_error(self.0),
+            })
+        }
+    }
+
+    #[test]
+    fn a_refused_sg_io_names_the_capability_not_a_dead_path() {
+        let e = ScsiPr::new(Refusing(nix::libc::EPERM), quick())
+            .read_keys()
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Open);
+        let text = e.to_string();
+        assert!(text.contains("CAP_SYS_RAWIO"), "{text}");
+        assert!(!text.contains("path failed"), "{text}");
+        let e = ScsiPr::new(Refusing(nix::libc::EIO), quick())
+            .read_keys()
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Transport);
     }
 
     #[test]

@@ -83,7 +83,8 @@ pub enum ErrorKind {
     Timeout,
     /// The path failed below SCSI: the ioctl, the host adapter or the transport.
     Transport,
-    /// The device could not be opened.
+    /// The device could not be opened, or the kernel refused this caller the command (EPERM or
+    /// EACCES from SG_IO: no CAP_SYS_RAWIO).
     Open,
     /// The target answered with data that does not parse.
     Malformed,
@@ -125,8 +126,9 @@ impl ErrorKind {
                  session and the device node"
             }
             ErrorKind::Open => {
-                "the device node could not be opened: it must exist, and SG_IO for persistent \
-                 reservations needs root (CAP_SYS_RAWIO)"
+                "the device could not be opened or used: the node must exist and be readable by \
+                 this user (group `disk`), and SG_IO for persistent reservations needs \
+                 CAP_SYS_RAWIO (root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)"
             }
             ErrorKind::Malformed => {
                 "the target returned persistent-reservation data that does not parse; capture it \

@@ -168,6 +168,16 @@ fn timeout_millis(timeout: Duration) -> Result<u32, Error> {
     }
 }
 
+/// Why opening a device node failed, when the reason is one an operator can act on.
+pub(crate) fn open_hint(source: &io::Error) -> &'static str {
+    match source.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => {
+            " (the device node's file permission must let this user open it for reading: its group, usually `disk`, or CAP_DAC_OVERRIDE)"
+        }
+        _ => "",
+    }
+}
+
 /// Why an SG_IO ioctl failure happened, in words an operator can act on.
 pub(crate) fn ioctl_hint(source: &io::Error) -> &'static str {
     match source.raw_os_error() {
@@ -177,8 +187,10 @@ pub(crate) fn ioctl_hint(source: &io::Error) -> &'static str {
         Some(libc::EINVAL) => {
             " (the kernel refused the request: check the CDB length and that the transfer fits the device's limits)"
         }
+        // The kernel's scsi_cmd_allowed() passes only a short list of read/write commands without
+        // CAP_SYS_RAWIO; whatever else is sent (persistent reservations among it) needs it.
         Some(libc::EPERM | libc::EACCES) => {
-            " (permission denied: run as root or with CAP_SYS_RAWIO, or open read-write)"
+            " (operation not permitted: this SCSI command needs CAP_SYS_RAWIO; run as root or grant the capability)"
         }
         Some(libc::ENODEV | libc::ENXIO) => {
             " (the device is gone: check the path and its transport)"

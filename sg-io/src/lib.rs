@@ -36,7 +36,7 @@ pub use status::{DriverStatus, HostStatus, ScsiStatus};
 /// [`Completion`], not an `Error`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot open {}: {source}", path.display())]
+    #[error("cannot open {}: {source}{}", path.display(), device::open_hint(.source))]
     Open { path: PathBuf, source: io::Error },
     #[error("SG_IO on {} failed: {source}{}", path.display(), device::ioctl_hint(.source))]
     Ioctl { path: PathBuf, source: io::Error },

@@ -310,7 +310,7 @@ fn errors_are_pinned() {
     );
     assert_eq!(
         to_json(Path::new(DEV), &Err(open)).to_string(),
-        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device node could not be opened: it must exist, and SG_IO for persistent reservations needs root (CAP_SYS_RAWIO)","sense":null,"command":"open","status":null}}"#
+        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device could not be opened or used: the node must exist and be readable by this user (group `disk`), and SG_IO for persistent reservations needs CAP_SYS_RAWIO (root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)","sense":null,"command":"open","status":null}}"#
     );
     let mut conflict = CommandError::without_completion(
         Path::new(DEV),

@@ -6,7 +6,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # command:package pairs
 need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio:cpio xz:xz-utils
       iscsiadm:open-iscsi sg_persist:sg3-utils fence_scsi:fence-agents targetcli:targetcli-fb
-      dbus-daemon:dbus-daemon xmllint:libxml2-utils)
+      dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables)
 missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
 ((${#missing[@]})) || exit 0
 if ((EUID != 0)); then echo "lab: missing packages ${missing[*]}: run as root (the lab installs them with apt-get)" >&2; exit 1; fi

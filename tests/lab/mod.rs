@@ -15,8 +15,8 @@ mod topology;
 mod writer;
 
 pub use topology::{
-    BLOCK_SIZE, Holder, Lu, Node, NodeView, Registration, Topology, WriteOutcome, block_data,
-    block_text, write_to,
+    BLOCK_SIZE, Holder, HungPath, Lu, Node, NodeView, Registration, Topology, WriteOutcome,
+    block_data, block_text, write_to,
 };
 pub use writer::{Writer, write_number};
 

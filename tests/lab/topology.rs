@@ -20,6 +20,13 @@ const BACKING: &str = "/run/lab";
 const LUN_BYTES: u64 = 64 << 20;
 const IQN: &str = "iqn.2026-11.org.prfence.lab";
 const PORTAL: &str = "127.0.0.1:3260";
+/// Node B's portal in [`Topology::iscsi_second_portal`]: another loopback address, so that a packet
+/// filter can tell B's session from A's.
+const SECOND_PORTAL: &str = "127.0.0.2:3260";
+/// The open-iscsi iface of [`Topology::third_initiator`].
+const THIRD_IFACE: &str = "lab-c";
+/// The nftables table of [`Topology::hang_path`].
+const HANG_TABLE: &str = "lab_hang";
 /// How long the asynchronous SCSI scan after a login or a LUN link may take under TCG.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -229,6 +236,8 @@ pub struct Topology {
     nodes: [NodeView; 2],
     lus: Vec<Lu>,
     setup: Duration,
+    /// The portal node B logged in through (node A always uses [`PORTAL`]).
+    portal_b: &'static str,
 }
 
 impl Topology {
@@ -247,34 +256,70 @@ impl Topology {
     /// An LIO iSCSI target on 127.0.0.1:3260 with `luns` fileio LUNs, logged in by two open-iscsi
     /// ifaces with initiators `iqn.2026-11.org.prfence.lab:node-a` and `…:node-b`.
     pub fn iscsi(luns: usize) -> anyhow::Result<Self> {
+        Self::iscsi_through(luns, PORTAL)
+    }
+
+    /// Like [`Topology::iscsi`], but node B logs in through a second portal, 127.0.0.2:3260, so
+    /// that its path alone can be hung ([`Topology::hang_path`]).
+    pub fn iscsi_second_portal(luns: usize) -> anyhow::Result<Self> {
+        Self::iscsi_through(luns, SECOND_PORTAL)
+    }
+
+    fn iscsi_through(luns: usize, portal_b: &'static str) -> anyhow::Result<Self> {
         ensure!(
             (1..=256).contains(&luns),
             "iscsi topology wants 1..=256 LUNs, not {luns}"
         );
         let start = begin()?;
-        let tpg = iscsi_tpg();
-        fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
-        let mut lus = Vec::new();
-        for index in 0..luns {
-            let lu = fileio(index, true)?;
-            let port = tpg.join(format!("lun/lun_{index}"));
-            fs::create_dir(&port).with_context(|| format!("mkdir {}", port.display()))?;
-            link(&lu.backstore, &port.join(format!("lun{index}")))?;
-            lus.push(lu);
+        let lus = iscsi_target(luns, portal_b, None)?;
+        Self::login_iscsi(Kind::Iscsi, lus, start, portal_b)
+    }
+
+    /// Restarts the target of an [`Topology::iscsi`] topology: the whole LIO configuration is
+    /// removed and built again, LU data kept, the initiators left logged in (they recover
+    /// their sessions once the target is back; this waits for that). LIO keeps no PR state of
+    /// its own across this: with `restore_aptpl` the APTPL files LIO wrote (`<dbroot>/pr/
+    /// aptpl_<serial>`, for registrations made with APTPL) are loaded back before the LUNs are
+    /// exported, as `targetctl restore` does; without, the PR state is forgotten.
+    pub fn restart_target(&self, restore_aptpl: bool) -> anyhow::Result<()> {
+        ensure!(
+            self.kind == Kind::Iscsi,
+            "restart_target needs an iscsi topology"
+        );
+        let aptpl = if restore_aptpl {
+            self.lus
+                .iter()
+                .map(|lu| aptpl_records(&lu.serial))
+                .collect::<anyhow::Result<Vec<_>>>()?
+        } else {
+            vec![Vec::new(); self.lus.len()]
+        };
+        let mut errors = Vec::new();
+        remove_target(&mut errors);
+        ensure!(
+            errors.is_empty(),
+            "stopping the target: {}",
+            errors.join("; ")
+        );
+        // the initiators notice the closed connections before the target is back
+        wait_for(|| (!session_states().iter().any(|s| s == "LOGGED_IN")).then_some(()))
+            .context("the nodes' iSCSI sessions stayed logged in while the target was gone")?;
+        let lus = iscsi_target(self.lus.len(), self.portal_b, Some(&aptpl))?;
+        for (old, new) in self.lus.iter().zip(&lus) {
+            ensure!(
+                old.backstore == new.backstore && old.serial == new.serial,
+                "LU {} came back as {} (serial {})",
+                old.index,
+                new.backstore.display(),
+                new.serial
+            );
         }
-        fs::create_dir(tpg.join(format!("np/{PORTAL}"))).context("mkdir the iSCSI portal")?;
-        write_file(tpg.join("attrib/authentication"), "0")?;
-        for node in Node::BOTH {
-            let acl = tpg.join("acls").join(iscsi_initiator(node));
-            for index in 0..luns {
-                let mapped = acl.join(format!("lun_{index}"));
-                fs::create_dir_all(&mapped)
-                    .with_context(|| format!("mkdir {}", mapped.display()))?;
-                link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
-            }
-        }
-        write_file(tpg.join("enable"), "1")?;
-        Self::login_iscsi(Kind::Iscsi, lus, start)
+        // both nodes' sessions back (open-iscsi retries the login during its recovery)
+        wait_for(|| {
+            let states = session_states();
+            (states.len() == 2 && states.iter().all(|s| s == "LOGGED_IN")).then_some(())
+        })
+        .context("the nodes' iSCSI sessions did not come back after the target restart")
     }
 
     /// The same as [`Topology::iscsi`], but built with targetcli commands, as an admin would.
@@ -344,7 +389,7 @@ impl Topology {
                 wwid: String::new(),
             });
         }
-        Self::login_iscsi(Kind::Targetcli, lus, start)
+        Self::login_iscsi(Kind::Targetcli, lus, start, PORTAL)
     }
 
     fn loopback(emulate_pr: bool) -> anyhow::Result<Self> {
@@ -383,10 +428,15 @@ impl Topology {
         }
         let mut lus = vec![lu];
         fill_wwids(&mut lus, &nodes)?;
-        Self::finish(Kind::TcmLoop, nodes, lus, start)
+        Self::finish(Kind::TcmLoop, nodes, lus, start, PORTAL)
     }
 
-    fn login_iscsi(kind: Kind, mut lus: Vec<Lu>, start: Instant) -> anyhow::Result<Self> {
+    fn login_iscsi(
+        kind: Kind,
+        mut lus: Vec<Lu>,
+        start: Instant,
+        portal_b: &'static str,
+    ) -> anyhow::Result<Self> {
         let target = format!("{IQN}:target");
         for node in Node::BOTH {
             let iface = iface(node);
@@ -408,11 +458,25 @@ impl Topology {
             ],
         )?
         .ok()?;
-        run(
-            "iscsiadm",
-            ["-m", "node", "-T", &target, "-p", PORTAL, "--login"],
-        )?
-        .ok()?;
+        if portal_b == PORTAL {
+            run(
+                "iscsiadm",
+                ["-m", "node", "-T", &target, "-p", PORTAL, "--login"],
+            )?
+            .ok()?;
+        } else {
+            // discovery found both portals for both ifaces: each node logs in through its own
+            for (node, portal) in [(Node::A, PORTAL), (Node::B, portal_b)] {
+                let iface = iface(node);
+                run(
+                    "iscsiadm",
+                    [
+                        "-m", "node", "-T", &target, "-p", portal, "-I", &iface, "--login",
+                    ],
+                )?
+                .ok()?;
+            }
+        }
         let mut nodes = Vec::new();
         for node in Node::BOTH {
             let initiator = iscsi_initiator(node);
@@ -434,7 +498,7 @@ impl Topology {
             });
         }
         fill_wwids(&mut lus, &nodes)?;
-        Self::finish(kind, nodes, lus, start)
+        Self::finish(kind, nodes, lus, start, portal_b)
     }
 
     fn finish(
@@ -442,6 +506,7 @@ impl Topology {
         nodes: Vec<NodeView>,
         lus: Vec<Lu>,
         start: Instant,
+        portal_b: &'static str,
     ) -> anyhow::Result<Self> {
         let [a, b]: [NodeView; 2] = nodes
             .try_into()
@@ -451,6 +516,7 @@ impl Topology {
             nodes: [a, b],
             lus,
             setup: start.elapsed(),
+            portal_b,
         };
         println!("{}", topology.describe());
         Ok(topology)
@@ -522,25 +588,107 @@ impl Topology {
         self.setup
     }
 
+    /// `iscsiadm -m node … ACTION` for node `node`'s session record.
+    fn iscsiadm_node(&self, node: Node, action: &str) -> anyhow::Result<()> {
+        ensure!(
+            self.kind != Kind::TcmLoop,
+            "{action} needs an iSCSI topology"
+        );
+        let target = format!("{IQN}:target");
+        let iface = iface(node);
+        let portal = self.portal(node);
+        run(
+            "iscsiadm",
+            [
+                "-m", "node", "-T", &target, "-p", portal, "-I", &iface, action,
+            ],
+        )?
+        .ok()?;
+        Ok(())
+    }
+
+    /// The iSCSI portal node `node` logged in through.
+    fn portal(&self, node: Node) -> &'static str {
+        match node {
+            Node::A => PORTAL,
+            Node::B => self.portal_b,
+        }
+    }
+
+    /// Hangs node `node`'s iSCSI path: every packet of its session is dropped silently on
+    /// arrival (nftables in the guest), so its commands get no answer, no reset and no error,
+    /// until the guard is dropped. Needs [`Topology::iscsi_second_portal`] and node B.
+    pub fn hang_path(&self, node: Node) -> anyhow::Result<HungPath> {
+        ensure!(
+            node == Node::B && self.portal_b != PORTAL,
+            "only node B of an iscsi_second_portal topology has a path of its own to hang"
+        );
+        let (address, port) = self
+            .portal_b
+            .split_once(':')
+            .context("portal without a port")?;
+        run("modprobe", ["nf_tables"])?.ok()?;
+        // The input hook, not output: a drop on output fails the sender's send (EPERM), which
+        // is an error the initiator sees, not a hang.
+        let rules = format!(
+            "add table ip {HANG_TABLE}\n\
+             add chain ip {HANG_TABLE} input {{ type filter hook input priority 0; }}\n\
+             add rule ip {HANG_TABLE} input ip daddr {address} tcp dport {port} drop\n\
+             add rule ip {HANG_TABLE} input ip saddr {address} tcp sport {port} drop\n"
+        );
+        let script = Path::new(BACKING).join("hang.nft");
+        write_file(&script, &rules)?;
+        run("nft", ["-f", &script.display().to_string()])?.ok()?;
+        Ok(HungPath { released: false })
+    }
+
+    /// Removes LUN `lun` from the target as an admin would: unmapped from both nodes' ACLs and
+    /// its port unlinked (configfs). The LU's backstore and PR state stay; the initiators' disks
+    /// stay until they notice (LOGICAL UNIT NOT SUPPORTED).
+    pub fn remove_lun(&self, lun: usize) -> anyhow::Result<()> {
+        ensure!(
+            self.kind == Kind::Iscsi,
+            "remove_lun needs an iscsi topology"
+        );
+        let tpg = iscsi_tpg();
+        let mut errors = Vec::new();
+        for node in Node::BOTH {
+            let mapped = tpg
+                .join("acls")
+                .join(iscsi_initiator(node))
+                .join(format!("lun_{lun}"));
+            unlink_all(&mapped, &mut errors);
+            rmdir(&mapped, &mut errors);
+        }
+        let port = tpg.join(format!("lun/lun_{lun}"));
+        unlink_all(&port, &mut errors);
+        rmdir(&port, &mut errors);
+        ensure!(
+            errors.is_empty(),
+            "removing LUN {lun}: {}",
+            errors.join("; ")
+        );
+        Ok(())
+    }
+
     /// Logs node `node`'s iSCSI session out and in again. The new session has a new ISID, so the
     /// target sees a new I_T nexus and the old one's registrations are orphaned (fence-agents
     /// #517). The node's device paths are refreshed (the disks get new names).
     pub fn relogin(&mut self, node: Node) -> anyhow::Result<()> {
-        ensure!(
-            self.kind != Kind::TcmLoop,
-            "relogin needs an iSCSI topology"
-        );
-        let target = format!("{IQN}:target");
-        let iface = iface(node);
-        for action in ["--logout", "--login"] {
-            run(
-                "iscsiadm",
-                [
-                    "-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface, action,
-                ],
-            )?
-            .ok()?;
-        }
+        self.logout(node)?;
+        self.login(node)
+    }
+
+    /// Logs node `node`'s iSCSI session out: its disks vanish.
+    pub fn logout(&self, node: Node) -> anyhow::Result<()> {
+        self.iscsiadm_node(node, "--logout")
+    }
+
+    /// Logs node `node` in again after [`Topology::logout`]: a new session with a new ISID, so
+    /// the target sees a new I_T nexus. The node's device paths are refreshed (the disks get
+    /// new names).
+    pub fn login(&mut self, node: Node) -> anyhow::Result<()> {
+        self.iscsiadm_node(node, "--login")?;
         let initiator = iscsi_initiator(node);
         let count = self.lus.len();
         let devices = wait_for(|| {
@@ -575,7 +723,8 @@ impl Topology {
         new_iface(&iface, &iscsi_initiator(node))?;
         let target = format!("{IQN}:target");
         for action in ["new", "login"] {
-            let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface];
+            let portal = self.portal(node);
+            let mut args = vec!["-m", "node", "-T", &target, "-p", portal, "-I", &iface];
             if action == "new" {
                 args.extend(["-o", "new"]);
             } else {
@@ -592,6 +741,39 @@ impl Topology {
             (devices.len() == count).then_some(devices)
         })
         .with_context(|| format!("node {}'s second session shows no disks", node.letter()))
+    }
+
+    /// Logs a third initiator in to every LU of an [`Topology::iscsi`] topology: `…:node-c`, no
+    /// node of the cluster (another host on the SAN), with an ACL of its own. Returns its disks
+    /// in LUN order.
+    pub fn third_initiator(&self) -> anyhow::Result<Vec<PathBuf>> {
+        ensure!(
+            self.kind == Kind::Iscsi,
+            "a third initiator needs an iscsi topology"
+        );
+        let initiator = format!("{IQN}:node-c");
+        let tpg = iscsi_tpg();
+        for index in 0..self.lus.len() {
+            let mapped = tpg
+                .join("acls")
+                .join(&initiator)
+                .join(format!("lun_{index}"));
+            fs::create_dir_all(&mapped).with_context(|| format!("mkdir {}", mapped.display()))?;
+            link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
+        }
+        new_iface(THIRD_IFACE, &initiator)?;
+        let target = format!("{IQN}:target");
+        for action in [&["-o", "new"][..], &["--login"][..]] {
+            let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", THIRD_IFACE];
+            args.extend(action);
+            run("iscsiadm", args)?.ok()?;
+        }
+        let count = self.lus.len();
+        wait_for(|| {
+            let devices = iscsi_devices(&initiator).ok()?;
+            (devices.len() == count).then_some(devices)
+        })
+        .context("the third initiator sees no disks")
     }
 
     /// A dm-multipath map `lab-<name>` over `paths` to LUN `lun`, made with plain dmsetup (no
@@ -723,6 +905,33 @@ fn new_iface(iface: &str, initiator: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A path hung by [`Topology::hang_path`]; dropping it lets the packets through again.
+pub struct HungPath {
+    released: bool,
+}
+
+impl HungPath {
+    pub fn release(mut self) -> anyhow::Result<()> {
+        self.released = true;
+        release_hang()
+    }
+}
+
+impl Drop for HungPath {
+    fn drop(&mut self) {
+        if !self.released
+            && let Err(e) = release_hang()
+        {
+            eprintln!("lab: {e:#}");
+        }
+    }
+}
+
+fn release_hang() -> anyhow::Result<()> {
+    run("nft", ["delete", "table", "ip", HANG_TABLE])?.ok()?;
+    Ok(())
+}
+
 impl Drop for Topology {
     fn drop(&mut self) {
         if let Err(e) = teardown_all() {
@@ -832,13 +1041,106 @@ fn dm_device(name: &str) -> anyhow::Result<Option<PathBuf>> {
     Ok(None)
 }
 
+/// Builds the LIO iSCSI target of [`Topology::iscsi`] in configfs: `luns` fileio LUs, both
+/// portals, both nodes' ACLs. With `aptpl` it restarts a target ([`Topology::restart_target`]):
+/// the backing files are kept and each LU's records are loaded into `pr/res_aptpl_metadata`
+/// before it is exported.
+fn iscsi_target(
+    luns: usize,
+    portal_b: &str,
+    aptpl: Option<&[Vec<String>]>,
+) -> anyhow::Result<Vec<Lu>> {
+    let tpg = iscsi_tpg();
+    fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
+    let mut lus = Vec::new();
+    for index in 0..luns {
+        let lu = match aptpl {
+            None => fileio(index, true)?,
+            Some(records) => {
+                let lu = fileio_backstore(index, true)?;
+                for record in records.get(index).into_iter().flatten() {
+                    write_file(lu.backstore.join("pr/res_aptpl_metadata"), record)?;
+                }
+                lu
+            }
+        };
+        let port = tpg.join(format!("lun/lun_{index}"));
+        fs::create_dir(&port).with_context(|| format!("mkdir {}", port.display()))?;
+        link(&lu.backstore, &port.join(format!("lun{index}")))?;
+        lus.push(lu);
+    }
+    fs::create_dir(tpg.join(format!("np/{PORTAL}"))).context("mkdir the iSCSI portal")?;
+    if portal_b != PORTAL {
+        fs::create_dir(tpg.join(format!("np/{portal_b}")))
+            .context("mkdir the second iSCSI portal")?;
+    }
+    write_file(tpg.join("attrib/authentication"), "0")?;
+    for node in Node::BOTH {
+        let acl = tpg.join("acls").join(iscsi_initiator(node));
+        for index in 0..luns {
+            let mapped = acl.join(format!("lun_{index}"));
+            fs::create_dir_all(&mapped).with_context(|| format!("mkdir {}", mapped.display()))?;
+            link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
+        }
+    }
+    write_file(tpg.join("enable"), "1")?;
+    Ok(lus)
+}
+
+/// The state of every iSCSI session (`LOGGED_IN`, `FAILED`, `FREE`).
+fn session_states() -> Vec<String> {
+    fs::read_dir("/sys/class/iscsi_session")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|s| read_file(s.path().join("state")).ok())
+        .map(|s| s.trim().to_owned())
+        .collect()
+}
+
+/// The registrations LIO saved for the LU with unit serial `serial` (`<dbroot>/pr/aptpl_<serial>`,
+/// written when a registration asks for APTPL), one `res_aptpl_metadata` record each: the lines
+/// between `PR_REG_START` and `PR_REG_END` joined with commas, as rtslib loads them.
+fn aptpl_records(serial: &str) -> anyhow::Result<Vec<String>> {
+    let dbroot = read_file(Path::new(TARGET).join("dbroot"))?;
+    let file = Path::new(dbroot.trim()).join(format!("pr/aptpl_{serial}"));
+    let text = read_file(&file).context("no APTPL file: was a key registered with APTPL?")?;
+    let mut records = Vec::new();
+    let mut current: Option<Vec<&str>> = None;
+    for line in text.split_whitespace() {
+        if line.starts_with("PR_REG_START:") {
+            current = Some(Vec::new());
+        } else if line.starts_with("PR_REG_END:") {
+            records.extend(current.take().map(|fields| fields.join(",")));
+        } else if let Some(fields) = current.as_mut() {
+            fields.push(line);
+        }
+    }
+    ensure!(
+        !records.is_empty(),
+        "{} holds no registration",
+        file.display()
+    );
+    Ok(records)
+}
+
 /// Creates fileio backstore `lun<index>` with a pure-hex serial (LIO derives the NAA identifier from
 /// the serial's hex digits, so they must differ within the first 25).
 fn fileio(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
-    let file = PathBuf::from(format!("{BACKING}/lun{index}.img"));
+    let file = backing_file(index);
     fs::File::create(&file)
         .and_then(|f| f.set_len(LUN_BYTES))
         .with_context(|| format!("create {}", file.display()))?;
+    fileio_backstore(index, emulate_pr)
+}
+
+fn backing_file(index: usize) -> PathBuf {
+    PathBuf::from(format!("{BACKING}/lun{index}.img"))
+}
+
+/// The backstore of [`fileio`] on its existing backing file.
+fn fileio_backstore(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
+    let file = backing_file(index);
     let backstore = PathBuf::from(format!("{TARGET}/core/fileio_0/lun{index}"));
     fs::create_dir_all(&backstore).with_context(|| format!("mkdir {}", backstore.display()))?;
     write_file(
@@ -991,6 +1293,13 @@ pub fn teardown_all() -> anyhow::Result<()> {
         "teardown runs only inside the lab guest"
     );
     let mut errors = Vec::new();
+    // a hung path left behind would stall the logout below
+    if Path::new("/sys/module/nf_tables").exists()
+        && run("nft", ["list", "table", "ip", HANG_TABLE]).is_ok_and(|r| r.code() == 0)
+        && let Err(e) = release_hang()
+    {
+        errors.push(e.to_string());
+    }
     // multipath maps hold their paths open: remove them before the sessions go
     for entry in fs::read_dir("/sys/block").into_iter().flatten().flatten() {
         let name = read_file(entry.path().join("dm/name")).unwrap_or_default();
@@ -1017,7 +1326,8 @@ pub fn teardown_all() -> anyhow::Result<()> {
             errors.push(format!("rm -r {dir}: {e}"));
         }
     }
-    for iface in Node::BOTH.iter().flat_map(|&n| [iface(n), second_iface(n)]) {
+    let ifaces = Node::BOTH.iter().flat_map(|&n| [iface(n), second_iface(n)]);
+    for iface in ifaces.chain([THIRD_IFACE.to_owned()]) {
         let file = PathBuf::from(format!("/etc/iscsi/ifaces/{iface}"));
         if file.exists()
             && let Err(e) = fs::remove_file(&file)
@@ -1025,32 +1335,7 @@ pub fn teardown_all() -> anyhow::Result<()> {
             errors.push(format!("rm {}: {e}", file.display()));
         }
     }
-    for fabric in ["iscsi", "loopback"] {
-        // WWN directories are named iqn.…, naa.…, eui.…; the others are configfs default groups.
-        let wwns = subdirs(&Path::new(TARGET).join(fabric));
-        for wwn in wwns.iter().filter(|d| {
-            d.file_name()
-                .is_some_and(|n| n.to_string_lossy().contains('.'))
-        }) {
-            let tpgs = subdirs(wwn);
-            for tpg in tpgs.iter().filter(|d| {
-                d.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("tpgt_"))
-            }) {
-                remove_tpg(tpg, fabric, &mut errors);
-            }
-            rmdir(wwn, &mut errors);
-        }
-    }
-    for hba in subdirs(&Path::new(TARGET).join("core")) {
-        if hba.file_name().is_some_and(|n| n == "alua") {
-            continue;
-        }
-        for device in subdirs(&hba) {
-            rmdir(&device, &mut errors);
-        }
-        rmdir(&hba, &mut errors);
-    }
+    remove_target(&mut errors);
     if Path::new("/sys/module/scsi_debug").exists() {
         match run("rmmod", ["scsi_debug"]) {
             Ok(r) if r.code() == 0 => {}
@@ -1069,6 +1354,36 @@ pub fn teardown_all() -> anyhow::Result<()> {
         Ok(())
     } else {
         bail!("{}", errors.join("; "))
+    }
+}
+
+/// Removes every LIO fabric object and backstore from configfs (the backing files stay).
+fn remove_target(errors: &mut Vec<String>) {
+    for fabric in ["iscsi", "loopback"] {
+        // WWN directories are named iqn.…, naa.…, eui.…; the others are configfs default groups.
+        let wwns = subdirs(&Path::new(TARGET).join(fabric));
+        for wwn in wwns.iter().filter(|d| {
+            d.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains('.'))
+        }) {
+            let tpgs = subdirs(wwn);
+            for tpg in tpgs.iter().filter(|d| {
+                d.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("tpgt_"))
+            }) {
+                remove_tpg(tpg, fabric, errors);
+            }
+            rmdir(wwn, errors);
+        }
+    }
+    for hba in subdirs(&Path::new(TARGET).join("core")) {
+        if hba.file_name().is_some_and(|n| n == "alua") {
+            continue;
+        }
+        for device in subdirs(&hba) {
+            rmdir(&device, errors);
+        }
+        rmdir(&hba, errors);
     }
 }
 

@@ -1,0 +1,1343 @@
+//! Faults on the real target (issue #10 items 5 and 6): a hung path, a path and an LU lost in the
+//! middle of a fence, a victim that keeps re-registering, and prfence run with CAP_SYS_RAWIO as
+//! its only privilege. Every verdict is the target's (LIO's configfs PR state, O_DIRECT writes);
+//! each test prints its measured time to verdict. Run: `cargo test --test lab_faults` (as root).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lab;
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use lab::race::{PRFENCE, hex, key, prfence_expect, unfence};
+use lab::{Node, Topology, WriteOutcome};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// Where each test keeps its commands' output, configs and hook stamps (tmpfs; teardown leaves it).
+const WORK: &str = "/run/lab-faults";
+/// `--timeout` given to every prfence command here: each SCSI command's bound.
+const COMMAND_TIMEOUT_S: u64 = 2;
+/// `--deadline` given to `fence`: the bound of the whole fence.
+const FENCE_DEADLINE_S: u64 = 10;
+/// fence_pr's `power_timeout` (per SCSI command) in the monitor runs.
+const POWER_TIMEOUT_S: u64 = 2;
+/// Pacemaker's default timeout for a fence device's `monitor` (the budget fence_pr works in).
+const MONITOR_BUDGET: Duration = Duration::from_secs(20);
+/// Process start, discovery and report under TCG on a loaded 2-core host, on top of a budget.
+const SLACK: Duration = Duration::from_secs(3);
+/// The agent's watch settings in these tests (see `watch_config`).
+const AGENT_CHECK_MS: u64 = 500;
+const AGENT_COMMAND_TIMEOUT_MS: u64 = 1000;
+const AGENT_GRACE_MS: u64 = 6000;
+/// The agent's exit status after self-fencing.
+const FENCED_EXIT: i32 = 86;
+
+fn main() -> ExitCode {
+    lab::main(
+        Duration::from_secs(12 * 60),
+        crate::tests![
+            hung_path_every_entry_point_ends_within_its_budget,
+            reregistering_victim_is_never_reported_fenced,
+            path_lost_mid_fence_then_rerun_converges,
+            lu_removed_mid_fence_then_rerun_converges,
+            target_restart_forgets_or_keeps_pr_state,
+            unit_attention_storm_during_fence_and_watch,
+            only_cap_sys_rawio_is_needed,
+        ],
+    )
+}
+
+// ----- processes with a bound -----
+
+/// A command started in its own process group, its output going to files under [`WORK`].
+struct Started {
+    name: String,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    start: Instant,
+    /// When its stdout first had something, as far as a [`Started::poll`] saw.
+    printed: Option<Duration>,
+}
+
+/// How a [`Started`] command ended, or that it had not ended by its cap (`code` None).
+#[derive(Debug)]
+struct Finished {
+    name: String,
+    code: Option<i32>,
+    elapsed: Duration,
+    /// When its stdout first had something (the report), if ever. A process can print its
+    /// verdict and still not exit: a thread in an uninterruptible SG_IO holds the exit until the
+    /// kernel gives the command up.
+    printed: Option<Duration>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Finished {
+    fn report(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or(Value::Null)
+    }
+
+    /// The time to verdict: when the report was printed, or the exit for a command that prints
+    /// none (fence_pr).
+    fn verdict_after(&self) -> Duration {
+        self.printed.unwrap_or(self.elapsed)
+    }
+
+    fn describe(&self) -> String {
+        let printed = self
+            .printed
+            .map(|p| format!(", report printed after {}", lab::secs(p)))
+            .unwrap_or_default();
+        match self.code {
+            Some(code) => format!(
+                "{}: exit {code} after {}{printed}",
+                self.name,
+                lab::secs(self.elapsed)
+            ),
+            None => format!(
+                "{}: still running after {} (killed){printed}",
+                self.name,
+                lab::secs(self.elapsed)
+            ),
+        }
+    }
+
+    /// Requires exit status `code` and the verdict within `budget` (plus [`SLACK`]).
+    fn expect(&self, code: i32, budget: Duration) -> anyhow::Result<()> {
+        ensure!(
+            self.code.is_some() && self.verdict_after() <= budget + SLACK,
+            "{} (budget {} + {} slack)\nstdout: {}\nstderr: {}",
+            self.describe(),
+            lab::secs(budget),
+            lab::secs(SLACK),
+            self.stdout.trim(),
+            tail(&self.stderr)
+        );
+        ensure!(
+            self.code == Some(code),
+            "{}, expected exit {code}\nstdout: {}\nstderr: {}",
+            self.describe(),
+            self.stdout.trim(),
+            tail(&self.stderr)
+        );
+        Ok(())
+    }
+}
+
+/// Wall-clock nanoseconds, to compare with the `date +%s%N` the self-fence hook writes.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(8)..].join("\n")
+}
+
+impl Started {
+    fn spawn(name: &str, cmd: &mut Command) -> anyhow::Result<Started> {
+        std::fs::create_dir_all(WORK)?;
+        let stdout = PathBuf::from(format!("{WORK}/{name}.out"));
+        let stderr = PathBuf::from(format!("{WORK}/{name}.err"));
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(File::create(&stdout)?)
+            .stderr(File::create(&stderr)?)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Started {
+            name: name.to_owned(),
+            child,
+            stdout,
+            stderr,
+            start: Instant::now(),
+            printed: None,
+        })
+    }
+
+    fn pgid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    /// Waits until it exits or `cap` has passed since its start; at the cap its process group is
+    /// killed and it is left behind (a thread in an uninterruptible SG_IO keeps it from dying).
+    fn finish(self, cap: Duration) -> anyhow::Result<Finished> {
+        let mut all = finish_all(vec![self], cap)?;
+        all.pop().context("no result")
+    }
+
+    /// One look: notes when the report first appears; Some(exit code, None when capped) once
+    /// it ended.
+    fn poll(&mut self, cap: Duration) -> anyhow::Result<Option<Option<i32>>> {
+        if self.printed.is_none() && std::fs::metadata(&self.stdout).is_ok_and(|m| m.len() > 0) {
+            self.printed = Some(self.start.elapsed());
+        }
+        if let Some(status) = self.child.try_wait()? {
+            return Ok(Some(Some(status.code().unwrap_or(-1))));
+        }
+        if self.start.elapsed() >= cap {
+            let _ = killpg(self.pgid(), Signal::SIGKILL);
+            return Ok(Some(None));
+        }
+        Ok(None)
+    }
+}
+
+/// [`Started::finish`] for commands running at once, watched together so that each one's time
+/// to verdict is seen when it happens.
+fn finish_all(mut started: Vec<Started>, cap: Duration) -> anyhow::Result<Vec<Finished>> {
+    let mut ended: Vec<Option<(Option<i32>, Duration)>> = started.iter().map(|_| None).collect();
+    while ended.iter().any(Option::is_none) {
+        for (one, end) in started.iter_mut().zip(ended.iter_mut()) {
+            if end.is_none()
+                && let Some(code) = one.poll(cap)?
+            {
+                *end = Some((code, one.start.elapsed()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut all = Vec::new();
+    for (one, end) in started.into_iter().zip(ended) {
+        let (code, elapsed) = end.context("unfinished")?;
+        let finished = Finished {
+            name: one.name.clone(),
+            code,
+            elapsed,
+            printed: one.printed,
+            stdout: std::fs::read_to_string(&one.stdout).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&one.stderr).unwrap_or_default(),
+        };
+        println!("  {}", finished.describe());
+        all.push(finished);
+    }
+    Ok(all)
+}
+
+fn prfence_cmd(args: &[&str], devices: &[PathBuf]) -> Command {
+    let mut cmd = Command::new(PRFENCE);
+    cmd.args(args).arg("--json").args(devices);
+    cmd
+}
+
+/// `prfence fence` by `node` (its key, the other's as victim) with this suite's bounds.
+fn fence_cmd(t: &Topology, node: Node) -> Command {
+    let timeout = COMMAND_TIMEOUT_S.to_string();
+    let deadline = FENCE_DEADLINE_S.to_string();
+    prfence_cmd(
+        &[
+            "fence",
+            "--key",
+            &hex(key(node)),
+            "--victim",
+            &hex(key(lab::race::other(node))),
+            "--timeout",
+            &timeout,
+            "--deadline",
+            &deadline,
+        ],
+        t.node(node).devices(),
+    )
+}
+
+fn fence_budget() -> Duration {
+    Duration::from_secs(FENCE_DEADLINE_S)
+}
+
+// ----- target-side oracles -----
+
+/// The index of the topology LU a report's `lu` names: its VPD 83h identifier (the one Linux
+/// shows as the disk's wwid), or, for an LU whose identifier could not be read, its device path.
+fn lu_index(t: &Topology, id: &str) -> anyhow::Result<usize> {
+    let bare = |s: &str| {
+        s.trim()
+            .trim_start_matches("naa.")
+            .trim_start_matches("0x")
+            .to_ascii_lowercase()
+    };
+    let by_wwid = t
+        .lus()
+        .iter()
+        .position(|lu| bare(&lu.wwid) == bare(id) || bare(id).contains(&bare(&lu.wwid)));
+    let by_path = || {
+        Node::BOTH
+            .iter()
+            .find_map(|&n| t.node(n).devices().iter().position(|d| d == Path::new(id)))
+    };
+    by_wwid
+        .or_else(by_path)
+        .with_context(|| format!("the report names LU {id:?}, which is no LU of the topology"))
+}
+
+fn keys_on(t: &Topology, lun: usize) -> anyhow::Result<Vec<u64>> {
+    let mut keys: Vec<u64> = t.lu(lun).registrations()?.iter().map(|r| r.key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
+fn report_keys(lu: &Value) -> Vec<u64> {
+    lu["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k.as_str())
+        .filter_map(|k| u64::from_str_radix(k.trim_start_matches("0x"), 16).ok())
+        .collect()
+}
+
+/// The verdicts that say "the victim is fenced on this LU".
+fn says_fenced(lu: &Value) -> bool {
+    lu["ok"] == Value::Bool(true)
+        && matches!(
+            lu["verdict"].as_str(),
+            Some("victim_removed" | "already_fenced")
+        )
+}
+
+/// Every LU a fence report calls fenced has the victim's key gone on the target, now, and the
+/// report's own read-back agrees. Returns the per-LU verdicts (by LU index) for the log.
+fn nothing_reported_fenced_that_is_not(
+    t: &Topology,
+    report: &Value,
+    victim: Node,
+) -> anyhow::Result<Vec<(usize, String)>> {
+    let mut verdicts = Vec::new();
+    for lu in report["lus"].as_array().context("no `lus` in the report")? {
+        let index = lu_index(t, lu["lu"].as_str().unwrap_or_default())
+            .with_context(|| format!("in {report}"))?;
+        let verdict = lu["verdict"].as_str().unwrap_or("?").to_owned();
+        if says_fenced(lu) {
+            ensure!(
+                !report_keys(lu).contains(&key(victim)),
+                "LU {index} reported {verdict} with the victim's key in its own read-back: {lu}"
+            );
+            let on_target = keys_on(t, index)?;
+            ensure!(
+                !on_target.contains(&key(victim)),
+                "LU {index} reported {verdict}, but the target still has key {:#x}: {on_target:x?}",
+                key(victim)
+            );
+        }
+        verdicts.push((index, verdict));
+    }
+    verdicts.sort();
+    Ok(verdicts)
+}
+
+/// The victim's O_DIRECT writes are refused and the survivor's accepted on LUs `luns`.
+fn writes_judged(t: &Topology, survivor: Node, luns: &[usize]) -> anyhow::Result<()> {
+    let victim = lab::race::other(survivor);
+    for &lun in luns {
+        let refused = t.write_probe(victim, lun, 2);
+        ensure!(
+            refused == WriteOutcome::Refused,
+            "LU {lun}: node {}'s write after the fence: {refused:?}",
+            victim.letter()
+        );
+        let accepted = t.write_probe(survivor, lun, 3);
+        ensure!(
+            accepted == WriteOutcome::Accepted,
+            "LU {lun}: node {}'s write after the fence: {accepted:?}",
+            survivor.letter()
+        );
+    }
+    Ok(())
+}
+
+/// Polls until `probe` holds or `within` passes; returns how long it took.
+fn wait_until(
+    within: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    loop {
+        if probe()? {
+            return Ok(start.elapsed());
+        }
+        ensure!(
+            start.elapsed() < within,
+            "{what}: not within {}",
+            lab::secs(within)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ----- the agent and fence_pr as node B -----
+
+/// Watch-mode config for `key` on `devices`; with `hook` a self-fence hook writing the time there;
+/// with `watchdog` the lab's softdog ([`Softdog`]) as its hardware watchdog.
+fn watch_config(devices: &[PathBuf], key: u64, hook: Option<&Path>, watchdog: bool) -> String {
+    let mut text = format!(
+        "mode = \"watch\"\ncheck_interval = \"{AGENT_CHECK_MS}ms\"\n\
+         command_timeout = \"{AGENT_COMMAND_TIMEOUT_MS}ms\"\n"
+    );
+    for (index, device) in devices.iter().enumerate() {
+        text.push_str(&format!(
+            "[[device]]\npath = \"{}\"\nname = \"lun{index}\"\n",
+            device.display()
+        ));
+    }
+    text.push_str(&format!(
+        "[key]\nvalue = \"{key:#x}\"\n[watch]\ngrace = \"{AGENT_GRACE_MS}ms\"\n\
+         missing_confirmations = 1\n[self_fence]\nreboot = false\n"
+    ));
+    if let Some(hook) = hook {
+        text.push_str(&format!(
+            "command = [\"/bin/sh\", \"-c\", \"date +%s%N > {}\"]\ncommand_timeout = \"5s\"\n",
+            hook.display()
+        ));
+    }
+    if watchdog {
+        text.push_str(&format!(
+            "[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"{WATCHDOG_TIMEOUT_S}s\"\n"
+        ));
+    }
+    text.push_str("[log]\ntarget = \"stderr\"\n");
+    text
+}
+
+/// softdog's timeout in the hung-path test: above `check_interval + command_timeout`, as the
+/// agent requires, and below `grace`, so a check held up by the hung path would starve it.
+const WATCHDOG_TIMEOUT_S: u64 = 3;
+/// What softdog with `soft_noboot=1` prints when it expires.
+const SOFTDOG_EXPIRED: &str = "softdog: Triggered - Reboot ignored";
+
+/// softdog loaded with `soft_noboot=1` (it logs its expiry instead of rebooting the guest);
+/// unloaded on drop.
+struct Softdog;
+
+impl Softdog {
+    fn load() -> anyhow::Result<Softdog> {
+        if Path::new("/sys/module/softdog").exists() {
+            lab::run("rmmod", ["softdog"])?.ok()?;
+        }
+        let margin = format!("soft_margin={WATCHDOG_TIMEOUT_S}");
+        lab::run("modprobe", ["softdog", "soft_noboot=1", &margin])?.ok()?;
+        Ok(Softdog)
+    }
+
+    /// When softdog expired, in seconds of the kernel log's clock.
+    fn expiries() -> anyhow::Result<Vec<f64>> {
+        let log = lab::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
+        Ok(log
+            .lines()
+            .filter(|line| line.contains(SOFTDOG_EXPIRED))
+            .filter_map(|line| {
+                let stamp = line.trim_start_matches('[').split(']').next()?;
+                stamp.trim().parse().ok()
+            })
+            .collect())
+    }
+}
+
+impl Drop for Softdog {
+    fn drop(&mut self) {
+        let _ = lab::run("rmmod", ["softdog"]);
+    }
+}
+
+/// Seconds since boot (the kernel log's clock, near enough for sub-second comparisons).
+fn uptime() -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string("/proc/uptime")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .context("bad /proc/uptime")
+}
+
+fn agent_cmd(name: &str, config: &str, once: bool) -> anyhow::Result<Command> {
+    std::fs::create_dir_all(WORK)?;
+    let path = PathBuf::from(format!("{WORK}/{name}.toml"));
+    std::fs::write(&path, config)?;
+    let mut cmd = Command::new(PRFENCE);
+    cmd.arg("agent").arg("--config").arg(&path);
+    if once {
+        cmd.arg("--once");
+    } else {
+        cmd.arg("--status-file")
+            .arg(format!("{WORK}/{name}.status.json"));
+    }
+    Ok(cmd)
+}
+
+fn agent_state(name: &str) -> String {
+    std::fs::read_to_string(format!("{WORK}/{name}.status.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|status| status["state"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `fence_pr -o monitor` as node `node`, parameters on stdin as pacemaker-fenced gives them, with
+/// the node's key store (under [`WORK`]) holding `key` as its own `on` would have left it.
+fn fence_pr_monitor(t: &Topology, node: Node, key: u64) -> anyhow::Result<Command> {
+    std::fs::create_dir_all(WORK)?;
+    let stem = format!("{WORK}/fence_pr-{}", node.letter());
+    std::fs::write(format!("{stem}.key"), format!("{key:x}\n"))?;
+    let link = Path::new(WORK).join("fence_pr");
+    if !link.exists() {
+        std::os::unix::fs::symlink(PRFENCE, &link)?;
+    }
+    let devices: Vec<String> = t
+        .node(node)
+        .devices()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    let stdin_file = PathBuf::from(format!("{stem}.stdin"));
+    std::fs::write(
+        &stdin_file,
+        format!(
+            "action=monitor\ndevices={}\npower_timeout={POWER_TIMEOUT_S}\n",
+            devices.join(",")
+        ),
+    )?;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("exec \"$0\" < \"$1\"")
+        .arg(&link)
+        .arg(&stdin_file)
+        .env("FENCE_PR_STORE", &stem);
+    Ok(cmd)
+}
+
+// ----- the tests -----
+
+/// Node B's iSCSI path hangs (its packets dropped silently, the session never told). Node A
+/// fences B; meanwhile B's admin command, fence_pr `monitor`, agent `--once` and running agent
+/// each must end within its budget with the right verdict; the target shows B fenced, and once
+/// the path is back B's writes are refused.
+fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
+    let t = Topology::iscsi_second_portal(2)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let b_devices = t.node(Node::B).devices().to_vec();
+
+    let hook = PathBuf::from(format!("{WORK}/hook-hung"));
+    std::fs::create_dir_all(WORK)?;
+    let _ = std::fs::remove_file(&hook);
+    let _softdog = Softdog::load()?;
+    let watch = Started::spawn(
+        "agent-watch-b",
+        &mut agent_cmd(
+            "agent-watch-b",
+            &watch_config(&b_devices, key(Node::B), Some(&hook), true),
+            false,
+        )?,
+    )?;
+    wait_until(Duration::from_secs(60), "B's agent healthy", || {
+        Ok(agent_state("agent-watch-b") == "healthy")
+    })?;
+
+    let hung = t.hang_path(Node::B)?;
+    let hung_wall_ns = now_ns();
+    let hung_uptime = uptime()?;
+    let starved_before_hang = Softdog::expiries()?;
+    println!("node B's path hung (packets dropped)");
+    let timeout = COMMAND_TIMEOUT_S.to_string();
+    let keys = Started::spawn(
+        "keys-b",
+        &mut prfence_cmd(&["keys", "--timeout", &timeout], &b_devices[..1]),
+    )?;
+    let monitor = Started::spawn(
+        "monitor-b",
+        &mut fence_pr_monitor(&t, Node::B, key(Node::B))?,
+    )?;
+    let once = Started::spawn(
+        "agent-once-b",
+        &mut agent_cmd(
+            "agent-once-b",
+            &watch_config(&b_devices, key(Node::B), None, false),
+            true,
+        )?,
+    )?;
+    let fence = Started::spawn("fence-by-a", &mut fence_cmd(&t, Node::A))?;
+
+    let keys_budget = Duration::from_secs(COMMAND_TIMEOUT_S);
+    let once_budget = Duration::from_millis(AGENT_GRACE_MS);
+    // the running agent: a check may be under way when the key becomes unreadable, then grace
+    let watch_budget =
+        Duration::from_millis(AGENT_CHECK_MS + AGENT_COMMAND_TIMEOUT_MS + AGENT_GRACE_MS);
+    let cap = MONITOR_BUDGET + SLACK + Duration::from_secs(2);
+    let [fence, keys, once, monitor, watch]: [Finished; 5] =
+        finish_all(vec![fence, keys, once, monitor, watch], cap)?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("five results expected"))?;
+    // when the running agent self-fenced, counted from the hang (the hook writes the time)
+    let self_fenced_after = std::fs::read_to_string(&hook)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .map(|at| Duration::from_nanos(at.saturating_sub(hung_wall_ns)));
+
+    // softdog must not expire before the self-fence: a check held up by the hung path must not
+    // starve it (that would reset a node still inside its grace).
+    let self_fence_uptime = self_fenced_after.map(|d| hung_uptime + d.as_secs_f64());
+    let expiries = Softdog::expiries()?;
+    let first_expiry = expiries.iter().copied().find(|&at| at >= hung_uptime);
+
+    // The target's verdict first: A fenced B whatever B's path did.
+    for lun in 0..t.lus().len() {
+        let keys = keys_on(&t, lun)?;
+        ensure!(
+            keys == [key(Node::A)],
+            "LU {lun}: after A's fence the target has keys {keys:x?}"
+        );
+    }
+    hung.release()?;
+    let released = Instant::now();
+    // B's session comes back; its next write must be refused (it may wait for the re-login).
+    let refused = t.write_probe(Node::B, 0, 2);
+    println!(
+        "path released; B's first write {refused:?} after {}",
+        lab::secs(released.elapsed())
+    );
+    ensure!(
+        refused == WriteOutcome::Refused,
+        "B's write after the fence: {refused:?}"
+    );
+    writes_judged(&t, Node::A, &[0, 1])?;
+
+    println!(
+        "hung path, time to verdict (exit): A's fence {} ({}) | B: prfence keys {} ({}) | \
+         fence_pr monitor ({}) | agent --once {} ({}) | running agent: exit {:?}, self-fence \
+         hook {} after the hang",
+        lab::secs(fence.verdict_after()),
+        lab::secs(fence.elapsed),
+        lab::secs(keys.verdict_after()),
+        lab::secs(keys.elapsed),
+        lab::secs(monitor.elapsed),
+        lab::secs(once.verdict_after()),
+        lab::secs(once.elapsed),
+        watch.code,
+        self_fenced_after.map_or("never ran".to_owned(), lab::secs),
+    );
+    println!(
+        "softdog ({WATCHDOG_TIMEOUT_S} s): first expiry {} after the hang",
+        first_expiry.map_or("none yet".to_owned(), |at| format!(
+            "{:.3} s",
+            at - hung_uptime
+        ))
+    );
+    // Each entry point's verdict within its budget.
+    fence.expect(0, fence_budget())?;
+    let mut failures = Vec::new();
+    if !starved_before_hang.is_empty() {
+        failures.push(format!(
+            "softdog expired while B's agent was healthy, before the hang: {starved_before_hang:?}"
+        ));
+    }
+    if let (Some(expiry), Some(self_fence)) = (first_expiry, self_fence_uptime)
+        && expiry < self_fence
+    {
+        failures.push(format!(
+            "softdog expired {:.3} s after the hang, before the self-fence at {:.3} s: a check \
+             held up by the hung path starved the watchdog",
+            expiry - hung_uptime,
+            self_fence - hung_uptime
+        ));
+    }
+    if let Err(e) = keys.expect(1, keys_budget) {
+        failures.push(format!("prfence keys: {e:#}"));
+    }
+    if let Err(e) = monitor.expect(1, MONITOR_BUDGET) {
+        failures.push(format!("fence_pr monitor: {e:#}"));
+    }
+    if let Err(e) = once.expect(3, once_budget) {
+        failures.push(format!("agent --once: {e:#}"));
+    } else if !once.stdout.contains("\"verdict\": \"unreadable") {
+        failures.push(format!(
+            "agent --once does not call the LUs unreadable: {}",
+            once.stdout
+        ));
+    }
+    match self_fenced_after {
+        Some(after) if after <= watch_budget + SLACK && watch.code == Some(FENCED_EXIT) => {}
+        _ => failures.push(format!(
+            "running agent: self-fence hook {:?} after the hang (budget {} + {} slack), {}\n{}",
+            self_fenced_after,
+            lab::secs(watch_budget),
+            lab::secs(SLACK),
+            watch.describe(),
+            tail(&watch.stderr)
+        )),
+    }
+    ensure!(
+        failures.is_empty(),
+        "on a hung path:\n{}",
+        failures.join("\n")
+    );
+    Ok(())
+}
+
+/// Node B re-registers its key (REGISTER AND IGNORE EXISTING KEY, sg_persist in a loop on every
+/// LU) while A fences it. A fence report calling an LU fenced must be true at its verification:
+/// if the target shows B's key there after the fence, its PRgeneration moved past the
+/// generation the report read (B registered again afterwards). Once B stops, a fence converges.
+fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
+    const ROUNDS: usize = 6;
+    let t = Topology::iscsi(4)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let script = format!(
+        "while :; do for d in \"$@\"; do sg_persist -n --out --register-ignore \
+         --param-sark={:#x} \"$d\" >/dev/null 2>&1; done; done",
+        key(Node::B)
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script, "reregister"])
+        .args(t.node(Node::B).devices());
+    let looper = Started::spawn("reregister-b", &mut cmd)?;
+    let looper_group = looper.pgid();
+    let mut outcomes = Vec::new();
+    for round in 1..=ROUNDS {
+        let run = Started::spawn(&format!("fence-{round}"), &mut fence_cmd(&t, Node::A))?
+            .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+        // freeze B so that the target's state can be read against the report
+        killpg(looper_group, Signal::SIGSTOP)?;
+        let report = run.report();
+        let mut lines = Vec::new();
+        for lu in report["lus"].as_array().into_iter().flatten() {
+            let index = lu_index(&t, lu["lu"].as_str().unwrap_or_default())?;
+            let verdict = lu["verdict"].as_str().unwrap_or("?");
+            let now = keys_on(&t, index)?;
+            let generation = t.lu(index).generation()?;
+            if says_fenced(lu) {
+                ensure!(
+                    !report_keys(lu).contains(&key(Node::B)),
+                    "round {round}: LU {index} reported {verdict} with B's key in its read-back"
+                );
+                let reported = lu["generation"].as_u64().context("no generation")?;
+                ensure!(
+                    !now.contains(&key(Node::B)) || u64::from(generation) > reported,
+                    "round {round}: LU {index} reported {verdict} at generation {reported}, and \
+                     the target has B's key at the same generation {generation}: B was \
+                     registered when fence verified"
+                );
+            }
+            lines.push(format!("LU {index} {verdict}"));
+        }
+        println!("  round {round}: exit {:?}: {}", run.code, lines.join(", "));
+        ensure!(
+            run.code.is_some(),
+            "round {round}: fence did not end within its budget"
+        );
+        ensure!(
+            run.code != Some(0)
+                || report["lus"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .all(says_fenced),
+            "round {round}: exit 0 without every LU fenced: {report}"
+        );
+        outcomes.push(run.code.unwrap_or(-1));
+        killpg(looper_group, Signal::SIGCONT)?;
+    }
+    killpg(looper_group, Signal::SIGKILL)?;
+    let cap = looper.start.elapsed() + Duration::from_secs(5);
+    looper.finish(cap)?;
+    println!(
+        "re-registering victim: fence exit statuses over {ROUNDS} rounds: {outcomes:?} (0 = every \
+         LU verified without B's key at that moment)"
+    );
+    // What the target lets a victim do that registered again after a fence: WERO admits the
+    // writes of every registrant (printed: SPC's rule, not prfence's).
+    for lun in 0..t.lus().len() {
+        if keys_on(&t, lun)?.contains(&key(Node::B)) {
+            println!(
+                "  LU {lun}: B registered again after the fences; its write: {:?}",
+                t.write_probe(Node::B, lun, 4)
+            );
+        }
+    }
+    // B stopped: the next fence converges and B's writes are refused.
+    let start = Instant::now();
+    prfence_expect(
+        &t,
+        Node::A,
+        &[
+            "fence",
+            "--key",
+            &hex(key(Node::A)),
+            "--victim",
+            &hex(key(Node::B)),
+        ],
+        0,
+    )?;
+    println!(
+        "after B stopped, fence converged in {}",
+        lab::secs(start.elapsed())
+    );
+    for lun in 0..t.lus().len() {
+        let keys = keys_on(&t, lun)?;
+        ensure!(keys == [key(Node::A)], "LU {lun}: keys {keys:x?}");
+    }
+    writes_judged(&t, Node::A, &[0, 1, 2, 3])
+}
+
+/// How many LUs these tests fence: an arbiter and a fan-out that takes a while under TCG.
+const MID_FENCE_LUNS: usize = 8;
+
+/// The LU indexes in arbiter order (prfence sorts LUs by identifier; the first is the arbiter).
+fn arbiter_first(t: &Topology) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..t.lus().len()).collect();
+    order.sort_by(|&a, &b| t.lu(a).wwid.cmp(&t.lu(b).wwid));
+    order
+}
+
+/// Starts A's fence of B and returns it once the arbiter LU shows B's key gone (the fan-out is
+/// under way), with how long that took.
+fn fence_past_the_arbiter(t: &Topology, name: &str) -> anyhow::Result<(Started, Duration)> {
+    let arbiter = arbiter_first(t)[0];
+    let fence = Started::spawn(name, &mut fence_cmd(t, Node::A))?;
+    let took = wait_until(fence_budget(), "B's key gone from the arbiter", || {
+        Ok(!keys_on(t, arbiter)?.contains(&key(Node::B)))
+    })?;
+    Ok((fence, took))
+}
+
+/// A's only iSCSI session logs out while its fence fans out: each LU gets a verdict, none is
+/// called fenced that is not; after a re-login a re-run fences every LU, and a third run finds
+/// nothing to change (P4).
+fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
+    let mut t = Topology::iscsi(MID_FENCE_LUNS)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    // The logout starts with the fence: it waits for the commands under way, then ends the
+    // session (~1.5 s under TCG), while the fence is past its arbiter (~1.2 s) and fans out.
+    let arbiter = arbiter_first(&t)[0];
+    let fence = Started::spawn("fence-logout", &mut fence_cmd(&t, Node::A))?;
+    let started = fence.start;
+    let (fence, logout, arbiter_after) = std::thread::scope(|scope| {
+        let logout = scope.spawn(|| t.logout(Node::A).map(|()| started.elapsed()));
+        let arbiter_after = wait_until(fence_budget(), "B's key gone from the arbiter", || {
+            Ok(!keys_on(&t, arbiter)?.contains(&key(Node::B)))
+        })
+        .ok();
+        let fence = fence.finish(fence_budget() + SLACK + Duration::from_secs(5));
+        (fence, logout.join(), arbiter_after)
+    });
+    let fence = fence?;
+    let logout_done = logout.map_err(|_| anyhow::anyhow!("logout thread panicked"))??;
+    ensure!(
+        fence.code.is_some() && fence.elapsed <= fence_budget() + SLACK,
+        "{}",
+        fence.describe()
+    );
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)?;
+    for lu in fence.report()["lus"].as_array().into_iter().flatten() {
+        if let Some(error) = lu["error"].as_str() {
+            println!("  {}: {error}", lu["lu"].as_str().unwrap_or("?"));
+        }
+    }
+    println!(
+        "A's session logged out during its fence (arbiter fenced at {:?}, session gone at {}): \
+         fence exit {:?} after {}: {verdicts:?}",
+        arbiter_after.map(lab::secs),
+        lab::secs(logout_done),
+        fence.code,
+        lab::secs(fence.elapsed)
+    );
+    ensure!(
+        verdicts.len() == MID_FENCE_LUNS,
+        "a verdict per LU expected, got {verdicts:?}"
+    );
+
+    // The re-login is a new I_T nexus, registered nowhere; A's key is on the LUs through the
+    // old one. `fence` never registers on the arbiter (P2, P3): if the arbiter still had B's
+    // key, the re-run must fail there, touch nothing, and say to unfence first.
+    t.login(Node::A)?;
+    let direct = Started::spawn("fence-relogin", &mut fence_cmd(&t, Node::A))?
+        .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+    ensure!(
+        direct.code.is_some() && direct.verdict_after() <= fence_budget() + SLACK,
+        "{}",
+        direct.describe()
+    );
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &direct.report(), Node::B)?;
+    println!(
+        "after the re-login, fence: exit {:?} in {}: {verdicts:?}",
+        direct.code,
+        lab::secs(direct.elapsed)
+    );
+    if direct.code != Some(0) {
+        ensure!(
+            direct.stdout.contains("prfence unfence"),
+            "a fence that fails for an unregistered new nexus must say to unfence: {}",
+            direct.stdout
+        );
+        // the documented recovery: unfence registers the new nexus (our key is still there)
+        unfence(&t, Node::A)?;
+    }
+    let rerun = Started::spawn("fence-rerun", &mut fence_cmd(&t, Node::A))?
+        .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+    rerun.expect(0, fence_budget())?;
+    nothing_reported_fenced_that_is_not(&t, &rerun.report(), Node::B)?;
+    let before: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
+        .map(|lun| keys_on(&t, lun))
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(
+        before.iter().all(|keys| !keys.contains(&key(Node::B))),
+        "B's key left after the re-run: {before:x?}"
+    );
+    let again = Started::spawn("fence-again", &mut fence_cmd(&t, Node::A))?
+        .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+    again.expect(0, fence_budget())?;
+    let after: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
+        .map(|lun| keys_on(&t, lun))
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(
+        before == after,
+        "a third fence changed keys: {before:x?} -> {after:x?}"
+    );
+    writes_judged(&t, Node::A, &(0..MID_FENCE_LUNS).collect::<Vec<_>>())?;
+    println!(
+        "path lost mid-fence: re-run after re-login converged in {}, third run {}",
+        lab::secs(rerun.elapsed),
+        lab::secs(again.elapsed)
+    );
+    Ok(())
+}
+
+/// The target's admin removes the last LU (in arbiter order) while A's fence fans out: each LU
+/// gets a verdict, none is called fenced that is not; a re-run fences every LU still there and
+/// reports the removed one failed, twice the same (P4).
+fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
+    let t = Topology::iscsi(MID_FENCE_LUNS)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let removed = *arbiter_first(&t).last().context("no LU")?;
+    let (fence, arbiter_after) = fence_past_the_arbiter(&t, "fence-unlink")?;
+    t.remove_lun(removed)?;
+    let removed_at = fence.start.elapsed();
+    let fence = fence.finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+    ensure!(
+        fence.code.is_some() && fence.elapsed <= fence_budget() + SLACK,
+        "{}",
+        fence.describe()
+    );
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)?;
+    println!(
+        "LU {removed} removed {} into the fence (arbiter done at {}): exit {:?} after {}: \
+         {verdicts:?}",
+        lab::secs(removed_at),
+        lab::secs(arbiter_after),
+        fence.code,
+        lab::secs(fence.elapsed)
+    );
+    ensure!(
+        verdicts.len() == MID_FENCE_LUNS,
+        "a verdict per LU expected, got {verdicts:?}"
+    );
+    let remaining: Vec<usize> = (0..MID_FENCE_LUNS).filter(|&l| l != removed).collect();
+    let mut previous = None;
+    for run in ["fence-rerun-1", "fence-rerun-2"] {
+        let rerun = Started::spawn(run, &mut fence_cmd(&t, Node::A))?
+            .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+        rerun.expect(1, fence_budget())?;
+        let verdicts = nothing_reported_fenced_that_is_not(&t, &rerun.report(), Node::B)?;
+        for &(lun, ref verdict) in &verdicts {
+            ensure!(
+                (lun == removed) != matches!(verdict.as_str(), "victim_removed" | "already_fenced"),
+                "{run}: LU {lun} (removed: LU {removed}) got {verdict}: {verdicts:?}"
+            );
+        }
+        let keys: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
+            .map(|lun| keys_on(&t, lun))
+            .collect::<anyhow::Result<_>>()?;
+        println!("  {run}: {verdicts:?} in {}", lab::secs(rerun.elapsed));
+        if let Some(previous) = &previous {
+            ensure!(
+                previous == &keys,
+                "the re-runs differ on the target: {previous:x?} -> {keys:x?}"
+            );
+        }
+        previous = Some(keys);
+    }
+    writes_judged(&t, Node::A, &remaining)
+}
+
+/// What `status`, the agent (`--once`) and `fence` report as node A after the target restarted.
+fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
+    let timeout = COMMAND_TIMEOUT_S.to_string();
+    let deadline = FENCE_DEADLINE_S.to_string();
+    let a = hex(key(Node::A));
+    let devices = t.node(Node::A).devices();
+    let status = Started::spawn(
+        &format!("status-{label}"),
+        &mut prfence_cmd(
+            &[
+                "status",
+                "--key",
+                &a,
+                "--timeout",
+                &timeout,
+                "--deadline",
+                &deadline,
+            ],
+            devices,
+        ),
+    )?
+    .finish(fence_budget() + SLACK)?;
+    let once = Started::spawn(
+        &format!("once-{label}"),
+        &mut agent_cmd(
+            &format!("once-{label}"),
+            &watch_config(devices, key(Node::A), None, false),
+            true,
+        )?,
+    )?
+    .finish(Duration::from_millis(AGENT_GRACE_MS) + SLACK)?;
+    let fence = Started::spawn(&format!("fence-{label}"), &mut fence_cmd(t, Node::A))?
+        .finish(fence_budget() + SLACK)?;
+    println!(
+        "  after the restart ({label}): status exit {:?} in {}, agent --once exit {:?} ({}) in \
+         {}, fence exit {:?} in {}",
+        status.code,
+        lab::secs(status.elapsed),
+        once.code,
+        once.report()["state"]
+            .as_str()
+            .into_iter()
+            .chain(
+                once.report()["lus"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|lu| lu["verdict"].as_str())
+            )
+            .collect::<Vec<_>>()
+            .join("; "),
+        lab::secs(once.elapsed),
+        fence.code,
+        lab::secs(fence.elapsed)
+    );
+    Ok([status, once, fence])
+}
+
+/// The target restarts. Without APTPL it forgets every registration and the reservation:
+/// `status` says "registered on no LU" (2), the agent check is not healthy (3), `fence` finds
+/// this node fenced and touches nothing (4), and the target now takes anyone's writes. With
+/// APTPL (registrations made with it, LIO's files loaded back) nothing changed: status 0,
+/// agent 0, and the fence works (B's writes refused).
+fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+
+    let start = Instant::now();
+    t.restart_target(false)?;
+    println!(
+        "target restarted without APTPL; sessions back in {}",
+        lab::secs(start.elapsed())
+    );
+    for lun in 0..2 {
+        ensure!(
+            keys_on(&t, lun)?.is_empty() && t.lu(lun).holder()?.is_none(),
+            "LU {lun}: the restarted target still has PR state: {:?}",
+            t.lu(lun).registrations()?
+        );
+    }
+    let [status, once, fence] = after_restart(&t, "forgotten")?;
+    status.expect(2, fence_budget())?;
+    once.expect(3, Duration::from_millis(AGENT_GRACE_MS))?;
+    fence.expect(4, fence_budget())?;
+    for lun in 0..2 {
+        ensure!(
+            keys_on(&t, lun)?.is_empty(),
+            "LU {lun}: a fence from a node that found itself fenced changed the target"
+        );
+        let write = t.write_probe(Node::B, lun, 2);
+        ensure!(
+            write == WriteOutcome::Accepted,
+            "LU {lun}: with no PR state B's write should be accepted, got {write:?}"
+        );
+    }
+
+    // Registrations made with APTPL: LIO writes them to its dbroot and they come back.
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    for node in Node::BOTH {
+        let k = hex(key(node));
+        prfence_expect(
+            &t,
+            node,
+            &["register", "--key", &k, "--old-key", &k, "--aptpl"],
+            0,
+        )?;
+    }
+    let before: Vec<Vec<u64>> = (0..2)
+        .map(|l| keys_on(&t, l))
+        .collect::<anyhow::Result<_>>()?;
+    let start = Instant::now();
+    t.restart_target(true)?;
+    println!(
+        "target restarted with APTPL; sessions back in {}",
+        lab::secs(start.elapsed())
+    );
+    let after: Vec<Vec<u64>> = (0..2)
+        .map(|l| keys_on(&t, l))
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(
+        before == after,
+        "APTPL restart: keys {before:x?} -> {after:x?}"
+    );
+    for lun in 0..2 {
+        ensure!(
+            t.lu(lun)
+                .holder()?
+                .is_some_and(|h| h.initiator == t.node(Node::A).initiator),
+            "LU {lun}: after an APTPL restart the holder is {:?}",
+            t.lu(lun).holder()?
+        );
+    }
+    let [status, once, fence] = after_restart(&t, "kept")?;
+    status.expect(0, fence_budget())?;
+    once.expect(0, Duration::from_millis(AGENT_GRACE_MS))?;
+    fence.expect(0, fence_budget())?;
+    for lun in 0..2 {
+        ensure!(
+            keys_on(&t, lun)? == [key(Node::A)],
+            "LU {lun}: {:x?}",
+            keys_on(&t, lun)?
+        );
+    }
+    writes_judged(&t, Node::A, &[0, 1])
+}
+
+/// Lines the storm of [`unit_attention_storm_during_fence_and_watch`] printed: one per LU reset.
+fn resets_so_far() -> usize {
+    std::fs::read_to_string(format!("{WORK}/storm-c.out")).map_or(0, |t| t.lines().count())
+}
+
+/// A third initiator (no cluster node) resets the LUs in a loop (LU RESET through sg_reset: LIO
+/// gives every nexus UNIT ATTENTION 29h/03h and aborts what is under way) and churns its own
+/// registration, while A fences B and then while A's agent watches. The fence ends within its
+/// deadline and calls nothing fenced that is not (a re-run after the storm converges); the
+/// agent does not self-fence over unit attentions, and A's key stays on every LU.
+fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
+    const WATCHED: Duration = Duration::from_secs(8);
+    let t = Topology::iscsi(4)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let c = t.third_initiator()?;
+    // resets as fast as they go, beside a loop that registers and unregisters C's key
+    let script = "(while :; do for d in \"$@\"; do \
+                  sg_reset -d \"$d\" >/dev/null 2>&1 && echo reset; done; done) & \
+                  while :; do for d in \"$@\"; do \
+                  sg_persist -n --out --register-ignore --param-sark=0xc \"$d\" >/dev/null 2>&1; \
+                  sg_persist -n --out --register --param-rk=0xc --param-sark=0 \"$d\" >/dev/null 2>&1; \
+                  done; done";
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script, "storm"]).args(&c);
+    let storm = Started::spawn("storm-c", &mut cmd)?;
+    let storm_group = storm.pgid();
+    wait_until(
+        Duration::from_secs(30),
+        "the storm's first LU reset",
+        || Ok(resets_so_far() > 0),
+    )?;
+
+    let before = resets_so_far();
+    let fence = Started::spawn("fence-storm", &mut fence_cmd(&t, Node::A))?
+        .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
+    let during_fence = resets_so_far() - before;
+    ensure!(
+        fence.code.is_some() && fence.verdict_after() <= fence_budget() + SLACK,
+        "{}",
+        fence.describe()
+    );
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)?;
+    let notes: Vec<String> = fence.report()["lus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|lu| lu["notes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    println!(
+        "UA storm: fence exit {:?} after {} with {during_fence} LU resets under way: {verdicts:?}; \
+         notes: {notes:?}",
+        fence.code,
+        lab::secs(fence.elapsed)
+    );
+
+    let hook = PathBuf::from(format!("{WORK}/hook-storm"));
+    let _ = std::fs::remove_file(&hook);
+    let mut watch = Started::spawn(
+        "agent-storm",
+        &mut agent_cmd(
+            "agent-storm",
+            &watch_config(t.node(Node::A).devices(), key(Node::A), Some(&hook), false),
+            false,
+        )?,
+    )?;
+    let mut states = std::collections::BTreeSet::new();
+    let healthy_after = wait_until(Duration::from_secs(60), "A's agent healthy", || {
+        Ok(agent_state("agent-storm") == "healthy")
+    })?;
+    let before = resets_so_far();
+    let until = Instant::now() + WATCHED;
+    while Instant::now() < until {
+        states.insert(agent_state("agent-storm"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let during_watch = resets_so_far() - before;
+    killpg(storm_group, Signal::SIGKILL)?;
+    let cap = storm.start.elapsed() + Duration::from_secs(5);
+    storm.finish(cap)?;
+    let exited = watch.child.try_wait()?.is_some();
+    let _ = killpg(watch.pgid(), Signal::SIGTERM);
+    let watch = watch.finish(Duration::from_secs(60))?;
+    println!(
+        "UA storm: A's agent healthy after {}, then watched {} with {during_watch} LU resets: \
+         states {states:?}",
+        lab::secs(healthy_after),
+        lab::secs(WATCHED)
+    );
+    ensure!(
+        !exited && !hook.exists() && !states.contains("fenced"),
+        "A's agent self-fenced over unit attentions: states {states:?}, {}\n{}",
+        watch.describe(),
+        tail(&watch.stderr)
+    );
+    ensure!(
+        during_fence + during_watch > 0,
+        "the storm reset nothing while it was measured"
+    );
+
+    // After the storm: the fence converges; A alone of the cluster's keys is left.
+    let rerun = Started::spawn("fence-after-storm", &mut fence_cmd(&t, Node::A))?
+        .finish(fence_budget() + SLACK)?;
+    rerun.expect(0, fence_budget())?;
+    for lun in 0..t.lus().len() {
+        let keys = keys_on(&t, lun)?;
+        ensure!(
+            keys.contains(&key(Node::A)) && !keys.contains(&key(Node::B)),
+            "LU {lun}: keys {keys:x?} after the storm"
+        );
+    }
+    writes_judged(&t, Node::A, &[0, 1, 2, 3])
+}
+
+/// `setpriv` as nobody with the device nodes' group: with CAP_SYS_RAWIO alone, `prfence` reads
+/// keys, unfences and fences (judged on the target); without it every command fails with exit 1
+/// and a message naming CAP_SYS_RAWIO, and the target is unchanged; without the group, the open
+/// fails and the message says what permission is missing.
+fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    t.settle()?;
+    // The guest has no udev: devtmpfs leaves the nodes root:root 0600. Give A's the group and
+    // mode udev's default rules give a disk (root:disk 0660).
+    let disk_gid = lab::run("getent", ["group", "disk"])?.ok()?.stdout;
+    let disk_gid = disk_gid
+        .trim()
+        .split(':')
+        .nth(2)
+        .context("no group `disk`")?
+        .to_owned();
+    for device in t.node(Node::A).devices() {
+        let device = device.display().to_string();
+        lab::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
+        lab::run("chmod", ["0660", &device])?.ok()?;
+    }
+    let as_nobody =
+        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<lab::Run> {
+            let mut cmd = Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534"]);
+            if group {
+                cmd.arg(format!("--groups={disk_gid}"));
+            } else {
+                cmd.arg("--clear-groups");
+            }
+            if caps {
+                cmd.args(["--inh-caps=-all,+sys_rawio", "--ambient-caps=+sys_rawio"]);
+            } else {
+                cmd.args(["--inh-caps=-all", "--ambient-caps=-all"]);
+            }
+            cmd.arg("--")
+                .arg(PRFENCE)
+                .args(args)
+                .args(t.node(node).devices());
+            let run = lab::run_command(&mut cmd)?;
+            println!(
+                "  nobody{}{}: prfence {} -> exit {} in {} ms",
+                if group { " +disk" } else { "" },
+                if caps { " +CAP_SYS_RAWIO" } else { "" },
+                args.join(" "),
+                run.code(),
+                run.elapsed.as_millis()
+            );
+            Ok(run)
+        };
+    let (a, b) = (hex(key(Node::A)), hex(key(Node::B)));
+
+    // Without the capability: refused, named, and nothing changes on the target.
+    for args in [vec!["keys"], vec!["unfence", "--key", &a]] {
+        let run = as_nobody(false, true, &args, Node::A)?;
+        let said = format!("{}{}", run.stdout, run.stderr);
+        ensure!(
+            run.code() == 1 && said.contains("CAP_SYS_RAWIO"),
+            "`prfence {}` without CAP_SYS_RAWIO: exit {}, output:\n{said}",
+            args.join(" "),
+            run.code(),
+        );
+        println!("    says: {}", said.lines().next().unwrap_or_default());
+    }
+    ensure!(
+        keys_on(&t, 0)?.is_empty() && keys_on(&t, 1)?.is_empty(),
+        "a refused command changed the target"
+    );
+    // Without read permission on the node: the open fails and says so.
+    let run = as_nobody(true, false, &["keys"], Node::A)?;
+    let said = format!("{}{}", run.stdout, run.stderr);
+    ensure!(
+        run.code() == 1 && said.contains("Permission denied") && said.contains("`disk`"),
+        "`prfence keys` without the device's group: exit {}, output:\n{said}",
+        run.code(),
+    );
+    println!("    says: {}", said.lines().next().unwrap_or_default());
+
+    // With CAP_SYS_RAWIO alone: everything works, judged on the target.
+    as_nobody(true, true, &["unfence", "--key", &a], Node::A)?.ok()?;
+    unfence(&t, Node::B)?;
+    let keys = as_nobody(true, true, &["--json", "keys"], Node::A)?.ok()?;
+    let report: Value = serde_json::from_str(keys.stdout.trim())?;
+    for lun in 0..2 {
+        let seen = report_keys(&report[lun]);
+        ensure!(
+            seen.len() == 2 && keys_on(&t, lun)? == [key(Node::A), key(Node::B)],
+            "LU {lun}: keys read {seen:x?}, on the target {:x?}",
+            keys_on(&t, lun)?
+        );
+    }
+    as_nobody(true, true, &["fence", "--key", &a, "--victim", &b], Node::A)?.ok()?;
+    for lun in 0..2 {
+        ensure!(
+            keys_on(&t, lun)? == [key(Node::A)],
+            "LU {lun}: after the unprivileged fence the target has {:x?}",
+            keys_on(&t, lun)?
+        );
+    }
+    writes_judged(&t, Node::A, &[0, 1])
+}
