@@ -9,9 +9,10 @@ use crate::discover::{Discovery, OpenPath, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, RequestError};
 use crate::pr::Key;
-use crate::transport::Policy;
+use crate::transport::{Hinted, Policy};
 
 use super::args::{Fence, FencingDevices};
+use super::hints::hint;
 use super::run::ExitStatus;
 
 /// Which engine command to run.
@@ -42,8 +43,11 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
             unknown.error
         );
     }
-    let lus: Vec<LuTarget<OpenPath<ScsiPr<Device>>>> =
-        targets(&resolution, false, |dev| ScsiPr::open(dev, policy));
+    let lus: Vec<LuTarget<OpenPath<Hinted<ScsiPr<Device>>>>> = targets(&resolution, false, |dev| {
+        ScsiPr::open(dev, policy)
+            .map(|inner| Hinted { inner, hints: hint })
+            .map_err(|e| e.hinted(hint))
+    });
     let limits = Limits {
         deadline,
         tie_break: match &action {

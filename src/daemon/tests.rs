@@ -15,12 +15,12 @@ use super::config::Settings;
 use super::notify::Notifier;
 use super::run::{Agent, Control, Host, Options, Outcome};
 use super::status::{State, Status};
-use super::storage::{AgentTransport, LuSpec, PathSpec, Storage, lock};
+use super::storage::{LuSpec, PathSpec, Storage, lock};
 use crate::discover::DiscoverError;
 use crate::exec::ScsiPr;
 use crate::pr::{Key, PrOut, ReservationType, TransportId};
 use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
-use crate::transport::{Command, CommandError, ErrorKind, Policy};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
 
 const KA: Key = Key::new(0xa1);
 const KB: Key = Key::new(0xb2);
@@ -41,7 +41,7 @@ impl Storage for ModelStorage {
             .ok_or(DiscoverError::NothingToFence)
     }
 
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError> {
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
         let device = lock(&self.devices).get(dev).cloned().ok_or_else(|| {
             CommandError::without_completion(
                 dev,

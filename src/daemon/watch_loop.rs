@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sg_io::AdditionalSense;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -26,7 +25,7 @@ use super::watch::{
     WatchState,
 };
 use crate::pr::{Key, PrOutAction, ReadKeys};
-use crate::transport::{Command, CommandError, ErrorKind};
+use crate::transport::{Command, CommandError, ErrorKind, Event};
 
 /// What one LU's check found.
 struct LuCheck {
@@ -47,9 +46,9 @@ async fn check_lu(
 ) -> LuCheck {
     let read = exec.read_keys_any(&device, &paths).await;
     let (keys, preempted_unit_attention) = match read {
-        Ok((keys, _, attentions)) => (
+        Ok((keys, _, events)) => (
             Ok(keys),
-            attentions.contains(&AdditionalSense::REGISTRATIONS_PREEMPTED),
+            events.iter().any(Event::is_registration_preempted),
         ),
         Err(e) => (Err(e), false),
     };

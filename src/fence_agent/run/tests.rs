@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
 use crate::fence_agent::{Environment, keys::NativeKey, parse};
-use crate::pr::TransportId;
+use crate::pr::{PrOut, TransportId};
 use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
 
 const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
