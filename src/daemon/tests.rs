@@ -554,38 +554,6 @@ async fn a_preempted_holder_fences_at_its_next_renew() {
     );
 }
 
-#[test]
-fn the_probe_tells_registered_from_unregistered_nexuses_without_registering() {
-    let lu = model_lu();
-    let a = connect(&lu, "nodea", "0x1");
-    let orphan = connect(&lu, "nodea", "0x2");
-    let all_ports = connect(&lu, "nodea", "0x3");
-    register(&lu, a, KA);
-    lock(&lu)
-        .pr_out(all_ports, &PrOut::register_ignore(KA).with_all_tg_pt(true))
-        .unwrap();
-    let path = |nexus| {
-        ScsiPr::new(
-            ModelDevice::new(Arc::clone(&lu), nexus, "/dev/sdx"),
-            Policy::default(),
-        )
-    };
-    assert!(super::run::probe_registration(&path(a), KA).unwrap());
-    assert!(!super::run::probe_registration(&path(orphan), KA).unwrap());
-    assert_eq!(
-        lock(&lu).registered_key(orphan),
-        None,
-        "the probe never registers"
-    );
-    // LIO refuses a plain REGISTER on an ALL_TG_PT registration; the probe asks again with it.
-    assert!(super::run::probe_registration(&path(all_ports), KA).unwrap());
-    assert!(
-        !super::run::probe_registration(&path(a), KB).unwrap(),
-        "registered, but with another key"
-    );
-    assert_eq!(lock(&lu).registered_key(a), Some(KA), "nothing changed");
-}
-
 #[tokio::test(start_paused = true)]
 async fn once_reports_an_orphan_and_heals_nothing() {
     let storage = Arc::new(ModelStorage::default());

@@ -17,13 +17,14 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::config::{ModeSettings, Settings};
 use super::metrics::Outcome as CheckOutcome;
-use super::run::{Agent, Control, Outcome, heal_lu, probe_registration, report_heal};
+use super::run::{Agent, Control, Outcome, heal_lu, report_heal};
 use super::status::{PathStatus, State, WatchdogState};
 use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watch::{
     CheckError, LuId, LuKeys, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
     WatchState,
 };
+use crate::ops::probe_registration;
 use crate::pr::{Key, PrOutAction, ReadKeys};
 use crate::transport::{Command, CommandError, ErrorKind, Event};
 

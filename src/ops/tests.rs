@@ -823,6 +823,26 @@ fn fenced_while_fencing_withdraws_from_the_other_lus() {
 // ----- heal: orphans after iSCSI re-login -----
 
 #[test]
+fn heal_probes_an_all_tg_pt_registration_again_with_all_tg_pt() {
+    // LIO refuses the plain re-statement of a key registered with ALL_TG_PT (INVALID FIELD); the
+    // shared probe asks again with ALL_TG_PT instead of failing the LU.
+    let f = Fixture::new(1, &[1, 1], Quirks::lio());
+    assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
+    let nexus = f.nexus[0][0][0];
+    f.with_lu(0, |l| {
+        l.pr_out(nexus, &PrOut::register_ignore(A).with_all_tg_pt(true))
+    })
+    .unwrap();
+    let before = f.snapshot();
+    let report = f.heal(0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(report.lus[0].verdict, Verdict::Intact);
+    assert_eq!(report.lus[0].paths[0].state, PathState::Ok);
+    assert_eq!(f.snapshot(), before, "nothing registered or removed");
+    assert_eq!(f.key_of(0, 0, 0), Some(A));
+}
+
+#[test]
 fn heal_registers_a_new_session_and_purges_the_orphan() {
     let mut f = Fixture::new(2, &[2, 1], Quirks::lio());
     f.unfence(0, A);
