@@ -23,6 +23,8 @@ use crate::pr::{
 ///
 /// A transport implements [`PrTransport::execute`] alone; the typed calls are built on it, so a
 /// wrapper that changes one operation (APTPL on REGISTER, a delay in a test) overrides one method.
+/// The typed calls drop the reply's events: a caller that acts on them (the CLI reports them, the
+/// agent's watch reads 2Ah/05h) calls `execute`.
 /// Calls block; async callers run them on a blocking pool. Implementations retry what is safe
 /// to retry and classify what is not (see [`crate::exec`] for the SCSI policy).
 pub trait PrTransport: Send + Sync {
@@ -34,59 +36,49 @@ pub trait PrTransport: Send + Sync {
 
     /// PERSISTENT RESERVE IN / READ KEYS.
     fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        match self.execute(PrRequest::ReadKeys)?.answer {
+        typed(self, PrRequest::ReadKeys, |answer| match answer {
             PrAnswer::Keys(keys) => Ok(keys),
-            other => Err(CommandError::mismatched(
-                self.device(),
-                PrRequest::ReadKeys,
-                &other,
-            )),
-        }
+            other => Err(other),
+        })
     }
     /// PERSISTENT RESERVE IN / READ RESERVATION.
     fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        match self.execute(PrRequest::ReadReservation)?.answer {
+        typed(self, PrRequest::ReadReservation, |answer| match answer {
             PrAnswer::Reservation(reservation) => Ok(reservation),
-            other => Err(CommandError::mismatched(
-                self.device(),
-                PrRequest::ReadReservation,
-                &other,
-            )),
-        }
+            other => Err(other),
+        })
     }
     /// PERSISTENT RESERVE IN / REPORT CAPABILITIES.
     fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        match self.execute(PrRequest::ReportCapabilities)?.answer {
+        typed(self, PrRequest::ReportCapabilities, |answer| match answer {
             PrAnswer::Capabilities(capabilities) => Ok(capabilities),
-            other => Err(CommandError::mismatched(
-                self.device(),
-                PrRequest::ReportCapabilities,
-                &other,
-            )),
-        }
+            other => Err(other),
+        })
     }
     /// PERSISTENT RESERVE IN / READ FULL STATUS.
     fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        match self.execute(PrRequest::ReadFullStatus)?.answer {
+        typed(self, PrRequest::ReadFullStatus, |answer| match answer {
             PrAnswer::FullStatus(status) => Ok(status),
-            other => Err(CommandError::mismatched(
-                self.device(),
-                PrRequest::ReadFullStatus,
-                &other,
-            )),
-        }
+            other => Err(other),
+        })
     }
     /// PERSISTENT RESERVE OUT with the given service action and parameters.
     fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        match self.execute(PrRequest::Out(request))?.answer {
+        typed(self, PrRequest::Out(request), |answer| match answer {
             PrAnswer::Out(report) => Ok(report),
-            other => Err(CommandError::mismatched(
-                self.device(),
-                PrRequest::Out(request),
-                &other,
-            )),
-        }
+            other => Err(other),
+        })
     }
+}
+
+/// Runs `request` and takes its answer out with `pick`, which hands back any other variant.
+fn typed<T: PrTransport + ?Sized, R>(
+    transport: &T,
+    request: PrRequest<'_>,
+    pick: impl FnOnce(PrAnswer) -> Result<R, PrAnswer>,
+) -> Result<R, CommandError> {
+    pick(transport.execute(request)?.answer)
+        .map_err(|other| CommandError::mismatched(transport.device(), request, &other))
 }
 
 /// A shared path is a path: the agent keeps its opened devices in `Arc`s and hands the same ones
