@@ -182,7 +182,7 @@ pub(super) fn purge_orphans<T: PrTransport>(
         Err(e) => {
             work.notes.push(format!(
                 "READ FULL STATUS unavailable ({}); orphaned registrations not checked",
-                e.kind.hint_short()
+                why_unavailable(e.kind)
             ));
             return Ok(false);
         }
@@ -225,16 +225,11 @@ pub(super) fn purge_orphans<T: PrTransport>(
     Ok(true)
 }
 
-trait ShortHint {
-    fn hint_short(self) -> &'static str;
-}
-
-impl ShortHint for ErrorKind {
-    fn hint_short(self) -> &'static str {
-        match self {
-            ErrorKind::NotSupported | ErrorKind::InvalidField => "the target does not support it",
-            ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open => "the path failed",
-            _ => "the target refused it",
-        }
+/// Why an optional command did not answer, in the few words a report note has room for.
+fn why_unavailable(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NotSupported | ErrorKind::InvalidField => "the target does not support it",
+        ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open => "the path failed",
+        _ => "the target refused it",
     }
 }
