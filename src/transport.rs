@@ -421,3 +421,44 @@ impl Default for Policy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conflict() -> CommandError {
+        CommandError {
+            transport: Some(TransportDetail::Scsi(ScsiDetail::with_status(
+                ScsiStatus::RESERVATION_CONFLICT,
+            ))),
+            ..CommandError::without_completion(
+                Path::new("/dev/sdb"),
+                Command::PrOut(PrOutAction::Reserve),
+                ErrorKind::ReservationConflict,
+                "the target refused",
+            )
+        }
+    }
+
+    #[test]
+    fn an_error_shows_the_transport_detail_and_only_a_front_ends_hint() {
+        let e = conflict();
+        assert_eq!(
+            e.to_string(),
+            "/dev/sdb: PERSISTENT RESERVE OUT (RESERVE) failed: the target refused; status \
+             RESERVATION CONFLICT (0x18)"
+        );
+        assert_eq!(
+            e.status_text().as_deref(),
+            Some("RESERVATION CONFLICT (0x18)")
+        );
+        assert_eq!(e.sense_text(), None);
+        let first: Hints = |_| "first";
+        let second: Hints = |_| "second";
+        let hinted = e.hinted(first).hinted(second);
+        assert!(
+            hinted.to_string().ends_with("(0x18). Hint: first"),
+            "{hinted}"
+        );
+    }
+}

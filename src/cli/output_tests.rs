@@ -462,3 +462,53 @@ fn the_device_path_is_printed_as_given() {
         "/dev/disk/by-id/wwn-0x6001405aaaa: generation 7, no keys registered\n"
     );
 }
+
+#[test]
+fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
+    use std::sync::{Arc, Mutex};
+
+    use crate::exec::ScsiPr;
+    use crate::ops::{Limits, LuTarget};
+    use crate::spc_model::{Injected, Lu, ModelDevice, Quirks};
+    use crate::transport::Policy;
+
+    let mut lu = Lu::new(Quirks::lio());
+    let nexus = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("0x1")), 1);
+    lu.fail_next(nexus, Injected::Timeout, 100);
+    let lu = Arc::new(Mutex::new(lu));
+    let path = ScsiPr::new(ModelDevice::new(lu, nexus, DEV), Policy::default());
+    let targets = vec![LuTarget {
+        id: "naa.6001405aaaa".to_string(),
+        paths: vec![fencing::with_cli_hints(Ok(path)).unwrap()],
+    }];
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(crate::ops::status(
+            targets,
+            Key::new(0xa),
+            Limits::default(),
+        ))
+        .unwrap();
+    let error = report.lus[0].paths[0].error.as_deref().unwrap();
+    assert!(
+        error.ends_with(
+            ". Hint: no answer within the command timeout; the path may be dead: check the \
+             session (iscsiadm -m session, multipath -ll) or raise --timeout"
+        ),
+        "{error}"
+    );
+    let opened = fencing::with_cli_hints::<()>(Err(CommandError::without_completion(
+        Path::new(DEV),
+        Command::Open,
+        ErrorKind::Open,
+        "No such file or directory (os error 2)",
+    )));
+    assert!(
+        opened
+            .unwrap_err()
+            .to_string()
+            .ends_with("needs root (CAP_SYS_RAWIO)")
+    );
+}

@@ -522,3 +522,46 @@ impl LuEntry {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every device is missing.
+    struct Missing;
+
+    impl Storage for Missing {
+        fn discover(&self, _device: &Path) -> Result<LuSpec, DiscoverError> {
+            Err(DiscoverError::NothingToFence)
+        }
+        fn open(&self, dev: &Path, _policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
+            Err(CommandError::without_completion(
+                dev,
+                Command::Open,
+                ErrorKind::Open,
+                "No such file or directory (os error 2)",
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_agent_hints_in_terms_of_its_own_settings() {
+        let metrics = Arc::new(Mutex::new(Metrics::new(Vec::new())));
+        let exec = Executor::new(Arc::new(Missing), Duration::from_secs(1), metrics);
+        let path = PathHandle::new(PathSpec {
+            dev: PathBuf::from("/dev/sdq"),
+            name: "sdq".to_string(),
+            live: true,
+            session: None,
+        });
+        let e = exec
+            .run(&path, Command::PrIn(PrInAction::ReadKeys), |t| {
+                t.read_keys()
+            })
+            .await
+            .unwrap_err();
+        assert!(e.to_string().ends_with(". Hint: the device node could not be opened: it must exist, and the agent needs root (CAP_SYS_RAWIO)"), "{e}");
+        assert!(hint(ErrorKind::Timeout).contains("raise command_timeout"));
+        assert!(exec.open_paths(&[path]).await.is_empty());
+    }
+}
