@@ -3,7 +3,7 @@
 //!
 //! Rules (issue #3, "execution policy"):
 //! - UNIT ATTENTION means the command was not executed: retry it, a bounded number of times, and
-//!   remember what the attention said (2Ah/05h tells a node it was preempted).
+//!   return what the attention said in the reply's events (2Ah/05h tells a node it was preempted).
 //! - NOT READY is transient: PR IN is retried with backoff. A PR OUT answered NOT READY may have
 //!   been applied anyway (LIO does this), so before retrying we re-read the target and stop if
 //!   the request's effect is already visible; a blind retry could conflict with our own change.
@@ -12,7 +12,6 @@
 //!   exists than was allocated, the command is re-issued once with a larger (bounded) allocation.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
@@ -25,7 +24,10 @@ use crate::pr::{
     self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys,
     ReadReservation,
 };
-use crate::transport::{Command, CommandError, ErrorKind, Policy, PrOutReport, PrTransport};
+use crate::transport::{
+    Command, CommandError, ErrorKind, Event, Policy, PrAnswer, PrOutReport, PrRequest, PrTransport,
+    Reply, ScsiDetail, TransportDetail,
+};
 
 /// Something that executes one SCSI command: a real SG_IO device, or a model in unit tests.
 pub trait ScsiDevice: Send + Sync {
@@ -68,8 +70,6 @@ fn initial_allocation(action: PrInAction) -> u16 {
 pub struct ScsiPr<D> {
     device: D,
     policy: Policy,
-    /// Unit attentions consumed by PR IN retries since the last [`ScsiPr::take_unit_attentions`].
-    seen_unit_attentions: Mutex<Vec<AdditionalSense>>,
 }
 
 impl ScsiPr<Device> {
@@ -93,31 +93,11 @@ enum Attempt {
 
 impl<D: ScsiDevice> ScsiPr<D> {
     pub fn new(device: D, policy: Policy) -> Self {
-        ScsiPr {
-            device,
-            policy,
-            seen_unit_attentions: Mutex::new(Vec::new()),
-        }
+        ScsiPr { device, policy }
     }
 
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// Unit attentions consumed by any command since the last call, in order (e.g. 2Ah/05h:
-    /// this nexus's registration was preempted).
-    pub fn take_unit_attentions(&self) -> Vec<AdditionalSense> {
-        match self.seen_unit_attentions.lock() {
-            Ok(mut seen) => std::mem::take(&mut *seen),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        }
-    }
-
-    fn note_unit_attention(&self, ua: AdditionalSense) {
-        match self.seen_unit_attentions.lock() {
-            Ok(mut seen) => seen.push(ua),
-            Err(poisoned) => poisoned.into_inner().push(ua),
-        }
     }
 
     /// Runs one command once and classifies the completion.
@@ -160,16 +140,17 @@ impl<D: ScsiDevice> ScsiPr<D> {
         )
     }
 
-    /// Runs a command, consuming unit attentions and retrying NOT READY; `on_not_ready` decides
-    /// whether a NOT READY answer should be retried (`Ok(false)`) or counts as done (`Ok(true)`).
+    /// Runs a command, consuming unit attentions (into `events`) and retrying NOT READY;
+    /// `on_not_ready` decides whether a NOT READY answer should be retried (`Ok(false)`) or
+    /// counts as done (`Ok(true)`, returned as `Ok(None)`: no data, confirmed by re-reading).
     fn run(
         &self,
         command: Command,
         cdb: &[u8],
         mut buffer: Option<&mut [u8]>,
         parameters: Option<&[u8]>,
-        mut on_not_ready: impl FnMut() -> Result<bool, CommandError>,
-        report: &mut PrOutReport,
+        mut on_not_ready: impl FnMut(&mut Vec<Event>) -> Result<bool, CommandError>,
+        events: &mut Vec<Event>,
     ) -> Result<Option<usize>, CommandError> {
         let mut unit_attentions = 0;
         let mut not_ready = 0;
@@ -185,7 +166,7 @@ impl<D: ScsiDevice> ScsiPr<D> {
                 Attempt::Failed(e) => return Err(e),
                 Attempt::UnitAttention(ua) => {
                     tracing::debug!(device = %self.device.path().display(), %command, unit_attention = %ua, "unit attention consumed; retrying");
-                    self.note_unit_attention(ua);
+                    events.push(Event::UnitAttention(ua));
                     unit_attentions += 1;
                     if unit_attentions > self.policy.unit_attention_retries {
                         return Err(CommandError::without_completion(
@@ -197,8 +178,7 @@ impl<D: ScsiDevice> ScsiPr<D> {
                     }
                 }
                 Attempt::NotReady => {
-                    if on_not_ready()? {
-                        report.confirmed_by_reread = true;
+                    if on_not_ready(events)? {
                         return Ok(None);
                     }
                     not_ready += 1;
@@ -226,6 +206,7 @@ impl<D: ScsiDevice> ScsiPr<D> {
         &self,
         action: PrInAction,
         decode: impl Fn(&[u8]) -> Result<T, DecodeError>,
+        events: &mut Vec<Event>,
     ) -> Result<T, CommandError> {
         let command = Command::PrIn(action);
         let mut allocation = initial_allocation(action);
@@ -240,8 +221,8 @@ impl<D: ScsiDevice> ScsiPr<D> {
                     &cdb,
                     Some(&mut buffer),
                     None,
-                    || Ok(false),
-                    &mut PrOutReport::default(),
+                    |_| Ok(false),
+                    events,
                 )?
                 .unwrap_or(0);
             let data = buffer.get(..received).unwrap_or(&buffer);
@@ -277,28 +258,12 @@ impl<D: ScsiDevice> ScsiPr<D> {
 /// How many times one PR IN may be issued while its response keeps outgrowing the allocation.
 const MAX_PR_IN_ROUNDS: usize = 4;
 
-impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
-    fn device(&self) -> &Path {
-        self.device.path()
-    }
-
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        self.pr_in(PrInAction::ReadKeys, ReadKeys::decode)
-    }
-
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        self.pr_in(PrInAction::ReadReservation, ReadReservation::decode)
-    }
-
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.pr_in(PrInAction::ReportCapabilities, Capabilities::decode)
-    }
-
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        self.pr_in(PrInAction::ReadFullStatus, FullStatus::decode)
-    }
-
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+impl<D: ScsiDevice> ScsiPr<D> {
+    fn pr_out_with(
+        &self,
+        request: &PrOut,
+        events: &mut Vec<Event>,
+    ) -> Result<PrOutReport, CommandError> {
         let command = Command::PrOut(request.action);
         let encoded = request.encode().map_err(|e| {
             CommandError::without_completion(
@@ -308,21 +273,56 @@ impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
                 e.to_string(),
             )
         })?;
-        let mut report = PrOutReport::default();
-        let reread = || -> Result<bool, CommandError> {
-            let keys = self.read_keys()?;
-            let reservation = self.read_reservation()?;
+        let reread = |events: &mut Vec<Event>| -> Result<bool, CommandError> {
+            let keys = self.pr_in(PrInAction::ReadKeys, ReadKeys::decode, events)?;
+            let reservation =
+                self.pr_in(PrInAction::ReadReservation, ReadReservation::decode, events)?;
             Ok(effect_visible(request, &keys, &reservation))
         };
-        self.run(
+        let completed = self.run(
             command,
             &encoded.cdb,
             None,
             Some(&encoded.parameters),
             reread,
-            &mut report,
+            events,
         )?;
-        Ok(report)
+        Ok(PrOutReport {
+            confirmed_by_reread: completed.is_none(),
+        })
+    }
+}
+
+impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
+    fn device(&self) -> &Path {
+        self.device.path()
+    }
+
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        let mut events = Vec::new();
+        let e = &mut events;
+        let answer = match request {
+            PrRequest::ReadKeys => {
+                PrAnswer::Keys(self.pr_in(PrInAction::ReadKeys, ReadKeys::decode, e)?)
+            }
+            PrRequest::ReadReservation => PrAnswer::Reservation(self.pr_in(
+                PrInAction::ReadReservation,
+                ReadReservation::decode,
+                e,
+            )?),
+            PrRequest::ReportCapabilities => PrAnswer::Capabilities(self.pr_in(
+                PrInAction::ReportCapabilities,
+                Capabilities::decode,
+                e,
+            )?),
+            PrRequest::ReadFullStatus => PrAnswer::FullStatus(self.pr_in(
+                PrInAction::ReadFullStatus,
+                FullStatus::decode,
+                e,
+            )?),
+            PrRequest::Out(out) => PrAnswer::Out(self.pr_out_with(out, e)?),
+        };
+        Ok(Reply { answer, events })
     }
 }
 
@@ -372,16 +372,19 @@ fn classify(
     timeout: Duration,
 ) -> Attempt {
     let sense = completion.sense();
-    let failed = |kind: ErrorKind, detail: String| {
+    let failed = |kind: ErrorKind, message: String| {
         Attempt::Failed(CommandError {
             device: PathBuf::from(device),
             command,
             kind,
-            status: Some(completion.status),
-            host_status: Some(completion.host_status),
-            driver_status: Some(completion.driver_status),
-            sense,
-            detail,
+            message,
+            transport: Some(TransportDetail::Scsi(ScsiDetail {
+                status: completion.status,
+                host_status: completion.host_status,
+                driver_status: completion.driver_status,
+                sense,
+            })),
+            hint: None,
         })
     };
     if completion.host_status == HostStatus::TIME_OUT
@@ -505,28 +508,71 @@ mod tests {
         s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
         let e = s.b.pr_out(&PrOut::reserve(B, WERO)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::ReservationConflict);
-        assert_eq!(e.status, Some(ScsiStatus::RESERVATION_CONFLICT));
+        assert_eq!(
+            e.transport,
+            Some(TransportDetail::Scsi(ScsiDetail::with_status(
+                ScsiStatus::RESERVATION_CONFLICT
+            )))
+        );
         assert_eq!(e.device, Path::new("/dev/sdb"));
         let text = e.to_string();
         assert!(
-            text.contains("/dev/sdb") && text.contains("RESERVE") && text.contains("Hint"),
-            "{text}"
+            text.contains("/dev/sdb")
+                && text.contains("RESERVE")
+                && text.contains("RESERVATION CONFLICT")
+                && !text.contains("Hint"),
+            "the transport gives no hint: {text}"
         );
     }
 
     #[test]
-    fn unit_attentions_are_consumed_and_remembered() {
+    fn unit_attentions_are_consumed_and_returned_in_the_reply() {
         let s = setup(Quirks::lio());
         s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
         s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
         s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO)).unwrap();
-        // A's next command meets 2Ah/05h first; the retry succeeds and the attention is kept.
-        assert_eq!(s.a.read_keys().unwrap().keys, vec![B]);
+        // A's next command meets 2Ah/05h first; the retry succeeds and the attention comes back.
+        let reply = s.a.execute(PrRequest::ReadKeys).unwrap();
+        assert!(matches!(&reply.answer, PrAnswer::Keys(k) if k.keys == vec![B]));
         assert_eq!(
-            s.a.take_unit_attentions(),
-            vec![AdditionalSense::REGISTRATIONS_PREEMPTED]
+            reply.events,
+            vec![Event::UnitAttention(
+                AdditionalSense::REGISTRATIONS_PREEMPTED
+            )]
         );
-        assert!(s.a.take_unit_attentions().is_empty());
+        assert!(reply.events[0].is_registration_preempted());
+        assert!(s.a.execute(PrRequest::ReadKeys).unwrap().events.is_empty());
+    }
+
+    #[test]
+    fn unit_attentions_met_by_the_reread_after_not_ready_are_in_the_pr_out_reply() {
+        let s = setup(Quirks::lio());
+        let nexus = s.a.device.nexus();
+        s.lu.lock().unwrap().inject(
+            nexus,
+            Injection {
+                fault: Injected::Failure(ScsiFailure::lio_communication_failure()),
+                timing: Timing::AfterExecuting,
+                filter: CommandFilter::AnyPrOut,
+                count: 1,
+            },
+        );
+        let ua = Injected::Failure(UnitAttention::POWER_ON.to_failure());
+        s.lu.lock().unwrap().inject(
+            nexus,
+            Injection {
+                fault: ua,
+                timing: Timing::InsteadOfExecuting,
+                filter: CommandFilter::AnyPrIn,
+                count: 1,
+            },
+        );
+        let reply =
+            s.a.execute(PrRequest::Out(&PrOut::register(Key::ZERO, A)))
+                .unwrap();
+        assert!(matches!(reply.answer, PrAnswer::Out(r) if r.confirmed_by_reread));
+        assert_eq!(reply.events.len(), 1, "{:?}", reply.events);
+        assert!(!reply.events[0].is_registration_preempted());
     }
 
     #[test]
@@ -605,7 +651,7 @@ mod tests {
             s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO))
                 .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidField);
-        assert!(e.sense.is_some());
+        assert!(e.sense_text().is_some());
     }
 
     /// A device whose every SG_IO the kernel refuses with `errno`.

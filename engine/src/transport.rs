@@ -2,15 +2,18 @@
 //! persistent-reservation operations rather than raw command bytes.
 //!
 //! The operations are SCSI's (READ KEYS, PREEMPT AND ABORT…) because that is what the engine
-//! reasons in, but nothing here names a CDB or a sense buffer beyond the error report, so an NVMe
-//! reservation transport (or the kernel's IOC_PR_* ioctls) can implement the same trait later.
+//! reasons in, but nothing here depends on how they travel: what the wire said is kept in an
+//! opaque [`TransportDetail`] and what the target announced on the way in [`Event`]s, so an NVMe
+//! reservation transport (or the kernel's IOC_PR_* ioctls) can implement the same trait by
+//! adding a variant to each.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use sg_io::{DriverStatus, HostStatus, ScsiStatus, Sense};
+use sg_io::{AdditionalSense, DriverStatus, HostStatus, ScsiStatus, Sense};
 
 use crate::pr::{
     Capabilities, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys, ReadReservation,
@@ -18,25 +21,154 @@ use crate::pr::{
 
 /// One path (I_T nexus) to a logical unit that can carry persistent-reservation commands.
 ///
+/// A transport implements [`PrTransport::execute`] alone; the typed calls are built on it, so a
+/// wrapper that changes one operation (APTPL on REGISTER, a delay in a test) overrides one method.
+/// The typed calls drop the reply's events: a caller that acts on them (the CLI reports them, the
+/// agent's watch reads 2Ah/05h) calls `execute`.
 /// Calls block; async callers run them on a blocking pool. Implementations retry what is safe
 /// to retry and classify what is not (see [`crate::exec`] for the SCSI policy).
 pub trait PrTransport: Send + Sync {
     /// The path as the user named it, for messages.
     fn device(&self) -> &Path;
+
+    /// Runs one operation. The answer is the request's own variant (READ KEYS → `Keys`…).
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError>;
+
     /// PERSISTENT RESERVE IN / READ KEYS.
-    fn read_keys(&self) -> Result<ReadKeys, CommandError>;
+    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+        typed(self, PrRequest::ReadKeys, |answer| match answer {
+            PrAnswer::Keys(keys) => Ok(keys),
+            other => Err(other),
+        })
+    }
     /// PERSISTENT RESERVE IN / READ RESERVATION.
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError>;
+    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
+        typed(self, PrRequest::ReadReservation, |answer| match answer {
+            PrAnswer::Reservation(reservation) => Ok(reservation),
+            other => Err(other),
+        })
+    }
     /// PERSISTENT RESERVE IN / REPORT CAPABILITIES.
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError>;
+    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
+        typed(self, PrRequest::ReportCapabilities, |answer| match answer {
+            PrAnswer::Capabilities(capabilities) => Ok(capabilities),
+            other => Err(other),
+        })
+    }
     /// PERSISTENT RESERVE IN / READ FULL STATUS.
-    fn read_full_status(&self) -> Result<FullStatus, CommandError>;
+    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
+        typed(self, PrRequest::ReadFullStatus, |answer| match answer {
+            PrAnswer::FullStatus(status) => Ok(status),
+            other => Err(other),
+        })
+    }
     /// PERSISTENT RESERVE OUT with the given service action and parameters.
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError>;
+    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
+        typed(self, PrRequest::Out(request), |answer| match answer {
+            PrAnswer::Out(report) => Ok(report),
+            other => Err(other),
+        })
+    }
 }
 
-/// What a successful PERSISTENT RESERVE OUT went through before it succeeded. (Unit attentions
-/// consumed on the way are kept by the transport: [`crate::exec::ScsiPr::take_unit_attentions`].)
+/// Runs `request` and takes its answer out with `pick`, which hands back any other variant.
+fn typed<T: PrTransport + ?Sized, R>(
+    transport: &T,
+    request: PrRequest<'_>,
+    pick: impl FnOnce(PrAnswer) -> Result<R, PrAnswer>,
+) -> Result<R, CommandError> {
+    pick(transport.execute(request)?.answer)
+        .map_err(|other| CommandError::mismatched(transport.device(), request, &other))
+}
+
+/// A shared path is a path: the agent keeps its opened devices in `Arc`s and hands the same ones
+/// to the engine.
+impl<T: PrTransport + ?Sized> PrTransport for Arc<T> {
+    fn device(&self) -> &Path {
+        (**self).device()
+    }
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        (**self).execute(request)
+    }
+}
+
+/// One persistent-reservation operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrRequest<'a> {
+    ReadKeys,
+    ReadReservation,
+    ReportCapabilities,
+    ReadFullStatus,
+    Out(&'a PrOut),
+}
+
+impl PrRequest<'_> {
+    /// The command it is sent as, for messages.
+    pub fn command(&self) -> Command {
+        match self {
+            PrRequest::ReadKeys => Command::PrIn(PrInAction::ReadKeys),
+            PrRequest::ReadReservation => Command::PrIn(PrInAction::ReadReservation),
+            PrRequest::ReportCapabilities => Command::PrIn(PrInAction::ReportCapabilities),
+            PrRequest::ReadFullStatus => Command::PrIn(PrInAction::ReadFullStatus),
+            PrRequest::Out(out) => Command::PrOut(out.action),
+        }
+    }
+}
+
+/// What an operation returned, one variant per [`PrRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrAnswer {
+    Keys(ReadKeys),
+    Reservation(ReadReservation),
+    Capabilities(Capabilities),
+    FullStatus(FullStatus),
+    Out(PrOutReport),
+}
+
+/// A successful operation: its answer and the events the transport consumed to get it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub answer: PrAnswer,
+    /// In the order they came (retries consumed them; the command itself succeeded).
+    pub events: Vec<Event>,
+}
+
+impl Reply {
+    /// An answer that came without events.
+    pub fn quiet(answer: PrAnswer) -> Self {
+        Reply {
+            answer,
+            events: Vec::new(),
+        }
+    }
+}
+
+/// Something the target announced to this path between commands: in SCSI a unit attention
+/// (2Ah/05h: this nexus's registration was preempted), in NVMe a reservation notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    UnitAttention(AdditionalSense),
+}
+
+impl Event {
+    /// The target says a registration of this path was removed by another node's PREEMPT.
+    pub fn is_registration_preempted(&self) -> bool {
+        match self {
+            Event::UnitAttention(ua) => *ua == AdditionalSense::REGISTRATIONS_PREEMPTED,
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::UnitAttention(ua) => ua.fmt(f),
+        }
+    }
+}
+
+/// What a successful PERSISTENT RESERVE OUT went through before it succeeded.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PrOutReport {
     /// The target answered NOT READY but a re-read showed the command had taken effect (LIO
@@ -63,78 +195,99 @@ impl fmt::Display for Command {
     }
 }
 
-/// How a command failed. Each kind calls for a different reaction, so callers match on it.
+/// How a command failed, whatever the transport. Each kind calls for a different reaction, so
+/// callers match on it; what to tell the operator is each front end's ([`CommandError::hint`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
-    /// Status RESERVATION CONFLICT: another nexus holds the LU, or our key is not (any longer)
-    /// registered on this path.
+    /// The target refused with a reservation conflict: another initiator holds the LU, or our key
+    /// is not (any longer) registered on this path.
     ReservationConflict,
-    /// ILLEGAL REQUEST, invalid command operation code: the LU has no persistent reservations.
+    /// The LU has no persistent reservations (SCSI: invalid command operation code).
     NotSupported,
-    /// ILLEGAL REQUEST, invalid field in the CDB or parameter list: this service action, type or
-    /// flag is not supported, or the request contradicts the LU's state (e.g. release type).
+    /// The target refused a field of the request: this service action, type or flag is not
+    /// supported, or the request contradicts the LU's state (e.g. release type).
     InvalidField,
-    /// Unit attentions kept coming after the retry budget.
+    /// The target kept announcing events (SCSI unit attentions) past the retry budget.
     UnitAttention,
-    /// NOT READY after the retry budget.
+    /// The target stayed not ready past the retry budget.
     NotReady,
     /// No completion within the command timeout.
     Timeout,
-    /// The path failed below SCSI: the ioctl, the host adapter or the transport.
+    /// The path failed below the reservation protocol: the ioctl, the host adapter, the link.
     Transport,
     /// The device could not be opened, or the kernel refused this caller the command (EPERM or
     /// EACCES from SG_IO: no CAP_SYS_RAWIO).
     Open,
     /// The target answered with data that does not parse.
     Malformed,
-    /// Any other CHECK CONDITION or status.
+    /// Any other failure; the transport detail says what.
     Failed,
 }
 
-impl ErrorKind {
-    /// A one-line suggestion for the operator.
-    pub fn hint(self) -> &'static str {
+/// What the wire said about a failed command, for people and JSON. Opaque to the engine, which
+/// decides on [`ErrorKind`] alone. An enum rather than a boxed trait: the transports are this
+/// crate's own, the detail stays `Clone`/`Eq` for tests, and an NVMe variant added here makes the
+/// compiler list every place that renders one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportDetail {
+    Scsi(ScsiDetail),
+}
+
+/// A SCSI completion as it came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScsiDetail {
+    pub status: ScsiStatus,
+    pub host_status: HostStatus,
+    pub driver_status: DriverStatus,
+    pub sense: Option<Sense>,
+}
+
+impl ScsiDetail {
+    /// A completion with `status` and nothing wrong below SCSI.
+    pub fn with_status(status: ScsiStatus) -> Self {
+        ScsiDetail {
+            status,
+            host_status: HostStatus::DID_OK,
+            driver_status: DriverStatus::OK,
+            sense: None,
+        }
+    }
+}
+
+impl TransportDetail {
+    /// The command's status in words (SCSI: `RESERVATION CONFLICT (0x18)`).
+    pub fn status_text(&self) -> String {
         match self {
-            ErrorKind::ReservationConflict => {
-                "another initiator holds the reservation, or this path's key is not registered \
-                 (was this node fenced?); check with `prfence keys` and `prfence reservation`"
+            TransportDetail::Scsi(scsi) => scsi.status.to_string(),
+        }
+    }
+
+    /// The target's explanation in words, if it gave one (SCSI: the sense data).
+    pub fn sense_text(&self) -> Option<String> {
+        match self {
+            TransportDetail::Scsi(scsi) => scsi.sense.as_ref().map(ToString::to_string),
+        }
+    }
+}
+
+impl fmt::Display for TransportDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportDetail::Scsi(scsi) => {
+                write!(f, "status {}", scsi.status)?;
+                if scsi.host_status != HostStatus::DID_OK {
+                    write!(f, "; host status {}", scsi.host_status)?;
+                }
+                if scsi.driver_status != DriverStatus::OK {
+                    write!(f, "; driver status {}", scsi.driver_status)?;
+                }
+                if let Some(sense) = &scsi.sense {
+                    write!(f, "; sense {sense}")?;
+                }
+                Ok(())
             }
-            ErrorKind::NotSupported => {
-                "the LU does not implement persistent reservations (LIO: attrib/emulate_pr=0; \
-                 hypervisor disks need PR pass-through); fence with a PR-capable LU"
-            }
-            ErrorKind::InvalidField => {
-                "the target rejected a field: the service action, reservation type or flag is \
-                 unsupported, or does not match the LU's state; see `prfence capabilities` and \
-                 `prfence reservation`"
-            }
-            ErrorKind::UnitAttention => {
-                "the LU kept reporting unit attentions (resets or state changes); retry, and \
-                 check the target's logs if it persists"
-            }
-            ErrorKind::NotReady => {
-                "the LU is not ready; LIO also answers NOT READY for PR OUT from an unregistered \
-                 path and when its <dbroot>/pr directory is missing"
-            }
-            ErrorKind::Timeout => {
-                "no answer within the command timeout; the path may be dead: check the session \
-                 (iscsiadm -m session, multipath -ll) or raise --timeout"
-            }
-            ErrorKind::Transport => {
-                "the path failed below SCSI (no device, link down, host adapter error); check the \
-                 session and the device node"
-            }
-            ErrorKind::Open => {
-                "the device could not be opened or used: the node must exist and be readable by \
-                 this user (group `disk`), and SG_IO for persistent reservations needs \
-                 CAP_SYS_RAWIO (root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)"
-            }
-            ErrorKind::Malformed => {
-                "the target returned persistent-reservation data that does not parse; capture it \
-                 with `sg_persist -H` and report it"
-            }
-            ErrorKind::Failed => "the command failed; the sense data says why",
         }
     }
 }
@@ -145,61 +298,100 @@ pub struct CommandError {
     pub device: PathBuf,
     pub command: Command,
     pub kind: ErrorKind,
-    pub status: Option<ScsiStatus>,
-    pub host_status: Option<HostStatus>,
-    pub driver_status: Option<DriverStatus>,
-    pub sense: Option<Sense>,
     /// What went wrong in words, beyond the kind (errno, decoder message, timeout value…).
-    pub detail: String,
+    pub message: String,
+    /// The completion behind the failure; None when there was none (open, ioctl, decode).
+    pub transport: Option<TransportDetail>,
+    /// A suggestion for the operator, set by the front end that shows the error
+    /// ([`CommandError::hinted`]); the engine and the transports never set one.
+    pub hint: Option<&'static str>,
 }
 
+/// A front end's advice per error kind, in terms of its own flags or settings.
+pub type Hints = fn(ErrorKind) -> &'static str;
+
 impl CommandError {
-    /// A failure with no SCSI completion behind it (open, ioctl, decode, fault injection).
+    /// A failure with no completion behind it (open, ioctl, decode, fault injection).
     pub fn without_completion(
         device: &Path,
         command: Command,
         kind: ErrorKind,
-        detail: impl Into<String>,
+        message: impl Into<String>,
     ) -> Self {
         CommandError {
             device: device.to_path_buf(),
             command,
             kind,
-            status: None,
-            host_status: None,
-            driver_status: None,
-            sense: None,
-            detail: detail.into(),
+            message: message.into(),
+            transport: None,
+            hint: None,
         }
     }
 
-    /// The sense data in words, if there was any.
+    /// A transport that answered another operation than the one asked (a programming error),
+    /// reported like an unparsable answer rather than trusted.
+    pub fn mismatched(device: &Path, request: PrRequest<'_>, answer: &PrAnswer) -> Self {
+        CommandError::without_completion(
+            device,
+            request.command(),
+            ErrorKind::Malformed,
+            format!("the transport answered {answer:?} to this request"),
+        )
+    }
+
+    /// The error with the front end's hint for its kind (a hint already given is kept).
+    pub fn hinted(mut self, hints: Hints) -> Self {
+        self.hint.get_or_insert_with(|| hints(self.kind));
+        self
+    }
+
+    /// The command's status in words, if a completion came back.
+    pub fn status_text(&self) -> Option<String> {
+        self.transport.as_ref().map(TransportDetail::status_text)
+    }
+
+    /// The target's explanation (sense data) in words, if there was any.
     pub fn sense_text(&self) -> Option<String> {
-        self.sense.as_ref().map(ToString::to_string)
+        self.transport
+            .as_ref()
+            .and_then(TransportDetail::sense_text)
     }
 }
 
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {} failed: ", self.device.display(), self.command)?;
-        f.write_str(&self.detail)?;
-        if let Some(status) = self.status {
-            write!(f, "; status {status}")?;
+        f.write_str(&self.message)?;
+        if let Some(transport) = &self.transport {
+            write!(f, "; {transport}")?;
         }
-        if let Some(host) = self.host_status.filter(|h| *h != HostStatus::DID_OK) {
-            write!(f, "; host status {host}")?;
+        if let Some(hint) = self.hint {
+            write!(f, ". Hint: {hint}")?;
         }
-        if let Some(driver) = self.driver_status.filter(|d| *d != DriverStatus::OK) {
-            write!(f, "; driver status {driver}")?;
-        }
-        if let Some(sense) = &self.sense {
-            write!(f, "; sense {sense}")?;
-        }
-        write!(f, ". Hint: {}", self.kind.hint())
+        Ok(())
     }
 }
 
 impl std::error::Error for CommandError {}
+
+/// A path whose errors carry a front end's [`Hints`]: each front end wraps the paths it opens, so
+/// whatever the engine reports from them speaks of that front end's flags or settings.
+#[derive(Debug)]
+pub struct Hinted<T> {
+    pub inner: T,
+    pub hints: Hints,
+}
+
+impl<T: PrTransport> PrTransport for Hinted<T> {
+    fn device(&self) -> &Path {
+        self.inner.device()
+    }
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        self.inner
+            .execute(request)
+            .map_err(|e| e.hinted(self.hints))
+    }
+}
 
 /// Per-command limits every transport honours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,5 +420,46 @@ impl Default for Policy {
             not_ready_retries: 5,
             not_ready_backoff: Duration::from_millis(50),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conflict() -> CommandError {
+        CommandError {
+            transport: Some(TransportDetail::Scsi(ScsiDetail::with_status(
+                ScsiStatus::RESERVATION_CONFLICT,
+            ))),
+            ..CommandError::without_completion(
+                Path::new("/dev/sdb"),
+                Command::PrOut(PrOutAction::Reserve),
+                ErrorKind::ReservationConflict,
+                "the target refused",
+            )
+        }
+    }
+
+    #[test]
+    fn an_error_shows_the_transport_detail_and_only_a_front_ends_hint() {
+        let e = conflict();
+        assert_eq!(
+            e.to_string(),
+            "/dev/sdb: PERSISTENT RESERVE OUT (RESERVE) failed: the target refused; status \
+             RESERVATION CONFLICT (0x18)"
+        );
+        assert_eq!(
+            e.status_text().as_deref(),
+            Some("RESERVATION CONFLICT (0x18)")
+        );
+        assert_eq!(e.sense_text(), None);
+        let first: Hints = |_| "first";
+        let second: Hints = |_| "second";
+        let hinted = e.hinted(first).hinted(second);
+        assert!(
+            hinted.to_string().ends_with("(0x18). Hint: first"),
+            "{hinted}"
+        );
     }
 }

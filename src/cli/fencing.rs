@@ -9,9 +9,10 @@ use crate::discover::{Discovery, OpenPath, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, RequestError};
 use crate::pr::Key;
-use crate::transport::Policy;
+use crate::transport::{CommandError, Hinted, Policy};
 
 use super::args::{Fence, FencingDevices};
+use super::hints::hint;
 use super::run::ExitStatus;
 
 /// Which engine command to run.
@@ -19,6 +20,16 @@ pub enum Action<'a> {
     Unfence(&'a FencingDevices),
     Fence(&'a Fence),
     Status(&'a FencingDevices),
+}
+
+/// An opened path (or its open error) whose errors carry the CLI's hints, so the engine's report
+/// says what to do in terms of `prfence`'s flags.
+pub(super) fn with_cli_hints<T>(
+    opened: Result<T, CommandError>,
+) -> Result<Hinted<T>, CommandError> {
+    opened
+        .map(|inner| Hinted { inner, hints: hint })
+        .map_err(|e| e.hinted(hint))
 }
 
 /// Runs a fencing command and prints its report; returns the exit status.
@@ -42,8 +53,9 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
             unknown.error
         );
     }
-    let lus: Vec<LuTarget<OpenPath<ScsiPr<Device>>>> =
-        targets(&resolution, false, |dev| ScsiPr::open(dev, policy));
+    let lus: Vec<LuTarget<OpenPath<Hinted<ScsiPr<Device>>>>> = targets(&resolution, false, |dev| {
+        with_cli_hints(ScsiPr::open(dev, policy))
+    });
     let limits = Limits {
         deadline,
         tie_break: match &action {

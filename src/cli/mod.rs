@@ -5,6 +5,7 @@
 
 mod args;
 mod fencing;
+mod hints;
 mod render;
 mod run;
 

@@ -13,7 +13,9 @@ use crate::pr::{
     Capabilities, FullStatus, Key, PrInAction, PrOutAction, ReadKeys, ReadReservation,
     Registration, Reservation, ReservationType, Scope, TransportId,
 };
-use crate::transport::{Command, CommandError, ErrorKind, PrOutReport};
+use crate::transport::{
+    Command, CommandError, ErrorKind, PrOutReport, ScsiDetail, TransportDetail,
+};
 
 use super::fencing;
 use super::render::{Outcome, Reported, to_json, to_text};
@@ -318,7 +320,9 @@ fn errors_are_pinned() {
         ErrorKind::ReservationConflict,
         "the target refused",
     );
-    conflict.status = Some(ScsiStatus::RESERVATION_CONFLICT);
+    conflict.transport = Some(TransportDetail::Scsi(ScsiDetail::with_status(
+        ScsiStatus::RESERVATION_CONFLICT,
+    )));
     assert_eq!(
         to_json(Path::new(DEV), &Err(conflict)).to_string(),
         r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"reservation_conflict","message":"/dev/sdb: PERSISTENT RESERVE OUT (RESERVE) failed: the target refused; status RESERVATION CONFLICT (0x18). Hint: another initiator holds the reservation, or this path's key is not registered (was this node fenced?); check with `prfence keys` and `prfence reservation`","sense":null,"command":"PERSISTENT RESERVE OUT (RESERVE)","status":"RESERVATION CONFLICT (0x18)"}}"#
@@ -329,10 +333,12 @@ fn errors_are_pinned() {
         ErrorKind::InvalidField,
         "ILLEGAL REQUEST",
     );
-    sensed.status = Some(ScsiStatus::CHECK_CONDITION);
-    sensed.sense = Sense::parse(&[
-        0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0,
-    ]);
+    sensed.transport = Some(TransportDetail::Scsi(ScsiDetail {
+        sense: Sense::parse(&[
+            0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0, 0, 0, 0, 0,
+        ]),
+        ..ScsiDetail::with_status(ScsiStatus::CHECK_CONDITION)
+    }));
     assert_eq!(
         to_json(Path::new(DEV), &Err(sensed)).to_string(),
         r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"invalid_field","message":"/dev/sdb: PERSISTENT RESERVE IN (READ KEYS) failed: ILLEGAL REQUEST; status CHECK CONDITION (0x02); sense ILLEGAL REQUEST, 24h/00h invalid field in CDB. Hint: the target rejected a field: the service action, reservation type or flag is unsupported, or does not match the LU's state; see `prfence capabilities` and `prfence reservation`","sense":"ILLEGAL REQUEST, 24h/00h invalid field in CDB","command":"PERSISTENT RESERVE IN (READ KEYS)","status":"CHECK CONDITION (0x02)"}}"#
@@ -454,5 +460,55 @@ fn the_device_path_is_printed_as_given() {
     assert_eq!(
         to_text(&device, &r),
         "/dev/disk/by-id/wwn-0x6001405aaaa: generation 7, no keys registered\n"
+    );
+}
+
+#[test]
+fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
+    use std::sync::{Arc, Mutex};
+
+    use crate::exec::ScsiPr;
+    use crate::ops::{Limits, LuTarget};
+    use crate::spc_model::{Injected, Lu, ModelDevice, Quirks};
+    use crate::transport::Policy;
+
+    let mut lu = Lu::new(Quirks::lio());
+    let nexus = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("0x1")), 1);
+    lu.fail_next(nexus, Injected::Timeout, 100);
+    let lu = Arc::new(Mutex::new(lu));
+    let path = ScsiPr::new(ModelDevice::new(lu, nexus, DEV), Policy::default());
+    let targets = vec![LuTarget {
+        id: "naa.6001405aaaa".to_string(),
+        paths: vec![fencing::with_cli_hints(Ok(path)).unwrap()],
+    }];
+    let report = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(crate::ops::status(
+            targets,
+            Key::new(0xa),
+            Limits::default(),
+        ))
+        .unwrap();
+    let error = report.lus[0].paths[0].error.as_deref().unwrap();
+    assert!(
+        error.ends_with(
+            ". Hint: no answer within the command timeout; the path may be dead: check the \
+             session (iscsiadm -m session, multipath -ll) or raise --timeout"
+        ),
+        "{error}"
+    );
+    let opened = fencing::with_cli_hints::<()>(Err(CommandError::without_completion(
+        Path::new(DEV),
+        Command::Open,
+        ErrorKind::Open,
+        "No such file or directory (os error 2)",
+    )));
+    assert!(
+        opened
+            .unwrap_err()
+            .to_string()
+            .ends_with("(root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)")
     );
 }

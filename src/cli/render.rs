@@ -13,6 +13,8 @@ use crate::pr::{
 };
 use crate::transport::{CommandError, ErrorKind, PrOutReport};
 
+use super::hints;
+
 /// The result of one command on one device.
 #[derive(Debug)]
 pub enum Outcome {
@@ -47,7 +49,7 @@ pub fn print(json: bool, devices: &[PathBuf], results: &[Result<Reported, Comman
     for (device, result) in devices.iter().zip(results) {
         match result {
             Ok(reported) => print!("{}", to_text(device, reported)),
-            Err(e) => eprintln!("prfence: {e}"),
+            Err(e) => eprintln!("prfence: {}", hints::hinted(e)),
         }
     }
 }
@@ -187,10 +189,10 @@ pub fn to_json(device: &std::path::Path, result: &Result<Reported, CommandError>
             ok: false,
             error: ErrorJson {
                 kind: e.kind,
-                message: e.to_string(),
+                message: hints::hinted(e).to_string(),
                 sense: e.sense_text(),
                 command: e.command.to_string(),
-                status: e.status.map(|s| s.to_string()),
+                status: e.status_text(),
             },
         },
         Ok(Reported {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use crate::exec::ScsiPr;
 use crate::pr::{PrOut, RegisterMove as MoveTarget, TransportId};
-use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
+use crate::transport::{
+    Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport,
+};
 
 use super::args::{Cli, Cmd};
 use super::fencing;
@@ -174,21 +176,26 @@ fn perform(
     policy: Policy,
 ) -> Result<Reported, CommandError> {
     let device = ScsiPr::open(path, policy)?;
-    let outcome = match request {
-        Request::ReadKeys => device.read_keys().map(Outcome::Keys),
-        Request::ReadReservation => device.read_reservation().map(Outcome::Reservation),
-        Request::ReportCapabilities => device.report_capabilities().map(Outcome::Capabilities),
-        Request::ReadFullStatus => device.read_full_status().map(Outcome::FullStatus),
-        Request::Out(out) => device.pr_out(out).map(|report| Outcome::Done {
+    let operation = match request {
+        Request::ReadKeys => PrRequest::ReadKeys,
+        Request::ReadReservation => PrRequest::ReadReservation,
+        Request::ReportCapabilities => PrRequest::ReportCapabilities,
+        Request::ReadFullStatus => PrRequest::ReadFullStatus,
+        Request::Out(out) => PrRequest::Out(out),
+    };
+    let reply = device.execute(operation)?;
+    let outcome = match (operation, reply.answer) {
+        (_, PrAnswer::Keys(keys)) => Outcome::Keys(keys),
+        (_, PrAnswer::Reservation(reservation)) => Outcome::Reservation(reservation),
+        (_, PrAnswer::Capabilities(capabilities)) => Outcome::Capabilities(capabilities),
+        (_, PrAnswer::FullStatus(status)) => Outcome::FullStatus(status),
+        (PrRequest::Out(out), PrAnswer::Out(report)) => Outcome::Done {
             action: out.action,
             report,
-        }),
-    }?;
-    let unit_attentions = device
-        .take_unit_attentions()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        },
+        (_, answer) => return Err(CommandError::mismatched(path, operation, &answer)),
+    };
+    let unit_attentions = reply.events.iter().map(ToString::to_string).collect();
     Ok(Reported {
         outcome,
         unit_attentions,

@@ -31,7 +31,7 @@ use super::watchdog::Watchdog;
 use crate::keys::{derive_key_via, query_cmapctl};
 use crate::ops;
 use crate::pr::{Key, PrOut, PrOutAction};
-use crate::transport::{Command, CommandError, ErrorKind};
+use crate::transport::Command;
 
 /// Exit status: a runtime failure (start-up included).
 pub const EXIT_FAILURE: u8 = 1;
@@ -539,43 +539,6 @@ pub(super) fn report_heal(
             ),
         },
         Err(e) => tracing::error!(%lu, error = %e, "heal failed"),
-    }
-}
-
-/// Whether a path of `key` is registered on this nexus, without changing anything but
-/// PRgeneration: REGISTER with RESERVATION KEY = SERVICE ACTION RESERVATION KEY = `key` succeeds
-/// only on a nexus registered with `key` (re-registering the same key), and is answered with
-/// RESERVATION CONFLICT by any other nexus (SPC-4 5.14.7.2: an unregistered nexus with a non-zero
-/// reservation key, or a nexus registered with another key). It never creates a registration,
-/// so it cannot bring back a preempted key (P3). LIO refuses a key change of a registration made
-/// with ALL_TG_PT unless the request sets it too (INVALID FIELD IN CDB); then it is asked again
-/// with ALL_TG_PT.
-///
-/// Why not READ FULL STATUS: it lists each registration's TransportID (iSCSI name + ISID) and
-/// relative target port, but Linux does not tell which ISID a session uses, and after a re-login
-/// the stale registration has the same initiator name and port as the new, unregistered nexus.
-pub(super) fn probe_registration(
-    t: &dyn crate::transport::PrTransport,
-    key: Key,
-) -> Result<bool, CommandError> {
-    let answer = |r: Result<_, CommandError>| match r {
-        Ok(_) => Ok(Some(true)),
-        Err(e) if e.kind == ErrorKind::ReservationConflict => Ok(Some(false)),
-        Err(e) if e.kind == ErrorKind::InvalidField => Ok(None),
-        Err(e) => Err(e),
-    };
-    match answer(t.pr_out(&PrOut::register(key, key)))? {
-        Some(registered) => Ok(registered),
-        None => {
-            answer(t.pr_out(&PrOut::register(key, key).with_all_tg_pt(true)))?.ok_or_else(|| {
-                CommandError::without_completion(
-                    t.device(),
-                    Command::PrOut(PrOutAction::Register),
-                    ErrorKind::InvalidField,
-                    "re-registering our own key was refused with and without ALL_TG_PT",
-                )
-            })
-        }
     }
 }
 

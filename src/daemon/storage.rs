@@ -15,14 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sg_io::AdditionalSense;
-
 use super::config::DeviceSettings;
 use super::metrics::{self, Metrics};
 use crate::discover::{self, DiscoverError};
-use crate::exec::{ScsiDevice, ScsiPr};
+use crate::exec::ScsiPr;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
-use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
+use crate::transport::{
+    Command, CommandError, ErrorKind, Event, Hinted, Policy, PrAnswer, PrRequest, PrTransport,
+};
 
 /// One path of an LU as discovery reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,25 +44,12 @@ pub struct LuSpec {
     pub paths: Vec<PathSpec>,
 }
 
-/// A path as the agent uses it: PR commands plus the unit attentions they consumed.
-pub trait AgentTransport: PrTransport {
-    /// Unit attentions consumed by retries since the last call (2Ah/05h: this nexus's
-    /// registration was preempted).
-    fn take_unit_attentions(&self) -> Vec<AdditionalSense>;
-}
-
-impl<D: ScsiDevice> AgentTransport for ScsiPr<D> {
-    fn take_unit_attentions(&self) -> Vec<AdditionalSense> {
-        ScsiPr::take_unit_attentions(self)
-    }
-}
-
 /// Discovery and device opening, injectable for tests.
 pub trait Storage: Send + Sync + 'static {
     /// Resolves one configured device to its LU and paths.
     fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError>;
     /// Opens one path for PR commands.
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError>;
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError>;
 }
 
 /// sysfs discovery and SG_IO through a read-only open (no udev change event on close).
@@ -91,7 +78,7 @@ impl Storage for SystemStorage {
         })
     }
 
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError> {
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
         Ok(Arc::new(ScsiPr::open(dev, policy)?))
     }
 }
@@ -100,7 +87,7 @@ impl Storage for SystemStorage {
 #[derive(Clone)]
 pub struct PathHandle {
     pub spec: PathSpec,
-    device: Arc<Mutex<Option<Arc<dyn AgentTransport>>>>,
+    device: Arc<Mutex<Option<Arc<dyn PrTransport>>>>,
     busy: Arc<AtomicBool>,
 }
 
@@ -121,7 +108,7 @@ impl PathHandle {
         }
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<dyn AgentTransport>>> {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<dyn PrTransport>>> {
         self.device
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -131,7 +118,7 @@ impl PathHandle {
         &self,
         storage: &dyn Storage,
         policy: Policy,
-    ) -> Result<Arc<dyn AgentTransport>, CommandError> {
+    ) -> Result<Arc<dyn PrTransport>, CommandError> {
         let mut slot = self.slot();
         if let Some(open) = slot.as_ref() {
             return Ok(Arc::clone(open));
@@ -182,7 +169,7 @@ impl Executor {
     ) -> Result<T, CommandError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn AgentTransport) -> Result<T, CommandError> + Send + 'static,
+        F: FnOnce(&dyn PrTransport) -> Result<T, CommandError> + Send + 'static,
     {
         let dev = path.spec.dev.clone();
         if path.busy.swap(true, Ordering::SeqCst) {
@@ -236,7 +223,7 @@ impl Executor {
                 m.record_conflict(label);
             }
         }
-        result
+        result.map_err(|e| e.hinted(hint))
     }
 
     /// Opens `paths` (those that can be) for the `ops` engine, which runs its own commands.
@@ -248,8 +235,9 @@ impl Executor {
             paths
                 .iter()
                 .filter_map(|p| match p.transport(storage.as_ref(), policy) {
-                    Ok(t) => Some(OpenedPath(t)),
+                    Ok(inner) => Some(Hinted { inner, hints: hint }),
                     Err(e) => {
+                        let e = e.hinted(hint);
                         tracing::warn!(path = %p.spec.name, error = %e, "cannot open the path");
                         None
                     }
@@ -261,22 +249,29 @@ impl Executor {
     }
 
     /// READ KEYS on the first path of `paths` that answers (live paths only, in order). Returns
-    /// the keys, the index of the path that answered, and the unit attentions it consumed.
+    /// the keys, the index of the path that answered, and the events (unit attentions) it
+    /// consumed.
     pub async fn read_keys_any(
         &self,
         device: &Path,
         paths: &[PathHandle],
-    ) -> Result<(ReadKeys, usize, Vec<AdditionalSense>), CommandError> {
+    ) -> Result<(ReadKeys, usize, Vec<Event>), CommandError> {
         let command = Command::PrIn(PrInAction::ReadKeys);
         let mut last = None;
         for (index, path) in paths.iter().enumerate().filter(|(_, p)| p.spec.live) {
-            match self
-                .run(path, command, |t| {
-                    t.read_keys().map(|keys| (keys, t.take_unit_attentions()))
-                })
-                .await
-            {
-                Ok((keys, attentions)) => return Ok((keys, index, attentions)),
+            let read = |t: &dyn PrTransport| {
+                let reply = t.execute(PrRequest::ReadKeys)?;
+                match reply.answer {
+                    PrAnswer::Keys(keys) => Ok((keys, reply.events)),
+                    other => Err(CommandError::mismatched(
+                        t.device(),
+                        PrRequest::ReadKeys,
+                        &other,
+                    )),
+                }
+            };
+            match self.run(path, command, read).await {
+                Ok((keys, events)) => return Ok((keys, index, events)),
                 Err(e) => last = Some(e),
             }
         }
@@ -284,30 +279,50 @@ impl Executor {
     }
 }
 
-/// An opened path, as a [`PrTransport`] the `ops` engine can own.
-pub struct OpenedPath(Arc<dyn AgentTransport>);
+/// An opened path as the `ops` engine owns it: the agent's device, whose errors carry the
+/// agent's hints.
+pub type OpenedPath = Hinted<Arc<dyn PrTransport>>;
 
-impl PrTransport for OpenedPath {
-    fn device(&self) -> &Path {
-        self.0.device()
-    }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        self.0.read_keys()
-    }
-    fn read_reservation(&self) -> Result<crate::pr::ReadReservation, CommandError> {
-        self.0.read_reservation()
-    }
-    fn report_capabilities(&self) -> Result<crate::pr::Capabilities, CommandError> {
-        self.0.report_capabilities()
-    }
-    fn read_full_status(&self) -> Result<crate::pr::FullStatus, CommandError> {
-        self.0.read_full_status()
-    }
-    fn pr_out(
-        &self,
-        request: &crate::pr::PrOut,
-    ) -> Result<crate::transport::PrOutReport, CommandError> {
-        self.0.pr_out(request)
+/// The agent's advice for a failed command, in terms of its configuration.
+pub fn hint(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::ReservationConflict => {
+            "another initiator holds the reservation, or this path's key is not registered \
+             (was this node fenced?)"
+        }
+        ErrorKind::NotSupported => {
+            "the LU does not implement persistent reservations; list only PR-capable LUs in \
+             devices"
+        }
+        ErrorKind::InvalidField => {
+            "the target rejected a field: the service action, reservation type or flag is \
+             unsupported, or does not match the LU's state"
+        }
+        ErrorKind::UnitAttention => {
+            "the LU kept reporting unit attentions (resets or state changes); check the target's \
+             logs if it persists"
+        }
+        ErrorKind::NotReady => {
+            "the LU is not ready; LIO also answers NOT READY for PR OUT from an unregistered \
+             path and when its <dbroot>/pr directory is missing"
+        }
+        ErrorKind::Timeout => {
+            "no answer within command_timeout; the path may be dead: check the session \
+             (iscsiadm -m session, multipath -ll) or raise command_timeout"
+        }
+        ErrorKind::Transport => {
+            "the path failed below SCSI (no device, link down, host adapter error); check the \
+             session and the device node"
+        }
+        ErrorKind::Open => {
+            "the device node could not be opened: it must exist, and the agent needs root \
+             (CAP_SYS_RAWIO)"
+        }
+        ErrorKind::Malformed => {
+            "the target returned persistent-reservation data that does not parse; capture it \
+             with `sg_persist -H` and report it"
+        }
+        ErrorKind::Failed => "the command failed; the sense data says why",
     }
 }
 
@@ -337,6 +352,7 @@ pub fn no_live_path(device: &Path, paths: &[PathHandle], command: Command) -> Co
             format!("no running path ({})", states.join(", "))
         },
     )
+    .hinted(hint)
 }
 
 fn metric_command(command: Command) -> Option<metrics::Command> {
@@ -504,5 +520,48 @@ impl LuEntry {
                 "paths"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every device is missing.
+    struct Missing;
+
+    impl Storage for Missing {
+        fn discover(&self, _device: &Path) -> Result<LuSpec, DiscoverError> {
+            Err(DiscoverError::NothingToFence)
+        }
+        fn open(&self, dev: &Path, _policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
+            Err(CommandError::without_completion(
+                dev,
+                Command::Open,
+                ErrorKind::Open,
+                "No such file or directory (os error 2)",
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_agent_hints_in_terms_of_its_own_settings() {
+        let metrics = Arc::new(Mutex::new(Metrics::new(Vec::new())));
+        let exec = Executor::new(Arc::new(Missing), Duration::from_secs(1), metrics);
+        let path = PathHandle::new(PathSpec {
+            dev: PathBuf::from("/dev/sdq"),
+            name: "sdq".to_string(),
+            live: true,
+            session: None,
+        });
+        let e = exec
+            .run(&path, Command::PrIn(PrInAction::ReadKeys), |t| {
+                t.read_keys()
+            })
+            .await
+            .unwrap_err();
+        assert!(e.to_string().ends_with(". Hint: the device node could not be opened: it must exist, and the agent needs root (CAP_SYS_RAWIO)"), "{e}");
+        assert!(hint(ErrorKind::Timeout).contains("raise command_timeout"));
+        assert!(exec.open_paths(&[path]).await.is_empty());
     }
 }

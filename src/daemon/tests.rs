@@ -15,12 +15,12 @@ use super::config::Settings;
 use super::notify::Notifier;
 use super::run::{Agent, Control, Host, Options, Outcome};
 use super::status::{State, Status};
-use super::storage::{AgentTransport, LuSpec, PathSpec, Storage, lock};
+use super::storage::{LuSpec, PathSpec, Storage, lock};
 use crate::discover::DiscoverError;
 use crate::exec::ScsiPr;
 use crate::pr::{Key, PrOut, ReservationType};
 use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
-use crate::transport::{Command, CommandError, ErrorKind, Policy};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
 
 const KA: Key = Key::new(0xa1);
 const KB: Key = Key::new(0xb2);
@@ -41,7 +41,7 @@ impl Storage for ModelStorage {
             .ok_or(DiscoverError::NothingToFence)
     }
 
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn AgentTransport>, CommandError> {
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
         let device = lock(&self.devices).get(dev).cloned().ok_or_else(|| {
             CommandError::without_completion(
                 dev,
@@ -547,38 +547,6 @@ async fn a_preempted_holder_fences_at_its_next_renew() {
             .unwrap()
             .contains("preempted")
     );
-}
-
-#[test]
-fn the_probe_tells_registered_from_unregistered_nexuses_without_registering() {
-    let lu = model_lu();
-    let a = connect(&lu, "nodea", "0x1");
-    let orphan = connect(&lu, "nodea", "0x2");
-    let all_ports = connect(&lu, "nodea", "0x3");
-    register(&lu, a, KA);
-    lock(&lu)
-        .pr_out(all_ports, &PrOut::register_ignore(KA).with_all_tg_pt(true))
-        .unwrap();
-    let path = |nexus| {
-        ScsiPr::new(
-            ModelDevice::new(Arc::clone(&lu), nexus, "/dev/sdx"),
-            Policy::default(),
-        )
-    };
-    assert!(super::run::probe_registration(&path(a), KA).unwrap());
-    assert!(!super::run::probe_registration(&path(orphan), KA).unwrap());
-    assert_eq!(
-        lock(&lu).registered_key(orphan),
-        None,
-        "the probe never registers"
-    );
-    // LIO refuses a plain REGISTER on an ALL_TG_PT registration; the probe asks again with it.
-    assert!(super::run::probe_registration(&path(all_ports), KA).unwrap());
-    assert!(
-        !super::run::probe_registration(&path(a), KB).unwrap(),
-        "registered, but with another key"
-    );
-    assert_eq!(lock(&lu).registered_key(a), Some(KA), "nothing changed");
 }
 
 #[tokio::test(start_paused = true)]

@@ -12,21 +12,21 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sg_io::AdditionalSense;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::config::{ModeSettings, Settings};
 use super::metrics::Outcome as CheckOutcome;
-use super::run::{Agent, Control, Outcome, heal_lu, probe_registration, report_heal};
+use super::run::{Agent, Control, Outcome, heal_lu, report_heal};
 use super::status::{PathStatus, State, WatchdogState};
 use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watch::{
     CheckError, LuId, LuKeys, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
     WatchState,
 };
+use crate::ops::probe_registration;
 use crate::pr::{Key, PrOutAction, ReadKeys};
-use crate::transport::{Command, CommandError, ErrorKind};
+use crate::transport::{Command, CommandError, ErrorKind, Event};
 
 /// What one LU's check found.
 struct LuCheck {
@@ -47,9 +47,9 @@ async fn check_lu(
 ) -> LuCheck {
     let read = exec.read_keys_any(&device, &paths).await;
     let (keys, preempted_unit_attention) = match read {
-        Ok((keys, _, attentions)) => (
+        Ok((keys, _, events)) => (
             Ok(keys),
-            attentions.contains(&AdditionalSense::REGISTRATIONS_PREEMPTED),
+            events.iter().any(Event::is_registration_preempted),
         ),
         Err(e) => (Err(e), false),
     };

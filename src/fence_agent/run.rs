@@ -67,8 +67,8 @@ use crate::discover::{DiscoverError, Discovery, OpenPath, Resolution, targets};
 use crate::exec::ScsiPr;
 use crate::keys::{self, KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, Verdict};
-use crate::pr::{Capabilities, FullStatus, Key, PrOut, PrOutAction, ReadKeys, ReadReservation};
-use crate::transport::{CommandError, ErrorKind, Policy, PrOutReport, PrTransport};
+use crate::pr::{Key, PrOutAction};
+use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
 
 /// The whole run should end within this, below Pacemaker's default 60 s fence timeout.
 pub const RUN_BUDGET: Duration = Duration::from_secs(50);
@@ -167,29 +167,67 @@ impl<T: PrTransport> PrTransport for AgentPath<T> {
     fn device(&self) -> &Path {
         self.inner.device()
     }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        self.inner.read_keys()
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        let persisted;
+        let request = match request {
+            // Unregistering (service action key 0) never asks to persist anything.
+            PrRequest::Out(out)
+                if self.aptpl
+                    && matches!(
+                        out.action,
+                        PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey
+                    )
+                    && !out.sa_key.is_zero() =>
+            {
+                persisted = out.clone().with_aptpl(true);
+                PrRequest::Out(&persisted)
+            }
+            other => other,
+        };
+        self.inner.execute(request).map_err(|e| e.hinted(hint))
     }
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        self.inner.read_reservation()
-    }
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.inner.report_capabilities()
-    }
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        self.inner.read_full_status()
-    }
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        let registers = matches!(
-            request.action,
-            PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey
-        );
-        // Unregistering (service action key 0) never asks to persist anything.
-        if self.aptpl && registers && !request.sa_key.is_zero() {
-            self.inner.pr_out(&request.clone().with_aptpl(true))
-        } else {
-            self.inner.pr_out(request)
+}
+
+/// fence_pr's advice for a failed command, in terms of its parameters.
+fn hint(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::ReservationConflict => {
+            "another initiator holds the reservation, or this path's key is not registered (was \
+             this node fenced?); compare the keys with action=list-status"
         }
+        ErrorKind::NotSupported => {
+            "the LU does not implement persistent reservations (LIO: attrib/emulate_pr=0; \
+             hypervisor disks need PR pass-through); list only PR-capable devices in devices="
+        }
+        ErrorKind::InvalidField => {
+            "the target rejected a field: the service action, reservation type or flag is \
+             unsupported, or does not match the LU's state"
+        }
+        ErrorKind::UnitAttention => {
+            "the LU kept reporting unit attentions (resets or state changes); retry, and check \
+             the target's logs if it persists"
+        }
+        ErrorKind::NotReady => {
+            "the LU is not ready; LIO also answers NOT READY for PR OUT from an unregistered \
+             path and when its <dbroot>/pr directory is missing"
+        }
+        ErrorKind::Timeout => {
+            "no answer within the command timeout; the path may be dead: check the session \
+             (iscsiadm -m session, multipath -ll) or raise power_timeout"
+        }
+        ErrorKind::Transport => {
+            "the path failed below SCSI (no device, link down, host adapter error); check the \
+             session and the device node"
+        }
+        ErrorKind::Open => {
+            "the device node could not be opened: it must exist, and fence_pr must run as root \
+             (CAP_SYS_RAWIO)"
+        }
+        ErrorKind::Malformed => {
+            "the target returned persistent-reservation data that does not parse; capture it \
+             with `sg_persist -H` and report it"
+        }
+        ErrorKind::Failed => "the command failed; the sense data says why",
     }
 }
 

@@ -5,8 +5,7 @@
 use std::path::Path;
 
 use crate::ops::LuTarget;
-use crate::pr::{Capabilities, FullStatus, PrOut, ReadKeys, ReadReservation};
-use crate::transport::{CommandError, PrOutReport, PrTransport};
+use crate::transport::{CommandError, PrRequest, PrTransport, Reply};
 
 use super::{Lu, Resolution};
 
@@ -19,15 +18,6 @@ pub enum OpenPath<T> {
     Unopened(CommandError),
 }
 
-impl<T: PrTransport> OpenPath<T> {
-    fn run<R>(&self, f: impl FnOnce(&T) -> Result<R, CommandError>) -> Result<R, CommandError> {
-        match self {
-            OpenPath::Open(device) => f(device),
-            OpenPath::Unopened(e) => Err(e.clone()),
-        }
-    }
-}
-
 impl<T: PrTransport> PrTransport for OpenPath<T> {
     fn device(&self) -> &Path {
         match self {
@@ -35,20 +25,11 @@ impl<T: PrTransport> PrTransport for OpenPath<T> {
             OpenPath::Unopened(e) => &e.device,
         }
     }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        self.run(|d| d.read_keys())
-    }
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        self.run(|d| d.read_reservation())
-    }
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.run(|d| d.report_capabilities())
-    }
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        self.run(|d| d.read_full_status())
-    }
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        self.run(|d| d.pr_out(request))
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        match self {
+            OpenPath::Open(device) => device.execute(request),
+            OpenPath::Unopened(e) => Err(e.clone()),
+        }
     }
 }
 

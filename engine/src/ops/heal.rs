@@ -6,6 +6,7 @@ use crate::pr::{Key, PrOut};
 use crate::transport::{ErrorKind, PrTransport};
 
 use super::lu::{LuWork, Stop};
+use super::probe::probe_registration;
 use super::{LuReport, LuTarget, Verdict};
 
 pub(super) fn heal_lu<T: PrTransport>(target: &LuTarget<T>, own: Key) -> LuReport {
@@ -39,18 +40,16 @@ fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, 
     })
 }
 
-/// Which live paths are registered with our key: REGISTER from a nexus registered with `own`,
-/// re-stating `own`, changes nothing; from an unregistered nexus it is refused with RESERVATION
-/// CONFLICT and has no effect.
+/// Which live paths are registered with our key ([`probe_registration`]).
 fn probe_paths<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
 ) -> Result<(Vec<usize>, Vec<usize>), Stop> {
     let (mut registered, mut unregistered) = (Vec::new(), Vec::new());
     for index in work.live_paths() {
-        match work.on(index, |p| p.pr_out(&PrOut::register(own, own))) {
-            Ok(_) => registered.push(index),
-            Err(e) if e.kind == ErrorKind::ReservationConflict => {
+        match work.on(index, |p| probe_registration(p, own)) {
+            Ok(true) => registered.push(index),
+            Ok(false) => {
                 work.mark_answered(index);
                 unregistered.push(index);
             }
@@ -124,9 +123,9 @@ fn witness_still_registered<T: PrTransport>(
     witnesses: &[usize],
 ) -> Result<bool, Stop> {
     for &index in witnesses {
-        match work.on(index, |p| p.pr_out(&PrOut::register(own, own))) {
-            Ok(_) => return Ok(true),
-            Err(e) if e.kind == ErrorKind::ReservationConflict => {
+        match work.on(index, |p| probe_registration(p, own)) {
+            Ok(true) => return Ok(true),
+            Ok(false) => {
                 work.mark_answered(index);
                 return Ok(false);
             }
@@ -183,7 +182,7 @@ pub(super) fn purge_orphans<T: PrTransport>(
         Err(e) => {
             work.notes.push(format!(
                 "READ FULL STATUS unavailable ({}); orphaned registrations not checked",
-                e.kind.hint_short()
+                why_unavailable(e.kind)
             ));
             return Ok(false);
         }
@@ -226,16 +225,11 @@ pub(super) fn purge_orphans<T: PrTransport>(
     Ok(true)
 }
 
-trait ShortHint {
-    fn hint_short(self) -> &'static str;
-}
-
-impl ShortHint for ErrorKind {
-    fn hint_short(self) -> &'static str {
-        match self {
-            ErrorKind::NotSupported | ErrorKind::InvalidField => "the target does not support it",
-            ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open => "the path failed",
-            _ => "the target refused it",
-        }
+/// Why an optional command did not answer, in the few words a report note has room for.
+fn why_unavailable(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NotSupported | ErrorKind::InvalidField => "the target does not support it",
+        ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open => "the path failed",
+        _ => "the target refused it",
     }
 }

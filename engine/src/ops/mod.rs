@@ -9,7 +9,8 @@
 //!   touched until it has.
 //! - P3 (a preempted key is never re-registered automatically): [`unfence`] is the only operation
 //!   that registers a key without proof that it is still present; `heal::guarded_register` is
-//!   the one place that registers under that proof, and withdraws if the proof fails afterwards.
+//!   the one place that registers under that proof, and withdraws if the proof fails afterwards;
+//!   [`probe_registration`], the one path probe (heal and the agent's path audit), never registers.
 //! - P4 (idempotent, convergent): every step reads the target first and only changes what is
 //!   missing, so a rerun after a partial failure finishes the job.
 //! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision
@@ -22,6 +23,7 @@ mod drive;
 mod fence;
 mod heal;
 mod lu;
+mod probe;
 mod status;
 mod unfence;
 
@@ -37,6 +39,7 @@ use crate::pr::{Key, ReservationType};
 use crate::transport::PrTransport;
 
 pub use drive::{fence, heal, status, unfence};
+pub use probe::probe_registration;
 
 /// The reservation type the engine creates: writes only from registered nexuses, so preempting a
 /// key fences every path of that node at once (fence_scsi and fence_mpath use the same).

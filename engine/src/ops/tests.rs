@@ -10,13 +10,11 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::exec::ScsiPr;
-use crate::pr::{
-    Capabilities, FullStatus, PrOut, PrOutAction, ReadKeys, ReadReservation, TransportId,
-};
+use crate::pr::{PrOut, PrOutAction, TransportId};
 use crate::spc_model::{
     CommandFilter, Injected, Injection, Lu, ModelDevice, Nexus, Quirks, Timing,
 };
-use crate::transport::{CommandError, Policy, PrOutReport};
+use crate::transport::{CommandError, Policy, PrRequest, Reply};
 
 type ModelPath = ScsiPr<ModelDevice>;
 
@@ -534,7 +532,12 @@ fn a_timeout_on_one_lu_of_eight_fails_the_run_and_a_rerun_converges() {
     f.with_lu(3, |l| l.fail_next(lu3, Injected::Timeout, 1000));
     let first = f.fence(0, A, B);
     assert_eq!(first.outcome, Outcome::Failure);
-    assert!(!first.lus[3].ok && first.lus[3].error.as_deref().unwrap().contains("timeout"));
+    // The transport's words for a timeout (the hint that used to follow is the front end's).
+    let error = first.lus[3].error.as_deref().unwrap();
+    assert!(
+        !first.lus[3].ok && error.contains("no completion within"),
+        "{error}"
+    );
     assert!(first.summary.contains(&lu_id(3)));
     for lu in (0..8).filter(|&lu| lu != 3) {
         assert!(first.lus[lu].ok && !f.has(lu, B));
@@ -613,24 +616,11 @@ impl<T: PrTransport> PrTransport for Slow<T> {
     fn device(&self) -> &Path {
         self.inner.device()
     }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        std::thread::sleep(self.delay);
-        self.inner.read_keys()
-    }
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        std::thread::sleep(self.delay);
-        self.inner.read_reservation()
-    }
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.inner.report_capabilities()
-    }
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        std::thread::sleep(self.delay);
-        self.inner.read_full_status()
-    }
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        std::thread::sleep(self.delay);
-        self.inner.pr_out(request)
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        if request != PrRequest::ReportCapabilities {
+            std::thread::sleep(self.delay);
+        }
+        self.inner.execute(request)
     }
 }
 
@@ -728,25 +718,14 @@ impl<T: PrTransport> PrTransport for Hooked<T> {
     fn device(&self) -> &Path {
         self.inner.device()
     }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
-        self.inner.read_keys()
-    }
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        self.inner.read_reservation()
-    }
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.inner.report_capabilities()
-    }
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        self.inner.read_full_status()
-    }
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        if request.action == self.action
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        if let PrRequest::Out(out) = request
+            && out.action == self.action
             && let Some(hook) = self.hook.lock().unwrap().take()
         {
             hook();
         }
-        self.inner.pr_out(request)
+        self.inner.execute(request)
     }
 }
 
@@ -839,6 +818,26 @@ fn fenced_while_fencing_withdraws_from_the_other_lus() {
 }
 
 // ----- heal: orphans after iSCSI re-login -----
+
+#[test]
+fn heal_probes_an_all_tg_pt_registration_again_with_all_tg_pt() {
+    // LIO refuses the plain re-statement of a key registered with ALL_TG_PT (INVALID FIELD); the
+    // shared probe asks again with ALL_TG_PT instead of failing the LU.
+    let f = Fixture::new(1, &[1, 1], Quirks::lio());
+    assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
+    let nexus = f.nexus[0][0][0];
+    f.with_lu(0, |l| {
+        l.pr_out(nexus, &PrOut::register_ignore(A).with_all_tg_pt(true))
+    })
+    .unwrap();
+    let before = f.snapshot();
+    let report = f.heal(0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(report.lus[0].verdict, Verdict::Intact);
+    assert_eq!(report.lus[0].paths[0].state, PathState::Ok);
+    assert_eq!(f.snapshot(), before, "nothing registered or removed");
+    assert_eq!(f.key_of(0, 0, 0), Some(A));
+}
 
 #[test]
 fn heal_registers_a_new_session_and_purges_the_orphan() {
@@ -976,25 +975,9 @@ impl<T: PrTransport> PrTransport for Gated<T> {
     fn device(&self) -> &Path {
         self.inner.device()
     }
-    fn read_keys(&self) -> Result<ReadKeys, CommandError> {
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
         self.gate.enter(self.node);
-        self.inner.read_keys()
-    }
-    fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
-        self.gate.enter(self.node);
-        self.inner.read_reservation()
-    }
-    fn report_capabilities(&self) -> Result<Capabilities, CommandError> {
-        self.gate.enter(self.node);
-        self.inner.report_capabilities()
-    }
-    fn read_full_status(&self) -> Result<FullStatus, CommandError> {
-        self.gate.enter(self.node);
-        self.inner.read_full_status()
-    }
-    fn pr_out(&self, request: &PrOut) -> Result<PrOutReport, CommandError> {
-        self.gate.enter(self.node);
-        self.inner.pr_out(request)
+        self.inner.execute(request)
     }
 }
 

@@ -7,7 +7,7 @@ use super::*;
 use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
 use crate::fence_agent::{Environment, parse};
 use crate::keys::NativeKey;
-use crate::pr::TransportId;
+use crate::pr::{PrOut, TransportId};
 use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
 
 const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
@@ -503,4 +503,21 @@ fn metadata_and_validate_all_need_no_node() {
         ExitCode::Success
     );
     assert_eq!(agent(&a, "action=reboot\nport=node1\n").0, ExitCode::Error);
+}
+
+#[test]
+fn fence_pr_hints_in_terms_of_its_own_parameters() {
+    let timed_out = CommandError::without_completion(
+        Path::new("/dev/sdq"),
+        crate::transport::Command::PrIn(crate::pr::PrInAction::ReadKeys),
+        ErrorKind::Timeout,
+        "no completion within 10000 ms",
+    );
+    let path: AgentPath<ScsiPr<ModelDevice>> = AgentPath {
+        inner: OpenPath::Unopened(timed_out),
+        aptpl: false,
+    };
+    let e = path.read_keys().unwrap_err();
+    assert!(e.to_string().ends_with("or raise power_timeout"), "{e}");
+    assert!(!e.to_string().contains("--timeout"), "{e}");
 }
