@@ -1224,7 +1224,9 @@ fn relogin_orphan_healed_preempted_key_not() -> anyhow::Result<()> {
 /// /dev/watchdog0 while healthy (no expiry over several timeouts); once fenced it stops, and
 /// softdog's expiry follows the fence within its timeout.
 fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
-    const TIMEOUT_S: u64 = 3;
+    // Above check_interval + the check's budget (3 x (command_timeout 1 s + 200 ms)) = 4.1 s,
+    // the agent's own rule: a check over hung paths ends before the watchdog expires.
+    const TIMEOUT_S: u64 = 5;
     const EXPIRED: &str = "softdog: Triggered - Reboot ignored";
     if Path::new("/sys/module/softdog").exists() {
         lab::run("rmmod", ["softdog"])?.ok()?;

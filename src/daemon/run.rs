@@ -217,6 +217,11 @@ impl Agent {
         Ok(())
     }
 
+    /// When a check started now must end: its budget ([`super::config::check_budget`]) away.
+    pub(super) fn check_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + super::config::check_budget(self.settings.command_timeout)
+    }
+
     /// Watch mode, at every check once armed: opens the watchdog if it is configured but not
     /// open (a failed open stays a visible degraded state and is tried again next check).
     pub(super) fn retry_watchdog(&mut self) {
@@ -280,6 +285,7 @@ impl Agent {
 
     /// Publishes the status (file, endpoint) after a check.
     pub(super) fn publish(&self) {
+        lock(&self.metrics).set_blocked_paths(self.table.blocked_paths());
         if let Some(path) = &self.status_file {
             let status = lock(&self.status).clone();
             if let Err(e) = status::write_file(path, &status) {
@@ -489,8 +495,13 @@ pub(super) async fn heal_lu(
     paths: &[PathHandle],
     key: Key,
 ) -> Result<ops::LuReport, String> {
+    // One heal per LU at a time: a heal cut off by its deadline may still have a command in the
+    // kernel, and two heals on one LU would race their own REGISTERs.
+    let Some(guard) = exec.begin_heal(&lu_id) else {
+        return Err("the previous heal of this LU has not finished yet".to_owned());
+    };
     let live: Vec<PathHandle> = paths.iter().filter(|p| p.spec.live).cloned().collect();
-    let opened = exec.open_paths(&live).await;
+    let opened = exec.open_paths(&live, guard).await;
     if opened.is_empty() {
         return Err("no live path could be opened".to_owned());
     }
@@ -612,7 +623,12 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
 /// Reads and validates the configuration file.
 pub fn load_settings(path: &Path) -> Result<Settings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let settings =
+        Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    settings
+        .check_service_watchdog(super::config::service_watchdog())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(settings)
 }
 
 /// `prfence agent`: the process entry point. Returns the exit status.
