@@ -2,10 +2,11 @@
 //! grouped into LUs, with a verdict per LU as text or JSON.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use sg_io::Device;
 
-use crate::discover::{Discovery, OpenPath, targets};
+use crate::discover::{Discovery, OpenPath, Opener, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, RequestError};
 use crate::pr::Key;
@@ -42,8 +43,8 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
             unknown.error
         );
     }
-    let lus: Vec<LuTarget<OpenPath<ScsiPr<Device>>>> =
-        targets(&resolution, false, |dev| ScsiPr::open(dev, policy));
+    let open: Opener<ScsiPr<Device>> = Arc::new(move |dev| ScsiPr::open(dev, policy));
+    let lus: Vec<LuTarget<OpenPath<ScsiPr<Device>>>> = targets(&resolution, false, &open);
     let limits = Limits {
         deadline,
         tie_break: match &action {
