@@ -126,6 +126,44 @@ pub struct Agent {
     /// Latched by the self-fence: the watchdog is no longer fed (`self_fence.stop_watchdog`, or
     /// a reboot that failed).
     pub(super) stop_feeding: bool,
+    /// Descriptors held for the self-fence, released when it starts.
+    reserve: DescriptorReserve,
+}
+
+/// Descriptors kept open from the start (on /dev/null) and closed when the self-fence starts, so
+/// its status writes and the hook's spawn find free descriptors even when LU paths (or anything
+/// else) used up `LimitNOFILE` meanwhile.
+#[derive(Debug)]
+pub(super) struct DescriptorReserve(Vec<std::fs::File>);
+
+impl DescriptorReserve {
+    /// What the self-fence needs at most: the status file (temporary + directory, 2) and the
+    /// hook's spawn (/dev/null, two pipes with both ends, std's exec-error pipe: 7), doubled.
+    pub(super) const SIZE: usize = 18;
+
+    pub(super) fn take(count: usize) -> DescriptorReserve {
+        let held: Vec<std::fs::File> = (0..count)
+            .map_while(|_| std::fs::File::open("/dev/null").ok())
+            .collect();
+        if held.len() < count {
+            tracing::warn!(
+                held = held.len(),
+                wanted = count,
+                "cannot reserve descriptors for the self-fence; raise LimitNOFILE"
+            );
+        }
+        DescriptorReserve(held)
+    }
+
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Closes the reserved descriptors, for the self-fence to use.
+    pub(super) fn release(&mut self) {
+        self.0.clear();
+    }
 }
 
 impl Agent {
@@ -165,6 +203,7 @@ impl Agent {
             control,
             fenced: false,
             stop_feeding: false,
+            reserve: DescriptorReserve::take(DescriptorReserve::SIZE),
         }
     }
 
@@ -301,6 +340,7 @@ impl Agent {
     /// a reboot or an exit. Returns the exit status if the agent is to exit.
     pub(super) async fn self_fence(&mut self, reason: String) -> Option<u8> {
         self.fenced = true;
+        self.reserve.release();
         tracing::error!(%reason, "this node is fenced: running the self-fence actions");
         lock(&self.metrics).set_fenced();
         {

@@ -1170,3 +1170,11 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let text = lock(&metrics).render(std::time::Instant::now());
     assert!(text.contains("prfence_paths_blocked 6"), "{text}");
 }
+
+#[test]
+fn descriptors_are_reserved_for_the_self_fence_and_released_by_it() {
+    let mut reserve = super::run::DescriptorReserve::take(super::run::DescriptorReserve::SIZE);
+    assert_eq!(reserve.held(), super::run::DescriptorReserve::SIZE);
+    reserve.release();
+    assert_eq!(reserve.held(), 0);
+}
