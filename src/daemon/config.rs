@@ -342,10 +342,14 @@ pub fn feed_gap(check_interval: Duration, command_timeout: Duration) -> Duration
 pub const UNIT_WATCHDOG_SEC: Duration = Duration::from_secs(30);
 
 /// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
-/// process, else [`UNIT_WATCHDOG_SEC`].
+/// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
 pub fn service_watchdog() -> Duration {
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .is_none_or(|pid| pid.trim() == std::process::id().to_string());
     std::env::var("WATCHDOG_USEC")
         .ok()
+        .filter(|_| for_us)
         .and_then(|usec| usec.parse::<u64>().ok())
         .filter(|&usec| usec > 0)
         .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)

@@ -695,14 +695,17 @@ pub fn agent_main(
     }
     if check_config {
         println!(
-            "{}: valid ({} mode, {} device(s), check every {:?})",
+            "{}: valid ({} mode, {} device(s), check every {:?}, each check within {:?}, \
+             WatchdogSec {:?})",
             config.display(),
             match settings.mode {
                 ModeSettings::Watch(_) => "watch",
                 ModeSettings::Lease(_) => "lease",
             },
             settings.devices.len(),
-            settings.check_interval
+            settings.check_interval,
+            super::config::check_budget(settings.command_timeout),
+            super::config::service_watchdog(),
         );
         return 0;
     }
