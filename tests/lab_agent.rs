@@ -855,8 +855,11 @@ fn renew_racing_takeover_never_two_writers() -> anyhow::Result<()> {
                 ensure!(
                     took >= (timings.lease - timings.margin) as f64,
                     "round {round}: the standby took over {took:.0} ms after the freeze, before \
-                     the holder's own deadline (lease - margin = {} ms after its last renew)",
-                    timings.lease - timings.margin
+                     the holder's own deadline (lease - margin = {} ms after its last renew)\n\
+                     holder's log:\n{}\nstandby's log:\n{}",
+                    timings.lease - timings.margin,
+                    agents[holder_index].log_tail(),
+                    agents[1 - holder_index].log_tail()
                 );
                 if at < resumed_at {
                     preempted_frozen += 1;
