@@ -122,9 +122,21 @@ pub struct Fence {
 
 #[derive(Debug, Args)]
 pub struct Devices {
+    /// Overall deadline in seconds for all devices together; a device whose open or command is
+    /// still blocked in the kernel then is reported as timed out (default: twice --timeout).
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub deadline: Option<Duration>,
     /// Block (/dev/sdX) or SCSI generic (/dev/sgN) devices.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
+}
+
+impl Devices {
+    /// `--deadline`, or twice the per-command timeout: the open and one command, each of which
+    /// may take up to `--timeout` (retries follow answers, which come quickly).
+    pub fn deadline(&self, timeout: Duration) -> Duration {
+        self.deadline.unwrap_or_else(|| timeout.saturating_mul(2))
+    }
 }
 
 #[derive(Debug, Args)]

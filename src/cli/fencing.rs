@@ -2,10 +2,11 @@
 //! grouped into LUs, with a verdict per LU as text or JSON.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use sg_io::Device;
 
-use crate::discover::{Discovery, OpenPath, targets};
+use crate::discover::{Discovery, OpenPath, Opener, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, RequestError};
 use crate::pr::Key;
@@ -53,9 +54,9 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
             unknown.error
         );
     }
-    let lus: Vec<LuTarget<OpenPath<Hinted<ScsiPr<Device>>>>> = targets(&resolution, false, |dev| {
-        with_cli_hints(ScsiPr::open(dev, policy))
-    });
+    let open: Opener<Hinted<ScsiPr<Device>>> =
+        Arc::new(move |dev| with_cli_hints(ScsiPr::open(dev, policy)));
+    let lus: Vec<LuTarget<OpenPath<Hinted<ScsiPr<Device>>>>> = targets(&resolution, false, &open);
     let limits = Limits {
         deadline,
         tie_break: match &action {

@@ -1,15 +1,16 @@
 //! Runs one admin command on every device concurrently and reports in argument order.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 use crate::exec::ScsiPr;
-use crate::pr::{PrOut, RegisterMove as MoveTarget, TransportId};
+use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget, TransportId};
 use crate::transport::{
     Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport,
 };
 
-use super::args::{Cli, Cmd};
+use super::args::{Cli, Cmd, Devices};
 use super::fencing;
 use super::render::{self, Outcome, Reported};
 
@@ -68,12 +69,26 @@ enum Request {
     Out(PrOut),
 }
 
-fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
+impl Request {
+    /// The command sent, for errors that come before or instead of its completion.
+    fn command(&self) -> Command {
+        match self {
+            Request::ReadKeys => Command::PrIn(PrInAction::ReadKeys),
+            Request::ReadReservation => Command::PrIn(PrInAction::ReadReservation),
+            Request::ReportCapabilities => Command::PrIn(PrInAction::ReportCapabilities),
+            Request::ReadFullStatus => Command::PrIn(PrInAction::ReadFullStatus),
+            Request::Out(out) => Command::PrOut(out.action),
+        }
+    }
+}
+
+/// The request and the devices it goes to, with their options.
+fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
     Some(match command {
-        Cmd::Keys(d) => (Request::ReadKeys, &d.devices),
-        Cmd::Reservation(d) => (Request::ReadReservation, &d.devices),
-        Cmd::Capabilities(d) => (Request::ReportCapabilities, &d.devices),
-        Cmd::FullStatus(d) => (Request::ReadFullStatus, &d.devices),
+        Cmd::Keys(d) => (Request::ReadKeys, d),
+        Cmd::Reservation(d) => (Request::ReadReservation, d),
+        Cmd::Capabilities(d) => (Request::ReportCapabilities, d),
+        Cmd::FullStatus(d) => (Request::ReadFullStatus, d),
         Cmd::Register(r) => {
             let out = if r.ignore_existing {
                 PrOut::register_ignore(r.key)
@@ -84,7 +99,7 @@ fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
                 .with_aptpl(r.aptpl)
                 .with_all_tg_pt(r.all_target_ports)
                 .with_spec_i_pt(r.transport_ids.clone());
-            (Request::Out(out), &r.devices.devices)
+            (Request::Out(out), &r.devices)
         }
         Cmd::Unregister(u) => (
             Request::Out(
@@ -92,24 +107,18 @@ fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
                     .with_all_tg_pt(u.all_target_ports)
                     .with_aptpl(u.aptpl),
             ),
-            &u.devices.devices,
+            &u.devices,
         ),
-        Cmd::Reserve(r) => (
-            Request::Out(PrOut::reserve(r.key, r.rtype)),
-            &r.devices.devices,
-        ),
-        Cmd::Release(r) => (
-            Request::Out(PrOut::release(r.key, r.rtype)),
-            &r.devices.devices,
-        ),
-        Cmd::Clear(c) => (Request::Out(PrOut::clear(c.key)), &c.devices.devices),
+        Cmd::Reserve(r) => (Request::Out(PrOut::reserve(r.key, r.rtype)), &r.devices),
+        Cmd::Release(r) => (Request::Out(PrOut::release(r.key, r.rtype)), &r.devices),
+        Cmd::Clear(c) => (Request::Out(PrOut::clear(c.key)), &c.devices),
         Cmd::Preempt(p) => {
             let out = if p.abort {
                 PrOut::preempt_and_abort(p.key, p.victim, p.rtype)
             } else {
                 PrOut::preempt(p.key, p.victim, p.rtype)
             };
-            (Request::Out(out), &p.devices.devices)
+            (Request::Out(out), &p.devices)
         }
         Cmd::RegisterMove(m) => {
             let target = MoveTarget {
@@ -119,7 +128,7 @@ fn request_of(command: &Cmd) -> Option<(Request, &[PathBuf])> {
             };
             let out =
                 PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
-            (Request::Out(out), &m.devices.devices)
+            (Request::Out(out), &m.devices)
         }
         Cmd::Unfence(_) | Cmd::Fence(_) | Cmd::Status(_) | Cmd::Agent(_) => return None,
     })
@@ -131,7 +140,7 @@ fn devices_of(command: &Cmd) -> &[PathBuf] {
         Cmd::Unfence(d) | Cmd::Status(d) => &d.devices,
         Cmd::Fence(f) => &f.target.devices,
         Cmd::Agent(_) => &[],
-        other => request_of(other).map_or(&[], |(_, devices)| devices),
+        other => request_of(other).map_or(&[], |(_, devices)| &devices.devices),
     }
 }
 
@@ -170,11 +179,7 @@ fn check_request(command: &Cmd) -> Result<(), String> {
     Ok(())
 }
 
-fn perform(
-    request: &Request,
-    path: &std::path::Path,
-    policy: Policy,
-) -> Result<Reported, CommandError> {
+fn perform(request: &Request, path: &Path, policy: Policy) -> Result<Reported, CommandError> {
     let device = ScsiPr::open(path, policy)?;
     let operation = match request {
         Request::ReadKeys => PrRequest::ReadKeys,
@@ -233,43 +238,102 @@ pub fn execute(cli: &Cli) -> ExitStatus {
     let Some((request, devices)) = request_of(&cli.command) else {
         return ExitStatus::Usage;
     };
-    let results = run_concurrently(&request, devices, policy);
-    render::print(cli.json, devices, &results);
+    let command = request.command();
+    let request = Arc::new(request);
+    let results = run_concurrently(
+        &devices.devices,
+        devices.deadline(cli.timeout),
+        command,
+        move |path| perform(&request, path, policy),
+    );
+    render::print(cli.json, &devices.devices, &results);
     ExitStatus::of(&results)
 }
 
-/// One blocking worker per device; results in argument order. A worker the system cannot start
-/// (thread or memory limits) fails its device with an error instead of aborting the others.
-fn run_concurrently(
-    request: &Request,
+/// One worker thread per device; results in argument order, all by `deadline`. Workers are not
+/// joined: a device whose open or command blocks in the kernel (SCSI error recovery) keeps only
+/// its own thread and is reported as timed out at the deadline; the process exits without it.
+/// A worker the system cannot start (thread or memory limits) fails its device with an error
+/// instead of aborting the others.
+fn run_concurrently<W>(
     devices: &[PathBuf],
-    policy: Policy,
-) -> Vec<Result<Reported, CommandError>> {
-    let request = Arc::new(request.clone());
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = devices
-            .iter()
-            .map(|path| {
-                let request = Arc::clone(&request);
-                std::thread::Builder::new()
-                    .name("prfence-device".to_owned())
-                    .spawn_scoped(scope, move || perform(&request, path, policy))
-                    .map_err(|e| spawn_failed(path, &e))
+    deadline: Duration,
+    command: Command,
+    work: W,
+) -> Vec<Result<Reported, CommandError>>
+where
+    W: Fn(&Path) -> Result<Reported, CommandError> + Send + Sync + 'static,
+{
+    let until = Instant::now() + deadline;
+    let work = Arc::new(work);
+    let (send, receive) = mpsc::channel();
+    let mut results: Vec<Option<Result<Reported, CommandError>>> = devices
+        .iter()
+        .enumerate()
+        .map(|(index, path)| {
+            let (work, send, owned) = (Arc::clone(&work), send.clone(), path.clone());
+            std::thread::Builder::new()
+                .name("prfence-device".to_owned())
+                .spawn(move || {
+                    let _ = send.send((index, work(&owned)));
+                })
+                .err()
+                .map(|e| Err(spawn_failed(path, &e)))
+        })
+        .collect();
+    drop(send);
+    let mut pending = results.iter().filter(|r| r.is_none()).count();
+    while pending > 0 {
+        match receive.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok((index, result)) => {
+                if let Some(slot) = results.get_mut(index) {
+                    *slot = Some(result);
+                }
+                pending -= 1;
+            }
+            // The deadline passed, or a worker died without answering (a panic, already printed).
+            Err(_) => break,
+        }
+    }
+    let past_deadline = Instant::now() >= until;
+    devices
+        .iter()
+        .zip(results)
+        .map(|(path, result)| {
+            result.unwrap_or_else(|| {
+                Err(if past_deadline {
+                    timed_out(path, command, deadline)
+                } else {
+                    CommandError::without_completion(
+                        path,
+                        command,
+                        ErrorKind::Failed,
+                        "the device's worker thread panicked; nothing is known about the result: \
+                         check the device's state before rerunning",
+                    )
+                })
             })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle?
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
+        })
+        .collect()
+}
+
+/// The error of a device still blocked at the command's deadline.
+fn timed_out(path: &Path, command: Command, deadline: Duration) -> CommandError {
+    CommandError::without_completion(
+        path,
+        command,
+        ErrorKind::Timeout,
+        format!(
+            "no result within the deadline of {:.3} s: the open or the command is still blocked \
+             in the kernel (SCSI error recovery, a hung path); check the path and rerun (a PR OUT \
+             may or may not have been applied: read the state first)",
+            deadline.as_secs_f64()
+        ),
+    )
 }
 
 /// The error of a device whose worker thread could not be started.
-fn spawn_failed(path: &std::path::Path, error: &std::io::Error) -> CommandError {
+fn spawn_failed(path: &Path, error: &std::io::Error) -> CommandError {
     CommandError::without_completion(
         path,
         Command::Open,
@@ -333,5 +397,72 @@ mod tests {
             "{text}"
         );
         assert_eq!(ExitStatus::of::<()>(&[Err(e)]), ExitStatus::Failure);
+    }
+
+    #[test]
+    fn a_device_blocked_in_the_kernel_times_out_alone_at_the_deadline() {
+        const HANG: Duration = Duration::from_secs(30);
+        let devices: Vec<PathBuf> = ["/dev/sdb", "/dev/sdhung", "/dev/sdd"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let deadline = Duration::from_millis(500);
+        let started = Instant::now();
+        let results = run_concurrently(
+            &devices,
+            deadline,
+            Command::PrIn(PrInAction::ReadKeys),
+            |path| {
+                if path == Path::new("/dev/sdhung") {
+                    // An open or ioctl that does not return (the thread is left behind).
+                    std::thread::sleep(HANG);
+                }
+                Ok(Reported {
+                    outcome: render::Outcome::Keys(crate::pr::ReadKeys {
+                        generation: 1,
+                        keys: Vec::new(),
+                    }),
+                    unit_attentions: Vec::new(),
+                })
+            },
+        );
+        let took = started.elapsed();
+        println!("3 devices, one blocked for {HANG:?}: {took:?} (deadline {deadline:?})");
+        assert!(took < deadline + Duration::from_secs(1), "{took:?}");
+        assert!(results[0].is_ok() && results[2].is_ok());
+        let e = results[1].as_ref().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert_eq!(e.command, Command::PrIn(PrInAction::ReadKeys));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("/dev/sdhung") && text.contains("0.500 s") && text.contains("blocked"),
+            "{text}"
+        );
+        assert_eq!(ExitStatus::of(&results), ExitStatus::Failure);
+    }
+
+    #[test]
+    fn the_admin_deadline_defaults_to_twice_the_timeout() {
+        let Cmd::Keys(d) = cli(&["prfence", "--timeout", "3", "keys", "/dev/sdb"]).command else {
+            panic!("keys")
+        };
+        assert_eq!(d.deadline(Duration::from_secs(3)), Duration::from_secs(6));
+        let Cmd::Clear(c) = cli(&[
+            "prfence",
+            "clear",
+            "--key",
+            "1",
+            "--deadline",
+            "7",
+            "/dev/sdb",
+        ])
+        .command
+        else {
+            panic!("clear")
+        };
+        assert_eq!(
+            c.devices.deadline(Duration::from_secs(3)),
+            Duration::from_secs(7)
+        );
     }
 }

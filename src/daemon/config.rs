@@ -303,6 +303,44 @@ pub const DEFAULT_FENCED_EXIT_STATUS: u8 = 86;
 /// (`u32::MAX` means "none"), about 49.7 days.
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_millis(u32::MAX as u64 - 1);
 
+/// How many command slots (`command_timeout` + 200 ms each) one watch check may take: READ
+/// KEYS on the first live path of each LU (all LUs at once), READ KEYS on every other live path
+/// at once if the first did not answer, and the path probes, all paths at once. Heals run beside
+/// the checks under their own deadline, so they never delay the watchdog's feeding.
+pub const CHECK_SLOTS: u32 = 3;
+
+/// The most one watch check may take, from its start (discovery included) to feeding the
+/// watchdog. The watch loop cuts the check off there (an LU still pending counts as a timed-out
+/// read) and the timing rules use it, so `--check-config` and the agent compute the same number.
+pub fn check_budget(command_timeout: Duration) -> Duration {
+    super::storage::command_slot(command_timeout).saturating_mul(CHECK_SLOTS)
+}
+
+/// The longest two feeds of a watchdog can be apart: a check starts at most `check_interval`
+/// after the previous one ended (the ticker never bursts) and ends within its budget.
+pub fn feed_gap(check_interval: Duration, command_timeout: Duration) -> Duration {
+    check_interval.saturating_add(check_budget(command_timeout))
+}
+
+/// `WatchdogSec=` of the packaged unit (packaging/prfence-agent.service, pinned by a test). A
+/// start under systemd checks against the value systemd passes (`WATCHDOG_USEC`); without it
+/// (`--check-config` in `ExecStartPre=`, a start by hand) against this one.
+pub const UNIT_WATCHDOG_SEC: Duration = Duration::from_secs(30);
+
+/// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
+/// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
+pub fn service_watchdog() -> Duration {
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .is_none_or(|pid| pid.trim() == std::process::id().to_string());
+    std::env::var("WATCHDOG_USEC")
+        .ok()
+        .filter(|_| for_us)
+        .and_then(|usec| usec.parse::<u64>().ok())
+        .filter(|&usec| usec > 0)
+        .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)
+}
+
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 const MAX_NODE_ID: u32 = u16::MAX as u32;
@@ -441,6 +479,24 @@ impl Settings {
         }
     }
 
+    /// With `[systemd] notify`, the unit's `WatchdogSec=` (`watchdog_sec`) must exceed the
+    /// longest gap between two checks' ends ([`feed_gap`]): WATCHDOG=1 is sent once per check.
+    pub fn check_service_watchdog(&self, watchdog_sec: Duration) -> Result<(), ConfigError> {
+        let gap = feed_gap(self.check_interval, self.command_timeout);
+        if self.sd_notify && watchdog_sec <= gap {
+            return Err(ConfigError::Timing {
+                rule: format!(
+                    "the unit's WatchdogSec ({watchdog_sec:?}) must exceed check_interval + the \
+                     check's budget ({CHECK_SLOTS} x (command_timeout + 200ms)) = {gap:?}: \
+                     WATCHDOG=1 is sent once a check ends, so systemd would kill a healthy agent \
+                     whose check waits on hung paths; raise WatchdogSec= (a drop-in) or lower \
+                     check_interval or command_timeout"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The timing rules (see the `daemon` module docs for why each exists). None of them is
     /// needed for safety, which rests on the target; they keep the agent from fencing itself
     /// needlessly and make a stalled holder stop before a standby takes over.
@@ -470,12 +526,14 @@ impl Settings {
                     ));
                 }
                 if let Some(wd) = &self.watchdog {
-                    let gap = self.check_interval + self.command_timeout;
+                    let gap = feed_gap(self.check_interval, self.command_timeout);
                     if wd.timeout <= gap {
                         return rule(format!(
-                            "watchdog.timeout ({:?}) must exceed check_interval + \
-                             command_timeout ({gap:?}): the watchdog is fed once per check, so \
-                             a shorter timeout resets a healthy node",
+                            "watchdog.timeout ({:?}) must exceed check_interval + the check's \
+                             budget ({CHECK_SLOTS} x (command_timeout + 200ms)) = {gap:?}: the \
+                             watchdog is fed once a check ends, and a check over hung paths \
+                             takes its whole budget, so a shorter timeout resets a node that is \
+                             still registered",
                             wd.timeout
                         ));
                     }
@@ -1176,14 +1234,74 @@ margin = "2s"
         assert!(r.contains("command_timeout"), "{r}");
         let r = timing_error(&format!("{WATCH}[watch]\npath_audit = \"1s\"\n"));
         assert!(r.contains("watch.path_audit"), "{r}");
+        // Defaults (check_interval 2s, command_timeout 2s): the watchdog must outlast
+        // 2s + 3 x 2.2s = 8.6s, a check over hung paths included.
         let r = timing_error(&format!(
-            "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"4s\"\n"
+            "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"8s\"\n"
         ));
-        assert!(r.contains("resets a healthy node"), "{r}");
+        assert!(
+            r.contains("watchdog.timeout") && r.contains("8.6s") && r.contains("still registered"),
+            "{r}"
+        );
         Settings::from_toml_str(&format!(
-            "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"5s\"\n"
+            "{WATCH}[watchdog]\ndevice = \"/dev/watchdog\"\ntimeout = \"9s\"\n"
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn a_check_budget_is_three_command_slots() {
+        assert_eq!(
+            check_budget(Duration::from_secs(2)),
+            Duration::from_millis(6600)
+        );
+        assert_eq!(
+            check_budget(Duration::from_secs(1)),
+            Duration::from_millis(3600)
+        );
+        assert_eq!(
+            feed_gap(Duration::from_millis(500), Duration::from_secs(1)),
+            Duration::from_millis(4100)
+        );
+        // Saturates instead of overflowing at the largest command_timeout.
+        assert!(check_budget(MAX_COMMAND_TIMEOUT) > MAX_COMMAND_TIMEOUT);
+    }
+
+    #[test]
+    fn the_service_watchdog_must_outlast_a_check() {
+        let notify = "[systemd]\nnotify = true\n";
+        let s = Settings::from_toml_str(&format!("{WATCH}{notify}")).unwrap();
+        s.check_service_watchdog(UNIT_WATCHDOG_SEC).unwrap();
+        let e = s
+            .check_service_watchdog(Duration::from_millis(8600))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WatchdogSec") && e.contains("8.6s"), "{e}");
+        s.check_service_watchdog(Duration::from_millis(8601))
+            .unwrap();
+        // A long interval the packaged unit would kill the agent for.
+        let slow = Settings::from_toml_str(&format!(
+            "check_interval = \"30s\"\n{WATCH}[watch]\ngrace = \"1m\"\npath_audit = \"1m\"\n{notify}"
+        ))
+        .unwrap();
+        assert!(slow.check_service_watchdog(UNIT_WATCHDOG_SEC).is_err());
+        // Without sd_notify nothing feeds systemd's watchdog, and nothing is checked.
+        let quiet = Settings::from_toml_str(&format!(
+            "check_interval = \"30s\"\n{WATCH}[watch]\ngrace = \"1m\"\npath_audit = \"1m\"\n"
+        ))
+        .unwrap();
+        quiet.check_service_watchdog(UNIT_WATCHDOG_SEC).unwrap();
+    }
+
+    #[test]
+    fn unit_watchdog_sec_matches_the_packaged_unit() {
+        let unit = include_str!("../../packaging/prfence-agent.service");
+        let line = unit
+            .lines()
+            .find(|l| l.starts_with("WatchdogSec="))
+            .expect("the unit sets WatchdogSec");
+        let value = line.trim_start_matches("WatchdogSec=");
+        assert_eq!(parse_duration(value), Ok(UNIT_WATCHDOG_SEC), "{line}");
     }
 
     #[test]

@@ -129,6 +129,7 @@ pub struct Metrics {
     fenced: bool,
     lease_role: Option<Role>,
     http_evicted: u64,
+    blocked_paths: usize,
     watchdog: WatchdogState,
     self_fence: Option<SelfFenceSteps>,
 }
@@ -148,6 +149,7 @@ impl Metrics {
             fenced: false,
             lease_role: None,
             http_evicted: 0,
+            blocked_paths: 0,
             watchdog: WatchdogState::NotConfigured,
             self_fence: None,
         }
@@ -202,6 +204,11 @@ impl Metrics {
 
     pub fn set_fenced(&mut self) {
         self.fenced = true;
+    }
+
+    /// Paths whose command or open has not returned from the kernel (one thread each).
+    pub fn set_blocked_paths(&mut self, count: usize) {
+        self.blocked_paths = count;
     }
 
     pub fn set_watchdog(&mut self, state: WatchdogState) {
@@ -295,6 +302,13 @@ impl Metrics {
             "counter",
             "HTTP connections closed unanswered because the endpoint's connection cap was full.",
             std::iter::once((String::new(), self.http_evicted.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_paths_blocked",
+            "gauge",
+            "Paths whose last command or open has not returned from the kernel (each holds one thread; the path gets no other command meanwhile).",
+            std::iter::once((String::new(), self.blocked_paths.to_string())),
         );
         family(
             &mut out,

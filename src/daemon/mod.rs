@@ -39,8 +39,11 @@
 //! - `watch.path_audit ≥ check_interval`: every path's registration is probed at start, when a
 //!   path changes, and at least this often, because a re-login orphan can hide behind the old
 //!   nexus's registration in the key count.
-//! - `watchdog.timeout > check_interval + command_timeout`: the watchdog is fed once per
-//!   check while not fenced (also during the grace, or the watchdog would cut it short).
+//! - `watchdog.timeout > check_interval + check_budget`, where `check_budget = 3 ×
+//!   (command_timeout + 200 ms)` (`config::check_budget`): the watchdog is fed once a check
+//!   ends while not fenced (also during the grace, or the watchdog would cut it short), and a
+//!   check over hung paths ends only at its budget. With `[systemd] notify`, the unit's
+//!   `WatchdogSec` must exceed the same sum (WATCHDOG=1 is sent once per check).
 //!
 //! # Timing rules: lease mode
 //! Let ρ be the largest rate error of a node's monotonic clock against true time

@@ -125,6 +125,44 @@ pub struct Agent {
     /// Latched by the self-fence: the watchdog is no longer fed (`self_fence.stop_watchdog`, or
     /// a reboot that failed).
     pub(super) stop_feeding: bool,
+    /// Descriptors held for the self-fence, released when it starts.
+    reserve: DescriptorReserve,
+}
+
+/// Descriptors kept open from the start (on /dev/null) and closed when the self-fence starts, so
+/// its status writes and the hook's spawn find free descriptors even when LU paths (or anything
+/// else) used up `LimitNOFILE` meanwhile.
+#[derive(Debug)]
+pub(super) struct DescriptorReserve(Vec<std::fs::File>);
+
+impl DescriptorReserve {
+    /// What the self-fence needs at most: the status file (temporary + directory, 2) and the
+    /// hook's spawn (/dev/null, two pipes with both ends, std's exec-error pipe: 7), doubled.
+    pub(super) const SIZE: usize = 18;
+
+    pub(super) fn take(count: usize) -> DescriptorReserve {
+        let held: Vec<std::fs::File> = (0..count)
+            .map_while(|_| std::fs::File::open("/dev/null").ok())
+            .collect();
+        if held.len() < count {
+            tracing::warn!(
+                held = held.len(),
+                wanted = count,
+                "cannot reserve descriptors for the self-fence; raise LimitNOFILE"
+            );
+        }
+        DescriptorReserve(held)
+    }
+
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Closes the reserved descriptors, for the self-fence to use.
+    pub(super) fn release(&mut self) {
+        self.0.clear();
+    }
 }
 
 impl Agent {
@@ -164,6 +202,7 @@ impl Agent {
             control,
             fenced: false,
             stop_feeding: false,
+            reserve: DescriptorReserve::take(DescriptorReserve::SIZE),
         }
     }
 
@@ -214,6 +253,11 @@ impl Agent {
             self.set_watchdog(WatchdogState::Ok, None);
         }
         Ok(())
+    }
+
+    /// When a check started now must end: its budget ([`super::config::check_budget`]) away.
+    pub(super) fn check_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + super::config::check_budget(self.settings.command_timeout)
     }
 
     /// Watch mode, at every check once armed: opens the watchdog if it is configured but not
@@ -279,6 +323,7 @@ impl Agent {
 
     /// Publishes the status (file, endpoint) after a check.
     pub(super) fn publish(&self) {
+        lock(&self.metrics).set_blocked_paths(self.table.blocked_paths());
         if let Some(path) = &self.status_file {
             let status = lock(&self.status).clone();
             if let Err(e) = status::write_file(path, &status) {
@@ -294,6 +339,7 @@ impl Agent {
     /// a reboot or an exit. Returns the exit status if the agent is to exit.
     pub(super) async fn self_fence(&mut self, reason: String) -> Option<u8> {
         self.fenced = true;
+        self.reserve.release();
         tracing::error!(%reason, "this node is fenced: running the self-fence actions");
         lock(&self.metrics).set_fenced();
         {
@@ -488,8 +534,13 @@ pub(super) async fn heal_lu(
     paths: &[PathHandle],
     key: Key,
 ) -> Result<ops::LuReport, String> {
+    // One heal per LU at a time: a heal cut off by its deadline may still have a command in the
+    // kernel, and two heals on one LU would race their own REGISTERs.
+    let Some(guard) = exec.begin_heal(&lu_id) else {
+        return Err("the previous heal of this LU has not finished yet".to_owned());
+    };
     let live: Vec<PathHandle> = paths.iter().filter(|p| p.spec.live).cloned().collect();
-    let opened = exec.open_paths(&live).await;
+    let opened = exec.open_paths(&live, guard).await;
     if opened.is_empty() {
         return Err("no live path could be opened".to_owned());
     }
@@ -569,7 +620,12 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
 /// Reads and validates the configuration file.
 pub fn load_settings(path: &Path) -> Result<Settings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let settings =
+        Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    settings
+        .check_service_watchdog(super::config::service_watchdog())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(settings)
 }
 
 /// `prfence agent`: the process entry point. Returns the exit status.
@@ -596,14 +652,17 @@ pub fn agent_main(
     }
     if check_config {
         println!(
-            "{}: valid ({} mode, {} device(s), check every {:?})",
+            "{}: valid ({} mode, {} device(s), check every {:?}, each check within {:?}, \
+             WatchdogSec {:?})",
             config.display(),
             match settings.mode {
                 ModeSettings::Watch(_) => "watch",
                 ModeSettings::Lease(_) => "lease",
             },
             settings.devices.len(),
-            settings.check_interval
+            settings.check_interval,
+            super::config::check_budget(settings.command_timeout),
+            super::config::service_watchdog(),
         );
         return 0;
     }

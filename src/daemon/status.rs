@@ -99,6 +99,9 @@ pub struct PathStatus {
     pub dev: String,
     pub live: bool,
     pub session: Option<String>,
+    /// A command or open on this path has not returned from the kernel yet: it holds one
+    /// thread, and the path gets no other command until it returns.
+    pub blocked: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

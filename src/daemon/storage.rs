@@ -8,8 +8,11 @@
 //! - [`Executor::run`] runs one command on one path on the blocking pool, bounded by
 //!   `command_timeout`. A path's device is opened on first use and reopened after an open or
 //!   transport failure (a path that came back is usually a new device node). A path whose
-//!   previous command still hangs in the kernel is not given another one.
+//!   previous command (or open) still hangs in the kernel is not given another one, so a hung
+//!   path holds at most one blocking thread ([`PathHandle::is_blocked`]); likewise one discovery
+//!   and one heal per LU at a time.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +25,7 @@ use crate::exec::ScsiPr;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
 use crate::transport::{
     Command, CommandError, ErrorKind, Event, Hinted, Policy, PrAnswer, PrRequest, PrTransport,
+    Reply,
 };
 
 /// One path of an LU as discovery reports it.
@@ -132,6 +136,26 @@ impl PathHandle {
     pub fn forget(&self) {
         *self.slot() = None;
     }
+
+    /// A command or open on this path has not returned from the kernel yet (it holds one
+    /// blocking thread; the path gets nothing else until it returns).
+    pub fn is_blocked(&self) -> bool {
+        self.busy.load(Ordering::SeqCst)
+    }
+
+    /// Marks the path busy; `None` if it already was.
+    fn claim(&self) -> Option<BusyPath> {
+        (!self.busy.swap(true, Ordering::SeqCst)).then(|| BusyPath(Arc::clone(&self.busy)))
+    }
+}
+
+/// A busy mark (a path's, discovery's), cleared when the blocking call that holds it returns.
+struct BusyPath(Arc<AtomicBool>);
+
+impl Drop for BusyPath {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Runs PR commands on paths: bounded, on the blocking pool, with latency and conflict metrics.
@@ -139,10 +163,25 @@ pub struct Executor {
     storage: Arc<dyn Storage>,
     policy: Policy,
     metrics: Arc<Mutex<Metrics>>,
+    /// LUs with a heal under way (its blocking work may outlive the check that started it).
+    healing: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Time allowed beyond `command_timeout` for the kernel's own timeout to fire first.
-const TIMEOUT_SLACK: Duration = Duration::from_millis(200);
+pub const TIMEOUT_SLACK: Duration = Duration::from_millis(200);
+
+/// An LU's heal mark, held by every path the heal opened: it is cleared when the heal's last
+/// blocking call returns, not when the check that started it stops waiting.
+pub struct HealGuard {
+    healing: Arc<Mutex<HashSet<String>>>,
+    lu: String,
+}
+
+impl Drop for HealGuard {
+    fn drop(&mut self) {
+        lock(&self.healing).remove(&self.lu);
+    }
+}
 
 impl Executor {
     pub fn new(storage: Arc<dyn Storage>, timeout: Duration, metrics: Arc<Mutex<Metrics>>) -> Self {
@@ -153,11 +192,28 @@ impl Executor {
                 ..Policy::default()
             },
             metrics,
+            healing: Arc::new(Mutex::new(HashSet::new())),
         }
     }
 
     pub fn timeout(&self) -> Duration {
         self.policy.timeout
+    }
+
+    /// How long [`Executor::run`] waits for one command: `command_timeout` plus the slack that
+    /// lets the kernel's own timeout fire first.
+    pub fn command_slot(&self) -> Duration {
+        command_slot(self.policy.timeout)
+    }
+
+    /// Marks `lu` as being healed; `None` while a previous heal of it is still under way.
+    pub fn begin_heal(&self, lu: &str) -> Option<HealGuard> {
+        lock(&self.healing)
+            .insert(lu.to_owned())
+            .then(|| HealGuard {
+                healing: Arc::clone(&self.healing),
+                lu: lu.to_owned(),
+            })
     }
 
     /// Runs `f` on `path`'s device. `command` names the (first) command for errors and metrics.
@@ -172,19 +228,20 @@ impl Executor {
         F: FnOnce(&dyn PrTransport) -> Result<T, CommandError> + Send + 'static,
     {
         let dev = path.spec.dev.clone();
-        if path.busy.swap(true, Ordering::SeqCst) {
+        let Some(busy) = path.claim() else {
             return Err(CommandError::without_completion(
                 &dev,
                 command,
                 ErrorKind::Timeout,
                 "the previous command on this path has not returned from the kernel yet",
             ));
-        }
+        };
         let storage = Arc::clone(&self.storage);
         let policy = self.policy;
         let handle = path.clone();
         let started = tokio::time::Instant::now();
         let job = tokio::task::spawn_blocking(move || {
+            let _busy = busy;
             let result = handle
                 .transport(storage.as_ref(), policy)
                 .and_then(|device| f(device.as_ref()));
@@ -193,10 +250,9 @@ impl Executor {
             {
                 handle.forget();
             }
-            handle.busy.store(false, Ordering::SeqCst);
             result
         });
-        let result = match tokio::time::timeout(policy.timeout + TIMEOUT_SLACK, job).await {
+        let result = match tokio::time::timeout(self.command_slot(), job).await {
             Ok(Ok(result)) => result,
             Ok(Err(join)) => Err(CommandError::without_completion(
                 &dev,
@@ -226,40 +282,66 @@ impl Executor {
         result.map_err(|e| e.hinted(hint))
     }
 
-    /// Opens `paths` (those that can be) for the `ops` engine, which runs its own commands.
-    pub async fn open_paths(&self, paths: &[PathHandle]) -> Vec<OpenedPath> {
-        let storage = Arc::clone(&self.storage);
-        let policy = self.policy;
-        let paths = paths.to_vec();
-        tokio::task::spawn_blocking(move || {
-            paths
-                .iter()
-                .filter_map(|p| match p.transport(storage.as_ref(), policy) {
-                    Ok(inner) => Some(Hinted { inner, hints: hint }),
-                    Err(e) => {
-                        let e = e.hinted(hint);
-                        tracing::warn!(path = %p.spec.name, error = %e, "cannot open the path");
-                        None
-                    }
-                })
-                .collect()
-        })
-        .await
-        .unwrap_or_default()
+    /// Opens `paths` (those that can be) for a heal by the `ops` engine, which runs its own
+    /// commands; each opened path holds `guard`. Paths with a blocked command are left out, and
+    /// paths not opened within one command slot are left to the blocking pool and left out.
+    pub async fn open_paths(&self, paths: &[PathHandle], guard: HealGuard) -> Vec<OpenedPath> {
+        let guard = Arc::new(guard);
+        let opens: Vec<_> = paths
+            .iter()
+            .filter_map(|p| {
+                let Some(busy) = p.claim() else {
+                    tracing::warn!(path = %p.spec.name, "not used: its previous command has not returned from the kernel yet");
+                    return None;
+                };
+                let (storage, policy, path) = (Arc::clone(&self.storage), self.policy, p.clone());
+                Some(tokio::task::spawn_blocking(move || {
+                    let _busy = busy;
+                    path.transport(storage.as_ref(), policy).map_err(|e| {
+                        path.forget();
+                        (path.spec.name.clone(), Box::new(e))
+                    })
+                }))
+            })
+            .collect();
+        let until = tokio::time::Instant::now() + self.command_slot();
+        let mut opened = Vec::new();
+        for open in opens {
+            match tokio::time::timeout_at(until, open).await {
+                Ok(Ok(Ok(transport))) => opened.push(OpenedPath {
+                    transport: Hinted {
+                        inner: transport,
+                        hints: hint,
+                    },
+                    _heal: Arc::clone(&guard),
+                }),
+                Ok(Ok(Err((path, error)))) => {
+                    let error = (*error).hinted(hint);
+                    tracing::warn!(%path, %error, "cannot open the path");
+                }
+                Ok(Err(join)) => tracing::warn!(error = %join, "a path's open failed"),
+                Err(_) => tracing::warn!("a path's open did not return within command_timeout"),
+            }
+        }
+        opened
     }
 
-    /// READ KEYS on the first path of `paths` that answers (live paths only, in order). Returns
-    /// the keys, the index of the path that answered, and the events (unit attentions) it
-    /// consumed.
+    /// READ KEYS on a live path of `paths`: the first, and if it does not answer, every other at
+    /// once (so a hung path costs one command slot, not one per path). Returns the keys, the
+    /// index of the path that answered (the first in order among those that did), and the unit
+    /// attentions it consumed.
     pub async fn read_keys_any(
-        &self,
+        self: &Arc<Self>,
         device: &Path,
         paths: &[PathHandle],
     ) -> Result<(ReadKeys, usize, Vec<Event>), CommandError> {
         let command = Command::PrIn(PrInAction::ReadKeys);
-        let mut last = None;
-        for (index, path) in paths.iter().enumerate().filter(|(_, p)| p.spec.live) {
-            let read = |t: &dyn PrTransport| {
+        let mut live = paths.iter().enumerate().filter(|(_, p)| p.spec.live);
+        let Some((first_index, first)) = live.next() else {
+            return Err(no_live_path(device, paths, command));
+        };
+        let read = |exec: Arc<Executor>, path: PathHandle| async move {
+            exec.run(&path, command, |t: &dyn PrTransport| {
                 let reply = t.execute(PrRequest::ReadKeys)?;
                 match reply.answer {
                     PrAnswer::Keys(keys) => Ok((keys, reply.events)),
@@ -269,19 +351,57 @@ impl Executor {
                         &other,
                     )),
                 }
-            };
-            match self.run(path, command, read).await {
-                Ok((keys, events)) => return Ok((keys, index, events)),
-                Err(e) => last = Some(e),
+            })
+            .await
+        };
+        let mut last = match read(Arc::clone(self), first.clone()).await {
+            Ok((keys, attentions)) => return Ok((keys, first_index, attentions)),
+            Err(e) => e,
+        };
+        let mut others = tokio::task::JoinSet::new();
+        for (index, path) in live {
+            let job = read(Arc::clone(self), path.clone());
+            others.spawn(async move { (index, job.await) });
+        }
+        let mut answers = Vec::new();
+        while let Some(joined) = others.join_next().await {
+            if let Ok(answer) = joined {
+                answers.push(answer);
             }
         }
-        Err(last.unwrap_or_else(|| no_live_path(device, paths, command)))
+        answers.sort_by_key(|(index, _)| *index);
+        for (index, result) in answers {
+            match result {
+                Ok((keys, attentions)) => return Ok((keys, index, attentions)),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 }
 
+/// See [`Executor::command_slot`].
+pub fn command_slot(command_timeout: Duration) -> Duration {
+    command_timeout.saturating_add(TIMEOUT_SLACK)
+}
+
 /// An opened path as the `ops` engine owns it: the agent's device, whose errors carry the
-/// agent's hints.
-pub type OpenedPath = Hinted<Arc<dyn PrTransport>>;
+/// agent's hints, holding its heal's guard.
+pub struct OpenedPath {
+    transport: Hinted<Arc<dyn PrTransport>>,
+    /// Dropped with the engine's last use of the path, after its blocking work returned.
+    _heal: Arc<HealGuard>,
+}
+
+impl PrTransport for OpenedPath {
+    fn device(&self) -> &Path {
+        self.transport.device()
+    }
+    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
+        self.transport.execute(request)
+    }
+}
+
 
 /// The agent's advice for a failed command, in terms of its configuration.
 pub fn hint(kind: ErrorKind) -> &'static str {
@@ -402,6 +522,8 @@ impl LuEntry {
 #[derive(Debug)]
 pub struct LuTable {
     pub lus: Vec<LuEntry>,
+    /// A discovery is running (it may outlive the check that started it).
+    discovering: Arc<AtomicBool>,
 }
 
 impl LuTable {
@@ -418,24 +540,50 @@ impl LuTable {
                     discover_error: None,
                 })
                 .collect(),
+            discovering: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Re-discovers every LU (sysfs only; on the blocking pool).
-    pub async fn refresh(&mut self, storage: &Arc<dyn Storage>) {
+    /// Re-discovers every LU (sysfs only; on the blocking pool). A discovery not done by `until`
+    /// (sysfs reads can block behind a device in error recovery) leaves the paths as they were;
+    /// no second one starts while it runs.
+    pub async fn refresh(&mut self, storage: &Arc<dyn Storage>, until: tokio::time::Instant) {
+        if self.discovering.swap(true, Ordering::SeqCst) {
+            tracing::warn!("the previous discovery has not returned yet; keeping the paths");
+            return;
+        }
+        let busy = BusyPath(Arc::clone(&self.discovering));
         let devices: Vec<PathBuf> = self.lus.iter().map(|l| l.device.clone()).collect();
         let storage = Arc::clone(storage);
-        let found = tokio::task::spawn_blocking(move || {
+        let job = tokio::task::spawn_blocking(move || {
+            let _busy = busy;
             devices
                 .iter()
                 .map(|d| storage.discover(d).map_err(|e| e.to_string()))
                 .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_else(|e| vec![Err(format!("discovery worker failed: {e}")); self.lus.len()]);
+        });
+        let found = match tokio::time::timeout_at(until, job).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => vec![Err(format!("discovery worker failed: {e}")); self.lus.len()],
+            Err(_) => {
+                tracing::warn!(
+                    "discovery did not return within the check's budget; keeping the paths"
+                );
+                return;
+            }
+        };
         for (lu, result) in self.lus.iter_mut().zip(found) {
             lu.apply(result);
         }
+    }
+
+    /// Paths whose command or open has not returned from the kernel (each holds one thread).
+    pub fn blocked_paths(&self) -> usize {
+        self.lus
+            .iter()
+            .flat_map(|lu| &lu.paths)
+            .filter(|p| p.is_blocked())
+            .count()
     }
 
     /// Two configured devices must not be the same LU: its paths would be counted twice.
@@ -562,6 +710,7 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().ends_with(". Hint: the device node could not be opened: it must exist, and the agent needs root (CAP_SYS_RAWIO)"), "{e}");
         assert!(hint(ErrorKind::Timeout).contains("raise command_timeout"));
-        assert!(exec.open_paths(&[path]).await.is_empty());
+        let guard = exec.begin_heal("naa.1").unwrap();
+        assert!(exec.open_paths(&[path], guard).await.is_empty());
     }
 }

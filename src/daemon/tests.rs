@@ -1032,3 +1032,112 @@ async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
     );
     assert_eq!(run.host.reboots.load(Ordering::SeqCst), 0);
 }
+
+/// A check over hung paths ends within its budget (config::check_budget), on the real clock: the
+/// model's hang blocks a thread for longer than the whole test would take without the bound.
+#[test]
+fn a_check_over_hung_paths_ends_within_its_budget() {
+    const HANG: Duration = Duration::from_secs(30);
+    let storage = Arc::new(ModelStorage::default());
+    let mut devices = Vec::new();
+    let mut lus = Vec::new();
+    // Four LUs. LU 0: its first of two paths hangs (failover to the second); LU 1: all five
+    // paths hang (unreadable; tried one after another that would be five command slots, more
+    // than the budget); LUs 2 and 3 answer through both paths.
+    for i in 0..4 {
+        let lu = model_lu();
+        let device = format!("/dev/mapper/lu{i}");
+        let paths = if i == 1 { 5 } else { 2 };
+        for p in 0..paths {
+            let nexus = connect(&lu, "nodea", &format!("0x{p}"));
+            register(&lu, nexus, KA);
+            let hangs = (i == 0 && p == 0) || i == 1;
+            if hangs {
+                lock(&lu).fail_next(nexus, Injected::Hang(HANG), 1000);
+            }
+            let dev = format!("/dev/sd{i}{p}");
+            storage.path(
+                &device,
+                &format!("naa.{i}"),
+                &lu,
+                nexus,
+                &dev,
+                &format!("s{i}{p}"),
+            );
+        }
+        devices.push(device);
+        lus.push(lu);
+    }
+    let names: Vec<&str> = devices.iter().map(String::as_str).collect();
+    let mut settings = watch_settings(&names, "");
+    settings.command_timeout = Duration::from_millis(500);
+    let budget = super::config::check_budget(settings.command_timeout);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_control, receiver) = mpsc::unbounded_channel();
+    let agent = Agent::new(
+        settings,
+        Options {
+            storage: Arc::clone(&storage) as Arc<dyn Storage>,
+            host: Arc::new(RecordingHost::default()),
+            notifier: Notifier::disabled(),
+            status_file: None,
+            sys_root: PathBuf::from("/nonexistent"),
+            log: None,
+        },
+        receiver,
+    );
+    let (status, metrics) = (agent.status(), agent.metrics());
+    let started = std::time::Instant::now();
+    // --once: one check with every path probed (the longest a check gets).
+    let code = runtime.block_on(agent.once(Some(KA)));
+    let took = started.elapsed();
+    runtime.shutdown_background();
+    println!(
+        "one check of 4 LUs (11 paths), 6 paths hung for {HANG:?}: {took:?} (budget {budget:?})"
+    );
+    assert!(
+        took <= budget + Duration::from_secs(1),
+        "{took:?} > budget {budget:?}"
+    );
+    assert_eq!(code, super::run::EXIT_ONCE_PROBLEM, "LU 1 is unreadable");
+    let status = lock(&status).clone();
+    assert!(
+        status.lus[0].keys.contains(&KA.to_string()),
+        "LU 0 read through its second path: {:?}",
+        status.lus[0]
+    );
+    assert!(
+        status.lus[1].verdict.contains("unreadable"),
+        "{:?}",
+        status.lus[1]
+    );
+    for lu in [2, 3] {
+        assert!(
+            status.lus[lu].keys.contains(&KA.to_string()),
+            "{:?}",
+            status.lus[lu]
+        );
+    }
+    let blocked: Vec<&str> = status
+        .lus
+        .iter()
+        .flat_map(|lu| &lu.paths)
+        .filter(|p| p.blocked)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(blocked, ["sd00", "sd10", "sd11", "sd12", "sd13", "sd14"]);
+    let text = lock(&metrics).render(std::time::Instant::now());
+    assert!(text.contains("prfence_paths_blocked 6"), "{text}");
+}
+
+#[test]
+fn descriptors_are_reserved_for_the_self_fence_and_released_by_it() {
+    let mut reserve = super::run::DescriptorReserve::take(super::run::DescriptorReserve::SIZE);
+    assert_eq!(reserve.held(), super::run::DescriptorReserve::SIZE);
+    reserve.release();
+    assert_eq!(reserve.held(), 0);
+}

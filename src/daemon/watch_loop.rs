@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -37,9 +38,10 @@ struct LuCheck {
     registrations: Option<Vec<PathRegistration>>,
 }
 
-/// A READ KEYS on one live path, and the per-path probes if `probe`.
+/// A READ KEYS on one live path, then, if `probe` and the keys were read, the per-path probes,
+/// every live path at once: at most [`super::config::CHECK_SLOTS`] command slots.
 async fn check_lu(
-    exec: &Executor,
+    exec: Arc<Executor>,
     device: PathBuf,
     paths: Vec<PathHandle>,
     key: Key,
@@ -54,20 +56,34 @@ async fn check_lu(
         Err(e) => (Err(e), false),
     };
     let registrations = if probe && keys.is_ok() {
+        let mut probes = JoinSet::new();
+        for (index, path) in paths.iter().enumerate().filter(|(_, p)| p.spec.live) {
+            let (exec, path) = (Arc::clone(&exec), path.clone());
+            probes.spawn(async move {
+                let probed = exec
+                    .run(&path, Command::PrOut(PrOutAction::Register), move |t| {
+                        probe_registration(t, key)
+                    })
+                    .await;
+                (index, path.spec.name, probed)
+            });
+        }
+        let mut probed = Vec::new();
+        while let Some(joined) = probes.join_next().await {
+            if let Ok(one) = joined {
+                probed.push(one);
+            }
+        }
+        probed.sort_by_key(|(index, _, _)| *index);
         let mut found = Vec::new();
-        for path in paths.iter().filter(|p| p.spec.live) {
-            match exec
-                .run(path, Command::PrOut(PrOutAction::Register), move |t| {
-                    probe_registration(t, key)
-                })
-                .await
-            {
+        for (_, name, result) in probed {
+            match result {
                 Ok(registered) => found.push(PathRegistration {
-                    path: PathId(path.spec.name.clone()),
+                    path: PathId(name),
                     registered,
                 }),
                 Err(e) => {
-                    tracing::warn!(path = %path.spec.name, error = %e, "cannot probe the path's registration")
+                    tracing::warn!(path = %name, error = %e, "cannot probe the path's registration")
                 }
             }
         }
@@ -92,16 +108,18 @@ fn check_error(e: &CommandError) -> CheckError {
     }
 }
 
-/// Checks every LU concurrently; results in table order.
+/// Checks every LU concurrently until `until`; results in table order. An LU still pending then
+/// is a timed-out read (its blocked call keeps only its own thread and path busy).
 async fn check_all(
-    exec: &std::sync::Arc<Executor>,
+    exec: &Arc<Executor>,
     table: &LuTable,
     key: Key,
     probe: &[bool],
+    until: Instant,
 ) -> Vec<LuCheck> {
     let mut jobs = JoinSet::new();
     for (index, lu) in table.lus.iter().enumerate() {
-        let exec = std::sync::Arc::clone(exec);
+        let exec = Arc::clone(exec);
         let device = lu.device.clone();
         let paths = lu.paths.clone();
         let probe = probe.get(index).copied().unwrap_or(false);
@@ -122,12 +140,20 @@ async fn check_all(
             });
             continue;
         }
-        jobs.spawn(async move { (index, check_lu(&exec, device, paths, key, probe).await) });
+        jobs.spawn(async move { (index, check_lu(exec, device, paths, key, probe).await) });
     }
     let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
-    while let Some(joined) = jobs.join_next().await {
-        if let Ok((index, check)) = joined {
-            results.insert(index, check);
+    loop {
+        match tokio::time::timeout_at(until, jobs.join_next()).await {
+            Ok(Some(Ok((index, check)))) => {
+                results.insert(index, check);
+            }
+            Ok(Some(Err(_))) => {}
+            Ok(None) => break,
+            Err(_) => {
+                jobs.abort_all();
+                break;
+            }
         }
     }
     (0..table.lus.len())
@@ -136,8 +162,8 @@ async fn check_all(
                 keys: Err(CommandError::without_completion(
                     &table.lus[index].device,
                     Command::PrIn(crate::pr::PrInAction::ReadKeys),
-                    ErrorKind::Failed,
-                    "the check's task failed",
+                    ErrorKind::Timeout,
+                    "no path answered within the check's budget (check_budget)",
                 )),
                 preempted_unit_attention: false,
                 registrations: None,
@@ -213,7 +239,10 @@ impl Agent {
     /// One check. Returns the exit status when fenced and told to exit.
     async fn watch_tick(&mut self, run: &mut WatchRun) -> Option<u8> {
         let key = run.key;
-        self.table.refresh(&self.storage).await;
+        // The whole check, discovery to the decision, ends within its budget: the watchdog is
+        // fed after it, and its timeout is checked against this budget (config::feed_gap).
+        let until = self.check_deadline();
+        self.table.refresh(&self.storage, until).await;
         if let Some((a, b, id)) = self.table.duplicate() {
             tracing::error!(first = %a, second = %b, %id, "two configured devices are the same LU; list each LU once");
         }
@@ -223,7 +252,7 @@ impl Agent {
         } else {
             vec![false; run.inspect.len()]
         };
-        let checks = check_all(&self.exec, &self.table, key, &probe).await;
+        let checks = check_all(&self.exec, &self.table, key, &probe, until).await;
         self.record_checks(&checks, key, now);
 
         if run.state.is_none() {
@@ -310,13 +339,23 @@ impl Agent {
             degraded |= !matches!(verdict, LuVerdict::Healthy | LuVerdict::InspectPaths);
             lock(&self.status).lus[index].verdict = text;
             if let LuVerdict::Heal { .. } = verdict {
-                // ops::heal probes every path itself and registers under the P3 guard.
+                // ops::heal probes every path itself and registers under the P3 guard. It runs
+                // beside the checks, under its own deadline (one heal per LU at a time), so a
+                // slow heal never delays the watchdog's feeding.
                 let id = lu
                     .id
                     .clone()
                     .unwrap_or_else(|| lu.device.display().to_string());
-                let result = heal_lu(&self.exec, id, &lu.paths, key).await;
-                report_heal(&lu.name, &result, &self.metrics);
+                let (exec, paths, metrics) = (
+                    Arc::clone(&self.exec),
+                    lu.paths.clone(),
+                    Arc::clone(&self.metrics),
+                );
+                let name = lu.name.clone();
+                tokio::spawn(async move {
+                    let result = heal_lu(&exec, id, &paths, key).await;
+                    report_heal(&name, &result, &metrics);
+                });
             }
         }
         self.feed(decision.feed_watchdog);
@@ -468,9 +507,10 @@ impl Agent {
 
     /// `--once`: one READ KEYS per LU and every path probed; nothing healed, nothing fenced.
     pub(super) async fn once_watch(&mut self, key: Key) -> bool {
-        self.table.refresh(&self.storage).await;
+        let until = self.check_deadline();
+        self.table.refresh(&self.storage, until).await;
         let probe = vec![true; self.table.lus.len()];
-        let checks = check_all(&self.exec, &self.table, key, &probe).await;
+        let checks = check_all(&self.exec, &self.table, key, &probe, until).await;
         let Some(config) = self.settings.watch_config(key) else {
             return false;
         };
@@ -571,6 +611,7 @@ pub(super) fn path_status(paths: &[PathHandle]) -> Vec<PathStatus> {
             dev: p.spec.dev.display().to_string(),
             live: p.spec.live,
             session: p.spec.session.clone(),
+            blocked: p.is_blocked(),
         })
         .collect()
 }

@@ -56,6 +56,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use sg_io::Device;
@@ -63,7 +65,7 @@ use sg_io::Device;
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
 use super::{Action, AgentRequest, ExitCode, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, Discovery, OpenPath, Resolution, targets};
+use crate::discover::{DiscoverError, Discovery, OpenPath, Opener, Resolution, targets};
 use crate::exec::ScsiPr;
 use crate::keys::{self, KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, Verdict};
@@ -87,7 +89,9 @@ pub trait NodeSystem {
     fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
     /// LVM autodiscovery, lenient ([`Discovery::resolve_lvm_each`]).
     fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError>;
-    fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError>;
+    /// Opens a device for PR commands; called on the engine's workers, on each path's first
+    /// command, so a blocking open counts against the action's deadline.
+    fn opener(&self, policy: Policy) -> Opener<Self::Path>;
     fn store(&self) -> &KeyStore;
     fn sleep(&self, duration: Duration);
 }
@@ -134,8 +138,8 @@ impl NodeSystem for LinuxSystem {
         self.discovery
             .resolve_lvm_each(&options.vgs_path, helper_timeout(options))
     }
-    fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
-        ScsiPr::open(device, policy)
+    fn opener(&self, policy: Policy) -> Opener<Self::Path> {
+        Arc::new(move |device| ScsiPr::open(device, policy))
     }
     fn store(&self) -> &KeyStore {
         &self.store
@@ -156,11 +160,21 @@ impl Failed {
     }
 }
 
-/// A path as the agent uses it: REGISTERs carry APTPL when `aptpl` is set (for `on`).
+/// A path as the agent uses it: REGISTERs carry APTPL when `aptpl` is set (for `on`). Shared,
+/// so `monitor`'s REPORT CAPABILITIES probes use the same (lazily opened) device as the engine.
 #[derive(Debug)]
 pub struct AgentPath<T> {
-    inner: OpenPath<T>,
+    inner: Arc<OpenPath<T>>,
     aptpl: bool,
+}
+
+impl<T> AgentPath<T> {
+    fn share(&self) -> Self {
+        AgentPath {
+            inner: Arc::clone(&self.inner),
+            aptpl: self.aptpl,
+        }
+    }
 }
 
 impl<T: PrTransport> PrTransport for AgentPath<T> {
@@ -343,14 +357,17 @@ fn lu_targets<S: NodeSystem>(
     let policy = policy(options);
     let single = options.mpath_register_method == MpathRegisterMethod::Single;
     let lus: Vec<LuTarget<AgentPath<S::Path>>> =
-        targets(&resolution, single, |dev| system.open(dev, policy))
+        targets(&resolution, single, &system.opener(policy))
             .into_iter()
             .map(|lu| LuTarget {
                 id: lu.id,
                 paths: lu
                     .paths
                     .into_iter()
-                    .map(|inner| AgentPath { inner, aptpl })
+                    .map(|inner| AgentPath {
+                        inner: Arc::new(inner),
+                        aptpl,
+                    })
                     .collect(),
             })
             .collect();
@@ -724,35 +741,14 @@ fn monitor<S: NodeSystem>(
     let options = &request.options;
     let own = stored_key(system, "monitor checks it is registered")?;
     let targets = lu_targets(options, system, false)?;
-    // REPORT CAPABILITIES on every LU at once, each through its first answering path. A thread
-    // the system cannot start (thread or memory limits) is a problem of that LU, not a panic.
-    let caps: Vec<Option<Result<String, String>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = targets
-            .lus
-            .iter()
-            .map(|lu| {
-                std::thread::Builder::new()
-                    .name("fence_pr-caps".to_owned())
-                    .spawn_scoped(scope, move || capabilities_problem(lu))
-                    .map_err(|e| {
-                        format!(
-                            "{}: cannot start a thread for REPORT CAPABILITIES ({e}): the process \
-                             hit a thread or memory limit; name fewer devices",
-                            lu.id
-                        )
-                    })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Some(Err("REPORT CAPABILITIES check panicked".into()))),
-                Err(problem) => Some(Err(problem)),
-            })
-            .collect()
-    });
+    let limits = limits(started);
+    let until = Instant::now() + limits.deadline;
+    // REPORT CAPABILITIES on every LU at once, each through its first answering path, beside
+    // the engine's status pass and under the same deadline: a probe still blocked then (a hung
+    // path) only costs a warning, since the status pass says whether the LU answers.
+    let pending = spawn_capability_probes(&targets.lus);
+    let report = run_engine(ops::status(targets.lus, own, limits))?;
+    let caps = collect_capability_probes(pending, until);
     let mut problems: Vec<String> = Vec::new();
     for found in caps.into_iter().flatten() {
         match found {
@@ -760,7 +756,6 @@ fn monitor<S: NodeSystem>(
             Err(problem) => problems.push(problem),
         }
     }
-    let report = run_engine(ops::status(targets.lus, own, limits(started)))?;
     for lu in &report.lus {
         problems.extend(monitor_problem(lu, own));
         degraded_warning(lu);
@@ -774,6 +769,65 @@ fn monitor<S: NodeSystem>(
     } else {
         Err(Failed(problems.join("\n")))
     }
+}
+
+/// A REPORT CAPABILITIES probe per LU, each on a thread of its own (not joined: a hung path
+/// keeps only its own thread); the LU's identifier and the receiver of its result.
+type CapabilityProbe = (
+    String,
+    Result<Receiver<Option<Result<String, String>>>, String>,
+);
+
+fn spawn_capability_probes<T: PrTransport + 'static>(
+    lus: &[LuTarget<AgentPath<T>>],
+) -> Vec<CapabilityProbe> {
+    lus.iter()
+        .map(|lu| {
+            let shared = LuTarget {
+                id: lu.id.clone(),
+                paths: lu.paths.iter().map(AgentPath::share).collect(),
+            };
+            let (send, receive) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("fence_pr-caps".to_owned())
+                .spawn(move || {
+                    let _ = send.send(capabilities_problem(&shared));
+                });
+            let probe = spawned.map(|_| receive).map_err(|e| {
+                format!(
+                    "{}: cannot start a thread for REPORT CAPABILITIES ({e}): the process hit a \
+                     thread or memory limit; name fewer devices",
+                    lu.id
+                )
+            });
+            (lu.id.clone(), probe)
+        })
+        .collect()
+}
+
+/// Each probe's finding, or a warning for a probe still blocked at `until`.
+fn collect_capability_probes(
+    probes: Vec<CapabilityProbe>,
+    until: Instant,
+) -> Vec<Option<Result<String, String>>> {
+    probes
+        .into_iter()
+        .map(|(id, probe)| match probe {
+            Ok(receive) => {
+                match receive.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                    Ok(found) => found,
+                    Err(RecvTimeoutError::Timeout) => Some(Ok(format!(
+                        "{id}: REPORT CAPABILITIES got no answer within the action's deadline; \
+                         READ KEYS decides"
+                    ))),
+                    Err(RecvTimeoutError::Disconnected) => {
+                        Some(Err(format!("{id}: REPORT CAPABILITIES check panicked")))
+                    }
+                }
+            }
+            Err(problem) => Some(Err(problem)),
+        })
+        .collect()
 }
 
 fn monitor_problem(lu: &LuReport, own: Key) -> Option<String> {

@@ -33,7 +33,7 @@ pub mod lvm;
 mod targets;
 mod vpd;
 
-pub use targets::{OpenPath, targets};
+pub use targets::{OpenPath, Opener, targets};
 
 #[cfg(test)]
 mod tests;

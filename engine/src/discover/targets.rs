@@ -2,34 +2,62 @@
 //! paths opened, and one node-local LU per device that could not be identified. Shared by the
 //! admin CLI and the fence agent so both treat vanished devices the same way.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use crate::ops::LuTarget;
 use crate::transport::{CommandError, PrRequest, PrTransport, Reply};
 
 use super::{Lu, Resolution};
 
-/// One path as opened. A path that cannot be opened is kept, as a dead path whose every command
-/// fails with the open error, so the report names it and the LU can still be handled through its
-/// other paths.
-#[derive(Debug)]
-pub enum OpenPath<T> {
-    Open(T),
-    Unopened(CommandError),
+/// How a path's device is opened (the path as given in, the device out).
+pub type Opener<T> = Arc<dyn Fn(&Path) -> Result<T, CommandError> + Send + Sync>;
+
+/// One path, opened on its first command: on the engine's worker and so inside the command's
+/// deadline, because an open blocks while the kernel recovers the device (SCSI error handling).
+/// A path that cannot be opened stays a dead path whose every command fails with the open
+/// error, so the report names it and the LU can still be handled through its other paths.
+pub struct OpenPath<T> {
+    device: PathBuf,
+    open: Opener<T>,
+    opened: OnceLock<Result<T, CommandError>>,
+}
+
+impl<T> std::fmt::Debug for OpenPath<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenPath")
+            .field("device", &self.device)
+            .field("opened", &self.opened.get().map(Result::is_ok))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: PrTransport> OpenPath<T> {
+    pub fn new(device: &Path, open: Opener<T>) -> Self {
+        OpenPath {
+            device: device.to_path_buf(),
+            open,
+            opened: OnceLock::new(),
+        }
+    }
+
+    fn run<R>(&self, f: impl FnOnce(&T) -> Result<R, CommandError>) -> Result<R, CommandError> {
+        match self.opened.get_or_init(|| (self.open)(&self.device)) {
+            Ok(device) => f(device),
+            Err(e) => Err(e.clone()),
+        }
+    }
 }
 
 impl<T: PrTransport> PrTransport for OpenPath<T> {
     fn device(&self) -> &Path {
-        match self {
-            OpenPath::Open(device) => device.device(),
-            OpenPath::Unopened(e) => &e.device,
+        match self.opened.get() {
+            Some(Ok(device)) => device.device(),
+            _ => &self.device,
         }
     }
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
-        match self {
-            OpenPath::Open(device) => device.execute(request),
-            OpenPath::Unopened(e) => Err(e.clone()),
-        }
+        self.run(|d| d.execute(request))
     }
 }
 
@@ -47,18 +75,16 @@ fn chosen_paths(lu: &Lu, single_path: bool) -> Vec<&Path> {
         .unwrap_or_default()
 }
 
-/// The engine's targets for `resolution`. An unidentified device becomes an LU of its own named by
-/// its absolute path: the engine sorts such LUs last and never makes one the arbiter
-/// (`ops::is_node_local_id`); if it cannot be opened it is a dead path in the report.
-pub fn targets<T>(
+/// The engine's targets for `resolution`, each path opened by `open` on its first command. An
+/// unidentified device becomes an LU of its own named by its absolute path: the engine sorts such
+/// LUs last and never makes one the arbiter (`ops::is_node_local_id`); if it cannot be opened it
+/// is a dead path in the report.
+pub fn targets<T: PrTransport>(
     resolution: &Resolution,
     single_path: bool,
-    open: impl Fn(&Path) -> Result<T, CommandError>,
+    open: &Opener<T>,
 ) -> Vec<LuTarget<OpenPath<T>>> {
-    let open_path = |dev: &Path| match open(dev) {
-        Ok(device) => OpenPath::Open(device),
-        Err(e) => OpenPath::Unopened(e),
-    };
+    let open_path = |dev: &Path| OpenPath::new(dev, Arc::clone(open));
     let mut lus: Vec<LuTarget<OpenPath<T>>> = resolution
         .lus
         .iter()

@@ -614,20 +614,21 @@ fn unidentified_devices_become_node_local_dead_lus() {
         .resolve_each(&[t.dev("sdz"), t.dev("sdb"), t.dev("sdc"), t.dev("sdz")])
         .unwrap();
     // Nothing opens on a fake tree: every path is an unopened (dead) path, which is enough here.
-    let open = |dev: &Path| {
-        Err::<(), _>(crate::transport::CommandError::without_completion(
-            dev,
-            crate::transport::Command::Open,
-            crate::transport::ErrorKind::Open,
-            "fake tree",
-        ))
-    };
-    let lus = targets(&r, false, open);
+    let open: super::Opener<crate::exec::ScsiPr<crate::spc_model::ModelDevice>> =
+        std::sync::Arc::new(|dev: &Path| {
+            Err(crate::transport::CommandError::without_completion(
+                dev,
+                crate::transport::Command::Open,
+                crate::transport::ErrorKind::Open,
+                "fake tree",
+            ))
+        });
+    let lus = targets(&r, false, &open);
     assert_eq!(lus.len(), 2);
     assert_eq!(lus[0].id, LUN0);
     assert_eq!(lus[0].paths.len(), 2);
     assert!(crate::ops::is_node_local_id(&lus[1].id));
     assert_eq!(lus[1].paths.len(), 1);
-    let single = targets(&r, true, open);
+    let single = targets(&r, true, &open);
     assert_eq!(single[0].paths.len(), 1);
 }

@@ -1256,3 +1256,80 @@ proptest! {
         ring_race(lus, schedule);
     }
 }
+
+// ----- Deadlines: a hung command or open holds only its own LU -----
+
+/// Fence over three LUs where one follower's path hangs in a command and another's open hangs
+/// (both far longer than the test): the report comes at the deadline, on the real clock, with
+/// those two LUs timed out and the rest done; the target shows the victim gone only where the
+/// report says so.
+#[test]
+fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
+    const HANG: Duration = Duration::from_secs(30);
+    let f = two_nodes(3, 1);
+    let hung_command = f.nexus[1][0][0];
+    f.with_lu(1, |l| l.fail_next(hung_command, Injected::Hang(HANG), 1000));
+    let hung_open = Fixture::device(0, 2, 0);
+    let devices: Vec<(String, Arc<Mutex<Lu>>, Nexus)> = (0..3)
+        .map(|lu| {
+            (
+                Fixture::device(0, lu, 0),
+                Arc::clone(&f.lus[lu]),
+                f.nexus[lu][0][0],
+            )
+        })
+        .collect();
+    let open: crate::discover::Opener<ModelPath> = Arc::new(move |device: &Path| {
+        if device == Path::new(&hung_open) {
+            std::thread::sleep(HANG);
+        }
+        let (dev, lu, nexus) = devices
+            .iter()
+            .find(|(dev, _, _)| Path::new(dev) == device)
+            .expect("a fixture device");
+        Ok(ScsiPr::new(
+            ModelDevice::new(Arc::clone(lu), *nexus, dev),
+            quick(),
+        ))
+    });
+    let targets: Vec<LuTarget<crate::discover::OpenPath<ModelPath>>> = (0..3)
+        .map(|lu| LuTarget {
+            id: lu_id(lu),
+            paths: vec![crate::discover::OpenPath::new(
+                Path::new(&Fixture::device(0, lu, 0)),
+                Arc::clone(&open),
+            )],
+        })
+        .collect();
+    let limits = Limits {
+        deadline: Duration::from_secs(2),
+        tie_break: Duration::ZERO,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let report = runtime.block_on(fence(targets, A, B, limits)).unwrap();
+    let took = started.elapsed();
+    // What the CLI and fence_pr do: never wait for the blocked threads.
+    runtime.shutdown_background();
+    println!(
+        "fence over 3 LUs, one hung command and one hung open ({HANG:?}): {took:?} (deadline {:?})",
+        limits.deadline
+    );
+    assert!(
+        took <= limits.deadline + Duration::from_secs(1),
+        "{took:?} past the deadline {:?}",
+        limits.deadline
+    );
+    assert_eq!(report.outcome, Outcome::Failure);
+    let verdicts: Vec<Verdict> = report.lus.iter().map(|r| r.verdict).collect();
+    assert_eq!(
+        verdicts,
+        [Verdict::VictimRemoved, Verdict::TimedOut, Verdict::TimedOut]
+    );
+    assert!(!f.has(0, B), "the arbiter was fenced");
+    assert!(f.has(1, B) && f.has(2, B), "the hung LUs were not touched");
+}

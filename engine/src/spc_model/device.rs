@@ -86,7 +86,7 @@ fn failed(error: CommandError, requested: usize) -> Completion {
             fixed_sense(key, asc, ascq),
             requested,
         ),
-        CommandError::Timeout => completion(
+        CommandError::Timeout | CommandError::Hung(_) => completion(
             ScsiStatus::GOOD,
             HostStatus::TIME_OUT,
             Vec::new(),
@@ -114,12 +114,33 @@ impl ScsiDevice for ModelDevice {
         &self,
         cdb: &[u8],
         data: DataTransfer<'_>,
-        _timeout: Duration,
+        timeout: Duration,
     ) -> Result<Completion, sg_io::Error> {
+        let (completion, hang) = self.execute_unlocked(cdb, data, timeout);
+        // A hung command blocks this caller only: the LU's lock is already released.
+        if let Some(hang) = hang {
+            std::thread::sleep(hang);
+        }
+        Ok(completion)
+    }
+}
+
+impl ModelDevice {
+    /// The completion, and how long the caller hangs before it sees it ([`CommandError::Hung`]).
+    fn execute_unlocked(
+        &self,
+        cdb: &[u8],
+        data: DataTransfer<'_>,
+        _timeout: Duration,
+    ) -> (Completion, Option<Duration>) {
+        let hang = |e: &CommandError| match e {
+            CommandError::Hung(duration) => Some(*duration),
+            _ => None,
+        };
         match (cdb.first().copied(), data) {
             (Some(pr::PR_IN_OPCODE), DataTransfer::FromDevice(buffer)) => {
                 let Ok((action, _allocation)) = pr::decode_pr_in_cdb(cdb) else {
-                    return Ok(illegal_request_invalid_field());
+                    return (illegal_request_invalid_field(), None);
                 };
                 let mut lu = self.lu();
                 let response = match action {
@@ -134,36 +155,45 @@ impl ScsiDevice for ModelDevice {
                         lu.read_full_status(self.nexus).map(|r| r.encode())
                     }
                 };
-                Ok(match response {
+                drop(lu);
+                match response {
                     Ok(bytes) => {
                         // Like a target: send what fits in the allocation, say nothing about the rest.
                         let n = bytes.len().min(buffer.len());
                         if let (Some(dst), Some(src)) = (buffer.get_mut(..n), bytes.get(..n)) {
                             dst.copy_from_slice(src);
                         }
-                        completion(
+                        let done = completion(
                             ScsiStatus::GOOD,
                             HostStatus::DID_OK,
                             Vec::new(),
                             buffer.len() - n,
-                        )
+                        );
+                        (done, None)
                     }
-                    Err(e) => failed(e, buffer.len()),
-                })
+                    Err(e) => (failed(e, buffer.len()), hang(&e)),
+                }
             }
             (Some(pr::PR_OUT_OPCODE), DataTransfer::ToDevice(parameters)) => {
                 let Ok(request) = pr::decode_pr_out(cdb, parameters) else {
-                    return Ok(illegal_request_invalid_field());
+                    return (illegal_request_invalid_field(), None);
                 };
-                Ok(match self.lu().pr_out(self.nexus, &request) {
-                    Ok(()) => completion(ScsiStatus::GOOD, HostStatus::DID_OK, Vec::new(), 0),
-                    Err(e) => failed(e, 0),
-                })
+                let result = self.lu().pr_out(self.nexus, &request);
+                match result {
+                    Ok(()) => (
+                        completion(ScsiStatus::GOOD, HostStatus::DID_OK, Vec::new(), 0),
+                        None,
+                    ),
+                    Err(e) => (failed(e, 0), hang(&e)),
+                }
             }
-            _ => Ok(failed(
-                CommandError::Scsi(ScsiFailure::illegal_request_invalid_opcode()),
-                0,
-            )),
+            _ => (
+                failed(
+                    CommandError::Scsi(ScsiFailure::illegal_request_invalid_opcode()),
+                    0,
+                ),
+                None,
+            ),
         }
     }
 }

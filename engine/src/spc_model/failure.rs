@@ -130,6 +130,10 @@ pub enum Injected {
     Timeout,
     /// The path is gone (e.g. DID_TRANSPORT_DISRUPTED / DID_NO_CONNECT).
     TransportDown,
+    /// The command blocks in the kernel for this long (SCSI error recovery, a silently dropped
+    /// path), then completes as timed out. [`super::ModelDevice`] sleeps without holding the LU,
+    /// so the other nexuses go on.
+    Hang(std::time::Duration),
 }
 
 /// Why a command through the model did not complete with GOOD status.
@@ -141,13 +145,15 @@ pub enum CommandError {
     Timeout,
     #[error("transport down (nexus disconnected)")]
     TransportDown,
+    #[error("command hung for {0:?}")]
+    Hung(std::time::Duration),
 }
 
 impl CommandError {
     pub const fn scsi(&self) -> Option<ScsiFailure> {
         match *self {
             CommandError::Scsi(failure) => Some(failure),
-            CommandError::Timeout | CommandError::TransportDown => None,
+            CommandError::Timeout | CommandError::TransportDown | CommandError::Hung(_) => None,
         }
     }
 }
@@ -164,6 +170,7 @@ impl From<Injected> for CommandError {
             Injected::Failure(failure) => CommandError::Scsi(failure),
             Injected::Timeout => CommandError::Timeout,
             Injected::TransportDown => CommandError::TransportDown,
+            Injected::Hang(duration) => CommandError::Hung(duration),
         }
     }
 }

@@ -163,12 +163,16 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__capabilities)
-            opts="-v -h --json --timeout --verbose --help"
+            opts="-v -h --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -181,13 +185,17 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__clear)
-            opts="-v -h --key --json --timeout --verbose --help"
+            opts="-v -h --key --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -237,12 +245,16 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__full__subcmd__status)
-            opts="-v -h --json --timeout --verbose --help"
+            opts="-v -h --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -493,12 +505,16 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__keys)
-            opts="-v -h --json --timeout --verbose --help"
+            opts="-v -h --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -511,7 +527,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__preempt)
-            opts="-v -h --key --victim --abort --type --json --timeout --verbose --help"
+            opts="-v -h --key --victim --abort --type --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -529,6 +545,10 @@ _prfence() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -541,7 +561,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__register)
-            opts="-v -h --key --old-key --ignore-existing --aptpl --all-target-ports --transport-id --json --timeout --verbose --help"
+            opts="-v -h --key --old-key --ignore-existing --aptpl --all-target-ports --transport-id --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -559,6 +579,10 @@ _prfence() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -571,7 +595,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__register__subcmd__move)
-            opts="-v -h --key --new-key --transport-id --relative-target-port --type --unreg --aptpl --json --timeout --verbose --help"
+            opts="-v -h --key --new-key --transport-id --relative-target-port --type --unreg --aptpl --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -597,6 +621,10 @@ _prfence() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -609,7 +637,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__release)
-            opts="-v -h --key --type --json --timeout --verbose --help"
+            opts="-v -h --key --type --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -620,6 +648,10 @@ _prfence() {
                     return 0
                     ;;
                 --type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -635,12 +667,16 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__reservation)
-            opts="-v -h --json --timeout --verbose --help"
+            opts="-v -h --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -653,7 +689,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__reserve)
-            opts="-v -h --key --type --json --timeout --verbose --help"
+            opts="-v -h --key --type --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -664,6 +700,10 @@ _prfence() {
                     return 0
                     ;;
                 --type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -731,13 +771,17 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__unregister)
-            opts="-v -h --key --all-target-ports --aptpl --json --timeout --verbose --help"
+            opts="-v -h --key --all-target-ports --aptpl --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -777,17 +821,17 @@ _prfence_with_devices() {
         if [[ $w != -* ]]; then sub=$w; break; fi
     done
     case "$sub" in
-        keys) case "$prev" in --timeout) return 0;; esac; _prfence_devices;;
-        reservation) case "$prev" in --timeout) return 0;; esac; _prfence_devices;;
-        capabilities) case "$prev" in --timeout) return 0;; esac; _prfence_devices;;
-        full-status) case "$prev" in --timeout) return 0;; esac; _prfence_devices;;
-        register) case "$prev" in --key|--old-key|--transport-id|--timeout) return 0;; esac; _prfence_devices;;
-        unregister) case "$prev" in --key|--timeout) return 0;; esac; _prfence_devices;;
-        reserve) case "$prev" in --key|--type|--timeout) return 0;; esac; _prfence_devices;;
-        release) case "$prev" in --key|--type|--timeout) return 0;; esac; _prfence_devices;;
-        clear) case "$prev" in --key|--timeout) return 0;; esac; _prfence_devices;;
-        preempt) case "$prev" in --key|--victim|--type|--timeout) return 0;; esac; _prfence_devices;;
-        register-move) case "$prev" in --key|--new-key|--transport-id|--relative-target-port|--type|--timeout) return 0;; esac; _prfence_devices;;
+        keys) case "$prev" in --deadline|--timeout) return 0;; esac; _prfence_devices;;
+        reservation) case "$prev" in --deadline|--timeout) return 0;; esac; _prfence_devices;;
+        capabilities) case "$prev" in --deadline|--timeout) return 0;; esac; _prfence_devices;;
+        full-status) case "$prev" in --deadline|--timeout) return 0;; esac; _prfence_devices;;
+        register) case "$prev" in --key|--old-key|--transport-id|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        unregister) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        reserve) case "$prev" in --key|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        release) case "$prev" in --key|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        clear) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        preempt) case "$prev" in --key|--victim|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        register-move) case "$prev" in --key|--new-key|--transport-id|--relative-target-port|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         unfence) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         fence) case "$prev" in --victim|--tie-break|--key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         status) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;

@@ -45,18 +45,22 @@ complete -c prfence -n "__fish_prfence_needs_command" -f -a "fence" -d 'Fence an
 complete -c prfence -n "__fish_prfence_needs_command" -f -a "status" -d 'Is this node\'s key registered on all, some or none of the LUs? (Read only.)'
 complete -c prfence -n "__fish_prfence_needs_command" -f -a "agent" -d 'Run the node agent (watch or lease mode) from a configuration file'
 complete -c prfence -n "__fish_prfence_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c prfence -n "__fish_prfence_using_subcommand keys" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand keys" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand keys" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand keys" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand keys" -s h -l help -d 'Print help'
+complete -c prfence -n "__fish_prfence_using_subcommand reservation" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand reservation" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand reservation" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand reservation" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand reservation" -s h -l help -d 'Print help'
+complete -c prfence -n "__fish_prfence_using_subcommand capabilities" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand capabilities" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand capabilities" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand capabilities" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand capabilities" -s h -l help -d 'Print help'
+complete -c prfence -n "__fish_prfence_using_subcommand full-status" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand full-status" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand full-status" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand full-status" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
@@ -64,6 +68,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand full-status" -s h -l hel
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l key -d 'The key to register' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l old-key -d 'The key this path is registered with now, to change it (default: not registered)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l transport-id -d 'Also register these initiators (SPEC_I_PT), e.g. iqn.2026-11.lab:nodeb,i,0x23d000002, fc,0x5001405abcdef012 or sas,0x5001405abcdef012' -r
+complete -c prfence -n "__fish_prfence_using_subcommand register" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l ignore-existing -d 'Replace whatever key this path has (REGISTER AND IGNORE EXISTING KEY)'
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l aptpl -d 'Ask the target to keep registrations across power loss (APTPL)'
@@ -72,6 +77,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand register" -l json -d 'Pr
 complete -c prfence -n "__fish_prfence_using_subcommand register" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand register" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l key -d 'This path\'s registered key' -r
+complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l all-target-ports -d 'The registration was made with ALL_TG_PT (LIO refuses to remove it otherwise)'
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l aptpl -d 'Keep persist-through-power-loss active for the LU\'s remaining registrations (LIO turns APTPL off on any REGISTER sent without it)'
@@ -80,17 +86,20 @@ complete -c prfence -n "__fish_prfence_using_subcommand unregister" -s v -l verb
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand reserve" -l key -d 'This path\'s registered key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand reserve" -l type -d 'Reservation type: wero, we, ea, earo, wear, eaar or an SPC code' -r
+complete -c prfence -n "__fish_prfence_using_subcommand reserve" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand reserve" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand reserve" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand reserve" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand reserve" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand release" -l key -d 'This path\'s registered key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand release" -l type -d 'Reservation type: wero, we, ea, earo, wear, eaar or an SPC code' -r
+complete -c prfence -n "__fish_prfence_using_subcommand release" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand release" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand release" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand release" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand release" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand clear" -l key -d 'This path\'s registered key' -r
+complete -c prfence -n "__fish_prfence_using_subcommand clear" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand clear" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand clear" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand clear" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
@@ -98,6 +107,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand clear" -s h -l help -d '
 complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l key -d 'This path\'s registered key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l victim -d 'The key to remove. 0 removes every other registration, only for wear and eaar' -r
 complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l type -d 'Reservation type to hold afterwards if the victim held the reservation' -r
+complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l abort -d 'Also abort the victim\'s outstanding commands (PREEMPT AND ABORT): what fencing wants'
 complete -c prfence -n "__fish_prfence_using_subcommand preempt" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
@@ -108,6 +118,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l new-ke
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l transport-id -d 'The destination initiator, e.g. iqn.2026-11.lab:nodeb,i,0x23d000002' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l relative-target-port -d 'Relative target port identifier through which the destination sees the LU' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l type -d 'Reservation type the destination holds' -r
+complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l unreg -d 'Unregister this path after the move'
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -l aptpl -d 'Persist through power loss (APTPL)'

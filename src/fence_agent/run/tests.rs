@@ -82,23 +82,31 @@ impl NodeSystem for ModelSystem {
     fn resolve_lvm(&self, _options: &Options) -> Result<Resolution, DiscoverError> {
         Err(DiscoverError::NothingToFence)
     }
-    fn open(&self, device: &Path, policy: Policy) -> Result<Self::Path, CommandError> {
-        // A device that vanished: the open fails as on a real system.
-        let Some(spec) = self.paths.iter().find(|p| p.dev == device) else {
-            return Err(CommandError::without_completion(
-                device,
-                crate::transport::Command::Open,
-                ErrorKind::Open,
-                "No such file or directory",
-            ));
-        };
-        Ok(ScsiPr::new(
-            ModelDevice::new(Arc::clone(&self.lus[spec.lu]), spec.nexus, &spec.dev),
-            Policy {
-                not_ready_backoff: Duration::from_millis(1),
-                ..policy
-            },
-        ))
+    fn opener(&self, policy: Policy) -> Opener<Self::Path> {
+        let lus = Arc::clone(&self.lus);
+        let paths: Vec<(PathBuf, usize, Nexus)> = self
+            .paths
+            .iter()
+            .map(|p| (p.dev.clone(), p.lu, p.nexus))
+            .collect();
+        Arc::new(move |device| {
+            // A device that vanished: the open fails as on a real system.
+            let Some((dev, lu, nexus)) = paths.iter().find(|(dev, _, _)| dev == device) else {
+                return Err(CommandError::without_completion(
+                    device,
+                    crate::transport::Command::Open,
+                    ErrorKind::Open,
+                    "No such file or directory",
+                ));
+            };
+            Ok(ScsiPr::new(
+                ModelDevice::new(Arc::clone(&lus[*lu]), *nexus, dev),
+                Policy {
+                    not_ready_backoff: Duration::from_millis(1),
+                    ..policy
+                },
+            ))
+        })
     }
     fn store(&self) -> &KeyStore {
         &self.store
@@ -513,11 +521,62 @@ fn fence_pr_hints_in_terms_of_its_own_parameters() {
         ErrorKind::Timeout,
         "no completion within 10000 ms",
     );
-    let path: AgentPath<ScsiPr<ModelDevice>> = AgentPath {
-        inner: OpenPath::Unopened(timed_out),
+    let open: Opener<ScsiPr<ModelDevice>> = Arc::new(move |_: &Path| Err(timed_out.clone()));
+    let path = AgentPath {
+        inner: Arc::new(OpenPath::new(Path::new("/dev/sdq"), open)),
         aptpl: false,
     };
     let e = path.read_keys().unwrap_err();
     assert!(e.to_string().ends_with("or raise power_timeout"), "{e}");
     assert!(!e.to_string().contains("--timeout"), "{e}");
+}
+
+/// `monitor`'s REPORT CAPABILITIES probes end at the action's deadline: a path whose open
+/// blocks (far longer than the test) costs a warning for its LU, the others answer.
+#[test]
+fn capability_probes_stop_waiting_at_the_deadline() {
+    const HANG: Duration = Duration::from_secs(30);
+    let lu = Arc::new(Mutex::new(ModelLu::new(Quirks::lio())));
+    let nexus = lock_lu(&lu).connect(
+        TransportId::Iscsi {
+            name: "iqn.2026-11.lab:node1".to_owned(),
+            isid: Some("0x1".to_owned()),
+        },
+        1,
+    );
+    let open: Opener<ScsiPr<ModelDevice>> = Arc::new(move |device: &Path| {
+        if device == Path::new("/dev/sdhung") {
+            std::thread::sleep(HANG);
+        }
+        Ok(ScsiPr::new(
+            ModelDevice::new(Arc::clone(&lu), nexus, device),
+            Policy::default(),
+        ))
+    });
+    let target = |id: &str, dev: &str| LuTarget {
+        id: id.to_owned(),
+        paths: vec![AgentPath {
+            inner: Arc::new(OpenPath::new(Path::new(dev), Arc::clone(&open))),
+            aptpl: false,
+        }],
+    };
+    let lus = vec![target("naa.1", "/dev/sdb"), target("naa.2", "/dev/sdhung")];
+    let started = Instant::now();
+    let until = started + Duration::from_millis(300);
+    let found = collect_capability_probes(spawn_capability_probes(&lus), until);
+    let took = started.elapsed();
+    println!("REPORT CAPABILITIES on 2 LUs, one open blocked for {HANG:?}: {took:?}");
+    assert!(took < Duration::from_millis(1300), "{took:?}");
+    assert_eq!(found[0], None, "the model supports WERO");
+    match &found[1] {
+        Some(Ok(warning)) => assert!(
+            warning.starts_with("naa.2") && warning.contains("deadline"),
+            "{warning}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn lock_lu(lu: &Mutex<ModelLu>) -> std::sync::MutexGuard<'_, ModelLu> {
+    lu.lock().unwrap()
 }
