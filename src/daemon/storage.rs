@@ -402,7 +402,6 @@ impl PrTransport for OpenedPath {
     }
 }
 
-
 /// The agent's advice for a failed command, in terms of its configuration.
 pub fn hint(kind: ErrorKind) -> &'static str {
     match kind {
