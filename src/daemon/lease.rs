@@ -67,6 +67,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
 
+pub use super::failure::CommandFailure;
 use crate::pr::Key;
 
 pub use crate::keys::{EPOCH_BITS, EPOCH_MAX, EpochExhausted, LeaseKey};
@@ -161,28 +162,15 @@ pub enum LeaseAction {
     SelfFence(SelfFenceReason),
 }
 
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandError {
-    /// RESERVATION CONFLICT.
-    Conflict,
-    /// No answer within `command_timeout`.
-    Timeout,
-    /// No path to the LU.
-    Unreachable,
-    /// Anything else (the driver logs the sense).
-    Failed,
-}
-
 /// A completed command, reported to [`Lease::complete`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
-    Join(Result<(), CommandError>),
-    Reservation(Result<Option<Key>, CommandError>),
+    Join(Result<(), CommandFailure>),
+    Reservation(Result<Option<Key>, CommandFailure>),
     /// The reservation key read after the REGISTERs (see [`LeaseAction::Renew`]).
-    Renew(Result<Option<Key>, CommandError>),
-    Preempt(Result<(), CommandError>),
-    Reserve(Result<(), CommandError>),
+    Renew(Result<Option<Key>, CommandFailure>),
+    Preempt(Result<(), CommandFailure>),
+    Reserve(Result<(), CommandFailure>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -583,7 +571,7 @@ impl Lease {
                 self.phase = match result {
                     // The CAS lost (the holder renewed) or another standby won: back off and
                     // watch again from scratch.
-                    Err(CommandError::Conflict) => Phase::Watching {
+                    Err(CommandFailure::Conflict) => Phase::Watching {
                         last_seen: None,
                         changed_at: now,
                         next_read: now + interval,
@@ -652,7 +640,7 @@ impl Lease {
                         }
                     }
                     // P3: our key is gone from the LU; never re-register, stop now.
-                    Err(CommandError::Conflict) => {
+                    Err(CommandFailure::Conflict) => {
                         let key = *confirmed;
                         let action = self.fence(SelfFenceReason::Preempted { key });
                         self.queue.push_back(action);

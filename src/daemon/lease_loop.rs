@@ -28,12 +28,13 @@ use tokio::time::Instant;
 
 use super::config::{LeaseReservation, ModeSettings, Settings};
 use super::epoch_file;
+use super::failure::CommandFailure;
 use super::lease::{
     self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseKey, Role,
     StartView,
 };
-use super::metrics::Outcome as MetricOutcome;
-use super::run::{Agent, Control, Outcome, heal_lu, report_heal};
+use super::metrics::CommandResult;
+use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
 use super::status::State;
 use super::storage::{Executor, PathHandle, lock, no_live_path};
 use super::watch_loop::path_status;
@@ -44,15 +45,6 @@ use crate::transport::{Command, CommandError, ErrorKind};
 struct EpochStore {
     path: PathBuf,
     durable: Option<u64>,
-}
-
-fn lease_error(e: &CommandError) -> lease::CommandError {
-    match e.kind {
-        ErrorKind::ReservationConflict => lease::CommandError::Conflict,
-        ErrorKind::Timeout => lease::CommandError::Timeout,
-        ErrorKind::Transport | ErrorKind::Open => lease::CommandError::Unreachable,
-        _ => lease::CommandError::Failed,
-    }
 }
 
 /// Everything one action needs, owned, so it can run on its own task.
@@ -74,7 +66,7 @@ impl Job {
     }
 
     /// Makes sure `key`'s epoch (and `hint`, the block end the machine asks for) is on disk.
-    async fn persist(&self, key: Key, hint: Option<u64>) -> Result<(), lease::CommandError> {
+    async fn persist(&self, key: Key, hint: Option<u64>) -> Result<(), CommandFailure> {
         let epoch = LeaseKey::decode(key).map_or(0, LeaseKey::epoch);
         let mut store = self.epochs.lock().await;
         let wanted = hint.unwrap_or(0).max(epoch);
@@ -93,11 +85,11 @@ impl Job {
             }
             Ok(Err(e)) => {
                 tracing::error!(lu = %self.lu, error = %e, "key not sent: its epoch is not on disk");
-                Err(lease::CommandError::Failed)
+                Err(CommandFailure::Failed)
             }
             Err(e) => {
                 tracing::error!(lu = %self.lu, error = %e, "epoch write failed");
-                Err(lease::CommandError::Failed)
+                Err(CommandFailure::Failed)
             }
         }
     }
@@ -137,7 +129,7 @@ impl Job {
         }
         let live = self.live();
         if live.is_empty() {
-            return Completion::Join(Err(lease::CommandError::Unreachable));
+            return Completion::Join(Err(CommandFailure::Unreachable));
         }
         let mut result = Ok(());
         for path in live {
@@ -151,7 +143,7 @@ impl Job {
                 .await;
             if let Err(e) = done {
                 tracing::warn!(lu = %self.lu, path = %path.spec.name, error = %e, "join: REGISTER failed");
-                result = Err(lease_error(&e));
+                result = Err(CommandFailure::of(&e));
             }
         }
         Completion::Join(result)
@@ -163,7 +155,7 @@ impl Job {
         }
         let live = self.live();
         if live.is_empty() {
-            return Completion::Renew(Err(lease::CommandError::Unreachable));
+            return Completion::Renew(Err(CommandFailure::Unreachable));
         }
         let mut jobs = JoinSet::new();
         for path in live.clone() {
@@ -192,9 +184,9 @@ impl Job {
                 Ok((path, Ok(false))) => lost.push(path),
                 Ok((path, Err(e))) => {
                     tracing::warn!(lu = %self.lu, path = %path.spec.name, error = %e, "renew: REGISTER failed");
-                    failed = Some(lease_error(&e));
+                    failed = Some(CommandFailure::of(&e));
                 }
-                Err(_) => failed = Some(lease::CommandError::Failed),
+                Err(_) => failed = Some(CommandFailure::Failed),
             }
         }
         if took == 0 {
@@ -205,13 +197,13 @@ impl Job {
             return Completion::Renew(
                 match self.exec.read_keys_any(&self.device, &self.paths).await {
                     Ok((keys, _, _)) if !keys.keys.iter().any(|k| from.contains(k) || *k == to) => {
-                        Err(lease::CommandError::Conflict)
+                        Err(CommandFailure::Conflict)
                     }
                     Ok(_) => {
                         tracing::error!(lu = %self.lu, "renew: every path lost its registration while our key is still on the LU (re-login of every path?)");
-                        Err(lease::CommandError::Failed)
+                        Err(CommandFailure::Failed)
                     }
-                    Err(e) => Err(lease_error(&e)),
+                    Err(e) => Err(CommandFailure::of(&e)),
                 },
             );
         }
@@ -224,16 +216,22 @@ impl Job {
         if let Some(e) = failed {
             return Completion::Renew(Err(e));
         }
-        Completion::Renew(self.read_reservation().await.map_err(|e| lease_error(&e)))
+        Completion::Renew(
+            self.read_reservation()
+                .await
+                .map_err(|e| CommandFailure::of(&e)),
+        )
     }
 
     async fn execute(&self, action: LeaseAction) -> Option<Completion> {
         let rtype = self.rtype;
         Some(match action {
             LeaseAction::Join { key, persist_epoch } => self.join(key, persist_epoch).await,
-            LeaseAction::ReadReservation => {
-                Completion::Reservation(self.read_reservation().await.map_err(|e| lease_error(&e)))
-            }
+            LeaseAction::ReadReservation => Completion::Reservation(
+                self.read_reservation()
+                    .await
+                    .map_err(|e| CommandFailure::of(&e)),
+            ),
             LeaseAction::Renew {
                 from,
                 to,
@@ -246,7 +244,7 @@ impl Job {
                         t.pr_out(&PrOut::preempt_and_abort(own, victim, rtype))
                     })
                     .await;
-                Completion::Preempt(done.map(|_| ()).map_err(|e| lease_error(&e)))
+                Completion::Preempt(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
             }
             LeaseAction::Reserve { own } => {
                 tracing::info!(lu = %self.lu, "no reservation for a lease: reserving");
@@ -255,7 +253,7 @@ impl Job {
                         t.pr_out(&PrOut::reserve(own, rtype))
                     })
                     .await;
-                Completion::Reserve(done.map(|_| ()).map_err(|e| lease_error(&e)))
+                Completion::Reserve(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
             }
             LeaseAction::Promoted { .. } | LeaseAction::SelfFence(_) => return None,
         })
@@ -344,11 +342,11 @@ impl Agent {
         }
     }
 
-    pub(super) async fn run_lease(&mut self) -> Outcome {
+    pub(super) async fn run_lease(&mut self) -> RunEnd {
         let (Some(config), ModeSettings::Lease(settings)) =
             (self.settings.lease_config(), self.settings.mode.clone())
         else {
-            return Outcome::Failed("lease mode needs [lease]".to_owned());
+            return RunEnd::Failed("lease mode needs [lease]".to_owned());
         };
         let rtype = match settings.reservation {
             LeaseReservation::WriteExclusive => ReservationType::WriteExclusive,
@@ -358,8 +356,8 @@ impl Agent {
         let persisted =
             match tokio::task::spawn_blocking(move || epoch_file::read(&state_file)).await {
                 Ok(Ok(persisted)) => persisted,
-                Ok(Err(e)) => return Outcome::Failed(e.to_string()),
-                Err(e) => return Outcome::Failed(e.to_string()),
+                Ok(Err(e)) => return RunEnd::Failed(e.to_string()),
+                Err(e) => return RunEnd::Failed(e.to_string()),
             };
         let epochs = Arc::new(AsyncMutex::new(EpochStore {
             path: settings.state_file.clone(),
@@ -369,7 +367,7 @@ impl Agent {
             return self.stop_lease(&[]).await;
         };
         if let Some((a, b, id)) = self.table.duplicate() {
-            return Outcome::Failed(format!(
+            return RunEnd::Failed(format!(
                 "devices {a} and {b} are the same LU {id}; list each LU once"
             ));
         }
@@ -387,7 +385,7 @@ impl Agent {
             },
         ) {
             Ok(epoch) => epoch,
-            Err(e) => return Outcome::Failed(e.to_string()),
+            Err(e) => return RunEnd::Failed(e.to_string()),
         };
         let now = Instant::now().into_std();
         let mut leases: Vec<Lease> = views
@@ -398,7 +396,7 @@ impl Agent {
         // a holder's watchdog is part of the lease timing rule (a hung holder must be reset
         // before its lease ends and a standby takes over), so lease mode does not start without it.
         if let Err(e) = self.open_watchdog() {
-            return Outcome::Failed(e);
+            return RunEnd::Failed(e);
         }
         tracing::info!(
             node = config.node.get(),
@@ -439,7 +437,7 @@ impl Agent {
                 if let Some(reason) = fence {
                     lock(&self.metrics).set_lease_role(Role::Fenced);
                     if let Some(exit_status) = self.self_fence(reason).await {
-                        return Outcome::Fenced { exit_status };
+                        return RunEnd::Fenced { exit_status };
                     }
                 }
             }
@@ -487,8 +485,8 @@ impl Agent {
     fn record_completion(&self, completion: &Completion) {
         let mut metrics = lock(&self.metrics);
         match completion {
-            Completion::Renew(result) => metrics.record_renewal(MetricOutcome::from(*result)),
-            Completion::Preempt(result) => metrics.record_preempt(MetricOutcome::from(*result)),
+            Completion::Renew(result) => metrics.record_renewal(CommandResult::from(*result)),
+            Completion::Preempt(result) => metrics.record_preempt(CommandResult::from(*result)),
             _ => {}
         }
     }
@@ -543,7 +541,7 @@ impl Agent {
         self.publish();
     }
 
-    async fn stop_lease(&mut self, leases: &[Lease]) -> Outcome {
+    async fn stop_lease(&mut self, leases: &[Lease]) -> RunEnd {
         tracing::info!("stopping");
         self.notifier.stopping();
         lock(&self.status).state = State::Stopping;
@@ -560,7 +558,7 @@ impl Agent {
             self.unregister_everywhere(&keys).await;
         }
         self.close_watchdog();
-        Outcome::Stopped
+        RunEnd::Stopped
     }
 
     /// A reload in lease mode may not touch the lease: its timings and devices are what the

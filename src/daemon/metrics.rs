@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use super::lease::{CommandError, Role};
+use super::failure::CommandFailure;
+use super::lease::Role;
 use super::status::{SelfFenceSteps, WatchdogState};
-use super::watch::CheckError;
 
 /// The PR command a latency or conflict belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Command {
+pub enum CommandKind {
     ReadKeys,
     ReadReservation,
     ReadFullStatus,
@@ -21,22 +21,22 @@ pub enum Command {
     Preempt,
 }
 
-impl Command {
+impl CommandKind {
     fn label(self) -> &'static str {
         match self {
-            Command::ReadKeys => "read_keys",
-            Command::ReadReservation => "read_reservation",
-            Command::ReadFullStatus => "read_full_status",
-            Command::Register => "register",
-            Command::Reserve => "reserve",
-            Command::Preempt => "preempt",
+            CommandKind::ReadKeys => "read_keys",
+            CommandKind::ReadReservation => "read_reservation",
+            CommandKind::ReadFullStatus => "read_full_status",
+            CommandKind::Register => "register",
+            CommandKind::Reserve => "reserve",
+            CommandKind::Preempt => "preempt",
         }
     }
 }
 
 /// How an LU check, renew or preempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
+pub enum CommandResult {
     Ok,
     /// Our key was not on the LU (checks only).
     KeyMissing,
@@ -46,39 +46,33 @@ pub enum Outcome {
     Failed,
 }
 
-impl Outcome {
+impl CommandResult {
     fn label(self) -> &'static str {
         match self {
-            Outcome::Ok => "ok",
-            Outcome::KeyMissing => "key_missing",
-            Outcome::Conflict => "conflict",
-            Outcome::Unreachable => "unreachable",
-            Outcome::Timeout => "timeout",
-            Outcome::Failed => "failed",
+            CommandResult::Ok => "ok",
+            CommandResult::KeyMissing => "key_missing",
+            CommandResult::Conflict => "conflict",
+            CommandResult::Unreachable => "unreachable",
+            CommandResult::Timeout => "timeout",
+            CommandResult::Failed => "failed",
         }
     }
 }
 
-impl From<CheckError> for Outcome {
-    fn from(e: CheckError) -> Outcome {
+impl From<CommandFailure> for CommandResult {
+    fn from(e: CommandFailure) -> CommandResult {
         match e {
-            CheckError::Conflict => Outcome::Conflict,
-            CheckError::Unreachable => Outcome::Unreachable,
-            CheckError::Timeout => Outcome::Timeout,
-            CheckError::Failed => Outcome::Failed,
+            CommandFailure::Conflict => CommandResult::Conflict,
+            CommandFailure::Unreachable => CommandResult::Unreachable,
+            CommandFailure::Timeout => CommandResult::Timeout,
+            CommandFailure::Failed => CommandResult::Failed,
         }
     }
 }
 
-impl<T> From<Result<T, CommandError>> for Outcome {
-    fn from(r: Result<T, CommandError>) -> Outcome {
-        match r {
-            Ok(_) => Outcome::Ok,
-            Err(CommandError::Conflict) => Outcome::Conflict,
-            Err(CommandError::Unreachable) => Outcome::Unreachable,
-            Err(CommandError::Timeout) => Outcome::Timeout,
-            Err(CommandError::Failed) => Outcome::Failed,
-        }
+impl<T> From<Result<T, CommandFailure>> for CommandResult {
+    fn from(r: Result<T, CommandFailure>) -> CommandResult {
+        r.map_or_else(CommandResult::from, |_| CommandResult::Ok)
     }
 }
 
@@ -118,14 +112,14 @@ impl Histogram {
 /// Everything `/metrics` shows.
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    checks: BTreeMap<(String, Outcome), u64>,
+    checks: BTreeMap<(String, CommandResult), u64>,
     keys_seen: BTreeMap<String, u64>,
     last_good_check: BTreeMap<String, Option<Instant>>,
-    renewals: BTreeMap<Outcome, u64>,
-    preempts: BTreeMap<Outcome, u64>,
-    conflicts: BTreeMap<Command, u64>,
+    renewals: BTreeMap<CommandResult, u64>,
+    preempts: BTreeMap<CommandResult, u64>,
+    conflicts: BTreeMap<CommandKind, u64>,
     heals: BTreeMap<String, u64>,
-    latency: BTreeMap<Command, Histogram>,
+    latency: BTreeMap<CommandKind, Histogram>,
     fenced: bool,
     lease_role: Option<Role>,
     http_evicted: u64,
@@ -160,12 +154,12 @@ impl Metrics {
     pub fn record_check(
         &mut self,
         lu: &str,
-        outcome: Outcome,
+        outcome: CommandResult,
         keys_seen: Option<u64>,
         now: Instant,
     ) {
         *self.checks.entry((lu.to_owned(), outcome)).or_default() += 1;
-        if matches!(outcome, Outcome::Ok | Outcome::KeyMissing) {
+        if matches!(outcome, CommandResult::Ok | CommandResult::KeyMissing) {
             self.last_good_check.insert(lu.to_owned(), Some(now));
         }
         if let Some(n) = keys_seen {
@@ -173,16 +167,16 @@ impl Metrics {
         }
     }
 
-    pub fn record_renewal(&mut self, outcome: Outcome) {
+    pub fn record_renewal(&mut self, outcome: CommandResult) {
         *self.renewals.entry(outcome).or_default() += 1;
     }
 
-    pub fn record_preempt(&mut self, outcome: Outcome) {
+    pub fn record_preempt(&mut self, outcome: CommandResult) {
         *self.preempts.entry(outcome).or_default() += 1;
     }
 
     /// A RESERVATION CONFLICT answer to `command`, whatever it meant.
-    pub fn record_conflict(&mut self, command: Command) {
+    pub fn record_conflict(&mut self, command: CommandKind) {
         *self.conflicts.entry(command).or_default() += 1;
     }
 
@@ -190,7 +184,7 @@ impl Metrics {
         *self.heals.entry(lu.to_owned()).or_default() += 1;
     }
 
-    pub fn observe_latency(&mut self, command: Command, took: Duration) {
+    pub fn observe_latency(&mut self, command: CommandKind, took: Duration) {
         self.latency
             .entry(command)
             .or_insert_with(Histogram::new)
@@ -471,12 +465,12 @@ mod tests {
     fn counters_gauges_and_age() {
         let t0 = Instant::now();
         let mut m = Metrics::new(["a".to_owned(), "b".to_owned()]);
-        m.record_check("a", Outcome::Ok, Some(4), t0);
-        m.record_check("a", Outcome::Ok, Some(3), t0 + Duration::from_secs(1));
-        m.record_check("b", Outcome::from(CheckError::Timeout), None, t0);
-        m.record_renewal(Outcome::from(Ok::<(), CommandError>(())));
-        m.record_preempt(Outcome::from(Err::<(), _>(CommandError::Conflict)));
-        m.record_conflict(Command::Preempt);
+        m.record_check("a", CommandResult::Ok, Some(4), t0);
+        m.record_check("a", CommandResult::Ok, Some(3), t0 + Duration::from_secs(1));
+        m.record_check("b", CommandResult::from(CommandFailure::Timeout), None, t0);
+        m.record_renewal(CommandResult::from(Ok::<(), CommandFailure>(())));
+        m.record_preempt(CommandResult::from(Err::<(), _>(CommandFailure::Conflict)));
+        m.record_conflict(CommandKind::Preempt);
         m.record_heal("a");
         m.set_fenced();
         m.set_lease_role(Role::Holder { promoted: true });
@@ -505,9 +499,9 @@ mod tests {
     #[test]
     fn histogram_buckets_are_cumulative_with_sum_and_count() {
         let mut m = Metrics::new([]);
-        m.observe_latency(Command::ReadKeys, Duration::from_micros(300));
-        m.observe_latency(Command::ReadKeys, Duration::from_millis(1));
-        m.observe_latency(Command::ReadKeys, Duration::from_secs(30));
+        m.observe_latency(CommandKind::ReadKeys, Duration::from_micros(300));
+        m.observe_latency(CommandKind::ReadKeys, Duration::from_millis(1));
+        m.observe_latency(CommandKind::ReadKeys, Duration::from_secs(30));
         let text = m.render(Instant::now());
         let bucket = |le: &str| {
             let prefix = format!(
@@ -540,8 +534,8 @@ mod tests {
     fn every_sample_line_is_well_formed() {
         let t0 = Instant::now();
         let mut m = Metrics::new(["x y".to_owned()]);
-        m.record_check("x y", Outcome::KeyMissing, Some(0), t0);
-        m.observe_latency(Command::Register, Duration::from_millis(7));
+        m.record_check("x y", CommandResult::KeyMissing, Some(0), t0);
+        m.observe_latency(CommandKind::Register, Duration::from_millis(7));
         m.set_lease_role(Role::Fenced);
         for line in m.render(t0).lines() {
             if line.starts_with('#') {

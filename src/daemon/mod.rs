@@ -77,6 +77,7 @@
 
 pub mod config;
 pub mod epoch_file;
+pub mod failure;
 pub mod http;
 pub mod lease;
 mod lease_loop;

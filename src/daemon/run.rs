@@ -3,7 +3,7 @@
 //! ([`super::watch`], [`super::lease`]). The mode loops are in [`super::watch_loop`] and
 //! [`super::lease_loop`].
 //!
-//! Everything a test needs to replace is injected through [`Options`]: the [`Storage`] (discovery
+//! Everything a test needs to replace is injected through [`AgentParts`]: the [`Storage`] (discovery
 //! and device opening; the SPC model in unit tests), the [`Host`] (reboot), the sd_notify target,
 //! the sysfs root of the watchdog check, and the [`Control`] channel that stands in for signals.
 //!
@@ -54,7 +54,7 @@ pub enum Control {
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RunEnd {
     /// Stopped on request.
     Stopped,
     /// Fenced, and `self_fence.exit` says to exit with this status.
@@ -63,12 +63,12 @@ pub enum Outcome {
     Failed(String),
 }
 
-impl Outcome {
+impl RunEnd {
     pub fn exit_status(&self) -> u8 {
         match self {
-            Outcome::Stopped => 0,
-            Outcome::Fenced { exit_status } => *exit_status,
-            Outcome::Failed(_) => EXIT_FAILURE,
+            RunEnd::Stopped => 0,
+            RunEnd::Fenced { exit_status } => *exit_status,
+            RunEnd::Failed(_) => EXIT_FAILURE,
         }
     }
 }
@@ -94,7 +94,7 @@ impl Host for SystemHost {
 }
 
 /// The injectable parts of an agent.
-pub struct Options {
+pub struct AgentParts {
     pub storage: Arc<dyn Storage>,
     pub host: Arc<dyn Host>,
     pub notifier: Notifier,
@@ -168,7 +168,7 @@ impl DescriptorReserve {
 impl Agent {
     pub fn new(
         settings: Settings,
-        options: Options,
+        options: AgentParts,
         control: mpsc::UnboundedReceiver<Control>,
     ) -> Agent {
         let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
@@ -215,11 +215,11 @@ impl Agent {
     }
 
     /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
-    pub async fn run(mut self, key: Option<Key>) -> Outcome {
+    pub async fn run(mut self, key: Option<Key>) -> RunEnd {
         match (&self.settings.mode, key) {
             (ModeSettings::Watch(_), Some(key)) => self.run_watch(key).await,
             (ModeSettings::Watch(_), None) => {
-                Outcome::Failed("watch mode needs our key resolved first".to_owned())
+                RunEnd::Failed("watch mode needs our key resolved first".to_owned())
             }
             (ModeSettings::Lease(_), _) => self.run_lease().await,
         }
@@ -759,7 +759,7 @@ async fn serve(
     } else {
         Notifier::disabled()
     };
-    let options = Options {
+    let options = AgentParts {
         storage: Arc::new(SystemStorage),
         host: Arc::new(SystemHost),
         notifier,
@@ -795,7 +795,7 @@ async fn serve(
         return EXIT_FAILURE;
     }
     let outcome = agent.run(key).await;
-    if let Outcome::Failed(e) = &outcome {
+    if let RunEnd::Failed(e) = &outcome {
         tracing::error!(error = %e, "the agent stopped");
     }
     outcome.exit_status()

@@ -474,17 +474,17 @@ pub fn no_live_path(device: &Path, paths: &[PathHandle], command: Command) -> Co
     .hinted(hint)
 }
 
-fn metric_command(command: Command) -> Option<metrics::Command> {
+fn metric_command(command: Command) -> Option<metrics::CommandKind> {
     Some(match command {
-        Command::PrIn(PrInAction::ReadKeys) => metrics::Command::ReadKeys,
-        Command::PrIn(PrInAction::ReadReservation) => metrics::Command::ReadReservation,
-        Command::PrIn(PrInAction::ReadFullStatus) => metrics::Command::ReadFullStatus,
+        Command::PrIn(PrInAction::ReadKeys) => metrics::CommandKind::ReadKeys,
+        Command::PrIn(PrInAction::ReadReservation) => metrics::CommandKind::ReadReservation,
+        Command::PrIn(PrInAction::ReadFullStatus) => metrics::CommandKind::ReadFullStatus,
         Command::PrOut(PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey) => {
-            metrics::Command::Register
+            metrics::CommandKind::Register
         }
-        Command::PrOut(PrOutAction::Reserve) => metrics::Command::Reserve,
+        Command::PrOut(PrOutAction::Reserve) => metrics::CommandKind::Reserve,
         Command::PrOut(PrOutAction::Preempt | PrOutAction::PreemptAndAbort) => {
-            metrics::Command::Preempt
+            metrics::CommandKind::Preempt
         }
         _ => return None,
     })

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::config::Settings;
 use super::notify::Notifier;
-use super::run::{Agent, Control, Host, Options, Outcome};
+use super::run::{Agent, AgentParts, Control, Host, RunEnd};
 use super::status::{State, Status};
 use super::storage::{LuSpec, PathSpec, Storage, lock};
 use crate::discover::DiscoverError;
@@ -114,7 +114,7 @@ fn register(lu: &Arc<Mutex<Lu>>, nexus: Nexus, key: Key) {
 }
 
 struct Running {
-    task: tokio::task::JoinHandle<Outcome>,
+    task: tokio::task::JoinHandle<RunEnd>,
     control: mpsc::UnboundedSender<Control>,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Mutex<super::metrics::Metrics>>,
@@ -222,7 +222,7 @@ async fn watch_fences_when_the_key_leaves_any_lu_and_runs_the_hook() {
         .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
     let outcome = run.task.await.unwrap();
-    assert_eq!(outcome, Outcome::Fenced { exit_status: 86 });
+    assert_eq!(outcome, RunEnd::Fenced { exit_status: 86 });
     let took = preempted_at.elapsed();
     assert!(
         took <= Duration::from_secs(3),
@@ -283,7 +283,7 @@ async fn fenced_is_latched_even_if_the_key_comes_back() {
     assert_eq!(lock(&run.status).state, State::Fenced);
     assert_eq!(lines(&fenced_file), 1);
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -306,7 +306,7 @@ async fn nothing_is_judged_before_our_key_is_registered() {
         .await
     );
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
     assert_eq!(
         lock(&lu).registered_key(a),
         Some(KA),
@@ -332,7 +332,7 @@ async fn an_unreachable_lu_fences_after_the_grace() {
             == State::Degraded)
         .await
     );
-    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
     let took = lost_at.elapsed();
     assert!(
         (Duration::from_secs(9)..=Duration::from_secs(12)).contains(&took),
@@ -381,7 +381,7 @@ async fn a_relogin_orphan_is_found_by_the_audit_and_healed() {
         .await
     );
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -411,7 +411,7 @@ async fn reload_keeps_state_and_a_new_key_is_judged_from_now() {
             Settings::from_toml_str(text).unwrap(),
         )))
         .unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
 }
 
 fn lease_settings(dir: &Path, node: u16, fenced_file: &Path) -> Settings {
@@ -487,7 +487,7 @@ async fn lease_takeover_when_the_holder_stalls() {
         stalled_at.elapsed()
     };
     let ((outcome, fenced_after), promoted_after) = tokio::join!(fenced, promoted);
-    assert_eq!(outcome, Outcome::Fenced { exit_status: 86 });
+    assert_eq!(outcome, RunEnd::Fenced { exit_status: 86 });
     assert_eq!(lines(&fenced1), 1, "the stalled holder ran its hook");
     assert!(
         fenced_after < promoted_after,
@@ -507,7 +507,7 @@ async fn lease_takeover_when_the_holder_stalls() {
             .contains("prfence_lease_preempts_total{result=\"ok\"} 1")
     );
     second.control.send(Control::Stop).unwrap();
-    assert_eq!(second.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(second.task.await.unwrap(), RunEnd::Stopped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -537,7 +537,7 @@ async fn a_preempted_holder_fences_at_its_next_renew() {
     let at = Instant::now();
     assert_eq!(
         first.task.await.unwrap(),
-        Outcome::Fenced { exit_status: 86 }
+        RunEnd::Fenced { exit_status: 86 }
     );
     assert!(at.elapsed() <= Duration::from_secs(3), "{:?}", at.elapsed());
     assert!(
@@ -561,7 +561,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
         let (_control, receiver) = mpsc::unbounded_channel();
         Agent::new(
             watch_settings(&["/dev/mapper/lu0"], ""),
-            Options {
+            AgentParts {
                 storage: Arc::clone(storage) as Arc<dyn Storage>,
                 host: Arc::new(RecordingHost::default()),
                 notifier: Notifier::disabled(),
@@ -618,7 +618,7 @@ fn start_agent(
     let host = Arc::new(RecordingHost::default());
     let agent = Agent::new(
         settings,
-        Options {
+        AgentParts {
             storage: Arc::clone(storage) as Arc<dyn Storage>,
             host: Arc::clone(&host) as Arc<dyn Host>,
             notifier: Notifier::disabled(),
@@ -658,7 +658,7 @@ async fn the_watchdog_is_fed_while_healthy_and_never_disarmed_when_fenced() {
     lock(&t.lus[0])
         .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
     let after = std::fs::read(&device).unwrap();
     assert!(
         !after.contains(&b'V'),
@@ -684,7 +684,7 @@ async fn a_clean_stop_disarms_the_watchdog_only_if_configured() {
             .await
         );
         run.control.send(Control::Stop).unwrap();
-        assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+        assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
         let written = std::fs::read(&device).unwrap();
         assert_eq!(written.last() == Some(&b'V'), magic_close, "{written:?}");
     }
@@ -705,7 +705,7 @@ async fn a_watchdog_with_another_timeout_stops_the_start() {
     )
     .unwrap();
     let run = start_with_sys(settings, &t.storage, dir.path().join("sys"), Some(KA));
-    let Outcome::Failed(e) = run.task.await.unwrap() else {
+    let RunEnd::Failed(e) = run.task.await.unwrap() else {
         panic!("started with a mismatched watchdog")
     };
     assert!(e.contains("60 s"), "{e}");
@@ -724,7 +724,7 @@ async fn unregister_on_exit_removes_our_key_at_a_clean_stop() {
         .await
     );
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
     for lu in &t.lus {
         let keys: Vec<Key> = lock(lu).registrations().iter().map(|r| r.key).collect();
         assert_eq!(keys, vec![KB], "only node B's key is left");
@@ -763,7 +763,7 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
     assert_eq!(written["state"], "holder");
     assert_eq!(written["lus"][0]["verdict"], "holder");
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
     assert!(
         lock(&lu).is_holder(n1),
         "a stop leaves the reservation (unregister_on_exit off)"
@@ -881,7 +881,7 @@ async fn a_missing_watchdog_is_degraded_and_retried_until_it_appears() {
     assert!(has_line(&run.metrics, "prfence_watchdog_degraded 0"));
     assert!(std::fs::read(&device).unwrap().starts_with(b"1"), "fed");
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
 }
 
 /// `--once` reports a watchdog it could not open (exit 3), without ever opening one.
@@ -899,7 +899,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
         let (_control, receiver) = mpsc::unbounded_channel();
         let agent = Agent::new(
             settings,
-            Options {
+            AgentParts {
                 storage: Arc::clone(&t.storage) as Arc<dyn Storage>,
                 host: Arc::new(RecordingHost::default()),
                 notifier: Notifier::disabled(),
@@ -991,7 +991,7 @@ async fn a_self_fence_records_each_step_and_a_failed_reboot_stops_the_feeding() 
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(std::fs::read(&device).unwrap(), fed);
     run.control.send(Control::Stop).unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Stopped);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
 }
 
 /// No watchdog, a hook that times out, reboot off: each step says so, and the agent exits 86.
@@ -1012,7 +1012,7 @@ async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
     lock(&t.lus[1])
         .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
-    assert_eq!(run.task.await.unwrap(), Outcome::Fenced { exit_status: 86 });
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
     assert_eq!(
         lock(&run.status).self_fence,
         Some(SelfFenceSteps {
@@ -1080,7 +1080,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let (_control, receiver) = mpsc::unbounded_channel();
     let agent = Agent::new(
         settings,
-        Options {
+        AgentParts {
             storage: Arc::clone(&storage) as Arc<dyn Storage>,
             host: Arc::new(RecordingHost::default()),
             notifier: Notifier::disabled(),

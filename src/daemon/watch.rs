@@ -23,17 +23,19 @@
 
 use std::time::{Duration, Instant};
 
+pub use super::failure::CommandFailure;
 use crate::pr::Key;
 
-/// The identity of one LU (the configured device name, or its VPD 83h designator).
+/// The name of one LU in the agent's reports: the configured device name, or its VPD 83h
+/// designator (not to be confused with `discover::LuId`, which is only the designator).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LuId(pub String);
+pub struct LuName(pub String);
 
 /// One path (I_T nexus) of an LU, e.g. `sdc`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PathId(pub String);
 
-impl std::fmt::Display for LuId {
+impl std::fmt::Display for LuName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
@@ -43,20 +45,6 @@ impl std::fmt::Display for PathId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// Why a read of an LU gave no keys. The caller logs the device, command and sense itself;
-/// here only the class matters, and every class counts against the grace alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckError {
-    /// RESERVATION CONFLICT on a PR IN (not expected; reported as its own class).
-    Conflict,
-    /// No path answered (transport down, device gone).
-    Unreachable,
-    /// The command did not finish within `command_timeout`.
-    Timeout,
-    /// Any other failure (bad sense, malformed response).
-    Failed,
 }
 
 /// Whether one path of an LU carries our registration.
@@ -83,20 +71,20 @@ pub struct LuKeys {
 /// One LU's result for this tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
-    pub lu: LuId,
-    pub result: Result<LuKeys, CheckError>,
+    pub lu: LuName,
+    pub result: Result<LuKeys, CommandFailure>,
 }
 
 /// Why this node considers itself fenced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FenceReason {
     /// Our key was missing from `lu` on `reads` consecutive reads.
-    KeyMissing { lu: LuId, reads: u32 },
+    KeyMissing { lu: LuName, reads: u32 },
     /// No good read of `lu` for `for_` (≥ grace); `last_error` is the most recent failure.
     Unreachable {
-        lu: LuId,
+        lu: LuName,
         for_: Duration,
-        last_error: Option<CheckError>,
+        last_error: Option<CommandFailure>,
     },
 }
 
@@ -143,7 +131,7 @@ pub enum LuVerdict {
     /// No good read since `last_good` (or since start); fenced once this reaches the grace.
     Unreachable {
         last_good: Instant,
-        last_error: Option<CheckError>,
+        last_error: Option<CommandFailure>,
     },
     /// This node is fenced (latched).
     Fenced,
@@ -153,7 +141,7 @@ pub enum LuVerdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// Per LU, in configuration order.
-    pub lus: Vec<(LuId, LuVerdict)>,
+    pub lus: Vec<(LuName, LuVerdict)>,
     /// Set from the tick that decided it onwards (latched).
     pub fenced: Option<FenceReason>,
     /// True on exactly the tick that fenced: run the self-fence action now.
@@ -177,9 +165,9 @@ pub struct WatchConfig {
 
 #[derive(Debug, Clone)]
 struct LuState {
-    id: LuId,
+    id: LuName,
     last_good: Instant,
-    last_error: Option<CheckError>,
+    last_error: Option<CommandFailure>,
     missing_reads: u32,
     /// When per-path registration was last reported; `None`: not yet in this run.
     last_audit: Option<Instant>,
@@ -196,7 +184,7 @@ pub struct WatchState {
 impl WatchState {
     /// Starts watching `lus`. The start counts as the last good read, so an LU that never
     /// answers is declared fenced `grace` after start.
-    pub fn new(config: WatchConfig, lus: impl IntoIterator<Item = LuId>, now: Instant) -> Self {
+    pub fn new(config: WatchConfig, lus: impl IntoIterator<Item = LuName>, now: Instant) -> Self {
         let lus = lus
             .into_iter()
             .map(|id| LuState {
@@ -235,7 +223,7 @@ impl WatchState {
         now: Instant,
         observations: impl IntoIterator<Item = Observation>,
     ) -> Decision {
-        let mut results: Vec<Option<Result<LuKeys, CheckError>>> = vec![None; self.lus.len()];
+        let mut results: Vec<Option<Result<LuKeys, CommandFailure>>> = vec![None; self.lus.len()];
         for observation in observations {
             if let Some(index) = self.lus.iter().position(|lu| lu.id == observation.lu) {
                 results[index] = Some(observation.result);
@@ -282,7 +270,7 @@ enum Verdict {
 fn judge(
     config: &WatchConfig,
     lu: &mut LuState,
-    result: Option<Result<LuKeys, CheckError>>,
+    result: Option<Result<LuKeys, CommandFailure>>,
     now: Instant,
 ) -> Verdict {
     let keys = match result {
@@ -386,8 +374,8 @@ mod tests {
         w
     }
 
-    fn lu(name: &str) -> LuId {
-        LuId(name.to_owned())
+    fn lu(name: &str) -> LuName {
+        LuName(name.to_owned())
     }
 
     fn keys(lu_name: &str, keys: &[Key], path_count: usize) -> Observation {
@@ -402,7 +390,7 @@ mod tests {
         }
     }
 
-    fn failed(lu_name: &str, kind: CheckError) -> Observation {
+    fn failed(lu_name: &str, kind: CommandFailure) -> Observation {
         Observation {
             lu: lu(lu_name),
             result: Err(kind),
@@ -569,13 +557,13 @@ mod tests {
         w.tick(at(t0, 5), [keys("a", &[OURS], 1), keys("b", &[OURS], 1)]);
         let d = w.tick(
             at(t0, 6),
-            [keys("a", &[OURS], 1), failed("b", CheckError::Timeout)],
+            [keys("a", &[OURS], 1), failed("b", CommandFailure::Timeout)],
         );
         assert_eq!(
             d.lus[1].1,
             LuVerdict::Unreachable {
                 last_good: at(t0, 5),
-                last_error: Some(CheckError::Timeout)
+                last_error: Some(CommandFailure::Timeout)
             }
         );
         assert!(
@@ -587,14 +575,17 @@ mod tests {
         assert!(d.fenced.is_none());
         let d = w.tick(
             at(t0, 15),
-            [keys("a", &[OURS], 1), failed("b", CheckError::Unreachable)],
+            [
+                keys("a", &[OURS], 1),
+                failed("b", CommandFailure::Unreachable),
+            ],
         );
         assert_eq!(
             d.fenced,
             Some(FenceReason::Unreachable {
                 lu: lu("b"),
                 for_: Duration::from_secs(10),
-                last_error: Some(CheckError::Unreachable)
+                last_error: Some(CommandFailure::Unreachable)
             })
         );
         assert!(d.newly_fenced && !d.feed_watchdog);
@@ -619,13 +610,13 @@ mod tests {
     fn recovery_within_grace_resets_the_clock() {
         let t0 = Instant::now();
         let mut w = audited(config(), &["a"], t0);
-        w.tick(at(t0, 8), [failed("a", CheckError::Conflict)]);
+        w.tick(at(t0, 8), [failed("a", CommandFailure::Conflict)]);
         assert_eq!(
             w.tick(at(t0, 9), [keys("a", &[OURS], 1)]).lus[0].1,
             LuVerdict::Healthy
         );
         assert!(
-            w.tick(at(t0, 18), [failed("a", CheckError::Failed)])
+            w.tick(at(t0, 18), [failed("a", CommandFailure::Failed)])
                 .fenced
                 .is_none()
         );

@@ -17,12 +17,12 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::config::{ModeSettings, Settings};
-use super::metrics::Outcome as CheckOutcome;
-use super::run::{Agent, Control, Outcome, heal_lu, report_heal};
+use super::metrics::CommandResult;
+use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
 use super::status::{PathStatus, State, WatchdogState};
 use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watch::{
-    CheckError, LuId, LuKeys, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
+    CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
     WatchState,
 };
 use crate::ops::probe_registration;
@@ -96,15 +96,6 @@ async fn check_lu(
         keys,
         preempted_unit_attention,
         registrations,
-    }
-}
-
-fn check_error(e: &CommandError) -> CheckError {
-    match e.kind {
-        ErrorKind::ReservationConflict => CheckError::Conflict,
-        ErrorKind::Timeout => CheckError::Timeout,
-        ErrorKind::Transport | ErrorKind::Open => CheckError::Unreachable,
-        _ => CheckError::Failed,
     }
 }
 
@@ -198,7 +189,7 @@ impl WatchRun {
 }
 
 impl Agent {
-    pub(super) async fn run_watch(&mut self, key: Key) -> Outcome {
+    pub(super) async fn run_watch(&mut self, key: Key) -> RunEnd {
         let mut interval = ticker(self.settings.check_interval);
         let mut run = WatchRun::new(key, self.table.lus.len());
         let mut ready = false;
@@ -207,7 +198,7 @@ impl Agent {
         if let Some(w) = &self.settings.watchdog
             && let Err(e) = super::watchdog::check_timeout(&w.device, w.timeout, &self.sys_root)
         {
-            return Outcome::Failed(e.to_string());
+            return RunEnd::Failed(e.to_string());
         }
         tracing::info!(%key, lus = self.table.lus.len(), interval = ?self.settings.check_interval, "watch mode");
         loop {
@@ -226,7 +217,7 @@ impl Agent {
                 },
             }
             if let Some(exit_status) = self.watch_tick(&mut run).await {
-                return Outcome::Fenced { exit_status };
+                return RunEnd::Fenced { exit_status };
             }
             if !ready {
                 ready = true;
@@ -282,7 +273,7 @@ impl Agent {
             tracing::info!(%key, "our key is on every LU: armed");
             run.state = Some(WatchState::new(
                 config,
-                self.table.lus.iter().map(|l| LuId(l.name.clone())),
+                self.table.lus.iter().map(|l| LuName(l.name.clone())),
                 now.into_std(),
             ));
         }
@@ -297,7 +288,7 @@ impl Agent {
             .iter()
             .zip(&checks)
             .map(|(lu, check)| Observation {
-                lu: LuId(lu.name.clone()),
+                lu: LuName(lu.name.clone()),
                 result: match &check.keys {
                     Ok(keys) => Ok(LuKeys {
                         keys: keys.keys.clone(),
@@ -305,7 +296,7 @@ impl Agent {
                         paths: check.registrations.clone(),
                         paths_changed: lu.paths_changed || check.preempted_unit_attention,
                     }),
-                    Err(e) => Err(check_error(e)),
+                    Err(e) => Err(CommandFailure::of(e)),
                 },
             })
             .collect();
@@ -389,9 +380,9 @@ impl Agent {
         let mut metrics = lock(&self.metrics);
         for (lu, check) in self.table.lus.iter().zip(checks) {
             let (outcome, seen) = match &check.keys {
-                Ok(keys) if keys.keys.contains(&key) => (CheckOutcome::Ok, Some(keys.keys.len())),
-                Ok(keys) => (CheckOutcome::KeyMissing, Some(keys.keys.len())),
-                Err(e) => (CheckOutcome::from(check_error(e)), None),
+                Ok(keys) if keys.keys.contains(&key) => (CommandResult::Ok, Some(keys.keys.len())),
+                Ok(keys) => (CommandResult::KeyMissing, Some(keys.keys.len())),
+                Err(e) => (CommandResult::from(CommandFailure::of(e)), None),
             };
             metrics.record_check(
                 &lu.name,
@@ -419,7 +410,7 @@ impl Agent {
         self.publish();
     }
 
-    async fn stop_watch(&mut self, key: Key) -> Outcome {
+    async fn stop_watch(&mut self, key: Key) -> RunEnd {
         tracing::info!("stopping");
         self.notifier.stopping();
         lock(&self.status).state = State::Stopping;
@@ -429,7 +420,7 @@ impl Agent {
             self.unregister_everywhere(&keys).await;
         }
         self.close_watchdog();
-        Outcome::Stopped
+        RunEnd::Stopped
     }
 
     /// Applies a reload. Returns the new check interval if it changed.
@@ -490,7 +481,7 @@ impl Agent {
                 run.state = new.watch_config(new_key).map(|config| {
                     WatchState::new(
                         config,
-                        names.into_iter().map(LuId),
+                        names.into_iter().map(LuName),
                         Instant::now().into_std(),
                     )
                 });
@@ -521,7 +512,7 @@ impl Agent {
                 heal: false,
                 ..config
             },
-            self.table.lus.iter().map(|l| LuId(l.name.clone())),
+            self.table.lus.iter().map(|l| LuName(l.name.clone())),
             now,
         );
         let observations = self
@@ -530,7 +521,7 @@ impl Agent {
             .iter()
             .zip(&checks)
             .map(|(lu, check)| Observation {
-                lu: LuId(lu.name.clone()),
+                lu: LuName(lu.name.clone()),
                 result: match &check.keys {
                     Ok(keys) => Ok(LuKeys {
                         keys: keys.keys.clone(),
@@ -538,7 +529,7 @@ impl Agent {
                         paths: check.registrations.clone(),
                         paths_changed: false,
                     }),
-                    Err(e) => Err(check_error(e)),
+                    Err(e) => Err(CommandFailure::of(e)),
                 },
             });
         let decision = judge.tick(now, observations.collect::<Vec<_>>());

@@ -76,12 +76,12 @@ impl Target {
     }
 
     /// One PR OUT from node `n`, unit attentions consumed first (the driver retries them).
-    fn out(&mut self, n: u16, request: &PrOut) -> Result<(), CommandError> {
+    fn out(&mut self, n: u16, request: &PrOut) -> Result<(), CommandFailure> {
         let nexus = self.path(n);
         while self.lu.take_unit_attention(nexus).is_some() {}
         self.lu.pr_out(nexus, request).map_err(|e| match e.scsi() {
-            Some(ScsiFailure::ReservationConflict) => CommandError::Conflict,
-            _ => CommandError::Failed,
+            Some(ScsiFailure::ReservationConflict) => CommandFailure::Conflict,
+            _ => CommandFailure::Failed,
         })
     }
 
@@ -121,7 +121,7 @@ impl Target {
                     .find(|old| self.out(n, &PrOut::register(**old, *to)).is_ok())
                 {
                     Some(_) => Ok(self.holder_key()),
-                    None => Err(CommandError::Conflict),
+                    None => Err(CommandFailure::Conflict),
                 },
             ),
             LeaseAction::Preempt { own, victim } => {
@@ -353,7 +353,10 @@ fn holder_renewing_just_before_the_preempt_makes_the_cas_fail() {
         .out(1, &PrOut::register(lkey(1, 5), lkey(1, 6)))
         .unwrap();
     let completion = target.apply(2, &preempt);
-    assert_eq!(completion, Completion::Preempt(Err(CommandError::Conflict)));
+    assert_eq!(
+        completion,
+        Completion::Preempt(Err(CommandFailure::Conflict))
+    );
     sb.complete(s(t0, 10), completion);
     assert_eq!(sb.role(), Role::Standby);
     assert!(target.may_write(1), "the target refused the stale preempt");
@@ -463,7 +466,10 @@ fn renew_timeouts_retry_with_uncertain_keys_and_fence_at_lease_minus_margin() {
     // 4 s never reached the target.
     let a = holder.poll(s(t0, 2)).unwrap();
     target.apply(1, &a);
-    holder.complete(ms(t0, 3000), Completion::Renew(Err(CommandError::Timeout)));
+    holder.complete(
+        ms(t0, 3000),
+        Completion::Renew(Err(CommandFailure::Timeout)),
+    );
     let b = holder.poll(s(t0, 4)).unwrap();
     assert_eq!(
         b,
@@ -475,7 +481,7 @@ fn renew_timeouts_retry_with_uncertain_keys_and_fence_at_lease_minus_margin() {
     );
     holder.complete(
         ms(t0, 5000),
-        Completion::Renew(Err(CommandError::Unreachable)),
+        Completion::Renew(Err(CommandFailure::Unreachable)),
     );
     let c = holder.poll(s(t0, 6)).unwrap();
     assert_eq!(
@@ -505,7 +511,10 @@ fn uncertain_keys_let_a_later_renew_succeed() {
     let mut holder = confirmed_holder(&mut target, t0);
     let a = holder.poll(s(t0, 2)).unwrap();
     target.apply(1, &a); // applied, answer lost
-    holder.complete(ms(t0, 2500), Completion::Renew(Err(CommandError::Timeout)));
+    holder.complete(
+        ms(t0, 2500),
+        Completion::Renew(Err(CommandFailure::Timeout)),
+    );
     let actions = drive(1, &mut holder, &mut target, s(t0, 4));
     assert_eq!(actions.len(), 1);
     assert_eq!(holder.own_key(), lkey(1, 12));
@@ -584,11 +593,11 @@ fn acquisition_with_lost_answer_is_settled_by_read_reservation() {
     drive(2, &mut sb, &mut target, t0);
     let preempt = sb.poll(s(t0, 10)).unwrap();
     target.apply(2, &preempt);
-    sb.complete(s(t0, 11), Completion::Preempt(Err(CommandError::Timeout)));
+    sb.complete(s(t0, 11), Completion::Preempt(Err(CommandFailure::Timeout)));
     assert_eq!(sb.poll(s(t0, 11)), Some(LeaseAction::ReadReservation));
     sb.complete(
         s(t0, 11),
-        Completion::Reservation(Err(CommandError::Timeout)),
+        Completion::Reservation(Err(CommandFailure::Timeout)),
     );
     assert_eq!(sb.poll(s(t0, 11)), None);
     assert_eq!(sb.poll(s(t0, 12)), Some(LeaseAction::ReadReservation));
@@ -605,7 +614,7 @@ fn acquisition_with_lost_answer_is_settled_by_read_reservation() {
     let mut sb = standby(2, 100, &target, t0);
     drive(2, &mut sb, &mut target, t0);
     sb.poll(s(t0, 10)).unwrap();
-    sb.complete(s(t0, 11), Completion::Preempt(Err(CommandError::Failed)));
+    sb.complete(s(t0, 11), Completion::Preempt(Err(CommandFailure::Failed)));
     sb.poll(s(t0, 11)).unwrap();
     sb.complete(s(t0, 19), Completion::Reservation(Ok(Some(lkey(2, 100)))));
     assert!(matches!(
@@ -630,7 +639,7 @@ fn failed_join_retries_after_the_interval_with_a_fresh_key() {
     let t0 = Instant::now();
     let mut sb = Lease::new(config(2), 7, None, &StartView::default(), t0);
     assert!(matches!(sb.poll(t0), Some(LeaseAction::Join { .. })));
-    sb.complete(t0, Completion::Join(Err(CommandError::Timeout)));
+    sb.complete(t0, Completion::Join(Err(CommandFailure::Timeout)));
     assert_eq!(sb.poll(ms(t0, 999)), None);
     assert_eq!(sb.next_wakeup(), Some(s(t0, 1)));
     assert!(
@@ -705,11 +714,11 @@ struct Outstanding {
 }
 
 fn timed_out(action: &LeaseAction) -> Completion {
-    let e = Err(CommandError::Timeout);
+    let e = Err(CommandFailure::Timeout);
     match action {
         LeaseAction::Join { .. } => Completion::Join(e),
-        LeaseAction::ReadReservation => Completion::Reservation(Err(CommandError::Timeout)),
-        LeaseAction::Renew { .. } => Completion::Renew(Err(CommandError::Timeout)),
+        LeaseAction::ReadReservation => Completion::Reservation(Err(CommandFailure::Timeout)),
+        LeaseAction::Renew { .. } => Completion::Renew(Err(CommandFailure::Timeout)),
         LeaseAction::Preempt { .. } => Completion::Preempt(e),
         LeaseAction::Reserve { .. } => Completion::Reserve(e),
         other => unreachable!("{other:?}"),
