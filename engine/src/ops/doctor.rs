@@ -524,6 +524,12 @@ pub fn judge(replies: &LuReplies, own: Option<Key>, arbiter: bool) -> LuDiagnosi
         Some(true) => {}
     }
     let reachable_count = facts.iter().filter(|(_, _, ok)| *ok).count();
+    let is_dead = |kind: ErrorKind| {
+        matches!(
+            kind,
+            ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open
+        )
+    };
     for (device, path_facts, reply) in &replies.paths {
         if let Err(e) = reply
             && pr_supported == Some(true)
@@ -626,7 +632,8 @@ pub fn judge(replies: &LuReplies, own: Option<Key>, arbiter: bool) -> LuDiagnosi
             };
             PathDiagnosis {
                 device: device.clone(),
-                reachable: reply.is_ok(),
+                // An error answer (e.g. PR not supported) still proves the path carries commands.
+                reachable: reply.as_ref().err().is_none_or(|e| !is_dead(e.kind)),
                 facts: path_facts.clone(),
                 registered_key,
                 registration,
@@ -773,9 +780,16 @@ pub fn judge(replies: &LuReplies, own: Option<Key>, arbiter: bool) -> LuDiagnosi
 
 /// The overall verdict over judged LUs (the first is the arbiter). Pure.
 pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
-    let can_fence = own.map(|_| {
-        lus.first()
-            .is_some_and(|a| a.own_key_registered == Some(true))
+    // `fence` preempts from the arbiter through a path of ours registered with our key; the key
+    // registered only for initiator ports we no longer have (orphans) does not do.
+    let can_fence = own.map(|own| {
+        lus.first().is_some_and(|a| {
+            a.own_key_registered == Some(true)
+                && a.paths.iter().any(|p| {
+                    p.reachable
+                        && (p.registered_key == Some(own) || p.registration.starts_with("cannot"))
+                })
+        })
     });
     let not_ready: Vec<&str> = lus
         .iter()

@@ -179,6 +179,10 @@ fn a_lu_without_pr_is_not_ready() {
     assert!(!d.ready);
     assert_eq!(d.lus[0].pr_supported, Some(false));
     assert_eq!(d.lus[0].pr_in.read_keys, Support::NotSupported);
+    assert!(
+        d.lus[0].paths[0].reachable,
+        "an ILLEGAL REQUEST is an answer"
+    );
     assert!(problems(&d)[0].contains("does not support persistent reservations"));
 }
 
@@ -233,9 +237,9 @@ fn a_relogin_orphan_is_found() {
         p.iter().any(|m| m.contains("/dev/sd0 is not registered")),
         "{p:?}"
     );
-    // The key is still on the LU (through the orphan): can_fence from the arbiter's keys, but the
-    // LU is not ready, and neither is the whole.
-    assert_eq!(d.can_fence, Some(true));
+    // The key is still on the LU, but only through the orphan: `fence` could not preempt from here.
+    assert_eq!(lu.own_key_registered, Some(true));
+    assert_eq!(d.can_fence, Some(false));
 }
 
 #[test]
