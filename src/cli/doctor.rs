@@ -364,9 +364,9 @@ pub fn to_text(diagnosis: &Diagnosis) -> String {
             out,
             "this node can fence another: {}",
             if can {
-                "yes (its key is on the arbiter LU)"
+                "yes (its key is on the arbiter LU through a path of this node)"
             } else {
-                "NO (its key is not on the arbiter LU)"
+                "NO (no path of this node carries its key on the arbiter LU)"
             }
         );
     }
