@@ -112,6 +112,37 @@ fn iscsi_ready_after_unfence_not_before() -> anyhow::Result<()> {
     unfence(&t, Node::B, KEY_B)?;
     let after = doctor(&t, KEY_A, &devices, 0)?;
     ensure!(after["can_fence"] == true, "{after}");
+    // --config: the agent's devices and key.value give the same verdict.
+    let config = std::env::temp_dir().join("prfence-doctor-agent.toml");
+    let _remove = lab::RemoveOnDrop::new(&config);
+    let mut toml = format!("mode = \"watch\"\n[key]\nvalue = \"{KEY_A}\"\n");
+    for device in &devices {
+        toml.push_str(&format!("[[device]]\npath = \"{}\"\n", device.display()));
+    }
+    std::fs::write(&config, toml)?;
+    let before = generations(&t)?;
+    let run = lab::prfence([
+        "--json".as_ref(),
+        "doctor".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+    ])?;
+    ensure!(
+        run.code() == 0,
+        "doctor --config exited {}: {}{}",
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    let from_config = run.json()?;
+    ensure!(
+        from_config["key"] == "0x000000000000000a" && from_config["ready"] == true,
+        "{from_config}"
+    );
+    ensure!(
+        generations(&t)? == before,
+        "doctor --config changed PRgeneration"
+    );
     let initiator = &t.node(Node::A).initiator;
     for (lu, target) in lus(&after).iter().zip(t.lus()) {
         // The ISIDs doctor matched are the ones the target registered A's key under.
