@@ -12,7 +12,8 @@ use crate::discover::{Discovery, OpenPath, PathInfo};
 use crate::exec::ScsiPr;
 use crate::ops::LuTarget;
 use crate::ops::doctor::{
-    self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, Severity, Support, TargetKind,
+    self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
+    TargetKind,
 };
 use crate::pr::Key;
 use crate::transport::Policy;
@@ -311,13 +312,17 @@ fn lu_text(out: &mut String, lu: &LuDiagnosis) {
                 }
             }
         }
-        match (path.registration.as_str(), path.registered_key) {
-            ("matched", Some(key)) => {
+        match (path.registration, path.registered_key, &path.unmatched) {
+            (PathRegistration::Matched, Some(key), _) => {
                 let _ = write!(out, ", registered with {key}");
             }
-            ("not_registered", _) => out.push_str(", not registered"),
-            (why, _) => {
-                let _ = write!(out, "; registration {why}");
+            (PathRegistration::NotRegistered, ..) => out.push_str(", not registered"),
+            (_, _, why) => {
+                let _ = write!(
+                    out,
+                    "; registration cannot be matched: {}",
+                    why.as_deref().unwrap_or("unknown")
+                );
             }
         }
         out.push('\n');

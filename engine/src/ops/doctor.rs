@@ -179,10 +179,25 @@ pub struct PathDiagnosis {
     /// could be matched to it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub registered_key: Option<Key>,
-    /// `matched`, `not_registered`, or why the path could not be matched.
-    pub registration: String,
+    pub registration: PathRegistration,
+    /// Why the path could not be matched to a registration (with [`PathRegistration::Unmatched`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unmatched: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Whether a path's initiator port has a registration, as READ FULL STATUS shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathRegistration {
+    /// A descriptor names this path's initiator port (its key is in `registered_key`).
+    Matched,
+    /// No descriptor names this path's initiator port.
+    NotRegistered,
+    /// Which descriptor is this path's cannot be told (not iSCSI, ISID unknown, no READ FULL
+    /// STATUS).
+    Unmatched,
 }
 
 /// One READ FULL STATUS descriptor as doctor judged it.
@@ -326,8 +341,9 @@ fn iscsi_name(id: &TransportId) -> Option<(&str, Option<&str>)> {
 
 /// What [`match_paths`] concluded.
 struct Matching {
-    /// Per path: the descriptor index it matched, or why not.
-    paths: Vec<Result<usize, String>>,
+    /// Per path: the descriptor index it matched, or Err(None) for none, or Err(why) when it
+    /// cannot be told.
+    paths: Vec<Result<usize, Option<String>>>,
     /// Per descriptor: the path index it belongs to.
     owner: Vec<Option<usize>>,
     orphan: Vec<bool>,
@@ -350,18 +366,17 @@ fn match_paths(
     };
     for (index, (_, facts, _)) in paths.iter().enumerate() {
         let Some(initiator) = &facts.initiator else {
-            m.paths.push(Err(
-                "cannot be matched: not an iSCSI path (prfence knows this node's initiator port \
-                 only for iSCSI sessions)"
+            m.paths.push(Err(Some(
+                "not an iSCSI path (prfence knows this node's initiator port only for iSCSI \
+                 sessions)"
                     .to_string(),
-            ));
+            )));
             continue;
         };
         let Some(isid) = &facts.isid else {
-            m.paths.push(Err(format!(
-                "cannot be matched: the ISID of {initiator}'s session is not known (the kernel \
-                 does not show it)"
-            )));
+            m.paths.push(Err(Some(format!(
+                "the ISID of {initiator}'s session is not known (the kernel does not show it)"
+            ))));
             continue;
         };
         let found = regs.iter().position(|r| {
@@ -376,7 +391,7 @@ fn match_paths(
                 }
                 m.paths.push(Ok(r));
             }
-            None => m.paths.push(Err("not_registered".to_string())),
+            None => m.paths.push(Err(None)),
         }
     }
     // Per initiator name of ours: descriptors no session of ours has are orphans (every session
@@ -625,10 +640,14 @@ pub fn judge(replies: &LuReplies, own: Option<Key>, arbiter: bool) -> LuDiagnosi
                 .and_then(|r| r.as_ref().ok())
                 .and_then(|&r| status.as_ref()?.registrations.get(r))
                 .map(|r| r.key);
-            let registration = match matched {
-                Some(Ok(_)) => "matched".to_string(),
-                Some(Err(why)) => why.clone(),
-                None => "cannot be matched: READ FULL STATUS unavailable".to_string(),
+            let (registration, unmatched) = match matched {
+                Some(Ok(_)) => (PathRegistration::Matched, None),
+                Some(Err(None)) => (PathRegistration::NotRegistered, None),
+                Some(Err(Some(why))) => (PathRegistration::Unmatched, Some(why.clone())),
+                None => (
+                    PathRegistration::Unmatched,
+                    Some("READ FULL STATUS unavailable".to_string()),
+                ),
             };
             PathDiagnosis {
                 device: device.clone(),
@@ -637,6 +656,7 @@ pub fn judge(replies: &LuReplies, own: Option<Key>, arbiter: bool) -> LuDiagnosi
                 facts: path_facts.clone(),
                 registered_key,
                 registration,
+                unmatched,
                 error: reply.as_ref().err().map(|e| e.message.clone()),
             }
         })
@@ -650,7 +670,7 @@ pub fn judge(replies: &LuReplies, own: Option<Key>, arbiter: bool) -> LuDiagnosi
         && keys.is_some()
     {
         for path in &paths {
-            if path.registration == "not_registered" {
+            if path.registration == PathRegistration::NotRegistered {
                 findings.push(problem(
                     format!(
                         "path {} is not registered (no registration for its initiator port)",
@@ -787,7 +807,8 @@ pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
             a.own_key_registered == Some(true)
                 && a.paths.iter().any(|p| {
                     p.reachable
-                        && (p.registered_key == Some(own) || p.registration.starts_with("cannot"))
+                        && (p.registered_key == Some(own)
+                            || p.registration == PathRegistration::Unmatched)
                 })
         })
     });

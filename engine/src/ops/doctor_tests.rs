@@ -122,7 +122,10 @@ fn ready_after_unfence_not_ready_before() {
             .any(|m| m.contains("not registered on the LU (the arbiter)")),
         "{p:?}"
     );
-    assert_eq!(before.lus[0].paths[0].registration, "not_registered");
+    assert_eq!(
+        before.lus[0].paths[0].registration,
+        PathRegistration::NotRegistered
+    );
 
     unfence_a(&s);
     s.out(s.b, &PrOut::register_ignore(B));
@@ -206,14 +209,21 @@ fn one_unregistered_path_of_a_map_is_named() {
             .any(|m| m.contains("path /dev/sd1 is not registered")),
         "{p:?}"
     );
-    assert_eq!(d.lus[0].paths[0].registration, "matched");
+    assert_eq!(d.lus[0].paths[0].registration, PathRegistration::Matched);
 
     // Without ISIDs only the counts can be compared, and that says so.
     let d = s.doctor(s.paths(&s.a, &[None, None], TargetKind::LioIscsi), Some(A));
     assert!(!d.ready);
     let p = problems(&d);
     assert!(p.iter().any(|m| m.contains("1 of 2 path(s)")), "{p:?}");
-    assert!(d.lus[0].paths[0].registration.contains("ISID"));
+    assert_eq!(d.lus[0].paths[0].registration, PathRegistration::Unmatched);
+    assert!(
+        d.lus[0].paths[0]
+            .unmatched
+            .as_ref()
+            .unwrap()
+            .contains("ISID")
+    );
 }
 
 #[test]
