@@ -86,6 +86,10 @@ pub enum Cmd {
     Status(FencingDevices),
     /// Run the node agent (watch or lease mode) from a configuration file.
     Agent(Agent),
+    /// Is every LU ready to fence? Paths, PR support, capabilities, registrations and which
+    /// paths carry this node's key, the reservation, orphans, with what to do about each problem.
+    /// Read only: sends nothing but PERSISTENT RESERVE IN.
+    Doctor(Doctor),
 }
 
 /// Paths to LUs for the fencing commands; paths to the same LU (same identifier) are grouped, and a
@@ -244,6 +248,30 @@ pub struct RegisterMove {
     pub aptpl: bool,
     #[command(flatten)]
     pub devices: Devices,
+}
+
+/// `prfence doctor`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Exit status:
+  0  ready to fence: every LU answers, supports persistent reservations, and this node's key is
+     registered on every path of every LU (so on the arbiter LU too)
+  1  not ready (the output names each problem and what to do), or no key was given
+  2  usage error")]
+pub struct Doctor {
+    /// This node's key (default: key.value of --config).
+    #[arg(long, value_parser = parse_nonzero_key)]
+    pub key: Option<Key>,
+    /// Take the devices, and key.value if it is set, from the node agent's configuration file.
+    #[arg(long, value_name = "FILE", conflicts_with = "devices")]
+    pub config: Option<PathBuf>,
+    /// Overall deadline in seconds for all LUs together.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
+    pub deadline: Duration,
+    /// Every LU: its paths (/dev/sdX, /dev/sgN) or its dm-multipath map (/dev/dm-N,
+    /// /dev/mapper/NAME).
+    #[arg(value_name = "DEVICE", required_unless_present = "config")]
+    pub devices: Vec<PathBuf>,
 }
 
 /// `prfence agent`.

@@ -4,6 +4,7 @@
 //! reported in argument order, as text or (with `--json`) one JSON array.
 
 mod args;
+mod doctor;
 mod fencing;
 mod hints;
 mod render;

@@ -130,7 +130,9 @@ fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
                 PrOut::register_and_move(m.key, m.new_key, m.rtype, target).with_aptpl(m.aptpl);
             (Request::Out(out), &m.devices)
         }
-        Cmd::Unfence(_) | Cmd::Fence(_) | Cmd::Status(_) | Cmd::Agent(_) => return None,
+        Cmd::Unfence(_) | Cmd::Fence(_) | Cmd::Status(_) | Cmd::Agent(_) | Cmd::Doctor(_) => {
+            return None;
+        }
     })
 }
 
@@ -140,6 +142,7 @@ fn devices_of(command: &Cmd) -> &[PathBuf] {
         Cmd::Unfence(d) | Cmd::Status(d) => &d.devices,
         Cmd::Fence(f) => &f.target.devices,
         Cmd::Agent(_) => &[],
+        Cmd::Doctor(d) => &d.devices,
         other => request_of(other).map_or(&[], |(_, devices)| &devices.devices),
     }
 }
@@ -234,6 +237,9 @@ pub fn execute(cli: &Cli) -> ExitStatus {
     };
     if let Some(action) = action {
         return fencing::execute(action, cli.json, policy);
+    }
+    if let Cmd::Doctor(args) = &cli.command {
+        return super::doctor::execute(args, cli.json, policy);
     }
     let Some((request, devices)) = request_of(&cli.command) else {
         return ExitStatus::Usage;

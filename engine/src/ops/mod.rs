@@ -19,6 +19,7 @@
 //! The engine is generic over [`PrTransport`], so it runs on SG_IO, on the SPC model in tests,
 //! and later on NVMe reservations.
 
+pub mod doctor;
 mod drive;
 mod fence;
 mod heal;

@@ -25,6 +25,9 @@ _prfence() {
             prfence,clear)
                 cmd="prfence__subcmd__clear"
                 ;;
+            prfence,doctor)
+                cmd="prfence__subcmd__doctor"
+                ;;
             prfence,fence)
                 cmd="prfence__subcmd__fence"
                 ;;
@@ -73,6 +76,9 @@ _prfence() {
             prfence__subcmd__help,clear)
                 cmd="prfence__subcmd__help__subcmd__clear"
                 ;;
+            prfence__subcmd__help,doctor)
+                cmd="prfence__subcmd__help__subcmd__doctor"
+                ;;
             prfence__subcmd__help,fence)
                 cmd="prfence__subcmd__help__subcmd__fence"
                 ;;
@@ -119,7 +125,7 @@ _prfence() {
 
     case "${cmd}" in
         prfence)
-            opts="-v -h -V --json --timeout --verbose --help --version keys reservation capabilities full-status register unregister reserve release clear preempt register-move unfence fence status agent help"
+            opts="-v -h -V --json --timeout --verbose --help --version keys reservation capabilities full-status register unregister reserve release clear preempt register-move unfence fence status agent doctor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -210,6 +216,36 @@ _prfence() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        prfence__subcmd__doctor)
+            opts="-v -h --key --config --deadline --json --timeout --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --deadline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         prfence__subcmd__fence)
             opts="-v -h --victim --tie-break --key --deadline --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -267,7 +303,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__help)
-            opts="keys reservation capabilities full-status register unregister reserve release clear preempt register-move unfence fence status agent help"
+            opts="keys reservation capabilities full-status register unregister reserve release clear preempt register-move unfence fence status agent doctor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -309,6 +345,20 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__help__subcmd__clear)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        prfence__subcmd__help__subcmd__doctor)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -835,6 +885,7 @@ _prfence_with_devices() {
         unfence) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         fence) case "$prev" in --victim|--tie-break|--key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         status) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        doctor) case "$prev" in --key|--config|--deadline|--timeout) return 0;; esac; _prfence_devices;;
     esac
 }
 complete -F _prfence_with_devices -o bashdefault -o default prfence

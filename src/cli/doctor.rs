@@ -1,0 +1,447 @@
+//! `prfence doctor`: the devices (or the agent configuration's) grouped into LUs, this node's
+//! facts about each path read from sysfs, the engine's read-only diagnosis
+//! ([`crate::ops::doctor`]) rendered in words or JSON.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sg_io::Device;
+
+use crate::daemon::config::{KeySpec, ModeSettings, Settings};
+use crate::discover::{Discovery, OpenPath, Opener, PathInfo};
+use crate::exec::ScsiPr;
+use crate::ops::LuTarget;
+use crate::ops::doctor::{
+    self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
+    TargetKind,
+};
+use crate::pr::Key;
+use crate::transport::{Hinted, Policy};
+
+use super::args::Doctor;
+use super::fencing::with_cli_hints;
+use super::run::ExitStatus;
+
+type DoctorDevice = DoctorPath<OpenPath<Hinted<ScsiPr<Device>>>>;
+
+/// The devices and key to examine: from the arguments, or from the agent's configuration.
+fn devices_and_key(args: &Doctor) -> Result<(Vec<PathBuf>, Option<Key>), String> {
+    let Some(file) = &args.config else {
+        return Ok((args.devices.clone(), args.key));
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        format!(
+            "{}: {e}; give the agent's configuration file",
+            file.display()
+        )
+    })?;
+    let settings = Settings::from_toml_str(&text).map_err(|e| {
+        format!(
+            "{}: {e}; check it with `prfence agent --check-config`",
+            file.display()
+        )
+    })?;
+    let configured = match &settings.mode {
+        ModeSettings::Watch(w) => match w.key {
+            KeySpec::Given(key) => Some(key),
+            KeySpec::Derive { .. } => None,
+        },
+        ModeSettings::Lease(_) => None,
+    };
+    Ok((
+        settings.devices.iter().map(|d| d.path.clone()).collect(),
+        args.key.or(configured),
+    ))
+}
+
+fn sysfs(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// What this node knows about one path: its iSCSI initiator port and the target's kind.
+fn facts(path: &PathInfo) -> PathFacts {
+    let host = path.hctl.split(':').next().unwrap_or_default();
+    let proc_name = sysfs(format!("/sys/class/scsi_host/host{host}/proc_name"));
+    let vendor = sysfs(format!(
+        "/sys/class/scsi_device/{}/device/vendor",
+        path.hctl
+    ));
+    let lio = vendor.as_deref() == Some("LIO-ORG");
+    let target = match (lio, proc_name.as_deref(), &path.transport) {
+        (true, Some("tcm_loopback"), _) => TargetKind::LioTcmLoop,
+        (true, _, Some(_)) => TargetKind::LioIscsi,
+        (true, _, None) => TargetKind::Lio,
+        (false, ..) => TargetKind::Unknown,
+    };
+    let session = path.transport.as_ref();
+    let (isid, isid_source) = match session {
+        Some(s) if s.isid.is_some() => (s.isid.clone(), Some("kernel".to_string())),
+        Some(s) if proc_name.as_deref() == Some("iscsi_tcp") => match open_iscsi_isid(&s.session) {
+            Some(isid) => (
+                Some(isid),
+                Some(format!(
+                    "inferred: open-iscsi's software sessions (iscsi_tcp) use 00023d followed \
+                         by the session number ({})",
+                    s.session
+                )),
+            ),
+            None => (None, None),
+        },
+        _ => (None, None),
+    };
+    PathFacts {
+        initiator: session
+            .map(|s| s.initiator.clone())
+            .filter(|i| !i.is_empty()),
+        isid,
+        isid_source,
+        not_running: (!path.is_live()).then(|| path.state.to_string()),
+        target: Some(target),
+    }
+}
+
+/// open-iscsi builds a software session's ISID from its OUI-format qualifier 0x00023d and the
+/// kernel's session number (the kernel does not show the ISID of such sessions).
+fn open_iscsi_isid(session: &str) -> Option<String> {
+    let number: u64 = session.strip_prefix("session")?.parse().ok()?;
+    (number <= 0xff_ffff).then(|| format!("{:012x}", 0x0002_3d00_0000_u64 | number))
+}
+
+/// Runs doctor and prints its diagnosis; returns the exit status.
+pub fn execute(args: &Doctor, json: bool, policy: Policy) -> ExitStatus {
+    let (devices, key) = match devices_and_key(args) {
+        Ok(found) => found,
+        Err(message) => {
+            eprintln!("prfence: {message}");
+            return ExitStatus::Usage;
+        }
+    };
+    if devices.is_empty() {
+        eprintln!("prfence: no devices given (the configuration lists none)");
+        return ExitStatus::Usage;
+    }
+    let resolution = match Discovery::system().resolve_each(&devices) {
+        Ok(resolution) => resolution,
+        Err(e) => {
+            eprintln!("prfence: {e}");
+            return ExitStatus::Usage;
+        }
+    };
+    // Opened on first use, inside doctor's deadline (an open blocks during SCSI error recovery).
+    let open: Opener<Hinted<ScsiPr<Device>>> =
+        Arc::new(move |dev: &Path| with_cli_hints(ScsiPr::open(dev, policy)));
+    let mut lus: Vec<LuTarget<DoctorDevice>> = resolution
+        .lus
+        .iter()
+        .map(|lu| LuTarget {
+            id: lu.id.to_string(),
+            paths: lu
+                .paths
+                .iter()
+                .map(|p| DoctorPath {
+                    transport: OpenPath::new(&p.dev, Arc::clone(&open)),
+                    facts: facts(p),
+                })
+                .collect(),
+        })
+        .collect();
+    for unknown in &resolution.unidentified {
+        eprintln!("prfence: warning: {}", unknown.error);
+        lus.push(LuTarget {
+            id: std::path::absolute(&unknown.device)
+                .unwrap_or_else(|_| unknown.device.clone())
+                .display()
+                .to_string(),
+            paths: vec![DoctorPath {
+                transport: OpenPath::new(&unknown.device, Arc::clone(&open)),
+                facts: PathFacts::default(),
+            }],
+        });
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("prfence: cannot start the async runtime: {e}");
+            return ExitStatus::Failure;
+        }
+    };
+    let result = runtime.block_on(doctor::doctor(lus, key, args.deadline));
+    runtime.shutdown_background();
+    match result {
+        Ok(diagnosis) => {
+            let status = exit_status(&diagnosis);
+            if json {
+                let mut value = serde_json::to_value(&diagnosis).unwrap_or_default();
+                if let Some(object) = value.as_object_mut() {
+                    object.insert("exit_status".into(), serde_json::json!(status.code()));
+                }
+                println!("{value}");
+            } else {
+                print!("{}", to_text(&diagnosis));
+            }
+            status
+        }
+        Err(e) => {
+            eprintln!("prfence: {e}");
+            ExitStatus::Usage
+        }
+    }
+}
+
+fn exit_status(diagnosis: &Diagnosis) -> ExitStatus {
+    if diagnosis.ready {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    }
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "yes" } else { "no" }
+}
+
+fn support(s: Support) -> &'static str {
+    match s {
+        Support::Supported => "yes",
+        Support::NotSupported => "not supported",
+        Support::Unknown => "unknown",
+    }
+}
+
+fn lu_text(out: &mut String, lu: &LuDiagnosis) {
+    let _ = writeln!(
+        out,
+        "LU {}{}: {}",
+        lu.lu,
+        if lu.arbiter { " (arbiter)" } else { "" },
+        if lu.ready { "ready" } else { "NOT READY" }
+    );
+    let pr = match lu.pr_supported {
+        Some(true) => "supported",
+        Some(false) => "NOT supported",
+        None => "unknown (no path answered)",
+    };
+    let _ = writeln!(out, "  persistent reservations: {pr}");
+    let _ = writeln!(
+        out,
+        "  PR IN: READ KEYS {}, READ RESERVATION {}, REPORT CAPABILITIES {}, READ FULL STATUS {} \
+         (PR OUT is never sent)",
+        support(lu.pr_in.read_keys),
+        support(lu.pr_in.read_reservation),
+        support(lu.pr_in.report_capabilities),
+        support(lu.pr_in.read_full_status)
+    );
+    if let Some(c) = &lu.capabilities {
+        let types = match &c.supported_types {
+            Some(types) => types
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => "not reported (TMV=0)".to_string(),
+        };
+        let _ = writeln!(out, "  types: {types}");
+        let _ = writeln!(
+            out,
+            "  ALL_TG_PT: {}, APTPL: capable {} active {}, SIP: {}, CRH: {}, ALLOW COMMANDS: {}",
+            yes_no(c.atp_c),
+            yes_no(c.ptpl_c),
+            yes_no(c.ptpl_a),
+            yes_no(c.sip_c),
+            yes_no(c.crh),
+            c.allow_commands
+        );
+    }
+    let paa = match lu.preempt_and_abort.supported {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
+    };
+    let _ = writeln!(
+        out,
+        "  PREEMPT AND ABORT: {paa} ({})",
+        lu.preempt_and_abort.basis
+    );
+    if let Some(generation) = lu.generation {
+        let keys = if lu.keys.is_empty() {
+            "none".to_string()
+        } else {
+            lu.keys
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = writeln!(out, "  generation {generation}, keys: {keys}");
+    }
+    match &lu.reservation {
+        Some(r) => {
+            let _ = write!(out, "  reservation: {} {}", r.key, r.rtype);
+            if let Some(holder) = &r.holder {
+                let _ = write!(out, ", held by {holder}");
+            }
+            out.push('\n');
+        }
+        None if lu.generation.is_some() => out.push_str("  reservation: none\n"),
+        None => {}
+    }
+    for path in &lu.paths {
+        let _ = write!(
+            out,
+            "  path {}: {}",
+            path.device,
+            if path.reachable {
+                "reachable"
+            } else {
+                "NOT reachable"
+            }
+        );
+        if let Some(initiator) = &path.facts.initiator {
+            let _ = write!(out, ", {initiator}");
+            if let Some(isid) = &path.facts.isid {
+                let _ = write!(out, " ISID {isid}");
+                if path.facts.isid_source.as_deref() != Some("kernel") {
+                    out.push_str(" (inferred)");
+                }
+            }
+        }
+        match (path.registration, path.registered_key, &path.unmatched) {
+            (PathRegistration::Matched, Some(key), _) => {
+                let _ = write!(out, ", registered with {key}");
+            }
+            (PathRegistration::NotRegistered, ..) => out.push_str(", not registered"),
+            (_, _, why) => {
+                let _ = write!(
+                    out,
+                    "; registration cannot be matched: {}",
+                    why.as_deref().unwrap_or("unknown")
+                );
+            }
+        }
+        out.push('\n');
+    }
+    for r in &lu.registrations {
+        let _ = write!(
+            out,
+            "  registration {} {} port {}",
+            r.key, r.initiator, r.relative_target_port
+        );
+        if r.all_tg_pt {
+            out.push_str(" all_tg_pt");
+        }
+        if r.holder {
+            out.push_str(" holder");
+        }
+        if let Some(path) = &r.path {
+            let _ = write!(out, " (this node: {path})");
+        }
+        if r.orphan {
+            out.push_str(" (ORPHAN)");
+        }
+        out.push('\n');
+    }
+    for f in &lu.findings {
+        let label = match f.severity {
+            Severity::Problem => "problem",
+            Severity::Warning => "warning",
+            Severity::Info => "note",
+        };
+        let _ = write!(out, "  {label}: {}", f.message);
+        if !f.remedy.is_empty() {
+            let _ = write!(out, ". To do: {}", f.remedy);
+        }
+        out.push('\n');
+    }
+}
+
+/// The diagnosis in words.
+pub fn to_text(diagnosis: &Diagnosis) -> String {
+    let mut out = format!("doctor: {}\n", diagnosis.summary);
+    if let Some(can) = diagnosis.can_fence {
+        let _ = writeln!(
+            out,
+            "this node can fence another: {}",
+            if can {
+                "yes (its key is on the arbiter LU through a path of this node)"
+            } else {
+                "NO (no path of this node carries its key on the arbiter LU)"
+            }
+        );
+    }
+    for lu in &diagnosis.lus {
+        lu_text(&mut out, lu);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Cmd};
+
+    fn doctor_args(args: &[&str]) -> Result<Doctor, clap::Error> {
+        match Cli::try_parse_from(args)?.command {
+            Cmd::Doctor(d) => Ok(d),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn devices_or_config_but_not_both_nor_neither() {
+        assert!(doctor_args(&["prfence", "doctor", "/dev/sdb"]).is_ok());
+        assert!(doctor_args(&["prfence", "doctor", "--config", "/etc/x.toml"]).is_ok());
+        for bad in [
+            &["prfence", "doctor"][..],
+            &["prfence", "doctor", "--config", "/etc/x.toml", "/dev/sdb"],
+            &["prfence", "doctor", "--key", "0", "/dev/sdb"],
+        ] {
+            assert_eq!(doctor_args(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_config_gives_devices_and_key_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[[device]]\npath = \"/dev/sdc\"\n\
+             [key]\nvalue = \"0xab\"\n",
+        )
+        .unwrap();
+        let args = doctor_args(&["prfence", "doctor", "--config", file.to_str().unwrap()]).unwrap();
+        match devices_and_key(&args) {
+            Ok((devices, key)) => {
+                assert_eq!(
+                    devices,
+                    vec![PathBuf::from("/dev/sdb"), PathBuf::from("/dev/sdc")]
+                );
+                assert_eq!(key, Some(Key::new(0xab)));
+            }
+            Err(e) => panic!("{e}"),
+        }
+        let missing =
+            doctor_args(&["prfence", "doctor", "--config", "/nonexistent/a.toml"]).unwrap();
+        assert_eq!(
+            execute(&missing, false, Policy::default()),
+            ExitStatus::Usage
+        );
+    }
+
+    #[test]
+    fn open_iscsi_isids_follow_the_session_number() {
+        assert_eq!(open_iscsi_isid("session3").as_deref(), Some("00023d000003"));
+        assert_eq!(open_iscsi_isid("session"), None);
+        assert_eq!(open_iscsi_isid("sessionx"), None);
+    }
+}
