@@ -123,7 +123,7 @@ fn agent_main() -> ExitCode {
     };
     if request.options.help {
         print!("{}", fence_agent::usage(AGENT_NAME));
-        return fence_agent::ExitCode::Success.into();
+        return fence_agent::AgentExit::Success.into();
     }
     // fence-agents' precedence: help, then metadata/manpage, then version.
     let describes = matches!(
@@ -132,11 +132,11 @@ fn agent_main() -> ExitCode {
     );
     if request.options.version && !describes {
         println!("{AGENT_NAME} {}", env!("CARGO_PKG_VERSION"));
-        return fence_agent::ExitCode::Success.into();
+        return fence_agent::AgentExit::Success.into();
     }
     if let Err(e) = init_agent_logging(&request) {
         eprintln!("{e}");
-        return fence_agent::ExitCode::Error.into();
+        return fence_agent::AgentExit::Error.into();
     }
     let system = run::LinuxSystem::from_environment();
     let mut stdout = std::io::stdout().lock();

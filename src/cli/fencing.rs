@@ -8,7 +8,7 @@ use sg_io::Device;
 
 use crate::discover::{Discovery, OpenPath, Opener, targets};
 use crate::exec::ScsiPr;
-use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, RequestError};
+use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, RequestError};
 use crate::pr::Key;
 use crate::transport::{CommandError, Hinted, Policy};
 
@@ -17,7 +17,7 @@ use super::hints::hint;
 use super::run::ExitStatus;
 
 /// Which engine command to run.
-pub enum Action<'a> {
+pub enum FencingCommand<'a> {
     Unfence(&'a FencingDevices),
     Fence(&'a Fence),
     Status(&'a FencingDevices),
@@ -34,10 +34,10 @@ pub(super) fn with_cli_hints<T>(
 }
 
 /// Runs a fencing command and prints its report; returns the exit status.
-pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
+pub fn execute(action: FencingCommand<'_>, json: bool, policy: Policy) -> ExitStatus {
     let (devices, key, deadline) = match &action {
-        Action::Unfence(d) | Action::Status(d) => (&d.devices, d.key, d.deadline),
-        Action::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
+        FencingCommand::Unfence(d) | FencingCommand::Status(d) => (&d.devices, d.key, d.deadline),
+        FencingCommand::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
     };
     // Devices that vanished become dead paths of node-local LUs (never the arbiter); devices the
     // admin must replace (a partition, an LVM volume, an NVMe disk) are a usage error.
@@ -60,8 +60,8 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
     let limits = Limits {
         deadline,
         tie_break: match &action {
-            Action::Fence(f) => f.tie_break,
-            Action::Unfence(_) | Action::Status(_) => ops::TIE_BREAK,
+            FencingCommand::Fence(f) => f.tie_break,
+            FencingCommand::Unfence(_) | FencingCommand::Status(_) => ops::TIE_BREAK,
         },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -77,9 +77,9 @@ pub fn execute(action: Action<'_>, json: bool, policy: Policy) -> ExitStatus {
     };
     let result: Result<Report, RequestError> = runtime.block_on(async {
         match action {
-            Action::Unfence(_) => ops::unfence(lus, key, limits).await,
-            Action::Status(_) => ops::status(lus, key, limits).await,
-            Action::Fence(f) => ops::fence(lus, key, f.victim, limits).await,
+            FencingCommand::Unfence(_) => ops::unfence(lus, key, limits).await,
+            FencingCommand::Status(_) => ops::status(lus, key, limits).await,
+            FencingCommand::Fence(f) => ops::fence(lus, key, f.victim, limits).await,
         }
     });
     // LUs that timed out may still have a command in the kernel; do not wait for them.
@@ -162,10 +162,10 @@ fn lu_text(out: &mut String, lu: &LuReport) {
     }
     for path in &lu.paths {
         let state = match path.state {
-            PathState::Ok => "ok",
-            PathState::Unused => "unused",
-            PathState::Dead => "dead",
-            PathState::Failed => "failed",
+            PathUse::Ok => "ok",
+            PathUse::Unused => "unused",
+            PathUse::Dead => "dead",
+            PathUse::Failed => "failed",
         };
         let _ = write!(out, "       path {}: {state}", path.device);
         if let Some(error) = &path.error {
@@ -216,7 +216,7 @@ mod tests {
             deadline: std::time::Duration::from_secs(5),
             devices: vec![PathBuf::from("/nonexistent/sdz")],
         };
-        let status = execute(Action::Status(&args), true, Policy::default());
+        let status = execute(FencingCommand::Status(&args), true, Policy::default());
         assert_eq!(status, ExitStatus::Failure);
     }
 
@@ -234,7 +234,7 @@ mod tests {
             devices: vec![PathBuf::from("/nonexistent/sdz"), loop0],
         };
         assert_eq!(
-            execute(Action::Unfence(&args), true, Policy::default()),
+            execute(FencingCommand::Unfence(&args), true, Policy::default()),
             ExitStatus::Usage
         );
     }

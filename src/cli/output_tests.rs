@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sg_io::{ScsiStatus, Sense};
 
-use crate::ops::{
-    LuReport, Outcome as EngineOutcome, PathReport, PathState, Report, ReservationView, Verdict,
-};
+use crate::ops::{LuReport, Outcome, PathReport, PathUse, Report, ReservationView, Verdict};
 use crate::pr::{
     Capabilities, FullStatus, Key, PrInAction, PrOutAction, ReadKeys, ReadReservation,
     Registration, Reservation, ReservationType, Scope, TransportId,
@@ -18,22 +16,22 @@ use crate::transport::{
 };
 
 use super::fencing;
-use super::render::{Outcome, Reported, to_json, to_text};
+use super::render::{Answer, Reported, to_json, to_text};
 
 const DEV: &str = "/dev/sdb";
 
-fn reported(outcome: Outcome) -> Reported {
+fn reported(outcome: Answer) -> Reported {
     Reported {
         outcome,
         unit_attentions: Vec::new(),
     }
 }
 
-fn text(outcome: Outcome) -> String {
+fn text(outcome: Answer) -> String {
     to_text(Path::new(DEV), &reported(outcome))
 }
 
-fn json(outcome: Outcome) -> String {
+fn json(outcome: Answer) -> String {
     to_json(Path::new(DEV), &Ok(reported(outcome))).to_string()
 }
 
@@ -44,8 +42,8 @@ fn iscsi(name: &str, isid: Option<&str>) -> TransportId {
     }
 }
 
-fn keys(list: &[u64]) -> Outcome {
-    Outcome::Keys(ReadKeys {
+fn keys(list: &[u64]) -> Answer {
+    Answer::Keys(ReadKeys {
         generation: 7,
         keys: list.iter().map(|&k| Key::new(k)).collect(),
     })
@@ -71,8 +69,8 @@ fn keys_output_is_pinned() {
     );
 }
 
-fn reservation(r: Option<(u64, ReservationType, Scope)>) -> Outcome {
-    Outcome::Reservation(ReadReservation {
+fn reservation(r: Option<(u64, ReservationType, Scope)>) -> Answer {
+    Answer::Reservation(ReadReservation {
         generation: 3,
         reservation: r.map(|(key, rtype, scope)| Reservation {
             key: Key::new(key),
@@ -127,8 +125,8 @@ fn reservation_output_is_pinned() {
     );
 }
 
-fn capabilities(types: Option<Vec<ReservationType>>) -> Outcome {
-    Outcome::Capabilities(Capabilities {
+fn capabilities(types: Option<Vec<ReservationType>>) -> Answer {
+    Answer::Capabilities(Capabilities {
         rlr_c: false,
         crh: true,
         sip_c: true,
@@ -168,8 +166,8 @@ fn capabilities_output_is_pinned() {
     );
 }
 
-fn full_status() -> Outcome {
-    Outcome::FullStatus(FullStatus {
+fn full_status() -> Answer {
+    Answer::FullStatus(FullStatus {
         generation: 12,
         registrations: vec![
             Registration {
@@ -218,7 +216,7 @@ fn full_status_output_is_pinned() {
         r#"{"device":"/dev/sdb","ok":true,"unit_attentions":[],"generation":12,"registrations":[{"key":"0x000000000000000a","holder":true,"type":"wero","all_target_ports":false,"relative_target_port":1,"transport_id":"iqn.2024-01.example:node1,i,0x23d000000"},{"key":"0x000000000000000b","holder":true,"type":null,"all_target_ports":true,"relative_target_port":2,"transport_id":"sas,0x5000c50012345678"},{"key":"0x000000000000000c","holder":false,"type":null,"all_target_ports":false,"relative_target_port":3,"transport_id":"fc,0x21000024ff000001"}]}"#
     );
     let empty = || {
-        Outcome::FullStatus(FullStatus {
+        Answer::FullStatus(FullStatus {
             generation: 0,
             registrations: Vec::new(),
         })
@@ -230,8 +228,8 @@ fn full_status_output_is_pinned() {
     );
 }
 
-fn done(action: PrOutAction, confirmed_by_reread: bool) -> Outcome {
-    Outcome::Done {
+fn done(action: PrOutAction, confirmed_by_reread: bool) -> Answer {
+    Answer::Done {
         action,
         report: PrOutReport {
             confirmed_by_reread,
@@ -345,7 +343,7 @@ fn errors_are_pinned() {
     );
 }
 
-fn engine_report(command: &'static str, outcome: EngineOutcome) -> Report {
+fn engine_report(command: &'static str, outcome: Outcome) -> Report {
     Report {
         command,
         outcome,
@@ -358,22 +356,22 @@ fn engine_report(command: &'static str, outcome: EngineOutcome) -> Report {
                 paths: vec![
                     PathReport {
                         device: "/dev/sdb".to_string(),
-                        state: PathState::Ok,
+                        state: PathUse::Ok,
                         error: None,
                     },
                     PathReport {
                         device: "/dev/sdc".to_string(),
-                        state: PathState::Dead,
+                        state: PathUse::Dead,
                         error: Some("timed out".to_string()),
                     },
                     PathReport {
                         device: "/dev/sdd".to_string(),
-                        state: PathState::Unused,
+                        state: PathUse::Unused,
                         error: None,
                     },
                     PathReport {
                         device: "/dev/sde".to_string(),
-                        state: PathState::Failed,
+                        state: PathUse::Failed,
                         error: None,
                     },
                 ],
@@ -414,7 +412,7 @@ fn engine_report(command: &'static str, outcome: EngineOutcome) -> Report {
 
 #[test]
 fn fencing_report_output_is_pinned() {
-    let report = engine_report("fence", EngineOutcome::Failure);
+    let report = engine_report("fence", Outcome::Failure);
     assert_eq!(
         fencing::to_text(&report),
         "fence: a summary for people\n  OK   naa.6001405aaaa: victim removed\n       keys: 0x000000000000000a\n       reservation: 0x000000000000000a wero\n       generation: 9\n       path /dev/sdb: ok\n       path /dev/sdc: dead (timed out)\n       path /dev/sdd: unused\n       path /dev/sde: failed\n       note: path /dev/sdc looks dead\n  FAIL naa.6001405bbbb: failed\n       keys: none\n       reservation: none\n       error: it broke\n  FAIL /dev/sdf: skipped\n"
@@ -425,11 +423,11 @@ fn fencing_report_output_is_pinned() {
     );
     let mut exit_statuses = String::new();
     for outcome in [
-        EngineOutcome::Success,
-        EngineOutcome::ThisNodeFenced,
-        EngineOutcome::Off,
-        EngineOutcome::Partial,
-        EngineOutcome::Failure,
+        Outcome::Success,
+        Outcome::ThisNodeFenced,
+        Outcome::Off,
+        Outcome::Partial,
+        Outcome::Failure,
     ] {
         let mut report = engine_report("status", outcome);
         report.lus.clear();

@@ -17,7 +17,7 @@ use super::hints;
 
 /// The result of one command on one device.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Answer {
     Keys(ReadKeys),
     Reservation(ReadReservation),
     Capabilities(Capabilities),
@@ -32,7 +32,7 @@ pub enum Outcome {
 /// preempted node sends, and then the 2Ah/05h it consumed is the news).
 #[derive(Debug)]
 pub struct Reported {
-    pub outcome: Outcome,
+    pub outcome: Answer,
     pub unit_attentions: Vec<String>,
 }
 
@@ -136,10 +136,10 @@ struct RegistrationJson<'a> {
     transport_id: &'a TransportId,
 }
 
-fn outcome_json(outcome: &Outcome) -> OutcomeJson<'_> {
+fn outcome_json(outcome: &Answer) -> OutcomeJson<'_> {
     match outcome {
-        Outcome::Keys(k) => OutcomeJson::Keys(k),
-        Outcome::Reservation(r) => OutcomeJson::Reservation {
+        Answer::Keys(k) => OutcomeJson::Keys(k),
+        Answer::Reservation(r) => OutcomeJson::Reservation {
             generation: r.generation,
             reservation: r.reservation.as_ref().map(|res| ReservationJson {
                 key: res.key,
@@ -147,7 +147,7 @@ fn outcome_json(outcome: &Outcome) -> OutcomeJson<'_> {
                 scope: res.scope,
             }),
         },
-        Outcome::Capabilities(c) => OutcomeJson::Capabilities {
+        Answer::Capabilities(c) => OutcomeJson::Capabilities {
             capabilities: CapabilitiesJson {
                 replace_lost_reservation: c.rlr_c,
                 compatible_reservation_handling: c.crh,
@@ -159,7 +159,7 @@ fn outcome_json(outcome: &Outcome) -> OutcomeJson<'_> {
                 types: c.supported_types.as_deref(),
             },
         },
-        Outcome::FullStatus(f) => OutcomeJson::FullStatus {
+        Answer::FullStatus(f) => OutcomeJson::FullStatus {
             generation: f.generation,
             registrations: f
                 .registrations
@@ -174,7 +174,7 @@ fn outcome_json(outcome: &Outcome) -> OutcomeJson<'_> {
                 })
                 .collect(),
         },
-        Outcome::Done { action, report } => OutcomeJson::Done {
+        Answer::Done { action, report } => OutcomeJson::Done {
             action: action.name(),
             confirmed_by_reread: report.confirmed_by_reread,
         },
@@ -226,15 +226,15 @@ pub fn to_text(device: &std::path::Path, reported: &Reported) -> String {
     s
 }
 
-fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
+fn outcome_text(device: &std::path::Path, outcome: &Answer) -> String {
     let d = device.display();
     let mut s = String::new();
     // Writing to a String cannot fail; the results are ignored on purpose.
     match outcome {
-        Outcome::Keys(k) if k.keys.is_empty() => {
+        Answer::Keys(k) if k.keys.is_empty() => {
             let _ = writeln!(s, "{d}: generation {}, no keys registered", k.generation);
         }
-        Outcome::Keys(k) => {
+        Answer::Keys(k) => {
             let _ = writeln!(
                 s,
                 "{d}: generation {}, {} key(s) registered",
@@ -245,7 +245,7 @@ fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
                 let _ = writeln!(s, "  {key}");
             }
         }
-        Outcome::Reservation(r) => match &r.reservation {
+        Answer::Reservation(r) => match &r.reservation {
             None => {
                 let _ = writeln!(s, "{d}: generation {}, no reservation", r.generation);
             }
@@ -261,7 +261,7 @@ fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
                 );
             }
         },
-        Outcome::Capabilities(c) => {
+        Answer::Capabilities(c) => {
             let _ = writeln!(s, "{d}:");
             let _ = writeln!(
                 s,
@@ -284,7 +284,7 @@ fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
                 }
             }
         }
-        Outcome::FullStatus(f) => {
+        Answer::FullStatus(f) => {
             let _ = writeln!(
                 s,
                 "{d}: generation {}, {} registration(s)",
@@ -312,7 +312,7 @@ fn outcome_text(device: &std::path::Path, outcome: &Outcome) -> String {
                 );
             }
         }
-        Outcome::Done { action, report } => {
+        Answer::Done { action, report } => {
             let _ = write!(s, "{d}: {} done", action.name());
             if report.confirmed_by_reread {
                 let _ = write!(

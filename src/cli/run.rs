@@ -12,7 +12,7 @@ use crate::transport::{
 
 use super::args::{Cli, Cmd, Devices};
 use super::fencing;
-use super::render::{self, Outcome, Reported};
+use super::render::{self, Answer, Reported};
 
 /// The process exit status of an admin command (see [`super::args::EXIT_STATUS_HELP`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,11 +193,11 @@ fn perform(request: &Request, path: &Path, policy: Policy) -> Result<Reported, C
     };
     let reply = device.execute(operation)?;
     let outcome = match (operation, reply.answer) {
-        (_, PrAnswer::Keys(keys)) => Outcome::Keys(keys),
-        (_, PrAnswer::Reservation(reservation)) => Outcome::Reservation(reservation),
-        (_, PrAnswer::Capabilities(capabilities)) => Outcome::Capabilities(capabilities),
-        (_, PrAnswer::FullStatus(status)) => Outcome::FullStatus(status),
-        (PrRequest::Out(out), PrAnswer::Out(report)) => Outcome::Done {
+        (_, PrAnswer::Keys(keys)) => Answer::Keys(keys),
+        (_, PrAnswer::Reservation(reservation)) => Answer::Reservation(reservation),
+        (_, PrAnswer::Capabilities(capabilities)) => Answer::Capabilities(capabilities),
+        (_, PrAnswer::FullStatus(status)) => Answer::FullStatus(status),
+        (PrRequest::Out(out), PrAnswer::Out(report)) => Answer::Done {
             action: out.action,
             report,
         },
@@ -230,9 +230,9 @@ pub fn execute(cli: &Cli) -> ExitStatus {
         ..Policy::default()
     };
     let action = match &cli.command {
-        Cmd::Unfence(d) => Some(fencing::Action::Unfence(d)),
-        Cmd::Fence(f) => Some(fencing::Action::Fence(f)),
-        Cmd::Status(d) => Some(fencing::Action::Status(d)),
+        Cmd::Unfence(d) => Some(fencing::FencingCommand::Unfence(d)),
+        Cmd::Fence(f) => Some(fencing::FencingCommand::Fence(f)),
+        Cmd::Status(d) => Some(fencing::FencingCommand::Status(d)),
         _ => None,
     };
     if let Some(action) = action {
@@ -424,7 +424,7 @@ mod tests {
                     std::thread::sleep(HANG);
                 }
                 Ok(Reported {
-                    outcome: render::Outcome::Keys(crate::pr::ReadKeys {
+                    outcome: render::Answer::Keys(crate::pr::ReadKeys {
                         generation: 1,
                         keys: Vec::new(),
                     }),

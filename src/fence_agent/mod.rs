@@ -261,14 +261,14 @@ pub enum AgentError {
 
 impl AgentError {
     /// Every failure exits 1, as in fence-agents.
-    pub fn exit_code(&self) -> ExitCode {
-        ExitCode::Error
+    pub fn exit_code(&self) -> AgentExit {
+        AgentExit::Error
     }
 }
 
 /// Fence Agent API exit statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitCode {
+pub enum AgentExit {
     /// Success; for `status`, ON (key registered).
     Success = 0,
     /// Any failure, including a timeout.
@@ -277,14 +277,14 @@ pub enum ExitCode {
     Off = 2,
 }
 
-impl ExitCode {
+impl AgentExit {
     pub fn code(self) -> u8 {
         self as u8
     }
 }
 
-impl From<ExitCode> for std::process::ExitCode {
-    fn from(code: ExitCode) -> Self {
+impl From<AgentExit> for std::process::ExitCode {
+    fn from(code: AgentExit) -> Self {
         std::process::ExitCode::from(code.code())
     }
 }

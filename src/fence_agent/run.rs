@@ -64,11 +64,11 @@ use sg_io::Device;
 
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
-use super::{Action, AgentRequest, ExitCode, MpathRegisterMethod, Options};
+use super::{Action, AgentExit, AgentRequest, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, Discovery, OpenPath, Opener, Resolution, targets};
 use crate::exec::ScsiPr;
 use crate::keys::{self, KeyError, Nodelist};
-use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathState, Report, Verdict};
+use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, Verdict};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
 
@@ -260,18 +260,18 @@ pub fn execute<S: NodeSystem>(
     system: &S,
     agent_name: &str,
     out: &mut dyn Write,
-) -> ExitCode {
+) -> AgentExit {
     let started = Instant::now();
     for note in &request.notes {
         tracing::debug!("{note}");
     }
     let result = match request.action {
         Action::Metadata | Action::Manpage => {
-            print(out, &metadata_xml(agent_name)).map(|()| ExitCode::Success)
+            print(out, &metadata_xml(agent_name)).map(|()| AgentExit::Success)
         }
         Action::ValidateAll => {
             tracing::info!("validate-all: the options are valid");
-            Ok(ExitCode::Success)
+            Ok(AgentExit::Success)
         }
         Action::List => list(request, system, out),
         Action::ListStatus => list_status(request, system, out, started),
@@ -290,7 +290,7 @@ pub fn execute<S: NodeSystem>(
                     tracing::error!("Failed: {line}");
                 }
             }
-            ExitCode::Error
+            AgentExit::Error
         }
     }
 }
@@ -421,13 +421,13 @@ fn log_report(report: &Report) {
             );
         }
         for path in &lu.paths {
-            if matches!(path.state, PathState::Dead | PathState::Failed) {
+            if matches!(path.state, PathUse::Dead | PathUse::Failed) {
                 tracing::warn!(
                     "{} {}: path {} {}: {}",
                     report.command,
                     lu.lu,
                     path.device,
-                    if path.state == PathState::Dead {
+                    if path.state == PathUse::Dead {
                         "dead"
                     } else {
                         "failed"
@@ -497,10 +497,10 @@ fn list<S: NodeSystem>(
     request: &AgentRequest,
     system: &S,
     out: &mut dyn Write,
-) -> Result<ExitCode, Failed> {
+) -> Result<AgentExit, Failed> {
     let names = Corosync::new(system, &request.options).node_names()?;
     print(out, &super::render_list(&names, &request.options.separator))?;
-    Ok(ExitCode::Success)
+    Ok(AgentExit::Success)
 }
 
 /// The `status` rule (module docs): Some(true) ON, Some(false) OFF, None unknown.
@@ -548,7 +548,7 @@ fn status<S: NodeSystem>(
     system: &S,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<ExitCode, Failed> {
+) -> Result<AgentExit, Failed> {
     let key = Corosync::new(system, &request.options).key_of(request)?;
     let report = status_of(&request.options, system, key, started)?;
     match status_verdict(&report) {
@@ -562,11 +562,11 @@ fn status<S: NodeSystem>(
                 );
             }
             print(out, "Status: ON\n")?;
-            Ok(ExitCode::Success)
+            Ok(AgentExit::Success)
         }
         Some(false) => {
             print(out, "Status: OFF\n")?;
-            Ok(ExitCode::Off)
+            Ok(AgentExit::Off)
         }
         None => Err(Failed(format!(
             "cannot tell whether {key} is registered: {}",
@@ -580,7 +580,7 @@ fn list_status<S: NodeSystem>(
     system: &S,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<ExitCode, Failed> {
+) -> Result<AgentExit, Failed> {
     let mut corosync = Corosync::new(system, &request.options);
     let names = corosync.node_names()?;
     let mut rows: Vec<(String, Option<bool>)> = Vec::with_capacity(names.len());
@@ -606,7 +606,7 @@ fn list_status<S: NodeSystem>(
         out,
         &super::render_list_status(&rows, &request.options.separator),
     )?;
-    Ok(ExitCode::Success)
+    Ok(AgentExit::Success)
 }
 
 fn stored_key<S: NodeSystem>(system: &S, why: &str) -> Result<Key, Failed> {
@@ -625,7 +625,7 @@ fn unfence<S: NodeSystem>(
     system: &S,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<ExitCode, Failed> {
+) -> Result<AgentExit, Failed> {
     let options = &request.options;
     let key = Corosync::new(system, options).key_of(request)?;
     // fence_scsi records the key before registering, so a later `off` from this node and the
@@ -645,7 +645,7 @@ fn unfence<S: NodeSystem>(
     }
     power_wait(options, system);
     print(out, "Success: Powered ON\n")?;
-    Ok(ExitCode::Success)
+    Ok(AgentExit::Success)
 }
 
 fn fence<S: NodeSystem>(
@@ -653,7 +653,7 @@ fn fence<S: NodeSystem>(
     system: &S,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<ExitCode, Failed> {
+) -> Result<AgentExit, Failed> {
     let options = &request.options;
     if !options.delay.is_zero() {
         tracing::info!("Delay {} second(s) before fencing", options.delay.as_secs());
@@ -680,7 +680,7 @@ fn fence<S: NodeSystem>(
                     "Success: Powered OFF\n"
                 },
             )?;
-            Ok(ExitCode::Success)
+            Ok(AgentExit::Success)
         }
         Outcome::ThisNodeFenced => Err(Failed(format!(
             "THIS NODE WAS FENCED, not {victim}: {}. It must not fence anyone; it needs `on` \
@@ -737,7 +737,7 @@ fn monitor<S: NodeSystem>(
     request: &AgentRequest,
     system: &S,
     started: Instant,
-) -> Result<ExitCode, Failed> {
+) -> Result<AgentExit, Failed> {
     let options = &request.options;
     let own = stored_key(system, "monitor checks it is registered")?;
     let targets = lu_targets(options, system, false)?;
@@ -765,7 +765,7 @@ fn monitor<S: NodeSystem>(
             "monitor: {} LUs reachable, {own} registered on each",
             report.lus.len()
         );
-        Ok(ExitCode::Success)
+        Ok(AgentExit::Success)
     } else {
         Err(Failed(problems.join("\n")))
     }
@@ -851,7 +851,7 @@ fn degraded_warning(lu: &LuReport) {
     let bad: Vec<String> = lu
         .paths
         .iter()
-        .filter(|p| matches!(p.state, PathState::Dead | PathState::Failed))
+        .filter(|p| matches!(p.state, PathUse::Dead | PathUse::Failed))
         .map(|p| {
             format!(
                 "{} ({})",

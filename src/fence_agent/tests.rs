@@ -82,7 +82,7 @@ fn actions_and_aliases() {
             .starts_with("Failed: Unrecognised action 'reboot'"),
         "{err}"
     );
-    assert_eq!(err.exit_code(), ExitCode::Error);
+    assert_eq!(err.exit_code(), AgentExit::Error);
 }
 
 #[test]
@@ -315,9 +315,9 @@ fn list_rendering() {
 
 #[test]
 fn exit_codes() {
-    assert_eq!(ExitCode::Success.code(), 0);
-    assert_eq!(ExitCode::Error.code(), 1);
-    assert_eq!(ExitCode::Off.code(), 2);
+    assert_eq!(AgentExit::Success.code(), 0);
+    assert_eq!(AgentExit::Error.code(), 1);
+    assert_eq!(AgentExit::Off.code(), 2);
 }
 
 #[test]
@@ -407,7 +407,7 @@ fn device_count_is_capped_on_stdin_and_argv() {
     assert!(e.to_string().contains("at most 1024"), "{e}");
     let devices = format!("--devices={}", list(crate::MAX_DEVICES + 1));
     let e = argv(&["-n", "n1", &devices]).unwrap_err();
-    assert_eq!(e.exit_code(), ExitCode::Error);
+    assert_eq!(e.exit_code(), AgentExit::Error);
     assert!(
         matches!(e, AgentError::TooManyDevices { count: 1025 }),
         "{e}"
@@ -434,7 +434,7 @@ fn arguments_that_are_not_utf8_are_named() {
             .starts_with("Failed: argument 2 is not valid UTF-8"),
         "{e}"
     );
-    assert_eq!(e.exit_code(), ExitCode::Error);
+    assert_eq!(e.exit_code(), AgentExit::Error);
 }
 
 #[test]
@@ -476,7 +476,7 @@ fn stdin_is_read_with_bounded_lines_and_total() {
     // Not UTF-8: the line is named; the error is a failure (exit 1).
     let e = read(b"action=status\nport=n\xff1\n").unwrap_err();
     assert_eq!(e, AgentError::StdinNotUtf8 { line: 2 });
-    assert_eq!(e.exit_code(), ExitCode::Error);
+    assert_eq!(e.exit_code(), AgentExit::Error);
     assert!(
         e.to_string().contains("line 2 of stdin is not valid UTF-8"),
         "{e}"

@@ -14,8 +14,7 @@ use tokio::time::Instant;
 
 use crate::keys::LeaseKey;
 use crate::pr::{
-    Capabilities, FullStatus, Key, ReadKeys, ReadReservation, ReservationType, Scope,
-    TransportId,
+    Capabilities, FullStatus, Key, ReadKeys, ReadReservation, ReservationType, Scope, TransportId,
 };
 use crate::transport::{CommandError, ErrorKind, PrRequest, PrTransport, Reply};
 

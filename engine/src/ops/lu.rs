@@ -4,7 +4,7 @@
 use crate::pr::{Key, PrOut, ReadKeys, ReadReservation};
 use crate::transport::{CommandError, ErrorKind, PrTransport};
 
-use super::{FENCING_TYPE, LuReport, LuTarget, PathReport, PathState, ReservationView, Verdict};
+use super::{FENCING_TYPE, LuReport, LuTarget, PathReport, PathUse, ReservationView, Verdict};
 
 /// Why work on a LU stopped early: the verdict and what to tell the operator.
 #[derive(Debug)]
@@ -76,7 +76,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
                 .iter()
                 .map(|p| PathReport {
                     device: p.device().display().to_string(),
-                    state: PathState::Unused,
+                    state: PathUse::Unused,
                     error: None,
                 })
                 .collect(),
@@ -97,7 +97,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
     pub fn is_dead_path(&self, index: usize) -> bool {
         self.paths
             .get(index)
-            .is_some_and(|p| p.state == PathState::Dead)
+            .is_some_and(|p| p.state == PathUse::Dead)
     }
 
     /// Indexes of the paths not (yet) known to be dead.
@@ -110,15 +110,15 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
     /// The path answered (e.g. with RESERVATION CONFLICT): the target spoke, the path is fine.
     pub fn mark_answered(&mut self, index: usize) {
         if let Some(path) = self.paths.get_mut(index) {
-            path.state = PathState::Ok;
+            path.state = PathUse::Ok;
             path.error = None;
         }
     }
 
-    fn mark(&mut self, index: usize, state: PathState, error: Option<String>) {
+    fn mark(&mut self, index: usize, state: PathUse, error: Option<String>) {
         if let Some(path) = self.paths.get_mut(index) {
             // A path that failed once stays reported as failed even if a later read worked.
-            if path.state == PathState::Unused || state != PathState::Ok {
+            if path.state == PathUse::Unused || state != PathUse::Ok {
                 path.state = state;
             }
             if error.is_some() {
@@ -134,9 +134,9 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         result: Result<R, CommandError>,
     ) -> Result<R, CommandError> {
         match &result {
-            Ok(_) => self.mark(index, PathState::Ok, None),
-            Err(e) if is_dead(e.kind) => self.mark(index, PathState::Dead, Some(e.to_string())),
-            Err(e) => self.mark(index, PathState::Failed, Some(e.to_string())),
+            Ok(_) => self.mark(index, PathUse::Ok, None),
+            Err(e) if is_dead(e.kind) => self.mark(index, PathUse::Dead, Some(e.to_string())),
+            Err(e) => self.mark(index, PathUse::Failed, Some(e.to_string())),
         }
         result
     }
@@ -370,10 +370,10 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         let used: Vec<String> = self
             .paths
             .iter()
-            .filter(|p| p.state == PathState::Ok)
+            .filter(|p| p.state == PathUse::Ok)
             .map(|p| p.device.clone())
             .collect();
-        for dead in self.paths.iter().filter(|p| p.state == PathState::Dead) {
+        for dead in self.paths.iter().filter(|p| p.state == PathUse::Dead) {
             if !used.is_empty() {
                 self.notes.push(format!(
                     "path {} dead, handled through {}",

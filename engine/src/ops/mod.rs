@@ -155,7 +155,7 @@ impl fmt::Display for Verdict {
 /// How one path was used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PathState {
+pub enum PathUse {
     /// Not needed (another path carried the work).
     Unused,
     /// Answered every command sent to it.
@@ -169,7 +169,7 @@ pub enum PathState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PathReport {
     pub device: String,
-    pub state: PathState,
+    pub state: PathUse,
     /// The last error on this path, in full.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -210,7 +210,7 @@ impl LuReport {
                 .iter()
                 .map(|d| PathReport {
                     device: d.clone(),
-                    state: PathState::Unused,
+                    state: PathUse::Unused,
                     error: None,
                 })
                 .collect(),

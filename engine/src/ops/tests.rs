@@ -198,7 +198,7 @@ fn unfence_registers_every_path_reserves_and_verifies() {
             r.reservation.map(|v| (v.key, v.rtype)),
             Some((A, FENCING_TYPE))
         );
-        assert!(r.paths.iter().all(|p| p.state == PathState::Ok));
+        assert!(r.paths.iter().all(|p| p.state == PathUse::Ok));
     }
 }
 
@@ -484,7 +484,7 @@ fn preempt_and_abort_refused_falls_back_to_preempt_and_says_so() {
             r.notes.iter().any(|n| n.contains("fell back to PREEMPT")),
             "{r:#?}"
         );
-        assert!(r.paths.iter().all(|p| p.state == PathState::Ok));
+        assert!(r.paths.iter().all(|p| p.state == PathUse::Ok));
     }
     assert!(!f.has(0, B) && !f.has(1, B));
 }
@@ -502,9 +502,9 @@ fn a_dead_path_is_reported_and_not_fatal() {
     let report = f.fence(0, A, B);
     assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     for r in &report.lus {
-        assert_eq!(r.paths[0].state, PathState::Dead);
+        assert_eq!(r.paths[0].state, PathUse::Dead);
         assert!(r.paths[0].error.as_deref().unwrap().contains("/dev/n0"));
-        assert_eq!(r.paths[1].state, PathState::Ok);
+        assert_eq!(r.paths[1].state, PathUse::Ok);
         assert!(
             r.notes.iter().any(|n| n.contains("dead, handled through")),
             "{r:#?}"
@@ -520,7 +520,7 @@ fn all_paths_dead_fails_the_lu() {
     let report = f.fence(0, A, B);
     assert_eq!(report.outcome, Outcome::Failure);
     assert_eq!(report.lus[1].verdict, Verdict::Failed);
-    assert_eq!(report.lus[1].paths[0].state, PathState::Dead);
+    assert_eq!(report.lus[1].paths[0].state, PathUse::Dead);
 }
 
 // ----- P4: failures midway, then a rerun converges -----
@@ -560,7 +560,7 @@ fn a_lost_response_after_the_preempt_applied_converges_on_rerun() {
             Injection {
                 fault: Injected::Timeout,
                 timing: Timing::AfterExecuting,
-                filter: CommandFilter::Only(crate::spc_model::Command::PrOut(
+                filter: CommandFilter::Only(crate::spc_model::ModelCommand::PrOut(
                     PrOutAction::PreemptAndAbort,
                 )),
                 count: 1,
@@ -598,7 +598,7 @@ fn unfence_after_a_partial_failure_converges() {
     );
     // The failed path's registration is missing; a rerun adds it.
     assert_eq!(f.key_of(5, 0, 1), None);
-    assert_eq!(first.lus[5].paths[1].state, PathState::Failed);
+    assert_eq!(first.lus[5].paths[1].state, PathUse::Failed);
     let second = f.unfence(0, A);
     assert_eq!(second.outcome, Outcome::Success);
     assert_eq!(f.key_of(5, 0, 1), Some(A));
@@ -834,7 +834,7 @@ fn heal_probes_an_all_tg_pt_registration_again_with_all_tg_pt() {
     let report = f.heal(0, A);
     assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     assert_eq!(report.lus[0].verdict, Verdict::Intact);
-    assert_eq!(report.lus[0].paths[0].state, PathState::Ok);
+    assert_eq!(report.lus[0].paths[0].state, PathUse::Ok);
     assert_eq!(f.snapshot(), before, "nothing registered or removed");
     assert_eq!(f.key_of(0, 0, 0), Some(A));
 }

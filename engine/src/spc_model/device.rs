@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sg_io::{Completion, DataTransfer, DriverStatus, HostStatus, ScsiStatus};
 
-use super::{CommandError, Lu, Nexus, ScsiFailure};
+use super::{Lu, ModelError, Nexus, ScsiFailure};
 use crate::exec::ScsiDevice;
 use crate::pr::{self, PrInAction};
 
@@ -72,27 +72,27 @@ fn fixed_sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
     sense
 }
 
-fn failed(error: CommandError, requested: usize) -> Completion {
+fn failed(error: ModelError, requested: usize) -> Completion {
     match error {
-        CommandError::Scsi(ScsiFailure::ReservationConflict) => completion(
+        ModelError::Scsi(ScsiFailure::ReservationConflict) => completion(
             ScsiStatus::RESERVATION_CONFLICT,
             HostStatus::DID_OK,
             Vec::new(),
             requested,
         ),
-        CommandError::Scsi(ScsiFailure::CheckCondition { key, asc, ascq }) => completion(
+        ModelError::Scsi(ScsiFailure::CheckCondition { key, asc, ascq }) => completion(
             ScsiStatus::CHECK_CONDITION,
             HostStatus::DID_OK,
             fixed_sense(key, asc, ascq),
             requested,
         ),
-        CommandError::Timeout | CommandError::Hung(_) => completion(
+        ModelError::Timeout | ModelError::Hung(_) => completion(
             ScsiStatus::GOOD,
             HostStatus::TIME_OUT,
             Vec::new(),
             requested,
         ),
-        CommandError::TransportDown => completion(
+        ModelError::TransportDown => completion(
             ScsiStatus::GOOD,
             HostStatus::TRANSPORT_DISRUPTED,
             Vec::new(),
@@ -102,7 +102,7 @@ fn failed(error: CommandError, requested: usize) -> Completion {
 }
 
 fn illegal_request_invalid_field() -> Completion {
-    failed(CommandError::Scsi(ScsiFailure::invalid_field_in_cdb()), 0)
+    failed(ModelError::Scsi(ScsiFailure::invalid_field_in_cdb()), 0)
 }
 
 impl ScsiDevice for ModelDevice {
@@ -126,15 +126,15 @@ impl ScsiDevice for ModelDevice {
 }
 
 impl ModelDevice {
-    /// The completion, and how long the caller hangs before it sees it ([`CommandError::Hung`]).
+    /// The completion, and how long the caller hangs before it sees it ([`ModelError::Hung`]).
     fn execute_unlocked(
         &self,
         cdb: &[u8],
         data: DataTransfer<'_>,
         _timeout: Duration,
     ) -> (Completion, Option<Duration>) {
-        let hang = |e: &CommandError| match e {
-            CommandError::Hung(duration) => Some(*duration),
+        let hang = |e: &ModelError| match e {
+            ModelError::Hung(duration) => Some(*duration),
             _ => None,
         };
         match (cdb.first().copied(), data) {
@@ -189,7 +189,7 @@ impl ModelDevice {
             }
             _ => (
                 failed(
-                    CommandError::Scsi(ScsiFailure::illegal_request_invalid_opcode()),
+                    ModelError::Scsi(ScsiFailure::illegal_request_invalid_opcode()),
                     0,
                 ),
                 None,

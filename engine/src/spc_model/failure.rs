@@ -138,7 +138,7 @@ pub enum Injected {
 
 /// Why a command through the model did not complete with GOOD status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
-pub enum CommandError {
+pub enum ModelError {
     #[error("{0}")]
     Scsi(ScsiFailure),
     #[error("command timed out")]
@@ -149,28 +149,28 @@ pub enum CommandError {
     Hung(std::time::Duration),
 }
 
-impl CommandError {
+impl ModelError {
     pub const fn scsi(&self) -> Option<ScsiFailure> {
         match *self {
-            CommandError::Scsi(failure) => Some(failure),
-            CommandError::Timeout | CommandError::TransportDown | CommandError::Hung(_) => None,
+            ModelError::Scsi(failure) => Some(failure),
+            ModelError::Timeout | ModelError::TransportDown | ModelError::Hung(_) => None,
         }
     }
 }
 
-impl From<ScsiFailure> for CommandError {
+impl From<ScsiFailure> for ModelError {
     fn from(failure: ScsiFailure) -> Self {
-        CommandError::Scsi(failure)
+        ModelError::Scsi(failure)
     }
 }
 
-impl From<Injected> for CommandError {
+impl From<Injected> for ModelError {
     fn from(injected: Injected) -> Self {
         match injected {
-            Injected::Failure(failure) => CommandError::Scsi(failure),
-            Injected::Timeout => CommandError::Timeout,
-            Injected::TransportDown => CommandError::TransportDown,
-            Injected::Hang(duration) => CommandError::Hung(duration),
+            Injected::Failure(failure) => ModelError::Scsi(failure),
+            Injected::Timeout => ModelError::Timeout,
+            Injected::TransportDown => ModelError::TransportDown,
+            Injected::Hang(duration) => ModelError::Hung(duration),
         }
     }
 }

@@ -3,10 +3,10 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::{
-    Capabilities, Command, CommandError, FullStatus, Holder, Injected, Injection, Io, Key, Nexus,
-    PrInAction, PrOut, PrOutAction, Quirks, ReadKeys, ReadReservation, Registered, Registration,
-    Reservation, ReservationState, ReservationType, Scope, ScsiFailure, Timing, TransportId,
-    UnitAttention,
+    Capabilities, FullStatus, Holder, Injected, Injection, Io, Key, ModelCommand, ModelError,
+    Nexus, PrInAction, PrOut, PrOutAction, Quirks, ReadKeys, ReadReservation, Registered,
+    Registration, Reservation, ReservationState, ReservationType, Scope, ScsiFailure, Timing,
+    TransportId, UnitAttention,
 };
 
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ impl Lu {
         nexus
     }
 
-    /// I_T nexus loss: commands fail with [`CommandError::TransportDown`] until [`Lu::connect`]
+    /// I_T nexus loss: commands fail with [`ModelError::TransportDown`] until [`Lu::connect`]
     /// with the same identity. Registrations and the reservation survive (SPC-4 §5.7.2).
     pub fn disconnect(&mut self, nexus: Nexus) {
         self.state_mut(nexus).connected = false;
@@ -177,15 +177,15 @@ impl Lu {
     // ----- commands -----
 
     /// PERSISTENT RESERVE OUT.
-    pub fn pr_out(&mut self, nexus: Nexus, req: &PrOut) -> Result<(), CommandError> {
-        self.run(nexus, Command::PrOut(req.action), |lu| {
+    pub fn pr_out(&mut self, nexus: Nexus, req: &PrOut) -> Result<(), ModelError> {
+        self.run(nexus, ModelCommand::PrOut(req.action), |lu| {
             lu.execute_pr_out(nexus, req)
         })
     }
 
     /// PERSISTENT RESERVE IN, READ KEYS.
-    pub fn read_keys(&mut self, nexus: Nexus) -> Result<ReadKeys, CommandError> {
-        self.run(nexus, Command::PrIn(PrInAction::ReadKeys), |lu| {
+    pub fn read_keys(&mut self, nexus: Nexus) -> Result<ReadKeys, ModelError> {
+        self.run(nexus, ModelCommand::PrIn(PrInAction::ReadKeys), |lu| {
             Ok(ReadKeys {
                 generation: lu.generation,
                 keys: lu.registrations.iter().map(|r| r.key).collect(),
@@ -194,73 +194,85 @@ impl Lu {
     }
 
     /// PERSISTENT RESERVE IN, READ RESERVATION (the key reads 0 under all-registrants types).
-    pub fn read_reservation(&mut self, nexus: Nexus) -> Result<ReadReservation, CommandError> {
-        self.run(nexus, Command::PrIn(PrInAction::ReadReservation), |lu| {
-            let reservation = lu.reservation.map(|held| Reservation {
-                key: if held.rtype.is_all_registrants() {
-                    Key::ZERO
-                } else {
-                    lu.registered_key(held.holder).unwrap_or(Key::ZERO)
-                },
-                rtype: held.rtype,
-                scope: Scope::LogicalUnit,
-            });
-            Ok(ReadReservation {
-                generation: lu.generation,
-                reservation,
-            })
-        })
+    pub fn read_reservation(&mut self, nexus: Nexus) -> Result<ReadReservation, ModelError> {
+        self.run(
+            nexus,
+            ModelCommand::PrIn(PrInAction::ReadReservation),
+            |lu| {
+                let reservation = lu.reservation.map(|held| Reservation {
+                    key: if held.rtype.is_all_registrants() {
+                        Key::ZERO
+                    } else {
+                        lu.registered_key(held.holder).unwrap_or(Key::ZERO)
+                    },
+                    rtype: held.rtype,
+                    scope: Scope::LogicalUnit,
+                });
+                Ok(ReadReservation {
+                    generation: lu.generation,
+                    reservation,
+                })
+            },
+        )
     }
 
     /// PERSISTENT RESERVE IN, REPORT CAPABILITIES, with LIO's answer (CRH, SIP_C, ATP_C, PTPL_C,
     /// TMV, ALLOW COMMANDS 001b, all six types; PTPL_A follows the APTPL state).
-    pub fn report_capabilities(&mut self, nexus: Nexus) -> Result<Capabilities, CommandError> {
-        self.run(nexus, Command::PrIn(PrInAction::ReportCapabilities), |lu| {
-            Ok(Capabilities {
-                rlr_c: false,
-                crh: true,
-                sip_c: true,
-                atp_c: true,
-                ptpl_c: true,
-                tmv: true,
-                allow_commands: 1,
-                ptpl_a: lu.aptpl,
-                supported_types: Some(ALL_TYPES.to_vec()),
-            })
-        })
+    pub fn report_capabilities(&mut self, nexus: Nexus) -> Result<Capabilities, ModelError> {
+        self.run(
+            nexus,
+            ModelCommand::PrIn(PrInAction::ReportCapabilities),
+            |lu| {
+                Ok(Capabilities {
+                    rlr_c: false,
+                    crh: true,
+                    sip_c: true,
+                    atp_c: true,
+                    ptpl_c: true,
+                    tmv: true,
+                    allow_commands: 1,
+                    ptpl_a: lu.aptpl,
+                    supported_types: Some(ALL_TYPES.to_vec()),
+                })
+            },
+        )
     }
 
     /// PERSISTENT RESERVE IN, READ FULL STATUS: one descriptor per registered I_T nexus.
-    pub fn read_full_status(&mut self, nexus: Nexus) -> Result<FullStatus, CommandError> {
-        self.run(nexus, Command::PrIn(PrInAction::ReadFullStatus), |lu| {
-            let registrations = lu
-                .registrations
-                .iter()
-                .map(|reg| {
-                    let holder = lu.is_holder(reg.nexus);
-                    let state = lu.state(reg.nexus);
-                    Registration {
-                        key: reg.key,
-                        all_tg_pt: reg.all_tg_pt,
-                        holder,
-                        scope: holder.then_some(Scope::LogicalUnit),
-                        rtype: lu.reservation.filter(|_| holder).map(|held| held.rtype),
-                        relative_target_port: state.relative_target_port,
-                        transport_id: state.initiator.clone(),
-                    }
+    pub fn read_full_status(&mut self, nexus: Nexus) -> Result<FullStatus, ModelError> {
+        self.run(
+            nexus,
+            ModelCommand::PrIn(PrInAction::ReadFullStatus),
+            |lu| {
+                let registrations = lu
+                    .registrations
+                    .iter()
+                    .map(|reg| {
+                        let holder = lu.is_holder(reg.nexus);
+                        let state = lu.state(reg.nexus);
+                        Registration {
+                            key: reg.key,
+                            all_tg_pt: reg.all_tg_pt,
+                            holder,
+                            scope: holder.then_some(Scope::LogicalUnit),
+                            rtype: lu.reservation.filter(|_| holder).map(|held| held.rtype),
+                            relative_target_port: state.relative_target_port,
+                            transport_id: state.initiator.clone(),
+                        }
+                    })
+                    .collect();
+                Ok(FullStatus {
+                    generation: lu.generation,
+                    registrations,
                 })
-                .collect();
-            Ok(FullStatus {
-                generation: lu.generation,
-                registrations,
-            })
-        })
+            },
+        )
     }
 
     /// A medium-access command (READ/WRITE), checked against the reservation (SPC-4 table
     /// "SPC commands that are allowed in the presence of various reservations").
-    pub fn access(&mut self, nexus: Nexus, io: Io) -> Result<(), CommandError> {
-        self.run(nexus, Command::Io(io), |lu| {
+    pub fn access(&mut self, nexus: Nexus, io: Io) -> Result<(), ModelError> {
+        self.run(nexus, ModelCommand::Io(io), |lu| {
             if lu.access_allowed(nexus, io) {
                 Ok(())
             } else {
@@ -270,18 +282,18 @@ impl Lu {
     }
 
     /// TEST UNIT READY: always allowed under any reservation; reports a pending unit attention.
-    pub fn test_unit_ready(&mut self, nexus: Nexus) -> Result<(), CommandError> {
-        self.run(nexus, Command::TestUnitReady, |_| Ok(()))
+    pub fn test_unit_ready(&mut self, nexus: Nexus) -> Result<(), ModelError> {
+        self.run(nexus, ModelCommand::TestUnitReady, |_| Ok(()))
     }
 
     /// INQUIRY: always allowed, and leaves a pending unit attention pending.
-    pub fn inquiry(&mut self, nexus: Nexus) -> Result<(), CommandError> {
-        self.run(nexus, Command::Inquiry, |_| Ok(()))
+    pub fn inquiry(&mut self, nexus: Nexus) -> Result<(), ModelError> {
+        self.run(nexus, ModelCommand::Inquiry, |_| Ok(()))
     }
 
     /// REQUEST SENSE: returns (and consumes) the oldest pending unit attention as sense data.
-    pub fn request_sense(&mut self, nexus: Nexus) -> Result<Option<UnitAttention>, CommandError> {
-        self.run(nexus, Command::RequestSense, |lu| {
+    pub fn request_sense(&mut self, nexus: Nexus) -> Result<Option<UnitAttention>, ModelError> {
+        self.run(nexus, ModelCommand::RequestSense, |lu| {
             Ok(lu.take_unit_attention(nexus))
         })
     }
@@ -346,11 +358,11 @@ impl Lu {
     fn run<T>(
         &mut self,
         nexus: Nexus,
-        command: Command,
+        command: ModelCommand,
         execute: impl FnOnce(&mut Self) -> Result<T, ScsiFailure>,
-    ) -> Result<T, CommandError> {
+    ) -> Result<T, ModelError> {
         if !self.state(nexus).connected {
-            return Err(CommandError::TransportDown);
+            return Err(ModelError::TransportDown);
         }
         let injected = self.take_injection(nexus, command);
         if let Some((fault, Timing::InsteadOfExecuting)) = injected {
@@ -371,11 +383,15 @@ impl Lu {
         };
         match injected {
             Some((fault, _)) => Err(fault.into()),
-            None => outcome.map_err(CommandError::from),
+            None => outcome.map_err(ModelError::from),
         }
     }
 
-    fn take_injection(&mut self, nexus: Nexus, command: Command) -> Option<(Injected, Timing)> {
+    fn take_injection(
+        &mut self,
+        nexus: Nexus,
+        command: ModelCommand,
+    ) -> Option<(Injected, Timing)> {
         let queue = &mut self.state_mut(nexus).injections;
         let position = queue.iter().position(|i| i.filter.matches(command))?;
         let injection = queue.get_mut(position)?;

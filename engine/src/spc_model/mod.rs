@@ -31,7 +31,7 @@ use crate::pr::{
 };
 
 pub use device::ModelDevice;
-pub use failure::{CommandError, Injected, ScsiFailure, UnitAttention};
+pub use failure::{Injected, ModelError, ScsiFailure, UnitAttention};
 pub use lu::Lu;
 
 /// The lab-style iSCSI initiator port `iqn.2026-11.lab:<node>` with ISID `isid`: the one fixture
@@ -59,7 +59,7 @@ pub enum Io {
 
 /// A command as seen by the fault injector, so a fault can target e.g. only REGISTER.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Command {
+pub enum ModelCommand {
     PrOut(PrOutAction),
     PrIn(PrInAction),
     Io(Io),
@@ -68,15 +68,15 @@ pub enum Command {
     RequestSense,
 }
 
-impl Command {
+impl ModelCommand {
     /// SPC-4 §5.9 / SAM-5: these commands neither report nor clear a pending unit attention
     /// (REQUEST SENSE reports it as its data instead).
     fn is_unit_attention_exempt(self) -> bool {
-        matches!(self, Command::Inquiry | Command::RequestSense)
+        matches!(self, ModelCommand::Inquiry | ModelCommand::RequestSense)
     }
 
     fn is_persistent_reserve(self) -> bool {
-        matches!(self, Command::PrOut(_) | Command::PrIn(_))
+        matches!(self, ModelCommand::PrOut(_) | ModelCommand::PrIn(_))
     }
 }
 
@@ -86,15 +86,15 @@ pub enum CommandFilter {
     Any,
     AnyPrOut,
     AnyPrIn,
-    Only(Command),
+    Only(ModelCommand),
 }
 
 impl CommandFilter {
-    fn matches(self, command: Command) -> bool {
+    fn matches(self, command: ModelCommand) -> bool {
         match self {
             CommandFilter::Any => true,
-            CommandFilter::AnyPrOut => matches!(command, Command::PrOut(_)),
-            CommandFilter::AnyPrIn => matches!(command, Command::PrIn(_)),
+            CommandFilter::AnyPrOut => matches!(command, ModelCommand::PrOut(_)),
+            CommandFilter::AnyPrIn => matches!(command, ModelCommand::PrIn(_)),
             CommandFilter::Only(only) => only == command,
         }
     }

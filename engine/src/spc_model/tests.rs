@@ -13,8 +13,7 @@ const ALL: [ReservationType; 6] = [WE, EA, WERO, EARO, WEAR, EAAR];
 const K1: Key = Key::new(0x1111);
 const K2: Key = Key::new(0x2222);
 const K3: Key = Key::new(0x3333);
-const CONFLICT: Result<(), CommandError> =
-    Err(CommandError::Scsi(ScsiFailure::ReservationConflict));
+const CONFLICT: Result<(), ModelError> = Err(ModelError::Scsi(ScsiFailure::ReservationConflict));
 
 fn iqn(host: &str, isid: &str) -> TransportId {
     TransportId::Iscsi {
@@ -23,12 +22,12 @@ fn iqn(host: &str, isid: &str) -> TransportId {
     }
 }
 
-fn scsi_err(failure: ScsiFailure) -> Result<(), CommandError> {
-    Err(CommandError::Scsi(failure))
+fn scsi_err(failure: ScsiFailure) -> Result<(), ModelError> {
+    Err(ModelError::Scsi(failure))
 }
 
-fn ua_err(ua: UnitAttention) -> Result<(), CommandError> {
-    Err(CommandError::Scsi(ua.to_failure()))
+fn ua_err(ua: UnitAttention) -> Result<(), ModelError> {
+    Err(ModelError::Scsi(ua.to_failure()))
 }
 
 /// An LU with three initiators a, b, c on target port 1.
@@ -803,7 +802,7 @@ fn emulate_pr_off_rejects_pr_commands_as_invalid_opcode() {
         ..Quirks::lio()
     };
     let (mut lu, a, _, _) = rig(quirks);
-    let invalid_opcode = CommandError::Scsi(ScsiFailure::illegal_request_invalid_opcode());
+    let invalid_opcode = ModelError::Scsi(ScsiFailure::illegal_request_invalid_opcode());
     assert_eq!(lu.pr_out(a, &register(Key::ZERO, K1)), Err(invalid_opcode));
     assert_eq!(lu.read_keys(a).unwrap_err(), invalid_opcode);
     assert_eq!(lu.read_reservation(a).unwrap_err(), invalid_opcode);
@@ -874,8 +873,8 @@ fn power_on_unit_attention_on_first_login_only() {
 fn disconnect_keeps_registrations_and_reconnect_finds_them() {
     let (mut lu, a, _, _) = reserved(Quirks::spc4(), WE);
     lu.disconnect(a);
-    assert_eq!(lu.read_keys(a).unwrap_err(), CommandError::TransportDown);
-    assert_eq!(lu.access(a, Io::Write), Err(CommandError::TransportDown));
+    assert_eq!(lu.read_keys(a).unwrap_err(), ModelError::TransportDown);
+    assert_eq!(lu.access(a, Io::Write), Err(ModelError::TransportDown));
     let a_again = lu.connect(iqn("a", "023d0001"), 1);
     assert_eq!(a_again, a);
     assert_eq!(lu.access(a, Io::Write), Ok(()));
@@ -911,10 +910,10 @@ fn injected_faults_before_execution_change_nothing() {
     lu.fail_next(a, Injected::TransportDown, 1);
     assert_eq!(
         lu.pr_out(a, &register(Key::ZERO, K1)),
-        Err(CommandError::Timeout)
+        Err(ModelError::Timeout)
     );
-    assert_eq!(lu.read_keys(a).unwrap_err(), CommandError::Timeout);
-    assert_eq!(lu.test_unit_ready(a), Err(CommandError::TransportDown));
+    assert_eq!(lu.read_keys(a).unwrap_err(), ModelError::Timeout);
+    assert_eq!(lu.test_unit_ready(a), Err(ModelError::TransportDown));
     assert_eq!(lu.registered_key(a), None);
     assert_eq!(lu.generation(), 0);
     lu.pr_out(a, &register(Key::ZERO, K1)).unwrap();
@@ -933,7 +932,7 @@ fn lio_register_applied_then_not_ready_and_retry_conflicts() {
         Injection {
             fault: Injected::Failure(ScsiFailure::lio_communication_failure()),
             timing: Timing::AfterExecuting,
-            filter: CommandFilter::Only(Command::PrOut(PrOutAction::Register)),
+            filter: CommandFilter::Only(ModelCommand::PrOut(PrOutAction::Register)),
             count: 1,
         },
     );
@@ -961,10 +960,7 @@ fn lost_response_after_execution() {
             count: 1,
         },
     );
-    assert_eq!(
-        lu.pr_out(b, &preempt(K2, K1, WE)),
-        Err(CommandError::Timeout)
-    );
+    assert_eq!(lu.pr_out(b, &preempt(K2, K1, WE)), Err(ModelError::Timeout));
     assert_eq!(lu.holder(), Some(Holder::Nexus(b)));
     assert_eq!(lu.registered_key(a), None);
     // Re-sending the same PREEMPT now finds nothing to preempt.
@@ -997,7 +993,7 @@ fn emulate_pr_off_is_reported_before_a_pending_unit_attention() {
     let a = lu.connect(iqn("a", "1"), 1);
     assert_eq!(
         lu.read_keys(a).unwrap_err(),
-        CommandError::Scsi(ScsiFailure::illegal_request_invalid_opcode())
+        ModelError::Scsi(ScsiFailure::illegal_request_invalid_opcode())
     );
     assert_eq!(lu.pending_unit_attentions(a), vec![UnitAttention::POWER_ON]);
 }
@@ -1236,7 +1232,7 @@ fn power_cycle_loses_state_unless_aptpl() {
         lu.pr_out(a, &req).unwrap();
         lu.pr_out(a, &reserve(K1, WERO)).unwrap();
         lu.power_cycle();
-        assert_eq!(lu.test_unit_ready(a), Err(CommandError::TransportDown));
+        assert_eq!(lu.test_unit_ready(a), Err(ModelError::TransportDown));
         let a = lu.connect(iqn("a", "023d0001"), 1);
         assert_eq!(
             lu.read_keys(a),

@@ -206,7 +206,7 @@ impl ModelSystem {
 }
 
 /// Runs the agent with stdin `lines` (what Pacemaker sends); returns exit code and stdout.
-fn agent(system: &ModelSystem, lines: &str) -> (ExitCode, String) {
+fn agent(system: &ModelSystem, lines: &str) -> (AgentExit, String) {
     let env = Environment {
         pcmk_service: Some("pacemaker-fenced".into()),
     };
@@ -219,7 +219,7 @@ fn agent(system: &ModelSystem, lines: &str) -> (ExitCode, String) {
     (code, String::from_utf8(out).unwrap())
 }
 
-fn on(system: &ModelSystem, node: &str) -> (ExitCode, String) {
+fn on(system: &ModelSystem, node: &str) -> (AgentExit, String) {
     agent(
         system,
         &format!("action=on\nnodename={node}\ndevices={}\n", system.devices()),
@@ -237,7 +237,7 @@ fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 2);
     let (code, out) = on(&a, "node1");
-    assert_eq!(code, ExitCode::Success, "{out}");
+    assert_eq!(code, AgentExit::Success, "{out}");
     assert_eq!(out, "Success: Powered ON\n");
     let key = scsi_key(0);
     for lu in 0..2 {
@@ -248,7 +248,7 @@ fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
     let devs = a.store.read_devices().unwrap().unwrap();
     assert_eq!(devs.len(), 4, "{devs:?}");
     // Idempotent (P4).
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
     assert_eq!(a.store.read_devices().unwrap().unwrap().len(), 4);
 }
 
@@ -257,8 +257,8 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
-    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&b, "node2").0, AgentExit::Success);
     let (code, out) = agent(
         &a,
         &format!(
@@ -266,7 +266,7 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
             a.devices()
         ),
     );
-    assert_eq!(code, ExitCode::Success, "{out}");
+    assert_eq!(code, AgentExit::Success, "{out}");
     assert_eq!(out, "Success: Powered OFF\n");
     assert_eq!(
         *a.slept.lock().unwrap(),
@@ -283,7 +283,7 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     );
     assert_eq!(
         (code, out.as_str()),
-        (ExitCode::Success, "Success: Already OFF\n")
+        (AgentExit::Success, "Success: Already OFF\n")
     );
     // status of node2 is now OFF, of node1 ON.
     let status = |node: &str| {
@@ -292,8 +292,8 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
             &format!("action=status\nport={node}\ndevices={}\n", a.devices()),
         )
     };
-    assert_eq!(status("node2"), (ExitCode::Off, "Status: OFF\n".into()));
-    assert_eq!(status("node1"), (ExitCode::Success, "Status: ON\n".into()));
+    assert_eq!(status("node2"), (AgentExit::Off, "Status: OFF\n".into()));
+    assert_eq!(status("node1"), (AgentExit::Success, "Status: ON\n".into()));
 }
 
 #[test]
@@ -301,7 +301,7 @@ fn off_without_a_stored_key_or_against_itself_fails_untouched() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    assert_eq!(on(&b, "node2").0, AgentExit::Success);
     let off = |s: &ModelSystem, node: &str| {
         agent(
             s,
@@ -310,9 +310,9 @@ fn off_without_a_stored_key_or_against_itself_fails_untouched() {
         .0
     };
     // node1 never ran `on`: it has no key to preempt with.
-    assert_eq!(off(&a, "node2"), ExitCode::Error);
+    assert_eq!(off(&a, "node2"), AgentExit::Error);
     // node2 fencing itself.
-    assert_eq!(off(&b, "node2"), ExitCode::Error);
+    assert_eq!(off(&b, "node2"), AgentExit::Error);
     assert_eq!(cluster.keys(0), vec![scsi_key(1)]);
 }
 
@@ -321,8 +321,8 @@ fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
-    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&b, "node2").0, AgentExit::Success);
     let off = |s: &ModelSystem, node: &str| {
         agent(
             s,
@@ -330,8 +330,8 @@ fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
         )
         .0
     };
-    assert_eq!(off(&b, "node1"), ExitCode::Success);
-    assert_eq!(off(&a, "node2"), ExitCode::Error);
+    assert_eq!(off(&b, "node1"), AgentExit::Success);
+    assert_eq!(off(&a, "node2"), AgentExit::Error);
     for lu in 0..2 {
         assert_eq!(cluster.keys(lu), vec![scsi_key(1)]);
     }
@@ -341,7 +341,7 @@ fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
 fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
     // Remove node1's key from LU 1 only (as a half-finished fence would leave it).
     let nexus = a.paths.iter().find(|p| p.lu == 1).unwrap().nexus;
     cluster.lus[1]
@@ -353,7 +353,7 @@ fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
         &a,
         &format!("action=status\nport=node1\ndevices={}\n", a.devices()),
     );
-    assert_eq!(status, (ExitCode::Success, "Status: ON\n".into()));
+    assert_eq!(status, (AgentExit::Success, "Status: ON\n".into()));
     // LU 0 through a vanished device only, LU 1 readable without the key: cannot say OFF.
     let lu1 = a
         .paths
@@ -367,7 +367,7 @@ fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
         &a,
         &format!("action=status\nport=node1\ndevices=/dev/gone,{lu1}\n"),
     );
-    assert_eq!(status.0, ExitCode::Error);
+    assert_eq!(status.0, AgentExit::Error);
 }
 
 #[test]
@@ -376,23 +376,23 @@ fn monitor_probes_lus_warns_on_a_dead_path_and_fails_without_the_key() {
     let a = cluster.node("node1", 2);
     let monitor = |devices: &str| agent(&a, &format!("action=monitor\ndevices={devices}\n")).0;
     // Never unfenced: no key to check, as fence_scsi.
-    assert_eq!(monitor(&a.devices()), ExitCode::Error);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
-    assert_eq!(monitor(&a.devices()), ExitCode::Success);
+    assert_eq!(monitor(&a.devices()), AgentExit::Error);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(monitor(&a.devices()), AgentExit::Success);
     // One path of LU 0 disconnected: degraded but reachable.
     let first = &a.paths[0];
     cluster.lus[first.lu]
         .lock()
         .unwrap()
         .disconnect(first.nexus);
-    assert_eq!(monitor(&a.devices()), ExitCode::Success);
+    assert_eq!(monitor(&a.devices()), AgentExit::Success);
     // Every path of LU 0 gone: unreachable.
     let second = &a.paths[1];
     cluster.lus[second.lu]
         .lock()
         .unwrap()
         .disconnect(second.nexus);
-    assert_eq!(monitor(&a.devices()), ExitCode::Error);
+    assert_eq!(monitor(&a.devices()), AgentExit::Error);
 }
 
 #[test]
@@ -400,15 +400,15 @@ fn monitor_fails_when_this_node_was_fenced() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
-    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&b, "node2").0, AgentExit::Success);
     let off = agent(
         &b,
         &format!("action=off\nport=node1\ndevices={}\n", b.devices()),
     );
-    assert_eq!(off.0, ExitCode::Success);
+    assert_eq!(off.0, AgentExit::Success);
     let monitor = agent(&a, &format!("action=monitor\ndevices={}\n", a.devices()));
-    assert_eq!(monitor.0, ExitCode::Error);
+    assert_eq!(monitor.0, AgentExit::Error);
 }
 
 #[test]
@@ -422,7 +422,7 @@ fn aptpl_and_single_path_registration() {
             a.devices()
         ),
     );
-    assert_eq!(code, ExitCode::Success);
+    assert_eq!(code, AgentExit::Success);
     let lu = cluster.lus[0].lock().unwrap();
     assert!(lu.aptpl(), "APTPL requested with the registration");
     assert_eq!(lu.registered_key(a.paths[0].nexus), Some(scsi_key(0)));
@@ -438,8 +438,8 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
-    assert_eq!(on(&b, "node2").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&b, "node2").0, AgentExit::Success);
     let (code, _) = agent(
         &a,
         &format!(
@@ -448,7 +448,7 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
         ),
     );
     // The vanished device cannot be verified, so the run fails, but the real LU is fenced.
-    assert_eq!(code, ExitCode::Error);
+    assert_eq!(code, AgentExit::Error);
     assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
 }
 
@@ -456,10 +456,10 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
 fn list_prints_every_corosync_node_and_list_status_their_state() {
     let cluster = Cluster::new(1);
     let mut a = cluster.node("node1", 1);
-    assert_eq!(on(&a, "node1").0, ExitCode::Success);
+    assert_eq!(on(&a, "node1").0, AgentExit::Success);
     assert_eq!(
         agent(&a, "action=list\n"),
-        (ExitCode::Success, "node1,node1\nnode2,node2\n".into())
+        (AgentExit::Success, "node1,node1\nnode2,node2\n".into())
     );
     assert_eq!(
         agent(
@@ -467,12 +467,12 @@ fn list_prints_every_corosync_node_and_list_status_their_state() {
             &format!("action=list-status\ndevices={}\n", a.devices())
         ),
         (
-            ExitCode::Success,
+            AgentExit::Success,
             "node1,node1,ON\nnode2,node2,OFF\n".into()
         )
     );
     a.nodelist = String::new();
-    assert_eq!(agent(&a, "action=list\n").0, ExitCode::Error);
+    assert_eq!(agent(&a, "action=list\n").0, AgentExit::Error);
 }
 
 #[test]
@@ -486,7 +486,7 @@ fn native_keys_and_explicit_keys_are_used_as_given() {
             a.devices()
         ),
     );
-    assert_eq!(code, ExitCode::Success);
+    assert_eq!(code, AgentExit::Success);
     assert_eq!(
         cluster.keys(0),
         vec![Key::new(NativeKey::new("lab", 1).value())]
@@ -495,7 +495,7 @@ fn native_keys_and_explicit_keys_are_used_as_given() {
         &a,
         &format!("action=on\nkey=0xabc\ndevices={}\n", a.devices()),
     );
-    assert_eq!(code, ExitCode::Success);
+    assert_eq!(code, AgentExit::Success);
     assert_eq!(a.store.read_key().unwrap(), Some(0xabc));
 }
 
@@ -504,13 +504,13 @@ fn metadata_and_validate_all_need_no_node() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let (code, out) = agent(&a, "action=metadata\n");
-    assert_eq!(code, ExitCode::Success);
+    assert_eq!(code, AgentExit::Success);
     assert!(out.starts_with("<?xml") && out.contains("fence_pr"));
     assert_eq!(
         agent(&a, "action=validate-all\nport=node1\n").0,
-        ExitCode::Success
+        AgentExit::Success
     );
-    assert_eq!(agent(&a, "action=reboot\nport=node1\n").0, ExitCode::Error);
+    assert_eq!(agent(&a, "action=reboot\nport=node1\n").0, AgentExit::Error);
 }
 
 #[test]
