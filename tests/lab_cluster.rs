@@ -398,28 +398,6 @@ impl Cluster {
             .count()
     }
 
-    /// Waits until the counter on disk is `node`'s and has moved on twice.
-    fn counter_progresses(&self, node: Node) -> anyhow::Result<()> {
-        let mut seen: Option<u64> = None;
-        let mut moves = 0;
-        self.wait(
-            &format!("the counter moving on {}", name(node)),
-            Duration::from_secs(90),
-            |c| {
-                if let Some((who, n)) = c.counter()?
-                    && who == name(node)
-                {
-                    if seen.is_some_and(|s| n > s) {
-                        moves += 1;
-                    }
-                    seen = Some(n);
-                }
-                Ok(moves >= 2)
-            },
-        )?;
-        Ok(())
-    }
-
     /// Waits until the counter on disk has moved on three times in a row on one node, and
     /// returns that node.
     fn counter_settles(&self) -> anyhow::Result<Node> {
@@ -757,11 +735,32 @@ fn fence_pr_cluster_fails_over_rejoins_and_compares_with_fence_scsi() -> anyhow:
         "  node1 restarted: unfenced by Pacemaker after {}",
         lab::secs(took)
     );
-    c.counter_progresses(Node::B)?;
+    // Where the counter runs now: Pacemaker 2.1.5 sometimes re-unfences node2 when node1 joins
+    // (node2's #node-unfenced attribute is lost as node1's attrd joins), which stops the counter
+    // and starts it again on its preferred node1. Either way no write of the running counter is
+    // refused and node2's key stays.
+    let refused_before = [c.refused(Node::A), c.refused(Node::B)];
+    let runs_on = c.counter_settles()?;
     ensure!(
-        c.counter_log(Node::A).len() == attempts_before,
-        "restarted node1 ran the counter: {:?}",
-        &c.counter_log(Node::A)[attempts_before..]
+        [c.refused(Node::A), c.refused(Node::B)] == refused_before,
+        "writes refused after the rejoin: {:?} -> {:?}",
+        refused_before,
+        [c.refused(Node::A), c.refused(Node::B)]
+    );
+    ensure!(
+        c.registered_exactly(&Node::BOTH)?,
+        "keys after the rejoin: {:?}",
+        c.keys(0)?
+    );
+    let new_on_a = c.counter_log(Node::A).len() - attempts_before;
+    println!(
+        "  after the rejoin the counter runs on {} ({}; restarted node1 made {new_on_a} attempts)",
+        name(runs_on),
+        if runs_on == Node::B {
+            "it stayed on node2"
+        } else {
+            "Pacemaker re-unfenced node2 and moved it back to node1"
+        }
     );
     let run = c.in_node(Node::B, "crm_mon -1")?;
     println!(
