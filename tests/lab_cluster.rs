@@ -436,13 +436,17 @@ impl Cluster {
         Ok(())
     }
 
-    /// A fence agent process (fence_pr or fence_scsi) running in `node`'s cgroup, if any.
-    fn agent_running(&self, node: Node) -> bool {
+    /// The fence agent processes (fence_pr or fence_scsi) running in `node`'s cgroup.
+    fn agent_pids(&self, node: Node) -> Vec<String> {
         let procs = std::fs::read_to_string(cgroup(node).join("cgroup.procs")).unwrap_or_default();
-        procs.lines().any(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == self.agent.name())
-        })
+        procs
+            .lines()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == self.agent.name())
+            })
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -590,12 +594,19 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
     let freeze = Instant::now();
     c.set_frozen(victim, true)?;
     let accepted_at_freeze = c.accepted(victim);
+    // an agent already running at the freeze (a monitor, an unfencing) is not the fencing
+    let running_at_freeze = c.agent_pids(survivor);
     let mut agent_seen = None;
     let mut fenced = None;
     let started;
     loop {
         let now = freeze.elapsed();
-        if agent_seen.is_none() && fenced.is_none() && c.agent_running(survivor) {
+        if agent_seen.is_none()
+            && fenced.is_none()
+            && c.agent_pids(survivor)
+                .iter()
+                .any(|p| !running_at_freeze.contains(p))
+        {
             agent_seen = Some(now);
         }
         if fenced.is_none() && c.registered_exactly(&[survivor])? {
