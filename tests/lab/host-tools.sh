@@ -6,11 +6,25 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # command:package pairs
 need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio:cpio xz:xz-utils
       iscsiadm:open-iscsi sg_persist:sg3-utils fence_scsi:fence-agents targetcli:targetcli-fb
-      dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables)
+      dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables corosync:corosync
+      corosync-cmapctl:corosync pacemakerd:pacemaker cibadmin:pacemaker-cli-utils
+      crm_mon:pacemaker-cli-utils)
 missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
 ((${#missing[@]})) || exit 0
 if ((EUID != 0)); then echo "lab: missing packages ${missing[*]}: run as root (the lab installs them with apt-get)" >&2; exit 1; fi
 exec 9>/var/lock/prfence-host-tools.lock; flock 9   # test binaries may ask at the same time
 echo "lab: installing missing packages with apt-get: ${missing[*]}" >&2
 apt-get update -qq >&2
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Installing corosync and pacemaker must not start them on the host (the lab runs them in the guest
+# only): without a policy-rc.d of its own, the host gets one that refuses every start for the
+# duration of the install (invoke-rc.d and deb-systemd-invoke obey it).
+policy=/usr/sbin/policy-rc.d; own_policy=
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\n# prfence lab: no service starts while host-tools.sh installs packages\nexit 101\n' >"$policy"
+  chmod 755 "$policy"; own_policy=1
+fi
+status=0
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+[ -z "$own_policy" ] || rm -f "$policy"
+exit "$status"
+

@@ -1,0 +1,46 @@
+#!/bin/bash
+# The lab cluster's Pacemaker configuration (tests/lab_cluster.rs), applied on one node with
+# Pacemaker's own tools, as an admin would without pcs or crmsh.
+# Usage: cluster-config.sh AGENT [device-only]   AGENT: fence_pr or fence_scsi (same parameters:
+# fence_pr is a drop-in). device-only: the fence device alone (to swap a running cluster's agent).
+set -euo pipefail
+agent=${1:?usage: cluster-config.sh fence_pr|fence_scsi [device-only]}
+devices=/dev/disk/by-id/lab-lun0,/dev/disk/by-id/lab-lun1
+cibadmin --create --scope resources --xml-text "
+<primitive id='storage-fence' class='stonith' type='$agent'>
+  <instance_attributes id='storage-fence-params'>
+    <nvpair id='storage-fence-devices' name='devices' value='$devices'/>
+    <nvpair id='storage-fence-hosts' name='pcmk_host_list' value='node1 node2'/>
+  </instance_attributes>
+  <meta_attributes id='storage-fence-meta'>
+    <nvpair id='storage-fence-provides' name='provides' value='unfencing'/>
+  </meta_attributes>
+  <operations>
+    <op id='storage-fence-monitor' name='monitor' interval='3600s'/>
+  </operations>
+</primitive>"
+[ "${2:-}" != device-only ] || exit 0
+crm_attribute --type crm_config --name stonith-enabled --update true
+# fence_scsi and fence_pr cut a node off its disks: "off" is the only fencing action they have
+crm_attribute --type crm_config --name stonith-action --update off
+# Emulated nodes can be slow to register a new device: a node may be asked to unfence itself before
+# its fencer knows the device ("No fence device"). A failed unfencing is retried at the next
+# transition; the recheck makes sure there is one soon.
+crm_attribute --type crm_config --name cluster-recheck-interval --update 20s
+crm_attribute --type rsc_defaults --name resource-stickiness --update 100
+cibadmin --create --scope resources --xml-text "
+<primitive id='counter' class='ocf' provider='lab' type='counter'>
+  <instance_attributes id='counter-params'>
+    <nvpair id='counter-device' name='device' value='/dev/disk/by-id/lab-lun0'/>
+  </instance_attributes>
+  <meta_attributes id='counter-meta'>
+    <nvpair id='counter-requires' name='requires' value='unfencing'/>
+  </meta_attributes>
+  <operations>
+    <op id='counter-monitor' name='monitor' interval='5s'/>
+  </operations>
+</primitive>"
+# node1 first (the failover scenario freezes it); stickiness 100 > 50 keeps the service where
+# it runs when node1 comes back
+cibadmin --create --scope constraints --xml-text "
+<rsc_location id='counter-prefers-node1' rsc='counter' node='node1' score='50'/>"

@@ -1,0 +1,34 @@
+#!/bin/bash
+# PID 1 of one lab cluster node (tests/lab_cluster.rs): run in its own network namespace (made by
+# the test, with one end of the veth link) by `unshare --mount --uts --ipc --pid --fork`. Gives
+# the node its own /run, /dev/shm, /var/lib/{pacemaker,corosync}, /etc/corosync, logs and its own
+# stable names for the shared LUNs, then runs corosync and Pacemaker in the foreground.
+# Usage: cluster-node.sh NAME LOG_DIR DEVICE...   (DEVICE i becomes /dev/disk/by-id/lab-lun<i>)
+# Environment: LAB_COROSYNC_CONF (the file to install as /etc/corosync/corosync.conf).
+set -euo pipefail
+name=$1 logs=$2; shift 2
+conf=$(cat "$LAB_COROSYNC_CONF")   # read before /run is replaced
+hostname "$name"
+mount --make-rprivate /
+# the node's logs stay readable from the guest's root namespace after the node is gone
+mkdir -p "$logs" /var/log/cluster; mount --bind "$logs" /var/log/cluster
+for d in /run /dev/shm /var/lib/pacemaker /var/lib/corosync /etc/corosync /var/log/pacemaker \
+         /var/log/corosync /dev/disk; do
+  mkdir -p "$d"; mount -t tmpfs -o mode=0755 "lab-$name" "$d"
+done
+mkdir -p /var/lib/pacemaker/{cib,pengine,blackbox,cores} /var/log/pacemaker /run/crm
+chown -R hacluster:haclient /var/lib/pacemaker /var/log/pacemaker /run/crm /var/log/cluster
+chmod 0750 /var/lib/pacemaker/{cib,pengine,blackbox,cores}; chmod 0770 /var/log/pacemaker
+chmod 1777 /dev/shm
+mkdir -p /dev/disk/by-id
+i=0; for dev in "$@"; do ln -s "$dev" "/dev/disk/by-id/lab-lun$i"; i=$((i + 1)); done
+printf '%s\n' "$conf" >/etc/corosync/corosync.conf
+ip link set lo up
+echo "$name: namespaces ready" >>/var/log/cluster/node.log
+corosync -f >>/var/log/cluster/corosync.out 2>&1 &
+for _ in $(seq 600); do corosync-cfgtool -s >/dev/null 2>&1 && break; sleep 0.1; done
+export PCMK_logfile=/var/log/cluster/pacemaker.log PCMK_debug=no
+pacemakerd -f >>/var/log/cluster/pacemakerd.out 2>&1 &
+echo "$name: corosync and pacemakerd started" >>/var/log/cluster/node.log
+# PID 1: reap orphans (the counter's writer, fence agents' children) until killed
+while :; do wait || sleep 1; done

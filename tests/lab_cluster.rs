@@ -1,0 +1,813 @@
+//! A real two-node Pacemaker cluster in the lab guest fails over through fence_pr (issue #11).
+//! Each node runs in its own network, mount, UTS, IPC and PID namespaces and cgroup
+//! (tests/lab/cluster-node.sh), with its own corosync (knet over a veth link that exists only in
+//! the guest, `two_node: 1`) and Pacemaker, and its own iSCSI session (initiator) to the shared LIO
+//! LUNs under the same names on both nodes (`/dev/disk/by-id/lab-lun<i>`). Pacemaker is configured
+//! with its own tools (tests/lab/cluster-config.sh): a storage fence device (`fence_pr`, or
+//! `fence_scsi` for the comparison) with `provides=unfencing`, and a counter service
+//! (tests/lab/ocf-counter) with `requires=unfencing` that writes with O_DIRECT. Every verdict comes
+//! from the target (configfs registrations and reservation) and from O_DIRECT writes, never from
+//! Pacemaker's own view. Run: `cargo test --test lab_cluster` (as root).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lab;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use lab::{Node, Topology, WriteOutcome};
+
+const LUNS: usize = 2;
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
+/// The cluster's name; fence_scsi's keys (and fence_pr's, key_value=id) hash it.
+const CLUSTER: &str = "lab";
+/// Where each node's logs stay after the node is gone (emptied when a cluster starts).
+const LOGS: &str = "/run/lab-cluster";
+/// How long the cluster may take to form and start everything under TCG.
+const SETTLE: Duration = Duration::from_secs(300);
+
+fn main() -> std::process::ExitCode {
+    lab::main(
+        Duration::from_secs(20 * 60),
+        crate::tests![fence_pr_cluster_fails_over_rejoins_and_compares_with_fence_scsi],
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Agent {
+    FencePr,
+    FenceScsi,
+}
+
+impl Agent {
+    fn name(self) -> &'static str {
+        match self {
+            Agent::FencePr => "fence_pr",
+            Agent::FenceScsi => "fence_scsi",
+        }
+    }
+}
+
+fn name(node: Node) -> &'static str {
+    match node {
+        Node::A => "node1",
+        Node::B => "node2",
+    }
+}
+
+fn address(node: Node) -> &'static str {
+    match node {
+        Node::A => "10.77.0.1",
+        Node::B => "10.77.0.2",
+    }
+}
+
+fn other(node: Node) -> Node {
+    match node {
+        Node::A => Node::B,
+        Node::B => Node::A,
+    }
+}
+
+fn cgroup(node: Node) -> PathBuf {
+    PathBuf::from(format!("/sys/fs/cgroup/lab-{}", name(node)))
+}
+
+fn netns(node: Node) -> String {
+    format!("lab-{}", name(node))
+}
+
+fn logs(node: Node) -> PathBuf {
+    Path::new(LOGS).join(name(node))
+}
+
+/// The corosync configuration both nodes use: knet between the veth addresses, no crypto (the
+/// link exists only inside the guest), two_node quorum. The token is longer than corosync's 3 s
+/// default: two emulated CPUs run both nodes, and a starved node must not look dead.
+fn corosync_conf() -> String {
+    format!(
+        "totem {{\n  version: 2\n  cluster_name: {CLUSTER}\n  transport: knet\n  \
+         crypto_cipher: none\n  crypto_hash: none\n  token: 5000\n}}\n\
+         nodelist {{\n  node {{\n    ring0_addr: {}\n    name: node1\n    nodeid: 1\n  }}\n  \
+         node {{\n    ring0_addr: {}\n    name: node2\n    nodeid: 2\n  }}\n}}\n\
+         quorum {{\n  provider: corosync_votequorum\n  two_node: 1\n}}\n\
+         logging {{\n  to_logfile: yes\n  logfile: /var/log/cluster/corosync.log\n  \
+         to_syslog: no\n  to_stderr: no\n  timestamp: hires\n}}\n",
+        address(Node::A),
+        address(Node::B)
+    )
+}
+
+/// A running two-node cluster over a topology. Dropping it kills both nodes (cgroup.kill) and
+/// removes their namespaces; the topology then tears the target down.
+struct Cluster {
+    agent: Agent,
+    nodes: [Option<Child>; 2],
+    t: Topology,
+}
+
+fn index(node: Node) -> usize {
+    match node {
+        Node::A => 0,
+        Node::B => 1,
+    }
+}
+
+impl Cluster {
+    fn start(agent: Agent) -> anyhow::Result<Self> {
+        let t = Topology::iscsi(LUNS)?;
+        t.settle()?;
+        install(agent)?;
+        let mut cluster = Cluster {
+            agent,
+            nodes: [None, None],
+            t,
+        };
+        network()?;
+        let _ = std::fs::remove_dir_all(LOGS);
+        std::fs::create_dir_all(LOGS)?;
+        std::fs::write("/run/lab/corosync.conf", corosync_conf())?;
+        let start = Instant::now();
+        for node in Node::BOTH {
+            cluster.boot(node)?;
+        }
+        cluster.wait("both nodes online", SETTLE, |c| {
+            let xml = c.in_node(Node::B, "crm_mon -1 --output-as=xml")?.stdout;
+            Ok(Node::BOTH.iter().all(|&n| {
+                xml.contains(&format!("name=\"{}\"", name(n)))
+                    && xml.split("<node ").any(|e| {
+                        e.contains(&format!("name=\"{}\"", name(n)))
+                            && e.contains("online=\"true\"")
+                    })
+            }))
+        })?;
+        println!(
+            "  cluster of two nodes online after {}",
+            lab::secs(start.elapsed())
+        );
+        cluster
+            .in_node(
+                Node::A,
+                &format!("bash {SOURCES}/cluster-config.sh {}", agent.name()),
+            )?
+            .ok()?;
+        let took = cluster.wait("the device registered by both fencers", SETTLE, |c| {
+            Node::BOTH.iter().try_fold(true, |all, &n| {
+                let run = c.in_node(n, "stonith_admin --list-registered")?;
+                Ok(all && run.stdout.contains("storage-fence"))
+            })
+        })?;
+        println!(
+            "  storage-fence registered by both fencers after {}",
+            lab::secs(took)
+        );
+        Ok(cluster)
+    }
+
+    /// Starts `node` in fresh namespaces (its netns and veth end stay across restarts) inside its
+    /// own cgroup, so that it can be frozen and killed whole.
+    fn boot(&mut self, node: Node) -> anyhow::Result<()> {
+        let group = cgroup(node);
+        std::fs::create_dir_all(&group)?;
+        let devices: Vec<String> = self
+            .t
+            .node(node)
+            .devices()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        let script = format!(
+            "echo $$ >{}/cgroup.procs && exec ip netns exec {} unshare --mount --uts --ipc --pid \
+             --fork --mount-proc bash {SOURCES}/cluster-node.sh {} {} {}",
+            group.display(),
+            netns(node),
+            name(node),
+            logs(node).display(),
+            devices.join(" ")
+        );
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .env("LAB_COROSYNC_CONF", "/run/lab/corosync.conf")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting a cluster node")?;
+        self.nodes[index(node)] = Some(child);
+        Ok(())
+    }
+
+    /// The PID (in the guest's root namespace) of `node`'s PID 1.
+    fn init_pid(&self, node: Node) -> anyhow::Result<u32> {
+        let child = self.nodes[index(node)]
+            .as_ref()
+            .with_context(|| format!("{} is not running", name(node)))?;
+        let pid = child.id();
+        let start = Instant::now();
+        loop {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            if let Some(first) = children.split_whitespace().next() {
+                return Ok(first.parse()?);
+            }
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} has no init",
+                name(node)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs a shell command inside `node`'s namespaces. `-r -w`: the guest runs chrooted into its
+    /// overlay, and entering a mount namespace alone would put the command at that namespace's
+    /// root (the initramfs); the node's init has the overlay as its root.
+    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<lab::Run> {
+        let pid = self.init_pid(node)?.to_string();
+        lab::run(
+            "nsenter",
+            [
+                "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
+            ],
+        )
+    }
+
+    fn wait(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&Self) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        loop {
+            if done(self)? {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > limit {
+                self.dump();
+                bail!("no {what} after {}", lab::secs(limit));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Prints what each node's cluster stack logged last (for a failure's report).
+    fn dump(&self) {
+        for node in Node::BOTH {
+            for file in [
+                "node.log",
+                "corosync.out",
+                "pacemakerd.out",
+                "counter.log",
+                "pacemaker.log",
+            ] {
+                let path = logs(node).join(file);
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                // Pacemaker's log: what concerns fencing and errors only
+                let lines: Vec<&str> = text
+                    .lines()
+                    .filter(|l| {
+                        file != "pacemaker.log"
+                            || ["fence_", "Operation '", "stderr", "nfenc", "error", "crit"]
+                                .iter()
+                                .any(|w| l.contains(w))
+                    })
+                    .collect();
+                let tail = &lines[lines.len().saturating_sub(60)..];
+                println!(
+                    "---- {} (last {} lines)\n{}",
+                    path.display(),
+                    tail.len(),
+                    tail.join("\n")
+                );
+            }
+            if let Ok(run) = self.in_node(node, "crm_mon -1") {
+                println!(
+                    "---- crm_mon -1 on {}\n{}{}",
+                    name(node),
+                    run.stdout,
+                    run.stderr
+                );
+            }
+        }
+    }
+
+    fn set_frozen(&self, node: Node, frozen: bool) -> anyhow::Result<()> {
+        let group = cgroup(node);
+        std::fs::write(group.join("cgroup.freeze"), if frozen { "1" } else { "0" })?;
+        let want = format!("frozen {}", u8::from(frozen));
+        let start = Instant::now();
+        while !std::fs::read_to_string(group.join("cgroup.events"))?.contains(&want) {
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} never reached {want}",
+                name(node)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Kills every process of `node` at once (a power cut); its namespaces die with them.
+    fn kill(&mut self, node: Node) -> anyhow::Result<()> {
+        let group = cgroup(node);
+        if !group.exists() {
+            return Ok(());
+        }
+        let _ = std::fs::write(group.join("cgroup.freeze"), "0");
+        std::fs::write(group.join("cgroup.kill"), "1")?;
+        if let Some(mut child) = self.nodes[index(node)].take() {
+            child.wait()?;
+        }
+        let start = Instant::now();
+        while !std::fs::read_to_string(group.join("cgroup.procs"))?
+            .trim()
+            .is_empty()
+        {
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} does not die",
+                name(node)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The keys registered on LU `lun`, by initiator (node), from configfs.
+    fn keys(&self, lun: usize) -> anyhow::Result<Vec<(Node, u64)>> {
+        let mut keys = Vec::new();
+        for reg in self.t.lu(lun).registrations()? {
+            let node = Node::BOTH
+                .into_iter()
+                .find(|&n| self.t.node(n).initiator == reg.initiator)
+                .with_context(|| format!("registration of an unknown initiator {reg:?}"))?;
+            keys.push((node, reg.key));
+        }
+        keys.sort_by_key(|&(n, k)| (index(n), k));
+        Ok(keys)
+    }
+
+    /// True when every LU has exactly `nodes`' registrations, each with its derived key.
+    fn registered_exactly(&self, nodes: &[Node]) -> anyhow::Result<bool> {
+        let want: Vec<(Node, u64)> = nodes.iter().map(|&n| (n, derived_key(n))).collect();
+        for lun in 0..LUNS {
+            if self.keys(lun)? != want {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// What block 0 of the counter's LUN holds: (node name, counter).
+    fn counter(&self) -> anyhow::Result<Option<(String, u64)>> {
+        let block = self.t.read_block(Node::B, 0, 0)?;
+        let text = lab::block_text(&block);
+        let mut words = text.split_whitespace();
+        match (words.next(), words.next().and_then(|n| n.parse().ok())) {
+            (Some(who), Some(n)) => Ok(Some((who.to_owned(), n))),
+            _ => Ok(None),
+        }
+    }
+
+    /// The counter's log on `node`: (counter, verdict) per attempt.
+    fn counter_log(&self, node: Node) -> Vec<(u64, String)> {
+        std::fs::read_to_string(logs(node).join("counter.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let _who = w.next()?;
+                let n = w.next()?.parse().ok()?;
+                Some((n, w.next()?.to_owned()))
+            })
+            .collect()
+    }
+
+    fn accepted(&self, node: Node) -> usize {
+        self.counter_log(node)
+            .iter()
+            .filter(|(_, v)| v == "accepted")
+            .count()
+    }
+
+    fn refused(&self, node: Node) -> usize {
+        self.counter_log(node)
+            .iter()
+            .filter(|(_, v)| v == "refused")
+            .count()
+    }
+
+    /// Waits until the counter on disk has moved on three times in a row on one node, and
+    /// returns that node.
+    fn counter_settles(&self) -> anyhow::Result<Node> {
+        let mut last: Option<(String, u64)> = None;
+        let mut moves = 0;
+        self.wait("the counter moving on one node", SETTLE, |c| {
+            let now = c.counter()?;
+            match (&last, &now) {
+                (Some((w0, n0)), Some((w1, n1))) if w0 == w1 && n1 > n0 => moves += 1,
+                (Some((w0, _)), Some((w1, _))) if w0 == w1 => {}
+                _ => moves = 0,
+            }
+            last = now;
+            Ok(moves >= 3)
+        })?;
+        let who = last.map(|(who, _)| who).unwrap_or_default();
+        Node::BOTH
+            .into_iter()
+            .find(|&n| name(n) == who)
+            .with_context(|| format!("the counter is written by {who:?}"))
+    }
+
+    /// Checks the reservation: held by `node`'s nexus on every LU.
+    fn reserved_by(&self, node: Node) -> anyhow::Result<()> {
+        for lu in self.t.lus() {
+            let holder = lu
+                .holder()?
+                .with_context(|| format!("LU {} has no reservation", lu.index))?;
+            ensure!(
+                holder.initiator == self.t.node(node).initiator,
+                "LU {} is reserved by {holder:?}, not {}",
+                lu.index,
+                name(node)
+            );
+        }
+        Ok(())
+    }
+
+    /// The fence agent processes (fence_pr or fence_scsi) running in `node`'s cgroup.
+    fn agent_pids(&self, node: Node) -> Vec<String> {
+        let procs = std::fs::read_to_string(cgroup(node).join("cgroup.procs")).unwrap_or_default();
+        procs
+            .lines()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == self.agent.name())
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in Node::BOTH {
+            if let Err(e) = self.kill(node) {
+                eprintln!("lab: cannot stop {}: {e:#}", name(node));
+            }
+            let _ = std::fs::remove_dir(cgroup(node));
+            let _ = lab::run("ip", ["netns", "del", &netns(node)]);
+        }
+    }
+}
+
+/// Puts fence_pr (a link to the prfence under test) where pacemaker-fenced looks for agents, and
+/// the counter agent where the controller looks for OCF agents; mounts cgroup2 for the freezer.
+/// The guest's root is a tmpfs overlay: nothing reaches the host.
+fn install(agent: Agent) -> anyhow::Result<()> {
+    let link = Path::new("/usr/sbin/fence_pr");
+    let _ = std::fs::remove_file(link);
+    std::os::unix::fs::symlink(lab::PRFENCE, link)?;
+    let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
+    std::fs::create_dir_all(ocf)?;
+    std::fs::copy(format!("{SOURCES}/ocf-counter"), ocf.join("counter"))?;
+    if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        lab::run("mount", ["-t", "cgroup2", "none", "/sys/fs/cgroup"])?.ok()?;
+    }
+    for tool in [
+        "corosync",
+        "pacemakerd",
+        "cibadmin",
+        "crm_mon",
+        "nsenter",
+        "unshare",
+        agent.name(),
+    ] {
+        ensure!(
+            lab::run("sh", ["-c", &format!("command -v {tool}")])?.code() == 0,
+            "the lab needs {tool} (tests/lab/host-tools.sh installs it)"
+        );
+    }
+    Ok(())
+}
+
+/// Two network namespaces joined by a veth pair with addresses that exist only in the guest.
+fn network() -> anyhow::Result<()> {
+    lab::run("modprobe", ["veth"])?.ok()?;
+    for node in Node::BOTH {
+        let _ = lab::run("ip", ["netns", "del", &netns(node)]);
+        lab::run("ip", ["netns", "add", &netns(node)])?.ok()?;
+    }
+    lab::run(
+        "ip",
+        [
+            "link",
+            "add",
+            "veth1",
+            "netns",
+            "lab-node1",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "veth2",
+            "netns",
+            "lab-node2",
+        ],
+    )?
+    .ok()?;
+    for (node, dev) in [(Node::A, "veth1"), (Node::B, "veth2")] {
+        let ns = netns(node);
+        lab::run(
+            "ip",
+            [
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", address(node)),
+                "dev",
+                dev,
+            ],
+        )?
+        .ok()?;
+        lab::run("ip", ["-n", &ns, "link", "set", dev, "up"])?.ok()?;
+        lab::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
+    }
+    Ok(())
+}
+
+/// fence_scsi's key for `node` (key_value=id; fence_pr derives the same): the first 4 hex digits
+/// of md5(cluster name), then the node's position in corosync's nodelist as 4 decimal digits.
+/// md5("lab") starts with "5ee7"... computed here with md5sum, independently of both agents.
+fn derived_key(node: Node) -> u64 {
+    let md5 = lab::run("sh", ["-c", &format!("printf {CLUSTER} | md5sum")])
+        .expect("md5sum")
+        .stdout;
+    let text = format!("{}{:04}", &md5[..4], index(node));
+    u64::from_str_radix(&text, 16).expect("hex key")
+}
+
+/// Start-up: Pacemaker unfences both nodes (both keys on every LU, one reservation) and starts
+/// the counter on node1, whose writes land.
+fn start_up(c: &Cluster) -> anyhow::Result<()> {
+    let took = c.wait("unfencing of both nodes", SETTLE, |c| {
+        c.registered_exactly(&Node::BOTH)
+    })?;
+    println!(
+        "  both keys on every LU {} after the configuration",
+        lab::secs(took)
+    );
+    let holders: Vec<_> =
+        c.t.lus()
+            .iter()
+            .map(|lu| lu.holder())
+            .collect::<Result<_, _>>()?;
+    ensure!(
+        holders.iter().all(Option::is_some),
+        "a LU without reservation: {holders:?}"
+    );
+    c.wait("counter written by node1", SETTLE, |c| {
+        Ok(c.counter()?
+            .is_some_and(|(who, n)| who == "node1" && n >= 3))
+    })?;
+    ensure!(
+        c.counter_log(Node::A).iter().all(|(_, v)| v == "accepted"),
+        "node1's counter had writes refused before any failure: {:?}",
+        c.counter_log(Node::A)
+    );
+    println!(
+        "  counter running on node1: block 0 holds {:?}",
+        c.counter()?
+    );
+    Ok(())
+}
+
+/// Failover: `victim` (running the counter) is frozen whole; `survivor` fences it through the
+/// cluster's fence agent and starts the counter; the victim thawed has its writes refused; the disk
+/// holds the survivor's data. Returns (detection, fencing, start) times.
+fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> {
+    let (v, s) = (name(victim), name(survivor));
+    let before = c.counter()?.context("no counter before the freeze")?;
+    ensure!(before.0 == v, "the counter runs on {}, not {v}", before.0);
+    let freeze = Instant::now();
+    c.set_frozen(victim, true)?;
+    let accepted_at_freeze = c.accepted(victim);
+    // an agent already running at the freeze (a monitor, an unfencing) is not the fencing
+    let running_at_freeze = c.agent_pids(survivor);
+    let mut agent_seen = None;
+    let mut fenced = None;
+    let started;
+    loop {
+        let now = freeze.elapsed();
+        if agent_seen.is_none()
+            && fenced.is_none()
+            && c.agent_pids(survivor)
+                .iter()
+                .any(|p| !running_at_freeze.contains(p))
+        {
+            agent_seen = Some(now);
+        }
+        if fenced.is_none() && c.registered_exactly(&[survivor])? {
+            fenced = Some(now);
+        }
+        if fenced.is_some() && c.counter()?.is_some_and(|(who, _)| who == s) {
+            started = now;
+            break;
+        }
+        if now > SETTLE {
+            c.dump();
+            bail!(
+                "{s} did not take over within {} (fenced: {fenced:?})",
+                lab::secs(SETTLE)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let fenced = fenced.unwrap_or_default();
+    let after = c.counter()?.context("no counter after the failover")?;
+    ensure!(
+        after.1 > before.1,
+        "the counter went back: {before:?} then {after:?}"
+    );
+    c.reserved_by(survivor)?;
+    println!("  {v} frozen; {s} fenced it and writes: block 0 holds {after:?} (was {before:?})");
+    for cmd in [
+        "crm_mon -1",
+        &format!("stonith_admin --history {v} --verbose"),
+    ] {
+        let run = c.in_node(survivor, cmd)?;
+        println!(
+            "  {cmd} on {s} after the failover:\n{}{}",
+            indent(&run.stdout),
+            indent(&run.stderr)
+        );
+    }
+    println!("  what {s}'s fencer and controller logged about {v}:");
+    let log = std::fs::read_to_string(logs(survivor).join("pacemaker.log")).unwrap_or_default();
+    for line in log.lines().filter(|l| {
+        l.contains(&format!("targeting {v}")) || l.contains(&format!("Peer {v} was terminated"))
+    }) {
+        println!("    {line}");
+    }
+
+    // Thawed, the victim's writer carries on: every write it makes from now on is refused.
+    c.set_frozen(victim, false)?;
+    let refused_before = c.refused(victim);
+    c.wait(
+        &format!("a refused write from {v} after the thaw"),
+        Duration::from_secs(60),
+        |c| Ok(c.refused(victim) > refused_before),
+    )?;
+    std::thread::sleep(Duration::from_secs(3));
+    let accepted_now = c.accepted(victim);
+    ensure!(
+        accepted_now == accepted_at_freeze,
+        "{v} had {accepted_at_freeze} writes accepted at the freeze and {accepted_now} after the thaw"
+    );
+    let refused = c.refused(victim) - refused_before;
+    for lun in 0..LUNS {
+        let probe = c.t.write_probe(victim, lun, 100);
+        ensure!(
+            probe == WriteOutcome::Refused,
+            "{v}'s O_DIRECT write to LUN {lun}: {probe:?}"
+        );
+    }
+    let later = c.counter()?.context("no counter")?;
+    ensure!(
+        later.0 == s && later.1 > after.1,
+        "block 0 holds {later:?} after the thaw"
+    );
+    ensure!(
+        c.registered_exactly(&[survivor])?,
+        "{v}'s key is back: {:?}",
+        c.keys(0)?
+    );
+    println!(
+        "  {v} thawed: {refused} writes of its counter refused, none accepted; its O_DIRECT \
+         probes refused on every LU; block 0 holds {later:?}"
+    );
+    let detection = agent_seen;
+    let fencing = fenced.saturating_sub(detection.unwrap_or_default());
+    Ok((detection, fencing, started.saturating_sub(fenced)))
+}
+
+type Times = (Option<Duration>, Duration, Duration);
+
+fn report(agent: Agent, victim: Node, (detection, fencing, start): Times) {
+    let total = detection.unwrap_or_default() + fencing + start;
+    let (v, s) = (name(victim), name(other(victim)));
+    match detection {
+        Some(d) => println!(
+            "  {} failover: freeze -> service writing on {s} {} = detection {} (freeze -> \
+             {} running on {s}) + fencing {} (-> {v}'s key gone from every LU) + start {} \
+             (-> {s}'s first counter block on disk)",
+            agent.name(),
+            lab::secs(total),
+            lab::secs(d),
+            agent.name(),
+            lab::secs(fencing),
+            lab::secs(start)
+        ),
+        None => println!(
+            "  {} failover: freeze -> service writing on {s} {}: detection and fencing {} \
+             together (the agent's process was not caught running), start {}",
+            agent.name(),
+            lab::secs(total),
+            lab::secs(fencing),
+            lab::secs(start)
+        ),
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// Start-up, failover and rejoin of a fence_pr cluster; then fence_pr is replaced by fence_scsi
+/// in the running cluster (same keys, same key store) and the same failover is made the other way.
+fn fence_pr_cluster_fails_over_rejoins_and_compares_with_fence_scsi() -> anyhow::Result<()> {
+    let mut c = Cluster::start(Agent::FencePr)?;
+    start_up(&c)?;
+    let fence_pr_times = failover(&c, Node::A, Node::B)?;
+    report(Agent::FencePr, Node::A, fence_pr_times);
+
+    // Rejoin: node1 restarted (killed whole, booted afresh); Pacemaker unfences it; the counter
+    // stays on node2.
+    c.kill(Node::A)?;
+    let attempts_before = c.counter_log(Node::A).len();
+    let restart = Instant::now();
+    c.boot(Node::A)?;
+    let took = c.wait("node1's key back on every LU", SETTLE, |c| {
+        c.registered_exactly(&Node::BOTH)
+    })?;
+    println!(
+        "  node1 restarted: unfenced by Pacemaker after {}",
+        lab::secs(took)
+    );
+    // Where the counter runs now: Pacemaker 2.1.5 sometimes re-unfences node2 when node1 joins
+    // (node2's #node-unfenced attribute is lost as node1's attrd joins), which stops the counter
+    // and starts it again on its preferred node1. Either way no write of the running counter is
+    // refused and node2's key stays.
+    let refused_before = [c.refused(Node::A), c.refused(Node::B)];
+    let runs_on = c.counter_settles()?;
+    ensure!(
+        [c.refused(Node::A), c.refused(Node::B)] == refused_before,
+        "writes refused after the rejoin: {:?} -> {:?}",
+        refused_before,
+        [c.refused(Node::A), c.refused(Node::B)]
+    );
+    ensure!(
+        c.registered_exactly(&Node::BOTH)?,
+        "keys after the rejoin: {:?}",
+        c.keys(0)?
+    );
+    let new_on_a = c.counter_log(Node::A).len() - attempts_before;
+    println!(
+        "  after the rejoin the counter runs on {} ({}; restarted node1 made {new_on_a} attempts)",
+        name(runs_on),
+        if runs_on == Node::B {
+            "it stayed on node2"
+        } else {
+            "Pacemaker re-unfenced node2 and moved it back to node1"
+        }
+    );
+    let run = c.in_node(Node::B, "crm_mon -1")?;
+    println!(
+        "  rejoin done {} after the restart; crm_mon -1 on node2:\n{}",
+        lab::secs(restart.elapsed()),
+        indent(&run.stdout)
+    );
+
+    // fence_scsi in place of fence_pr, as an admin swaps the agent: same resource, same params.
+    c.agent = Agent::FenceScsi;
+    c.in_node(
+        Node::A,
+        &format!(
+            "cibadmin --delete --xml-text \"<primitive id='storage-fence'/>\" && \
+             bash {SOURCES}/cluster-config.sh fence_scsi device-only"
+        ),
+    )?
+    .ok()?;
+    c.wait("fence_scsi started", SETTLE, |c| {
+        let run = c.in_node(Node::B, "crm_mon -1")?;
+        Ok(run.stdout.contains("(stonith:fence_scsi):\t Started"))
+    })?;
+    ensure!(
+        c.registered_exactly(&Node::BOTH)?,
+        "keys after the swap: {:?}",
+        c.keys(0)?
+    );
+    // A new fence device definition makes Pacemaker unfence every node again, stopping the
+    // counter meanwhile; it may come back on either node (node1 is preferred when nothing runs).
+    let victim = c.counter_settles()?;
+    println!(
+        "  fence_pr replaced by fence_scsi; both keys still on every LU; counter on {}",
+        name(victim)
+    );
+    let fence_scsi_times = failover(&c, victim, other(victim))?;
+    report(Agent::FencePr, Node::A, fence_pr_times);
+    report(Agent::FenceScsi, victim, fence_scsi_times);
+    Ok(())
+}
