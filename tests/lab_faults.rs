@@ -410,9 +410,10 @@ fn watch_config(devices: &[PathBuf], key: u64, hook: Option<&Path>, watchdog: bo
     text
 }
 
-/// softdog's timeout in the hung-path test: above `check_interval + command_timeout`, as the
-/// agent requires, and below `grace`, so a check held up by the hung path would starve it.
-const WATCHDOG_TIMEOUT_S: u64 = 3;
+/// softdog's timeout in the hung-path test: above `check_interval` + one check's budget
+/// (3 × (command_timeout + 200 ms) = 3.6 s), as the agent requires, and below `grace`, so a check
+/// held up by the hung path would starve it.
+const WATCHDOG_TIMEOUT_S: u64 = 5;
 /// What softdog with `soft_noboot=1` prints when it expires.
 const SOFTDOG_EXPIRED: &str = "softdog: Triggered - Reboot ignored";
 
@@ -841,7 +842,8 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         "{}",
         fence.describe()
     );
-    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)?;
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)
+        .with_context(|| fence.describe())?;
     for lu in fence.report()["lus"].as_array().into_iter().flatten() {
         if let Some(error) = lu["error"].as_str() {
             println!("  {}: {error}", lu["lu"].as_str().unwrap_or("?"));

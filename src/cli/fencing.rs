@@ -54,6 +54,24 @@ pub fn execute(action: FencingCommand<'_>, json: bool, policy: Policy) -> ExitSt
             unknown.error
         );
     }
+    // fence with several devices and not one left to identify (every device vanished, e.g. its
+    // session logged out as the command started): no arbiter can be named (P2) and nothing is
+    // sent. That is a failure of the storage, not a usage error as the engine's refusal would be.
+    if matches!(action, FencingCommand::Fence(_))
+        && resolution.lus.is_empty()
+        && resolution.unidentified.len() > 1
+    {
+        eprintln!(
+            "prfence: none of the {} devices can be identified any more (gone or unreadable): \
+             nothing was sent; check the sessions (iscsiadm -m session, multipath -ll) and run \
+             again",
+            resolution.unidentified.len()
+        );
+        if json {
+            println!("{}", serde_json::json!({ "outcome": "failure", "lus": [] }));
+        }
+        return ExitStatus::Failure;
+    }
     let open: Opener<Hinted<ScsiPr<Device>>> =
         Arc::new(move |dev| with_cli_hints(ScsiPr::open(dev, policy)));
     let lus: Vec<LuTarget<OpenPath<Hinted<ScsiPr<Device>>>>> = targets(&resolution, false, &open);
