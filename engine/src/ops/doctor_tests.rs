@@ -7,27 +7,13 @@ use super::*;
 use crate::exec::ScsiPr;
 use crate::pr::PrOut;
 use crate::spc_model::{Lu, ModelDevice, Nexus, Quirks, iscsi_initiator};
-use crate::transport::Policy;
 
 const A: Key = Key::new(0xa);
 const B: Key = Key::new(0xb);
 
 type Path = DoctorPath<ScsiPr<ModelDevice>>;
 
-fn quick() -> Policy {
-    Policy {
-        not_ready_backoff: Duration::from_millis(1),
-        ..Policy::default()
-    }
-}
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
+use crate::ops::tests::{block_on, quick};
 
 /// One LU; node A has `a_isids.len()` sessions, node B one.
 struct Setup {

@@ -22,14 +22,15 @@ const A: Key = Key::new(0xa);
 const B: Key = Key::new(0xb);
 const C: Key = Key::new(0xc);
 
-fn quick() -> Policy {
+/// Fast NOT READY backoff for tests (every ops test and doctor's).
+pub(in crate::ops) fn quick() -> Policy {
     Policy {
         not_ready_backoff: Duration::from_millis(1),
         ..Policy::default()
     }
 }
 
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
+pub(in crate::ops) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
