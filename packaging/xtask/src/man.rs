@@ -409,3 +409,42 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod render_tests {
+    /// Every page renders with man(1) without a warning (groff's and man-db's checks).
+    #[test]
+    fn every_page_renders_without_warnings() {
+        let dir = tempfile_dir();
+        for (path, content) in super::pages(&crate::workspace()).unwrap() {
+            let file = dir.join(path.file_name().unwrap());
+            std::fs::write(&file, content).unwrap();
+            let out = std::process::Command::new("man")
+                .args(["--warnings", "-l"])
+                .arg(&file)
+                .env("MANPAGER", "cat")
+                .env("MANWIDTH", "80")
+                .env("LC_ALL", "C.UTF-8")
+                .output()
+                .expect("man(1) is needed to check the pages: apt-get install man-db");
+            let warnings = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && warnings.trim().is_empty(),
+                "{}: {warnings}",
+                path.display()
+            );
+            assert!(
+                out.stdout.len() > 200,
+                "{} rendered almost nothing",
+                path.display()
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("prfence-man-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
