@@ -510,3 +510,83 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
             .ends_with("(root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)")
     );
 }
+
+/// `prfence doctor`'s words and JSON for one LU: node A registered through one of its two
+/// sessions and holding the reservation, node B registered.
+fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
+    use std::sync::{Arc, Mutex};
+
+    use crate::exec::ScsiPr;
+    use crate::ops::LuTarget;
+    use crate::ops::doctor::{DoctorPath, PathFacts, TargetKind, doctor};
+    use crate::pr::{PrOut, ReservationType};
+    use crate::spc_model::{Lu, ModelDevice, Quirks};
+    use crate::transport::Policy;
+
+    let (a, b) = (Key::new(0xa), Key::new(0xb));
+    let mut lu = Lu::new(Quirks::lio());
+    let a1 = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("23d000001")), 1);
+    let a2 = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("23d000002")), 1);
+    let b1 = lu.connect(iscsi("iqn.2026-11.lab:nodeb", Some("23d000003")), 1);
+    lu.pr_out(a1, &PrOut::register_ignore(a)).unwrap();
+    lu.pr_out(
+        a1,
+        &PrOut::reserve(a, ReservationType::WriteExclusiveRegistrantsOnly),
+    )
+    .unwrap();
+    lu.pr_out(b1, &PrOut::register_ignore(b)).unwrap();
+    let lu = Arc::new(Mutex::new(lu));
+    let path = |nexus, dev: &str, isid: &str| DoctorPath {
+        transport: ScsiPr::new(
+            ModelDevice::new(Arc::clone(&lu), nexus, dev),
+            Policy::default(),
+        ),
+        facts: PathFacts {
+            initiator: Some("iqn.2026-11.lab:nodea".to_string()),
+            isid: Some(isid.to_string()),
+            isid_source: Some("kernel".to_string()),
+            not_running: None,
+            target: Some(TargetKind::LioIscsi),
+        },
+    };
+    let lus = vec![LuTarget {
+        id: "naa.6001405aaaa".to_string(),
+        paths: vec![
+            path(a1, "/dev/sdb", "23d000001"),
+            path(a2, "/dev/sdc", "23d000002"),
+        ],
+    }];
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(doctor(lus, Some(a), std::time::Duration::from_secs(10)))
+        .unwrap()
+}
+
+#[test]
+fn doctor_output_is_pinned() {
+    let diagnosis = doctor_diagnosis();
+    let text = super::doctor::to_text(&diagnosis);
+    let json = serde_json::to_string(&diagnosis).unwrap();
+    assert_eq!(text, DOCTOR_TEXT);
+    assert_eq!(json, DOCTOR_JSON);
+}
+
+const DOCTOR_TEXT: &str = r#"doctor: not ready to fence with 0x000000000000000a: problems on naa.6001405aaaa
+this node can fence another: yes (its key is on the arbiter LU through a path of this node)
+LU naa.6001405aaaa (arbiter): NOT READY
+  persistent reservations: supported
+  PR IN: READ KEYS yes, READ RESERVATION yes, REPORT CAPABILITIES yes, READ FULL STATUS yes (PR OUT is never sent)
+  types: we ea wero earo wear eaar
+  ALL_TG_PT: yes, APTPL: capable yes active no, SIP: yes, CRH: yes, ALLOW COMMANDS: 1
+  PREEMPT AND ABORT: yes (REPORT CAPABILITIES has no field for PREEMPT AND ABORT and doctor never sends it; known behaviour: LIO over iSCSI performs it (queued writes of the victim are refused once it has run))
+  generation 2, keys: 0x000000000000000a 0x000000000000000b
+  reservation: 0x000000000000000a wero, held by iqn.2026-11.lab:nodea,i,0x23d000001
+  path /dev/sdb: reachable, iqn.2026-11.lab:nodea ISID 23d000001, registered with 0x000000000000000a
+  path /dev/sdc: reachable, iqn.2026-11.lab:nodea ISID 23d000002, not registered
+  registration 0x000000000000000a iqn.2026-11.lab:nodea,i,0x23d000001 port 1 holder (this node: /dev/sdb)
+  registration 0x000000000000000b iqn.2026-11.lab:nodeb,i,0x23d000003 port 1
+  problem: path /dev/sdc is not registered (no registration for its initiator port). To do: run `prfence unfence` on this node to register every path
+"#;
+const DOCTOR_JSON: &str = r#"{"key":"0x000000000000000a","ready":false,"can_fence":true,"summary":"not ready to fence with 0x000000000000000a: problems on naa.6001405aaaa","lus":[{"lu":"naa.6001405aaaa","arbiter":true,"ready":false,"paths":[{"device":"/dev/sdb","reachable":true,"initiator":"iqn.2026-11.lab:nodea","isid":"23d000001","isid_source":"kernel","registered_key":"0x000000000000000a","registration":"matched"},{"device":"/dev/sdc","reachable":true,"initiator":"iqn.2026-11.lab:nodea","isid":"23d000002","isid_source":"kernel","registration":"not_registered"}],"pr_supported":true,"pr_in":{"read_keys":"supported","read_reservation":"supported","report_capabilities":"supported","read_full_status":"supported"},"capabilities":{"rlr_c":false,"crh":true,"sip_c":true,"atp_c":true,"ptpl_c":true,"tmv":true,"allow_commands":1,"ptpl_a":false,"supported_types":["we","ea","wero","earo","wear","eaar"]},"preempt_and_abort":{"supported":true,"basis":"REPORT CAPABILITIES has no field for PREEMPT AND ABORT and doctor never sends it; known behaviour: LIO over iSCSI performs it (queued writes of the victim are refused once it has run)"},"generation":2,"keys":["0x000000000000000a","0x000000000000000b"],"reservation":{"key":"0x000000000000000a","type":"wero","scope":"lu","holder":"iqn.2026-11.lab:nodea,i,0x23d000001"},"registrations":[{"key":"0x000000000000000a","initiator":"iqn.2026-11.lab:nodea,i,0x23d000001","relative_target_port":1,"all_tg_pt":false,"holder":true,"path":"/dev/sdb","orphan":false},{"key":"0x000000000000000b","initiator":"iqn.2026-11.lab:nodeb,i,0x23d000003","relative_target_port":1,"all_tg_pt":false,"holder":false,"orphan":false}],"own_key_registered":true,"findings":[{"severity":"problem","message":"path /dev/sdc is not registered (no registration for its initiator port)","remedy":"run `prfence unfence` on this node to register every path"}]}]}"#;
