@@ -214,7 +214,7 @@ fn perform(request: &Request, path: &Path, policy: Policy) -> Result<Reported, C
 pub fn execute(cli: &Cli) -> ExitStatus {
     if let Cmd::Agent(agent) = &cli.command {
         // The agent logs as its configuration says and has exit statuses of its own.
-        return ExitStatus::Agent(crate::daemon::run::agent_main(
+        return ExitStatus::Agent(crate::daemon::entry::agent_main(
             &agent.config,
             agent.check_config,
             agent.once,

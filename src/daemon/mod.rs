@@ -76,6 +76,7 @@
 //! RESERVATION CONFLICT and it self-fences; its writes in between are refused by the target.
 
 pub mod config;
+pub mod entry;
 pub mod epoch_file;
 pub mod failure;
 pub mod http;

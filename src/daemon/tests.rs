@@ -773,7 +773,8 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
 /// Issue #10 item 3: `--check-config` refuses what a start would refuse, with the same statuses.
 #[test]
 fn check_config_refuses_what_start_refuses() {
-    use super::run::{EXIT_CONFIG, EXIT_FAILURE, agent_main, check_host};
+    use super::entry::{agent_main, check_host};
+    use super::run::{EXIT_CONFIG, EXIT_FAILURE};
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("agent.toml");
     let watch = "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n";

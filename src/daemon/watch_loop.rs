@@ -444,7 +444,8 @@ impl Agent {
         } else {
             let spec = new_watch.key.clone();
             let timeout = new.command_timeout;
-            match tokio::task::spawn_blocking(move || super::run::resolve_key(&spec, timeout)).await
+            match tokio::task::spawn_blocking(move || super::entry::resolve_key(&spec, timeout))
+                .await
             {
                 Ok(Ok(k)) => k,
                 Ok(Err(e)) => {

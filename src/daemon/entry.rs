@@ -1,0 +1,255 @@
+//! The agent as a process: `prfence agent`'s entry point (configuration, key, `--check-config`,
+//! `--once`), the signal and control wiring, and the metrics endpoint's server task. The agent
+//! itself ([`Agent`]) is in [`super::run`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::config::{KeySpec, ModeSettings, Settings};
+use super::logging::LogHandle;
+use super::notify::Notifier;
+use super::run::{Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, RunEnd, SystemHost};
+use super::storage::SystemStorage;
+use crate::keys::{derive_key_via, query_cmapctl};
+use crate::pr::Key;
+
+/// Where corosync's cmap is read when the key is derived (fence_pr's default).
+const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
+
+/// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync).
+pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
+    let (scheme, node) = match spec {
+        KeySpec::Given(key) => return Ok(*key),
+        KeySpec::Derive { scheme, node } => (scheme, node),
+    };
+    let node = match node {
+        Some(node) => node.clone(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
+    };
+    derive_key_via(&node, *scheme, |arg| {
+        query_cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
+    })
+    .map(Key::new)
+    .map_err(|e| {
+        format!(
+            "deriving the key of node {node:?}: {e} (set key.node to the corosync node name if \
+             it differs from the host name, or give key.value)"
+        )
+    })
+}
+
+/// Reads and validates the configuration file.
+pub fn load_settings(path: &Path) -> Result<Settings, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let settings =
+        Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    settings
+        .check_service_watchdog(super::config::service_watchdog())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(settings)
+}
+
+/// `prfence agent`: the process entry point. Returns the exit status.
+pub fn agent_main(
+    config: &Path,
+    check_config: bool,
+    once: bool,
+    status_file: Option<PathBuf>,
+) -> u8 {
+    let settings = match load_settings(config) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("prfence agent: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    // What the configuration names on this host, checked the same way for --check-config and
+    // for a start: a watchdog that is missing (1) or is no watchdog (2) stops both. --once opens
+    // no watchdog, so it still looks at the LUs.
+    if !once
+        && let Err(status) = check_host(config, &settings, Path::new("/dev"), Path::new("/sys"))
+    {
+        return status;
+    }
+    if check_config {
+        println!(
+            "{}: valid ({} mode, {} device(s), check every {:?}, each check within {:?}, \
+             WatchdogSec {:?})",
+            config.display(),
+            match settings.mode {
+                ModeSettings::Watch(_) => "watch",
+                ModeSettings::Lease(_) => "lease",
+            },
+            settings.devices.len(),
+            settings.check_interval,
+            super::config::check_budget(settings.command_timeout),
+            super::config::service_watchdog(),
+        );
+        return 0;
+    }
+    // --once is run by hand or by a test: its log goes to the terminal.
+    let log_settings = if once {
+        super::config::LogSettings {
+            target: super::config::LogTarget::Stderr,
+            json: false,
+            level: settings.log.level.clone(),
+        }
+    } else {
+        settings.log.clone()
+    };
+    let log = {
+        match super::logging::init(&log_settings) {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                eprintln!("prfence agent: {e}");
+                return EXIT_CONFIG;
+            }
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("prfence agent: cannot start the runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    let status = runtime.block_on(serve(
+        settings,
+        config.to_path_buf(),
+        once,
+        status_file,
+        log,
+    ));
+    // A command hung in the kernel must not hold up the exit (and a fenced node must go).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    status
+}
+
+/// The checks of the configuration against this host that `--check-config` and a start share:
+/// the watchdog must resolve to a watchdog device under `dev` ([`check_device`]). Prints the
+/// problem and returns the exit status: [`EXIT_FAILURE`] when it cannot be resolved (the driver
+/// may not be loaded yet), [`EXIT_CONFIG`] when it is something else.
+///
+/// [`check_device`]: super::watchdog::check_device
+pub fn check_host(config: &Path, settings: &Settings, dev: &Path, sys: &Path) -> Result<(), u8> {
+    if let Some(watchdog) = &settings.watchdog
+        && let Err(e) = super::watchdog::check_device(&watchdog.device, dev, sys)
+    {
+        eprintln!("prfence agent: {}: {e}", config.display());
+        return Err(match e {
+            super::watchdog::WatchdogError::NotAWatchdog { .. } => EXIT_CONFIG,
+            _ => EXIT_FAILURE,
+        });
+    }
+    Ok(())
+}
+
+async fn serve(
+    settings: Settings,
+    config: PathBuf,
+    once: bool,
+    status_file: Option<PathBuf>,
+    log: Option<LogHandle>,
+) -> u8 {
+    let key = match &settings.mode {
+        ModeSettings::Watch(watch) => {
+            let spec = watch.key.clone();
+            let timeout = settings.command_timeout;
+            match tokio::task::spawn_blocking(move || resolve_key(&spec, timeout)).await {
+                Ok(Ok(key)) => Some(key),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "cannot resolve our key");
+                    eprintln!("prfence agent: {e}");
+                    return EXIT_FAILURE;
+                }
+                Err(e) => {
+                    eprintln!("prfence agent: {e}");
+                    return EXIT_FAILURE;
+                }
+            }
+        }
+        ModeSettings::Lease(_) => None,
+    };
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let notifier = if settings.sd_notify && !once {
+        Notifier::from_env()
+    } else {
+        Notifier::disabled()
+    };
+    let options = AgentParts {
+        storage: Arc::new(SystemStorage),
+        host: Arc::new(SystemHost),
+        notifier,
+        status_file,
+        sys_root: PathBuf::from("/sys"),
+        log,
+    };
+    let metrics_listen = settings.metrics_listen;
+    let agent = Agent::new(settings, options, receiver);
+    if once {
+        return agent.once(key).await;
+    }
+    if let Some(address) = metrics_listen {
+        match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => {
+                tracing::info!(%address, "serving /metrics and /status");
+                tokio::spawn(super::http::serve(
+                    listener,
+                    super::http::Exposed {
+                        metrics: agent.metrics(),
+                        status: agent.status(),
+                    },
+                ));
+            }
+            Err(e) => {
+                tracing::error!(%address, error = %e, "cannot listen for metrics");
+                return EXIT_FAILURE;
+            }
+        }
+    }
+    if let Err(e) = forward_signals(sender, config) {
+        tracing::error!(error = %e, "cannot install signal handlers");
+        return EXIT_FAILURE;
+    }
+    let outcome = agent.run(key).await;
+    if let RunEnd::Failed(e) = &outcome {
+        tracing::error!(error = %e, "the agent stopped");
+    }
+    outcome.exit_status()
+}
+
+/// SIGHUP re-reads `config` (a bad file is logged and ignored); SIGTERM and SIGINT stop.
+fn forward_signals(sender: mpsc::UnboundedSender<Control>, config: PathBuf) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        loop {
+            let control = tokio::select! {
+                _ = hangup.recv() => match load_settings(&config) {
+                    Ok(settings) => Control::Reload(Box::new(settings)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
+                        continue;
+                    }
+                },
+                _ = terminate.recv() => Control::Stop,
+                _ = interrupt.recv() => Control::Stop,
+            };
+            if sender.send(control).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
