@@ -99,6 +99,9 @@ pub struct Registration {
     /// The iSCSI session's ISID, e.g. `0x00023d000001` (iSCSI registers per IQN + ISID).
     pub isid: Option<String>,
     pub key: u64,
+    /// The PRgeneration LIO gave the registration (`PRgen`): the device's generation just before
+    /// the REGISTER that created it, which left the device at this + 1.
+    pub generation: u32,
 }
 
 /// `pr/res_holder`: who holds the persistent reservation.
@@ -132,12 +135,18 @@ impl Lu {
             let key = rest.split_whitespace().next().unwrap_or_default();
             let key = u64::from_str_radix(key.trim_start_matches("0x"), 16)
                 .with_context(|| format!("bad key in {line:?}"))?;
+            let generation = rest
+                .split_once("PRgen: ")
+                .and_then(|(_, g)| g.split_whitespace().next())
+                .and_then(|g| u32::from_str_radix(g.trim_start_matches("0x"), 16).ok())
+                .with_context(|| format!("no PRgen in {line:?}"))?;
             let (initiator, isid) = split_isid(who);
             regs.push(Registration {
                 fabric: fabric.to_owned(),
                 initiator,
                 isid,
                 key,
+                generation,
             });
         }
         Ok(regs)
