@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sg_io::Device;
 
-use crate::discover::{Discovery, OpenPath, Opener, targets};
+use crate::discover::{DeviceError, Discovery, OpenPath, Opener, targets};
 use crate::exec::ScsiPr;
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, RequestError};
 use crate::pr::Key;
@@ -54,12 +54,17 @@ pub fn execute(action: FencingCommand<'_>, json: bool, policy: Policy) -> ExitSt
             unknown.error
         );
     }
-    // fence with several devices and not one left to identify (every device vanished, e.g. its
+    // fence with several devices and not one left to identify because they vanished (e.g. their
     // session logged out as the command started): no arbiter can be named (P2) and nothing is
-    // sent. That is a failure of the storage, not a usage error as the engine's refusal would be.
+    // sent. That is a failure of the storage; devices that exist but have no identifier stay the
+    // engine's usage error.
     if matches!(action, FencingCommand::Fence(_))
         && resolution.lus.is_empty()
         && resolution.unidentified.len() > 1
+        && resolution
+            .unidentified
+            .iter()
+            .all(|u| !matches!(u.error, DeviceError::NoIdentity { .. }))
     {
         eprintln!(
             "prfence: none of the {} devices can be identified any more (gone or unreadable): \
