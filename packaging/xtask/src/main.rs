@@ -2,8 +2,10 @@
 //!
 //! - `cargo xtask docs [DIR]`: man pages and shell completions (default `packaging/generated`, which
 //!   is committed and checked fresh by this crate's test, so a stale page fails CI).
-//! - `cargo xtask deb|rpm|packages [VERSION-SUFFIX]`: the release binary, the generated files and
-//!   `packaging/` laid out as a Debian and an RPM package in `target/packages/`.
+//! - `cargo xtask deb|rpm|packages`: the release binary, the generated files and `packaging/` laid
+//!   out as a Debian and an RPM package in `target/packages/`.
+//! - `cargo xtask deb --binary PATH --out DIR`: the same .deb around a binary built already (the
+//!   lab installs the binary under test this way), without lintian.
 
 mod completions;
 mod man;
@@ -50,14 +52,24 @@ fn main() -> anyhow::Result<()> {
     {
         ["docs"] => write_all(&root.join("packaging/generated")),
         ["docs", dir] => write_all(Path::new(dir)),
-        ["deb"] => package::deb(&root).map(|p| println!("{}", p.display())),
+        ["deb"] => package::deb(&root, &package::Binary::Release, None)
+            .map(|p| println!("{}", p.display())),
+        ["deb", "--binary", binary, "--out", out] => package::deb(
+            &root,
+            &package::Binary::Given(PathBuf::from(binary)),
+            Some(Path::new(out)),
+        )
+        .map(|p| println!("{}", p.display())),
         ["rpm"] => package::rpm(&root).map(|p| println!("{}", p.display())),
         ["packages"] => {
-            println!("{}", package::deb(&root)?.display());
+            let deb = package::deb(&root, &package::Binary::Release, None)?;
+            println!("{}", deb.display());
             println!("{}", package::rpm(&root)?.display());
             Ok(())
         }
-        _ => bail!("usage: cargo xtask docs [DIR] | deb | rpm | packages"),
+        _ => {
+            bail!("usage: cargo xtask docs [DIR] | deb [--binary PATH --out DIR] | rpm | packages")
+        }
     }
 }
 

@@ -66,27 +66,38 @@ fn write(to: &Path, content: &[u8], mode: u32) -> anyhow::Result<()> {
 const DEB_UNIT_DIR: &str = "lib/systemd/system";
 const RPM_UNIT_DIR: &str = "usr/lib/systemd/system";
 
-/// Builds the release binary and stages every file of the package under `stage`.
-fn stage(root: &Path, stage: &Path, unit_dir: &str) -> anyhow::Result<()> {
-    run(Command::new(env!("CARGO")).current_dir(root).args([
-        "build",
-        "--release",
-        "--locked",
-        "-p",
-        NAME,
-        "--bin",
-        NAME,
-    ]))?;
+/// Which prfence binary goes into a package.
+pub enum Binary {
+    /// `cargo build --release` (the packages that ship).
+    Release,
+    /// A binary built already, e.g. the debug build under test: the lab installs the package
+    /// as an admin would, with the very binary its suites test.
+    Given(PathBuf),
+}
+
+/// Builds (or takes) the binary and stages every file of the package under `stage`.
+fn stage(root: &Path, binary: &Binary, stage: &Path, unit_dir: &str) -> anyhow::Result<()> {
+    let binary = match binary {
+        Binary::Release => {
+            run(Command::new(env!("CARGO")).current_dir(root).args([
+                "build",
+                "--release",
+                "--locked",
+                "-p",
+                NAME,
+                "--bin",
+                NAME,
+            ]))?;
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), PathBuf::from);
+            target.join("release/prfence")
+        }
+        Binary::Given(path) => path.clone(),
+    };
     if stage.exists() {
         std::fs::remove_dir_all(stage)?;
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    install(
-        &target.join("release/prfence"),
-        &stage.join("usr/sbin/prfence"),
-        0o755,
-    )?;
+    install(&binary, &stage.join("usr/sbin/prfence"), 0o755)?;
     run(Command::new("strip")
         .arg("--strip-unneeded")
         .arg(stage.join("usr/sbin/prfence")))?;
@@ -169,12 +180,19 @@ fn out_dir(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The .deb: staged tree + DEBIAN/{control,conffiles,postinst,prerm,postrm,md5sums}; checked
-/// with lintian (no errors allowed).
-pub fn deb(root: &Path) -> anyhow::Result<PathBuf> {
-    let out = out_dir(root)?;
+/// The .deb: staged tree + DEBIAN/{control,conffiles,postinst,prerm,postrm,md5sums}, written to
+/// `out` (default `target/packages`). The release package is checked with lintian (no errors
+/// allowed); a package of a given binary (the lab's) is not: lintian judges a release.
+pub fn deb(root: &Path, binary: &Binary, out: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let out = match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.to_path_buf()
+        }
+        None => out_dir(root)?,
+    };
     let tree = out.join("deb-root");
-    stage(root, &tree, DEB_UNIT_DIR)?;
+    stage(root, binary, &tree, DEB_UNIT_DIR)?;
     let arch = run(Command::new("dpkg").arg("--print-architecture"))?
         .trim()
         .to_owned();
@@ -242,7 +260,9 @@ pub fn deb(root: &Path) -> anyhow::Result<PathBuf> {
         .args(["--root-owner-group", "-Zxz", "--build"])
         .arg(&tree)
         .arg(&deb))?;
-    lintian(&deb)?;
+    if matches!(binary, Binary::Release) {
+        lintian(&deb)?;
+    }
     Ok(deb)
 }
 
@@ -294,7 +314,7 @@ fn dir_size(dir: &Path) -> anyhow::Result<u64> {
 pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
     let out = out_dir(root)?;
     let tree = out.join("rpm-root");
-    stage(root, &tree, RPM_UNIT_DIR)?;
+    stage(root, &Binary::Release, &tree, RPM_UNIT_DIR)?;
     let files = staged_files(&tree)?;
     let top = out.join("rpmbuild");
     if top.exists() {
