@@ -25,7 +25,7 @@ const LUNS: usize = 8;
 const RACE_ROUNDS: usize = 20;
 
 fn main() -> ExitCode {
-    lab::main(
+    lab::main_with_package(
         Duration::from_secs(12 * 60),
         crate::tests![
             fence_refuses_every_write_of_the_victim,
@@ -574,11 +574,8 @@ fn agent(
     );
     let mut cmd = match agent {
         Agent::FencePr => {
-            let link = Path::new("/run/lab/fence_pr");
-            if !link.exists() {
-                std::os::unix::fs::symlink(PRFENCE, link)?;
-            }
-            let mut cmd = Command::new(link);
+            // the package's link, where pacemaker-fenced finds agents
+            let mut cmd = Command::new(lab::INSTALLED_FENCE_PR);
             cmd.env(
                 "FENCE_PR_STORE",
                 format!("/run/lab/node-{}", node.letter().to_ascii_lowercase()),

@@ -14,6 +14,38 @@ pub fn inside() -> bool {
         && std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| c.contains(" lab.cmd="))
 }
 
+/// Installs the .deb the host built (`LAB_PACKAGE`) as an admin would, and checks that dpkg
+/// placed the binary and the fence agent's link.
+pub fn install_package() -> anyhow::Result<()> {
+    let deb = std::env::var("LAB_PACKAGE")
+        .map_err(|_| anyhow::anyhow!("LAB_PACKAGE is not set: the host built no package"))?;
+    let start = Instant::now();
+    // --force-confold: a prfence configuration in the host's /etc (seen through the guest's
+    // overlay) is kept, as an upgrade keeps a conffile.
+    super::run("dpkg", ["-i", "--force-confold", &deb])?.ok()?;
+    let owner = super::run("dpkg", ["-S", super::INSTALLED_FENCE_PR])?.ok()?;
+    anyhow::ensure!(
+        owner.stdout.starts_with("prfence:"),
+        "{} is not the package's: {}",
+        super::INSTALLED_FENCE_PR,
+        owner.stdout
+    );
+    let target = std::fs::canonicalize(super::INSTALLED_FENCE_PR)?;
+    anyhow::ensure!(
+        target == std::path::Path::new(super::INSTALLED_PRFENCE),
+        "{} leads to {}, not {}",
+        super::INSTALLED_FENCE_PR,
+        target.display(),
+        super::INSTALLED_PRFENCE
+    );
+    println!(
+        "lab: installed {deb} ({}; {} -> prfence)",
+        secs(start.elapsed()),
+        super::INSTALLED_FENCE_PR
+    );
+    Ok(())
+}
+
 pub fn run_tests(selected: &[(&'static str, TestFn)], total: usize) -> ExitCode {
     let start = Instant::now();
     watch_kernel();

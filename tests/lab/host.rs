@@ -15,8 +15,12 @@ const LAB_SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
 /// and fails unless the guest booted, ran and reported every test as passed. `budget` bounds the
 /// guest's whole life (`LAB_TIMEOUT` seconds overrides it); a guest kernel that reports a lock-up,
 /// a hung task or an oops ends the run within seconds instead (see [`KernelTrouble`]).
-pub fn run_suite(args: &[String], selected: usize, budget: Duration) -> ExitCode {
-    match boot_and_run(args, selected, budget) {
+///
+/// With `package`, the .deb is first built around the prfence binary under test (`cargo xtask
+/// deb --binary`, the packaging code that makes the release packages) and handed to the guest
+/// in `LAB_PACKAGE`, which installs it before the tests run.
+pub fn run_suite(args: &[String], selected: usize, budget: Duration, package: bool) -> ExitCode {
+    match boot_and_run(args, selected, budget, package) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lab: FAILED: {e:#}");
@@ -25,7 +29,12 @@ pub fn run_suite(args: &[String], selected: usize, budget: Duration) -> ExitCode
     }
 }
 
-fn boot_and_run(args: &[String], selected: usize, budget: Duration) -> anyhow::Result<()> {
+fn boot_and_run(
+    args: &[String],
+    selected: usize,
+    budget: Duration,
+    package: bool,
+) -> anyhow::Result<()> {
     let suite_start = Instant::now();
     let exe = std::env::current_exe()?;
     let suite = suite_name(&exe);
@@ -44,18 +53,35 @@ fn boot_and_run(args: &[String], selected: usize, budget: Duration) -> anyhow::R
     anyhow::ensure!(status.success(), "building the lab guest failed ({status})");
     println!("lab {suite}: guest build {}", secs(build_start.elapsed()));
 
+    let deb = if package {
+        let start = Instant::now();
+        let deb = build_package(&lab_dir.join(format!("package-{suite}")))?;
+        println!(
+            "lab {suite}: package {} built in {}",
+            deb.display(),
+            secs(start.elapsed())
+        );
+        Some(deb)
+    } else {
+        None
+    };
+
     // The guest runs this script from the shared host root (never /run: the guest's is fresh).
     let script = lab_dir.join(format!("run-{suite}-{}.sh", std::process::id()));
     let cwd = std::env::current_dir()?;
     // The guest starts from init's bare environment: hand the suite's own settings (LAB_*) over.
-    let settings: String = std::env::vars()
+    let mut settings: String = std::env::vars()
         .filter(|(name, _)| {
             name.starts_with("LAB_")
                 && name != "LAB_GUEST"
+                && name != "LAB_PACKAGE"
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         })
         .map(|(name, value)| format!("{name}={} ", quote(Path::new(&value))))
         .collect();
+    if let Some(deb) = &deb {
+        settings.push_str(&format!("LAB_PACKAGE={} ", quote(deb)));
+    }
     let mut line = format!(
         "cd {} && {settings}LAB_GUEST=1 exec {}",
         quote(&cwd),
@@ -338,6 +364,33 @@ fn target_dir(exe: &Path) -> PathBuf {
         .find(|dir| dir.join("CACHEDIR.TAG").is_file())
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")))
+}
+
+/// The .deb of the binary under test, built into `dir` by the packaging code itself (`cargo
+/// xtask deb --binary`); returns its path.
+fn build_package(dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["xtask", "deb", "--binary", super::PRFENCE, "--out"])
+        .arg(dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run cargo xtask deb: {e}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cargo xtask deb --binary {} failed ({}): {}",
+        super::PRFENCE,
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let deb = stdout
+        .lines()
+        .last()
+        .map(PathBuf::from)
+        .filter(|p| p.extension().is_some_and(|e| e == "deb") && p.is_file())
+        .ok_or_else(|| anyhow::anyhow!("cargo xtask deb printed no package: {stdout}"))?;
+    Ok(deb)
 }
 
 /// Single-quotes a path for sh.

@@ -42,6 +42,23 @@ macro_rules! tests {
 /// bounds the guest's life (about three times the suite's usual time under emulation; the
 /// environment variable `LAB_TIMEOUT`, in seconds, overrides it).
 pub fn main(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
+    run_suite(budget, tests, false)
+}
+
+/// [`main`] for a suite that tests prfence as an admin installs it: the host builds the .deb
+/// around the binary under test, and the guest installs it with dpkg (into its tmpfs overlay; the
+/// host's root is never written) before any test runs, so `/usr/sbin/prfence` and the
+/// `/usr/sbin/fence_pr` link where pacemaker-fenced looks for agents are the package's.
+pub fn main_with_package(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
+    run_suite(budget, tests, true)
+}
+
+/// The installed prfence (a suite started with [`main_with_package`]).
+pub const INSTALLED_PRFENCE: &str = "/usr/sbin/prfence";
+/// The installed fence agent: the package's link to [`INSTALLED_PRFENCE`].
+pub const INSTALLED_FENCE_PR: &str = "/usr/sbin/fence_pr";
+
+fn run_suite(budget: Duration, tests: &[(&'static str, TestFn)], package: bool) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let exact = args.iter().any(|a| a == "--exact");
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
@@ -72,9 +89,13 @@ pub fn main(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
         return ExitCode::SUCCESS; // no lab test is ignored
     }
     if guest::inside() {
+        if package && let Err(e) = guest::install_package() {
+            println!("lab: FAILED: installing the package: {e:#}");
+            return ExitCode::FAILURE;
+        }
         guest::run_tests(&selected, tests.len())
     } else {
-        host::run_suite(&args, selected.len(), budget)
+        host::run_suite(&args, selected.len(), budget, package)
     }
 }
 
