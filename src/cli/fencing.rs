@@ -2,18 +2,22 @@
 //! grouped into LUs, with a verdict per LU as text or JSON.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::sync::Arc;
 
 use sg_io::Device;
 
 use crate::discover::{DeviceError, Discovery, OpenPath, Opener, targets};
 use crate::exec::ScsiPr;
-use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, RequestError};
+use crate::ops::{
+    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError,
+};
 use crate::pr::Key;
 use crate::transport::{CommandError, Hinted, Policy};
 
 use super::args::{Fence, FencingDevices};
 use super::hints::hint;
+use super::progress::{print_progress, show_progress};
 use super::run::ExitStatus;
 
 /// Which engine command to run.
@@ -98,11 +102,24 @@ pub fn execute(action: FencingCommand<'_>, json: bool, policy: Policy) -> ExitSt
             return ExitStatus::Failure;
         }
     };
+    // Progress goes to stderr, so the report on stdout stays what scripts parse.
+    let progress = show_progress(std::io::stderr().is_terminal(), json);
+    let mut observer = |done: LuDone<'_>| {
+        if progress {
+            print_progress(&done);
+        }
+    };
     let result: Result<Report, RequestError> = runtime.block_on(async {
         match action {
-            FencingCommand::Unfence(_) => ops::unfence(lus, key, limits).await,
-            FencingCommand::Status(_) => ops::status(lus, key, limits).await,
-            FencingCommand::Fence(f) => ops::fence(lus, key, f.victim, limits).await,
+            FencingCommand::Unfence(_) => {
+                ops::unfence_observed(lus, key, limits, &mut observer).await
+            }
+            FencingCommand::Status(_) => {
+                ops::status_observed(lus, key, limits, &mut observer).await
+            }
+            FencingCommand::Fence(f) => {
+                ops::fence_observed(lus, key, f.victim, limits, &mut observer).await
+            }
         }
     });
     // LUs that timed out may still have a command in the kernel; do not wait for them.

@@ -7,6 +7,7 @@ mod args;
 mod doctor;
 mod fencing;
 mod hints;
+mod progress;
 mod render;
 mod run;
 

@@ -1,8 +1,12 @@
 //! Running the per-LU steps: blocking PR commands on tokio's blocking pool, every LU at once,
-//! under one overall deadline; the arbiter alone and first for fence.
+//! under one overall deadline; the arbiter alone and first for fence. Callers that show progress
+//! pass an observer (the `*_observed` forms), told of each LU as it finishes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::pr::Key;
@@ -13,7 +17,9 @@ use super::heal::heal_lu;
 use super::lu::LuWork;
 use super::status::status_lu;
 use super::unfence::unfence_lu;
-use super::{Limits, LuReport, LuTarget, Outcome, Report, RequestError, Verdict, normalize};
+use super::{
+    Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, Verdict, normalize,
+};
 
 fn check_key(key: Key) -> Result<(), RequestError> {
     if key.is_zero() {
@@ -38,32 +44,107 @@ fn devices<T: PrTransport>(lu: &LuTarget<T>) -> Vec<String> {
         .collect()
 }
 
-/// Runs `op` on every LU concurrently; a LU still running at `until` is reported as timed out
-/// (its blocking call keeps running in the background; a rerun converges, P4).
-async fn fan_out<T, F>(lus: &[Arc<LuTarget<T>>], until: Instant, op: F) -> Vec<LuReport>
+/// Counts the LUs told to the caller's observer, so `done` runs from 1 to `total` across fence's
+/// arbiter step and its fan-out.
+struct Tally<'o, 'a> {
+    observer: &'o mut Observer<'a>,
+    done: usize,
+    total: usize,
+}
+
+impl<'o, 'a> Tally<'o, 'a> {
+    fn new(observer: &'o mut Observer<'a>, total: usize) -> Self {
+        Tally {
+            observer,
+            done: 0,
+            total,
+        }
+    }
+
+    fn tell(&mut self, report: &LuReport, arbiter: bool, took: Option<Duration>) {
+        self.done += 1;
+        (self.observer)(LuDone {
+            report,
+            done: self.done,
+            total: self.total,
+            arbiter,
+            took,
+        });
+    }
+}
+
+/// What a fan-out tells as each LU finishes: its report and how long it ran.
+type Tell<'a> = dyn FnMut(&LuReport, Duration) + Send + 'a;
+
+/// Runs `op` on every LU concurrently and tells each report as its LU finishes; a LU still
+/// running at `until` is reported (and told) as timed out (its blocking call keeps running in
+/// the background; a rerun converges, P4). Reports come back in LU order.
+async fn fan_out<T, F>(
+    lus: &[Arc<LuTarget<T>>],
+    until: Instant,
+    op: F,
+    tell: &mut Tell<'_>,
+) -> Vec<LuReport>
 where
     T: PrTransport + 'static,
     F: Fn(&LuTarget<T>) -> LuReport + Send + Sync + 'static,
 {
     let op = Arc::new(op);
-    let handles: Vec<_> = lus
-        .iter()
-        .map(|lu| {
-            let (lu, op) = (Arc::clone(lu), Arc::clone(&op));
-            tokio::task::spawn_blocking(move || op(&lu))
-        })
-        .collect();
-    let mut reports = Vec::with_capacity(lus.len());
-    for (lu, handle) in lus.iter().zip(handles) {
-        reports.push(match tokio::time::timeout_at(until, handle).await {
-            Ok(Ok(report)) => report,
-            Ok(Err(join)) => LuReport::bare(
+    let started = std::time::Instant::now();
+    let mut running = JoinSet::new();
+    let mut index_of = HashMap::with_capacity(lus.len());
+    for (index, lu) in lus.iter().enumerate() {
+        let (lu, op) = (Arc::clone(lu), Arc::clone(&op));
+        let task = running.spawn_blocking(move || {
+            let began = std::time::Instant::now();
+            let report = op(&lu);
+            (report, began.elapsed())
+        });
+        index_of.insert(task.id(), index);
+    }
+    let mut reports: Vec<Option<LuReport>> = vec![None; lus.len()];
+    // Joined as they finish, not in LU order, so one slow LU does not hold back the news of the
+    // others.
+    loop {
+        let finished = match tokio::time::timeout_at(until, running.join_next_with_id()).await {
+            Ok(Some(finished)) => finished,
+            Ok(None) => break,
+            Err(_) => {
+                // Dropping the set would abort the tasks not started yet; like those running,
+                // they are left to finish in the background.
+                running.detach_all();
+                break;
+            }
+        };
+        let (id, result) = match finished {
+            Ok((id, ran)) => (id, Ok(ran)),
+            Err(join) => (join.id(), Err(join)),
+        };
+        // Every task's id was recorded when it was spawned, with its LU's index.
+        let Some(&index) = index_of.get(&id) else {
+            continue;
+        };
+        let Some(lu) = lus.get(index) else {
+            continue;
+        };
+        let (report, took) = result.unwrap_or_else(|join| {
+            let report = LuReport::bare(
                 &lu.id,
                 &devices(lu),
                 Verdict::Failed,
                 Some(format!("internal error while working on the LU: {join}")),
-            ),
-            Err(_) => LuReport::bare(
+            );
+            (report, started.elapsed())
+        });
+        tell(&report, took);
+        if let Some(slot) = reports.get_mut(index) {
+            *slot = Some(report);
+        }
+    }
+    let mut in_order = Vec::with_capacity(lus.len());
+    for (lu, report) in lus.iter().zip(reports) {
+        in_order.push(report.unwrap_or_else(|| {
+            let report = LuReport::bare(
                 &lu.id,
                 &devices(lu),
                 Verdict::TimedOut,
@@ -72,11 +153,16 @@ where
                      command, it converges"
                         .to_string(),
                 ),
-            ),
-        });
+            );
+            tell(&report, started.elapsed());
+            report
+        }));
     }
-    reports
+    in_order
 }
+
+/// A fan-out whose LUs are not news to the caller (fence's re-read and withdrawal, heal).
+fn silent(_: &LuReport, _: Duration) {}
 
 fn all_ok(reports: &[LuReport]) -> bool {
     reports.iter().all(|r| r.ok)
@@ -98,9 +184,26 @@ pub async fn unfence<T: PrTransport + 'static>(
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
+    unfence_observed(lus, own, limits, &mut |_| {}).await
+}
+
+/// [`unfence`], telling `observer` of each LU as it finishes.
+pub async fn unfence_observed<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    limits: Limits,
+    observer: &mut Observer<'_>,
+) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
     let until = Instant::now() + limits.deadline;
-    let reports = fan_out(&lus, until, move |lu| unfence_lu(lu, own)).await;
+    let mut tally = Tally::new(observer, lus.len());
+    let reports = fan_out(
+        &lus,
+        until,
+        move |lu| unfence_lu(lu, own),
+        &mut |r, took| tally.tell(r, false, Some(took)),
+    )
+    .await;
     let (outcome, summary) = if all_ok(&reports) {
         (
             Outcome::Success,
@@ -130,6 +233,19 @@ pub async fn fence<T: PrTransport + 'static>(
     victim: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
+    fence_observed(lus, own, victim, limits, &mut |_| {}).await
+}
+
+/// [`fence`], telling `observer` of each LU as it finishes: the arbiter first, then the others
+/// (each as skipped if the arbiter did not succeed). The re-read of the arbiter and a withdrawal
+/// are not told: they can still change the verdicts (see [`LuDone::report`]).
+pub async fn fence_observed<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    victim: Key,
+    limits: Limits,
+    observer: &mut Observer<'_>,
+) -> Result<Report, RequestError> {
     check_key(victim)?;
     if own == victim {
         return Err(RequestError::SameKey(own));
@@ -144,10 +260,14 @@ pub async fn fence<T: PrTransport + 'static>(
     if !followers.is_empty() && super::is_node_local_id(&arbiter.id) {
         return Err(RequestError::NoArbiterIdentity(lus.len()));
     }
+    let mut tally = Tally::new(observer, lus.len());
     let tie_break = limits.tie_break;
-    let arbiter_report = fan_out(std::slice::from_ref(arbiter), until, move |lu| {
-        fence_arbiter(lu, own, victim, tie_break)
-    })
+    let arbiter_report = fan_out(
+        std::slice::from_ref(arbiter),
+        until,
+        move |lu| fence_arbiter(lu, own, victim, tie_break),
+        &mut |r, took| tally.tell(r, true, Some(took)),
+    )
     .await
     .pop()
     .unwrap_or_else(|| LuReport::bare(&arbiter.id, &devices(arbiter), Verdict::Failed, None));
@@ -171,7 +291,7 @@ pub async fn fence<T: PrTransport + 'static>(
         };
         let mut reports = vec![arbiter_report];
         reports.extend(followers.iter().map(|lu| {
-            LuReport::bare(
+            let skipped = LuReport::bare(
                 &lu.id,
                 &devices(lu),
                 Verdict::Skipped,
@@ -179,7 +299,9 @@ pub async fn fence<T: PrTransport + 'static>(
                     "not touched: the arbiter LU {} did not succeed",
                     arbiter.id
                 )),
-            )
+            );
+            tally.tell(&skipped, false, None);
+            skipped
         }));
         return Ok(Report {
             command: "fence",
@@ -189,29 +311,47 @@ pub async fn fence<T: PrTransport + 'static>(
         });
     }
     let mut reports = vec![arbiter_report];
-    reports.extend(fan_out(followers, until, move |lu| fence_follower(lu, own, victim)).await);
+    reports.extend(
+        fan_out(
+            followers,
+            until,
+            move |lu| fence_follower(lu, own, victim),
+            &mut |r, took| tally.tell(r, false, Some(took)),
+        )
+        .await,
+    );
     if !followers.is_empty() {
-        let recheck = fan_out(std::slice::from_ref(arbiter), until, move |lu| {
-            let mut work = LuWork::new(lu);
-            let result = work.read_keys_any().map(|(_, keys)| {
-                if keys.keys.contains(&own) {
-                    Verdict::VictimRemoved
-                } else {
-                    Verdict::ThisNodeFenced
-                }
-            });
-            work.finish(result, &[Verdict::VictimRemoved])
-        })
+        let recheck = fan_out(
+            std::slice::from_ref(arbiter),
+            until,
+            move |lu| {
+                let mut work = LuWork::new(lu);
+                let result = work.read_keys_any().map(|(_, keys)| {
+                    if keys.keys.contains(&own) {
+                        Verdict::VictimRemoved
+                    } else {
+                        Verdict::ThisNodeFenced
+                    }
+                });
+                work.finish(result, &[Verdict::VictimRemoved])
+            },
+            &mut silent,
+        )
         .await;
         let fenced_meanwhile = recheck
             .first()
             .is_some_and(|r| r.verdict == Verdict::ThisNodeFenced);
         if fenced_meanwhile {
-            let withdrawn = fan_out(followers, until, move |lu| {
-                let mut work = LuWork::new(lu);
-                work.withdraw(own);
-                work.finish(Ok(Verdict::ThisNodeFenced), &[])
-            })
+            let withdrawn = fan_out(
+                followers,
+                until,
+                move |lu| {
+                    let mut work = LuWork::new(lu);
+                    work.withdraw(own);
+                    work.finish(Ok(Verdict::ThisNodeFenced), &[])
+                },
+                &mut silent,
+            )
             .await;
             for (report, withdrawal) in reports.iter_mut().skip(1).zip(withdrawn) {
                 report.ok = false;
@@ -274,9 +414,23 @@ pub async fn status<T: PrTransport + 'static>(
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
+    status_observed(lus, own, limits, &mut |_| {}).await
+}
+
+/// [`status`], telling `observer` of each LU as it has been read.
+pub async fn status_observed<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    limits: Limits,
+    observer: &mut Observer<'_>,
+) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
     let until = Instant::now() + limits.deadline;
-    let reports = fan_out(&lus, until, move |lu| status_lu(lu, own)).await;
+    let mut tally = Tally::new(observer, lus.len());
+    let reports = fan_out(&lus, until, move |lu| status_lu(lu, own), &mut |r, took| {
+        tally.tell(r, false, Some(took))
+    })
+    .await;
     let on: Vec<&str> = reports
         .iter()
         .filter(|r| r.verdict == Verdict::Registered)
@@ -342,7 +496,7 @@ pub async fn heal<T: PrTransport + 'static>(
 ) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
     let until = Instant::now() + limits.deadline;
-    let reports = fan_out(&lus, until, move |lu| heal_lu(lu, own)).await;
+    let reports = fan_out(&lus, until, move |lu| heal_lu(lu, own), &mut silent).await;
     let (outcome, summary) = if all_ok(&reports) {
         (
             Outcome::Success,

@@ -39,7 +39,7 @@ use serde::Serialize;
 use crate::pr::{Key, ReservationType};
 use crate::transport::PrTransport;
 
-pub use drive::{fence, heal, status, unfence};
+pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
 pub use probe::probe_registration;
 
 /// The reservation type the engine creates: writes only from registered nexuses, so preempting a
@@ -222,6 +222,29 @@ impl LuReport {
         }
     }
 }
+
+/// One LU finished its step: what a caller may show while the others are still running (the
+/// admin CLI prints a progress line on a terminal). The engine knows nothing of how it is shown.
+#[derive(Debug, Clone, Copy)]
+pub struct LuDone<'a> {
+    /// The LU's report as its step left it. fence: if this node is found fenced after the
+    /// fan-out, every verdict becomes [`Verdict::ThisNodeFenced`]; the returned [`Report`] is the
+    /// final word.
+    pub report: &'a LuReport,
+    /// LUs finished so far, this one included (1-based).
+    pub done: usize,
+    /// LUs in the command, after paths to the same LU were merged.
+    pub total: usize,
+    /// fence: this is the arbiter LU, decided alone before any other LU is touched.
+    pub arbiter: bool,
+    /// How long the LU's step ran (for a LU timed out: until the deadline); `None` for a LU that
+    /// was skipped and never ran.
+    pub took: Option<Duration>,
+}
+
+/// Told of every LU once, as it finishes, in the order they finish (see [`LuDone`]). It runs on
+/// the task awaiting the engine command, between LUs, so it should be quick.
+pub type Observer<'a> = dyn FnMut(LuDone<'_>) + Send + 'a;
 
 /// The overall result of one engine command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

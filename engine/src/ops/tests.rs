@@ -669,6 +669,187 @@ fn lus_pending_at_the_deadline_are_timed_out() {
     assert!(report.lus[0].ok && report.lus[2].ok);
 }
 
+// ----- the observer: each LU told once, as it finishes -----
+
+/// What an observer was told of one LU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Told {
+    lu: String,
+    verdict: Verdict,
+    done: usize,
+    total: usize,
+    arbiter: bool,
+    ran: bool,
+}
+
+impl Told {
+    fn of(done: &LuDone<'_>) -> Self {
+        Told {
+            lu: done.report.lu.clone(),
+            verdict: done.report.verdict,
+            done: done.done,
+            total: done.total,
+            arbiter: done.arbiter,
+            ran: done.took.is_some(),
+        }
+    }
+}
+
+/// Every LU of `report` told exactly once, with the verdict the report gives it, counted 1..=n.
+fn check_told_once_each(told: &[Told], report: &Report) {
+    let n = report.lus.len();
+    assert_eq!(
+        told.iter().map(|t| t.done).collect::<Vec<_>>(),
+        (1..=n).collect::<Vec<_>>(),
+        "{told:#?}"
+    );
+    assert!(told.iter().all(|t| t.total == n), "{told:#?}");
+    for lu in &report.lus {
+        let heard: Vec<&Told> = told.iter().filter(|t| t.lu == lu.lu).collect();
+        assert_eq!(heard.len(), 1, "{} told once: {told:#?}", lu.lu);
+        assert_eq!(heard[0].verdict, lu.verdict, "{}", lu.lu);
+    }
+}
+
+#[test]
+fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
+    let f = Fixture::new(4, &[2, 2], Quirks::lio());
+    // One LU handed over as two targets (one per path): it is one LU, counted once.
+    let mut targets = f.targets(0);
+    let extra = targets[0].paths.pop().unwrap();
+    let id = targets[0].id.clone();
+    targets.push(LuTarget {
+        id,
+        paths: vec![extra],
+    });
+    let mut told = Vec::new();
+    let report = block_on(unfence_observed(targets, A, limits(), &mut |d| {
+        told.push(Told::of(&d))
+    }))
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Success);
+    assert_eq!(report.lus.len(), 4);
+    check_told_once_each(&told, &report);
+    assert!(
+        told.iter()
+            .all(|t| t.verdict == Verdict::Unfenced && t.ran && !t.arbiter)
+    );
+
+    let mut told = Vec::new();
+    let report = block_on(status_observed(f.targets(0), A, limits(), &mut |d| {
+        told.push(Told::of(&d))
+    }))
+    .unwrap();
+    check_told_once_each(&told, &report);
+    assert!(told.iter().all(|t| t.verdict == Verdict::Registered));
+
+    let mut told = Vec::new();
+    let report = block_on(status_observed(f.targets(1), B, limits(), &mut |d| {
+        told.push(Told::of(&d))
+    }))
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Off);
+    check_told_once_each(&told, &report);
+    assert!(told.iter().all(|t| t.verdict == Verdict::NotRegistered));
+}
+
+#[test]
+fn fence_tells_the_arbiter_first_then_each_other_lu() {
+    let f = two_nodes(5, 2);
+    let mut told = Vec::new();
+    let report = block_on(fence_observed(f.targets(0), A, B, limits(), &mut |d| {
+        told.push(Told::of(&d))
+    }))
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Success);
+    check_told_once_each(&told, &report);
+    assert_eq!(
+        told[0],
+        Told {
+            lu: lu_id(0),
+            verdict: Verdict::VictimRemoved,
+            done: 1,
+            total: 5,
+            arbiter: true,
+            ran: true,
+        }
+    );
+    assert!(
+        told[1..]
+            .iter()
+            .all(|t| !t.arbiter && t.ran && t.verdict == Verdict::VictimRemoved),
+        "{told:#?}"
+    );
+    // A rerun finds the victim gone everywhere.
+    let mut told = Vec::new();
+    let again = block_on(fence_observed(f.targets(0), A, B, limits(), &mut |d| {
+        told.push(Told::of(&d))
+    }))
+    .unwrap();
+    check_told_once_each(&told, &again);
+    assert!(told[0].arbiter && told.iter().all(|t| t.verdict == Verdict::AlreadyFenced));
+}
+
+#[test]
+fn a_failing_arbiter_is_told_then_every_other_lu_as_skipped() {
+    let f = two_nodes(3, 1);
+    let arbiter = f.nexus[0][0][0];
+    f.with_lu(0, |lu| lu.fail_next(arbiter, Injected::TransportDown, 100));
+    let mut told = Vec::new();
+    let report = block_on(fence_observed(f.targets(0), A, B, limits(), &mut |d| {
+        told.push(Told::of(&d))
+    }))
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Failure);
+    check_told_once_each(&told, &report);
+    assert!(told[0].arbiter && told[0].ran && told[0].verdict == Verdict::Failed);
+    // Skipped LUs never ran, so they have no time.
+    assert!(
+        told[1..]
+            .iter()
+            .all(|t| !t.arbiter && !t.ran && t.verdict == Verdict::Skipped),
+        "{told:#?}"
+    );
+}
+
+/// A hung follower does not hold back the news of the others: they are told as they finish, the
+/// hung one at the deadline, as timed out.
+#[test]
+fn a_lu_pending_at_the_deadline_is_told_last_as_timed_out() {
+    const HANG: Duration = Duration::from_secs(30);
+    let f = two_nodes(3, 1);
+    let hung = f.nexus[1][0][0];
+    f.with_lu(1, |l| l.fail_next(hung, Injected::Hang(HANG), 1000));
+    let limits = Limits {
+        deadline: Duration::from_secs(2),
+        tie_break: Duration::ZERO,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut told = Vec::new();
+    let report = runtime
+        .block_on(fence_observed(f.targets(0), A, B, limits, &mut |d| {
+            told.push(Told::of(&d))
+        }))
+        .unwrap();
+    // Never wait for the hung thread.
+    runtime.shutdown_background();
+    check_told_once_each(&told, &report);
+    let order: Vec<(String, Verdict)> = told.iter().map(|t| (t.lu.clone(), t.verdict)).collect();
+    assert_eq!(
+        order,
+        [
+            (lu_id(0), Verdict::VictimRemoved),
+            (lu_id(2), Verdict::VictimRemoved),
+            (lu_id(1), Verdict::TimedOut),
+        ]
+    );
+    assert!(told[2].ran, "a LU timed out ran until the deadline");
+}
+
 // ----- P3 -----
 
 #[test]
