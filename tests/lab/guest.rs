@@ -20,6 +20,9 @@ pub fn install_package() -> anyhow::Result<()> {
     let deb = std::env::var("LAB_PACKAGE")
         .map_err(|_| anyhow::anyhow!("LAB_PACKAGE is not set: the host built no package"))?;
     let start = Instant::now();
+    // man-db's dpkg trigger rebuilds the whole manual database, minutes under emulation; the
+    // file that enables it is removed from the guest's overlay only.
+    let _ = std::fs::remove_file("/var/lib/man-db/auto-update");
     // --force-confold: a prfence configuration in the host's /etc (seen through the guest's
     // overlay) is kept, as an upgrade keeps a conffile.
     super::run("dpkg", ["-i", "--force-confold", &deb])?.ok()?;
