@@ -27,11 +27,13 @@ const CLUSTER: &str = "lab";
 const LOGS: &str = "/run/lab-cluster";
 /// How long the cluster may take to form and start everything under TCG.
 const SETTLE: Duration = Duration::from_secs(300);
+/// Split-brain rounds (`LAB_SPLIT_ROUNDS` overrides it).
+const SPLIT_ROUNDS: usize = 20;
 
 fn main() -> std::process::ExitCode {
-    lab::main(
-        Duration::from_secs(20 * 60),
-        crate::tests![fence_pr_cluster_fails_over_rejoins_and_compares_with_fence_scsi],
+    lab::main_with_package(
+        Duration::from_secs(45 * 60),
+        crate::tests![fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi],
     )
 }
 
@@ -147,6 +149,9 @@ impl Cluster {
             "  cluster of two nodes online after {}",
             lab::secs(start.elapsed())
         );
+        if agent == Agent::FencePr {
+            cluster.check_installed_agent()?;
+        }
         cluster
             .in_node(
                 Node::A,
@@ -164,6 +169,71 @@ impl Cluster {
             lab::secs(took)
         );
         Ok(cluster)
+    }
+
+    /// The package's fence_pr as Pacemaker sees it: listed among the installed agents, its
+    /// metadata valid against the fence-agents RelaxNG schema, and its man pages rendered by
+    /// man(1) without a warning.
+    fn check_installed_agent(&self) -> anyhow::Result<()> {
+        let installed = self
+            .in_node(Node::A, "stonith_admin --list-installed")?
+            .ok()?;
+        ensure!(
+            installed.stdout.lines().any(|l| l.trim() == "fence_pr"),
+            "stonith_admin --list-installed does not list fence_pr:\n{}",
+            installed.stdout
+        );
+        let schema = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/fence-agent-metadata.rng"
+        );
+        // Pacemaker adds start and stop actions (with a timeout attribute the fence-agents schema
+        // does not know) to every fence agent's metadata it serves, fence_scsi's too: those two
+        // lines are taken out, and the rest, the agent's own, must validate.
+        let added = r#"<action name="st\(art\|op\)" timeout="#;
+        let metadata = self
+            .in_node(
+                Node::A,
+                &format!(
+                    "set -e; for a in fence_pr fence_scsi; do stonith_admin --metadata --agent $a \
+                     >/run/$a.xml; test \"$(grep -c '{added}' /run/$a.xml)\" = 2; \
+                     sed -i '/{added}/d' /run/$a.xml; done; \
+                     xmllint --noout --relaxng {schema} /run/fence_pr.xml"
+                ),
+            )?
+            .ok()?;
+        let pages = lab::run(
+            "sh",
+            [
+                "-c",
+                "for p in $(dpkg -L prfence | grep '^/usr/share/man/'); do [ -f \"$p\" ] || \
+                 continue; echo \"$p\"; MANPAGER=cat MANWIDTH=80 LC_ALL=C.UTF-8 man --warnings -l \
+                 \"$p\" 2>&1 >/dev/null; done",
+            ],
+        )?
+        .ok()?;
+        let listed: Vec<&str> = pages
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("/usr/share/man/"))
+            .collect();
+        let warnings: Vec<&str> = pages
+            .stdout
+            .lines()
+            .filter(|l| !l.starts_with("/usr/share/man/"))
+            .collect();
+        ensure!(
+            listed.iter().any(|p| p.contains("fence_pr.8")) && warnings.is_empty(),
+            "the installed man pages {listed:?}: {warnings:?}"
+        );
+        println!(
+            "  package: stonith_admin --list-installed lists fence_pr; its metadata as Pacemaker \
+             serves it, less the start and stop actions Pacemaker adds (to fence_scsi's too), is \
+             valid ({}); {} man pages render without a warning",
+            metadata.stderr.trim(),
+            listed.len()
+        );
+        Ok(())
     }
 
     /// Starts `node` in fresh namespaces (its netns and veth end stay across restarts) inside its
@@ -190,6 +260,7 @@ impl Cluster {
         let child = Command::new("sh")
             .args(["-c", &script])
             .env("LAB_COROSYNC_CONF", "/run/lab/corosync.conf")
+            .env("LAB_PRFENCE", lab::INSTALLED_PRFENCE)
             .stdin(Stdio::null())
             .spawn()
             .context("starting a cluster node")?;
@@ -259,6 +330,7 @@ impl Cluster {
                 "corosync.out",
                 "pacemakerd.out",
                 "counter.log",
+                "agent.log",
                 "pacemaker.log",
             ] {
                 let path = logs(node).join(file);
@@ -280,6 +352,9 @@ impl Cluster {
                     tail.len(),
                     tail.join("\n")
                 );
+            }
+            if let Ok(run) = self.in_node(node, "cat /run/prfence/status.json") {
+                println!("---- {}'s agent status\n{}", name(node), run.stdout);
             }
             if let Ok(run) = self.in_node(node, "crm_mon -1") {
                 println!(
@@ -330,6 +405,78 @@ impl Cluster {
                 name(node)
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// True once every process of `node` is gone (its agent's reboot(2) killed the node's PID
+    /// namespace, or the test killed it).
+    fn is_down(&self, node: Node) -> bool {
+        std::fs::read_to_string(cgroup(node).join("cgroup.procs"))
+            .map(|procs| procs.trim().is_empty())
+            .unwrap_or(true)
+    }
+
+    /// True when `node` runs its prfence agent (the watch that self-fences it).
+    fn runs_agent(&self, node: Node) -> bool {
+        let procs = std::fs::read_to_string(cgroup(node).join("cgroup.procs")).unwrap_or_default();
+        procs.lines().any(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+                args.len() > 1 && args[0].ends_with(b"prfence") && args[1] == b"agent"
+            })
+        })
+    }
+
+    /// The state `node`'s agent last wrote to its status file (`healthy` once its key is on
+    /// every LU and path), if it runs.
+    fn agent_state(&self, node: Node) -> Option<String> {
+        let run = self.in_node(node, "cat /run/prfence/status.json").ok()?;
+        let status: serde_json::Value = serde_json::from_str(&run.stdout).ok()?;
+        status["state"].as_str().map(str::to_owned)
+    }
+
+    /// Waits until both nodes' agents watch their registrations (state `healthy`): only then can
+    /// an agent notice its node being fenced.
+    fn agents_watching(&self) -> anyhow::Result<Duration> {
+        self.wait("both agents healthy (watching their keys)", SETTLE, |c| {
+            Ok(Node::BOTH
+                .iter()
+                .all(|&n| c.agent_state(n).as_deref() == Some("healthy")))
+        })
+    }
+
+    /// Cuts (or restores) the link between the two nodes, both ways: each node's packets to and
+    /// from its veth end are dropped by nftables in its own network namespace, as a pulled
+    /// cable would (the interface stays up).
+    fn set_link_cut(&self, cut: bool) -> anyhow::Result<()> {
+        for (node, dev) in [(Node::A, "veth1"), (Node::B, "veth2")] {
+            let ns = netns(node);
+            if cut {
+                let rules = format!(
+                    "table inet lab_split {{\n chain input {{ type filter hook input priority 0; \
+                     iifname \"{dev}\" drop; }}\n chain output {{ type filter hook output \
+                     priority 0; oifname \"{dev}\" drop; }}\n}}\n"
+                );
+                let file = format!("/run/lab/split-{}.nft", name(node));
+                std::fs::write(&file, rules)?;
+                lab::run("ip", ["netns", "exec", &ns, "nft", "-f", &file])?.ok()?;
+            } else {
+                lab::run(
+                    "ip",
+                    [
+                        "netns",
+                        "exec",
+                        &ns,
+                        "nft",
+                        "delete",
+                        "table",
+                        "inet",
+                        "lab_split",
+                    ],
+                )?
+                .ok()?;
+            }
         }
         Ok(())
     }
@@ -455,13 +602,10 @@ impl Drop for Cluster {
     }
 }
 
-/// Puts fence_pr (a link to the prfence under test) where pacemaker-fenced looks for agents, and
-/// the counter agent where the controller looks for OCF agents; mounts cgroup2 for the freezer.
-/// The guest's root is a tmpfs overlay: nothing reaches the host.
+/// Puts the counter agent where the controller looks for OCF agents and mounts cgroup2 for the
+/// freezer (fence_pr is the package's, installed before the suite ran). The guest's root is a
+/// tmpfs overlay: nothing reaches the host.
 fn install(agent: Agent) -> anyhow::Result<()> {
-    let link = Path::new("/usr/sbin/fence_pr");
-    let _ = std::fs::remove_file(link);
-    std::os::unix::fs::symlink(lab::PRFENCE, link)?;
     let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
     std::fs::create_dir_all(ocf)?;
     std::fs::copy(format!("{SOURCES}/ocf-counter"), ocf.join("counter"))?;
@@ -582,6 +726,7 @@ fn start_up(c: &Cluster) -> anyhow::Result<()> {
 /// holds the survivor's data. Returns (detection, fencing, start) times.
 fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> {
     let (v, s) = (name(victim), name(survivor));
+    c.agents_watching()?;
     let before = c.counter()?.context("no counter before the freeze")?;
     ensure!(before.0 == v, "the counter runs on {}, not {v}", before.0);
     let freeze = Instant::now();
@@ -655,15 +800,30 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         println!("    {line}");
     }
 
-    // Thawed, the victim's writer carries on: every write it makes from now on is refused.
-    c.set_frozen(victim, false)?;
+    // Thawed, the victim's writer carries on: every write it makes from now on is refused, until
+    // its agent finds its key gone (two reads a second apart) and self-fences: reboot(2) takes
+    // the whole node down.
+    ensure!(c.runs_agent(victim), "{v} runs no prfence agent");
     let refused_before = c.refused(victim);
-    c.wait(
-        &format!("a refused write from {v} after the thaw"),
+    c.set_frozen(victim, false)?;
+    let down = c.wait(
+        &format!("{v} down after the thaw (its agent's self-fence)"),
         Duration::from_secs(60),
-        |c| Ok(c.refused(victim) > refused_before),
+        |c| Ok(c.is_down(victim)),
     )?;
-    std::thread::sleep(Duration::from_secs(3));
+    let agent_log = std::fs::read_to_string(logs(victim).join("agent.log")).unwrap_or_default();
+    let fenced_line = agent_log
+        .lines()
+        .find(|l| l.contains("rebooting now"))
+        .with_context(|| {
+            format!("{v} went down but its agent never said it rebooted:\n{agent_log}")
+        })?;
+    ensure!(
+        c.refused(victim) > refused_before,
+        "{v} went down {} after the thaw without one write of its counter refused: {:?}",
+        lab::secs(down),
+        c.counter_log(victim)
+    );
     let late: Vec<u64> = c
         .counter_log(victim)
         .iter()
@@ -694,8 +854,11 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         c.keys(0)?
     );
     println!(
-        "  {v} thawed: {refused} writes of its counter refused, none accepted; its O_DIRECT \
-         probes refused on every LU; block 0 holds {later:?}"
+        "  {v} thawed: {refused} writes of its counter refused, none accepted; its agent \
+         self-fenced, the node down {} after the thaw ({}); its O_DIRECT probes refused on every \
+         LU; block 0 holds {later:?}",
+        lab::secs(down),
+        fenced_line.trim()
     );
     let detection = agent_seen;
     let fencing = fenced.saturating_sub(detection.unwrap_or_default());
@@ -703,6 +866,212 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
 }
 
 type Times = (Option<Duration>, Duration, Duration);
+
+/// How a split-brain round ended.
+struct SplitRound {
+    survivor: Node,
+    /// Where the counter ran when the link was cut.
+    service_on: Node,
+    /// Cut -> the loser's key gone from every LU.
+    fenced: Duration,
+    /// Cut -> the loser's node down (its agent's self-fence).
+    loser_down: Duration,
+    /// Cut -> the counter moving on the survivor.
+    serving: Duration,
+    /// Restart of the loser -> its key back on every LU.
+    rejoined: Duration,
+}
+
+/// Which nodes have their key on each LU now (configfs).
+fn registered_nodes(c: &Cluster) -> anyhow::Result<Vec<Vec<Node>>> {
+    (0..LUNS)
+        .map(|lun| Ok(c.keys(lun)?.into_iter().map(|(n, _)| n).collect()))
+        .collect()
+}
+
+/// P2 on the target at one instant: no LU without a key, and no two LUs that each lost a
+/// different node (a split across LUs).
+fn check_no_split(per_lu: &[Vec<Node>], round: usize) -> anyhow::Result<()> {
+    ensure!(
+        per_lu.iter().all(|nodes| !nodes.is_empty()),
+        "round {round}: an LU with no registration left: {per_lu:?}"
+    );
+    let lost = |n: Node| per_lu.iter().any(|nodes| !nodes.contains(&n));
+    ensure!(
+        !(lost(Node::A) && lost(Node::B)),
+        "round {round}: the LUs are split between the nodes: {per_lu:?}"
+    );
+    Ok(())
+}
+
+/// Split brain: the link between the two running nodes is cut both ways; each cluster half
+/// fences the other through fence_pr (Pacemaker's random `pcmk_delay_max` picks who acts first;
+/// fence_pr's tie-break covers a simultaneous start). Watched on the target throughout: never a
+/// LU without a key, never a split across LUs; in the end exactly one node's key on every LU and
+/// its reservation, the other node down (its agent self-fenced), its O_DIRECT writes refused,
+/// none of its counter's writes accepted after the survivor's counter started, and the counter
+/// moving on the survivor. Then the link is restored and the loser restarted, and Pacemaker
+/// unfences it.
+fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound> {
+    let service_on = c.counter_settles()?;
+    c.agents_watching()?;
+    ensure!(
+        c.registered_exactly(&Node::BOTH)?,
+        "round {round}: keys before the cut: {:?}",
+        registered_nodes(c)?
+    );
+    let logs_before = [c.counter_log(Node::A).len(), c.counter_log(Node::B).len()];
+    c.set_link_cut(true)?;
+    let cut = Instant::now();
+    let (mut fenced, mut loser_down, mut serving) = (None, None, None);
+    let mut survivor = None;
+    let mut moves = 0;
+    let mut last_counter = None;
+    loop {
+        let now = cut.elapsed();
+        let per_lu = registered_nodes(c)?;
+        check_no_split(&per_lu, round)?;
+        if survivor.is_none() {
+            survivor = Node::BOTH
+                .into_iter()
+                .find(|&n| per_lu.iter().all(|nodes| nodes == &[n]));
+            if survivor.is_some() {
+                fenced = Some(now);
+            }
+        }
+        if let Some(s) = survivor {
+            let l = other(s);
+            ensure!(
+                per_lu.iter().all(|nodes| nodes == &[s]),
+                "round {round}: after {} was fenced the keys changed: {per_lu:?}",
+                name(l)
+            );
+            if loser_down.is_none() && c.is_down(l) {
+                loser_down = Some(now);
+            }
+            let counter = c.counter()?;
+            match (&last_counter, &counter) {
+                (Some((w0, n0)), Some((w1, n1))) if w0 == w1 && w1 == name(s) && n1 > n0 => {
+                    moves += 1
+                }
+                (Some((w0, _)), Some((w1, _))) if w0 == w1 => {}
+                _ => moves = 0,
+            }
+            last_counter = counter;
+            if serving.is_none() && moves >= 3 {
+                serving = Some(now);
+            }
+            if loser_down.is_some() && serving.is_some() {
+                break;
+            }
+        }
+        if now > SETTLE {
+            c.dump();
+            bail!(
+                "round {round}: no end to the split within {} (keys {per_lu:?}, survivor \
+                 {survivor:?}, loser down {loser_down:?}, serving {serving:?})",
+                lab::secs(SETTLE)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (s, l) = survivor
+        .map(|s| (s, other(s)))
+        .context("the loop ends only with a survivor")?;
+    c.reserved_by(s)?;
+    for lun in 0..LUNS {
+        let probe = c.t.write_probe(l, lun, 100);
+        ensure!(
+            probe == WriteOutcome::Refused,
+            "round {round}: {}'s O_DIRECT write to LUN {lun} after the split: {probe:?}",
+            name(l)
+        );
+    }
+    // The loser's counter (if it ran there) wrote nothing the survivor's counter did not
+    // overwrite: each of its accepted writes carries a smaller number than the survivor's first.
+    let this_round = |n: Node| c.counter_log(n).split_off(logs_before[index(n)]);
+    let survivor_first = this_round(s).first().map(|&(n, _)| n);
+    let loser_accepted: Vec<u64> = this_round(l)
+        .into_iter()
+        .filter(|(_, verdict)| verdict == "accepted")
+        .map(|(n, _)| n)
+        .collect();
+    if let Some(first) = survivor_first {
+        ensure!(
+            loser_accepted.iter().all(|&n| n < first),
+            "round {round}: {} had writes {loser_accepted:?} accepted, {} started at {first}",
+            name(l),
+            name(s)
+        );
+    }
+    let run = c.in_node(s, "crm_mon -1")?;
+    ensure!(
+        run.stdout
+            .contains(&format!("(ocf:lab:counter):\t Started {}", name(s))),
+        "round {round}: Pacemaker on {} does not run the counter there:\n{}",
+        name(s),
+        run.stdout
+    );
+
+    // Heal: the link back, the loser restarted and unfenced by Pacemaker.
+    c.set_link_cut(false)?;
+    c.kill(l)?;
+    c.boot(l)?;
+    let rejoined = c.wait(
+        &format!("{}'s key back on every LU", name(l)),
+        SETTLE,
+        |c| c.registered_exactly(&Node::BOTH),
+    )?;
+    Ok(SplitRound {
+        survivor: s,
+        service_on,
+        fenced: fenced.unwrap_or_default(),
+        loser_down: loser_down.unwrap_or_default(),
+        serving: serving.unwrap_or_default(),
+        rejoined,
+    })
+}
+
+/// `rounds` split-brain rounds (`LAB_SPLIT_ROUNDS`, default 20); prints each round and a summary.
+fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
+    let mut wins = [0usize; 2];
+    let mut lost_service = 0;
+    let mut fenced = Vec::new();
+    for round in 1..=rounds {
+        let r = split_brain_round(c, round)?;
+        wins[index(r.survivor)] += 1;
+        if r.service_on != r.survivor {
+            lost_service += 1;
+        }
+        println!(
+            "  split round {round:2}: counter on {}, {} survived: loser fenced {} after the cut, \
+             down {}, counter moving on {} at {}; loser unfenced {} after its restart",
+            name(r.service_on),
+            name(r.survivor),
+            lab::secs(r.fenced),
+            lab::secs(r.loser_down),
+            name(r.survivor),
+            lab::secs(r.serving),
+            lab::secs(r.rejoined)
+        );
+        fenced.push(r.fenced);
+    }
+    fenced.sort();
+    let (Some(first), Some(last)) = (fenced.first(), fenced.last()) else {
+        return Ok(());
+    };
+    println!(
+        "  split brain, {rounds} rounds: one survivor every round (node1 {}, node2 {}), never a \
+         split across LUs, never an LU without a key; {lost_service} rounds fenced the node \
+         running the counter; cut -> loser fenced min {} / median {} / max {}",
+        wins[0],
+        wins[1],
+        lab::secs(*first),
+        lab::secs(fenced[fenced.len() / 2]),
+        lab::secs(*last)
+    );
+    Ok(())
+}
 
 fn report(agent: Agent, victim: Node, (detection, fencing, start): Times) {
     let total = detection.unwrap_or_default() + fencing + start;
@@ -734,9 +1103,10 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}\n")).collect()
 }
 
-/// Start-up, failover and rejoin of a fence_pr cluster; then fence_pr is replaced by fence_scsi
-/// in the running cluster (same keys, same key store) and the same failover is made the other way.
-fn fence_pr_cluster_fails_over_rejoins_and_compares_with_fence_scsi() -> anyhow::Result<()> {
+/// Start-up, failover, rejoin and split-brain rounds of a fence_pr cluster; then fence_pr is
+/// replaced by fence_scsi in the running cluster (same keys, same key store) and the same failover
+/// is made again.
+fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Result<()> {
     let mut c = Cluster::start(Agent::FencePr)?;
     start_up(&c)?;
     let fence_pr_times = failover(&c, Node::A, Node::B)?;
@@ -788,6 +1158,8 @@ fn fence_pr_cluster_fails_over_rejoins_and_compares_with_fence_scsi() -> anyhow:
         lab::secs(restart.elapsed()),
         indent(&run.stdout)
     );
+
+    split_brain(&mut c, lab::env_count("LAB_SPLIT_ROUNDS", SPLIT_ROUNDS)?)?;
 
     // fence_scsi in place of fence_pr, as an admin swaps the agent: same resource, same params.
     c.agent = Agent::FenceScsi;

@@ -11,6 +11,7 @@ cibadmin --create --scope resources --xml-text "
   <instance_attributes id='storage-fence-params'>
     <nvpair id='storage-fence-devices' name='devices' value='$devices'/>
     <nvpair id='storage-fence-hosts' name='pcmk_host_list' value='node1 node2'/>
+    <nvpair id='storage-fence-delay' name='pcmk_delay_max' value='4s'/>
   </instance_attributes>
   <meta_attributes id='storage-fence-meta'>
     <nvpair id='storage-fence-provides' name='provides' value='unfencing'/>
@@ -19,6 +20,10 @@ cibadmin --create --scope resources --xml-text "
     <op id='storage-fence-monitor' name='monitor' interval='3600s'/>
   </operations>
 </primitive>"
+# pcmk_delay_max: each fencing waits a random 0-4 s first, so that in a split brain one side
+# usually acts first (liveness, as two-node clusters are advised to). Safety never rests on it:
+# the target lets only one PREEMPT AND ABORT win the arbiter LU, and fence_pr's tie-break keeps
+# two fences that start together from crossing.
 [ "${2:-}" != device-only ] || exit 0
 crm_attribute --type crm_config --name stonith-enabled --update true
 # fence_scsi and fence_pr cut a node off its disks: "off" is the only fencing action they have

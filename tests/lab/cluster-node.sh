@@ -4,7 +4,8 @@
 # the node its own /run, /dev/shm, /var/lib/{pacemaker,corosync}, /etc/corosync, logs and its own
 # stable names for the shared LUNs, then runs corosync and Pacemaker in the foreground.
 # Usage: cluster-node.sh NAME LOG_DIR DEVICE...   (DEVICE i becomes /dev/disk/by-id/lab-lun<i>)
-# Environment: LAB_COROSYNC_CONF (the file to install as /etc/corosync/corosync.conf).
+# Environment: LAB_COROSYNC_CONF (the file to install as /etc/corosync/corosync.conf), LAB_PRFENCE
+# (the prfence binary whose `agent` watches this node's registrations).
 set -euo pipefail
 name=$1 logs=$2; shift 2
 conf=$(cat "$LAB_COROSYNC_CONF")   # read before /run is replaced
@@ -29,6 +30,25 @@ corosync -f >>/var/log/cluster/corosync.out 2>&1 &
 for _ in $(seq 600); do corosync-cfgtool -s >/dev/null 2>&1 && break; sleep 0.1; done
 export PCMK_logfile=/var/log/cluster/pacemaker.log PCMK_debug=no
 pacemakerd -f >>/var/log/cluster/pacemakerd.out 2>&1 &
-echo "$name: corosync and pacemakerd started" >>/var/log/cluster/node.log
+# The node agent in watch mode, as fence_scsi_check would run beside fence_scsi: fence_scsi's key
+# for this node (asked of corosync, like fence_pr's), every shared LUN. Once its key is gone it
+# self-fences with reboot(2), which in this PID namespace kills the namespace's init: the whole
+# node goes down at once, as a reboot would take a real one. No watchdog: softdog would reset the
+# whole guest.
+mkdir -p /run/prfence
+{
+  echo 'mode = "watch"'
+  echo 'check_interval = "1s"'
+  echo 'command_timeout = "2s"'
+  for ((j = 0; j < i; j++)); do printf '[[device]]\npath = "/dev/disk/by-id/lab-lun%d"\n' "$j"; done
+  printf '[key]\nderive = "fence_scsi"\nnode = "%s"\n' "$name"
+  printf '[watch]\ngrace = "20s"\nmissing_confirmations = 2\n'
+  printf '[self_fence]\nreboot = true\n'
+  printf '[log]\ntarget = "stderr"\n'
+  printf '[systemd]\nnotify = false\n'
+} >/run/prfence/agent.toml
+"$LAB_PRFENCE" agent --config /run/prfence/agent.toml --status-file /run/prfence/status.json \
+  >>/var/log/cluster/agent.log 2>&1 &
+echo "$name: corosync, pacemakerd and prfence agent started" >>/var/log/cluster/node.log
 # PID 1: reap orphans (the counter's writer, fence agents' children) until killed
 while :; do wait || sleep 1; done
