@@ -47,8 +47,19 @@ mkdir -p /run/prfence
   printf '[log]\ntarget = "stderr"\n'
   printf '[systemd]\nnotify = false\n'
 } >/run/prfence/agent.toml
-"$LAB_PRFENCE" agent --config /run/prfence/agent.toml --status-file /run/prfence/status.json \
-  >>/var/log/cluster/agent.log 2>&1 &
+# Restarted as its unit restarts it (Restart=on-failure, RestartSec=2s,
+# RestartPreventExitStatus=86): an agent that starts while corosync is still too slow to answer
+# its key query exits and comes back.
+(
+  while :; do
+    status=0
+    "$LAB_PRFENCE" agent --config /run/prfence/agent.toml --status-file /run/prfence/status.json \
+      >>/var/log/cluster/agent.log 2>&1 || status=$?
+    echo "agent exited with status $status" >>/var/log/cluster/agent.log
+    [ "$status" != 0 ] && [ "$status" != 86 ] || break
+    sleep 2
+  done
+) &
 echo "$name: corosync, pacemakerd and prfence agent started" >>/var/log/cluster/node.log
 # PID 1: reap orphans (the counter's writer, fence agents' children) until killed
 while :; do wait || sleep 1; done
