@@ -305,9 +305,7 @@ impl Agent {
         epochs: &Arc<AsyncMutex<EpochStore>>,
     ) -> Option<Vec<StartView>> {
         loop {
-            self.table
-                .refresh(&self.storage, self.check_deadline())
-                .await;
+            self.table.refresh(&self.host, self.check_deadline()).await;
             let mut views = Vec::new();
             for index in 0..self.table.lus.len() {
                 let job = self.job(index, rtype, epochs)?;
@@ -449,9 +447,7 @@ impl Agent {
             if now >= next_check {
                 let healthy = leases.iter().all(|l| l.feed_watchdog(now.into_std()));
                 self.feed(healthy);
-                self.table
-                    .refresh(&self.storage, self.check_deadline())
-                    .await;
+                self.table.refresh(&self.host, self.check_deadline()).await;
                 self.lease_status(&leases);
                 next_check = now + self.settings.check_interval;
             }
@@ -585,9 +581,7 @@ impl Agent {
 
     /// `--once`: the reservation and keys of every LU; nothing is registered.
     pub(super) async fn once_lease(&mut self) -> bool {
-        self.table
-            .refresh(&self.storage, self.check_deadline())
-            .await;
+        self.table.refresh(&self.host, self.check_deadline()).await;
         let mut all = true;
         for index in 0..self.table.lus.len() {
             let Some(job) = self.job(

@@ -11,8 +11,8 @@
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
 //!
 //! The driver: [`run`] (entry point, self-fence, shared helpers), `watch_loop` and `lease_loop`
-//! (the two modes), [`storage`] (the seam to discovery and devices, and bounded command
-//! execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
+//! (the two modes), [`storage`] (the LU table over the engine's [`crate::host::Host`], and
+//! bounded command execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
 //! [`status`], [`epoch_file`], [`logging`].
 //!
 //! # Safety does not rest on time (P5)

@@ -4,9 +4,10 @@
 //! [`super::lease_loop`]; the process entry point, signals and the metrics server in
 //! [`super::entry`].
 //!
-//! Everything a test needs to replace is injected through [`AgentParts`]: the [`Storage`] (discovery
-//! and device opening; the SPC model in unit tests), the [`Host`] (reboot), the sd_notify target,
-//! the sysfs root of the watchdog check, and the [`Control`] channel that stands in for signals.
+//! Everything a test needs to replace is injected through [`AgentParts`]: the [`Host`] (discovery,
+//! device opening, the self-fence hook, reboot; the SPC model in unit tests), the sd_notify
+//! target, the sysfs root of the watchdog check, and the [`Control`] channel that stands in for
+//! signals.
 //!
 //! Exit statuses of `prfence agent`: 0 stopped by SIGTERM (or `--once`/`--check-config` found
 //! nothing wrong), 1 could not start or run (devices, key, state file, watchdog, port), 2 invalid
@@ -26,8 +27,9 @@ use super::status::{
     self, HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
     WatchdogStep,
 };
-use super::storage::{Executor, LuTable, PathHandle, Storage, lock};
+use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watchdog::Watchdog;
+use crate::host::Host;
 use crate::ops;
 use crate::pr::{Key, PrOut, PrOutAction};
 use crate::transport::Command;
@@ -69,29 +71,9 @@ impl RunEnd {
     }
 }
 
-/// The node itself: what a self-fence does beyond this process.
-pub trait Host: Send + Sync + 'static {
-    /// Reboots at once, without syncing (a fenced node's dirty pages must not reach the LU);
-    /// returns only if that failed.
-    fn reboot_now(&self) -> std::io::Error;
-}
-
-/// The real node: `reboot(2)` with `RB_AUTOBOOT` (needs CAP_SYS_BOOT).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemHost;
-
-impl Host for SystemHost {
-    fn reboot_now(&self) -> std::io::Error {
-        match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT) {
-            Ok(never) => match never {},
-            Err(errno) => std::io::Error::from(errno),
-        }
-    }
-}
-
 /// The injectable parts of an agent.
 pub struct AgentParts {
-    pub storage: Arc<dyn Storage>,
+    /// Discovery, device opening, the self-fence hook and reboot (the SPC model in unit tests).
     pub host: Arc<dyn Host>,
     pub notifier: Notifier,
     /// Written after every check (see [`super::status`]).
@@ -104,7 +86,6 @@ pub struct AgentParts {
 /// A running agent: settings, devices and everything the loops share.
 pub struct Agent {
     pub(super) settings: Settings,
-    pub(super) storage: Arc<dyn Storage>,
     pub(super) host: Arc<dyn Host>,
     pub(super) exec: Arc<Executor>,
     pub(super) table: LuTable,
@@ -180,7 +161,7 @@ impl Agent {
         }
         Agent {
             exec: Arc::new(Executor::new(
-                Arc::clone(&options.storage),
+                Arc::clone(&options.host),
                 settings.command_timeout,
                 Arc::clone(&metrics),
             )),
@@ -188,7 +169,6 @@ impl Agent {
             status: Arc::new(Mutex::new(shown)),
             metrics,
             settings,
-            storage: options.storage,
             host: options.host,
             notifier: options.notifier,
             status_file: options.status_file,
@@ -362,13 +342,14 @@ impl Agent {
             let argv = argv.clone();
             let timeout = actions.command_timeout;
             let shown = argv.join(" ");
+            let host = Arc::clone(&self.host);
             let ran = tokio::task::spawn_blocking(move || {
                 let (program, args) = argv
                     .split_first()
                     .map_or((Path::new(""), &[][..]), |(p, a)| {
                         (Path::new(p.as_str()), a)
                     });
-                crate::process::run_bounded(program, args, Some(timeout))
+                host.run_bounded(program, args, Some(timeout))
             })
             .await;
             steps.hook = match ran {
@@ -507,7 +488,7 @@ impl Agent {
         }
         if new.command_timeout != self.settings.command_timeout {
             self.exec = Arc::new(Executor::new(
-                Arc::clone(&self.storage),
+                Arc::clone(&self.host),
                 new.command_timeout,
                 Arc::clone(&self.metrics),
             ));

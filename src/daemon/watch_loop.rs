@@ -233,7 +233,7 @@ impl Agent {
         // The whole check, discovery to the decision, ends within its budget: the watchdog is
         // fed after it, and its timeout is checked against this budget (config::feed_gap).
         let until = self.check_deadline();
-        self.table.refresh(&self.storage, until).await;
+        self.table.refresh(&self.host, until).await;
         if let Some((a, b, id)) = self.table.duplicate() {
             tracing::error!(first = %a, second = %b, %id, "two configured devices are the same LU; list each LU once");
         }
@@ -444,8 +444,11 @@ impl Agent {
         } else {
             let spec = new_watch.key.clone();
             let timeout = new.command_timeout;
-            match tokio::task::spawn_blocking(move || super::entry::resolve_key(&spec, timeout))
-                .await
+            let host = Arc::clone(&self.host);
+            match tokio::task::spawn_blocking(move || {
+                super::entry::resolve_key(&spec, timeout, host.as_ref())
+            })
+            .await
             {
                 Ok(Ok(k)) => k,
                 Ok(Err(e)) => {
@@ -500,7 +503,7 @@ impl Agent {
     /// `--once`: one READ KEYS per LU and every path probed; nothing healed, nothing fenced.
     pub(super) async fn once_watch(&mut self, key: Key) -> bool {
         let until = self.check_deadline();
-        self.table.refresh(&self.storage, until).await;
+        self.table.refresh(&self.host, until).await;
         let probe = vec![true; self.table.lus.len()];
         let checks = check_all(&self.exec, &self.table, key, &probe, until).await;
         let Some(config) = self.settings.watch_config(key) else {
