@@ -324,22 +324,9 @@ pub fn feed_gap(check_interval: Duration, command_timeout: Duration) -> Duration
 
 /// `WatchdogSec=` of the packaged unit (packaging/prfence-agent.service, pinned by a test). A
 /// start under systemd checks against the value systemd passes (`WATCHDOG_USEC`); without it
-/// (`--check-config` in `ExecStartPre=`, a start by hand) against this one.
+/// (`--check-config` in `ExecStartPre=`, a start by hand) against this one
+/// ([`super::entry::service_watchdog`]).
 pub const UNIT_WATCHDOG_SEC: Duration = Duration::from_secs(30);
-
-/// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
-/// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
-pub fn service_watchdog() -> Duration {
-    let for_us = std::env::var("WATCHDOG_PID")
-        .ok()
-        .is_none_or(|pid| pid.trim() == std::process::id().to_string());
-    std::env::var("WATCHDOG_USEC")
-        .ok()
-        .filter(|_| for_us)
-        .and_then(|usec| usec.parse::<u64>().ok())
-        .filter(|&usec| usec > 0)
-        .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)
-}
 
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::config::{KeySpec, ModeSettings, Settings};
+use super::config::{KeySpec, ModeSettings, Settings, UNIT_WATCHDOG_SEC};
 use super::logging::LogHandle;
 use super::notify::Notifier;
 use super::run::{Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, RunEnd};
@@ -43,13 +43,27 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result
     })
 }
 
+/// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
+/// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
+pub fn service_watchdog() -> Duration {
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .is_none_or(|pid| pid.trim() == std::process::id().to_string());
+    std::env::var("WATCHDOG_USEC")
+        .ok()
+        .filter(|_| for_us)
+        .and_then(|usec| usec.parse::<u64>().ok())
+        .filter(|&usec| usec > 0)
+        .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)
+}
+
 /// Reads and validates the configuration file.
 pub fn load_settings(path: &Path) -> Result<Settings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let settings =
         Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     settings
-        .check_service_watchdog(super::config::service_watchdog())
+        .check_service_watchdog(service_watchdog())
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(settings)
 }
@@ -88,7 +102,7 @@ pub fn agent_main(
             settings.devices.len(),
             settings.check_interval,
             super::config::check_budget(settings.command_timeout),
-            super::config::service_watchdog(),
+            service_watchdog(),
         );
         return 0;
     }

@@ -24,9 +24,10 @@ use super::logging::LogHandle;
 use super::metrics::Metrics;
 use super::notify::Notifier;
 use super::status::{
-    self, HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
+    HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
     WatchdogStep,
 };
+use super::status_file;
 use super::storage::{Executor, LuTable, PathHandle, lock};
 use super::watchdog::Watchdog;
 use crate::host::Host;
@@ -302,7 +303,7 @@ impl Agent {
         lock(&self.metrics).set_blocked_paths(self.table.blocked_paths());
         if let Some(path) = &self.status_file {
             let status = lock(&self.status).clone();
-            if let Err(e) = status::write_file(path, &status) {
+            if let Err(e) = status_file::write(path, &status) {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
             }
         }

@@ -824,7 +824,7 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
         .unwrap();
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(lock(&run.status).state, State::Holder);
-    super::status::write_file(&status_file, &lock(&run.status)).unwrap();
+    super::status_file::write(&status_file, &lock(&run.status)).unwrap();
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
     assert_eq!(written["state"], "holder");
