@@ -29,6 +29,7 @@ use super::status::{
 };
 use super::status_file;
 use super::storage::{Executor, LuTable, PathHandle, lock};
+use super::watch_loop::WatchDriver;
 use super::watchdog::Watchdog;
 use crate::host::Host;
 use crate::ops;
@@ -194,7 +195,9 @@ impl Agent {
     /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
     pub async fn run(mut self, key: Option<Key>) -> RunEnd {
         match (&self.settings.mode, key) {
-            (ModeSettings::Watch(_), Some(key)) => self.run_watch(key).await,
+            (ModeSettings::Watch(_), Some(key)) => {
+                WatchDriver::new(&mut self, key).run_watch().await
+            }
             (ModeSettings::Watch(_), None) => {
                 RunEnd::Failed("watch mode needs our key resolved first".to_owned())
             }
@@ -205,7 +208,7 @@ impl Agent {
     /// One look at every LU for `--once`: prints the status and says whether all is well.
     pub async fn once(mut self, key: Option<Key>) -> u8 {
         let healthy = match key {
-            Some(key) => self.once_watch(key).await,
+            Some(key) => WatchDriver::new(&mut self, key).once_watch().await,
             None => self.once_lease().await,
         };
         println!("{}", lock(&self.status).to_json());
