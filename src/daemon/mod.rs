@@ -11,8 +11,9 @@
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
 //! - [`status`]: the state `/status` and the status file show, as JSON.
 //!
-//! The driver: [`run`] (entry point, self-fence, shared helpers), `watch_loop` and `lease_loop`
-//! (the two modes), [`storage`] (the LU table over the engine's [`crate::host::Host`], and
+//! The driver: [`run`] (the `Agent` both modes share: entry point, self-fence, watchdog,
+//! publishing), `watch_loop` and `lease_loop` (`WatchDriver` and `LeaseDriver`, each with its
+//! mode's state), [`storage`] (the LU table over the engine's [`crate::host::Host`], and
 //! bounded command execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
 //! [`status_file`], [`epoch_file`], [`logging`].
 //!

@@ -1,8 +1,10 @@
 //! The tokio driver of `prfence agent`: owns the devices, timers, watchdog, sd_notify and
 //! logging, and carries out what the sans-IO machines decide
-//! ([`super::watch`], [`super::lease`]). The mode loops are in [`super::watch_loop`] and
-//! [`super::lease_loop`]; the process entry point, signals and the metrics server in
-//! [`super::entry`].
+//! ([`super::watch`], [`super::lease`]). [`Agent`] is the part both modes share (settings, host,
+//! executor, LU table, metrics and status, notifier, watchdog, self-fence); each mode's driver
+//! borrows it and owns its own state: `watch_loop::WatchDriver` (what the checks keep
+//! between ticks), `lease_loop::LeaseDriver` (reservation type, epoch store). The
+//! process entry point, signals and the metrics server are in [`super::entry`].
 //!
 //! Everything a test needs to replace is injected through [`AgentParts`]: the [`Host`] (discovery,
 //! device opening, the self-fence hook, reboot; the SPC model in unit tests), the sd_notify
@@ -20,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use super::config::{ModeSettings, Settings};
+use super::lease_loop::LeaseDriver;
 use super::logging::LogHandle;
 use super::metrics::Metrics;
 use super::notify::Notifier;
@@ -201,7 +204,7 @@ impl Agent {
             (ModeSettings::Watch(_), None) => {
                 RunEnd::Failed("watch mode needs our key resolved first".to_owned())
             }
-            (ModeSettings::Lease(_), _) => self.run_lease().await,
+            (ModeSettings::Lease(_), _) => LeaseDriver::run_lease(&mut self).await,
         }
     }
 
@@ -209,7 +212,7 @@ impl Agent {
     pub async fn once(mut self, key: Option<Key>) -> u8 {
         let healthy = match key {
             Some(key) => WatchDriver::new(&mut self, key).once_watch().await,
-            None => self.once_lease().await,
+            None => LeaseDriver::once_lease(&mut self).await,
         };
         println!("{}", lock(&self.status).to_json());
         if healthy { 0 } else { EXIT_ONCE_PROBLEM }
