@@ -152,9 +152,6 @@ pub struct Executor {
     healing: Arc<Mutex<HashSet<String>>>,
 }
 
-/// Time allowed beyond `command_timeout` for the kernel's own timeout to fire first.
-pub const TIMEOUT_SLACK: Duration = Duration::from_millis(200);
-
 /// An LU's heal mark, held by every path the heal opened: it is cleared when the heal's last
 /// blocking call returns, not when the check that started it stops waiting.
 pub struct HealGuard {
@@ -188,7 +185,7 @@ impl Executor {
     /// How long [`Executor::run`] waits for one command: `command_timeout` plus the slack that
     /// lets the kernel's own timeout fire first.
     pub fn command_slot(&self) -> Duration {
-        command_slot(self.policy.timeout)
+        super::config::command_slot(self.policy.timeout)
     }
 
     /// Marks `lu` as being healed; `None` while a previous heal of it is still under way.
@@ -363,11 +360,6 @@ impl Executor {
         }
         Err(last)
     }
-}
-
-/// See [`Executor::command_slot`].
-pub fn command_slot(command_timeout: Duration) -> Duration {
-    command_timeout.saturating_add(TIMEOUT_SLACK)
 }
 
 /// An opened path as the `ops` engine owns it: the agent's device, whose errors carry the
