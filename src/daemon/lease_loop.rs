@@ -423,7 +423,7 @@ impl<'a> LeaseDriver<'a> {
         let mut role = None;
         loop {
             let now = Instant::now();
-            if !self.agent.fenced {
+            if !self.agent.is_fenced() {
                 let mut fence = None;
                 'poll: for (index, lease) in leases.iter_mut().enumerate() {
                     while let Some(action) = lease.poll(now.into_std()) {
@@ -531,7 +531,7 @@ impl<'a> LeaseDriver<'a> {
             ),
             Role::Fenced => "lease: fenced".to_owned(),
         };
-        if !self.agent.fenced {
+        if !self.agent.is_fenced() {
             self.agent.notifier.status(&text);
         }
     }
@@ -540,7 +540,7 @@ impl<'a> LeaseDriver<'a> {
         {
             let mut status = lock(&self.agent.status);
             status.checks += 1;
-            if !self.agent.fenced {
+            if !self.agent.is_fenced() {
                 status.state = match node_role(leases) {
                     Role::Holder { promoted: true } => State::Holder,
                     Role::Fenced => State::Fenced,
@@ -574,7 +574,7 @@ impl<'a> LeaseDriver<'a> {
         self.agent.notifier.stopping();
         lock(&self.agent.status).state = State::Stopping;
         self.agent.publish();
-        if self.agent.settings.unregister_on_exit && !self.agent.fenced {
+        if self.agent.settings.unregister_on_exit && !self.agent.is_fenced() {
             // Unregistering the holder's key also releases its reservation (SPC-4): a clean
             // hand-over, the standby reserves after a lease.
             let keys: Vec<(usize, Key)> = leases
@@ -592,7 +592,7 @@ impl<'a> LeaseDriver<'a> {
     /// A reload in lease mode may not touch the lease: its timings and devices are what the
     /// other nodes rely on. Anything else is applied.
     fn reload_lease(&mut self, new: Settings) {
-        if self.agent.fenced {
+        if self.agent.is_fenced() {
             tracing::warn!("SIGHUP: fenced; nothing changes until the agent is restarted");
             return;
         }

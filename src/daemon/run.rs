@@ -97,16 +97,16 @@ pub struct Agent {
     pub(super) metrics: Arc<Mutex<Metrics>>,
     pub(super) status: Arc<Mutex<Status>>,
     pub(super) notifier: Notifier,
-    pub(super) status_file: Option<PathBuf>,
+    status_file: Option<PathBuf>,
     pub(super) sys_root: PathBuf,
-    pub(super) watchdog: Option<Watchdog>,
-    pub(super) log: Option<LogHandle>,
+    watchdog: Option<Watchdog>,
+    log: Option<LogHandle>,
     pub(super) control: mpsc::UnboundedReceiver<Control>,
     /// Latched once the self-fence actions ran.
-    pub(super) fenced: bool,
+    fenced: bool,
     /// Latched by the self-fence: the watchdog is no longer fed (`self_fence.stop_watchdog`, or
     /// a reboot that failed).
-    pub(super) stop_feeding: bool,
+    stop_feeding: bool,
     /// Descriptors held for the self-fence, released when it starts.
     reserve: DescriptorReserve,
 }
@@ -193,6 +193,11 @@ impl Agent {
 
     pub fn status(&self) -> Arc<Mutex<Status>> {
         Arc::clone(&self.status)
+    }
+
+    /// Whether the self-fence actions ran (latched; the drivers only read it).
+    pub(super) fn is_fenced(&self) -> bool {
+        self.fenced
     }
 
     /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.

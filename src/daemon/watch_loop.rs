@@ -379,7 +379,7 @@ impl WatchDriver<'_> {
         {
             let mut status = lock(&self.agent.status);
             degraded |= status.watchdog.state == WatchdogState::Degraded;
-            if !self.agent.fenced {
+            if !self.agent.is_fenced() {
                 status.state = if degraded {
                     State::Degraded
                 } else {
@@ -391,7 +391,7 @@ impl WatchDriver<'_> {
             (Some(reason), true) => self.agent.self_fence(reason.to_string()).await,
             _ => None,
         };
-        if !self.agent.fenced {
+        if !self.agent.is_fenced() {
             self.agent.notifier.status(&format!(
                 "{} LU(s) {}",
                 self.agent.table.lus.len(),
@@ -447,7 +447,7 @@ impl WatchDriver<'_> {
         self.agent.notifier.stopping();
         lock(&self.agent.status).state = State::Stopping;
         self.agent.publish();
-        if self.agent.settings.unregister_on_exit && !self.agent.fenced {
+        if self.agent.settings.unregister_on_exit && !self.agent.is_fenced() {
             let keys: Vec<(usize, Key)> =
                 (0..self.agent.table.lus.len()).map(|i| (i, key)).collect();
             self.agent.unregister_everywhere(&keys).await;
@@ -465,7 +465,7 @@ impl WatchDriver<'_> {
             );
             return None;
         };
-        if self.agent.fenced {
+        if self.agent.is_fenced() {
             tracing::warn!("SIGHUP: fenced; nothing changes until the agent is restarted");
             return None;
         }
