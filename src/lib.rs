@@ -1,7 +1,7 @@
 //! prfence: SCSI-3 persistent reservation fencing — the three front ends over the engine.
 //!
-//! The engine (`prfence-engine`: `ops`, `transport`, `exec`, `discover`, `keys`, `process`,
-//! `atomic_file`) and the codec (`pr-codec`, as `pr`) are their own crates, re-exported here so
+//! The engine (`prfence-engine`: `ops`, `transport`, `exec`, `discover`, `host`, `keys`,
+//! `process`, `atomic_file`) and the codec (`pr-codec`, as `pr`) are their own crates, re-exported here so
 //! every front end names them as `crate::ops`, `crate::pr`…. The front ends: `cli` (the admin
 //! command), `fence_agent` (fence_pr, the Pacemaker agent), `daemon` (`prfence agent`).
 
@@ -13,5 +13,5 @@ pub mod fence_agent;
 #[cfg(test)]
 pub use prfence_engine::spc_model;
 pub use prfence_engine::{
-    MAX_DEVICES, atomic_file, discover, exec, keys, ops, pr, process, transport,
+    MAX_DEVICES, atomic_file, discover, exec, host, keys, ops, pr, process, transport,
 };

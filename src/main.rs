@@ -138,7 +138,7 @@ fn agent_main() -> ExitCode {
         eprintln!("{e}");
         return fence_agent::AgentExit::Error.into();
     }
-    let system = run::LinuxSystem::from_environment();
+    let node = run::FenceNode::from_environment();
     let mut stdout = std::io::stdout().lock();
-    run::execute(&request, &system, AGENT_NAME, &mut stdout).into()
+    run::execute(&request, &node, AGENT_NAME, &mut stdout).into()
 }

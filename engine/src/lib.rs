@@ -4,11 +4,14 @@
 //! (the [`transport::PrTransport`] seam: PR operations on one path) → `exec` (the SCSI
 //! implementation: retry and classification policy) → `pr` (the pure codec, its own crate) →
 //! `sg-io` (the one ioctl). `discover` finds the paths and LUs the operations run on; `process`
-//! runs bounded helpers; `keys` derives every scheme's reservation keys; `atomic_file` is how every file is written.
+//! runs bounded helpers; `keys` derives every scheme's reservation keys; `atomic_file` is how every file is written;
+//! `host` is the node as the front ends use it (discovery, opening paths, corosync, helpers,
+//! sleep, reboot).
 
 pub mod atomic_file;
 pub mod discover;
 pub mod exec;
+pub mod host;
 pub mod keys;
 pub mod ops;
 /// The PR codec, its own crate (`pr-codec`); re-exported so `crate::pr::…` paths read naturally.

@@ -6,24 +6,22 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sg_io::Device;
-
 use crate::daemon::config::{KeySpec, ModeSettings, Settings};
-use crate::discover::{Discovery, OpenPath, Opener, PathInfo};
-use crate::exec::ScsiPr;
+use crate::discover::{OpenPath, Opener, PathInfo};
+use crate::host::Host;
 use crate::ops::LuTarget;
 use crate::ops::doctor::{
     self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
     TargetKind,
 };
 use crate::pr::Key;
-use crate::transport::{Hinted, Policy};
+use crate::transport::{Hinted, Policy, PrTransport};
 
 use super::args::Doctor;
-use super::fencing::with_cli_hints;
+use super::fencing::{CliPath, with_cli_hints};
 use super::run::ExitStatus;
 
-type DoctorDevice = DoctorPath<OpenPath<Hinted<ScsiPr<Device>>>>;
+type DoctorDevice = DoctorPath<CliPath>;
 
 /// The devices and key to examine: from the arguments, or from the agent's configuration.
 fn devices_and_key(args: &Doctor) -> Result<(Vec<PathBuf>, Option<Key>), String> {
@@ -112,7 +110,7 @@ fn open_iscsi_isid(session: &str) -> Option<String> {
 }
 
 /// Runs doctor and prints its diagnosis; returns the exit status.
-pub fn execute(args: &Doctor, json: bool, policy: Policy) -> ExitStatus {
+pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) -> ExitStatus {
     let (devices, key) = match devices_and_key(args) {
         Ok(found) => found,
         Err(message) => {
@@ -124,7 +122,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy) -> ExitStatus {
         eprintln!("prfence: no devices given (the configuration lists none)");
         return ExitStatus::Usage;
     }
-    let resolution = match Discovery::system().resolve_each(&devices) {
+    let resolution = match host.resolve_each(&devices) {
         Ok(resolution) => resolution,
         Err(e) => {
             eprintln!("prfence: {e}");
@@ -132,8 +130,9 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy) -> ExitStatus {
         }
     };
     // Opened on first use, inside doctor's deadline (an open blocks during SCSI error recovery).
-    let open: Opener<Hinted<ScsiPr<Device>>> =
-        Arc::new(move |dev: &Path| with_cli_hints(ScsiPr::open(dev, policy)));
+    let opening = Arc::clone(host);
+    let open: Opener<Hinted<Arc<dyn PrTransport>>> =
+        Arc::new(move |dev: &Path| with_cli_hints(opening.open(dev, policy)));
     let mut lus: Vec<LuTarget<DoctorDevice>> = resolution
         .lus
         .iter()
@@ -432,8 +431,9 @@ mod tests {
         }
         let missing =
             doctor_args(&["prfence", "doctor", "--config", "/nonexistent/a.toml"]).unwrap();
+        let host: Arc<dyn Host> = Arc::new(crate::host::SystemHost::new());
         assert_eq!(
-            execute(&missing, false, Policy::default()),
+            execute(&missing, false, Policy::default(), &host),
             ExitStatus::Usage
         );
     }

@@ -5,15 +5,13 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
-use sg_io::Device;
-
-use crate::discover::{DeviceError, Discovery, OpenPath, Opener, targets};
-use crate::exec::ScsiPr;
+use crate::discover::{DeviceError, OpenPath, Opener, targets};
+use crate::host::Host;
 use crate::ops::{
     self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError,
 };
 use crate::pr::Key;
-use crate::transport::{CommandError, Hinted, Policy};
+use crate::transport::{CommandError, Hinted, Policy, PrTransport};
 
 use super::args::{Fence, FencingDevices};
 use super::hints::hint;
@@ -37,15 +35,24 @@ pub(super) fn with_cli_hints<T>(
         .map_err(|e| e.hinted(hint))
 }
 
-/// Runs a fencing command and prints its report; returns the exit status.
-pub fn execute(action: FencingCommand<'_>, json: bool, policy: Policy) -> ExitStatus {
+/// A path the CLI runs the engine on: opened on its first command, its errors with the CLI's
+/// hints.
+pub(super) type CliPath = OpenPath<Hinted<Arc<dyn PrTransport>>>;
+
+/// Runs a fencing command on `host`'s devices and prints its report; returns the exit status.
+pub fn execute(
+    action: FencingCommand<'_>,
+    json: bool,
+    policy: Policy,
+    host: &Arc<dyn Host>,
+) -> ExitStatus {
     let (devices, key, deadline) = match &action {
         FencingCommand::Unfence(d) | FencingCommand::Status(d) => (&d.devices, d.key, d.deadline),
         FencingCommand::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
     };
     // Devices that vanished become dead paths of node-local LUs (never the arbiter); devices the
     // admin must replace (a partition, an LVM volume, an NVMe disk) are a usage error.
-    let resolution = match Discovery::system().resolve_each(devices) {
+    let resolution = match host.resolve_each(devices) {
         Ok(resolution) => resolution,
         Err(e) => {
             eprintln!("prfence: {e}");
@@ -81,9 +88,10 @@ pub fn execute(action: FencingCommand<'_>, json: bool, policy: Policy) -> ExitSt
         }
         return ExitStatus::Failure;
     }
-    let open: Opener<Hinted<ScsiPr<Device>>> =
-        Arc::new(move |dev| with_cli_hints(ScsiPr::open(dev, policy)));
-    let lus: Vec<LuTarget<OpenPath<Hinted<ScsiPr<Device>>>>> = targets(&resolution, false, &open);
+    let opening = Arc::clone(host);
+    let open: Opener<Hinted<Arc<dyn PrTransport>>> =
+        Arc::new(move |dev| with_cli_hints(opening.open(dev, policy)));
+    let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &open);
     let limits = Limits {
         deadline,
         tie_break: match &action {
@@ -233,6 +241,8 @@ pub fn to_text(report: &Report) -> String {
 mod tests {
     use std::path::PathBuf;
 
+    use crate::host::SystemHost;
+
     use super::*;
 
     #[test]
@@ -256,7 +266,13 @@ mod tests {
             deadline: std::time::Duration::from_secs(5),
             devices: vec![PathBuf::from("/nonexistent/sdz")],
         };
-        let status = execute(FencingCommand::Status(&args), true, Policy::default());
+        let host: Arc<dyn Host> = Arc::new(SystemHost::new());
+        let status = execute(
+            FencingCommand::Status(&args),
+            true,
+            Policy::default(),
+            &host,
+        );
         assert_eq!(status, ExitStatus::Failure);
     }
 
@@ -273,8 +289,14 @@ mod tests {
             deadline: std::time::Duration::from_secs(5),
             devices: vec![PathBuf::from("/nonexistent/sdz"), loop0],
         };
+        let host: Arc<dyn Host> = Arc::new(SystemHost::new());
         assert_eq!(
-            execute(FencingCommand::Unfence(&args), true, Policy::default()),
+            execute(
+                FencingCommand::Unfence(&args),
+                true,
+                Policy::default(),
+                &host
+            ),
             ExitStatus::Usage
         );
     }

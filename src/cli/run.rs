@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::exec::ScsiPr;
+use crate::host::{Host, SystemHost};
 use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget, TransportId};
 use crate::transport::{
     Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport,
@@ -182,8 +182,13 @@ fn check_request(command: &Cmd) -> Result<(), String> {
     Ok(())
 }
 
-fn perform(request: &Request, path: &Path, policy: Policy) -> Result<Reported, CommandError> {
-    let device = ScsiPr::open(path, policy)?;
+fn perform(
+    request: &Request,
+    host: &dyn Host,
+    path: &Path,
+    policy: Policy,
+) -> Result<Reported, CommandError> {
+    let device = host.open(path, policy)?;
     let operation = match request {
         Request::ReadKeys => PrRequest::ReadKeys,
         Request::ReadReservation => PrRequest::ReadReservation,
@@ -229,6 +234,7 @@ pub fn execute(cli: &Cli) -> ExitStatus {
         timeout: cli.timeout,
         ..Policy::default()
     };
+    let host: Arc<dyn Host> = Arc::new(SystemHost::new());
     let action = match &cli.command {
         Cmd::Unfence(d) => Some(fencing::FencingCommand::Unfence(d)),
         Cmd::Fence(f) => Some(fencing::FencingCommand::Fence(f)),
@@ -236,10 +242,10 @@ pub fn execute(cli: &Cli) -> ExitStatus {
         _ => None,
     };
     if let Some(action) = action {
-        return fencing::execute(action, cli.json, policy);
+        return fencing::execute(action, cli.json, policy, &host);
     }
     if let Cmd::Doctor(args) = &cli.command {
-        return super::doctor::execute(args, cli.json, policy);
+        return super::doctor::execute(args, cli.json, policy, &host);
     }
     let Some((request, devices)) = request_of(&cli.command) else {
         return ExitStatus::Usage;
@@ -250,7 +256,7 @@ pub fn execute(cli: &Cli) -> ExitStatus {
         &devices.devices,
         devices.deadline(cli.timeout),
         command,
-        move |path| perform(&request, path, policy),
+        move |path| perform(&request, host.as_ref(), path, policy),
     );
     render::print(cli.json, &devices.devices, &results);
     ExitStatus::of(&results)

@@ -303,6 +303,15 @@ pub const DEFAULT_FENCED_EXIT_STATUS: u8 = 86;
 /// (`u32::MAX` means "none"), about 49.7 days.
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_millis(u32::MAX as u64 - 1);
 
+/// Time allowed beyond `command_timeout` for the kernel's own timeout to fire first.
+pub const TIMEOUT_SLACK: Duration = Duration::from_millis(200);
+
+/// How long the driver waits for one command: `command_timeout` and [`TIMEOUT_SLACK`] (the
+/// executor's bound; a timing rule, so it lives with the others).
+pub fn command_slot(command_timeout: Duration) -> Duration {
+    command_timeout.saturating_add(TIMEOUT_SLACK)
+}
+
 /// How many command slots (`command_timeout` + 200 ms each) one watch check may take: READ
 /// KEYS on the first live path of each LU (all LUs at once), READ KEYS on every other live path
 /// at once if the first did not answer, and the path probes, all paths at once. Heals run beside
@@ -313,7 +322,7 @@ pub const CHECK_SLOTS: u32 = 3;
 /// watchdog. The watch loop cuts the check off there (an LU still pending counts as a timed-out
 /// read) and the timing rules use it, so `--check-config` and the agent compute the same number.
 pub fn check_budget(command_timeout: Duration) -> Duration {
-    super::storage::command_slot(command_timeout).saturating_mul(CHECK_SLOTS)
+    command_slot(command_timeout).saturating_mul(CHECK_SLOTS)
 }
 
 /// The longest two feeds of a watchdog can be apart: a check starts at most `check_interval`
@@ -324,22 +333,9 @@ pub fn feed_gap(check_interval: Duration, command_timeout: Duration) -> Duration
 
 /// `WatchdogSec=` of the packaged unit (packaging/prfence-agent.service, pinned by a test). A
 /// start under systemd checks against the value systemd passes (`WATCHDOG_USEC`); without it
-/// (`--check-config` in `ExecStartPre=`, a start by hand) against this one.
+/// (`--check-config` in `ExecStartPre=`, a start by hand) against this one
+/// ([`super::entry::service_watchdog`]).
 pub const UNIT_WATCHDOG_SEC: Duration = Duration::from_secs(30);
-
-/// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
-/// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
-pub fn service_watchdog() -> Duration {
-    let for_us = std::env::var("WATCHDOG_PID")
-        .ok()
-        .is_none_or(|pid| pid.trim() == std::process::id().to_string());
-    std::env::var("WATCHDOG_USEC")
-        .ok()
-        .filter(|_| for_us)
-        .and_then(|usec| usec.parse::<u64>().ok())
-        .filter(|&usec| usec > 0)
-        .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)
-}
 
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);

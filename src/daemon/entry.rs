@@ -8,19 +8,19 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::config::{KeySpec, ModeSettings, Settings};
+use super::config::{KeySpec, ModeSettings, Settings, UNIT_WATCHDOG_SEC};
 use super::logging::LogHandle;
 use super::notify::Notifier;
-use super::run::{Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, RunEnd, SystemHost};
-use super::storage::SystemStorage;
-use crate::keys::{derive_key_via, query_cmapctl};
+use super::run::{Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, RunEnd};
+use crate::host::{Host, SystemHost};
+use crate::keys::derive_key_via;
 use crate::pr::Key;
 
 /// Where corosync's cmap is read when the key is derived (fence_pr's default).
 const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
 
-/// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync).
-pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
+/// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync through `host`).
+pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result<Key, String> {
     let (scheme, node) = match spec {
         KeySpec::Given(key) => return Ok(*key),
         KeySpec::Derive { scheme, node } => (scheme, node),
@@ -32,7 +32,7 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
             .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
     };
     derive_key_via(&node, *scheme, |arg| {
-        query_cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
+        host.cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
     })
     .map(Key::new)
     .map_err(|e| {
@@ -43,13 +43,27 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration) -> Result<Key, String> {
     })
 }
 
+/// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
+/// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
+pub fn service_watchdog() -> Duration {
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .is_none_or(|pid| pid.trim() == std::process::id().to_string());
+    std::env::var("WATCHDOG_USEC")
+        .ok()
+        .filter(|_| for_us)
+        .and_then(|usec| usec.parse::<u64>().ok())
+        .filter(|&usec| usec > 0)
+        .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)
+}
+
 /// Reads and validates the configuration file.
 pub fn load_settings(path: &Path) -> Result<Settings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let settings =
         Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     settings
-        .check_service_watchdog(super::config::service_watchdog())
+        .check_service_watchdog(service_watchdog())
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(settings)
 }
@@ -88,7 +102,7 @@ pub fn agent_main(
             settings.devices.len(),
             settings.check_interval,
             super::config::check_budget(settings.command_timeout),
-            super::config::service_watchdog(),
+            service_watchdog(),
         );
         return 0;
     }
@@ -160,11 +174,15 @@ async fn serve(
     status_file: Option<PathBuf>,
     log: Option<LogHandle>,
 ) -> u8 {
+    let host: Arc<dyn Host> = Arc::new(SystemHost::new());
     let key = match &settings.mode {
         ModeSettings::Watch(watch) => {
             let spec = watch.key.clone();
             let timeout = settings.command_timeout;
-            match tokio::task::spawn_blocking(move || resolve_key(&spec, timeout)).await {
+            let host = Arc::clone(&host);
+            match tokio::task::spawn_blocking(move || resolve_key(&spec, timeout, host.as_ref()))
+                .await
+            {
                 Ok(Ok(key)) => Some(key),
                 Ok(Err(e)) => {
                     tracing::error!(error = %e, "cannot resolve our key");
@@ -186,8 +204,7 @@ async fn serve(
         Notifier::disabled()
     };
     let options = AgentParts {
-        storage: Arc::new(SystemStorage),
-        host: Arc::new(SystemHost),
+        host,
         notifier,
         status_file,
         sys_root: PathBuf::from("/sys"),

@@ -30,8 +30,8 @@ use super::config::{LeaseReservation, ModeSettings, Settings};
 use super::epoch_file;
 use super::failure::CommandFailure;
 use super::lease::{
-    self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseKey, Role,
-    StartView,
+    self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseConfig,
+    LeaseKey, Role, StartView,
 };
 use super::metrics::CommandResult;
 use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
@@ -274,17 +274,20 @@ fn node_role(leases: &[Lease]) -> Role {
     }
 }
 
-impl Agent {
-    fn job(
-        &self,
-        index: usize,
-        rtype: ReservationType,
-        epochs: &Arc<AsyncMutex<EpochStore>>,
-    ) -> Option<Job> {
-        let lu = self.table.lus.get(index)?;
+/// Lease mode's driver: the agent's shared part, borrowed for the run, the reservation type
+/// every LU is held with, and the epoch state file's durable value.
+pub(super) struct LeaseDriver<'a> {
+    agent: &'a mut Agent,
+    rtype: ReservationType,
+    epochs: Arc<AsyncMutex<EpochStore>>,
+}
+
+impl<'a> LeaseDriver<'a> {
+    fn job(&self, index: usize) -> Option<Job> {
+        let lu = self.agent.table.lus.get(index)?;
         Some(Job {
-            exec: Arc::clone(&self.exec),
-            metrics: Arc::clone(&self.metrics),
+            exec: Arc::clone(&self.agent.exec),
+            metrics: Arc::clone(&self.agent.metrics),
             lu: lu.name.clone(),
             id: lu
                 .id
@@ -292,30 +295,27 @@ impl Agent {
                 .unwrap_or_else(|| lu.device.display().to_string()),
             device: lu.device.clone(),
             paths: lu.paths.clone(),
-            rtype,
-            epochs: Arc::clone(epochs),
+            rtype: self.rtype,
+            epochs: Arc::clone(&self.epochs),
         })
     }
 
     /// READ RESERVATION and READ KEYS of every LU, retried every check_interval until all
     /// answer. `None`: stopped meanwhile.
-    async fn start_views(
-        &mut self,
-        rtype: ReservationType,
-        epochs: &Arc<AsyncMutex<EpochStore>>,
-    ) -> Option<Vec<StartView>> {
+    async fn start_views(&mut self) -> Option<Vec<StartView>> {
         loop {
-            self.table
-                .refresh(&self.storage, self.check_deadline())
+            self.agent
+                .table
+                .refresh(&self.agent.host, self.agent.check_deadline())
                 .await;
             let mut views = Vec::new();
-            for index in 0..self.table.lus.len() {
-                let job = self.job(index, rtype, epochs)?;
+            for index in 0..self.agent.table.lus.len() {
+                let job = self.job(index)?;
                 let holder = job.read_reservation().await;
-                let keys = self.exec.read_keys_any(&job.device, &job.paths).await;
+                let keys = self.agent.exec.read_keys_any(&job.device, &job.paths).await;
                 match (holder, keys) {
                     (Ok(holder), Ok((keys, _, _))) => {
-                        lock(&self.status).lus[index].keys =
+                        lock(&self.agent.status).lus[index].keys =
                             keys.keys.iter().map(Key::to_string).collect();
                         views.push(StartView {
                             holder,
@@ -324,17 +324,17 @@ impl Agent {
                     }
                     (Err(e), _) | (_, Err(e)) => {
                         tracing::warn!(lu = %job.lu, error = %e, "cannot read the LU at start; retrying");
-                        lock(&self.status).lus[index].verdict = format!("unreadable: {e}");
+                        lock(&self.agent.status).lus[index].verdict = format!("unreadable: {e}");
                     }
                 }
             }
-            self.publish();
-            if views.len() == self.table.lus.len() {
+            self.agent.publish();
+            if views.len() == self.agent.table.lus.len() {
                 return Some(views);
             }
             tokio::select! {
-                _ = tokio::time::sleep(self.settings.check_interval) => {}
-                control = self.control.recv() => match control {
+                _ = tokio::time::sleep(self.agent.settings.check_interval) => {}
+                control = self.agent.control.recv() => match control {
                     Some(Control::Reload(_)) => tracing::warn!("SIGHUP ignored while starting"),
                     Some(Control::Stop) | None => return None,
                 },
@@ -342,9 +342,11 @@ impl Agent {
         }
     }
 
-    pub(super) async fn run_lease(&mut self) -> RunEnd {
+    /// Lease mode over `agent`'s LUs: reads the epoch state file, then runs until stopped or
+    /// fenced.
+    pub(super) async fn run_lease(agent: &'a mut Agent) -> RunEnd {
         let (Some(config), ModeSettings::Lease(settings)) =
-            (self.settings.lease_config(), self.settings.mode.clone())
+            (agent.settings.lease_config(), agent.settings.mode.clone())
         else {
             return RunEnd::Failed("lease mode needs [lease]".to_owned());
         };
@@ -363,10 +365,21 @@ impl Agent {
             path: settings.state_file.clone(),
             durable: persisted,
         }));
-        let Some(views) = self.start_views(rtype, &epochs).await else {
+        LeaseDriver {
+            agent,
+            rtype,
+            epochs,
+        }
+        .run(config, persisted)
+        .await
+    }
+
+    /// Lease mode from the first look at every LU on.
+    async fn run(&mut self, config: LeaseConfig, persisted: Option<u64>) -> RunEnd {
+        let Some(views) = self.start_views().await else {
             return self.stop_lease(&[]).await;
         };
-        if let Some((a, b, id)) = self.table.duplicate() {
+        if let Some((a, b, id)) = self.agent.table.duplicate() {
             return RunEnd::Failed(format!(
                 "devices {a} and {b} are the same LU {id}; list each LU once"
             ));
@@ -395,7 +408,7 @@ impl Agent {
         // Stricter than watch mode on purpose (watch mode shows a degraded watchdog and retries):
         // a holder's watchdog is part of the lease timing rule (a hung holder must be reset
         // before its lease ends and a standby takes over), so lease mode does not start without it.
-        if let Err(e) = self.open_watchdog() {
+        if let Err(e) = self.agent.open_watchdog() {
             return RunEnd::Failed(e);
         }
         tracing::info!(
@@ -404,30 +417,38 @@ impl Agent {
             lus = leases.len(),
             "lease mode"
         );
-        self.notifier.ready("lease: starting");
+        self.agent.notifier.ready("lease: starting");
         let mut jobs: JoinSet<(usize, Option<Completion>)> = JoinSet::new();
         let mut next_check = Instant::now();
         let mut role = None;
         loop {
             let now = Instant::now();
-            if !self.fenced {
+            if !self.agent.is_fenced() {
                 let mut fence = None;
                 'poll: for (index, lease) in leases.iter_mut().enumerate() {
                     while let Some(action) = lease.poll(now.into_std()) {
                         match action {
                             LeaseAction::SelfFence(reason) => {
-                                let name =
-                                    self.table.lus.get(index).map_or("?", |l| l.name.as_str());
+                                let name = self
+                                    .agent
+                                    .table
+                                    .lus
+                                    .get(index)
+                                    .map_or("?", |l| l.name.as_str());
                                 fence = Some(format!("LU {name}: {reason}"));
                                 break 'poll;
                             }
                             LeaseAction::Promoted { key } => {
-                                let name =
-                                    self.table.lus.get(index).map_or("?", |l| l.name.as_str());
+                                let name = self
+                                    .agent
+                                    .table
+                                    .lus
+                                    .get(index)
+                                    .map_or("?", |l| l.name.as_str());
                                 tracing::info!(lu = %name, %key, "holding the reservation");
                             }
                             action => {
-                                if let Some(job) = self.job(index, rtype, &epochs) {
+                                if let Some(job) = self.job(index) {
                                     jobs.spawn(async move { (index, job.execute(action).await) });
                                 }
                             }
@@ -435,8 +456,8 @@ impl Agent {
                     }
                 }
                 if let Some(reason) = fence {
-                    lock(&self.metrics).set_lease_role(Role::Fenced);
-                    if let Some(exit_status) = self.self_fence(reason).await {
+                    lock(&self.agent.metrics).set_lease_role(Role::Fenced);
+                    if let Some(exit_status) = self.agent.self_fence(reason).await {
                         return RunEnd::Fenced { exit_status };
                     }
                 }
@@ -448,12 +469,13 @@ impl Agent {
             }
             if now >= next_check {
                 let healthy = leases.iter().all(|l| l.feed_watchdog(now.into_std()));
-                self.feed(healthy);
-                self.table
-                    .refresh(&self.storage, self.check_deadline())
+                self.agent.feed(healthy);
+                self.agent
+                    .table
+                    .refresh(&self.agent.host, self.agent.check_deadline())
                     .await;
                 self.lease_status(&leases);
-                next_check = now + self.settings.check_interval;
+                next_check = now + self.agent.settings.check_interval;
             }
             let wake = leases
                 .iter()
@@ -470,11 +492,11 @@ impl Agent {
                     }
                 }
                 _ = tokio::time::sleep_until(wake) => {}
-                control = self.control.recv() => match control {
+                control = self.agent.control.recv() => match control {
                     Some(Control::Reload(new)) => {
-                        self.notifier.reloading();
+                        self.agent.notifier.reloading();
                         self.reload_lease(*new);
-                        self.notifier.ready("reloaded");
+                        self.agent.notifier.ready("reloaded");
                     }
                     Some(Control::Stop) | None => return self.stop_lease(&leases).await,
                 },
@@ -483,7 +505,7 @@ impl Agent {
     }
 
     fn record_completion(&self, completion: &Completion) {
-        let mut metrics = lock(&self.metrics);
+        let mut metrics = lock(&self.agent.metrics);
         match completion {
             Completion::Renew(result) => metrics.record_renewal(CommandResult::from(*result)),
             Completion::Preempt(result) => metrics.record_preempt(CommandResult::from(*result)),
@@ -492,7 +514,7 @@ impl Agent {
     }
 
     fn lease_role_changed(&self, role: Role, leases: &[Lease]) {
-        lock(&self.metrics).set_lease_role(role);
+        lock(&self.agent.metrics).set_lease_role(role);
         let text = match role {
             Role::Holder { promoted: true } => {
                 tracing::info!("holding every LU: the service may run");
@@ -509,23 +531,29 @@ impl Agent {
             ),
             Role::Fenced => "lease: fenced".to_owned(),
         };
-        if !self.fenced {
-            self.notifier.status(&text);
+        if !self.agent.is_fenced() {
+            self.agent.notifier.status(&text);
         }
     }
 
     fn lease_status(&self, leases: &[Lease]) {
         {
-            let mut status = lock(&self.status);
+            let mut status = lock(&self.agent.status);
             status.checks += 1;
-            if !self.fenced {
+            if !self.agent.is_fenced() {
                 status.state = match node_role(leases) {
                     Role::Holder { promoted: true } => State::Holder,
                     Role::Fenced => State::Fenced,
                     _ => State::Standby,
                 };
             }
-            for ((lu, lease), shown) in self.table.lus.iter().zip(leases).zip(status.lus.iter_mut())
+            for ((lu, lease), shown) in self
+                .agent
+                .table
+                .lus
+                .iter()
+                .zip(leases)
+                .zip(status.lus.iter_mut())
             {
                 shown.id.clone_from(&lu.id);
                 shown.paths = path_status(&lu.paths);
@@ -538,15 +566,15 @@ impl Agent {
                 };
             }
         }
-        self.publish();
+        self.agent.publish();
     }
 
     async fn stop_lease(&mut self, leases: &[Lease]) -> RunEnd {
         tracing::info!("stopping");
-        self.notifier.stopping();
-        lock(&self.status).state = State::Stopping;
-        self.publish();
-        if self.settings.unregister_on_exit && !self.fenced {
+        self.agent.notifier.stopping();
+        lock(&self.agent.status).state = State::Stopping;
+        self.agent.publish();
+        if self.agent.settings.unregister_on_exit && !self.agent.is_fenced() {
             // Unregistering the holder's key also releases its reservation (SPC-4): a clean
             // hand-over, the standby reserves after a lease.
             let keys: Vec<(usize, Key)> = leases
@@ -555,22 +583,22 @@ impl Agent {
                 .map(|(i, l)| (i, l.own_key()))
                 .filter(|(_, k)| !k.is_zero())
                 .collect();
-            self.unregister_everywhere(&keys).await;
+            self.agent.unregister_everywhere(&keys).await;
         }
-        self.close_watchdog();
+        self.agent.close_watchdog();
         RunEnd::Stopped
     }
 
     /// A reload in lease mode may not touch the lease: its timings and devices are what the
     /// other nodes rely on. Anything else is applied.
     fn reload_lease(&mut self, new: Settings) {
-        if self.fenced {
+        if self.agent.is_fenced() {
             tracing::warn!("SIGHUP: fenced; nothing changes until the agent is restarted");
             return;
         }
-        if new.mode != self.settings.mode
-            || new.devices != self.settings.devices
-            || new.check_interval != self.settings.check_interval
+        if new.mode != self.agent.settings.mode
+            || new.devices != self.agent.settings.devices
+            || new.check_interval != self.agent.settings.check_interval
         {
             tracing::error!(
                 "SIGHUP: [lease], [[device]] and check_interval change only with a restart (stop \
@@ -578,34 +606,43 @@ impl Agent {
             );
             return;
         }
-        let new = self.apply_common(new);
-        self.settings = new;
+        let new = self.agent.apply_common(new);
+        self.agent.settings = new;
         tracing::info!("SIGHUP: configuration reloaded");
     }
 
     /// `--once`: the reservation and keys of every LU; nothing is registered.
-    pub(super) async fn once_lease(&mut self) -> bool {
-        self.table
-            .refresh(&self.storage, self.check_deadline())
+    pub(super) async fn once_lease(agent: &'a mut Agent) -> bool {
+        LeaseDriver {
+            agent,
+            rtype: ReservationType::WriteExclusive,
+            epochs: Arc::new(AsyncMutex::new(EpochStore {
+                path: PathBuf::new(),
+                durable: None,
+            })),
+        }
+        .once()
+        .await
+    }
+
+    /// The look of `--once`. Its jobs only read (READ RESERVATION, READ KEYS), so their
+    /// reservation type and epoch store are never used.
+    async fn once(&mut self) -> bool {
+        self.agent
+            .table
+            .refresh(&self.agent.host, self.agent.check_deadline())
             .await;
         let mut all = true;
-        for index in 0..self.table.lus.len() {
-            let Some(job) = self.job(
-                index,
-                ReservationType::WriteExclusive,
-                &Arc::new(AsyncMutex::new(EpochStore {
-                    path: PathBuf::new(),
-                    durable: None,
-                })),
-            ) else {
+        for index in 0..self.agent.table.lus.len() {
+            let Some(job) = self.job(index) else {
                 continue;
             };
             let holder = job.read_reservation().await;
-            let keys = self.exec.read_keys_any(&job.device, &job.paths).await;
-            let mut status = lock(&self.status);
+            let keys = self.agent.exec.read_keys_any(&job.device, &job.paths).await;
+            let mut status = lock(&self.agent.status);
             let shown = &mut status.lus[index];
-            shown.id.clone_from(&self.table.lus[index].id);
-            shown.paths = path_status(&self.table.lus[index].paths);
+            shown.id.clone_from(&self.agent.table.lus[index].id);
+            shown.paths = path_status(&self.agent.table.lus[index].paths);
             match (holder, keys) {
                 (Ok(holder), Ok((keys, _, _))) => {
                     shown.keys = keys.keys.iter().map(Key::to_string).collect();
@@ -623,8 +660,8 @@ impl Agent {
                 }
             }
         }
-        lock(&self.status).state = State::Standby;
-        self.publish();
+        lock(&self.agent.status).state = State::Standby;
+        self.agent.publish();
         all
     }
 }

@@ -9,11 +9,13 @@
 //! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr.
 //! - [`lease`]: lease mode, active/passive failover without a cluster manager.
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
+//! - [`status`]: the state `/status` and the status file show, as JSON.
 //!
-//! The driver: [`run`] (entry point, self-fence, shared helpers), `watch_loop` and `lease_loop`
-//! (the two modes), [`storage`] (the seam to discovery and devices, and bounded command
-//! execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
-//! [`status`], [`epoch_file`], [`logging`].
+//! The driver: [`run`] (the `Agent` both modes share: entry point, self-fence, watchdog,
+//! publishing), `watch_loop` and `lease_loop` (`WatchDriver` and `LeaseDriver`, each with its
+//! mode's state), [`storage`] (the LU table over the engine's [`crate::host::Host`], and
+//! bounded command execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
+//! [`status_file`], [`epoch_file`], [`logging`].
 //!
 //! # Safety does not rest on time (P5)
 //! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
@@ -87,6 +89,7 @@ pub mod metrics;
 pub mod notify;
 pub mod run;
 pub mod status;
+pub mod status_file;
 pub mod storage;
 pub mod watch;
 mod watch_loop;

@@ -1,12 +1,15 @@
 //! The tokio driver of `prfence agent`: owns the devices, timers, watchdog, sd_notify and
 //! logging, and carries out what the sans-IO machines decide
-//! ([`super::watch`], [`super::lease`]). The mode loops are in [`super::watch_loop`] and
-//! [`super::lease_loop`]; the process entry point, signals and the metrics server in
-//! [`super::entry`].
+//! ([`super::watch`], [`super::lease`]). [`Agent`] is the part both modes share (settings, host,
+//! executor, LU table, metrics and status, notifier, watchdog, self-fence); each mode's driver
+//! borrows it and owns its own state: `watch_loop::WatchDriver` (what the checks keep
+//! between ticks), `lease_loop::LeaseDriver` (reservation type, epoch store). The
+//! process entry point, signals and the metrics server are in [`super::entry`].
 //!
-//! Everything a test needs to replace is injected through [`AgentParts`]: the [`Storage`] (discovery
-//! and device opening; the SPC model in unit tests), the [`Host`] (reboot), the sd_notify target,
-//! the sysfs root of the watchdog check, and the [`Control`] channel that stands in for signals.
+//! Everything a test needs to replace is injected through [`AgentParts`]: the [`Host`] (discovery,
+//! device opening, the self-fence hook, reboot; the SPC model in unit tests), the sd_notify
+//! target, the sysfs root of the watchdog check, and the [`Control`] channel that stands in for
+//! signals.
 //!
 //! Exit statuses of `prfence agent`: 0 stopped by SIGTERM (or `--once`/`--check-config` found
 //! nothing wrong), 1 could not start or run (devices, key, state file, watchdog, port), 2 invalid
@@ -19,15 +22,19 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use super::config::{ModeSettings, Settings};
+use super::lease_loop::LeaseDriver;
 use super::logging::LogHandle;
 use super::metrics::Metrics;
 use super::notify::Notifier;
 use super::status::{
-    self, HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
+    HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
     WatchdogStep,
 };
-use super::storage::{Executor, LuTable, PathHandle, Storage, lock};
+use super::status_file;
+use super::storage::{Executor, LuTable, PathHandle, lock};
+use super::watch_loop::WatchDriver;
 use super::watchdog::Watchdog;
+use crate::host::Host;
 use crate::ops;
 use crate::pr::{Key, PrOut, PrOutAction};
 use crate::transport::Command;
@@ -69,29 +76,9 @@ impl RunEnd {
     }
 }
 
-/// The node itself: what a self-fence does beyond this process.
-pub trait Host: Send + Sync + 'static {
-    /// Reboots at once, without syncing (a fenced node's dirty pages must not reach the LU);
-    /// returns only if that failed.
-    fn reboot_now(&self) -> std::io::Error;
-}
-
-/// The real node: `reboot(2)` with `RB_AUTOBOOT` (needs CAP_SYS_BOOT).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemHost;
-
-impl Host for SystemHost {
-    fn reboot_now(&self) -> std::io::Error {
-        match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT) {
-            Ok(never) => match never {},
-            Err(errno) => std::io::Error::from(errno),
-        }
-    }
-}
-
 /// The injectable parts of an agent.
 pub struct AgentParts {
-    pub storage: Arc<dyn Storage>,
+    /// Discovery, device opening, the self-fence hook and reboot (the SPC model in unit tests).
     pub host: Arc<dyn Host>,
     pub notifier: Notifier,
     /// Written after every check (see [`super::status`]).
@@ -104,23 +91,22 @@ pub struct AgentParts {
 /// A running agent: settings, devices and everything the loops share.
 pub struct Agent {
     pub(super) settings: Settings,
-    pub(super) storage: Arc<dyn Storage>,
     pub(super) host: Arc<dyn Host>,
     pub(super) exec: Arc<Executor>,
     pub(super) table: LuTable,
     pub(super) metrics: Arc<Mutex<Metrics>>,
     pub(super) status: Arc<Mutex<Status>>,
     pub(super) notifier: Notifier,
-    pub(super) status_file: Option<PathBuf>,
+    status_file: Option<PathBuf>,
     pub(super) sys_root: PathBuf,
-    pub(super) watchdog: Option<Watchdog>,
-    pub(super) log: Option<LogHandle>,
+    watchdog: Option<Watchdog>,
+    log: Option<LogHandle>,
     pub(super) control: mpsc::UnboundedReceiver<Control>,
     /// Latched once the self-fence actions ran.
-    pub(super) fenced: bool,
+    fenced: bool,
     /// Latched by the self-fence: the watchdog is no longer fed (`self_fence.stop_watchdog`, or
     /// a reboot that failed).
-    pub(super) stop_feeding: bool,
+    stop_feeding: bool,
     /// Descriptors held for the self-fence, released when it starts.
     reserve: DescriptorReserve,
 }
@@ -180,7 +166,7 @@ impl Agent {
         }
         Agent {
             exec: Arc::new(Executor::new(
-                Arc::clone(&options.storage),
+                Arc::clone(&options.host),
                 settings.command_timeout,
                 Arc::clone(&metrics),
             )),
@@ -188,7 +174,6 @@ impl Agent {
             status: Arc::new(Mutex::new(shown)),
             metrics,
             settings,
-            storage: options.storage,
             host: options.host,
             notifier: options.notifier,
             status_file: options.status_file,
@@ -210,22 +195,29 @@ impl Agent {
         Arc::clone(&self.status)
     }
 
+    /// Whether the self-fence actions ran (latched; the drivers only read it).
+    pub(super) fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
     /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
     pub async fn run(mut self, key: Option<Key>) -> RunEnd {
         match (&self.settings.mode, key) {
-            (ModeSettings::Watch(_), Some(key)) => self.run_watch(key).await,
+            (ModeSettings::Watch(_), Some(key)) => {
+                WatchDriver::new(&mut self, key).run_watch().await
+            }
             (ModeSettings::Watch(_), None) => {
                 RunEnd::Failed("watch mode needs our key resolved first".to_owned())
             }
-            (ModeSettings::Lease(_), _) => self.run_lease().await,
+            (ModeSettings::Lease(_), _) => LeaseDriver::run_lease(&mut self).await,
         }
     }
 
     /// One look at every LU for `--once`: prints the status and says whether all is well.
     pub async fn once(mut self, key: Option<Key>) -> u8 {
         let healthy = match key {
-            Some(key) => self.once_watch(key).await,
-            None => self.once_lease().await,
+            Some(key) => WatchDriver::new(&mut self, key).once_watch().await,
+            None => LeaseDriver::once_lease(&mut self).await,
         };
         println!("{}", lock(&self.status).to_json());
         if healthy { 0 } else { EXIT_ONCE_PROBLEM }
@@ -322,7 +314,7 @@ impl Agent {
         lock(&self.metrics).set_blocked_paths(self.table.blocked_paths());
         if let Some(path) = &self.status_file {
             let status = lock(&self.status).clone();
-            if let Err(e) = status::write_file(path, &status) {
+            if let Err(e) = status_file::write(path, &status) {
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
             }
         }
@@ -362,13 +354,14 @@ impl Agent {
             let argv = argv.clone();
             let timeout = actions.command_timeout;
             let shown = argv.join(" ");
+            let host = Arc::clone(&self.host);
             let ran = tokio::task::spawn_blocking(move || {
                 let (program, args) = argv
                     .split_first()
                     .map_or((Path::new(""), &[][..]), |(p, a)| {
                         (Path::new(p.as_str()), a)
                     });
-                crate::process::run_bounded(program, args, Some(timeout))
+                host.run_bounded(program, args, Some(timeout))
             })
             .await;
             steps.hook = match ran {
@@ -507,7 +500,7 @@ impl Agent {
         }
         if new.command_timeout != self.settings.command_timeout {
             self.exec = Arc::new(Executor::new(
-                Arc::clone(&self.storage),
+                Arc::clone(&self.host),
                 new.command_timeout,
                 Arc::clone(&self.metrics),
             ));

@@ -1,9 +1,6 @@
 //! The agent's current state as one JSON document: served at `GET /status`, written to
-//! `--status-file` after every check (atomically and durably, by
-//! [`crate::atomic_file::write_atomic`]), and printed by
+//! `--status-file` after every check (by the driver's [`super::status_file`]), and printed by
 //! `--once`. Meant for tests and humans; metrics are for monitoring.
-
-use std::path::Path;
 
 use serde::Serialize;
 
@@ -164,14 +161,4 @@ impl Status {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
-}
-
-/// Replaces `path` with the status, atomically (readers never see half a document), with the
-/// mode `File::create` gave it before (monitoring reads it as another user).
-pub fn write_file(path: &Path, status: &Status) -> std::io::Result<()> {
-    crate::atomic_file::write_atomic(
-        path,
-        (status.to_json() + "\n").as_bytes(),
-        crate::atomic_file::MODE_DEFAULT,
-    )
 }

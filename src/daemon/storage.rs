@@ -1,8 +1,9 @@
 //! The driver's seam to the storage, and the one place a PR command is run for it.
 //!
-//! - [`Storage`] resolves a configured device to its LU and paths and opens a path. A node uses
-//!   [`SystemStorage`] (sysfs discovery, SG_IO through a read-only open); unit tests plug in the
-//!   SPC model, so the whole driver runs without a SCSI stack.
+//! - [`discover_lu`] resolves a configured device to its LU and paths through the [`Host`]
+//!   (which also opens the paths). A node uses [`crate::host::SystemHost`] (sysfs discovery,
+//!   SG_IO through a read-only open); unit tests plug in the SPC model, so the whole driver runs
+//!   without a SCSI stack.
 //! - [`LuTable`] is the current view of every configured LU: re-discovered each tick (sysfs only,
 //!   no SCSI command), paths keyed by device and iSCSI session so a re-login is a *change*.
 //! - [`Executor::run`] runs one command on one path on the blocking pool, bounded by
@@ -20,8 +21,8 @@ use std::time::Duration;
 
 use super::config::DeviceSettings;
 use super::metrics::{self, Metrics};
-use crate::discover::{self, DiscoverError};
-use crate::exec::ScsiPr;
+use crate::discover::DiscoverError;
+use crate::host::Host;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
 use crate::transport::{
     Command, CommandError, ErrorKind, Event, Hinted, Policy, PrAnswer, PrRequest, PrTransport,
@@ -48,43 +49,27 @@ pub struct LuSpec {
     pub paths: Vec<PathSpec>,
 }
 
-/// Discovery and device opening, injectable for tests.
-pub trait Storage: Send + Sync + 'static {
-    /// Resolves one configured device to its LU and paths.
-    fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError>;
-    /// Opens one path for PR commands.
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError>;
-}
-
-/// sysfs discovery and SG_IO through a read-only open (no udev change event on close).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemStorage;
-
-impl Storage for SystemStorage {
-    fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError> {
-        // One device is one LU: a multipath map over different LUs is refused by discovery.
-        let lu = discover::resolve(&[device.to_path_buf()])?
+/// Resolves one configured device to its LU and paths. One device is one LU: a multipath map
+/// over different LUs is refused by discovery.
+pub fn discover_lu(host: &dyn Host, device: &Path) -> Result<LuSpec, DiscoverError> {
+    let lu = host
+        .resolve(&[device.to_path_buf()])?
+        .into_iter()
+        .next()
+        .ok_or(DiscoverError::NothingToFence)?;
+    Ok(LuSpec {
+        id: lu.id.to_string(),
+        paths: lu
+            .paths
             .into_iter()
-            .next()
-            .ok_or(DiscoverError::NothingToFence)?;
-        Ok(LuSpec {
-            id: lu.id.to_string(),
-            paths: lu
-                .paths
-                .into_iter()
-                .map(|p| PathSpec {
-                    live: p.is_live(),
-                    dev: p.dev,
-                    name: p.name,
-                    session: p.transport.map(|t| t.session),
-                })
-                .collect(),
-        })
-    }
-
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        Ok(Arc::new(ScsiPr::open(dev, policy)?))
-    }
+            .map(|p| PathSpec {
+                live: p.is_live(),
+                dev: p.dev,
+                name: p.name,
+                session: p.transport.map(|t| t.session),
+            })
+            .collect(),
+    })
 }
 
 /// One path with its (lazily opened) device and whether a command is outstanding on it.
@@ -120,14 +105,14 @@ impl PathHandle {
 
     fn transport(
         &self,
-        storage: &dyn Storage,
+        host: &dyn Host,
         policy: Policy,
     ) -> Result<Arc<dyn PrTransport>, CommandError> {
         let mut slot = self.slot();
         if let Some(open) = slot.as_ref() {
             return Ok(Arc::clone(open));
         }
-        let opened = storage.open(&self.spec.dev, policy)?;
+        let opened = host.open(&self.spec.dev, policy)?;
         *slot = Some(Arc::clone(&opened));
         Ok(opened)
     }
@@ -160,15 +145,12 @@ impl Drop for BusyPath {
 
 /// Runs PR commands on paths: bounded, on the blocking pool, with latency and conflict metrics.
 pub struct Executor {
-    storage: Arc<dyn Storage>,
+    host: Arc<dyn Host>,
     policy: Policy,
     metrics: Arc<Mutex<Metrics>>,
     /// LUs with a heal under way (its blocking work may outlive the check that started it).
     healing: Arc<Mutex<HashSet<String>>>,
 }
-
-/// Time allowed beyond `command_timeout` for the kernel's own timeout to fire first.
-pub const TIMEOUT_SLACK: Duration = Duration::from_millis(200);
 
 /// An LU's heal mark, held by every path the heal opened: it is cleared when the heal's last
 /// blocking call returns, not when the check that started it stops waiting.
@@ -184,9 +166,9 @@ impl Drop for HealGuard {
 }
 
 impl Executor {
-    pub fn new(storage: Arc<dyn Storage>, timeout: Duration, metrics: Arc<Mutex<Metrics>>) -> Self {
+    pub fn new(host: Arc<dyn Host>, timeout: Duration, metrics: Arc<Mutex<Metrics>>) -> Self {
         Executor {
-            storage,
+            host,
             policy: Policy {
                 timeout,
                 ..Policy::default()
@@ -203,7 +185,7 @@ impl Executor {
     /// How long [`Executor::run`] waits for one command: `command_timeout` plus the slack that
     /// lets the kernel's own timeout fire first.
     pub fn command_slot(&self) -> Duration {
-        command_slot(self.policy.timeout)
+        super::config::command_slot(self.policy.timeout)
     }
 
     /// Marks `lu` as being healed; `None` while a previous heal of it is still under way.
@@ -236,14 +218,14 @@ impl Executor {
                 "the previous command on this path has not returned from the kernel yet",
             ));
         };
-        let storage = Arc::clone(&self.storage);
+        let host = Arc::clone(&self.host);
         let policy = self.policy;
         let handle = path.clone();
         let started = tokio::time::Instant::now();
         let job = tokio::task::spawn_blocking(move || {
             let _busy = busy;
             let result = handle
-                .transport(storage.as_ref(), policy)
+                .transport(host.as_ref(), policy)
                 .and_then(|device| f(device.as_ref()));
             if let Err(e) = &result
                 && matches!(e.kind, ErrorKind::Open | ErrorKind::Transport)
@@ -294,10 +276,10 @@ impl Executor {
                     tracing::warn!(path = %p.spec.name, "not used: its previous command has not returned from the kernel yet");
                     return None;
                 };
-                let (storage, policy, path) = (Arc::clone(&self.storage), self.policy, p.clone());
+                let (host, policy, path) = (Arc::clone(&self.host), self.policy, p.clone());
                 Some(tokio::task::spawn_blocking(move || {
                     let _busy = busy;
-                    path.transport(storage.as_ref(), policy).map_err(|e| {
+                    path.transport(host.as_ref(), policy).map_err(|e| {
                         path.forget();
                         (path.spec.name.clone(), Box::new(e))
                     })
@@ -378,11 +360,6 @@ impl Executor {
         }
         Err(last)
     }
-}
-
-/// See [`Executor::command_slot`].
-pub fn command_slot(command_timeout: Duration) -> Duration {
-    command_timeout.saturating_add(TIMEOUT_SLACK)
 }
 
 /// An opened path as the `ops` engine owns it: the agent's device, whose errors carry the
@@ -546,19 +523,19 @@ impl LuTable {
     /// Re-discovers every LU (sysfs only; on the blocking pool). A discovery not done by `until`
     /// (sysfs reads can block behind a device in error recovery) leaves the paths as they were;
     /// no second one starts while it runs.
-    pub async fn refresh(&mut self, storage: &Arc<dyn Storage>, until: tokio::time::Instant) {
+    pub async fn refresh(&mut self, host: &Arc<dyn Host>, until: tokio::time::Instant) {
         if self.discovering.swap(true, Ordering::SeqCst) {
             tracing::warn!("the previous discovery has not returned yet; keeping the paths");
             return;
         }
         let busy = BusyPath(Arc::clone(&self.discovering));
         let devices: Vec<PathBuf> = self.lus.iter().map(|l| l.device.clone()).collect();
-        let storage = Arc::clone(storage);
+        let host = Arc::clone(host);
         let job = tokio::task::spawn_blocking(move || {
             let _busy = busy;
             devices
                 .iter()
-                .map(|d| storage.discover(d).map_err(|e| e.to_string()))
+                .map(|d| discover_lu(host.as_ref(), d).map_err(|e| e.to_string()))
                 .collect::<Vec<_>>()
         });
         let found = match tokio::time::timeout_at(until, job).await {
@@ -677,8 +654,21 @@ mod tests {
     /// Every device is missing.
     struct Missing;
 
-    impl Storage for Missing {
-        fn discover(&self, _device: &Path) -> Result<LuSpec, DiscoverError> {
+    impl Host for Missing {
+        fn resolve(&self, _devices: &[PathBuf]) -> Result<Vec<crate::discover::Lu>, DiscoverError> {
+            Err(DiscoverError::NothingToFence)
+        }
+        fn resolve_each(
+            &self,
+            _devices: &[PathBuf],
+        ) -> Result<crate::discover::Resolution, DiscoverError> {
+            Err(DiscoverError::NothingToFence)
+        }
+        fn resolve_lvm_each(
+            &self,
+            _vgs: &Path,
+            _timeout: Option<Duration>,
+        ) -> Result<crate::discover::Resolution, DiscoverError> {
             Err(DiscoverError::NothingToFence)
         }
         fn open(&self, dev: &Path, _policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
@@ -688,6 +678,28 @@ mod tests {
                 ErrorKind::Open,
                 "No such file or directory (os error 2)",
             ))
+        }
+        fn cmapctl(
+            &self,
+            _cmapctl: &Path,
+            _arg: &str,
+            _timeout: Option<Duration>,
+        ) -> Result<String, crate::keys::KeyError> {
+            unreachable!("the executor asks no corosync")
+        }
+        fn run_bounded(
+            &self,
+            _program: &Path,
+            _args: &[String],
+            _timeout: Option<Duration>,
+        ) -> Result<Vec<u8>, crate::process::RunError> {
+            unreachable!("the executor runs no helper")
+        }
+        fn sleep(&self, _duration: Duration) {
+            unreachable!("the executor does not sleep")
+        }
+        fn reboot_now(&self) -> std::io::Error {
+            unreachable!("the executor does not reboot")
         }
     }
 

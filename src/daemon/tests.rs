@@ -13,12 +13,15 @@ use tokio::time::Instant;
 
 use super::config::Settings;
 use super::notify::Notifier;
-use super::run::{Agent, AgentParts, Control, Host, RunEnd};
+use super::run::{Agent, AgentParts, Control, RunEnd};
 use super::status::{State, Status};
-use super::storage::{LuSpec, PathSpec, Storage, lock};
-use crate::discover::DiscoverError;
+use super::storage::lock;
+use crate::discover::{self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Resolution};
 use crate::exec::ScsiPr;
+use crate::host::Host;
+use crate::keys::KeyError;
 use crate::pr::{Key, PrOut, ReservationType};
+use crate::process::RunError;
 use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
 use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
 
@@ -29,29 +32,8 @@ const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
 /// Discovery and devices backed by model LUs; tests change them as sysfs would change.
 #[derive(Default)]
 struct ModelStorage {
-    lus: Mutex<HashMap<PathBuf, LuSpec>>,
+    lus: Mutex<HashMap<PathBuf, discover::Lu>>,
     devices: Mutex<HashMap<PathBuf, ModelDevice>>,
-}
-
-impl Storage for ModelStorage {
-    fn discover(&self, device: &Path) -> Result<LuSpec, DiscoverError> {
-        lock(&self.lus)
-            .get(device)
-            .cloned()
-            .ok_or(DiscoverError::NothingToFence)
-    }
-
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        let device = lock(&self.devices).get(dev).cloned().ok_or_else(|| {
-            CommandError::without_completion(
-                dev,
-                Command::Open,
-                ErrorKind::Open,
-                "no such model device",
-            )
-        })?;
-        Ok(Arc::new(ScsiPr::new(device, policy)))
-    }
 }
 
 impl ModelStorage {
@@ -65,19 +47,30 @@ impl ModelStorage {
         dev: &str,
         session: &str,
     ) {
-        let spec = PathSpec {
+        let path = PathInfo {
             dev: PathBuf::from(dev),
+            given: PathBuf::from(device),
             name: dev.trim_start_matches("/dev/").to_owned(),
-            live: true,
-            session: Some(session.to_owned()),
+            hctl: String::new(),
+            state: PathState::Running,
+            transport: Some(IscsiSession {
+                session: session.to_owned(),
+                target: String::new(),
+                initiator: String::new(),
+                iface: None,
+                tpgt: None,
+                isid: None,
+            }),
         };
         let mut lus = lock(&self.lus);
-        let entry = lus.entry(PathBuf::from(device)).or_insert_with(|| LuSpec {
-            id: id.to_owned(),
-            paths: Vec::new(),
-        });
-        entry.paths.retain(|p| p.dev != spec.dev);
-        entry.paths.push(spec);
+        let entry = lus
+            .entry(PathBuf::from(device))
+            .or_insert_with(|| discover::Lu {
+                id: LuId::from_wwid(id).unwrap(),
+                paths: Vec::new(),
+            });
+        entry.paths.retain(|p| p.dev != path.dev);
+        entry.paths.push(path);
         lock(&self.devices).insert(
             PathBuf::from(dev),
             ModelDevice::new(Arc::clone(lu), nexus, dev),
@@ -85,12 +78,88 @@ impl ModelStorage {
     }
 }
 
-#[derive(Default)]
+/// The node of one agent: discovery and devices from its [`ModelStorage`], reboots counted,
+/// the self-fence hook run for real; no corosync.
 struct RecordingHost {
+    storage: Arc<ModelStorage>,
     reboots: AtomicUsize,
 }
 
+impl RecordingHost {
+    fn on(storage: &Arc<ModelStorage>) -> RecordingHost {
+        RecordingHost {
+            storage: Arc::clone(storage),
+            reboots: AtomicUsize::new(0),
+        }
+    }
+}
+
 impl Host for RecordingHost {
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<discover::Lu>, DiscoverError> {
+        let lus = lock(&self.storage.lus);
+        devices
+            .iter()
+            .map(|device| {
+                lus.get(device)
+                    .cloned()
+                    .ok_or(DiscoverError::NothingToFence)
+            })
+            .collect()
+    }
+
+    fn resolve_each(&self, _devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+        unreachable!("the agent resolves strictly")
+    }
+
+    fn resolve_lvm_each(
+        &self,
+        _vgs: &Path,
+        _timeout: Option<Duration>,
+    ) -> Result<Resolution, DiscoverError> {
+        unreachable!("the agent does no LVM autodiscovery")
+    }
+
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
+        let device = lock(&self.storage.devices)
+            .get(dev)
+            .cloned()
+            .ok_or_else(|| {
+                CommandError::without_completion(
+                    dev,
+                    Command::Open,
+                    ErrorKind::Open,
+                    "no such model device",
+                )
+            })?;
+        Ok(Arc::new(ScsiPr::new(device, policy)))
+    }
+
+    fn cmapctl(
+        &self,
+        cmapctl: &Path,
+        arg: &str,
+        _timeout: Option<Duration>,
+    ) -> Result<String, KeyError> {
+        Err(KeyError::Cmapctl {
+            path: cmapctl.display().to_string(),
+            arg: arg.to_owned(),
+            reason: "no corosync in the test host".to_owned(),
+        })
+    }
+
+    fn run_bounded(
+        &self,
+        program: &Path,
+        args: &[String],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, RunError> {
+        crate::process::run_bounded(program, args, timeout)
+    }
+
+    fn sleep(&self, _duration: Duration) {
+        unreachable!("the agent sleeps on tokio's clock")
+    }
+
     fn reboot_now(&self) -> std::io::Error {
         self.reboots.fetch_add(1, Ordering::SeqCst);
         std::io::Error::other("test host does not reboot")
@@ -562,8 +631,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
         Agent::new(
             watch_settings(&["/dev/mapper/lu0"], ""),
             AgentParts {
-                storage: Arc::clone(storage) as Arc<dyn Storage>,
-                host: Arc::new(RecordingHost::default()),
+                host: Arc::new(RecordingHost::on(storage)),
                 notifier: Notifier::disabled(),
                 status_file: None,
                 sys_root: PathBuf::from("/nonexistent"),
@@ -615,11 +683,10 @@ fn start_agent(
     status_file: Option<PathBuf>,
 ) -> Running {
     let (control, receiver) = mpsc::unbounded_channel();
-    let host = Arc::new(RecordingHost::default());
+    let host = Arc::new(RecordingHost::on(storage));
     let agent = Agent::new(
         settings,
         AgentParts {
-            storage: Arc::clone(storage) as Arc<dyn Storage>,
             host: Arc::clone(&host) as Arc<dyn Host>,
             notifier: Notifier::disabled(),
             status_file,
@@ -757,7 +824,7 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
         .unwrap();
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(lock(&run.status).state, State::Holder);
-    super::status::write_file(&status_file, &lock(&run.status)).unwrap();
+    super::status_file::write(&status_file, &lock(&run.status)).unwrap();
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
     assert_eq!(written["state"], "holder");
@@ -901,8 +968,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
         let agent = Agent::new(
             settings,
             AgentParts {
-                storage: Arc::clone(&t.storage) as Arc<dyn Storage>,
-                host: Arc::new(RecordingHost::default()),
+                host: Arc::new(RecordingHost::on(&t.storage)),
                 notifier: Notifier::disabled(),
                 status_file: None,
                 sys_root: dir.path().join("sys"),
@@ -1082,8 +1148,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let agent = Agent::new(
         settings,
         AgentParts {
-            storage: Arc::clone(&storage) as Arc<dyn Storage>,
-            host: Arc::new(RecordingHost::default()),
+            host: Arc::new(RecordingHost::on(&storage)),
             notifier: Notifier::disabled(),
             status_file: None,
             sys_root: PathBuf::from("/nonexistent"),

@@ -188,66 +188,86 @@ impl WatchRun {
     }
 }
 
-impl Agent {
-    pub(super) async fn run_watch(&mut self, key: Key) -> RunEnd {
-        let mut interval = ticker(self.settings.check_interval);
-        let mut run = WatchRun::new(key, self.table.lus.len());
+/// Watch mode's driver: the agent's shared part, borrowed for the run, and what the watch loop
+/// keeps between checks.
+pub(super) struct WatchDriver<'a> {
+    agent: &'a mut Agent,
+    run: WatchRun,
+}
+
+impl<'a> WatchDriver<'a> {
+    /// Watch mode over `agent`'s LUs with our `key`, not armed yet.
+    pub(super) fn new(agent: &'a mut Agent, key: Key) -> WatchDriver<'a> {
+        let lus = agent.table.lus.len();
+        WatchDriver {
+            agent,
+            run: WatchRun::new(key, lus),
+        }
+    }
+}
+
+impl WatchDriver<'_> {
+    pub(super) async fn run_watch(&mut self) -> RunEnd {
+        let key = self.run.key;
+        let mut interval = ticker(self.agent.settings.check_interval);
         let mut ready = false;
-        lock(&self.status).own_key = Some(key.to_string());
+        lock(&self.agent.status).own_key = Some(key.to_string());
         // The device is opened only once armed; a wrong timeout is a configuration error now.
-        if let Some(w) = &self.settings.watchdog
-            && let Err(e) = super::watchdog::check_timeout(&w.device, w.timeout, &self.sys_root)
+        if let Some(w) = &self.agent.settings.watchdog
+            && let Err(e) =
+                super::watchdog::check_timeout(&w.device, w.timeout, &self.agent.sys_root)
         {
             return RunEnd::Failed(e.to_string());
         }
-        tracing::info!(%key, lus = self.table.lus.len(), interval = ?self.settings.check_interval, "watch mode");
+        tracing::info!(%key, lus = self.agent.table.lus.len(), interval = ?self.agent.settings.check_interval, "watch mode");
         loop {
             tokio::select! {
                 _ = interval.tick() => {}
-                control = self.control.recv() => match control {
+                control = self.agent.control.recv() => match control {
                     Some(Control::Reload(settings)) => {
-                        self.notifier.reloading();
-                        if let Some(new_interval) = self.reload_watch(*settings, &mut run).await {
+                        self.agent.notifier.reloading();
+                        if let Some(new_interval) = self.reload_watch(*settings).await {
                             interval = ticker(new_interval);
                         }
-                        self.notifier.ready("reloaded");
+                        self.agent.notifier.ready("reloaded");
                         continue;
                     }
-                    Some(Control::Stop) | None => return self.stop_watch(run.key).await,
+                    Some(Control::Stop) | None => return self.stop_watch(self.run.key).await,
                 },
             }
-            if let Some(exit_status) = self.watch_tick(&mut run).await {
+            if let Some(exit_status) = self.watch_tick().await {
                 return RunEnd::Fenced { exit_status };
             }
             if !ready {
                 ready = true;
-                let summary = format!("{:?}", lock(&self.status).state);
-                self.notifier.ready(&summary);
+                let summary = format!("{:?}", lock(&self.agent.status).state);
+                self.agent.notifier.ready(&summary);
             }
         }
     }
 
     /// One check. Returns the exit status when fenced and told to exit.
-    async fn watch_tick(&mut self, run: &mut WatchRun) -> Option<u8> {
-        let key = run.key;
+    async fn watch_tick(&mut self) -> Option<u8> {
+        let key = self.run.key;
         // The whole check, discovery to the decision, ends within its budget: the watchdog is
         // fed after it, and its timeout is checked against this budget (config::feed_gap).
-        let until = self.check_deadline();
-        self.table.refresh(&self.storage, until).await;
-        if let Some((a, b, id)) = self.table.duplicate() {
+        let until = self.agent.check_deadline();
+        self.agent.table.refresh(&self.agent.host, until).await;
+        if let Some((a, b, id)) = self.agent.table.duplicate() {
             tracing::error!(first = %a, second = %b, %id, "two configured devices are the same LU; list each LU once");
         }
         let now = Instant::now();
-        let probe: Vec<bool> = if run.state.is_some() {
-            run.inspect.clone()
+        let probe: Vec<bool> = if self.run.state.is_some() {
+            self.run.inspect.clone()
         } else {
-            vec![false; run.inspect.len()]
+            vec![false; self.run.inspect.len()]
         };
-        let checks = check_all(&self.exec, &self.table, key, &probe, until).await;
+        let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         self.record_checks(&checks, key, now);
 
-        if run.state.is_none() {
+        if self.run.state.is_none() {
             let missing: Vec<&str> = self
+                .agent
                 .table
                 .lus
                 .iter()
@@ -257,32 +277,33 @@ impl Agent {
                 .collect();
             if !missing.is_empty() {
                 let text = format!("waiting for key {key} on {}", missing.join(", "));
-                if run.waiting != text {
+                if self.run.waiting != text {
                     tracing::info!(
                         "{text} (fence_pr's unfencing registers it); nothing is judged until then"
                     );
-                    run.waiting.clone_from(&text);
+                    self.run.waiting.clone_from(&text);
                 }
-                lock(&self.status).state = State::WaitingForRegistration;
-                self.notifier.status(&text);
-                self.notifier.watchdog();
+                lock(&self.agent.status).state = State::WaitingForRegistration;
+                self.agent.notifier.status(&text);
+                self.agent.notifier.watchdog();
                 self.finish_tick(&checks);
                 return None;
             }
-            let config = self.settings.watch_config(key)?;
+            let config = self.agent.settings.watch_config(key)?;
             tracing::info!(%key, "our key is on every LU: armed");
-            run.state = Some(WatchState::new(
+            self.run.state = Some(WatchState::new(
                 config,
-                self.table.lus.iter().map(|l| LuName(l.name.clone())),
+                self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
                 now.into_std(),
             ));
         }
         // Armed: the watchdog is due. Unlike lease mode (where it is fatal at start), a watchdog
         // that cannot be opened is a degraded state, shown and tried again at every check: the
         // target fences us either way (P5), the watchdog only makes the stop sure.
-        self.retry_watchdog();
-        let watch = run.state.as_mut()?;
+        self.agent.retry_watchdog();
+        let watch = self.run.state.as_mut()?;
         let observations: Vec<Observation> = self
+            .agent
             .table
             .lus
             .iter()
@@ -300,7 +321,7 @@ impl Agent {
                 },
             })
             .collect();
-        for (lu, check) in self.table.lus.iter().zip(&checks) {
+        for (lu, check) in self.agent.table.lus.iter().zip(&checks) {
             if check.preempted_unit_attention {
                 tracing::warn!(lu = %lu.name, "the target reports a registration of this node was preempted (2Ah/05h)");
             }
@@ -308,27 +329,32 @@ impl Agent {
         let decision = watch.tick(now.into_std(), observations);
         let mut degraded = false;
         for (index, (_, verdict)) in decision.lus.iter().enumerate() {
-            if let Some(flag) = run.inspect.get_mut(index) {
+            if let Some(flag) = self.run.inspect.get_mut(index) {
                 *flag = *verdict == LuVerdict::InspectPaths;
             }
-            let Some(lu) = self.table.lus.get(index) else {
+            let Some(lu) = self.agent.table.lus.get(index) else {
                 continue;
             };
             let error = checks.get(index).and_then(|c| c.keys.as_ref().err());
             let text = describe(verdict, error);
-            if run.last_verdicts.get(index).is_some_and(|v| *v != text) {
+            if self
+                .run
+                .last_verdicts
+                .get(index)
+                .is_some_and(|v| *v != text)
+            {
                 match verdict {
                     LuVerdict::Healthy | LuVerdict::InspectPaths => {
                         tracing::info!(lu = %lu.name, verdict = %text)
                     }
                     _ => tracing::warn!(lu = %lu.name, verdict = %text),
                 }
-                if let Some(slot) = run.last_verdicts.get_mut(index) {
+                if let Some(slot) = self.run.last_verdicts.get_mut(index) {
                     *slot = text.clone();
                 }
             }
             degraded |= !matches!(verdict, LuVerdict::Healthy | LuVerdict::InspectPaths);
-            lock(&self.status).lus[index].verdict = text;
+            lock(&self.agent.status).lus[index].verdict = text;
             if let LuVerdict::Heal { .. } = verdict {
                 // ops::heal probes every path itself and registers under the P3 guard. It runs
                 // beside the checks, under its own deadline (one heal per LU at a time), so a
@@ -338,9 +364,9 @@ impl Agent {
                     .clone()
                     .unwrap_or_else(|| lu.device.display().to_string());
                 let (exec, paths, metrics) = (
-                    Arc::clone(&self.exec),
+                    Arc::clone(&self.agent.exec),
                     lu.paths.clone(),
-                    Arc::clone(&self.metrics),
+                    Arc::clone(&self.agent.metrics),
                 );
                 let name = lu.name.clone();
                 tokio::spawn(async move {
@@ -349,11 +375,11 @@ impl Agent {
                 });
             }
         }
-        self.feed(decision.feed_watchdog);
+        self.agent.feed(decision.feed_watchdog);
         {
-            let mut status = lock(&self.status);
+            let mut status = lock(&self.agent.status);
             degraded |= status.watchdog.state == WatchdogState::Degraded;
-            if !self.fenced {
+            if !self.agent.is_fenced() {
                 status.state = if degraded {
                     State::Degraded
                 } else {
@@ -362,13 +388,13 @@ impl Agent {
             }
         }
         let exit = match (&decision.fenced, decision.newly_fenced) {
-            (Some(reason), true) => self.self_fence(reason.to_string()).await,
+            (Some(reason), true) => self.agent.self_fence(reason.to_string()).await,
             _ => None,
         };
-        if !self.fenced {
-            self.notifier.status(&format!(
+        if !self.agent.is_fenced() {
+            self.agent.notifier.status(&format!(
                 "{} LU(s) {}",
-                self.table.lus.len(),
+                self.agent.table.lus.len(),
                 if degraded { "degraded" } else { "healthy" }
             ));
         }
@@ -377,8 +403,8 @@ impl Agent {
     }
 
     fn record_checks(&self, checks: &[LuCheck], key: Key, now: Instant) {
-        let mut metrics = lock(&self.metrics);
-        for (lu, check) in self.table.lus.iter().zip(checks) {
+        let mut metrics = lock(&self.agent.metrics);
+        for (lu, check) in self.agent.table.lus.iter().zip(checks) {
             let (outcome, seen) = match &check.keys {
                 Ok(keys) if keys.keys.contains(&key) => (CommandResult::Ok, Some(keys.keys.len())),
                 Ok(keys) => (CommandResult::KeyMissing, Some(keys.keys.len())),
@@ -396,9 +422,15 @@ impl Agent {
     /// Status of every LU after a check, then publish.
     fn finish_tick(&self, checks: &[LuCheck]) {
         {
-            let mut status = lock(&self.status);
+            let mut status = lock(&self.agent.status);
             status.checks += 1;
-            for ((lu, check), shown) in self.table.lus.iter().zip(checks).zip(status.lus.iter_mut())
+            for ((lu, check), shown) in self
+                .agent
+                .table
+                .lus
+                .iter()
+                .zip(checks)
+                .zip(status.lus.iter_mut())
             {
                 shown.id.clone_from(&lu.id);
                 if let Ok(keys) = &check.keys {
@@ -407,36 +439,37 @@ impl Agent {
                 shown.paths = path_status(&lu.paths);
             }
         }
-        self.publish();
+        self.agent.publish();
     }
 
     async fn stop_watch(&mut self, key: Key) -> RunEnd {
         tracing::info!("stopping");
-        self.notifier.stopping();
-        lock(&self.status).state = State::Stopping;
-        self.publish();
-        if self.settings.unregister_on_exit && !self.fenced {
-            let keys: Vec<(usize, Key)> = (0..self.table.lus.len()).map(|i| (i, key)).collect();
-            self.unregister_everywhere(&keys).await;
+        self.agent.notifier.stopping();
+        lock(&self.agent.status).state = State::Stopping;
+        self.agent.publish();
+        if self.agent.settings.unregister_on_exit && !self.agent.is_fenced() {
+            let keys: Vec<(usize, Key)> =
+                (0..self.agent.table.lus.len()).map(|i| (i, key)).collect();
+            self.agent.unregister_everywhere(&keys).await;
         }
-        self.close_watchdog();
+        self.agent.close_watchdog();
         RunEnd::Stopped
     }
 
     /// Applies a reload. Returns the new check interval if it changed.
-    async fn reload_watch(&mut self, new: Settings, run: &mut WatchRun) -> Option<Duration> {
-        let key = run.key;
+    async fn reload_watch(&mut self, new: Settings) -> Option<Duration> {
+        let key = self.run.key;
         let ModeSettings::Watch(new_watch) = &new.mode else {
             tracing::error!(
                 "SIGHUP: the mode changes only with a restart; configuration not reloaded"
             );
             return None;
         };
-        if self.fenced {
+        if self.agent.is_fenced() {
             tracing::warn!("SIGHUP: fenced; nothing changes until the agent is restarted");
             return None;
         }
-        let ModeSettings::Watch(old_watch) = &self.settings.mode else {
+        let ModeSettings::Watch(old_watch) = &self.agent.settings.mode else {
             return None;
         };
         let new_key = if new_watch.key == old_watch.key {
@@ -444,8 +477,11 @@ impl Agent {
         } else {
             let spec = new_watch.key.clone();
             let timeout = new.command_timeout;
-            match tokio::task::spawn_blocking(move || super::entry::resolve_key(&spec, timeout))
-                .await
+            let host = Arc::clone(&self.agent.host);
+            match tokio::task::spawn_blocking(move || {
+                super::entry::resolve_key(&spec, timeout, host.as_ref())
+            })
+            .await
             {
                 Ok(Ok(k)) => k,
                 Ok(Err(e)) => {
@@ -458,28 +494,28 @@ impl Agent {
                 }
             }
         };
-        let devices_changed = new.devices != self.settings.devices;
-        let interval_changed = new.check_interval != self.settings.check_interval;
-        let new = self.apply_common(new);
+        let devices_changed = new.devices != self.agent.settings.devices;
+        let interval_changed = new.check_interval != self.agent.settings.check_interval;
+        let new = self.agent.apply_common(new);
         if devices_changed || new_key != key {
             tracing::warn!(key = %new_key, "SIGHUP: devices or key changed; judging the new set from now");
-            self.table = LuTable::new(&new.devices);
+            self.agent.table = LuTable::new(&new.devices);
             let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
-            let watchdog = lock(&self.status).watchdog.state;
+            let watchdog = lock(&self.agent.status).watchdog.state;
             let mut metrics = super::metrics::Metrics::new(names.clone());
             metrics.set_watchdog(watchdog);
-            *lock(&self.metrics) = metrics;
-            let mut status = lock(&self.status);
+            *lock(&self.agent.metrics) = metrics;
+            let mut status = lock(&self.agent.status);
             let watchdog = status.watchdog.clone();
             *status = super::status::Status::new("watch", &names);
             status.watchdog = watchdog;
             status.own_key = Some(new_key.to_string());
             drop(status);
-            let armed = run.state.is_some();
-            *run = WatchRun::new(new_key, names.len());
+            let armed = self.run.state.is_some();
+            self.run = WatchRun::new(new_key, names.len());
             // Armed before: the new set is judged at once (no waiting for registration).
             if armed {
-                run.state = new.watch_config(new_key).map(|config| {
+                self.run.state = new.watch_config(new_key).map(|config| {
                     WatchState::new(
                         config,
                         names.into_iter().map(LuName),
@@ -487,23 +523,25 @@ impl Agent {
                     )
                 });
             }
-        } else if let (Some(watch), Some(config)) = (run.state.as_mut(), new.watch_config(new_key))
+        } else if let (Some(watch), Some(config)) =
+            (self.run.state.as_mut(), new.watch_config(new_key))
         {
             watch.reconfigure(config);
         }
         tracing::info!("SIGHUP: configuration reloaded");
         let interval = new.check_interval;
-        self.settings = new;
+        self.agent.settings = new;
         interval_changed.then_some(interval)
     }
 
     /// `--once`: one READ KEYS per LU and every path probed; nothing healed, nothing fenced.
-    pub(super) async fn once_watch(&mut self, key: Key) -> bool {
-        let until = self.check_deadline();
-        self.table.refresh(&self.storage, until).await;
-        let probe = vec![true; self.table.lus.len()];
-        let checks = check_all(&self.exec, &self.table, key, &probe, until).await;
-        let Some(config) = self.settings.watch_config(key) else {
+    pub(super) async fn once_watch(&mut self) -> bool {
+        let key = self.run.key;
+        let until = self.agent.check_deadline();
+        self.agent.table.refresh(&self.agent.host, until).await;
+        let probe = vec![true; self.agent.table.lus.len()];
+        let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
+        let Some(config) = self.agent.settings.watch_config(key) else {
             return false;
         };
         let now = Instant::now().into_std();
@@ -513,31 +551,32 @@ impl Agent {
                 heal: false,
                 ..config
             },
-            self.table.lus.iter().map(|l| LuName(l.name.clone())),
+            self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
             now,
         );
-        let observations = self
-            .table
-            .lus
-            .iter()
-            .zip(&checks)
-            .map(|(lu, check)| Observation {
-                lu: LuName(lu.name.clone()),
-                result: match &check.keys {
-                    Ok(keys) => Ok(LuKeys {
-                        keys: keys.keys.clone(),
-                        path_count: lu.paths.len(),
-                        paths: check.registrations.clone(),
-                        paths_changed: false,
-                    }),
-                    Err(e) => Err(CommandFailure::of(e)),
-                },
-            });
+        let observations =
+            self.agent
+                .table
+                .lus
+                .iter()
+                .zip(&checks)
+                .map(|(lu, check)| Observation {
+                    lu: LuName(lu.name.clone()),
+                    result: match &check.keys {
+                        Ok(keys) => Ok(LuKeys {
+                            keys: keys.keys.clone(),
+                            path_count: lu.paths.len(),
+                            paths: check.registrations.clone(),
+                            paths_changed: false,
+                        }),
+                        Err(e) => Err(CommandFailure::of(e)),
+                    },
+                });
         let decision = judge.tick(now, observations.collect::<Vec<_>>());
         let watchdog_ok = self.check_watchdog_once();
         let healthy = watchdog_ok && decision.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy);
         {
-            let mut status = lock(&self.status);
+            let mut status = lock(&self.agent.status);
             status.own_key = Some(key.to_string());
             status.state = if healthy {
                 State::Healthy
@@ -554,33 +593,32 @@ impl Agent {
         self.finish_tick(&checks);
         healthy
     }
-}
 
-impl Agent {
     /// `--once`: whether the configured watchdog could be opened, without opening it (that
     /// would start it): its timeout matches and the device exists and is writable. A device
     /// held by another daemon (EBUSY) shows only at a real open. A problem is shown as a
     /// degraded watchdog and printed.
     fn check_watchdog_once(&mut self) -> bool {
-        let Some(w) = self.settings.watchdog.clone() else {
+        let Some(w) = self.agent.settings.watchdog.clone() else {
             return true;
         };
-        let problem = match super::watchdog::check_timeout(&w.device, w.timeout, &self.sys_root) {
-            Err(e) => Some(e.to_string()),
-            Ok(()) => nix::unistd::access(&w.device, nix::unistd::AccessFlags::W_OK)
-                .err()
-                .map(|errno| {
-                    format!(
-                        "{}: cannot open the watchdog: {}",
-                        w.device.display(),
-                        std::io::Error::from(errno)
-                    )
-                }),
-        };
+        let problem =
+            match super::watchdog::check_timeout(&w.device, w.timeout, &self.agent.sys_root) {
+                Err(e) => Some(e.to_string()),
+                Ok(()) => nix::unistd::access(&w.device, nix::unistd::AccessFlags::W_OK)
+                    .err()
+                    .map(|errno| {
+                        format!(
+                            "{}: cannot open the watchdog: {}",
+                            w.device.display(),
+                            std::io::Error::from(errno)
+                        )
+                    }),
+            };
         match problem {
             Some(e) => {
                 eprintln!("prfence agent: watchdog degraded: {e}");
-                self.set_watchdog(WatchdogState::Degraded, Some(e));
+                self.agent.set_watchdog(WatchdogState::Degraded, Some(e));
                 false
             }
             None => true,

@@ -1,7 +1,8 @@
 //! Executing an [`AgentRequest`] with the fencing engine ([`crate::ops`]): what `fence_pr` does
 //! for each Fence Agent API action. Everything the node provides (corosync, sysfs discovery,
-//! opening devices, the key store, sleeping) comes through [`NodeSystem`], so the logic runs on
-//! SPC-model LUs in tests and on SG_IO devices in production ([`LinuxSystem`]).
+//! opening devices, sleeping) comes through the engine's [`Host`] and the key store, together
+//! a [`FenceNode`], so the logic runs on SPC-model LUs in tests and on SG_IO devices in
+//! production ([`SystemHost`]).
 //!
 //! Behaviour, action by action (fence_scsi 4.12.1 facts checked in /usr/sbin/fence_scsi):
 //! - `on` (unfence, run by Pacemaker on the target itself): the key is `key`, else the key of
@@ -60,14 +61,12 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use sg_io::Device;
-
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
 use super::{Action, AgentExit, AgentRequest, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, Discovery, OpenPath, Opener, Resolution, targets};
-use crate::exec::ScsiPr;
-use crate::keys::{self, KeyError, Nodelist};
+use crate::discover::{DiscoverError, OpenPath, Opener, Resolution, targets};
+use crate::host::{Host, SystemHost};
+use crate::keys::{KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, Verdict};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
@@ -80,39 +79,58 @@ pub const MIN_ENGINE_DEADLINE: Duration = Duration::from_secs(10);
 /// option: it lets a lab run two "nodes" on one host, each with its own store.
 pub const STORE_ENV: &str = "FENCE_PR_STORE";
 
-/// What the node provides to the agent.
-pub trait NodeSystem {
-    type Path: PrTransport + 'static;
-    /// Output of `corosync-cmapctl <arg>` (with `options.corosync_cmap_path`).
-    fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError>;
-    /// Lenient discovery of the given devices ([`Discovery::resolve_each`]).
-    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
-    /// LVM autodiscovery, lenient ([`Discovery::resolve_lvm_each`]).
-    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError>;
-    /// Opens a device for PR commands; called on the engine's workers, on each path's first
-    /// command, so a blocking open counts against the action's deadline.
-    fn opener(&self, policy: Policy) -> Opener<Self::Path>;
-    fn store(&self) -> &KeyStore;
-    fn sleep(&self, duration: Duration);
-}
-
-/// The real node: corosync-cmapctl, /sys and /dev, SG_IO, the key store.
-#[derive(Debug, Clone)]
-pub struct LinuxSystem {
-    discovery: Discovery,
+/// What fence_pr uses of the node: the [`Host`] (corosync, discovery, opening devices,
+/// sleeping) and the key store, which is fence_pr's own file (fence_scsi's format), not the
+/// node's.
+pub struct FenceNode {
+    host: Arc<dyn Host>,
     store: KeyStore,
 }
 
-impl LinuxSystem {
-    /// The store is fence_scsi's (`/var/run/cluster.key`/`.dev`) unless [`STORE_ENV`] is set.
-    pub fn from_environment() -> LinuxSystem {
+impl FenceNode {
+    pub fn new(host: Arc<dyn Host>, store: KeyStore) -> FenceNode {
+        FenceNode { host, store }
+    }
+
+    /// The real node. The store is fence_scsi's (`/var/run/cluster.key`/`.dev`) unless
+    /// [`STORE_ENV`] is set.
+    pub fn from_environment() -> FenceNode {
         let stem = std::env::var_os(STORE_ENV)
             .filter(|s| !s.is_empty())
             .map_or_else(|| PathBuf::from(DEFAULT_STEM), PathBuf::from);
-        LinuxSystem {
-            discovery: Discovery::system(),
-            store: KeyStore::new(stem),
-        }
+        FenceNode::new(Arc::new(SystemHost::new()), KeyStore::new(stem))
+    }
+
+    /// Output of `corosync-cmapctl <arg>` (with `options.corosync_cmap_path`).
+    fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError> {
+        self.host
+            .cmapctl(&options.corosync_cmap_path, arg, helper_timeout(options))
+    }
+
+    /// Lenient discovery of the given devices ([`Host::resolve_each`]).
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+        self.host.resolve_each(devices)
+    }
+
+    /// LVM autodiscovery, lenient ([`Host::resolve_lvm_each`]).
+    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError> {
+        self.host
+            .resolve_lvm_each(&options.vgs_path, helper_timeout(options))
+    }
+
+    /// Opens a device for PR commands; called on the engine's workers, on each path's first
+    /// command, so a blocking open counts against the action's deadline.
+    fn opener(&self, policy: Policy) -> Opener<Arc<dyn PrTransport>> {
+        let host = Arc::clone(&self.host);
+        Arc::new(move |device| host.open(device, policy))
+    }
+
+    fn store(&self) -> &KeyStore {
+        &self.store
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.host.sleep(duration);
     }
 }
 
@@ -125,29 +143,6 @@ fn helper_timeout(options: &Options) -> Option<Duration> {
 
 /// See [`helper_timeout`]; fence-agents' default `power_timeout`.
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
-
-impl NodeSystem for LinuxSystem {
-    type Path = ScsiPr<Device>;
-    fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError> {
-        keys::query_cmapctl(&options.corosync_cmap_path, arg, helper_timeout(options))
-    }
-    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
-        self.discovery.resolve_each(devices)
-    }
-    fn resolve_lvm(&self, options: &Options) -> Result<Resolution, DiscoverError> {
-        self.discovery
-            .resolve_lvm_each(&options.vgs_path, helper_timeout(options))
-    }
-    fn opener(&self, policy: Policy) -> Opener<Self::Path> {
-        Arc::new(move |device| ScsiPr::open(device, policy))
-    }
-    fn store(&self) -> &KeyStore {
-        &self.store
-    }
-    fn sleep(&self, duration: Duration) {
-        std::thread::sleep(duration);
-    }
-}
 
 /// A failure before or outside the engine, logged with fence-agents' "Failed:" wording.
 #[derive(Debug, thiserror::Error)]
@@ -255,9 +250,9 @@ struct Targets<T> {
 /// Executes `request` (help and version are the caller's: they print before logging starts).
 /// Writes the action's output (metadata, list, "Success: …", "Status: …") to `out` and logs the
 /// rest through `tracing`. Returns the exit code.
-pub fn execute<S: NodeSystem>(
+pub fn execute(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     agent_name: &str,
     out: &mut dyn Write,
 ) -> AgentExit {
@@ -326,11 +321,11 @@ fn limits(started: Instant) -> Limits {
 }
 
 /// Resolves the devices (or LVM) and opens every path.
-fn lu_targets<S: NodeSystem>(
+fn lu_targets(
     options: &Options,
-    system: &S,
+    system: &FenceNode,
     aptpl: bool,
-) -> Result<Targets<S::Path>, Failed> {
+) -> Result<Targets<Arc<dyn PrTransport>>, Failed> {
     let resolution = if options.devices.is_empty() {
         tracing::debug!(
             "no devices given: looking for PVs of clustered or shared VGs with {}",
@@ -356,7 +351,7 @@ fn lu_targets<S: NodeSystem>(
     }
     let policy = policy(options);
     let single = options.mpath_register_method == MpathRegisterMethod::Single;
-    let lus: Vec<LuTarget<AgentPath<S::Path>>> =
+    let lus: Vec<LuTarget<AgentPath<Arc<dyn PrTransport>>>> =
         targets(&resolution, single, &system.opener(policy))
             .into_iter()
             .map(|lu| LuTarget {
@@ -444,14 +439,14 @@ fn log_report(report: &Report) {
 }
 
 /// Memoizes corosync queries: `list-status` derives a key per node from the same two answers.
-struct Corosync<'a, S> {
-    system: &'a S,
+struct Corosync<'a> {
+    system: &'a FenceNode,
     options: &'a Options,
     answers: HashMap<String, String>,
 }
 
-impl<'a, S: NodeSystem> Corosync<'a, S> {
-    fn new(system: &'a S, options: &'a Options) -> Self {
+impl<'a> Corosync<'a> {
+    fn new(system: &'a FenceNode, options: &'a Options) -> Self {
         Corosync {
             system,
             options,
@@ -493,9 +488,9 @@ impl<'a, S: NodeSystem> Corosync<'a, S> {
     }
 }
 
-fn list<S: NodeSystem>(
+fn list(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     out: &mut dyn Write,
 ) -> Result<AgentExit, Failed> {
     let names = Corosync::new(system, &request.options).node_names()?;
@@ -531,9 +526,9 @@ fn registered_partially(report: &Report) -> Vec<&str> {
         .collect()
 }
 
-fn status_of<S: NodeSystem>(
+fn status_of(
     options: &Options,
-    system: &S,
+    system: &FenceNode,
     key: Key,
     started: Instant,
 ) -> Result<Report, Failed> {
@@ -543,9 +538,9 @@ fn status_of<S: NodeSystem>(
     Ok(report)
 }
 
-fn status<S: NodeSystem>(
+fn status(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
 ) -> Result<AgentExit, Failed> {
@@ -575,9 +570,9 @@ fn status<S: NodeSystem>(
     }
 }
 
-fn list_status<S: NodeSystem>(
+fn list_status(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
 ) -> Result<AgentExit, Failed> {
@@ -609,7 +604,7 @@ fn list_status<S: NodeSystem>(
     Ok(AgentExit::Success)
 }
 
-fn stored_key<S: NodeSystem>(system: &S, why: &str) -> Result<Key, Failed> {
+fn stored_key(system: &FenceNode, why: &str) -> Result<Key, Failed> {
     match system.store().read_key().map_err(Failed::from)? {
         Some(key) => Ok(Key::new(key)),
         None => Err(Failed(format!(
@@ -620,9 +615,9 @@ fn stored_key<S: NodeSystem>(system: &S, why: &str) -> Result<Key, Failed> {
     }
 }
 
-fn unfence<S: NodeSystem>(
+fn unfence(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
 ) -> Result<AgentExit, Failed> {
@@ -648,9 +643,9 @@ fn unfence<S: NodeSystem>(
     Ok(AgentExit::Success)
 }
 
-fn fence<S: NodeSystem>(
+fn fence(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
 ) -> Result<AgentExit, Failed> {
@@ -692,7 +687,7 @@ fn fence<S: NodeSystem>(
 }
 
 /// fence-agents' `power_wait`: a pause after a successful `on` or `off`.
-fn power_wait<S: NodeSystem>(options: &Options, system: &S) {
+fn power_wait(options: &Options, system: &FenceNode) {
     if !options.power_wait.is_zero() {
         tracing::debug!("power_wait: {:?}", options.power_wait);
         system.sleep(options.power_wait);
@@ -733,9 +728,9 @@ fn capabilities_problem<T: PrTransport>(lu: &LuTarget<T>) -> Option<Result<Strin
     None
 }
 
-fn monitor<S: NodeSystem>(
+fn monitor(
     request: &AgentRequest,
-    system: &S,
+    system: &FenceNode,
     started: Instant,
 ) -> Result<AgentExit, Failed> {
     let options = &request.options;

@@ -53,6 +53,13 @@ impl LuId {
         &self.0
     }
 
+    /// The identifier in a sysfs `wwid` file's text (`naa.6001405…`): trailing newline, NULs
+    /// and blanks dropped; `None` if nothing is left.
+    pub fn from_wwid(text: &str) -> Option<Self> {
+        let id = text.trim_end_matches(['\n', '\0', ' ']);
+        (!id.is_empty()).then(|| Self(id.to_owned()))
+    }
+
     /// The LU designator of a VPD page 83h image (as in sysfs `vpd_pg83`), formatted like the
     /// kernel's `wwid`. What discovery uses when `wwid` is missing.
     pub fn from_vpd_pg83(page: &[u8]) -> Option<Self> {
@@ -633,9 +640,7 @@ impl Discovery {
         let bytes = |attr: &str| std::fs::read(scsi_dir.join(attr));
         let id = text("wwid")
             .ok()
-            .map(|w| w.trim_end_matches(['\n', '\0', ' ']).to_owned())
-            .filter(|w| !w.is_empty())
-            .map(LuId)
+            .and_then(|w| LuId::from_wwid(&w))
             .or_else(|| bytes("vpd_pg83").ok().and_then(|p| LuId::from_vpd_pg83(&p)));
         let serial = bytes("vpd_pg80").ok().and_then(|p| vpd::unit_serial(&p));
         let state = match text("state") {

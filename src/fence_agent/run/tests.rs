@@ -1,12 +1,14 @@
 //! The agent's actions on SPC-model LUs (`ScsiPr<ModelDevice>`, LIO quirks) through the real
-//! engine, with corosync, discovery, the key store and sleeping faked by [`ModelSystem`].
+//! engine, with corosync, discovery, the key store and sleeping faked by [`ModelSystem`] (its
+//! [`ModelHost`] and a store in a temporary directory).
 
 use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
+use crate::exec::ScsiPr;
 use crate::fence_agent::{Environment, parse};
-use crate::keys::NativeKey;
+use crate::keys::{self, NativeKey};
 use crate::pr::{PrOut, TransportId};
 use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
 
@@ -20,6 +22,7 @@ nodelist.node.1.nodeid (u32) = 2\n\
 nodelist.node.1.ring0_addr (str) = 10.0.0.2\n";
 
 /// A path of one node to one modelled LU, as discovery would report it.
+#[derive(Clone)]
 struct ModelPathSpec {
     dev: PathBuf,
     lu: usize,
@@ -32,20 +35,36 @@ struct ModelSystem {
     paths: Vec<ModelPathSpec>,
     store: KeyStore,
     _dir: tempfile::TempDir,
-    slept: Mutex<Vec<Duration>>,
+    slept: Arc<Mutex<Vec<Duration>>>,
     nodelist: String,
 }
 
-impl NodeSystem for ModelSystem {
-    type Path = ScsiPr<ModelDevice>;
-    fn cmapctl(&self, _options: &Options, arg: &str) -> Result<String, KeyError> {
+/// The [`Host`] of a [`ModelSystem`] as it is at one request: its paths, its corosync answers,
+/// its sleeps recorded.
+struct ModelHost {
+    lus: Arc<Vec<Arc<Mutex<ModelLu>>>>,
+    paths: Vec<ModelPathSpec>,
+    slept: Arc<Mutex<Vec<Duration>>>,
+    nodelist: String,
+}
+
+impl Host for ModelHost {
+    fn cmapctl(
+        &self,
+        _cmapctl: &Path,
+        arg: &str,
+        _timeout: Option<Duration>,
+    ) -> Result<String, KeyError> {
         match arg {
             "totem.cluster_name" => Ok(CMAP_NAME.to_owned()),
             "nodelist" => Ok(self.nodelist.clone()),
             other => panic!("unexpected cmapctl query {other}"),
         }
     }
-    fn resolve(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+    fn resolve(&self, _devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
+        unreachable!("fence_pr resolves leniently")
+    }
+    fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
         let mut lus: Vec<Lu> = Vec::new();
         let mut unidentified = Vec::new();
         for device in devices {
@@ -79,40 +98,44 @@ impl NodeSystem for ModelSystem {
         lus.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(Resolution { lus, unidentified })
     }
-    fn resolve_lvm(&self, _options: &Options) -> Result<Resolution, DiscoverError> {
+    fn resolve_lvm_each(
+        &self,
+        _vgs: &Path,
+        _timeout: Option<Duration>,
+    ) -> Result<Resolution, DiscoverError> {
         Err(DiscoverError::NothingToFence)
     }
-    fn opener(&self, policy: Policy) -> Opener<Self::Path> {
-        let lus = Arc::clone(&self.lus);
-        let paths: Vec<(PathBuf, usize, Nexus)> = self
-            .paths
-            .iter()
-            .map(|p| (p.dev.clone(), p.lu, p.nexus))
-            .collect();
-        Arc::new(move |device| {
-            // A device that vanished: the open fails as on a real system.
-            let Some((dev, lu, nexus)) = paths.iter().find(|(dev, _, _)| dev == device) else {
-                return Err(CommandError::without_completion(
-                    device,
-                    crate::transport::Command::Open,
-                    ErrorKind::Open,
-                    "No such file or directory",
-                ));
-            };
-            Ok(ScsiPr::new(
-                ModelDevice::new(Arc::clone(&lus[*lu]), *nexus, dev),
-                Policy {
-                    not_ready_backoff: Duration::from_millis(1),
-                    ..policy
-                },
-            ))
-        })
+    fn open(&self, device: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
+        // A device that vanished: the open fails as on a real system.
+        let Some(spec) = self.paths.iter().find(|p| p.dev == device) else {
+            return Err(CommandError::without_completion(
+                device,
+                crate::transport::Command::Open,
+                ErrorKind::Open,
+                "No such file or directory",
+            ));
+        };
+        Ok(Arc::new(ScsiPr::new(
+            ModelDevice::new(Arc::clone(&self.lus[spec.lu]), spec.nexus, &spec.dev),
+            Policy {
+                not_ready_backoff: Duration::from_millis(1),
+                ..policy
+            },
+        )))
     }
-    fn store(&self) -> &KeyStore {
-        &self.store
+    fn run_bounded(
+        &self,
+        _program: &Path,
+        _args: &[String],
+        _timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, crate::process::RunError> {
+        unreachable!("fence_pr runs its helpers through cmapctl and LVM discovery")
     }
     fn sleep(&self, duration: Duration) {
         self.slept.lock().unwrap().push(duration);
+    }
+    fn reboot_now(&self) -> std::io::Error {
+        unreachable!("fence_pr never reboots")
     }
 }
 
@@ -179,7 +202,7 @@ impl Cluster {
             paths: specs,
             store: KeyStore::new(dir.path().join("cluster")),
             _dir: dir,
-            slept: Mutex::new(Vec::new()),
+            slept: Arc::new(Mutex::new(Vec::new())),
             nodelist: CMAP_NODES.to_owned(),
         }
     }
@@ -196,6 +219,19 @@ impl Cluster {
 }
 
 impl ModelSystem {
+    /// fence_pr's view of this node now.
+    fn fence_node(&self) -> FenceNode {
+        FenceNode::new(
+            Arc::new(ModelHost {
+                lus: Arc::clone(&self.lus),
+                paths: self.paths.clone(),
+                slept: Arc::clone(&self.slept),
+                nodelist: self.nodelist.clone(),
+            }),
+            self.store.clone(),
+        )
+    }
+
     fn devices(&self) -> String {
         self.paths
             .iter()
@@ -215,7 +251,7 @@ fn agent(system: &ModelSystem, lines: &str) -> (AgentExit, String) {
         Err(e) => return (e.exit_code(), e.to_string()),
     };
     let mut out = Vec::new();
-    let code = execute(&request, system, "fence_pr", &mut out);
+    let code = execute(&request, &system.fence_node(), "fence_pr", &mut out);
     (code, String::from_utf8(out).unwrap())
 }
 

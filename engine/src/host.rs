@@ -1,0 +1,125 @@
+//! The node as every front end sees it: find devices, open paths, ask corosync, run a bounded
+//! helper, sleep, reboot. The admin CLI, fence_pr and the agent take a [`Host`] instead of
+//! calling sysfs, SG_IO, `corosync-cmapctl` or `reboot(2)` themselves, so their tests run the
+//! real front-end logic on the SPC model; a node uses [`SystemHost`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::discover::{DiscoverError, Discovery, Lu, Resolution};
+use crate::exec::ScsiPr;
+use crate::keys::{self, KeyError};
+use crate::process::{self, RunError};
+use crate::transport::{CommandError, Policy, PrTransport};
+
+/// What a front end needs of the node it runs on.
+pub trait Host: Send + Sync + 'static {
+    /// Strict discovery of `devices` ([`Discovery::resolve`]): any device that cannot be
+    /// resolved fails the whole call.
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError>;
+    /// Lenient discovery of `devices` ([`Discovery::resolve_each`]).
+    fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
+    /// LVM autodiscovery with `vgs`, lenient ([`Discovery::resolve_lvm_each`]).
+    fn resolve_lvm_each(
+        &self,
+        vgs: &Path,
+        timeout: Option<Duration>,
+    ) -> Result<Resolution, DiscoverError>;
+    /// Opens one path for PR commands. May block (it is called on a worker, inside the
+    /// caller's deadline).
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError>;
+    /// The output of `<cmapctl> <arg>` ([`keys::query_cmapctl`]).
+    fn cmapctl(
+        &self,
+        cmapctl: &Path,
+        arg: &str,
+        timeout: Option<Duration>,
+    ) -> Result<String, KeyError>;
+    /// Runs a helper bounded by `timeout` ([`process::run_bounded`]); its stdout.
+    fn run_bounded(
+        &self,
+        program: &Path,
+        args: &[String],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, RunError>;
+    /// Blocks the calling thread for `duration`.
+    fn sleep(&self, duration: Duration);
+    /// Reboots at once, without syncing (a fenced node's dirty pages must not reach the LU);
+    /// returns only if that failed.
+    fn reboot_now(&self) -> std::io::Error;
+}
+
+/// The real node: sysfs discovery under `/sys` and `/dev`, SG_IO through a read-only open (no
+/// udev change event on close), the helpers as processes, `reboot(2)` with `RB_AUTOBOOT` (needs
+/// CAP_SYS_BOOT).
+#[derive(Debug, Clone)]
+pub struct SystemHost {
+    discovery: Discovery,
+}
+
+impl SystemHost {
+    /// This system's `/sys` and `/dev`.
+    pub fn new() -> SystemHost {
+        SystemHost {
+            discovery: Discovery::system(),
+        }
+    }
+}
+
+impl Default for SystemHost {
+    fn default() -> SystemHost {
+        SystemHost::new()
+    }
+}
+
+impl Host for SystemHost {
+    fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
+        self.discovery.resolve(devices)
+    }
+
+    fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
+        self.discovery.resolve_each(devices)
+    }
+
+    fn resolve_lvm_each(
+        &self,
+        vgs: &Path,
+        timeout: Option<Duration>,
+    ) -> Result<Resolution, DiscoverError> {
+        self.discovery.resolve_lvm_each(vgs, timeout)
+    }
+
+    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
+        Ok(Arc::new(ScsiPr::open(dev, policy)?))
+    }
+
+    fn cmapctl(
+        &self,
+        cmapctl: &Path,
+        arg: &str,
+        timeout: Option<Duration>,
+    ) -> Result<String, KeyError> {
+        keys::query_cmapctl(cmapctl, arg, timeout)
+    }
+
+    fn run_bounded(
+        &self,
+        program: &Path,
+        args: &[String],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, RunError> {
+        process::run_bounded(program, args, timeout)
+    }
+
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+
+    fn reboot_now(&self) -> std::io::Error {
+        match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_AUTOBOOT) {
+            Ok(never) => match never {},
+            Err(errno) => std::io::Error::from(errno),
+        }
+    }
+}
