@@ -805,19 +805,28 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
     // the whole node down.
     ensure!(c.runs_agent(victim), "{v} runs no prfence agent");
     let refused_before = c.refused(victim);
+    // The node's agent log outlives its restarts: only a reboot logged after the thaw counts.
+    let reboots = || -> Vec<String> {
+        std::fs::read_to_string(logs(victim).join("agent.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("rebooting now"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let reboots_before = reboots().len();
     c.set_frozen(victim, false)?;
     let down = c.wait(
         &format!("{v} down after the thaw (its agent's self-fence)"),
         Duration::from_secs(60),
         |c| Ok(c.is_down(victim)),
     )?;
-    let agent_log = std::fs::read_to_string(logs(victim).join("agent.log")).unwrap_or_default();
-    let fenced_line = agent_log
-        .lines()
-        .find(|l| l.contains("rebooting now"))
-        .with_context(|| {
-            format!("{v} went down but its agent never said it rebooted:\n{agent_log}")
-        })?;
+    let after_thaw = reboots();
+    let fenced_line = after_thaw
+        .get(reboots_before..)
+        .and_then(<[String]>::last)
+        .cloned()
+        .with_context(|| format!("{v} went down but its agent never said it rebooted"))?;
     ensure!(
         c.refused(victim) > refused_before,
         "{v} went down {} after the thaw without one write of its counter refused: {:?}",
