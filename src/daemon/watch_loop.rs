@@ -20,7 +20,7 @@ use super::config::{ModeSettings, Settings};
 use super::metrics::CommandResult;
 use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
 use super::status::{PathStatus, State, WatchdogState};
-use super::storage::{Executor, LuTable, PathHandle, lock};
+use super::storage::{Executor, LuEntry, LuTable, PathHandle, lock};
 use super::watch::{
     CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
     WatchState,
@@ -164,6 +164,32 @@ async fn check_all(
 }
 
 /// What the watch loop keeps between checks.
+/// What one check saw of each LU, as the watch core takes it. `paths_changed` says whether an
+/// LU's paths count as changed since the last check (so that every path is probed).
+fn observations(
+    table: &LuTable,
+    checks: &[LuCheck],
+    paths_changed: impl Fn(&LuEntry, &LuCheck) -> bool,
+) -> Vec<Observation> {
+    table
+        .lus
+        .iter()
+        .zip(checks)
+        .map(|(lu, check)| Observation {
+            lu: LuName(lu.name.clone()),
+            result: match &check.keys {
+                Ok(keys) => Ok(LuKeys {
+                    keys: keys.keys.clone(),
+                    path_count: lu.paths.len(),
+                    paths: check.registrations.clone(),
+                    paths_changed: paths_changed(lu, check),
+                }),
+                Err(e) => Err(CommandFailure::of(e)),
+            },
+        })
+        .collect()
+}
+
 struct WatchRun {
     key: Key,
     /// `None` until armed (our key seen on every LU).
@@ -302,25 +328,9 @@ impl WatchDriver<'_> {
         // target fences us either way (P5), the watchdog only makes the stop sure.
         self.agent.retry_watchdog();
         let watch = self.run.state.as_mut()?;
-        let observations: Vec<Observation> = self
-            .agent
-            .table
-            .lus
-            .iter()
-            .zip(&checks)
-            .map(|(lu, check)| Observation {
-                lu: LuName(lu.name.clone()),
-                result: match &check.keys {
-                    Ok(keys) => Ok(LuKeys {
-                        keys: keys.keys.clone(),
-                        path_count: lu.paths.len(),
-                        paths: check.registrations.clone(),
-                        paths_changed: lu.paths_changed || check.preempted_unit_attention,
-                    }),
-                    Err(e) => Err(CommandFailure::of(e)),
-                },
-            })
-            .collect();
+        let observations = observations(&self.agent.table, &checks, |lu, check| {
+            lu.paths_changed || check.preempted_unit_attention
+        });
         for (lu, check) in self.agent.table.lus.iter().zip(&checks) {
             if check.preempted_unit_attention {
                 tracing::warn!(lu = %lu.name, "the target reports a registration of this node was preempted (2Ah/05h)");
@@ -554,25 +564,9 @@ impl WatchDriver<'_> {
             self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
             now,
         );
-        let observations =
-            self.agent
-                .table
-                .lus
-                .iter()
-                .zip(&checks)
-                .map(|(lu, check)| Observation {
-                    lu: LuName(lu.name.clone()),
-                    result: match &check.keys {
-                        Ok(keys) => Ok(LuKeys {
-                            keys: keys.keys.clone(),
-                            path_count: lu.paths.len(),
-                            paths: check.registrations.clone(),
-                            paths_changed: false,
-                        }),
-                        Err(e) => Err(CommandFailure::of(e)),
-                    },
-                });
-        let decision = judge.tick(now, observations.collect::<Vec<_>>());
+        // --once judges what it reads now: no path counts as changed since an earlier check.
+        let observations = observations(&self.agent.table, &checks, |_, _| false);
+        let decision = judge.tick(now, observations);
         let watchdog_ok = self.check_watchdog_once();
         let healthy = watchdog_ok && decision.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy);
         {
