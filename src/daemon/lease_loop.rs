@@ -429,22 +429,12 @@ impl<'a> LeaseDriver<'a> {
                     while let Some(action) = lease.poll(now.into_std()) {
                         match action {
                             LeaseAction::SelfFence(reason) => {
-                                let name = self
-                                    .agent
-                                    .table
-                                    .lus
-                                    .get(index)
-                                    .map_or("?", |l| l.name.as_str());
+                                let name = self.agent.table.name(index);
                                 fence = Some(format!("LU {name}: {reason}"));
                                 break 'poll;
                             }
                             LeaseAction::Promoted { key } => {
-                                let name = self
-                                    .agent
-                                    .table
-                                    .lus
-                                    .get(index)
-                                    .map_or("?", |l| l.name.as_str());
+                                let name = self.agent.table.name(index);
                                 tracing::info!(lu = %name, %key, "holding the reservation");
                             }
                             action => {

@@ -503,6 +503,11 @@ pub struct LuTable {
 }
 
 impl LuTable {
+    /// The configured name of LU `index`, for logs ("?" if there is none).
+    pub fn name(&self, index: usize) -> &str {
+        self.lus.get(index).map_or("?", |l| l.name.as_str())
+    }
+
     pub fn new(devices: &[DeviceSettings]) -> LuTable {
         LuTable {
             lus: devices
