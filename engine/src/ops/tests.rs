@@ -38,6 +38,21 @@ pub(in crate::ops) fn block_on<F: std::future::Future>(future: F) -> F::Output {
         .block_on(future)
 }
 
+/// For a test with a LU hung past the deadline: a 2 s deadline, and a runtime of its own that
+/// the test shuts down without waiting for the hung thread.
+fn hung_lu_setup() -> (Limits, tokio::runtime::Runtime) {
+    let limits = Limits {
+        deadline: Duration::from_secs(2),
+        tie_break: Duration::ZERO,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    (limits, runtime)
+}
+
 /// No tie-break wait: the race tests interleave the two nodes' commands themselves.
 fn limits() -> Limits {
     Limits {
@@ -820,15 +835,7 @@ fn a_lu_pending_at_the_deadline_is_told_last_as_timed_out() {
     let f = two_nodes(3, 1);
     let hung = f.nexus[1][0][0];
     f.with_lu(1, |l| l.fail_next(hung, Injected::Hang(HANG), 1000));
-    let limits = Limits {
-        deadline: Duration::from_secs(2),
-        tie_break: Duration::ZERO,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-        .unwrap();
+    let (limits, runtime) = hung_lu_setup();
     let mut told = Vec::new();
     let report = runtime
         .block_on(fence_observed(f.targets(0), A, B, limits, &mut |d| {
@@ -1483,15 +1490,7 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
             )],
         })
         .collect();
-    let limits = Limits {
-        deadline: Duration::from_secs(2),
-        tie_break: Duration::ZERO,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-        .unwrap();
+    let (limits, runtime) = hung_lu_setup();
     let started = std::time::Instant::now();
     let report = runtime.block_on(fence(targets, A, B, limits)).unwrap();
     let took = started.elapsed();
