@@ -8,10 +8,11 @@ mod lab;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
 use lab::race::{
     self, PRFENCE, assert_sole_survivor, fence, fence_args, hex, key, other, prfence,
     prfence_expect, unfence,
@@ -517,101 +518,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The fake `corosync-cmapctl` both agents ask for the cluster name and the nodelist (node1 id 1,
-/// node2 id 2), under /run/lab so teardown removes it.
-fn fake_cmapctl() -> anyhow::Result<PathBuf> {
-    let path = PathBuf::from("/run/lab/corosync-cmapctl");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\ncase \"$1\" in\n\
-         totem.cluster_name) echo 'totem.cluster_name (str) = lab' ;;\n\
-         nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
-nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
-nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
-         *) exit 1 ;;\nesac\n",
-    )?;
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    Ok(path)
-}
-
-/// The cluster node name a lab node plays.
-fn cluster_name(node: Node) -> &'static str {
-    match node {
-        Node::A => "node1",
-        Node::B => "node2",
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Agent {
-    FencePr,
-    FenceScsi,
-}
-
-/// Runs `agent` as lab node `node` the way pacemaker-fenced does: parameters on stdin, one
-/// `name=value` a line, env PCMK_service=pacemaker-fenced. `target` is the node acted on.
-/// fence_pr keeps each lab node's key store apart (FENCE_PR_STORE); fence_scsi has one store
-/// (/var/run/cluster.key), so the acting node's own key is written there first, as its own `on`
-/// would have left it on a real node.
-fn agent(
-    t: &Topology,
-    agent: Agent,
-    node: Node,
-    action: &str,
-    target: Node,
-) -> anyhow::Result<lab::Run> {
-    let devices: Vec<String> = t
-        .node(node)
-        .devices()
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect();
-    let target_name = cluster_name(target);
-    let stdin = format!(
-        "action={action}\nnodename={target_name}\nport={target_name}\nplug={target_name}\n\
-         devices={}\ncorosync_cmap_path=/run/lab/corosync-cmapctl\n",
-        devices.join(",")
-    );
-    let mut cmd = match agent {
-        Agent::FencePr => {
-            // the package's link, where pacemaker-fenced finds agents
-            let mut cmd = Command::new(lab::INSTALLED_FENCE_PR);
-            cmd.env(
-                "FENCE_PR_STORE",
-                format!("/run/lab/node-{}", node.letter().to_ascii_lowercase()),
-            );
-            cmd
-        }
-        Agent::FenceScsi => Command::new("fence_scsi"),
-    };
-    if agent == Agent::FenceScsi && action == "off" {
-        let own = derived_key(node)?;
-        std::fs::write("/var/run/cluster.key", format!("{own:x}\n"))?;
-    }
-    cmd.env("PCMK_service", "pacemaker-fenced")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("spawn {agent:?}"))?;
-    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, stdin.as_bytes())?;
-    let out = child.wait_with_output()?;
-    let run = lab::Run {
-        command: format!("{agent:?} as node {} <<< {stdin:?}", node.letter()),
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: start.elapsed(),
-    };
-    println!(
-        "  node {}: {agent:?} action={action} target={target_name} -> exit {} in {} ms",
-        node.letter(),
-        run.code(),
-        run.elapsed.as_millis()
-    );
-    Ok(run)
-}
-
+/// Runs `which` as lab node `node` on all its devices, requiring exit status `code`.
 fn agent_expect(
     t: &Topology,
     which: Agent,
@@ -620,29 +527,7 @@ fn agent_expect(
     target: Node,
     code: i32,
 ) -> anyhow::Result<lab::Run> {
-    let run = agent(t, which, node, action, target)?;
-    ensure!(
-        run.code() == code,
-        "{} exited {}, expected {code}:\n{}{}",
-        run.command,
-        run.code(),
-        run.stdout,
-        run.stderr
-    );
-    Ok(run)
-}
-
-/// fence_scsi's key for `node` (key_value=id): the first 4 hex digits of md5(cluster name), then
-/// the node's position in corosync's nodelist (`nodelist.node.<N>.name`, not its nodeid) as 4
-/// decimal digits, read as hex. Computed here with md5sum, independently of both agents.
-fn derived_key(node: Node) -> anyhow::Result<u64> {
-    let md5 = lab::run("sh", ["-c", "printf lab | md5sum"])?.ok()?;
-    let position = match node {
-        Node::A => 0,
-        Node::B => 1,
-    };
-    let text = format!("{}{position:04}", &md5.stdout[..4]);
-    Ok(u64::from_str_radix(&text, 16)?)
+    fence_agents::expect(which, node, action, target, t.node(node).devices(), code)
 }
 
 /// The keys registered on every LU (must be the same set on each), sorted.

@@ -19,8 +19,14 @@ const LAB_SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
 /// With `package`, the .deb is first built around the prfence binary under test (`cargo xtask
 /// deb --binary`, the packaging code that makes the release packages) and handed to the guest
 /// in `LAB_PACKAGE`, which installs it before the tests run.
-pub fn run_suite(args: &[String], selected: usize, budget: Duration, package: bool) -> ExitCode {
-    match boot_and_run(args, selected, budget, package) {
+pub fn run_suite(
+    args: &[String],
+    selected: usize,
+    budget: Duration,
+    package: bool,
+    kernel_suite: Option<&str>,
+) -> ExitCode {
+    match boot_and_run(args, selected, budget, package, kernel_suite) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lab: FAILED: {e:#}");
@@ -34,6 +40,7 @@ fn boot_and_run(
     selected: usize,
     budget: Duration,
     package: bool,
+    kernel_suite: Option<&str>,
 ) -> anyhow::Result<()> {
     let suite_start = Instant::now();
     let exe = std::env::current_exe()?;
@@ -42,12 +49,19 @@ fn boot_and_run(
         println!("lab {suite}: no test matches the filters, no guest booted");
         return Ok(());
     }
-    let lab_dir = target_dir(&exe).join(lab_dir_name());
+    let kernel_suite = std::env::var("LAB_KERNEL_SUITE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| kernel_suite.map(str::to_owned));
+    let lab_dir = target_dir(&exe).join(lab_dir_name(kernel_suite.as_deref()));
 
     let build_start = Instant::now();
-    let status = Command::new("bash")
-        .arg(format!("{LAB_SOURCES}/build.sh"))
-        .arg(&lab_dir)
+    let mut build = Command::new("bash");
+    build.arg(format!("{LAB_SOURCES}/build.sh")).arg(&lab_dir);
+    if let Some(kernel_suite) = &kernel_suite {
+        build.env("LAB_KERNEL_SUITE", kernel_suite);
+    }
+    let status = build
         .status()
         .map_err(|e| anyhow::anyhow!("cannot run {LAB_SOURCES}/build.sh: {e}"))?;
     anyhow::ensure!(status.success(), "building the lab guest failed ({status})");
@@ -335,13 +349,13 @@ impl Report {
     }
 }
 
-/// The guest's cache directory under the target dir: `lab` for Debian 12's kernel, `lab-SUITE` for
-/// the kernel of another Debian suite (`LAB_KERNEL_SUITE`, e.g. `unstable`), so that switching
-/// between kernels rebuilds nothing.
-fn lab_dir_name() -> String {
-    match std::env::var("LAB_KERNEL_SUITE") {
-        Ok(suite) if !suite.is_empty() => format!("lab-{suite}"),
-        _ => "lab".to_owned(),
+/// The guest's cache directory under the target dir: `lab` for the host's own kernel package,
+/// `lab-SUITE` for the kernel of another Debian suite (`LAB_KERNEL_SUITE`, or the suite's own
+/// choice, e.g. `unstable`), so that switching between kernels rebuilds nothing.
+fn lab_dir_name(kernel_suite: Option<&str>) -> String {
+    match kernel_suite {
+        Some(suite) => format!("lab-{suite}"),
+        None => "lab".to_owned(),
     }
 }
 

@@ -8,8 +8,10 @@
 // Each suite uses a different part of the lab.
 #![allow(dead_code, unused_imports)]
 
+pub mod fence_agents;
 mod guest;
 mod host;
+pub mod nvme;
 pub mod race;
 mod topology;
 mod writer;
@@ -42,7 +44,7 @@ macro_rules! tests {
 /// bounds the guest's life (about three times the suite's usual time under emulation; the
 /// environment variable `LAB_TIMEOUT`, in seconds, overrides it).
 pub fn main(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
-    run_suite(budget, tests, false)
+    run_suite(budget, tests, false, None)
 }
 
 /// [`main`] for a suite that tests prfence as an admin installs it: the host builds the .deb
@@ -50,7 +52,19 @@ pub fn main(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
 /// host's root is never written) before any test runs, so `/usr/sbin/prfence` and the
 /// `/usr/sbin/fence_pr` link where pacemaker-fenced looks for agents are the package's.
 pub fn main_with_package(budget: Duration, tests: &[(&'static str, TestFn)]) -> ExitCode {
-    run_suite(budget, tests, true)
+    run_suite(budget, tests, true, None)
+}
+
+/// [`main_with_package`] for a suite that needs a newer kernel than the host's Debian release
+/// carries (nvmet's reservations came with Linux 6.13): its guest boots the newest kernel of the
+/// Debian suite `kernel_suite` (e.g. `unstable`), which build.sh fetches from the mirror the host's
+/// own apt configuration names. `LAB_KERNEL_SUITE` set to another suite wins, as for every suite.
+pub fn main_with_package_on(
+    kernel_suite: &'static str,
+    budget: Duration,
+    tests: &[(&'static str, TestFn)],
+) -> ExitCode {
+    run_suite(budget, tests, true, Some(kernel_suite))
 }
 
 /// The installed prfence (a suite started with [`main_with_package`]).
@@ -58,7 +72,12 @@ pub const INSTALLED_PRFENCE: &str = "/usr/sbin/prfence";
 /// The installed fence agent: the package's link to [`INSTALLED_PRFENCE`].
 pub const INSTALLED_FENCE_PR: &str = "/usr/sbin/fence_pr";
 
-fn run_suite(budget: Duration, tests: &[(&'static str, TestFn)], package: bool) -> ExitCode {
+fn run_suite(
+    budget: Duration,
+    tests: &[(&'static str, TestFn)],
+    package: bool,
+    kernel_suite: Option<&'static str>,
+) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let exact = args.iter().any(|a| a == "--exact");
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
@@ -95,7 +114,7 @@ fn run_suite(budget: Duration, tests: &[(&'static str, TestFn)], package: bool) 
         }
         guest::run_tests(&selected, tests.len())
     } else {
-        host::run_suite(&args, selected.len(), budget, package)
+        host::run_suite(&args, selected.len(), budget, package, kernel_suite)
     }
 }
 

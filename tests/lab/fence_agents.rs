@@ -1,0 +1,134 @@
+//! fence_pr and fence_scsi run the way pacemaker-fenced runs them (parameters on stdin), with a
+//! fake corosync-cmapctl for their keys: shared by the suites that compare or drive the agents
+//! (`lab_fence` on LIO, `lab_nvme` on nvmet).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, ensure};
+
+use super::{Node, Run};
+
+/// The fake `corosync-cmapctl` both agents ask for the cluster name and the nodelist (node1 id 1,
+/// node2 id 2), under /run/lab so teardown removes it.
+pub fn fake_cmapctl() -> anyhow::Result<PathBuf> {
+    let path = PathBuf::from("/run/lab/corosync-cmapctl");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\ncase \"$1\" in\n\
+         totem.cluster_name) echo 'totem.cluster_name (str) = lab' ;;\n\
+         nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
+nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
+nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
+         *) exit 1 ;;\nesac\n",
+    )?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    Ok(path)
+}
+
+/// The cluster node name a lab node plays.
+pub fn cluster_name(node: Node) -> &'static str {
+    match node {
+        Node::A => "node1",
+        Node::B => "node2",
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agent {
+    FencePr,
+    FenceScsi,
+}
+
+/// Runs `agent` as lab node `node` the way pacemaker-fenced does: parameters on stdin, one
+/// `name=value` a line, env PCMK_service=pacemaker-fenced. `target` is the node acted on.
+/// fence_pr keeps each lab node's key store apart (FENCE_PR_STORE); fence_scsi has one store
+/// (/var/run/cluster.key), so the acting node's own key is written there first, as its own `on`
+/// would have left it on a real node.
+pub fn run(
+    agent: Agent,
+    node: Node,
+    action: &str,
+    target: Node,
+    devices: &[PathBuf],
+) -> anyhow::Result<Run> {
+    let devices: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    let target_name = cluster_name(target);
+    let stdin = format!(
+        "action={action}\nnodename={target_name}\nport={target_name}\nplug={target_name}\n\
+         devices={}\ncorosync_cmap_path=/run/lab/corosync-cmapctl\n",
+        devices.join(",")
+    );
+    let mut cmd = match agent {
+        Agent::FencePr => {
+            // the package's link, where pacemaker-fenced finds agents
+            let mut cmd = Command::new(super::INSTALLED_FENCE_PR);
+            cmd.env(
+                "FENCE_PR_STORE",
+                format!("/run/lab/node-{}", node.letter().to_ascii_lowercase()),
+            );
+            cmd
+        }
+        Agent::FenceScsi => Command::new("fence_scsi"),
+    };
+    if agent == Agent::FenceScsi && action == "off" {
+        let own = derived_key(node)?;
+        std::fs::write("/var/run/cluster.key", format!("{own:x}\n"))?;
+    }
+    cmd.env("PCMK_service", "pacemaker-fenced")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("spawn {agent:?}"))?;
+    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, stdin.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let run = Run {
+        command: format!("{agent:?} as node {} <<< {stdin:?}", node.letter()),
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    };
+    println!(
+        "  node {}: {agent:?} action={action} target={target_name} -> exit {} in {} ms",
+        node.letter(),
+        run.code(),
+        run.elapsed.as_millis()
+    );
+    Ok(run)
+}
+
+pub fn expect(
+    which: Agent,
+    node: Node,
+    action: &str,
+    target: Node,
+    devices: &[PathBuf],
+    code: i32,
+) -> anyhow::Result<Run> {
+    let run = run(which, node, action, target, devices)?;
+    ensure!(
+        run.code() == code,
+        "{} exited {}, expected {code}:\n{}{}",
+        run.command,
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    Ok(run)
+}
+
+/// fence_scsi's key for `node` (key_value=id): the first 4 hex digits of md5(cluster name), then
+/// the node's position in corosync's nodelist (`nodelist.node.<N>.name`, not its nodeid) as 4
+/// decimal digits, read as hex. Computed here with md5sum, independently of both agents.
+pub fn derived_key(node: Node) -> anyhow::Result<u64> {
+    let md5 = super::run("sh", ["-c", "printf lab | md5sum"])?.ok()?;
+    let position = match node {
+        Node::A => 0,
+        Node::B => 1,
+    };
+    let text = format!("{}{position:04}", &md5.stdout[..4]);
+    Ok(u64::from_str_radix(&text, 16)?)
+}
