@@ -10,7 +10,6 @@
 
 mod lab;
 
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -24,14 +23,12 @@ use lab::{Node, Topology, WriteOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use lab::PRFENCE;
-/// Scratch space on the guest's tmpfs (configs, status files, logs, epoch files).
-const WORK: &str = "/run/lab-agent";
+use lab::agent::{
+    Agent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook, watch_config,
+};
 /// Set (to "DEVICE NODE STOPFILE") when this binary runs as a writer.
 const WRITER_ENV: &str = "LAB_AGENT_WRITER";
 const WRITE_PERIOD: Duration = Duration::from_millis(50);
-/// The agent's exit status when fenced (its default `self_fence.exit_status`).
-const FENCED_EXIT: i32 = 86;
 /// What a lease holder logs when it stops at its own deadline (src/daemon/lease.rs).
 const OWN_DEADLINE: &str = "no successful renew for";
 
@@ -237,227 +234,6 @@ impl Drop for Writer {
 }
 
 // ----- agents -----
-
-/// A running `prfence agent`, with its status file and log.
-struct Agent {
-    name: String,
-    status_file: PathBuf,
-    log: PathBuf,
-    child: Child,
-    exit: Option<i32>,
-}
-
-impl Agent {
-    /// Starts `prfence agent --config` with `config_text` as `name`.
-    fn start(name: &str, config_text: &str) -> anyhow::Result<Agent> {
-        std::fs::create_dir_all(WORK)?;
-        let config = PathBuf::from(format!("{WORK}/{name}.toml"));
-        let status_file = PathBuf::from(format!("{WORK}/{name}.status.json"));
-        let log = PathBuf::from(format!("{WORK}/{name}.log"));
-        std::fs::write(&config, config_text)?;
-        let _ = std::fs::remove_file(&status_file);
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)?;
-        let child = Command::new(PRFENCE)
-            .arg("agent")
-            .arg("--config")
-            .arg(&config)
-            .arg("--status-file")
-            .arg(&status_file)
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .process_group(0)
-            .spawn()
-            .context("starting prfence agent")?;
-        Ok(Agent {
-            name: name.to_owned(),
-            status_file,
-            log,
-            child,
-            exit: None,
-        })
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
-    }
-
-    fn signal(&self, signal: Signal) -> anyhow::Result<()> {
-        kill(self.pid(), signal).with_context(|| format!("{signal} to agent {}", self.name))
-    }
-
-    /// The agent's status document (None before its first write).
-    fn status(&self) -> Option<serde_json::Value> {
-        let text = std::fs::read_to_string(&self.status_file).ok()?;
-        serde_json::from_str(&text).ok()
-    }
-
-    fn state(&self) -> String {
-        self.status()
-            .and_then(|s| s["state"].as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-
-    /// This node's lease key on the first LU (lease mode).
-    fn lease_key(&self) -> Option<u64> {
-        let status = self.status()?;
-        let key = status["lus"][0]["lease_key"].as_str()?;
-        u64::from_str_radix(key.trim_start_matches("0x"), 16).ok()
-    }
-
-    /// The exit status once it exited (-1: killed by a signal).
-    fn exited(&mut self) -> Option<i32> {
-        if self.exit.is_none()
-            && let Ok(Some(status)) = self.child.try_wait()
-        {
-            self.exit = Some(status.code().unwrap_or(-1));
-        }
-        self.exit
-    }
-
-    fn wait_state(&mut self, state: &str, within: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + within;
-        loop {
-            if self.state() == state {
-                return Ok(());
-            }
-            if let Some(code) = self.exited() {
-                bail!(
-                    "agent {} exited {code} while waiting for {state:?}:\n{}",
-                    self.name,
-                    self.log_tail()
-                );
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "agent {} not {state:?} after {} s (state {:?}):\n{}",
-                self.name,
-                within.as_secs(),
-                self.state(),
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn wait_exit(&mut self, within: Duration) -> anyhow::Result<i32> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(code) = self.exited() {
-                return Ok(code);
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "agent {} still running after {} s (state {:?}):\n{}",
-                self.name,
-                within.as_secs(),
-                self.state(),
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(12)..].join("\n")
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if self.exited().is_none() {
-            let _ = kill(self.pid(), Signal::SIGCONT);
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Lease-mode timings (each a duration in milliseconds), checked by the agent at start.
-#[derive(Clone, Copy)]
-struct LeaseTimings {
-    check_interval: u64,
-    command_timeout: u64,
-    renew: u64,
-    lease: u64,
-    margin: u64,
-    hook_timeout: u64,
-}
-
-fn lease_config(node_id: u16, device: &Path, t: LeaseTimings, hook: Option<&Path>) -> String {
-    let mut text = format!(
-        "mode = \"lease\"\ncheck_interval = \"{}ms\"\ncommand_timeout = \"{}ms\"\n\
-         [[device]]\npath = \"{}\"\nname = \"lun0\"\n\
-         [lease]\nnode_id = {node_id}\nreservation = \"write-exclusive\"\n\
-         renew = \"{}ms\"\nlease = \"{}ms\"\nmargin = \"{}ms\"\nstate_file = \"{WORK}/epoch-{node_id}\"\n\
-         [self_fence]\ncommand_timeout = \"{}ms\"\n",
-        t.check_interval,
-        t.command_timeout,
-        device.display(),
-        t.renew,
-        t.lease,
-        t.margin,
-        t.hook_timeout
-    );
-    if let Some(hook) = hook {
-        // the hook records when it ran, on the shared time line
-        writeln!(
-            text,
-            "command = [\"/bin/sh\", \"-c\", \"date +%s%N > {}\"]",
-            hook.display()
-        )
-        .unwrap();
-    }
-    text.push_str("[log]\ntarget = \"stderr\"\n");
-    text
-}
-
-/// Watch-mode config for `key` on `devices`; `extra` is appended (more tables).
-fn watch_config(
-    devices: &[PathBuf],
-    key: &str,
-    check_ms: u64,
-    watch: &str,
-    self_fence: &str,
-    extra: &str,
-) -> String {
-    let mut text =
-        format!("mode = \"watch\"\ncheck_interval = \"{check_ms}ms\"\ncommand_timeout = \"1s\"\n");
-    for (index, device) in devices.iter().enumerate() {
-        writeln!(
-            text,
-            "[[device]]\npath = \"{}\"\nname = \"lun{index}\"",
-            device.display()
-        )
-        .unwrap();
-    }
-    write!(
-        text,
-        "[key]\nvalue = \"{key}\"\n[watch]\n{watch}\n[self_fence]\n{self_fence}\n{extra}\n\
-         [log]\ntarget = \"stderr\"\n"
-    )
-    .unwrap();
-    text
-}
-
-fn hook_line(hook: &Path) -> String {
-    format!(
-        "command = [\"/bin/sh\", \"-c\", \"date +%s%N > {}\"]\ncommand_timeout = \"1s\"",
-        hook.display()
-    )
-}
-
-fn read_hook(hook: &Path) -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string(hook)
-        .with_context(|| format!("the self-fence hook did not run ({})", hook.display()))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("bad hook time {text:?}"))
-}
 
 // ----- target-side oracles -----
 

@@ -8,6 +8,7 @@
 // Each suite uses a different part of the lab.
 #![allow(dead_code, unused_imports)]
 
+pub mod agent;
 pub mod fence_agents;
 mod guest;
 mod host;
