@@ -12,6 +12,10 @@ use std::process::{Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use lab::agent::{
+    Agent as NodeAgent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook,
+    watch_config,
+};
 use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
 use lab::nvme::{Host, NvmeTopology, Report};
 use lab::race::{hex, key, other};
@@ -35,6 +39,8 @@ fn main() -> ExitCode {
             fence_refuses_the_frozen_writer,
             mutual_fence_race_has_one_survivor,
             fence_pr_on_off_status,
+            watch_agent_self_fences_and_never_reregisters,
+            lease_takeover_refuses_the_frozen_holder,
         ],
     )
 }
@@ -423,5 +429,164 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
     agent(Node::B, "off", Node::A, 0)?;
     agent(Node::A, "on", Node::A, 0)?;
     agent(Node::A, "status", Node::A, 0)?;
+    Ok(())
+}
+
+/// Who holds namespace `index` on the target.
+fn holder(t: &NvmeTopology, index: usize) -> anyhow::Result<Option<Host>> {
+    Ok(t.report(index)?.holder().and_then(|h| h.host))
+}
+
+/// The watch-mode agent on NVMe: A's agent watches its key on every namespace; B fences A; the
+/// agent must run its self-fence hook and exit 86, and a restarted agent must not bring the key
+/// back (P3): the target shows none of A's registrations and refuses A's writes throughout.
+fn watch_agent_self_fences_and_never_reregisters() -> anyhow::Result<()> {
+    let t = NvmeTopology::new(NAMESPACES)?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    std::fs::create_dir_all(WORK)?;
+    let hook = PathBuf::from(format!("{WORK}/hook-nvme-fenced"));
+    let _ = std::fs::remove_file(&hook);
+    let config = watch_config(
+        t.devices(Host::Node(Node::A)),
+        "0xa",
+        1000,
+        "grace = \"5s\"\nmissing_confirmations = 1",
+        &hook_line(&hook),
+        "",
+    );
+    let mut agent = NodeAgent::start("nvme-watch-a", &config)?;
+    agent.wait_state("healthy", Duration::from_secs(60))?;
+    std::thread::sleep(Duration::from_secs(2));
+    ensure!(agent.state() == "healthy", "agent: {}", agent.state());
+
+    fence(&t, Node::B, 0)?;
+    let code = agent.wait_exit(Duration::from_secs(20))?;
+    ensure!(
+        code == FENCED_EXIT,
+        "agent exited {code}:\n{}",
+        agent.log_tail()
+    );
+    read_hook(&hook)?;
+
+    let mut again = NodeAgent::start("nvme-watch-a-again", &config)?;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        for (index, report) in t.reports()?.iter().enumerate() {
+            ensure!(
+                report
+                    .registrants
+                    .iter()
+                    .all(|r| r.host != Some(Host::Node(Node::A))),
+                "namespace {index}: A registered again (agent {}): {report:?}",
+                again.state()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "  restarted agent for 8 s: {}; A's key absent on the target throughout",
+        again
+            .exited()
+            .map_or_else(|| again.state(), |c| format!("exited {c}"))
+    );
+    for index in 0..NAMESPACES {
+        let probe = t.write_probe(Node::A, index, 5);
+        ensure!(
+            probe == WriteOutcome::Refused,
+            "namespace {index}: A's write {probe:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Lease mode on NVMe: A's agent holds namespace 0 and writes; A (agent and writer) is frozen; B's
+/// standby agent takes over after the lease; the target shows B holding and A's key gone; thawed,
+/// A's writer is refused by the target and A's agent self-fences (exit 86).
+fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
+    let t = NvmeTopology::new(1)?;
+    let timings = LeaseTimings {
+        check_interval: 500,
+        command_timeout: 1000,
+        renew: 1000,
+        lease: 4000,
+        margin: 1500,
+        hook_timeout: 1000,
+    };
+    std::fs::create_dir_all(WORK)?;
+    let hook_a = PathBuf::from(format!("{WORK}/hook-nvme-lease-a"));
+    let _ = std::fs::remove_file(&hook_a);
+    let mut a = NodeAgent::start(
+        "nvme-lease-a",
+        &lease_config(1, t.device(Host::Node(Node::A), 0), timings, Some(&hook_a)),
+    )?;
+    a.wait_state("holder", Duration::from_secs(60))?;
+    ensure!(
+        holder(&t, 0)? == Some(Host::Node(Node::A)),
+        "A is not the holder on the target: {:?}",
+        t.report(0)?
+    );
+    let mut b = NodeAgent::start(
+        "nvme-lease-b",
+        &lease_config(2, t.device(Host::Node(Node::B), 0), timings, None),
+    )?;
+    b.wait_state("standby", Duration::from_secs(60))?;
+
+    let writer = Writer::start("A", &t.devices(Host::Node(Node::A))[..1], 6, |_| {})?;
+    for _ in 0..3 {
+        let line = writer.next_line(Duration::from_secs(10))?;
+        ensure!(line.starts_with("wrote "), "A's write as holder: {line}");
+    }
+    writer.signal(Signal::SIGSTOP)?;
+    a.signal(Signal::SIGSTOP)?;
+    let frozen = Instant::now();
+    let handover = loop {
+        if holder(&t, 0)? == Some(Host::Node(Node::B)) {
+            break frozen.elapsed();
+        }
+        ensure!(
+            frozen.elapsed() < Duration::from_secs(30),
+            "B did not take over within 30 s:\n{}",
+            b.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let report = t.report(0)?;
+    ensure!(
+        report
+            .registrants
+            .iter()
+            .all(|r| r.host != Some(Host::Node(Node::A))),
+        "A's key is still registered after the takeover: {report:?}"
+    );
+    b.wait_state("holder", Duration::from_secs(10))?;
+    ensure!(t.write_probe(Node::B, 0, 7) == WriteOutcome::Accepted);
+
+    writer.signal(Signal::SIGCONT)?;
+    a.signal(Signal::SIGCONT)?;
+    let mut line = writer.next_line(Duration::from_secs(10))?;
+    if line.starts_with("wrote ") {
+        line = writer.next_line(Duration::from_secs(10))?;
+    }
+    ensure!(
+        line.contains("FAILED"),
+        "A's write after the takeover: {line}"
+    );
+    let code = a.wait_exit(Duration::from_secs(20))?;
+    ensure!(
+        code == FENCED_EXIT,
+        "A's agent exited {code}:\n{}",
+        a.log_tail()
+    );
+    read_hook(&hook_a)?;
+    ensure!(
+        holder(&t, 0)? == Some(Host::Node(Node::B)),
+        "B lost the namespace: {:?}",
+        t.report(0)?
+    );
+    println!(
+        "  B held the namespace {} ms after A froze (lease 4 s); A's thawed write: {line}",
+        handover.as_millis()
+    );
     Ok(())
 }
