@@ -411,6 +411,18 @@ impl Topology {
                 node.lower()
             ));
             fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
+            // Since Linux 6.4 a TPG gets its RELATIVE TARGET PORT IDENTIFIER when it is enabled,
+            // and a tcm_loop TPG has no `enable`: both ports would report 0 (READ FULL STATUS, 7.2)
+            // and REGISTER AND MOVE could not name B's. Set one, as an admin must (before the
+            // nexus exists, so no INQUIRY DATA HAS CHANGED attention follows).
+            let rtpi = tpg.join("rtpi");
+            if rtpi.exists() && read_file(&rtpi)?.trim() == "0x0" {
+                let id = match node {
+                    Node::A => "0x100",
+                    Node::B => "0x101",
+                };
+                write_file(&rtpi, id)?;
+            }
             let initiator = format!("naa.50014050000000{}1", node.lower());
             // the nexus must exist before a LUN is linked, or the scan finds nothing
             write_file(tpg.join("nexus"), &initiator)?;
