@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::discover::{DiscoverError, Discovery, Lu, Resolution};
+use crate::discover::{DiscoverError, Discovery, Lu, Protocol, Resolution};
 use crate::exec::ScsiPr;
 use crate::keys::{self, KeyError};
+use crate::nvme::NvmePr;
 use crate::process::{self, RunError};
 use crate::transport::{CommandError, Policy, PrTransport};
 
@@ -50,9 +51,9 @@ pub trait Host: Send + Sync + 'static {
     fn reboot_now(&self) -> std::io::Error;
 }
 
-/// The real node: sysfs discovery under `/sys` and `/dev`, SG_IO through a read-only open (no
-/// udev change event on close), the helpers as processes, `reboot(2)` with `RB_AUTOBOOT` (needs
-/// CAP_SYS_BOOT).
+/// The real node: sysfs discovery under `/sys` and `/dev`, SG_IO (SCSI) or the block PR ioctls
+/// and NVMe passthrough (NVMe) through a read-only open (no udev change event on close), the
+/// helpers as processes, `reboot(2)` with `RB_AUTOBOOT` (needs CAP_SYS_BOOT).
 #[derive(Debug, Clone)]
 pub struct SystemHost {
     discovery: Discovery,
@@ -90,8 +91,12 @@ impl Host for SystemHost {
         self.discovery.resolve_lvm_each(vgs, timeout)
     }
 
+    /// An NVMe namespace gets [`NvmePr`], everything else [`ScsiPr`] ([`Protocol::of_device`]).
     fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        Ok(Arc::new(ScsiPr::open(dev, policy)?))
+        Ok(match Protocol::of_device(dev) {
+            Protocol::Nvme => Arc::new(NvmePr::open(dev, policy)?),
+            Protocol::Scsi => Arc::new(ScsiPr::open(dev, policy)?),
+        })
     }
 
     fn cmapctl(

@@ -13,6 +13,7 @@ pub mod discover;
 pub mod exec;
 pub mod host;
 pub mod keys;
+pub mod nvme;
 pub mod ops;
 /// The PR codec, its own crate (`pr-codec`); re-exported so `crate::pr::…` paths read naturally.
 pub use pr_codec as pr;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nvme_io::{NvmeStatus, PrStatus};
 use serde::Serialize;
 use sg_io::{AdditionalSense, DriverStatus, HostStatus, ScsiStatus, Sense};
 
@@ -144,7 +145,8 @@ impl Reply {
 }
 
 /// Something the target announced to this path between commands: in SCSI a unit attention
-/// (2Ah/05h: this nexus's registration was preempted), in NVMe a reservation notification.
+/// (2Ah/05h: this nexus's registration was preempted). NVMe announces reservation changes in a
+/// log page the kernel does not hand to us, so the NVMe transport ([`crate::nvme`]) returns none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -233,6 +235,26 @@ pub enum ErrorKind {
 #[non_exhaustive]
 pub enum TransportDetail {
     Scsi(ScsiDetail),
+    Nvme(NvmeDetail),
+}
+
+/// What an NVMe namespace answered ([`crate::nvme`]): through the block PR ioctls only the
+/// kernel's summary (`pr_status`) comes back; through passthrough, the NVMe status itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvmeDetail {
+    /// A block PR ioctl (IOC_PR_*) returned this `pr_status`.
+    Block(PrStatus),
+    /// An NVMe passthrough command completed with this status.
+    Passthru(NvmeStatus),
+}
+
+impl fmt::Display for NvmeDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NvmeDetail::Block(status) => status.fmt(f),
+            NvmeDetail::Passthru(status) => write!(f, "NVMe status {status}"),
+        }
+    }
 }
 
 /// A SCSI completion as it came back.
@@ -261,6 +283,7 @@ impl TransportDetail {
     pub fn status_text(&self) -> String {
         match self {
             TransportDetail::Scsi(scsi) => scsi.status.to_string(),
+            TransportDetail::Nvme(nvme) => nvme.to_string(),
         }
     }
 
@@ -268,6 +291,8 @@ impl TransportDetail {
     pub fn sense_text(&self) -> Option<String> {
         match self {
             TransportDetail::Scsi(scsi) => scsi.sense.as_ref().map(ToString::to_string),
+            // NVMe has no sense data; what more the controller knows is in its error log page.
+            TransportDetail::Nvme(_) => None,
         }
     }
 }
@@ -288,6 +313,7 @@ impl fmt::Display for TransportDetail {
                 }
                 Ok(())
             }
+            TransportDetail::Nvme(nvme) => write!(f, "status {nvme}"),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Sans-IO codec for SCSI-3 PERSISTENT RESERVE IN/OUT (SPC-4): reservation keys and types, CDBs,
-//! PR OUT parameter lists, TransportIDs and PR IN responses.
+//! PR OUT parameter lists, TransportIDs and PR IN responses; and NVMe reservations ([`nvme`]):
+//! command dwords, data, the extended Reservation Report.
 //!
 //! Everything here is pure: bytes in, typed values out, and back. The crate does no I/O, knows no
 //! device, clock or async runtime, and depends only on `serde` and `thiserror`. Sending a CDB is
@@ -15,6 +16,7 @@
 pub mod cdb;
 pub mod error;
 pub mod key;
+pub mod nvme;
 pub mod params;
 pub mod response;
 pub mod transport_id;
@@ -29,6 +31,7 @@ pub use cdb::{
 };
 pub use error::{DecodeError, EncodeError};
 pub use key::{Key, KeyParseError};
+pub use nvme::{Registrant, ReservationCapabilities, ReservationStatus};
 pub use params::{Encoded, PR_OUT_BASIC_LEN, PrOut, RegisterMove, decode_pr_out};
 pub use response::{
     Capabilities, FULL_STATUS_MAX_DESCRIPTOR_LEN, FullStatus, PR_IN_HEADER_LEN, ReadKeys,

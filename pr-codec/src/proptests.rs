@@ -171,6 +171,31 @@ fn full_status() -> impl Strategy<Value = FullStatus> {
     })
 }
 
+fn nvme_status() -> impl Strategy<Value = nvme::ReservationStatus> {
+    let registrant = (any::<u16>(), any::<bool>(), key(), any::<[u8; 16]>()).prop_map(
+        |(cntlid, holder, key, host_id)| nvme::Registrant {
+            cntlid,
+            holder,
+            key,
+            host_id,
+        },
+    );
+    (
+        any::<u32>(),
+        proptest::option::of(rtype()),
+        any::<bool>(),
+        vec(registrant, 0..20),
+    )
+        .prop_map(
+            |(generation, rtype, ptpl, registrants)| nvme::ReservationStatus {
+                generation,
+                rtype,
+                ptpl,
+                registrants,
+            },
+        )
+}
+
 /// Every decoder, by name, for the never-panic properties.
 fn decode_everything(bytes: &[u8]) {
     let _ = ReadKeys::decode(bytes);
@@ -178,6 +203,9 @@ fn decode_everything(bytes: &[u8]) {
     let _ = Capabilities::decode(bytes);
     let _ = FullStatus::decode(bytes);
     let _ = TransportId::decode(bytes);
+    let _ = nvme::ReservationStatus::decode(bytes);
+    let _ = nvme::ReservationCapabilities::decode_identify(bytes);
+    let _ = nvme::required_report_length(bytes);
     let _ = decode_pr_in_cdb(bytes);
     let (cdb, params) = bytes.split_at(bytes.len().min(10));
     let _ = decode_pr_out(cdb, params);
@@ -287,5 +315,42 @@ proptest! {
             }
             decode_everything(&bytes);
         }
+    }
+
+    #[test]
+    fn nvme_report_round_trips(value in nvme_status(), trailing in vec(any::<u8>(), 0..80), cut: usize) {
+        let bytes = value.encode();
+        prop_assert_eq!(nvme::required_report_length(&bytes), Some(bytes.len()));
+        let mut long = bytes.clone();
+        long.extend(trailing);
+        prop_assert_eq!(nvme::ReservationStatus::decode(&long), Ok(value));
+        // Every proper prefix is Truncated, with the full length once the count is readable.
+        let cut = cut % bytes.len();
+        match nvme::ReservationStatus::decode(&bytes[..cut]) {
+            Err(DecodeError::Truncated { needed, got }) => {
+                prop_assert_eq!(got, cut);
+                prop_assert!(needed == bytes.len() || (cut < 10 && needed == nvme::REPORT_HEADER_LEN));
+            }
+            other => prop_assert!(false, "prefix of {} bytes: {:?}", cut, other),
+        }
+    }
+
+    #[test]
+    fn nvme_report_survives_mutation(value in nvme_status(), edits in vec((any::<usize>(), any::<u8>()), 1..6)) {
+        let mut bytes = value.encode();
+        for (at, byte) in &edits {
+            let len = bytes.len();
+            bytes[at % len] = *byte;
+        }
+        decode_everything(&bytes);
+    }
+
+    #[test]
+    fn nvme_host_ids_round_trip_as_text(host_id in any::<[u8; 16]>()) {
+        let id = TransportId::NvmeHostId { host_id };
+        let text = id.to_string();
+        prop_assert!(text.starts_with("nvme-hostid:") && text.len() == 12 + 36);
+        prop_assert_eq!(text.parse::<TransportId>(), Ok(id.clone()));
+        prop_assert!(id.validate().is_err(), "never sent in a SCSI command");
     }
 }

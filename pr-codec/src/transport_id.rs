@@ -10,6 +10,9 @@ use super::wire;
 const PROTOCOL_FC: u8 = 0x0;
 const PROTOCOL_ISCSI: u8 = 0x5;
 const PROTOCOL_SAS: u8 = 0x6;
+/// SPC "no specific protocol": how an NVMe host identifier is encoded, since SPC has no NVMe one.
+const PROTOCOL_NONE: u8 = 0xf;
+const NVME_HOSTID_PREFIX: &str = "nvme-hostid:";
 /// Every protocol but iSCSI uses a fixed 24-byte TransportID.
 const FIXED_LEN: usize = 24;
 const ISCSI_HEADER_LEN: usize = 4;
@@ -31,6 +34,11 @@ pub enum TransportId {
     /// iSCSI: the initiator name, plus the ISID (hex digits without `0x`) when the TransportID
     /// names one port (format 01b) rather than the whole initiator device (format 00b).
     Iscsi { name: String, isid: Option<String> },
+    /// An NVMe registrant: NVMe reservations name a host by its 128-bit Host Identifier, not
+    /// by a port. Not a SCSI TransportID: it never comes from SCSI data and cannot be sent in a
+    /// SCSI command ([`TransportId::validate`] refuses it). Shown as `nvme-hostid:` and the
+    /// identifier in UUID form (Linux host ids are UUIDs).
+    NvmeHostId { host_id: [u8; 16] },
     /// Any other protocol or format, kept verbatim: `bytes` is the TransportID after byte 0.
     Other {
         protocol_id: u8,
@@ -66,6 +74,7 @@ impl TransportId {
             TransportId::FibreChannel { .. } => PROTOCOL_FC,
             TransportId::Sas { .. } => PROTOCOL_SAS,
             TransportId::Iscsi { .. } => PROTOCOL_ISCSI,
+            TransportId::NvmeHostId { .. } => PROTOCOL_NONE,
             TransportId::Other { protocol_id, .. } => protocol_id & 0x0f,
         }
     }
@@ -73,7 +82,9 @@ impl TransportId {
     /// The FORMAT CODE (top 2 bits of byte 0).
     pub fn format(&self) -> u8 {
         match self {
-            TransportId::FibreChannel { .. } | TransportId::Sas { .. } => 0,
+            TransportId::FibreChannel { .. }
+            | TransportId::Sas { .. }
+            | TransportId::NvmeHostId { .. } => 0,
             TransportId::Iscsi { isid, .. } => u8::from(isid.is_some()),
             TransportId::Other { format, .. } => format & 0x03,
         }
@@ -91,6 +102,9 @@ impl TransportId {
         };
         match self {
             TransportId::FibreChannel { .. } | TransportId::Sas { .. } => Ok(()),
+            TransportId::NvmeHostId { .. } => {
+                fail("an NVMe host identifier is not a SCSI TransportID; it cannot be sent")
+            }
             TransportId::Iscsi { name, isid } => {
                 if name.is_empty() {
                     return fail("empty iSCSI name");
@@ -153,6 +167,14 @@ impl TransportId {
                 let mut out = vec![0; FIXED_LEN];
                 out.splice(0..1, [byte0]);
                 out.splice(4..12, address.to_be_bytes());
+                out
+            }
+            // Not a wire form any target sends: a "no specific protocol" TransportID carrying
+            // the id, so a FullStatus with NVMe registrants still encodes (tests, models).
+            TransportId::NvmeHostId { host_id } => {
+                let mut out = vec![0; FIXED_LEN];
+                out.splice(0..1, [byte0]);
+                out.splice(8..24, *host_id);
                 out
             }
             TransportId::Iscsi { name, isid } => {
@@ -260,6 +282,15 @@ impl fmt::Display for TransportId {
                     None => Ok(()),
                 }
             }
+            TransportId::NvmeHostId { host_id } => {
+                f.write_str(NVME_HOSTID_PREFIX)?;
+                host_id.iter().enumerate().try_for_each(|(i, byte)| {
+                    if matches!(i, 4 | 6 | 8 | 10) {
+                        f.write_str("-")?;
+                    }
+                    write!(f, "{byte:02x}")
+                })
+            }
             TransportId::Other { .. } => {
                 f.write_str("raw,")?;
                 self.encode()
@@ -318,6 +349,13 @@ impl FromStr for TransportId {
         if let Some(wwpn) = fc {
             let n_port_name = parse_hex_u64(wwpn).ok_or_else(|| fail("bad FC port name"))?;
             return Ok(TransportId::FibreChannel { n_port_name });
+        }
+        if let Some(id) = strip_prefix_ignore_case(input, NVME_HOSTID_PREFIX) {
+            let digits: String = id.chars().filter(|&c| c != '-').collect();
+            let host_id = parse_hex_bytes(&digits)
+                .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+                .ok_or_else(|| fail("an NVMe host id has 32 hex digits (UUID form allowed)"))?;
+            return Ok(TransportId::NvmeHostId { host_id });
         }
         if let Some(address) = strip_prefix_ignore_case(input, "sas,") {
             let address = parse_hex_u64(address).ok_or_else(|| fail("bad SAS address"))?;

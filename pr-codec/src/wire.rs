@@ -25,3 +25,16 @@ pub(crate) fn be64(bytes: &[u8], at: usize) -> Option<u64> {
 pub(crate) fn len32(value: u32) -> usize {
     usize::try_from(value).unwrap_or(usize::MAX)
 }
+
+/// Little-endian fields: NVMe data structures.
+pub(crate) fn le16(bytes: &[u8], at: usize) -> Option<u16> {
+    array(bytes, at).map(u16::from_le_bytes)
+}
+
+pub(crate) fn le32(bytes: &[u8], at: usize) -> Option<u32> {
+    array(bytes, at).map(u32::from_le_bytes)
+}
+
+pub(crate) fn le64(bytes: &[u8], at: usize) -> Option<u64> {
+    array(bytes, at).map(u64::from_le_bytes)
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::daemon::config::{KeySpec, ModeSettings, Settings};
-use crate::discover::{OpenPath, Opener, PathInfo};
+use crate::discover::{OpenPath, Opener, PathInfo, Protocol};
 use crate::host::Host;
 use crate::ops::LuTarget;
 use crate::ops::doctor::{
@@ -62,6 +62,16 @@ fn sysfs(path: impl AsRef<Path>) -> Option<String> {
 
 /// What this node knows about one path: its iSCSI initiator port and the target's kind.
 fn facts(path: &PathInfo) -> PathFacts {
+    let not_running = (!path.is_live()).then(|| path.state.to_string());
+    if path.protocol == Protocol::Nvme {
+        // No SCSI host, vendor or iSCSI session to look up: NVMe registers the host (its host
+        // id, READ FULL STATUS's nvme-hostid) on every controller at once.
+        return PathFacts {
+            not_running,
+            target: Some(TargetKind::Unknown),
+            ..PathFacts::default()
+        };
+    }
     let host = path.hctl.split(':').next().unwrap_or_default();
     let proc_name = sysfs(format!("/sys/class/scsi_host/host{host}/proc_name"));
     let vendor = sysfs(format!(
@@ -97,7 +107,7 @@ fn facts(path: &PathInfo) -> PathFacts {
             .filter(|i| !i.is_empty()),
         isid,
         isid_source,
-        not_running: (!path.is_live()).then(|| path.state.to_string()),
+        not_running,
         target: Some(target),
     }
 }

@@ -12,7 +12,8 @@ pub fn hint(kind: ErrorKind) -> &'static str {
         }
         ErrorKind::NotSupported => {
             "the LU does not implement persistent reservations (LIO: attrib/emulate_pr=0; \
-             hypervisor disks need PR pass-through); fence with a PR-capable LU"
+             hypervisor disks need PR pass-through; an NVMe namespace needs reservation support, \
+             see `prfence capabilities`); fence with a PR-capable LU"
         }
         ErrorKind::InvalidField => {
             "the target rejected a field: the service action, reservation type or flag is \
@@ -29,22 +30,23 @@ pub fn hint(kind: ErrorKind) -> &'static str {
         }
         ErrorKind::Timeout => {
             "no answer within the command timeout; the path may be dead: check the session \
-             (iscsiadm -m session, multipath -ll) or raise --timeout"
+             (iscsiadm -m session, multipath -ll, nvme list-subsys) or raise --timeout"
         }
         ErrorKind::Transport => {
-            "the path failed below SCSI (no device, link down, host adapter error); check the \
-             session and the device node"
+            "the path failed below the reservation protocol (no device, link down, host adapter \
+             or NVMe controller error); check the session or controller and the device node"
         }
         ErrorKind::Open => {
             "the device could not be opened or used: the node must exist and be readable by \
-             this user (group `disk`), and SG_IO for persistent reservations needs \
-             CAP_SYS_RAWIO (root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)"
+             this user (group `disk`), and persistent reservations need CAP_SYS_RAWIO on SCSI \
+             (SG_IO) and CAP_SYS_ADMIN on NVMe (block PR ioctls, passthrough) (root has both; or \
+             setpriv/AmbientCapabilities=CAP_SYS_RAWIO or CAP_SYS_ADMIN)"
         }
         ErrorKind::Malformed => {
             "the target returned persistent-reservation data that does not parse; capture it \
-             with `sg_persist -H` and report it"
+             with `sg_persist -H` (NVMe: `nvme resv-report -e`) and report it"
         }
-        ErrorKind::Failed => "the command failed; the sense data says why",
+        ErrorKind::Failed => "the command failed; the sense data or NVMe status says why",
     }
 }
 

@@ -310,7 +310,7 @@ fn errors_are_pinned() {
     );
     assert_eq!(
         to_json(Path::new(DEV), &Err(open)).to_string(),
-        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device could not be opened or used: the node must exist and be readable by this user (group `disk`), and SG_IO for persistent reservations needs CAP_SYS_RAWIO (root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)","sense":null,"command":"open","status":null}}"#
+        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device could not be opened or used: the node must exist and be readable by this user (group `disk`), and persistent reservations need CAP_SYS_RAWIO on SCSI (SG_IO) and CAP_SYS_ADMIN on NVMe (block PR ioctls, passthrough) (root has both; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO or CAP_SYS_ADMIN)","sense":null,"command":"open","status":null}}"#
     );
     let mut conflict = CommandError::without_completion(
         Path::new(DEV),
@@ -493,7 +493,7 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
     assert!(
         error.ends_with(
             ". Hint: no answer within the command timeout; the path may be dead: check the \
-             session (iscsiadm -m session, multipath -ll) or raise --timeout"
+             session (iscsiadm -m session, multipath -ll, nvme list-subsys) or raise --timeout"
         ),
         "{error}"
     );
@@ -503,12 +503,9 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
         ErrorKind::Open,
         "No such file or directory (os error 2)",
     )));
-    assert!(
-        opened
-            .unwrap_err()
-            .to_string()
-            .ends_with("(root has it; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO)")
-    );
+    assert!(opened.unwrap_err().to_string().ends_with(
+        "(root has both; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO or CAP_SYS_ADMIN)"
+    ));
 }
 
 /// `prfence doctor`'s words and JSON for one LU: node A registered through one of its two

@@ -297,9 +297,14 @@ fn outcome_text(device: &std::path::Path, outcome: &Answer) -> String {
                     (true, None) => ", holder".to_string(),
                     _ => String::new(),
                 };
+                // NVMe registers hosts, not ports: the field carries the controller id.
+                let port = match r.transport_id {
+                    TransportId::NvmeHostId { .. } => "controller",
+                    _ => "port",
+                };
                 let _ = writeln!(
                     s,
-                    "  {} {} port {}{}{}",
+                    "  {} {} {port} {}{}{}",
                     r.key,
                     r.transport_id,
                     r.relative_target_port,

@@ -404,21 +404,22 @@ pub fn hint(kind: ErrorKind) -> &'static str {
         }
         ErrorKind::Timeout => {
             "no answer within command_timeout; the path may be dead: check the session \
-             (iscsiadm -m session, multipath -ll) or raise command_timeout"
+             (iscsiadm -m session, multipath -ll, nvme list-subsys) or raise command_timeout"
         }
         ErrorKind::Transport => {
-            "the path failed below SCSI (no device, link down, host adapter error); check the \
-             session and the device node"
+            "the path failed below the reservation protocol (no device, link down, host adapter \
+             or NVMe controller error); check the session or controller and the device node"
         }
         ErrorKind::Open => {
-            "the device node could not be opened: it must exist, and the agent needs root \
-             (CAP_SYS_RAWIO)"
+            "the device node could not be opened or used: it must exist, and the agent needs \
+             root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only \
+             the first)"
         }
         ErrorKind::Malformed => {
             "the target returned persistent-reservation data that does not parse; capture it \
-             with `sg_persist -H` and report it"
+             with `sg_persist -H` (NVMe: `nvme resv-report -e`) and report it"
         }
-        ErrorKind::Failed => "the command failed; the sense data says why",
+        ErrorKind::Failed => "the command failed; the sense data or NVMe status says why",
     }
 }
 
@@ -724,7 +725,7 @@ mod tests {
             })
             .await
             .unwrap_err();
-        assert!(e.to_string().ends_with(". Hint: the device node could not be opened: it must exist, and the agent needs root (CAP_SYS_RAWIO)"), "{e}");
+        assert!(e.to_string().ends_with(". Hint: the device node could not be opened or used: it must exist, and the agent needs root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only the first)"), "{e}");
         assert!(hint(ErrorKind::Timeout).contains("raise command_timeout"));
         let guard = exec.begin_heal("naa.1").unwrap();
         assert!(exec.open_paths(&[path], guard).await.is_empty());

@@ -16,7 +16,9 @@ use super::notify::Notifier;
 use super::run::{Agent, AgentParts, Control, RunEnd};
 use super::status::{State, Status};
 use super::storage::lock;
-use crate::discover::{self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Resolution};
+use crate::discover::{
+    self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Protocol, Resolution,
+};
 use crate::exec::ScsiPr;
 use crate::host::Host;
 use crate::keys::KeyError;
@@ -51,6 +53,7 @@ impl ModelStorage {
             dev: PathBuf::from(dev),
             given: PathBuf::from(device),
             name: dev.trim_start_matches("/dev/").to_owned(),
+            protocol: Protocol::Scsi,
             hctl: String::new(),
             state: PathState::Running,
             transport: Some(IscsiSession {

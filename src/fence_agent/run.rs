@@ -206,7 +206,8 @@ fn hint(kind: ErrorKind) -> &'static str {
         }
         ErrorKind::NotSupported => {
             "the LU does not implement persistent reservations (LIO: attrib/emulate_pr=0; \
-             hypervisor disks need PR pass-through); list only PR-capable devices in devices="
+             hypervisor disks need PR pass-through; NVMe namespaces need reservation support); \
+             list only PR-capable devices in devices="
         }
         ErrorKind::InvalidField => {
             "the target rejected a field: the service action, reservation type or flag is \
@@ -222,21 +223,21 @@ fn hint(kind: ErrorKind) -> &'static str {
         }
         ErrorKind::Timeout => {
             "no answer within the command timeout; the path may be dead: check the session \
-             (iscsiadm -m session, multipath -ll) or raise power_timeout"
+             (iscsiadm -m session, multipath -ll, nvme list-subsys) or raise power_timeout"
         }
         ErrorKind::Transport => {
-            "the path failed below SCSI (no device, link down, host adapter error); check the \
-             session and the device node"
+            "the path failed below the reservation protocol (no device, link down, host adapter \
+             or NVMe controller error); check the session or controller and the device node"
         }
         ErrorKind::Open => {
-            "the device node could not be opened: it must exist, and fence_pr must run as root \
-             (CAP_SYS_RAWIO)"
+            "the device node could not be opened or used: it must exist, and fence_pr must run \
+             as root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe)"
         }
         ErrorKind::Malformed => {
             "the target returned persistent-reservation data that does not parse; capture it \
-             with `sg_persist -H` and report it"
+             with `sg_persist -H` (NVMe: `nvme resv-report -e`) and report it"
         }
-        ErrorKind::Failed => "the command failed; the sense data says why",
+        ErrorKind::Failed => "the command failed; the sense data or NVMe status says why",
     }
 }
 

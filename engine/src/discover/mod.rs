@@ -1,5 +1,6 @@
 //! Discovery: from the device names an admin gives to the logical units (LUs) to fence and the
-//! SCSI paths (I_T nexuses) that reach each one. Reads sysfs only; sends no SCSI command.
+//! paths that reach each one: SCSI I_T nexuses, or NVMe namespaces. Reads sysfs only; sends no
+//! command.
 //!
 //! Accepted names: `/dev/sdX`, `/dev/sgN`, a dm-multipath map (`/dev/dm-N`, `/dev/mapper/NAME`)
 //! which expands to its SCSI paths (`/sys/block/dm-N/slaves/*`), and any symlink to one of them
@@ -7,7 +8,17 @@
 //! (`/dev/sdb1`: a reservation belongs to the whole LU, and fencing "a partition" would fence
 //! every partition of that disk, which an admin should say explicitly — fence_scsi is documented
 //! with whole devices too), device-mapper devices that are not multipath maps (LVM, crypt), and
-//! non-SCSI disks (NVMe, virtio-blk). Only LVM autodiscovery ([`Discovery::resolve_pvs`]) maps a
+//! disks that are neither SCSI nor NVMe (virtio-blk).
+//!
+//! NVMe: a namespace block device `/dev/nvmeXnY` (or a by-id link to it) is one path
+//! ([`Protocol::Nvme`]). With native NVMe multipath that node is the multipath head and the
+//! kernel picks the controller, so it is the only path prfence sees; the hidden per-controller
+//! devices (`nvmeXcYnZ`) are refused with the head's name. Its identity is the namespace's
+//! `wwid` attribute (`uuid.…`, `eui.…`, `nvme.…`: built by the kernel from the namespace's
+//! identifiers, the same on every host), else its `uuid`, `nguid` or `eui` attribute in the
+//! kernel's order; its state is the controller's (`device/state`: `live`, `connecting`,
+//! `resetting`, `deleting`, `dead`), or for a multipath head the best of its paths'
+//! controllers (`multipath/*/device/state`). Only LVM autodiscovery ([`Discovery::resolve_pvs`]) maps a
 //! PV on a partition to its whole disk, because PVs on partitions are common and the admin did
 //! not name them.
 //!
@@ -82,20 +93,86 @@ pub struct Lu {
     pub paths: Vec<PathInfo>,
 }
 
-/// One path (I_T_L nexus) to an LU.
+/// One path (I_T_L nexus) to an LU, or one NVMe namespace device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathInfo {
-    /// The node to open for SG_IO: `/dev/sdX` or `/dev/sgN` (under the /dev root).
+    /// The node to open: `/dev/sdX`, `/dev/sgN` or `/dev/nvmeXnY` (under the /dev root).
     pub dev: PathBuf,
     /// The argument this path came from (`/dev/mapper/mpatha`, `/dev/disk/by-id/…`, or `dev`).
     pub given: PathBuf,
-    /// Kernel name of `dev` (`sdb`, `sg2`).
+    /// Kernel name of `dev` (`sdb`, `sg2`, `nvme0n1`).
     pub name: String,
-    /// SCSI address host:channel:target:lun (`2:0:0:0`).
+    /// How the path is spoken to.
+    pub protocol: Protocol,
+    /// SCSI: the address host:channel:target:lun (`2:0:0:0`). NVMe: the controller (or, for a
+    /// multipath head, the subsystem) and the namespace id (`nvme1:ns1`, `nvme-subsys0:ns1`).
     pub hctl: String,
     pub state: PathState,
     /// The iSCSI session carrying this path, if it is an iSCSI path.
     pub transport: Option<IscsiSession>,
+}
+
+/// Which persistent-reservation protocol a path speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// SCSI-3 persistent reservations over SG_IO.
+    Scsi,
+    /// NVMe reservations over the block PR ioctls and NVMe passthrough.
+    Nvme,
+}
+
+impl Protocol {
+    /// The protocol of a device node, from its kernel name (`/dev/nvme0n1` and links to it are
+    /// NVMe namespaces; everything else discovery accepts is SCSI). The one place the transport
+    /// is chosen from ([`crate::host::SystemHost`]).
+    pub fn of_device(dev: &Path) -> Protocol {
+        let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
+        let name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match parse_nvme_name(&name) {
+            Some(NvmeName::Namespace) => Protocol::Nvme,
+            _ => Protocol::Scsi,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Scsi => "scsi",
+            Protocol::Nvme => "nvme",
+        })
+    }
+}
+
+/// What an `nvme…` kernel block name is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NvmeName {
+    /// `nvme<subsys or ctrl>n<ns>`: a namespace (or a multipath head).
+    Namespace,
+    /// `nvme<subsys>c<ctrl>n<ns>`: a hidden per-controller path of a multipath head; the head's
+    /// name is `nvme<subsys>n<ns>`.
+    HiddenPath { head: String },
+}
+
+/// Parses `nvme0n1` / `nvme0c1n1`; `None` for anything else (partitions `nvme0n1p1` included,
+/// which sysfs marks as partitions anyway).
+fn parse_nvme_name(name: &str) -> Option<NvmeName> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let rest = name.strip_prefix("nvme")?;
+    let (before_n, ns) = rest.rsplit_once('n')?;
+    if !digits(ns) {
+        return None;
+    }
+    match before_n.split_once('c') {
+        None if digits(before_n) => Some(NvmeName::Namespace),
+        Some((subsys, ctrl)) if digits(subsys) && digits(ctrl) => Some(NvmeName::HiddenPath {
+            head: format!("nvme{subsys}n{ns}"),
+        }),
+        _ => None,
+    }
 }
 
 impl PathInfo {
@@ -128,6 +205,29 @@ impl PathState {
             "blocked" => Self::Blocked,
             "transport-offline" => Self::TransportOffline,
             other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// An NVMe controller's `state` attribute: `live` runs commands; `new`, `connecting` and
+    /// `resetting` queue them while the controller (re)connects, like a blocked SCSI device;
+    /// `deleting`, `deleting (no IO)` and `dead` fail them.
+    fn parse_nvme(text: &str) -> Self {
+        match text.trim() {
+            "live" => Self::Running,
+            "new" | "connecting" | "resetting" => Self::Blocked,
+            "deleting" | "deleting (no IO)" | "dead" => Self::TransportOffline,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// For a path that stands for several (an NVMe multipath head): the most usable one.
+    fn rank(&self) -> u8 {
+        match self {
+            Self::Running => 0,
+            Self::Blocked => 1,
+            Self::Other(_) => 2,
+            Self::Offline => 3,
+            Self::TransportOffline => 4,
         }
     }
 }
@@ -199,11 +299,22 @@ pub enum DeviceError {
         uuid: String,
     },
     #[error(
-        "{} ({name}) is not a SCSI device (no {name}/device/scsi_device in sysfs); fencing needs \
-         SCSI persistent reservations (NVMe and virtio-blk are not supported)",
+        "{} ({name}) is neither a SCSI device nor an NVMe namespace (no {name}/device/scsi_device \
+         and no {name}/nsid in sysfs); fencing needs SCSI or NVMe persistent reservations \
+         (virtio-blk and other disks are not supported)",
         device.display()
     )]
     NotScsi { device: PathBuf, name: String },
+    #[error(
+        "{} ({name}) is one controller's path of an NVMe multipath namespace; reservations go \
+         through the multipath head: give {}",
+        device.display(), head.display()
+    )]
+    NvmePath {
+        device: PathBuf,
+        name: String,
+        head: PathBuf,
+    },
     #[error(
         "{} ({name}) is a multipath map without paths (its sysfs slaves directory is empty); \
          check `multipath -ll`",
@@ -211,8 +322,9 @@ pub enum DeviceError {
     )]
     NoPaths { device: PathBuf, name: String },
     #[error(
-        "{} ({name}, {hctl}): no LU identifier (neither device/wwid nor an LU designator in \
-         device/vpd_pg83); the target does not identify the LU, it cannot be fenced by identity",
+        "{} ({name}, {hctl}): no LU identifier (SCSI: neither device/wwid nor an LU designator \
+         in device/vpd_pg83; NVMe: no wwid, uuid, nguid or eui); the target does not identify \
+         the LU, it cannot be fenced by identity",
         device.display()
     )]
     NoIdentity {
@@ -519,6 +631,20 @@ impl Discovery {
         if block.join("dm").is_dir() {
             return self.expand_dm(given, name, &block, partitions);
         }
+        match parse_nvme_name(name) {
+            Some(NvmeName::HiddenPath { head }) => {
+                return Err(DeviceError::NvmePath {
+                    device: given.to_owned(),
+                    name: name.to_owned(),
+                    head: self.dev.join(head),
+                });
+            }
+            Some(NvmeName::Namespace) if block.join("nsid").exists() => {
+                let dir = self.canonical(given, name, &block)?;
+                return Ok(vec![self.nvme_path(given, name, &dir)]);
+            }
+            _ => {}
+        }
         if !block.join("device/scsi_device").is_dir() {
             return Err(DeviceError::NotScsi {
                 device: given.to_owned(),
@@ -652,6 +778,7 @@ impl Discovery {
                 dev: self.dev.join(name),
                 given: given.to_owned(),
                 name: name.to_owned(),
+                protocol: Protocol::Scsi,
                 hctl,
                 state,
                 transport: self.iscsi_session(scsi_dir),
@@ -659,6 +786,79 @@ impl Discovery {
             id,
             serial,
         }
+    }
+
+    /// Reads one NVMe namespace's attributes; `dir` is its sysfs directory. Missing identity is
+    /// left to the caller.
+    fn nvme_path(&self, given: &Path, name: &str, dir: &Path) -> Found {
+        let text = |rel: &str| std::fs::read_to_string(dir.join(rel)).ok();
+        let hex = |rel: &str| {
+            text(rel)
+                .map(|t| {
+                    t.chars()
+                        .filter(char::is_ascii_hexdigit)
+                        .collect::<String>()
+                })
+                .filter(|h| !h.is_empty() && h.bytes().any(|b| b != b'0'))
+        };
+        // The kernel's wwid, else what it builds it from, in its order and format: a UUID
+        // (`uuid.…`), the NGUID, the EUI-64 (`eui.` and lowercase hex). The `uuid` attribute
+        // shows the NGUID when the namespace has no UUID, so that echo is not taken for one.
+        let nguid = hex("nguid");
+        let id = text("wwid").and_then(|w| LuId::from_wwid(&w)).or_else(|| {
+            let uuid = text("uuid")
+                .map(|u| u.trim().to_ascii_lowercase())
+                .filter(|u| hex("uuid").is_some_and(|h| Some(h) != nguid) && !u.is_empty());
+            uuid.map(|u| LuId(format!("uuid.{u}")))
+                .or_else(|| nguid.map(|h| LuId(format!("eui.{}", h.to_ascii_lowercase()))))
+                .or_else(|| hex("eui").map(|h| LuId(format!("eui.{}", h.to_ascii_lowercase()))))
+        });
+        let nsid = text("nsid")
+            .map(|n| n.trim().to_owned())
+            .unwrap_or_default();
+        let parent = std::fs::canonicalize(dir.join("device"))
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        let state = if dir.join("multipath").is_dir() {
+            self.nvme_head_state(dir)
+        } else {
+            match std::fs::read_to_string(dir.join("device/state")) {
+                Ok(s) => PathState::parse_nvme(&s),
+                Err(e) => PathState::Other(format!("unreadable ({e})")),
+            }
+        };
+        Found {
+            path: PathInfo {
+                dev: self.dev.join(name),
+                given: given.to_owned(),
+                name: name.to_owned(),
+                protocol: Protocol::Nvme,
+                hctl: format!("{parent}:ns{nsid}"),
+                state,
+                transport: None,
+            },
+            id,
+            serial: None,
+        }
+    }
+
+    /// A multipath head is usable when one of its controllers is: the best state among
+    /// `multipath/<path>/device/state`.
+    fn nvme_head_state(&self, dir: &Path) -> PathState {
+        let paths = std::fs::read_dir(dir.join("multipath"))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("device/state")).ok())
+                    .map(|s| PathState::parse_nvme(&s))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        paths
+            .into_iter()
+            .min_by_key(PathState::rank)
+            .unwrap_or_else(|| PathState::Other("no controller paths".to_owned()))
     }
 
     /// The iSCSI session above a SCSI device: a `sessionN` component of its sysfs path.

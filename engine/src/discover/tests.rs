@@ -222,6 +222,87 @@ impl Tree {
         symlink(format!("../dm-{n}"), self.dev(&format!("mapper/{name}"))).unwrap();
     }
 
+    /// An NVMe-oF controller `nvmeC` (state `state`) with namespace `nvmeCnN` without native
+    /// multipath, as a fabrics host shows it:
+    /// `/sys/class/block/nvme1n1 -> ../../devices/virtual/nvme-fabrics/ctl/nvme1/nvme1n1`,
+    /// `nvme1n1/device -> ../../nvme1`, `ctl/nvme1/state`.
+    fn nvme_ns(&self, ctrl: u32, ns: u32, ids: &[(&str, &str)], state: &str) {
+        let ctl = format!("devices/virtual/nvme-fabrics/ctl/nvme{ctrl}");
+        self.write(&format!("{ctl}/state"), format!("{state}\n"));
+        let name = format!("nvme{ctrl}n{ns}");
+        self.nvme_ns_attrs(&format!("{ctl}/{name}"), ns, ids);
+        symlink(
+            format!("../../nvme{ctrl}"),
+            self.sys().join(format!("{ctl}/{name}/device")),
+        )
+        .unwrap();
+        symlink(
+            format!("../../{ctl}/{name}"),
+            self.sys().join("class/block").join(&name),
+        )
+        .unwrap();
+        symlink(
+            format!("../{ctl}/{name}"),
+            self.sys().join("block").join(&name),
+        )
+        .unwrap();
+        fs::write(self.dev(&name), "").unwrap();
+    }
+
+    fn nvme_ns_attrs(&self, dir: &str, ns: u32, ids: &[(&str, &str)]) {
+        self.write(&format!("{dir}/nsid"), format!("{ns}\n"));
+        for (attr, value) in ids {
+            self.write(&format!("{dir}/{attr}"), format!("{value}\n"));
+        }
+    }
+
+    /// A native-multipath head `nvme<subsys>n<ns>` over controllers `(ctrl, state)`: the head
+    /// under `nvme-subsystem/nvme-subsys<subsys>` with `multipath/` links to the hidden
+    /// per-controller disks `nvme<subsys>c<ctrl>n<ns>`, which have no /dev node.
+    fn nvme_head(&self, subsys: u32, ns: u32, wwid: &str, ctrls: &[(u32, &str)]) {
+        let sub = format!("devices/virtual/nvme-subsystem/nvme-subsys{subsys}");
+        let head = format!("nvme{subsys}n{ns}");
+        self.nvme_ns_attrs(&format!("{sub}/{head}"), ns, &[("wwid", wwid)]);
+        symlink(
+            format!("../../nvme-subsys{subsys}"),
+            self.sys().join(format!("{sub}/{head}/device")),
+        )
+        .unwrap();
+        fs::create_dir_all(self.sys().join(format!("{sub}/{head}/multipath"))).unwrap();
+        for (ctrl, state) in ctrls {
+            let ctl = format!("devices/virtual/nvme-fabrics/ctl/nvme{ctrl}");
+            let path = format!("nvme{subsys}c{ctrl}n{ns}");
+            self.write(&format!("{ctl}/state"), format!("{state}\n"));
+            self.nvme_ns_attrs(&format!("{ctl}/{path}"), ns, &[("wwid", wwid)]);
+            symlink(
+                format!("../../nvme{ctrl}"),
+                self.sys().join(format!("{ctl}/{path}/device")),
+            )
+            .unwrap();
+            symlink(
+                format!("../../../../nvme-fabrics/ctl/nvme{ctrl}/{path}"),
+                self.sys().join(format!("{sub}/{head}/multipath/{path}")),
+            )
+            .unwrap();
+            symlink(
+                format!("../../{ctl}/{path}"),
+                self.sys().join("class/block").join(&path),
+            )
+            .unwrap();
+        }
+        symlink(
+            format!("../../{sub}/{head}"),
+            self.sys().join("class/block").join(&head),
+        )
+        .unwrap();
+        symlink(
+            format!("../{sub}/{head}"),
+            self.sys().join("block").join(&head),
+        )
+        .unwrap();
+        fs::write(self.dev(&head), "").unwrap();
+    }
+
     fn partition(&self, disk: &str, part: &str) {
         let whole = fs::read_link(self.sys().join("block").join(disk)).unwrap();
         let whole = whole.strip_prefix("..").unwrap();
@@ -466,19 +547,22 @@ fn refusals_name_the_device_and_what_to_do() {
     let t = Tree::lab();
     t.dm(0, "vg-lv", "LVM-abcdef", &["sdb"]);
     t.dm(1, "empty", "mpath-3600", &[]);
-    // An NVMe namespace: a block device without a SCSI device.
-    t.write("devices/virtual/nvme/nvme0n1/size", "8\n");
+    // A virtio-blk disk: a block device that is neither SCSI nor an NVMe namespace.
+    t.write(
+        "devices/pci0000:00/0000:00:04.0/virtio1/block/vda/size",
+        "8\n",
+    );
     symlink(
-        "../../devices/virtual/nvme/nvme0n1",
-        t.sys().join("class/block/nvme0n1"),
+        "../../devices/pci0000:00/0000:00:04.0/virtio1/block/vda",
+        t.sys().join("class/block/vda"),
     )
     .unwrap();
-    fs::write(t.dev("nvme0n1"), "").unwrap();
+    fs::write(t.dev("vda"), "").unwrap();
     fs::write(t.dev("null"), "").unwrap();
     let e = errors(t.discovery().resolve(&[
         t.dev("mapper/vg-lv"),
         t.dev("dm-1"),
-        t.dev("nvme0n1"),
+        t.dev("vda"),
         t.dev("sdz"),
         t.dev("null"),
     ]));
@@ -487,6 +571,10 @@ fn refusals_name_the_device_and_what_to_do() {
     assert!(msgs[0].contains("LVM-abcdef") && msgs[0].contains("mapper/vg-lv"));
     assert!(matches!(e[1], DeviceError::NoPaths { .. }), "{msgs:?}");
     assert!(matches!(e[2], DeviceError::NotScsi { .. }), "{msgs:?}");
+    assert!(
+        msgs[2].contains("neither a SCSI device nor an NVMe namespace"),
+        "{msgs:?}"
+    );
     assert!(matches!(e[3], DeviceError::NotFound { .. }), "{msgs:?}");
     assert!(msgs[3].contains("sdz"));
     assert!(matches!(e[4], DeviceError::NoSysfs { .. }), "{msgs:?}");
@@ -631,4 +719,186 @@ fn unidentified_devices_become_node_local_dead_lus() {
     assert_eq!(lus[1].paths.len(), 1);
     let single = targets(&r, true, &open);
     assert_eq!(single[0].paths.len(), 1);
+}
+
+const NS_WWID: &str = "uuid.6b1a9c64-39a4-4a4e-9d4c-1e0b4f2d7a01";
+
+#[test]
+fn an_nvme_namespace_is_one_nvme_path_identified_by_its_wwid() {
+    let t = Tree::lab();
+    t.nvme_ns(1, 1, &[("wwid", NS_WWID)], "live");
+    symlink("../../nvme1n1", t.dev("disk/by-id/nvme-uuid.6b1a9c64")).unwrap();
+    let lus = t
+        .discovery()
+        .resolve(&[
+            t.dev("disk/by-id/nvme-uuid.6b1a9c64"),
+            t.dev("sdb"),
+            t.dev("nvme1n1"),
+        ])
+        .unwrap();
+    // Sorted by id: naa.… (the SCSI LUN) before uuid.…; the namespace given twice is one path.
+    assert_eq!(lus.len(), 2);
+    assert_eq!(lus[1].id.as_str(), NS_WWID);
+    let [path] = &lus[1].paths[..] else {
+        panic!("{:?}", lus[1]);
+    };
+    assert_eq!(path.protocol, Protocol::Nvme);
+    assert_eq!(
+        (path.name.as_str(), path.hctl.as_str()),
+        ("nvme1n1", "nvme1:ns1")
+    );
+    assert_eq!(path.dev, t.dev("nvme1n1"));
+    assert_eq!(path.state, PathState::Running);
+    assert_eq!(path.transport, None);
+    assert_eq!(lus[0].paths[0].protocol, Protocol::Scsi);
+}
+
+#[test]
+fn nvme_controller_states_map_to_path_states() {
+    let t = Tree::new();
+    for (ctrl, state) in [
+        (1, "connecting"),
+        (2, "resetting"),
+        (3, "dead"),
+        (4, "deleting"),
+        (5, "new"),
+    ] {
+        t.nvme_ns(
+            ctrl,
+            1,
+            &[("wwid", &format!("eui.00000000000000{ctrl:02}"))],
+            state,
+        );
+    }
+    let states: Vec<PathState> = (1..=5)
+        .map(|c| {
+            let lus = t
+                .discovery()
+                .resolve(&[t.dev(&format!("nvme{c}n1"))])
+                .unwrap();
+            lus[0].paths[0].state.clone()
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            PathState::Blocked,
+            PathState::Blocked,
+            PathState::TransportOffline,
+            PathState::TransportOffline,
+            PathState::Blocked,
+        ]
+    );
+}
+
+#[test]
+fn a_multipath_head_is_live_while_one_controller_is() {
+    let t = Tree::new();
+    t.nvme_head(0, 1, NS_WWID, &[(0, "dead"), (1, "live")]);
+    t.nvme_head(
+        1,
+        2,
+        "eui.0011223344556677",
+        &[(2, "connecting"), (3, "dead")],
+    );
+    let lus = t
+        .discovery()
+        .resolve(&[t.dev("nvme0n1"), t.dev("nvme1n2")])
+        .unwrap();
+    let head = &lus[1].paths[0];
+    assert_eq!(
+        (lus[1].id.as_str(), head.hctl.as_str()),
+        (NS_WWID, "nvme-subsys0:ns1")
+    );
+    assert_eq!(head.state, PathState::Running);
+    assert_eq!(lus[0].paths[0].state, PathState::Blocked);
+    assert_eq!(lus[0].paths[0].protocol, Protocol::Nvme);
+}
+
+#[test]
+fn a_hidden_controller_path_is_refused_naming_its_head() {
+    let t = Tree::new();
+    t.nvme_head(0, 1, NS_WWID, &[(0, "live"), (1, "live")]);
+    // Hidden disks have no /dev node; one made by hand must still be refused.
+    fs::write(t.dev("nvme0c1n1"), "").unwrap();
+    let e = errors(t.discovery().resolve(&[t.dev("nvme0c1n1")]));
+    assert!(matches!(e[0], DeviceError::NvmePath { .. }), "{e:?}");
+    let text = e[0].to_string();
+    assert!(
+        text.contains("multipath head") && text.ends_with("dev/nvme0n1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn nvme_identity_falls_back_to_the_kernels_sources_in_its_order() {
+    let t = Tree::new();
+    let nguid = "00112233-4455-6677-8899-aabbccddeeff";
+    // No wwid: a real UUID wins.
+    t.nvme_ns(
+        1,
+        1,
+        &[
+            ("uuid", "6B1A9C64-39A4-4A4E-9D4C-1E0B4F2D7A01"),
+            ("nguid", nguid),
+        ],
+        "live",
+    );
+    // The uuid attribute echoing the NGUID (no UUID): the NGUID, as `eui.`.
+    t.nvme_ns(2, 1, &[("uuid", nguid), ("nguid", nguid)], "live");
+    // Only an EUI-64, printed with spaces.
+    t.nvme_ns(3, 1, &[("eui", "00 11 22 33 44 55 66 77")], "live");
+    // Nothing at all.
+    t.nvme_ns(4, 1, &[], "live");
+    let id = |c: u32| {
+        t.discovery()
+            .resolve(&[t.dev(&format!("nvme{c}n1"))])
+            .map(|lus| lus[0].id.as_str().to_owned())
+    };
+    assert_eq!(id(1).unwrap(), "uuid.6b1a9c64-39a4-4a4e-9d4c-1e0b4f2d7a01");
+    assert_eq!(id(2).unwrap(), "eui.00112233445566778899aabbccddeeff");
+    assert_eq!(id(3).unwrap(), "eui.0011223344556677");
+    let e = errors(t.discovery().resolve(&[t.dev("nvme4n1")]));
+    assert!(matches!(e[0], DeviceError::NoIdentity { .. }), "{e:?}");
+}
+
+#[test]
+fn an_nvme_partition_is_refused_naming_the_namespace() {
+    let t = Tree::new();
+    t.nvme_ns(1, 1, &[("wwid", NS_WWID)], "live");
+    t.partition("nvme1n1", "nvme1n1p1");
+    let e = errors(t.discovery().resolve(&[t.dev("nvme1n1p1")]));
+    assert!(matches!(e[0], DeviceError::Partition { .. }), "{e:?}");
+    assert!(e[0].to_string().ends_with("dev/nvme1n1"), "{}", e[0]);
+}
+
+#[test]
+fn the_protocol_of_a_device_node_comes_from_its_name() {
+    let t = Tree::lab();
+    t.nvme_ns(1, 1, &[("wwid", NS_WWID)], "live");
+    symlink("../../nvme1n1", t.dev("disk/by-id/nvme-x")).unwrap();
+    assert_eq!(Protocol::of_device(&t.dev("nvme1n1")), Protocol::Nvme);
+    assert_eq!(
+        Protocol::of_device(&t.dev("disk/by-id/nvme-x")),
+        Protocol::Nvme
+    );
+    assert_eq!(Protocol::of_device(&t.dev("sdb")), Protocol::Scsi);
+    assert_eq!(Protocol::of_device(&t.dev("sg1")), Protocol::Scsi);
+    for (name, parsed) in [
+        ("nvme0n1", Some(NvmeName::Namespace)),
+        ("nvme12n34", Some(NvmeName::Namespace)),
+        (
+            "nvme0c1n2",
+            Some(NvmeName::HiddenPath {
+                head: "nvme0n2".to_owned(),
+            }),
+        ),
+        ("nvme0n1p1", None),
+        ("nvme0", None),
+        ("nvmen1", None),
+        ("nvme0cn1", None),
+        ("sda", None),
+    ] {
+        assert_eq!(parse_nvme_name(name), parsed, "{name}");
+    }
 }

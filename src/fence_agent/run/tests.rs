@@ -5,7 +5,9 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
+use crate::discover::{
+    DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Protocol, Unidentified,
+};
 use crate::exec::ScsiPr;
 use crate::fence_agent::{Environment, parse};
 use crate::keys::{self, NativeKey};
@@ -82,6 +84,7 @@ impl Host for ModelHost {
                 dev: spec.dev.clone(),
                 given: device.clone(),
                 name: spec.dev.display().to_string(),
+                protocol: Protocol::Scsi,
                 hctl: format!("{}:0:0:{}", spec.nexus_index(), spec.lu),
                 state: SysfsState::Running,
                 transport: None,

@@ -1,0 +1,462 @@
+//! Opening an NVMe namespace block device and sending it PR ioctls and passthrough commands.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::ioctl::{self, Data, Passthru, PrType, Queue};
+use crate::{Error, NvmeStatus, PrStatus};
+
+/// The most keys IOC_PR_READ_KEYS accepts in one call (`PR_KEYS_MAX`); more is EINVAL.
+pub const PR_KEYS_MAX: usize = 65536;
+
+/// An open block device (an NVMe namespace `/dev/nvmeXnY`, or any block device with `pr_ops`).
+///
+/// Opened read-only: the block PR ioctls need CAP_SYS_ADMIN or an fd open for writing (a
+/// read-only open does not send udev a change event on close), and NVMe passthrough of
+/// reservation commands needs CAP_SYS_ADMIN either way.
+#[derive(Debug)]
+pub struct BlockDevice {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// The data phase of a passthrough command. Its direction must match the opcode's (bits 1:0 of
+/// an NVMe opcode: 01b host to controller, 10b controller to host).
+#[derive(Debug)]
+pub enum DataTransfer<'a> {
+    None,
+    ToDevice(&'a [u8]),
+    FromDevice(&'a mut [u8]),
+}
+
+/// One NVMe command for passthrough: the opcode, the namespace and command dwords 10-15. The
+/// data pointer and length come from the [`DataTransfer`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct NvmeCommand {
+    pub opcode: u8,
+    pub nsid: u32,
+    pub cdw10: u32,
+    pub cdw11: u32,
+    pub cdw12: u32,
+    pub cdw13: u32,
+    pub cdw14: u32,
+    pub cdw15: u32,
+}
+
+/// A passthrough command the controller completed: its status (possibly an error) and the
+/// completion queue entry's dword 0.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct NvmeCompletion {
+    pub status: NvmeStatus,
+    pub result: u32,
+}
+
+/// What IOC_PR_READ_KEYS returned besides the keys themselves.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PrKeys {
+    pub generation: u32,
+    /// How many keys the device has. May exceed the buffer given: only
+    /// `min(num_keys, buffer length)` entries were written; re-issue with a larger buffer.
+    pub num_keys: u32,
+}
+
+/// What IOC_PR_READ_RESERVATION returned.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PrReservation {
+    pub key: u64,
+    pub generation: u32,
+    /// The `pr_type` code; 0 when nothing is reserved.
+    pub rtype: u32,
+}
+
+impl PrReservation {
+    /// The reservation type; `None` when nothing is reserved or the code is unknown.
+    pub fn pr_type(&self) -> Option<PrType> {
+        PrType::from_code(self.rtype)
+    }
+}
+
+/// `Ok(())`, or the device's error status.
+pub type PrResult<T> = Result<T, PrStatus>;
+
+fn pr_result<T>(status: u32, value: T) -> PrResult<T> {
+    match PrStatus(status) {
+        PrStatus::SUCCESS => Ok(value),
+        error => Err(error),
+    }
+}
+
+impl BlockDevice {
+    /// Opens `path` read-only, non-blocking and close-on-exec.
+    pub fn open(path: impl AsRef<Path>) -> Result<BlockDevice, Error> {
+        let path = path.as_ref();
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| Error::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(BlockDevice {
+            fd: file.into(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ioctl_error(&self, ioctl: &'static str) -> impl FnOnce(io::Error) -> Error + '_ {
+        move |source| Error::Ioctl {
+            path: self.path.clone(),
+            ioctl,
+            source,
+        }
+    }
+
+    fn pr_out<A: ioctl::PrOutArg + ioctl::PrOutStruct>(
+        &self,
+        arg: &A,
+    ) -> Result<PrResult<()>, Error> {
+        let status = ioctl::pr_out(self.fd.as_fd(), arg).map_err(self.ioctl_error(A::NAME))?;
+        Ok(pr_result(status, ()))
+    }
+
+    /// IOC_PR_REGISTER: register `new` replacing `old` (0: not registered yet). With
+    /// `ignore_key`, the device does not check `old`. On NVMe this is Reservation Register with
+    /// RREGA = `old != 0` ? replace : register; it cannot unregister (use passthrough).
+    pub fn pr_register(&self, old: u64, new: u64, ignore_key: bool) -> Result<PrResult<()>, Error> {
+        self.pr_out(&ioctl::PrRegistration {
+            old_key: old,
+            new_key: new,
+            flags: if ignore_key {
+                ioctl::PR_FL_IGNORE_KEY
+            } else {
+                0
+            },
+            pad: 0,
+        })
+    }
+
+    /// IOC_PR_RESERVE.
+    pub fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, Error> {
+        self.pr_out(&ioctl::Reserve(ioctl::PrReservationArg {
+            key,
+            rtype: rtype.code(),
+            flags: 0,
+        }))
+    }
+
+    /// IOC_PR_RELEASE.
+    pub fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, Error> {
+        self.pr_out(&ioctl::Release(ioctl::PrReservationArg {
+            key,
+            rtype: rtype.code(),
+            flags: 0,
+        }))
+    }
+
+    /// IOC_PR_PREEMPT, or IOC_PR_PREEMPT_ABORT with `abort`: `old` is the caller's key, `new`
+    /// the victim's.
+    pub fn pr_preempt(
+        &self,
+        old: u64,
+        new: u64,
+        rtype: PrType,
+        abort: bool,
+    ) -> Result<PrResult<()>, Error> {
+        let arg = ioctl::PrPreempt {
+            old_key: old,
+            new_key: new,
+            rtype: rtype.code(),
+            flags: 0,
+        };
+        if abort {
+            self.pr_out(&ioctl::PreemptAbort(arg))
+        } else {
+            self.pr_out(&ioctl::Preempt(arg))
+        }
+    }
+
+    /// IOC_PR_CLEAR.
+    pub fn pr_clear(&self, key: u64) -> Result<PrResult<()>, Error> {
+        self.pr_out(&ioctl::PrClear {
+            key,
+            flags: 0,
+            pad: 0,
+        })
+    }
+
+    /// IOC_PR_READ_KEYS into `keys` (at most [`PR_KEYS_MAX`] entries). Kernels without it
+    /// (before about 6.19) fail with ENOTTY or EOPNOTSUPP.
+    pub fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, Error> {
+        if keys.len() > PR_KEYS_MAX {
+            return Err(Error::InvalidRequest {
+                reason: format!(
+                    "a key buffer of {} entries; the kernel takes at most {PR_KEYS_MAX}",
+                    keys.len()
+                ),
+            });
+        }
+        let out = ioctl::pr_read_keys(self.fd.as_fd(), keys)
+            .map_err(self.ioctl_error("IOC_PR_READ_KEYS"))?;
+        Ok(pr_result(
+            out.status,
+            PrKeys {
+                generation: out.generation,
+                num_keys: out.num_keys,
+            },
+        ))
+    }
+
+    /// IOC_PR_READ_RESERVATION. Kernels without it fail with ENOTTY or EOPNOTSUPP.
+    pub fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, Error> {
+        let out = ioctl::pr_read_reservation(self.fd.as_fd())
+            .map_err(self.ioctl_error("IOC_PR_READ_RESERVATION"))?;
+        Ok(pr_result(
+            out.status,
+            PrReservation {
+                key: out.key,
+                generation: out.generation,
+                rtype: out.rtype,
+            },
+        ))
+    }
+
+    /// NVME_IOCTL_ID: the namespace id of this block device. Fails with ENOTTY on a device that
+    /// is not an NVMe namespace.
+    pub fn nsid(&self) -> Result<u32, Error> {
+        ioctl::nvme_nsid(self.fd.as_fd()).map_err(self.ioctl_error("NVME_IOCTL_ID"))
+    }
+
+    /// NVME_IOCTL_IO_CMD: one NVM command set command on an I/O queue, waiting (blocking the
+    /// thread) for its completion or `timeout` (whole milliseconds, 1 ms to `u32::MAX` ms).
+    pub fn io_passthru(
+        &self,
+        command: &NvmeCommand,
+        data: DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<NvmeCompletion, Error> {
+        self.passthru(Queue::Io, command, data, timeout)
+    }
+
+    /// NVME_IOCTL_ADMIN_CMD: one admin command (Identify…), like [`Self::io_passthru`].
+    pub fn admin_passthru(
+        &self,
+        command: &NvmeCommand,
+        data: DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<NvmeCompletion, Error> {
+        self.passthru(Queue::Admin, command, data, timeout)
+    }
+
+    fn passthru(
+        &self,
+        queue: Queue,
+        command: &NvmeCommand,
+        data: DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<NvmeCompletion, Error> {
+        let timeout_ms = timeout_millis(timeout)?;
+        let host_to_controller = command.opcode & 0x01 != 0;
+        // The kernel writes into the buffer exactly when opcode bit 0 is clear; a borrowed
+        // `&[u8]` must never be written, so the direction is checked before the ioctl.
+        let data = match data {
+            DataTransfer::None => Data::None,
+            DataTransfer::ToDevice([]) | DataTransfer::FromDevice([]) => Data::None,
+            DataTransfer::ToDevice(buf) if host_to_controller => Data::ToDevice(buf),
+            DataTransfer::FromDevice(buf) if !host_to_controller => Data::FromDevice(buf),
+            DataTransfer::ToDevice(_) | DataTransfer::FromDevice(_) => {
+                return Err(Error::InvalidRequest {
+                    reason: format!(
+                        "opcode {:#04x} transfers {}, the buffer goes the other way",
+                        command.opcode,
+                        if host_to_controller {
+                            "host to controller"
+                        } else {
+                            "controller to host"
+                        }
+                    ),
+                });
+            }
+        };
+        let name = match queue {
+            Queue::Admin => "NVME_IOCTL_ADMIN_CMD",
+            Queue::Io => "NVME_IOCTL_IO_CMD",
+        };
+        let len = data_len(&data);
+        if u32::try_from(len).is_err() {
+            return Err(Error::InvalidRequest {
+                reason: format!("a data buffer of {len} bytes exceeds u32::MAX"),
+            });
+        }
+        let out = ioctl::nvme_passthru(
+            self.fd.as_fd(),
+            queue,
+            Passthru {
+                opcode: command.opcode,
+                nsid: command.nsid,
+                cdw: [
+                    command.cdw10,
+                    command.cdw11,
+                    command.cdw12,
+                    command.cdw13,
+                    command.cdw14,
+                    command.cdw15,
+                ],
+                timeout_ms,
+                data,
+            },
+        )
+        .map_err(self.ioctl_error(name))?;
+        Ok(NvmeCompletion {
+            // The status field is 15 bits; the kernel never returns more.
+            status: NvmeStatus(u16::try_from(out.status & 0x7fff).unwrap_or(u16::MAX)),
+            result: out.result,
+        })
+    }
+}
+
+fn data_len(data: &Data<'_>) -> usize {
+    match data {
+        Data::None => 0,
+        Data::ToDevice(b) => b.len(),
+        Data::FromDevice(b) => b.len(),
+    }
+}
+
+fn timeout_millis(timeout: Duration) -> Result<u32, Error> {
+    let millis = timeout.as_nanos().div_ceil(1_000_000);
+    match u32::try_from(millis) {
+        // 0 would mean "the driver's default timeout" to the kernel.
+        Ok(0) | Err(_) => Err(Error::InvalidRequest {
+            reason: format!(
+                "timeout {timeout:?}: it must be between 1 ms and {} ms",
+                u32::MAX
+            ),
+        }),
+        Ok(millis) => Ok(millis),
+    }
+}
+
+/// Why opening a device node failed, when the reason is one an operator can act on.
+pub(crate) fn open_hint(source: &io::Error) -> &'static str {
+    match source.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => {
+            " (the device node's file permission must let this user open it for reading: its group, usually `disk`, or CAP_DAC_OVERRIDE)"
+        }
+        _ => "",
+    }
+}
+
+/// Why an ioctl failed, in words an operator can act on.
+pub(crate) fn ioctl_hint(ioctl: &str, source: &io::Error) -> &'static str {
+    let passthru = ioctl.starts_with("NVME_");
+    match source.raw_os_error() {
+        Some(libc::ENOTTY) if passthru => " (not an NVMe device: give the namespace /dev/nvmeXnY)",
+        Some(libc::ENOTTY | libc::EOPNOTSUPP) => {
+            " (this kernel or device has no such persistent-reservation operation)"
+        }
+        Some(libc::EPERM | libc::EACCES) if passthru => {
+            " (operation not permitted: NVMe passthrough of reservation commands needs CAP_SYS_ADMIN)"
+        }
+        Some(libc::EPERM | libc::EACCES) => {
+            " (operation not permitted: block PR ioctls need CAP_SYS_ADMIN or a device opened for writing, and refuse partitions)"
+        }
+        Some(libc::EINVAL) => " (the device refused a field of the request)",
+        Some(libc::ENODEV | libc::ENXIO) => {
+            " (the device is gone: check the path and its controller)"
+        }
+        Some(libc::EIO) => {
+            " (I/O error before the command completed: check the controller's connection)"
+        }
+        Some(libc::ETIMEDOUT) => " (the command timed out)",
+        Some(libc::EINTR) => {
+            " (cancelled: a timeout, a controller reset or a signal; the command may or may not have run)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_round_up_and_reject_zero_and_overflow() {
+        assert_eq!(timeout_millis(Duration::from_secs(30)).ok(), Some(30_000));
+        assert_eq!(timeout_millis(Duration::from_micros(1)).ok(), Some(1));
+        assert!(timeout_millis(Duration::ZERO).is_err());
+        assert!(timeout_millis(Duration::from_secs(u64::MAX)).is_err());
+    }
+
+    #[test]
+    fn open_error_names_the_path() {
+        let text = BlockDevice::open("/nonexistent/nvme-io-test")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(text.contains("/nonexistent/nvme-io-test"), "{text}");
+    }
+
+    #[test]
+    fn a_buffer_against_the_opcodes_direction_is_refused_before_the_ioctl() {
+        let device = BlockDevice::open("/dev/null").unwrap();
+        let second = Duration::from_secs(1);
+        // Reservation Report (0x0e) transfers controller to host: a shared buffer is refused.
+        let report = NvmeCommand {
+            opcode: 0x0e,
+            ..NvmeCommand::default()
+        };
+        let err = device
+            .io_passthru(&report, DataTransfer::ToDevice(&[0; 16]), second)
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+        let register = NvmeCommand {
+            opcode: 0x0d,
+            ..NvmeCommand::default()
+        };
+        let err = device
+            .io_passthru(&register, DataTransfer::FromDevice(&mut [0; 16]), second)
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+        let err = device
+            .io_passthru(&register, DataTransfer::None, Duration::ZERO)
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn ioctls_on_a_non_block_file_are_errors_naming_the_ioctl_and_the_path() {
+        let device = BlockDevice::open("/dev/null").unwrap();
+        let err = device.pr_register(0, 1, false).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("IOC_PR_REGISTER") && text.contains("/dev/null"),
+            "{text}"
+        );
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTTY));
+        let err = device.nsid().unwrap_err();
+        assert!(err.to_string().contains("NVME_IOCTL_ID"), "{err}");
+        let mut keys = [0u64; 4];
+        assert!(device.pr_read_keys(&mut keys).is_err());
+        let mut too_many = vec![0u64; PR_KEYS_MAX + 1];
+        assert!(matches!(
+            device.pr_read_keys(&mut too_many),
+            Err(Error::InvalidRequest { .. })
+        ));
+    }
+
+    #[test]
+    fn device_can_be_shared_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<BlockDevice>();
+        send_sync::<Error>();
+    }
+}
