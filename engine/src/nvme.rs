@@ -791,19 +791,85 @@ impl<D: NvmeDevice> NvmePr<D> {
                 victim,
                 rtype,
                 abort,
-            } => done(
-                self.block(
-                    command,
-                    if abort {
-                        "IOC_PR_PREEMPT_ABORT"
-                    } else {
-                        "IOC_PR_PREEMPT"
-                    },
-                    self.device
-                        .pr_preempt(key.get(), victim.get(), pr_type(rtype), abort),
-                ),
-            ),
+            } => done(self.preempt(command, key, victim, rtype, abort)),
         }
+    }
+
+    /// IOC_PR_PREEMPT[_ABORT], and what a holder needs on Linux nvmet.
+    ///
+    /// NVMe (like SPC) has a PREEMPT whose PRKEY is not the holder's remove the registrants with
+    /// that key and leave the reservation as it is, whoever sends it. Linux nvmet (6.13 to 7.2 at
+    /// least, `nvmet_pr_preempt`) handles a PREEMPT from the reservation holder as a change of
+    /// type only, whatever PRKEY says: it answers success and the victim stays registered. A fence
+    /// from the node that holds the reservation would verify, find the victim, and fail.
+    ///
+    /// So when we held a registrants-only reservation and the victim is still registered after a
+    /// successful PREEMPT, the holder turns the reservation into its all-registrants twin (WE-RO
+    /// into WE-AR, EA-RO into EA-AR: the same access for registrants and for everyone else, so no
+    /// host gains or loses access) by preempting itself, and preempts the victim under that type,
+    /// where nvmet removes the registrants with PRKEY. Each step is one atomic command on the
+    /// target, so a victim preempting us at the same time wins or loses whole (P2): if it removed
+    /// our key first, our next step answers RESERVATION CONFLICT. The reservation stays
+    /// all-registrants afterwards; READ RESERVATION shows it. Under Write Exclusive or Exclusive
+    /// Access no twin keeps access as it was, and the target's refusal is reported instead.
+    fn preempt(
+        &self,
+        command: Command,
+        key: Key,
+        victim: Key,
+        rtype: ReservationType,
+        abort: bool,
+    ) -> Result<(), CommandError> {
+        let preempt = |prkey: Key, rtype: ReservationType, abort: bool| {
+            self.block(
+                command,
+                if abort {
+                    "IOC_PR_PREEMPT_ABORT"
+                } else {
+                    "IOC_PR_PREEMPT"
+                },
+                self.device
+                    .pr_preempt(key.get(), prkey.get(), pr_type(rtype), abort),
+            )
+        };
+        preempt(victim, rtype, abort)?;
+        if victim == key || victim.is_zero() || !self.read_keys()?.keys.contains(&victim) {
+            return Ok(());
+        }
+        let held_by_us = match self.read_reservation()?.reservation {
+            Some(r) if r.key == key && !r.rtype.is_all_registrants() => Some(r.rtype),
+            _ => None,
+        };
+        let Some(held) = held_by_us else {
+            // Not ours to compensate (another holder, a victim that registered again): the
+            // engine's verification judges what the target shows.
+            return Ok(());
+        };
+        let twin = match held {
+            ReservationType::WriteExclusiveRegistrantsOnly => {
+                ReservationType::WriteExclusiveAllRegistrants
+            }
+            ReservationType::ExclusiveAccessRegistrantsOnly => {
+                ReservationType::ExclusiveAccessAllRegistrants
+            }
+            other => {
+                return Err(self.error(
+                    command,
+                    ErrorKind::Failed,
+                    format!(
+                        "the target answered success but {victim} is still registered: it ignores \
+                         PRKEY in a PREEMPT from the reservation holder (Linux nvmet does), and \
+                         under {} no all-registrants type keeps access as it is",
+                        other.short_name()
+                    ),
+                    None,
+                ));
+            }
+        };
+        tracing::debug!(device = %self.path().display(), %victim, from = held.short_name(), to = twin.short_name(),
+            "the holder's PREEMPT left the victim registered (nvmet): preempting under the all-registrants type");
+        preempt(key, twin, false)?;
+        preempt(victim, twin, abort)
     }
 
     /// Reservation Register RREGA=1 through passthrough. NOT READY is re-read before a retry:

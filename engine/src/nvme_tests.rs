@@ -35,6 +35,9 @@ struct Namespace {
     generation: u32,
     /// Every command that reached the namespace, for assertions: (host, what).
     log: Vec<(HostId, String)>,
+    /// Linux nvmet's rule (6.13–7.2): a PREEMPT from the holder of a single-holder reservation
+    /// only changes its type, whatever PRKEY names. Off: the NVMe specification's rule.
+    holder_preempt_changes_type_only: bool,
 }
 
 impl Namespace {
@@ -128,6 +131,14 @@ impl Namespace {
                     Err(Answer::Conflict)
                 };
                 self.finish(result, false)
+            }
+            1 | 2
+                if self.holder_preempt_changes_type_only
+                    && self.holder == Some(host)
+                    && !self.all_registrants() =>
+            {
+                self.rtype = rtype;
+                self.finish(Ok(()), true)
             }
             1 | 2 => {
                 let holder_key = self.holder.and_then(|h| self.key_of(h));
@@ -927,4 +938,92 @@ fn no_events_are_returned() {
     let reply = s.a.execute(PrRequest::ReadKeys).unwrap();
     assert!(reply.events.is_empty());
     assert!(matches!(reply.answer, PrAnswer::Keys(k) if k.keys == vec![B]));
+}
+
+/// A and B registered, A holding WERO: the start of a fence from the holder.
+fn holder_and_registrant(nvmet: bool) -> Setup {
+    let s = setup(NEW_KERNEL);
+    s.ns.lock().unwrap().holder_preempt_changes_type_only = nvmet;
+    s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+    s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+    s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
+    s
+}
+
+#[test]
+fn a_holder_preempts_a_registrant_on_a_target_that_follows_the_specification() {
+    let s = holder_and_registrant(false);
+    s.a.pr_out(&PrOut::preempt_and_abort(A, B, WERO)).unwrap();
+    assert_eq!(s.registered(), vec![([0xaa; 16], 0xa)]);
+    let r = s.a.read_reservation().unwrap().reservation.unwrap();
+    // nothing to compensate: one PREEMPT, then the check that the victim is gone
+    assert_eq!((r.key, r.rtype), (A, WERO));
+    let preempts =
+        s.ns.lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|(_, w)| w.starts_with("IOC_PR_PREEMPT"))
+            .count();
+    assert_eq!(preempts, 1);
+}
+
+#[test]
+fn a_holder_preempts_a_registrant_on_nvmet_through_the_all_registrants_twin() {
+    let s = holder_and_registrant(true);
+    s.a.pr_out(&PrOut::preempt_and_abort(A, B, WERO)).unwrap();
+    assert_eq!(s.registered(), vec![([0xaa; 16], 0xa)], "B is gone");
+    let r = s.b.read_reservation().unwrap().reservation.unwrap();
+    assert_eq!(
+        (r.key, r.rtype),
+        (Key::ZERO, WEAR),
+        "held by every registrant: A alone"
+    );
+    let log: Vec<String> =
+        s.ns.lock()
+            .unwrap()
+            .log
+            .iter()
+            .map(|(_, w)| w.clone())
+            .collect();
+    assert_eq!(
+        log[log.len() - 3..],
+        [
+            "IOC_PR_PREEMPT_ABORT",
+            "IOC_PR_PREEMPT",
+            "IOC_PR_PREEMPT_ABORT"
+        ],
+        "{log:?}"
+    );
+    // B's writes: a non-registrant under WE-AR is refused, as under WE-RO.
+    assert!(!s.ns.lock().unwrap().holds([0xbb; 16]));
+}
+
+#[test]
+fn a_victim_that_preempted_first_makes_the_holder_lose_whole() {
+    let s = holder_and_registrant(true);
+    // B's fence ran first: A's key is gone and B holds.
+    s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO)).unwrap();
+    let e =
+        s.a.pr_out(&PrOut::preempt_and_abort(A, B, WERO))
+            .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ReservationConflict);
+    assert_eq!(s.registered(), vec![([0xbb; 16], 0xb)]);
+}
+
+#[test]
+fn under_write_exclusive_the_holder_is_told_the_target_ignored_its_preempt() {
+    let s = setup(NEW_KERNEL);
+    s.ns.lock().unwrap().holder_preempt_changes_type_only = true;
+    let we = ReservationType::WriteExclusive;
+    s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+    s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+    s.a.pr_out(&PrOut::reserve(A, we)).unwrap();
+    let e = s.a.pr_out(&PrOut::preempt(A, B, we)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed);
+    assert!(e.to_string().contains("still registered"), "{e}");
+    // nothing was changed behind the admin's back: B registered, A holds WE
+    assert_eq!(s.registered().len(), 2);
+    let r = s.b.read_reservation().unwrap().reservation.unwrap();
+    assert_eq!((r.key, r.rtype), (A, we));
 }
