@@ -363,7 +363,12 @@ impl<D: NvmeDevice> NvmePr<D> {
                 "the path failed below the reservation protocol",
             ),
         };
-        self.error(command, kind, format!("{error}; {why}"), None)
+        // nvme-io's own hint would repeat `why`; name the ioctl and the errno, then say why.
+        let what = match error {
+            nvme_io::Error::Ioctl { ioctl, source, .. } => format!("{ioctl}: {source}"),
+            other => other.to_string(),
+        };
+        self.error(command, kind, format!("{what}; {why}"), None)
     }
 
     /// Classifies a block PR ioctl's outcome.
@@ -384,7 +389,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             }
             s if s.is_path_failure() => (
                 ErrorKind::Transport,
-                "every path to the namespace failed (native multipath found none usable)",
+                "the path to the namespace failed (an NVMe path or transport error)",
             ),
             PrStatus::IOERR => (
                 ErrorKind::Failed,
@@ -427,7 +432,10 @@ impl<D: NvmeDevice> NvmePr<D> {
                 ErrorKind::InvalidField,
                 "the controller refused the request",
             ),
-            _ if status.is_path_error() => (ErrorKind::Transport, "path error"),
+            _ if status.is_path_error() => (
+                ErrorKind::Transport,
+                "a path error (the controller or its link failed)",
+            ),
             _ => (ErrorKind::Failed, "the controller failed the command"),
         };
         Attempt::Failed(self.error(
@@ -442,14 +450,10 @@ impl<D: NvmeDevice> NvmePr<D> {
         if let Some(nsid) = self.nsid.get() {
             return Ok(*nsid);
         }
-        let nsid = self.device.nsid().map_err(|e| {
-            let kind = match e.raw_os_error() {
-                Some(nix::libc::ENOTTY) => ErrorKind::NotSupported,
-                Some(nix::libc::EPERM | nix::libc::EACCES) => ErrorKind::Open,
-                _ => ErrorKind::Transport,
-            };
-            self.error(command, kind, e.to_string(), None)
-        })?;
+        let nsid = self
+            .device
+            .nsid()
+            .map_err(|e| self.errno(command, Via::Passthru, &e))?;
         Ok(*self.nsid.get_or_init(|| nsid))
     }
 

@@ -809,7 +809,12 @@ fn kernel_refusals_are_classified() {
         s.a.pr_out(&PrOut::reserve(A, WERO))
             .unwrap_err()
             .to_string();
-    assert!(text.contains("CAP_SYS_ADMIN"), "{text}");
+    assert_eq!(
+        text,
+        "/dev/nvme0n1: PERSISTENT RESERVE OUT (RESERVE) failed: IOC_PR_RESERVE: Operation not \
+         permitted (os error 1); block PR ioctls on NVMe need CAP_SYS_ADMIN or a writable open; \
+         run as root"
+    );
     inject(&s.a, Fault::Errno(nix::libc::EACCES));
     let text = s.a.pr_out(&PrOut::unregister(A)).unwrap_err().to_string();
     assert!(text.contains("passthrough needs CAP_SYS_ADMIN"), "{text}");
