@@ -933,3 +933,79 @@ fn no_events_are_returned() {
     assert!(reply.events.is_empty());
     assert!(matches!(reply.answer, PrAnswer::Keys(k) if k.keys == vec![B]));
 }
+
+/// The engine's commands end to end on NVMe semantics: two namespaces, two hosts.
+mod engine {
+    use super::*;
+    use crate::ops::{self, Limits, LuTarget, Outcome};
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            deadline: Duration::from_secs(20),
+            tie_break: Duration::ZERO,
+        }
+    }
+
+    /// Host `id`'s view of the namespaces, as fresh paths (the engine takes them by value).
+    fn targets(namespaces: &[Arc<Mutex<Namespace>>], id: u8) -> Vec<LuTarget<NvmePr<Fake>>> {
+        namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| LuTarget {
+                id: format!("uuid.0000000{i}"),
+                paths: vec![host(ns, id, &format!("/dev/nvme{i}n1"), NEW_KERNEL)],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn unfence_fence_and_status_work_on_nvme() {
+        let namespaces: Vec<_> = (0..2)
+            .map(|_| Arc::new(Mutex::new(Namespace::default())))
+            .collect();
+        for (id, key) in [(0xaa, A), (0xbb, B)] {
+            let report = block_on(ops::unfence(targets(&namespaces, id), key, limits())).unwrap();
+            assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        }
+        for ns in &namespaces {
+            let ns = ns.lock().unwrap();
+            assert_eq!(ns.registrants.len(), 2);
+            assert_eq!((ns.holder, ns.rtype), (Some([0xaa; 16]), 3));
+        }
+        let report = block_on(ops::fence(targets(&namespaces, 0xaa), A, B, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        for ns in &namespaces {
+            let ns = ns.lock().unwrap();
+            assert_eq!(ns.registrants, vec![([0xaa; 16], 0xa)]);
+            assert_eq!(ns.holder, Some([0xaa; 16]));
+        }
+        // The fenced host cannot fence back: its key is gone from the arbiter.
+        let report = block_on(ops::fence(targets(&namespaces, 0xbb), B, A, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:?}");
+        assert_eq!(
+            namespaces[0].lock().unwrap().registrants,
+            vec![([0xaa; 16], 0xa)]
+        );
+        let report = block_on(ops::status(targets(&namespaces, 0xbb), B, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Off, "{report:?}");
+        let report = block_on(ops::status(targets(&namespaces, 0xaa), A, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        // heal: nothing to repair for the survivor (one host registration covers its path), and
+        // never a re-registration for the fenced host (P3).
+        let report = block_on(ops::heal(targets(&namespaces, 0xaa), A, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        let report = block_on(ops::heal(targets(&namespaces, 0xbb), B, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:?}");
+        let ns = namespaces[0].lock().unwrap();
+        assert_eq!(ns.registrants, vec![([0xaa; 16], 0xa)]);
+        assert_eq!(ns.holder, Some([0xaa; 16]));
+    }
+}
