@@ -31,7 +31,7 @@ use nvme_io::{
     PrReservation, PrResult, PrStatus, PrType,
 };
 
-use crate::pr::nvme::{self as codec, ReservationCapabilities, ReservationStatus};
+use crate::pr::nvme::{self as codec, ReportFormat, ReservationCapabilities, ReservationStatus};
 use crate::pr::{
     Capabilities, DecodeError, FullStatus, Key, PrInAction, PrOut, PrOutAction, ReadKeys,
     ReadReservation, Registration, Reservation, ReservationType, Scope,
@@ -270,6 +270,8 @@ pub struct NvmePr<D> {
     policy: Policy,
     /// NVME_IOCTL_ID, asked once when a passthrough command first needs it.
     nsid: OnceLock<u32>,
+    /// Set when the controller refused the extended Reservation Report.
+    report_format: OnceLock<ReportFormat>,
 }
 
 impl NvmePr<BlockDevice> {
@@ -303,6 +305,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             device,
             policy,
             nsid: OnceLock::new(),
+            report_format: OnceLock::new(),
         }
     }
 
@@ -499,16 +502,41 @@ impl<D: NvmeDevice> NvmePr<D> {
 
     /// Reservation Report (EDS=1) through passthrough, re-issued while REGCTL says more
     /// registrants exist than fit.
+    ///
+    /// The extended format (128-bit host ids, which Linux nvmet requires) is asked first; a
+    /// controller that refuses it with Host Identifier Inconsistent Format is asked for the
+    /// original one (64-bit host ids) from then on.
     fn report(&self, command: Command) -> Result<ReservationStatus, CommandError> {
+        let format = self
+            .report_format
+            .get()
+            .copied()
+            .unwrap_or(ReportFormat::Extended);
+        match self.report_as(command, format) {
+            Err(e) if format == ReportFormat::Extended && refused_host_id_format(&e) => {
+                tracing::debug!(device = %self.path().display(), "extended Reservation Report refused; using 64-bit host ids");
+                let status = self.report_as(command, ReportFormat::Basic)?;
+                let _ = self.report_format.set(ReportFormat::Basic);
+                Ok(status)
+            }
+            other => other,
+        }
+    }
+
+    fn report_as(
+        &self,
+        command: Command,
+        format: ReportFormat,
+    ) -> Result<ReservationStatus, CommandError> {
         let nsid = self.nsid(command)?;
-        let mut len = codec::report_length(INITIAL_REPORT_REGISTRANTS);
+        let mut len = format.length(INITIAL_REPORT_REGISTRANTS);
         for _ in 0..MAX_READ_ROUNDS {
             let mut buffer = vec![0u8; len];
             let cmd = NvmeCommand {
                 opcode: codec::RESERVATION_REPORT,
                 nsid,
                 cdw10: codec::report_cdw10(len),
-                cdw11: codec::REPORT_CDW11_EDS,
+                cdw11: format.cdw11(),
                 ..NvmeCommand::default()
             };
             self.run_passthru(
@@ -523,10 +551,10 @@ impl<D: NvmeDevice> NvmePr<D> {
                 },
                 || Ok(false),
             )?;
-            match ReservationStatus::decode(&buffer) {
+            match ReservationStatus::decode_as(format, &buffer) {
                 Ok(status) => return Ok(status),
                 Err(DecodeError::Truncated { needed, .. })
-                    if needed > codec::report_length(MAX_REPORT_REGISTRANTS) =>
+                    if needed > format.length(MAX_REPORT_REGISTRANTS) =>
                 {
                     return Err(self.error(
                         command,
@@ -856,6 +884,15 @@ fn held(rtype: ReservationType, key: Key) -> Reservation {
         rtype,
         scope: Scope::LogicalUnit,
     }
+}
+
+/// The controller answered Host Identifier Inconsistent Format: it cannot report this format.
+fn refused_host_id_format(e: &CommandError) -> bool {
+    matches!(
+        e.transport,
+        Some(TransportDetail::Nvme(NvmeDetail::Passthru(status)))
+            if status.code() == NvmeStatus::HOST_ID_INCONSISTENT
+    )
 }
 
 /// The kernel lacks the ioctl (ENOTTY/EOPNOTSUPP, classified without a device status): a read

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::pr::nvme::HostId;
 use crate::pr::{Key, ReservationType, TransportId};
 
 const A: Key = Key::new(0xa);
@@ -14,7 +15,7 @@ const B: Key = Key::new(0xb);
 const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
 const WEAR: ReservationType = ReservationType::WriteExclusiveAllRegistrants;
 
-type HostId = [u8; 16];
+type Host = [u8; 16];
 
 /// What nvmet answers, before the kernel maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,17 +29,17 @@ enum Answer {
 #[derive(Debug, Default)]
 struct Namespace {
     /// In registration order.
-    registrants: Vec<(HostId, u64)>,
-    holder: Option<HostId>,
+    registrants: Vec<(Host, u64)>,
+    holder: Option<Host>,
     /// NVMe RTYPE, 0 when none.
     rtype: u8,
     generation: u32,
     /// Every command that reached the namespace, for assertions: (host, what).
-    log: Vec<(HostId, String)>,
+    log: Vec<(Host, String)>,
 }
 
 impl Namespace {
-    fn key_of(&self, host: HostId) -> Option<u64> {
+    fn key_of(&self, host: Host) -> Option<u64> {
         self.registrants
             .iter()
             .find(|(h, _)| *h == host)
@@ -49,12 +50,12 @@ impl Namespace {
         matches!(self.rtype, 5 | 6)
     }
 
-    fn holds(&self, host: HostId) -> bool {
+    fn holds(&self, host: Host) -> bool {
         self.rtype != 0
             && (self.holder == Some(host) || self.all_registrants() && self.key_of(host).is_some())
     }
 
-    fn drop_registrant(&mut self, host: HostId) {
+    fn drop_registrant(&mut self, host: Host) {
         self.registrants.retain(|(h, _)| *h != host);
         if self.holder == Some(host) || self.all_registrants() && self.registrants.is_empty() {
             if self.all_registrants() && !self.registrants.is_empty() {
@@ -67,14 +68,14 @@ impl Namespace {
     }
 
     /// Checks CRKEY unless IEKEY: the host must be registered with it.
-    fn current(&self, host: HostId, crkey: u64, iekey: bool) -> Result<u64, Answer> {
+    fn current(&self, host: Host, crkey: u64, iekey: bool) -> Result<u64, Answer> {
         match self.key_of(host) {
             Some(k) if iekey || k == crkey => Ok(k),
             _ => Err(Answer::Conflict),
         }
     }
 
-    fn register(&mut self, host: HostId, rrega: u8, iekey: bool, crkey: u64, nrkey: u64) -> Answer {
+    fn register(&mut self, host: Host, rrega: u8, iekey: bool, crkey: u64, nrkey: u64) -> Answer {
         let result = match rrega {
             0 => match self.key_of(host) {
                 Some(k) if k == nrkey => Ok(()),
@@ -112,7 +113,7 @@ impl Namespace {
         }
     }
 
-    fn acquire(&mut self, host: HostId, racqa: u8, rtype: u8, crkey: u64, prkey: u64) -> Answer {
+    fn acquire(&mut self, host: Host, racqa: u8, rtype: u8, crkey: u64, prkey: u64) -> Answer {
         if let Err(a) = self.current(host, crkey, false) {
             return a;
         }
@@ -131,7 +132,7 @@ impl Namespace {
             }
             1 | 2 => {
                 let holder_key = self.holder.and_then(|h| self.key_of(h));
-                let victims: Vec<HostId> = self
+                let victims: Vec<Host> = self
                     .registrants
                     .iter()
                     .filter(|(h, k)| *k == prkey && *h != host)
@@ -158,7 +159,7 @@ impl Namespace {
         }
     }
 
-    fn release(&mut self, host: HostId, rrela: u8, rtype: u8, crkey: u64) -> Answer {
+    fn release(&mut self, host: Host, rrela: u8, rtype: u8, crkey: u64) -> Answer {
         if let Err(a) = self.current(host, crkey, false) {
             return a;
         }
@@ -185,8 +186,9 @@ impl Namespace {
         }
     }
 
-    fn report(&self) -> ReservationStatus {
+    fn report(&self, format: ReportFormat) -> ReservationStatus {
         ReservationStatus {
+            format,
             generation: self.generation,
             rtype: codec::scsi_type(self.rtype),
             ptpl: false,
@@ -198,7 +200,12 @@ impl Namespace {
                     cntlid: u16::try_from(i + 1).unwrap(),
                     holder: self.holds(*h),
                     key: Key::new(*k),
-                    host_id: *h,
+                    host_id: match format {
+                        ReportFormat::Extended => HostId::Extended(*h),
+                        ReportFormat::Basic => {
+                            HostId::Basic(u64::from_le_bytes(h[..8].try_into().unwrap()))
+                        }
+                    },
                 })
                 .collect(),
         }
@@ -219,12 +226,15 @@ struct Kernel {
     /// Linux before ~6.19: no IOC_PR_READ_KEYS / IOC_PR_READ_RESERVATION.
     read_ioctls: bool,
     rescap: u8,
+    /// The controller's Report format: nvmet answers only the extended one (EDS=1), a
+    /// controller with 64-bit host ids only the original one.
+    report: ReportFormat,
 }
 
 /// One host's `/dev/nvme0n1` over the shared namespace.
 struct Fake {
     ns: Arc<Mutex<Namespace>>,
-    host: HostId,
+    host: Host,
     path: PathBuf,
     kernel: Kernel,
     faults: Mutex<VecDeque<Fault>>,
@@ -397,7 +407,13 @@ impl NvmeDevice for Fake {
                 )))
             }
             (codec::RESERVATION_REPORT, DataTransfer::FromDevice(buf)) => {
-                if command.cdw11 & 1 == 0 {
+                let asked = if command.cdw11 & 1 == 0 {
+                    ReportFormat::Basic
+                } else {
+                    ReportFormat::Extended
+                };
+                ns.log.push((self.host, format!("Report {asked:?}")));
+                if asked != self.kernel.report {
                     return done(NvmeStatus::HOST_ID_INCONSISTENT);
                 }
                 let len = usize::try_from(command.cdw10 + 1).unwrap() * 4;
@@ -407,7 +423,7 @@ impl NvmeDevice for Fake {
                     .lock()
                     .unwrap()
                     .clone()
-                    .unwrap_or_else(|| ns.report().encode());
+                    .unwrap_or_else(|| ns.report(asked).encode());
                 let n = bytes.len().min(len);
                 buf[..n].copy_from_slice(&bytes[..n]);
                 done(NvmeStatus::SUCCESS)
@@ -443,10 +459,12 @@ fn quick() -> Policy {
 const NEW_KERNEL: Kernel = Kernel {
     read_ioctls: true,
     rescap: 0x7e,
+    report: ReportFormat::Extended,
 };
 const OLD_KERNEL: Kernel = Kernel {
     read_ioctls: false,
     rescap: 0x7e,
+    report: ReportFormat::Extended,
 };
 
 struct Setup {
@@ -479,7 +497,7 @@ fn setup(kernel: Kernel) -> Setup {
 }
 
 impl Setup {
-    fn registered(&self) -> Vec<(HostId, u64)> {
+    fn registered(&self) -> Vec<(Host, u64)> {
         self.ns.lock().unwrap().registrants.clone()
     }
     fn last(&self) -> String {
@@ -716,13 +734,38 @@ fn full_status_names_hosts_by_host_id() {
     assert_eq!(
         b.transport_id,
         TransportId::NvmeHostId {
-            host_id: [0xbb; 16]
+            host_id: HostId::Extended([0xbb; 16])
         }
     );
     assert_eq!(
         b.transport_id.to_string(),
         "nvme-hostid:bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"
     );
+}
+
+#[test]
+fn a_controller_with_64_bit_host_ids_gets_the_original_report_from_then_on() {
+    let s = setup(Kernel {
+        report: ReportFormat::Basic,
+        ..OLD_KERNEL
+    });
+    s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+    s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+    let full = s.a.read_full_status().unwrap();
+    assert_eq!(
+        full.registrations[1].transport_id.to_string(),
+        "nvme-hostid:0xbbbbbbbbbbbbbbbb"
+    );
+    assert_eq!(s.a.read_keys().unwrap().keys, vec![A, B]);
+    let reports: Vec<String> =
+        s.ns.lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|(h, what)| *h == [0xaa; 16] && what.starts_with("Report"))
+            .map(|(_, what)| what.clone())
+            .collect();
+    assert_eq!(reports, ["Report Extended", "Report Basic", "Report Basic"]);
 }
 
 #[test]
@@ -895,7 +938,7 @@ fn namespace_not_ready_is_retried_and_a_pr_out_is_reread_first() {
 fn hostile_report_data_is_malformed_not_a_panic() {
     let s = setup(OLD_KERNEL);
     s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
-    let mut bytes = s.ns.lock().unwrap().report().encode();
+    let mut bytes = s.ns.lock().unwrap().report(ReportFormat::Extended).encode();
     // An unknown reservation type.
     bytes[4] = 0x42;
     *s.a.device.report_override.lock().unwrap() = Some(bytes.clone());
@@ -914,7 +957,7 @@ fn hostile_report_data_is_malformed_not_a_panic() {
     let keys = s.a.read_keys().unwrap();
     assert!(keys.keys.is_empty());
     // A holder-less reservation of a single-holder type.
-    let mut held = Namespace::default().report();
+    let mut held = Namespace::default().report(ReportFormat::Extended);
     held.rtype = Some(WERO);
     *s.a.device.report_override.lock().unwrap() = Some(held.encode());
     assert_eq!(
