@@ -1010,6 +1010,53 @@ mod engine {
     }
 
     #[test]
+    fn doctor_matches_an_nvme_path_to_its_host_registration() {
+        use crate::ops::doctor::{DoctorPath, PathFacts, PathRegistration, TargetKind, doctor};
+        let namespaces = vec![Arc::new(Mutex::new(Namespace::default()))];
+        for (id, key) in [(0xaa, A), (0xbb, B)] {
+            block_on(ops::unfence(targets(&namespaces, id), key, limits())).unwrap();
+        }
+        let facts = |host: &str| PathFacts {
+            nvme_host_id: Some(host.to_string()),
+            target: Some(TargetKind::Unknown),
+            ..PathFacts::default()
+        };
+        let lus = |host: &str| {
+            targets(&namespaces, 0xaa)
+                .into_iter()
+                .map(|lu| LuTarget {
+                    id: lu.id,
+                    paths: lu
+                        .paths
+                        .into_iter()
+                        .map(|transport| DoctorPath {
+                            transport,
+                            facts: facts(host),
+                        })
+                        .collect(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let ours = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa";
+        let diagnosis = block_on(doctor(lus(ours), Some(A), Duration::from_secs(10))).unwrap();
+        let path = &diagnosis.lus[0].paths[0];
+        assert_eq!(
+            path.registration,
+            PathRegistration::Matched,
+            "{diagnosis:?}"
+        );
+        assert_eq!(path.registered_key, Some(A));
+        assert!(diagnosis.ready, "{diagnosis:?}");
+        // Another host id: not registered.
+        let other = "cccccccc-cccc-cccc-cccc-cccccccccccc";
+        let diagnosis = block_on(doctor(lus(other), Some(A), Duration::from_secs(10))).unwrap();
+        assert_eq!(
+            diagnosis.lus[0].paths[0].registration,
+            PathRegistration::NotRegistered
+        );
+    }
+
+    #[test]
     fn unfence_fence_and_status_work_on_nvme() {
         let namespaces: Vec<_> = (0..2)
             .map(|_| Arc::new(Mutex::new(Namespace::default())))
