@@ -5,9 +5,10 @@
 //! Rules:
 //! - One function, [`plan`], maps each SCSI PR OUT to NVMe; its doc has the table.
 //! - The block ioctls are preferred: they work through native multipath (the kernel picks a
-//!   live path) and need nothing but CAP_SYS_ADMIN. They take no timeout: the engine's overall
-//!   deadline and its blocking pool bound them, as they bound a hung SG_IO. Passthrough commands
-//!   take [`Policy::timeout`].
+//!   live path); on a read-only open the PR OUT ones need CAP_SYS_ADMIN and the reads (6.19 and
+//!   later) only a readable node, where passthrough always needs CAP_SYS_ADMIN. They take no
+//!   timeout: the engine's overall deadline and its blocking pool bound them, as they bound a
+//!   hung SG_IO. Passthrough commands take [`Policy::timeout`].
 //! - READ KEYS and READ RESERVATION use IOC_PR_READ_KEYS / IOC_PR_READ_RESERVATION and fall back
 //!   to a passthrough Reservation Report on kernels without them (ENOTTY or EOPNOTSUPP).
 //! - Reports are never trusted for their length: when REGCTL (or the kernel's key count) says more
@@ -344,7 +345,8 @@ impl<D: NvmeDevice> NvmePr<D> {
                 ErrorKind::Open,
                 match via {
                     Via::Block => {
-                        "block PR ioctls on NVMe need CAP_SYS_ADMIN or a writable open; run as root"
+                        "block PR ioctls that change reservations need CAP_SYS_ADMIN on the \
+                         read-only open prfence uses; run as root"
                     }
                     Via::Passthru => "NVMe passthrough needs CAP_SYS_ADMIN; run as root",
                 },

@@ -855,8 +855,8 @@ fn kernel_refusals_are_classified() {
     assert_eq!(
         text,
         "/dev/nvme0n1: PERSISTENT RESERVE OUT (RESERVE) failed: IOC_PR_RESERVE: Operation not \
-         permitted (os error 1); block PR ioctls on NVMe need CAP_SYS_ADMIN or a writable open; \
-         run as root"
+         permitted (os error 1); block PR ioctls that change reservations need CAP_SYS_ADMIN on \
+         the read-only open prfence uses; run as root"
     );
     inject(&s.a, Fault::Errno(nix::libc::EACCES));
     let text = s.a.pr_out(&PrOut::unregister(A)).unwrap_err().to_string();
