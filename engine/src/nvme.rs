@@ -5,9 +5,10 @@
 //! Rules:
 //! - One function, [`plan`], maps each SCSI PR OUT to NVMe; its doc has the table.
 //! - The block ioctls are preferred: they work through native multipath (the kernel picks a
-//!   live path) and need nothing but CAP_SYS_ADMIN. They take no timeout: the engine's overall
-//!   deadline and its blocking pool bound them, as they bound a hung SG_IO. Passthrough commands
-//!   take [`Policy::timeout`].
+//!   live path); on a read-only open the PR OUT ones need CAP_SYS_ADMIN and the reads (6.19 and
+//!   later) only a readable node, where passthrough always needs CAP_SYS_ADMIN. They take no
+//!   timeout: the engine's overall deadline and its blocking pool bound them, as they bound a
+//!   hung SG_IO. Passthrough commands take [`Policy::timeout`].
 //! - READ KEYS and READ RESERVATION use IOC_PR_READ_KEYS / IOC_PR_READ_RESERVATION and fall back
 //!   to a passthrough Reservation Report on kernels without them (ENOTTY or EOPNOTSUPP).
 //! - Reports are never trusted for their length: when REGCTL (or the kernel's key count) says more
@@ -31,7 +32,7 @@ use nvme_io::{
     PrReservation, PrResult, PrStatus, PrType,
 };
 
-use crate::pr::nvme::{self as codec, ReservationCapabilities, ReservationStatus};
+use crate::pr::nvme::{self as codec, ReportFormat, ReservationCapabilities, ReservationStatus};
 use crate::pr::{
     Capabilities, DecodeError, FullStatus, Key, PrInAction, PrOut, PrOutAction, ReadKeys,
     ReadReservation, Registration, Reservation, ReservationType, Scope,
@@ -270,6 +271,8 @@ pub struct NvmePr<D> {
     policy: Policy,
     /// NVME_IOCTL_ID, asked once when a passthrough command first needs it.
     nsid: OnceLock<u32>,
+    /// Set when the controller refused the extended Reservation Report.
+    report_format: OnceLock<ReportFormat>,
 }
 
 impl NvmePr<BlockDevice> {
@@ -303,6 +306,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             device,
             policy,
             nsid: OnceLock::new(),
+            report_format: OnceLock::new(),
         }
     }
 
@@ -341,7 +345,8 @@ impl<D: NvmeDevice> NvmePr<D> {
                 ErrorKind::Open,
                 match via {
                     Via::Block => {
-                        "block PR ioctls on NVMe need CAP_SYS_ADMIN or a writable open; run as root"
+                        "block PR ioctls that change reservations need CAP_SYS_ADMIN on the \
+                         read-only open prfence uses; run as root"
                     }
                     Via::Passthru => "NVMe passthrough needs CAP_SYS_ADMIN; run as root",
                 },
@@ -363,7 +368,12 @@ impl<D: NvmeDevice> NvmePr<D> {
                 "the path failed below the reservation protocol",
             ),
         };
-        self.error(command, kind, format!("{error}; {why}"), None)
+        // nvme-io's own hint would repeat `why`; name the ioctl and the errno, then say why.
+        let what = match error {
+            nvme_io::Error::Ioctl { ioctl, source, .. } => format!("{ioctl}: {source}"),
+            other => other.to_string(),
+        };
+        self.error(command, kind, format!("{what}; {why}"), None)
     }
 
     /// Classifies a block PR ioctl's outcome.
@@ -384,7 +394,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             }
             s if s.is_path_failure() => (
                 ErrorKind::Transport,
-                "every path to the namespace failed (native multipath found none usable)",
+                "the path to the namespace failed (an NVMe path or transport error)",
             ),
             PrStatus::IOERR => (
                 ErrorKind::Failed,
@@ -427,7 +437,10 @@ impl<D: NvmeDevice> NvmePr<D> {
                 ErrorKind::InvalidField,
                 "the controller refused the request",
             ),
-            _ if status.is_path_error() => (ErrorKind::Transport, "path error"),
+            _ if status.is_path_error() => (
+                ErrorKind::Transport,
+                "a path error (the controller or its link failed)",
+            ),
             _ => (ErrorKind::Failed, "the controller failed the command"),
         };
         Attempt::Failed(self.error(
@@ -442,14 +455,10 @@ impl<D: NvmeDevice> NvmePr<D> {
         if let Some(nsid) = self.nsid.get() {
             return Ok(*nsid);
         }
-        let nsid = self.device.nsid().map_err(|e| {
-            let kind = match e.raw_os_error() {
-                Some(nix::libc::ENOTTY) => ErrorKind::NotSupported,
-                Some(nix::libc::EPERM | nix::libc::EACCES) => ErrorKind::Open,
-                _ => ErrorKind::Transport,
-            };
-            self.error(command, kind, e.to_string(), None)
-        })?;
+        let nsid = self
+            .device
+            .nsid()
+            .map_err(|e| self.errno(command, Via::Passthru, &e))?;
         Ok(*self.nsid.get_or_init(|| nsid))
     }
 
@@ -495,16 +504,41 @@ impl<D: NvmeDevice> NvmePr<D> {
 
     /// Reservation Report (EDS=1) through passthrough, re-issued while REGCTL says more
     /// registrants exist than fit.
+    ///
+    /// The extended format (128-bit host ids, which Linux nvmet requires) is asked first; a
+    /// controller that refuses it with Host Identifier Inconsistent Format is asked for the
+    /// original one (64-bit host ids) from then on.
     fn report(&self, command: Command) -> Result<ReservationStatus, CommandError> {
+        let format = self
+            .report_format
+            .get()
+            .copied()
+            .unwrap_or(ReportFormat::Extended);
+        match self.report_as(command, format) {
+            Err(e) if format == ReportFormat::Extended && refused_host_id_format(&e) => {
+                tracing::debug!(device = %self.path().display(), "extended Reservation Report refused; using 64-bit host ids");
+                let status = self.report_as(command, ReportFormat::Basic)?;
+                let _ = self.report_format.set(ReportFormat::Basic);
+                Ok(status)
+            }
+            other => other,
+        }
+    }
+
+    fn report_as(
+        &self,
+        command: Command,
+        format: ReportFormat,
+    ) -> Result<ReservationStatus, CommandError> {
         let nsid = self.nsid(command)?;
-        let mut len = codec::report_length(INITIAL_REPORT_REGISTRANTS);
+        let mut len = format.length(INITIAL_REPORT_REGISTRANTS);
         for _ in 0..MAX_READ_ROUNDS {
             let mut buffer = vec![0u8; len];
             let cmd = NvmeCommand {
                 opcode: codec::RESERVATION_REPORT,
                 nsid,
                 cdw10: codec::report_cdw10(len),
-                cdw11: codec::REPORT_CDW11_EDS,
+                cdw11: format.cdw11(),
                 ..NvmeCommand::default()
             };
             self.run_passthru(
@@ -519,10 +553,10 @@ impl<D: NvmeDevice> NvmePr<D> {
                 },
                 || Ok(false),
             )?;
-            match ReservationStatus::decode(&buffer) {
+            match ReservationStatus::decode_as(format, &buffer) {
                 Ok(status) => return Ok(status),
                 Err(DecodeError::Truncated { needed, .. })
-                    if needed > codec::report_length(MAX_REPORT_REGISTRANTS) =>
+                    if needed > format.length(MAX_REPORT_REGISTRANTS) =>
                 {
                     return Err(self.error(
                         command,
@@ -918,6 +952,15 @@ fn held(rtype: ReservationType, key: Key) -> Reservation {
         rtype,
         scope: Scope::LogicalUnit,
     }
+}
+
+/// The controller answered Host Identifier Inconsistent Format: it cannot report this format.
+fn refused_host_id_format(e: &CommandError) -> bool {
+    matches!(
+        e.transport,
+        Some(TransportDetail::Nvme(NvmeDetail::Passthru(status)))
+            if status.code() == NvmeStatus::HOST_ID_INCONSISTENT
+    )
 }
 
 /// The kernel lacks the ioctl (ENOTTY/EOPNOTSUPP, classified without a device status): a read

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::pr::nvme::HostId;
 use crate::pr::{Key, ReservationType, TransportId};
 
 const A: Key = Key::new(0xa);
@@ -14,7 +15,7 @@ const B: Key = Key::new(0xb);
 const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
 const WEAR: ReservationType = ReservationType::WriteExclusiveAllRegistrants;
 
-type HostId = [u8; 16];
+type Host = [u8; 16];
 
 /// What nvmet answers, before the kernel maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,20 +29,20 @@ enum Answer {
 #[derive(Debug, Default)]
 struct Namespace {
     /// In registration order.
-    registrants: Vec<(HostId, u64)>,
-    holder: Option<HostId>,
+    registrants: Vec<(Host, u64)>,
+    holder: Option<Host>,
     /// NVMe RTYPE, 0 when none.
     rtype: u8,
     generation: u32,
     /// Every command that reached the namespace, for assertions: (host, what).
-    log: Vec<(HostId, String)>,
+    log: Vec<(Host, String)>,
     /// Linux nvmet's rule (6.13–7.2): a PREEMPT from the holder of a single-holder reservation
     /// only changes its type, whatever PRKEY names. Off: the NVMe specification's rule.
     holder_preempt_changes_type_only: bool,
 }
 
 impl Namespace {
-    fn key_of(&self, host: HostId) -> Option<u64> {
+    fn key_of(&self, host: Host) -> Option<u64> {
         self.registrants
             .iter()
             .find(|(h, _)| *h == host)
@@ -52,12 +53,12 @@ impl Namespace {
         matches!(self.rtype, 5 | 6)
     }
 
-    fn holds(&self, host: HostId) -> bool {
+    fn holds(&self, host: Host) -> bool {
         self.rtype != 0
             && (self.holder == Some(host) || self.all_registrants() && self.key_of(host).is_some())
     }
 
-    fn drop_registrant(&mut self, host: HostId) {
+    fn drop_registrant(&mut self, host: Host) {
         self.registrants.retain(|(h, _)| *h != host);
         if self.holder == Some(host) || self.all_registrants() && self.registrants.is_empty() {
             if self.all_registrants() && !self.registrants.is_empty() {
@@ -70,14 +71,14 @@ impl Namespace {
     }
 
     /// Checks CRKEY unless IEKEY: the host must be registered with it.
-    fn current(&self, host: HostId, crkey: u64, iekey: bool) -> Result<u64, Answer> {
+    fn current(&self, host: Host, crkey: u64, iekey: bool) -> Result<u64, Answer> {
         match self.key_of(host) {
             Some(k) if iekey || k == crkey => Ok(k),
             _ => Err(Answer::Conflict),
         }
     }
 
-    fn register(&mut self, host: HostId, rrega: u8, iekey: bool, crkey: u64, nrkey: u64) -> Answer {
+    fn register(&mut self, host: Host, rrega: u8, iekey: bool, crkey: u64, nrkey: u64) -> Answer {
         let result = match rrega {
             0 => match self.key_of(host) {
                 Some(k) if k == nrkey => Ok(()),
@@ -115,7 +116,7 @@ impl Namespace {
         }
     }
 
-    fn acquire(&mut self, host: HostId, racqa: u8, rtype: u8, crkey: u64, prkey: u64) -> Answer {
+    fn acquire(&mut self, host: Host, racqa: u8, rtype: u8, crkey: u64, prkey: u64) -> Answer {
         if let Err(a) = self.current(host, crkey, false) {
             return a;
         }
@@ -142,7 +143,7 @@ impl Namespace {
             }
             1 | 2 => {
                 let holder_key = self.holder.and_then(|h| self.key_of(h));
-                let victims: Vec<HostId> = self
+                let victims: Vec<Host> = self
                     .registrants
                     .iter()
                     .filter(|(h, k)| *k == prkey && *h != host)
@@ -169,7 +170,7 @@ impl Namespace {
         }
     }
 
-    fn release(&mut self, host: HostId, rrela: u8, rtype: u8, crkey: u64) -> Answer {
+    fn release(&mut self, host: Host, rrela: u8, rtype: u8, crkey: u64) -> Answer {
         if let Err(a) = self.current(host, crkey, false) {
             return a;
         }
@@ -196,8 +197,9 @@ impl Namespace {
         }
     }
 
-    fn report(&self) -> ReservationStatus {
+    fn report(&self, format: ReportFormat) -> ReservationStatus {
         ReservationStatus {
+            format,
             generation: self.generation,
             rtype: codec::scsi_type(self.rtype),
             ptpl: false,
@@ -209,7 +211,12 @@ impl Namespace {
                     cntlid: u16::try_from(i + 1).unwrap(),
                     holder: self.holds(*h),
                     key: Key::new(*k),
-                    host_id: *h,
+                    host_id: match format {
+                        ReportFormat::Extended => HostId::Extended(*h),
+                        ReportFormat::Basic => {
+                            HostId::Basic(u64::from_le_bytes(h[..8].try_into().unwrap()))
+                        }
+                    },
                 })
                 .collect(),
         }
@@ -230,12 +237,15 @@ struct Kernel {
     /// Linux before ~6.19: no IOC_PR_READ_KEYS / IOC_PR_READ_RESERVATION.
     read_ioctls: bool,
     rescap: u8,
+    /// The controller's Report format: nvmet answers only the extended one (EDS=1), a
+    /// controller with 64-bit host ids only the original one.
+    report: ReportFormat,
 }
 
 /// One host's `/dev/nvme0n1` over the shared namespace.
 struct Fake {
     ns: Arc<Mutex<Namespace>>,
-    host: HostId,
+    host: Host,
     path: PathBuf,
     kernel: Kernel,
     faults: Mutex<VecDeque<Fault>>,
@@ -408,7 +418,13 @@ impl NvmeDevice for Fake {
                 )))
             }
             (codec::RESERVATION_REPORT, DataTransfer::FromDevice(buf)) => {
-                if command.cdw11 & 1 == 0 {
+                let asked = if command.cdw11 & 1 == 0 {
+                    ReportFormat::Basic
+                } else {
+                    ReportFormat::Extended
+                };
+                ns.log.push((self.host, format!("Report {asked:?}")));
+                if asked != self.kernel.report {
                     return done(NvmeStatus::HOST_ID_INCONSISTENT);
                 }
                 let len = usize::try_from(command.cdw10 + 1).unwrap() * 4;
@@ -418,7 +434,7 @@ impl NvmeDevice for Fake {
                     .lock()
                     .unwrap()
                     .clone()
-                    .unwrap_or_else(|| ns.report().encode());
+                    .unwrap_or_else(|| ns.report(asked).encode());
                 let n = bytes.len().min(len);
                 buf[..n].copy_from_slice(&bytes[..n]);
                 done(NvmeStatus::SUCCESS)
@@ -454,10 +470,12 @@ fn quick() -> Policy {
 const NEW_KERNEL: Kernel = Kernel {
     read_ioctls: true,
     rescap: 0x7e,
+    report: ReportFormat::Extended,
 };
 const OLD_KERNEL: Kernel = Kernel {
     read_ioctls: false,
     rescap: 0x7e,
+    report: ReportFormat::Extended,
 };
 
 struct Setup {
@@ -490,7 +508,7 @@ fn setup(kernel: Kernel) -> Setup {
 }
 
 impl Setup {
-    fn registered(&self) -> Vec<(HostId, u64)> {
+    fn registered(&self) -> Vec<(Host, u64)> {
         self.ns.lock().unwrap().registrants.clone()
     }
     fn last(&self) -> String {
@@ -727,13 +745,38 @@ fn full_status_names_hosts_by_host_id() {
     assert_eq!(
         b.transport_id,
         TransportId::NvmeHostId {
-            host_id: [0xbb; 16]
+            host_id: HostId::Extended([0xbb; 16])
         }
     );
     assert_eq!(
         b.transport_id.to_string(),
         "nvme-hostid:bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"
     );
+}
+
+#[test]
+fn a_controller_with_64_bit_host_ids_gets_the_original_report_from_then_on() {
+    let s = setup(Kernel {
+        report: ReportFormat::Basic,
+        ..OLD_KERNEL
+    });
+    s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+    s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+    let full = s.a.read_full_status().unwrap();
+    assert_eq!(
+        full.registrations[1].transport_id.to_string(),
+        "nvme-hostid:0xbbbbbbbbbbbbbbbb"
+    );
+    assert_eq!(s.a.read_keys().unwrap().keys, vec![A, B]);
+    let reports: Vec<String> =
+        s.ns.lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|(h, what)| *h == [0xaa; 16] && what.starts_with("Report"))
+            .map(|(_, what)| what.clone())
+            .collect();
+    assert_eq!(reports, ["Report Extended", "Report Basic", "Report Basic"]);
 }
 
 #[test]
@@ -820,7 +863,12 @@ fn kernel_refusals_are_classified() {
         s.a.pr_out(&PrOut::reserve(A, WERO))
             .unwrap_err()
             .to_string();
-    assert!(text.contains("CAP_SYS_ADMIN"), "{text}");
+    assert_eq!(
+        text,
+        "/dev/nvme0n1: PERSISTENT RESERVE OUT (RESERVE) failed: IOC_PR_RESERVE: Operation not \
+         permitted (os error 1); block PR ioctls that change reservations need CAP_SYS_ADMIN on \
+         the read-only open prfence uses; run as root"
+    );
     inject(&s.a, Fault::Errno(nix::libc::EACCES));
     let text = s.a.pr_out(&PrOut::unregister(A)).unwrap_err().to_string();
     assert!(text.contains("passthrough needs CAP_SYS_ADMIN"), "{text}");
@@ -901,7 +949,7 @@ fn namespace_not_ready_is_retried_and_a_pr_out_is_reread_first() {
 fn hostile_report_data_is_malformed_not_a_panic() {
     let s = setup(OLD_KERNEL);
     s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
-    let mut bytes = s.ns.lock().unwrap().report().encode();
+    let mut bytes = s.ns.lock().unwrap().report(ReportFormat::Extended).encode();
     // An unknown reservation type.
     bytes[4] = 0x42;
     *s.a.device.report_override.lock().unwrap() = Some(bytes.clone());
@@ -920,7 +968,7 @@ fn hostile_report_data_is_malformed_not_a_panic() {
     let keys = s.a.read_keys().unwrap();
     assert!(keys.keys.is_empty());
     // A holder-less reservation of a single-holder type.
-    let mut held = Namespace::default().report();
+    let mut held = Namespace::default().report(ReportFormat::Extended);
     held.rtype = Some(WERO);
     *s.a.device.report_override.lock().unwrap() = Some(held.encode());
     assert_eq!(
@@ -1026,4 +1074,127 @@ fn under_write_exclusive_the_holder_is_told_the_target_ignored_its_preempt() {
     assert_eq!(s.registered().len(), 2);
     let r = s.b.read_reservation().unwrap().reservation.unwrap();
     assert_eq!((r.key, r.rtype), (A, we));
+}
+
+/// The engine's commands end to end on NVMe semantics: two namespaces, two hosts.
+mod engine {
+    use super::*;
+    use crate::ops::{self, Limits, LuTarget, Outcome};
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            deadline: Duration::from_secs(20),
+            tie_break: Duration::ZERO,
+        }
+    }
+
+    /// Host `id`'s view of the namespaces, as fresh paths (the engine takes them by value).
+    fn targets(namespaces: &[Arc<Mutex<Namespace>>], id: u8) -> Vec<LuTarget<NvmePr<Fake>>> {
+        namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| LuTarget {
+                id: format!("uuid.0000000{i}"),
+                paths: vec![host(ns, id, &format!("/dev/nvme{i}n1"), NEW_KERNEL)],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn doctor_matches_an_nvme_path_to_its_host_registration() {
+        use crate::ops::doctor::{DoctorPath, PathFacts, PathRegistration, TargetKind, doctor};
+        let namespaces = vec![Arc::new(Mutex::new(Namespace::default()))];
+        for (id, key) in [(0xaa, A), (0xbb, B)] {
+            block_on(ops::unfence(targets(&namespaces, id), key, limits())).unwrap();
+        }
+        let facts = |host: &str| PathFacts {
+            nvme_host_id: Some(host.to_string()),
+            target: Some(TargetKind::Unknown),
+            ..PathFacts::default()
+        };
+        let lus = |host: &str| {
+            targets(&namespaces, 0xaa)
+                .into_iter()
+                .map(|lu| LuTarget {
+                    id: lu.id,
+                    paths: lu
+                        .paths
+                        .into_iter()
+                        .map(|transport| DoctorPath {
+                            transport,
+                            facts: facts(host),
+                        })
+                        .collect(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let ours = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa";
+        let diagnosis = block_on(doctor(lus(ours), Some(A), Duration::from_secs(10))).unwrap();
+        let path = &diagnosis.lus[0].paths[0];
+        assert_eq!(
+            path.registration,
+            PathRegistration::Matched,
+            "{diagnosis:?}"
+        );
+        assert_eq!(path.registered_key, Some(A));
+        assert!(diagnosis.ready, "{diagnosis:?}");
+        // Another host id: not registered.
+        let other = "cccccccc-cccc-cccc-cccc-cccccccccccc";
+        let diagnosis = block_on(doctor(lus(other), Some(A), Duration::from_secs(10))).unwrap();
+        assert_eq!(
+            diagnosis.lus[0].paths[0].registration,
+            PathRegistration::NotRegistered
+        );
+    }
+
+    #[test]
+    fn unfence_fence_and_status_work_on_nvme() {
+        let namespaces: Vec<_> = (0..2)
+            .map(|_| Arc::new(Mutex::new(Namespace::default())))
+            .collect();
+        for (id, key) in [(0xaa, A), (0xbb, B)] {
+            let report = block_on(ops::unfence(targets(&namespaces, id), key, limits())).unwrap();
+            assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        }
+        for ns in &namespaces {
+            let ns = ns.lock().unwrap();
+            assert_eq!(ns.registrants.len(), 2);
+            assert_eq!((ns.holder, ns.rtype), (Some([0xaa; 16]), 3));
+        }
+        let report = block_on(ops::fence(targets(&namespaces, 0xaa), A, B, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        for ns in &namespaces {
+            let ns = ns.lock().unwrap();
+            assert_eq!(ns.registrants, vec![([0xaa; 16], 0xa)]);
+            assert_eq!(ns.holder, Some([0xaa; 16]));
+        }
+        // The fenced host cannot fence back: its key is gone from the arbiter.
+        let report = block_on(ops::fence(targets(&namespaces, 0xbb), B, A, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:?}");
+        assert_eq!(
+            namespaces[0].lock().unwrap().registrants,
+            vec![([0xaa; 16], 0xa)]
+        );
+        let report = block_on(ops::status(targets(&namespaces, 0xbb), B, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Off, "{report:?}");
+        let report = block_on(ops::status(targets(&namespaces, 0xaa), A, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        // heal: nothing to repair for the survivor (one host registration covers its path), and
+        // never a re-registration for the fenced host (P3).
+        let report = block_on(ops::heal(targets(&namespaces, 0xaa), A, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        let report = block_on(ops::heal(targets(&namespaces, 0xbb), B, limits())).unwrap();
+        assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:?}");
+        let ns = namespaces[0].lock().unwrap();
+        assert_eq!(ns.registrants, vec![([0xaa; 16], 0xa)]);
+        assert_eq!(ns.holder, Some([0xaa; 16]));
+    }
 }

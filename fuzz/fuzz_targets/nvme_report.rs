@@ -3,12 +3,16 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pr_codec::nvme::{ReservationCapabilities, ReservationStatus, required_report_length};
+use pr_codec::nvme::{
+    ReportFormat, ReservationCapabilities, ReservationStatus, required_report_length,
+};
 
 fuzz_target!(|data: &[u8]| {
     let _ = required_report_length(data);
-    if let Ok(value) = ReservationStatus::decode(data) {
-        assert_eq!(ReservationStatus::decode(&value.encode()), Ok(value));
+    for format in [ReportFormat::Extended, ReportFormat::Basic] {
+        if let Ok(value) = ReservationStatus::decode_as(format, data) {
+            assert_eq!(ReservationStatus::decode_as(format, &value.encode()), Ok(value));
+        }
     }
     if let Ok(caps) = ReservationCapabilities::decode_identify(data) {
         assert_eq!(ReservationCapabilities::from_rescap(caps.rescap()), caps);

@@ -15,9 +15,12 @@ pub const PR_KEYS_MAX: usize = 65536;
 
 /// An open block device (an NVMe namespace `/dev/nvmeXnY`, or any block device with `pr_ops`).
 ///
-/// Opened read-only: the block PR ioctls need CAP_SYS_ADMIN or an fd open for writing (a
-/// read-only open does not send udev a change event on close), and NVMe passthrough of
-/// reservation commands needs CAP_SYS_ADMIN either way.
+/// Opened read-only (a read-only open does not send udev a change event on close). The kernel's
+/// `blkdev_pr_allowed`: the PR OUT ioctls (register … clear) need CAP_SYS_ADMIN or an fd open
+/// for writing; IOC_PR_READ_KEYS and IOC_PR_READ_RESERVATION need only a readable fd (since
+/// "block: allow IOC_PR_READ_* ioctls with BLK_OPEN_READ", in 6.19-stable; their first version
+/// wanted the write mode too); all of them refuse partitions. NVMe passthrough of reservation
+/// commands needs CAP_SYS_ADMIN whatever the open mode.
 #[derive(Debug)]
 pub struct BlockDevice {
     fd: OwnedFd,
@@ -367,7 +370,7 @@ pub(crate) fn ioctl_hint(ioctl: &str, source: &io::Error) -> &'static str {
             " (operation not permitted: NVMe passthrough of reservation commands needs CAP_SYS_ADMIN)"
         }
         Some(libc::EPERM | libc::EACCES) => {
-            " (operation not permitted: block PR ioctls need CAP_SYS_ADMIN or a device opened for writing, and refuse partitions)"
+            " (operation not permitted: block PR ioctls that change reservations need CAP_SYS_ADMIN or a device opened for writing, and all refuse partitions)"
         }
         Some(libc::EINVAL) => " (the device refused a field of the request)",
         Some(libc::ENODEV | libc::ENXIO) => {

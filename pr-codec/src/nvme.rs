@@ -139,21 +139,98 @@ pub fn report_cdw10(buffer_len: usize) -> u32 {
     u32::try_from(dwords.saturating_sub(1)).unwrap_or(u32::MAX)
 }
 
+/// Which Reservation Status data structure a Report returns: EDS (cdw11 bit 0) set asks for the
+/// extended one, with 128-bit host identifiers; clear, the original one, with 64-bit host
+/// identifiers. A controller answers the one it cannot give with Host Identifier Inconsistent
+/// Format (Linux nvmet refuses EDS=0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportFormat {
+    Extended,
+    Basic,
+}
+
+impl ReportFormat {
+    /// Report cdw11: EDS.
+    pub fn cdw11(self) -> u32 {
+        match self {
+            ReportFormat::Extended => REPORT_CDW11_EDS,
+            ReportFormat::Basic => 0,
+        }
+    }
+
+    fn header_len(self) -> usize {
+        match self {
+            ReportFormat::Extended => REPORT_HEADER_LEN,
+            ReportFormat::Basic => BASIC_HEADER_LEN,
+        }
+    }
+
+    fn descriptor_len(self) -> usize {
+        match self {
+            ReportFormat::Extended => REPORT_DESCRIPTOR_LEN,
+            ReportFormat::Basic => BASIC_DESCRIPTOR_LEN,
+        }
+    }
+
+    /// The bytes a Report of this format needs for `registrants` registrants.
+    pub fn length(self, registrants: u16) -> usize {
+        self.descriptor_len()
+            .saturating_mul(usize::from(registrants))
+            .saturating_add(self.header_len())
+    }
+
+    /// The length a Report's header says it needs (REGCTL descriptors after the header); `None`
+    /// if REGCTL itself was not received.
+    pub fn required_length(self, received: &[u8]) -> Option<usize> {
+        wire::le16(received, 5).map(|regctl| self.length(regctl))
+    }
+}
+
+/// The original (EDS=0) Reservation Status header and Registered Controller data structure.
+const BASIC_HEADER_LEN: usize = 24;
+const BASIC_DESCRIPTOR_LEN: usize = 24;
+
 /// The bytes an extended Report needs for `registrants` registrants.
 pub fn report_length(registrants: u16) -> usize {
-    REPORT_DESCRIPTOR_LEN
-        .saturating_mul(usize::from(registrants))
-        .saturating_add(REPORT_HEADER_LEN)
+    ReportFormat::Extended.length(registrants)
 }
 
-/// The length an extended Report's header says it needs (REGCTL descriptors after the header);
-/// `None` if the header itself is incomplete.
+/// The length an extended Report's header says it needs; `None` if REGCTL was not received.
 pub fn required_report_length(received: &[u8]) -> Option<usize> {
-    wire::le16(received, 5).map(report_length)
+    ReportFormat::Extended.required_length(received)
 }
 
-/// One registrant in an extended Reservation Report (Registered Controller extended data
-/// structure).
+/// A host identifier as a Report gives it: 128 bits in the extended format, 64 in the original.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostId {
+    Extended([u8; 16]),
+    Basic(u64),
+}
+
+impl std::fmt::Display for HostId {
+    /// The 128-bit form as a UUID (Linux host ids are UUIDs), the 64-bit one as `0x` and hex.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostId::Extended(bytes) => bytes.iter().enumerate().try_for_each(|(i, byte)| {
+                if matches!(i, 4 | 6 | 8 | 10) {
+                    f.write_str("-")?;
+                }
+                write!(f, "{byte:02x}")
+            }),
+            HostId::Basic(id) => write!(f, "0x{id:016x}"),
+        }
+    }
+}
+
+impl serde::Serialize for HostId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One registrant in a Reservation Report (Registered Controller data structure, extended or
+/// not).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Registrant {
     /// The controller (one per path to the subsystem), 0xFFFF when the host is registered but
@@ -164,12 +241,13 @@ pub struct Registrant {
     pub holder: bool,
     pub key: Key,
     /// The host identifier: what NVMe registers, so every controller of one host shares it.
-    pub host_id: [u8; 16],
+    pub host_id: HostId,
 }
 
-/// An extended Reservation Status data structure (Report with EDS=1).
+/// A Reservation Status data structure (what a Report returns).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ReservationStatus {
+    pub format: ReportFormat,
     pub generation: u32,
     /// The reservation held, `None` when none is (RTYPE 0).
     pub rtype: Option<ReservationType>,
@@ -181,10 +259,15 @@ pub struct ReservationStatus {
 }
 
 impl ReservationStatus {
-    /// Decodes a Report. Fails with [`DecodeError::Truncated`] when REGCTL counts more
-    /// registrants than `bytes` holds: re-issue the Report with the `needed` length.
+    /// Decodes an extended Report (EDS=1). Fails with [`DecodeError::Truncated`] when REGCTL
+    /// counts more registrants than `bytes` holds: re-issue the Report with the `needed` length.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        const WHAT: &str = "NVMe Reservation Report (extended)";
+        Self::decode_as(ReportFormat::Extended, bytes)
+    }
+
+    /// Decodes a Report of `format`, like [`Self::decode`].
+    pub fn decode_as(format: ReportFormat, bytes: &[u8]) -> Result<Self, DecodeError> {
+        const WHAT: &str = "NVMe Reservation Report";
         let (Some(generation), Some(rtype_code), Some(regctl), Some(ptpls)) = (
             wire::le32(bytes, 0),
             wire::u8_at(bytes, 4),
@@ -192,14 +275,14 @@ impl ReservationStatus {
             wire::u8_at(bytes, 9),
         ) else {
             return Err(DecodeError::Truncated {
-                needed: REPORT_HEADER_LEN,
+                needed: format.header_len(),
                 got: bytes.len(),
             });
         };
-        let needed = report_length(regctl);
+        let needed = format.length(regctl);
         let Some(body) = bytes
             .get(..needed)
-            .and_then(|all| all.get(REPORT_HEADER_LEN..))
+            .and_then(|all| all.get(format.header_len()..))
         else {
             return Err(DecodeError::Truncated {
                 needed,
@@ -211,17 +294,24 @@ impl ReservationStatus {
             code => Some(scsi_type(code).ok_or(DecodeError::UnknownType { what: WHAT, code })?),
         };
         let registrants = body
-            .chunks_exact(REPORT_DESCRIPTOR_LEN)
+            .chunks_exact(format.descriptor_len())
             .filter_map(|d| {
+                let (key, host_id) = match format {
+                    ReportFormat::Extended => {
+                        (wire::le64(d, 8)?, HostId::Extended(wire::array(d, 16)?))
+                    }
+                    ReportFormat::Basic => (wire::le64(d, 16)?, HostId::Basic(wire::le64(d, 8)?)),
+                };
                 Some(Registrant {
                     cntlid: wire::le16(d, 0)?,
                     holder: wire::u8_at(d, 2)? & 0x01 != 0,
-                    key: Key::new(wire::le64(d, 8)?),
-                    host_id: wire::array(d, 16)?,
+                    key: Key::new(key),
+                    host_id,
                 })
             })
             .collect();
         Ok(ReservationStatus {
+            format,
             generation,
             rtype,
             ptpl: ptpls & 0x01 != 0,
@@ -229,20 +319,33 @@ impl ReservationStatus {
         })
     }
 
-    /// The extended Report as a controller would return it (for tests and models).
+    /// The Report as a controller would return it (for tests and models). A registrant whose
+    /// host id does not fit the format is written with the id truncated or zero-extended.
     pub fn encode(&self) -> Vec<u8> {
         let count = u16::try_from(self.registrants.len()).unwrap_or(u16::MAX);
-        let mut out = vec![0; REPORT_HEADER_LEN];
+        let mut out = vec![0; self.format.header_len()];
         out.splice(0..4, self.generation.to_le_bytes());
         out.splice(4..5, [self.rtype.map_or(0, nvme_rtype)]);
         out.splice(5..7, count.to_le_bytes());
         out.splice(9..10, [u8::from(self.ptpl)]);
         for r in self.registrants.iter().take(usize::from(count)) {
-            let mut d = vec![0; REPORT_DESCRIPTOR_LEN];
+            let mut d = vec![0; self.format.descriptor_len()];
             d.splice(0..2, r.cntlid.to_le_bytes());
             d.splice(2..3, [u8::from(r.holder)]);
-            d.splice(8..16, r.key.get().to_le_bytes());
-            d.splice(16..32, r.host_id);
+            let wide = match r.host_id {
+                HostId::Extended(bytes) => bytes,
+                HostId::Basic(id) => u128::from(id).to_le_bytes(),
+            };
+            match self.format {
+                ReportFormat::Extended => {
+                    d.splice(8..16, r.key.get().to_le_bytes());
+                    d.splice(16..32, wide);
+                }
+                ReportFormat::Basic => {
+                    d.splice(8..16, wide.into_iter().take(8));
+                    d.splice(16..24, r.key.get().to_le_bytes());
+                }
+            }
             out.extend(d);
         }
         out
@@ -367,6 +470,7 @@ mod tests {
 
     fn sample() -> ReservationStatus {
         ReservationStatus {
+            format: ReportFormat::Extended,
             generation: 7,
             rtype: Some(T::WriteExclusiveRegistrantsOnly),
             ptpl: false,
@@ -375,13 +479,13 @@ mod tests {
                     cntlid: 1,
                     holder: true,
                     key: Key::new(0xabc),
-                    host_id: [0x11; 16],
+                    host_id: HostId::Extended([0x11; 16]),
                 },
                 Registrant {
                     cntlid: 2,
                     holder: false,
                     key: Key::new(0xdef),
-                    host_id: [0x22; 16],
+                    host_id: HostId::Extended([0x22; 16]),
                 },
             ],
         }
@@ -401,6 +505,37 @@ mod tests {
         assert_eq!(ReservationStatus::decode(&bytes), Ok(sample()));
         assert_eq!(required_report_length(&bytes), Some(192));
         assert_eq!(sample().keys(), vec![Key::new(0xabc), Key::new(0xdef)]);
+    }
+
+    #[test]
+    fn the_original_report_format_has_64_bit_host_ids_before_the_key() {
+        let basic = ReservationStatus {
+            format: ReportFormat::Basic,
+            registrants: vec![Registrant {
+                cntlid: 3,
+                holder: true,
+                key: Key::new(0xabc),
+                host_id: HostId::Basic(0x1122),
+            }],
+            ..sample()
+        };
+        let bytes = basic.encode();
+        // Header 24 bytes; descriptor: CNTLID @0, RCSTS @2, HOSTID @8, RKEY @16 (24 bytes).
+        assert_eq!(bytes.len(), 48);
+        assert_eq!((bytes[24], bytes[26]), (3, 1));
+        assert_eq!((bytes[24 + 8], bytes[24 + 9]), (0x22, 0x11));
+        assert_eq!((bytes[24 + 16], bytes[24 + 17]), (0xbc, 0x0a));
+        assert_eq!(
+            ReservationStatus::decode_as(ReportFormat::Basic, &bytes),
+            Ok(basic)
+        );
+        assert_eq!(HostId::Basic(0x1122).to_string(), "0x0000000000001122");
+        assert_eq!(
+            HostId::Extended([0xab; 16]).to_string(),
+            "abababab-abab-abab-abab-abababababab"
+        );
+        assert_eq!(ReportFormat::Basic.cdw11(), 0);
+        assert_eq!(ReportFormat::Extended.cdw11(), 1);
     }
 
     #[test]

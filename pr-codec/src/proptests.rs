@@ -171,29 +171,46 @@ fn full_status() -> impl Strategy<Value = FullStatus> {
     })
 }
 
+fn nvme_host_id(format: nvme::ReportFormat) -> BoxedStrategy<nvme::HostId> {
+    match format {
+        nvme::ReportFormat::Extended => any::<[u8; 16]>().prop_map(nvme::HostId::Extended).boxed(),
+        nvme::ReportFormat::Basic => any::<u64>().prop_map(nvme::HostId::Basic).boxed(),
+    }
+}
+
+fn nvme_format() -> impl Strategy<Value = nvme::ReportFormat> {
+    proptest::sample::select(vec![
+        nvme::ReportFormat::Extended,
+        nvme::ReportFormat::Basic,
+    ])
+}
+
 fn nvme_status() -> impl Strategy<Value = nvme::ReservationStatus> {
-    let registrant = (any::<u16>(), any::<bool>(), key(), any::<[u8; 16]>()).prop_map(
-        |(cntlid, holder, key, host_id)| nvme::Registrant {
-            cntlid,
-            holder,
-            key,
-            host_id,
-        },
-    );
-    (
-        any::<u32>(),
-        proptest::option::of(rtype()),
-        any::<bool>(),
-        vec(registrant, 0..20),
-    )
-        .prop_map(
-            |(generation, rtype, ptpl, registrants)| nvme::ReservationStatus {
-                generation,
-                rtype,
-                ptpl,
-                registrants,
+    nvme_format().prop_flat_map(|format| {
+        let registrant = (any::<u16>(), any::<bool>(), key(), nvme_host_id(format)).prop_map(
+            |(cntlid, holder, key, host_id)| nvme::Registrant {
+                cntlid,
+                holder,
+                key,
+                host_id,
             },
+        );
+        (
+            any::<u32>(),
+            proptest::option::of(rtype()),
+            any::<bool>(),
+            vec(registrant, 0..20),
         )
+            .prop_map(move |(generation, rtype, ptpl, registrants)| {
+                nvme::ReservationStatus {
+                    format,
+                    generation,
+                    rtype,
+                    ptpl,
+                    registrants,
+                }
+            })
+    })
 }
 
 /// Every decoder, by name, for the never-panic properties.
@@ -204,6 +221,7 @@ fn decode_everything(bytes: &[u8]) {
     let _ = FullStatus::decode(bytes);
     let _ = TransportId::decode(bytes);
     let _ = nvme::ReservationStatus::decode(bytes);
+    let _ = nvme::ReservationStatus::decode_as(nvme::ReportFormat::Basic, bytes);
     let _ = nvme::ReservationCapabilities::decode_identify(bytes);
     let _ = nvme::required_report_length(bytes);
     let _ = decode_pr_in_cdb(bytes);
@@ -319,17 +337,18 @@ proptest! {
 
     #[test]
     fn nvme_report_round_trips(value in nvme_status(), trailing in vec(any::<u8>(), 0..80), cut: usize) {
+        let format = value.format;
         let bytes = value.encode();
-        prop_assert_eq!(nvme::required_report_length(&bytes), Some(bytes.len()));
+        prop_assert_eq!(format.required_length(&bytes), Some(bytes.len()));
         let mut long = bytes.clone();
         long.extend(trailing);
-        prop_assert_eq!(nvme::ReservationStatus::decode(&long), Ok(value));
+        prop_assert_eq!(nvme::ReservationStatus::decode_as(format, &long), Ok(value));
         // Every proper prefix is Truncated, with the full length once the count is readable.
         let cut = cut % bytes.len();
-        match nvme::ReservationStatus::decode(&bytes[..cut]) {
+        match nvme::ReservationStatus::decode_as(format, &bytes[..cut]) {
             Err(DecodeError::Truncated { needed, got }) => {
                 prop_assert_eq!(got, cut);
-                prop_assert!(needed == bytes.len() || (cut < 10 && needed == nvme::REPORT_HEADER_LEN));
+                prop_assert!(needed == bytes.len() || (cut < 10 && needed == format.length(0)));
             }
             other => prop_assert!(false, "prefix of {} bytes: {:?}", cut, other),
         }
@@ -346,10 +365,11 @@ proptest! {
     }
 
     #[test]
-    fn nvme_host_ids_round_trip_as_text(host_id in any::<[u8; 16]>()) {
+    fn nvme_host_ids_round_trip_as_text(host_id in nvme_format().prop_flat_map(nvme_host_id)) {
         let id = TransportId::NvmeHostId { host_id };
         let text = id.to_string();
-        prop_assert!(text.starts_with("nvme-hostid:") && text.len() == 12 + 36);
+        // A UUID (36 characters) or 0x and 16 hex digits.
+        prop_assert!(text.starts_with("nvme-hostid:") && matches!(text.len() - 12, 36 | 18), "{}", text);
         prop_assert_eq!(text.parse::<TransportId>(), Ok(id.clone()));
         prop_assert!(id.validate().is_err(), "never sent in a SCSI command");
     }

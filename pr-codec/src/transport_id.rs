@@ -5,6 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::error::DecodeError;
+use super::nvme::HostId;
 use super::wire;
 
 const PROTOCOL_FC: u8 = 0x0;
@@ -34,11 +35,12 @@ pub enum TransportId {
     /// iSCSI: the initiator name, plus the ISID (hex digits without `0x`) when the TransportID
     /// names one port (format 01b) rather than the whole initiator device (format 00b).
     Iscsi { name: String, isid: Option<String> },
-    /// An NVMe registrant: NVMe reservations name a host by its 128-bit Host Identifier, not
-    /// by a port. Not a SCSI TransportID: it never comes from SCSI data and cannot be sent in a
-    /// SCSI command ([`TransportId::validate`] refuses it). Shown as `nvme-hostid:` and the
-    /// identifier in UUID form (Linux host ids are UUIDs).
-    NvmeHostId { host_id: [u8; 16] },
+    /// An NVMe registrant: NVMe reservations name a host by its Host Identifier (128 bits, or
+    /// 64 in the original Report format), not by a port. Not a SCSI TransportID: it never comes
+    /// from SCSI data and cannot be sent in a SCSI command ([`TransportId::validate`] refuses
+    /// it). Shown as `nvme-hostid:` and the identifier: a UUID (Linux host ids are UUIDs), or
+    /// `0x` and 16 hex digits for a 64-bit one.
+    NvmeHostId { host_id: HostId },
     /// Any other protocol or format, kept verbatim: `bytes` is the TransportID after byte 0.
     Other {
         protocol_id: u8,
@@ -172,9 +174,13 @@ impl TransportId {
             // Not a wire form any target sends: a "no specific protocol" TransportID carrying
             // the id, so a FullStatus with NVMe registrants still encodes (tests, models).
             TransportId::NvmeHostId { host_id } => {
+                let wide = match host_id {
+                    HostId::Extended(bytes) => *bytes,
+                    HostId::Basic(id) => u128::from(*id).to_be_bytes(),
+                };
                 let mut out = vec![0; FIXED_LEN];
                 out.splice(0..1, [byte0]);
-                out.splice(8..24, *host_id);
+                out.splice(8..24, wide);
                 out
             }
             TransportId::Iscsi { name, isid } => {
@@ -282,15 +288,7 @@ impl fmt::Display for TransportId {
                     None => Ok(()),
                 }
             }
-            TransportId::NvmeHostId { host_id } => {
-                f.write_str(NVME_HOSTID_PREFIX)?;
-                host_id.iter().enumerate().try_for_each(|(i, byte)| {
-                    if matches!(i, 4 | 6 | 8 | 10) {
-                        f.write_str("-")?;
-                    }
-                    write!(f, "{byte:02x}")
-                })
-            }
+            TransportId::NvmeHostId { host_id } => write!(f, "{NVME_HOSTID_PREFIX}{host_id}"),
             TransportId::Other { .. } => {
                 f.write_str("raw,")?;
                 self.encode()
@@ -351,10 +349,17 @@ impl FromStr for TransportId {
             return Ok(TransportId::FibreChannel { n_port_name });
         }
         if let Some(id) = strip_prefix_ignore_case(input, NVME_HOSTID_PREFIX) {
-            let digits: String = id.chars().filter(|&c| c != '-').collect();
-            let host_id = parse_hex_bytes(&digits)
-                .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
-                .ok_or_else(|| fail("an NVMe host id has 32 hex digits (UUID form allowed)"))?;
+            let host_id = if strip_prefix_ignore_case(id, "0x").is_some() {
+                parse_hex_u64(id).map(HostId::Basic)
+            } else {
+                let digits: String = id.chars().filter(|&c| c != '-').collect();
+                parse_hex_bytes(&digits)
+                    .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+                    .map(HostId::Extended)
+            };
+            let host_id = host_id.ok_or_else(|| {
+                fail("an NVMe host id is a UUID (32 hex digits) or 0x and up to 16 hex digits")
+            })?;
             return Ok(TransportId::NvmeHostId { host_id });
         }
         if let Some(address) = strip_prefix_ignore_case(input, "sas,") {

@@ -26,10 +26,13 @@ Exit status:
 #[command(
     name = "prfence",
     version,
-    about = "SCSI-3 persistent reservations and fencing, without sg_persist",
+    about = "SCSI-3 and NVMe persistent reservations and fencing, without sg_persist",
     long_about = "Reads and changes SCSI-3 persistent reservations (SPC-4 PERSISTENT RESERVE \
-IN/OUT) through the Linux SG_IO ioctl. Every command takes one or more devices (/dev/sdX, \
-/dev/sgN) and works on them concurrently; results come back in argument order.\n\n\
+IN/OUT) through the Linux SG_IO ioctl, and NVMe reservations through the kernel's block PR \
+ioctls and NVMe passthrough. Every command takes one or more devices (/dev/sdX, /dev/sgN, \
+/dev/nvmeXnY) and works on them concurrently; results come back in argument order. NVMe speaks \
+the same operations with three exceptions: no REGISTER AND MOVE, no SPEC_I_PT or ALL_TG_PT (a \
+host registers on all its controllers at once), and APTPL is the target's setting.\n\n\
 Keys are hexadecimal, with or without 0x, 1 to 16 digits, and are always printed as 0x and 16 \
 lowercase digits. Types: wero (default), we, ea, earo, wear, eaar, or their SPC codes 1-8.",
     after_help = EXIT_STATUS_HELP
@@ -106,9 +109,10 @@ pub struct FencingDevices {
     /// timed out (default 50, below Pacemaker's 60 s fence timeout).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
     pub deadline: Duration,
-    /// Every LU: its paths (/dev/sdX, /dev/sgN) or its dm-multipath map (/dev/dm-N,
-    /// /dev/mapper/NAME). A device that vanished is reported as a dead path; a partition, an LVM
-    /// volume or a non-SCSI disk is a usage error.
+    /// Every LU: its paths (/dev/sdX, /dev/sgN), its dm-multipath map (/dev/dm-N,
+    /// /dev/mapper/NAME), or an NVMe namespace (/dev/nvmeXnY; with native NVMe multipath, the
+    /// head). A device that vanished is reported as a dead path; a partition, an LVM volume or a
+    /// disk that is neither SCSI nor NVMe is a usage error.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
 }
@@ -133,7 +137,7 @@ pub struct Devices {
     /// still blocked in the kernel then is reported as timed out (default: twice --timeout).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub deadline: Option<Duration>,
-    /// Block (/dev/sdX) or SCSI generic (/dev/sgN) devices.
+    /// Block (/dev/sdX), SCSI generic (/dev/sgN) or NVMe namespace (/dev/nvmeXnY) devices.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
 }

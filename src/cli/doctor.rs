@@ -68,6 +68,7 @@ fn facts(path: &PathInfo) -> PathFacts {
         // id, READ FULL STATUS's nvme-hostid) on every controller at once.
         return PathFacts {
             not_running,
+            nvme_host_id: nvme_host_id(&path.name),
             target: Some(TargetKind::Unknown),
             ..PathFacts::default()
         };
@@ -108,8 +109,25 @@ fn facts(path: &PathInfo) -> PathFacts {
         isid,
         isid_source,
         not_running,
+        nvme_host_id: None,
         target: Some(target),
     }
+}
+
+/// The host id this node's NVMe controller for `name` connected with: the controller's `hostid`
+/// (fabrics controllers), through one of the paths of a multipath head, else nvme-cli's
+/// `/etc/nvme/hostid` (what `nvme connect` sends by default).
+fn nvme_host_id(name: &str) -> Option<String> {
+    let block = Path::new("/sys/class/block").join(name);
+    let via_paths = std::fs::read_dir(block.join("multipath"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("device/hostid"));
+    std::iter::once(block.join("device/hostid"))
+        .chain(via_paths)
+        .chain(std::iter::once(PathBuf::from("/etc/nvme/hostid")))
+        .find_map(sysfs)
 }
 
 /// open-iscsi builds a software session's ISID from its OUI-format qualifier 0x00023d and the

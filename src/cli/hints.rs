@@ -13,7 +13,8 @@ pub fn hint(kind: ErrorKind) -> &'static str {
         ErrorKind::NotSupported => {
             "the LU does not implement persistent reservations (LIO: attrib/emulate_pr=0; \
              hypervisor disks need PR pass-through; an NVMe namespace needs reservation support, \
-             see `prfence capabilities`); fence with a PR-capable LU"
+             see `prfence capabilities`), or not this request (NVMe has no REGISTER AND MOVE, \
+             SPEC_I_PT or ALL_TG_PT); fence with a PR-capable LU"
         }
         ErrorKind::InvalidField => {
             "the target rejected a field: the service action, reservation type or flag is \

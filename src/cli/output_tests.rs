@@ -543,6 +543,7 @@ fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
             isid: Some(isid.to_string()),
             isid_source: Some("kernel".to_string()),
             not_running: None,
+            nvme_host_id: None,
             target: Some(TargetKind::LioIscsi),
         },
     };

@@ -173,8 +173,8 @@ struct RawSystemd {
 /// The validated configuration of `prfence agent`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// The LUs to watch or lease, in file order (each a SCSI disk or dm-multipath device; the
-    /// daemon discovers the paths).
+    /// The LUs to watch or lease, in file order (each a SCSI disk, a dm-multipath device or an
+    /// NVMe namespace; the daemon discovers the paths).
     pub devices: Vec<DeviceSettings>,
     /// How often each LU is read (watch mode; standby sampling in lease mode).
     pub check_interval: Duration,

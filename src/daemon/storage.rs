@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::config::DeviceSettings;
 use super::metrics::{self, Metrics};
-use crate::discover::DiscoverError;
+use crate::discover::{DiscoverError, Protocol};
 use crate::host::Host;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
 use crate::transport::{
@@ -40,6 +40,8 @@ pub struct PathSpec {
     pub live: bool,
     /// The iSCSI session carrying the path (`session3`): a new session is a new I_T nexus.
     pub session: Option<String>,
+    /// SCSI registers each path (I_T nexus); NVMe registers the host once for all its paths.
+    pub protocol: Protocol,
 }
 
 /// One LU: its identifier (the same on every node) and this node's paths to it.
@@ -67,6 +69,7 @@ pub fn discover_lu(host: &dyn Host, device: &Path) -> Result<LuSpec, DiscoverErr
                 dev: p.dev,
                 name: p.name,
                 session: p.transport.map(|t| t.session),
+                protocol: p.protocol,
             })
             .collect(),
     })
@@ -489,6 +492,18 @@ pub struct LuEntry {
 }
 
 impl LuEntry {
+    /// How many times our key is listed by READ KEYS when every path is registered: once per
+    /// SCSI path (each I_T nexus registers), once for all NVMe paths together (NVMe registers
+    /// the host, by host id, whatever the number of controllers it reaches the namespace by).
+    pub fn registrations_expected(&self) -> usize {
+        let scsi = self
+            .paths
+            .iter()
+            .filter(|p| p.spec.protocol == Protocol::Scsi)
+            .count();
+        scsi + usize::from(self.paths.iter().any(|p| p.spec.protocol == Protocol::Nvme))
+    }
+
     /// The paths in state `running`, in discovery order.
     pub fn live_paths(&self) -> Vec<PathHandle> {
         self.paths.iter().filter(|p| p.spec.live).cloned().collect()
@@ -709,6 +724,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_nvme_namespace_is_registered_once_whatever_its_paths() {
+        let path = |name: &str, protocol| {
+            PathHandle::new(PathSpec {
+                dev: PathBuf::from(format!("/dev/{name}")),
+                name: name.to_string(),
+                live: true,
+                session: None,
+                protocol,
+            })
+        };
+        let lu = |paths| LuEntry {
+            name: "data".to_string(),
+            device: PathBuf::from("/dev/x"),
+            id: None,
+            paths,
+            paths_changed: false,
+            discover_error: None,
+        };
+        let scsi = lu(vec![
+            path("sdb", Protocol::Scsi),
+            path("sdc", Protocol::Scsi),
+        ]);
+        assert_eq!(scsi.registrations_expected(), 2);
+        // Two controllers without native multipath: two namespace devices, one registration.
+        let nvme = lu(vec![
+            path("nvme0n1", Protocol::Nvme),
+            path("nvme1n1", Protocol::Nvme),
+        ]);
+        assert_eq!(nvme.registrations_expected(), 1);
+        assert_eq!(lu(Vec::new()).registrations_expected(), 0);
+    }
+
     #[tokio::test]
     async fn the_agent_hints_in_terms_of_its_own_settings() {
         let metrics = Arc::new(Mutex::new(Metrics::new(Vec::new())));
@@ -718,6 +766,7 @@ mod tests {
             name: "sdq".to_string(),
             live: true,
             session: None,
+            protocol: Protocol::Scsi,
         });
         let e = exec
             .run(&path, Command::PrIn(PrInAction::ReadKeys), |t| {

@@ -60,7 +60,8 @@ pub struct LuKeys {
     /// Every registered key as READ KEYS lists it: one entry per registered I_T nexus, so our
     /// key appears once per registered path.
     pub keys: Vec<Key>,
-    /// How many paths the LU has now (from discovery).
+    /// How many times our key is listed when every path is registered (from discovery): one per
+    /// SCSI path, one for all of an NVMe namespace's paths (`LuEntry::registrations_expected`).
     pub path_count: usize,
     /// Per-path knowledge, when the caller probed the paths (after [`LuVerdict::InspectPaths`]).
     pub paths: Option<Vec<PathRegistration>>,

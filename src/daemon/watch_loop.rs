@@ -180,7 +180,7 @@ fn observations(
             result: match &check.keys {
                 Ok(keys) => Ok(LuKeys {
                     keys: keys.keys.clone(),
-                    path_count: lu.paths.len(),
+                    path_count: lu.registrations_expected(),
                     paths: check.registrations.clone(),
                     paths_changed: paths_changed(lu, check),
                 }),

@@ -90,7 +90,8 @@ const PARAMS: &[Param] = &[
         Content::String,
         None,
         "Devices to act on, separated by commas or spaces (e.g. /dev/sdc,/dev/mapper/mpatha). \
-         Each must support SCSI-3 persistent reservations.",
+         Each must support SCSI-3 persistent reservations, or be an NVMe namespace with \
+         reservation support.",
     ),
     param(
         "key",
@@ -337,7 +338,7 @@ const PARAMS: &[Param] = &[
 const SHORTDESC: &str = "Fence agent for SCSI persistent reservations (fence_scsi compatible)";
 
 const LONGDESC: &str = "fence_pr is an I/O fencing agent that uses SCSI-3 persistent \
-reservations to control access to shared storage, a drop-in replacement for fence_scsi: it \
+reservations (or NVMe reservations, on NVMe namespaces) to control access to shared storage, a drop-in replacement for fence_scsi: it \
 accepts the same parameters and derives the same reservation keys, so a running cluster can \
 switch without re-keying. Each node registers its key on the devices ('on', run automatically \
 on the node when it joins) and one node holds a \"write exclusive, registrants only\" \

@@ -13,8 +13,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::keys::LeaseKey;
+use crate::pr::nvme::HostId;
 use crate::pr::{
-    Capabilities, FullStatus, Key, ReadKeys, ReadReservation, ReservationType, Scope, TransportId,
+    Capabilities, FullStatus, Key, ReadKeys, ReadReservation, Registration, ReservationType, Scope,
+    TransportId,
 };
 use crate::transport::{CommandError, ErrorKind, PrRequest, PrTransport, Reply};
 
@@ -49,6 +51,10 @@ pub struct PathFacts {
     /// Why the path is not usable now (its sysfs state), if it is not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_running: Option<String>,
+    /// For an NVMe path: the host identifier this node registers with (the controller's
+    /// `hostid`, a UUID), which READ FULL STATUS lists as `nvme-hostid:…`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvme_host_id: Option<String>,
     #[serde(skip)]
     pub target: Option<TargetKind>,
 }
@@ -329,6 +335,34 @@ fn same_isid(a: &str, b: &str) -> bool {
     }
 }
 
+/// The registration of this NVMe host (all its paths share it), by host id. A target that
+/// reports 64-bit host ids cannot be matched with Linux's 128-bit one.
+fn match_nvme_host(host: &str, regs: &[Registration]) -> Result<usize, Option<String>> {
+    let ours: TransportId = format!("nvme-hostid:{host}")
+        .parse()
+        .map_err(|e| Some(format!("this node's NVMe host id is unreadable ({e})")))?;
+    if let Some(r) = regs.iter().position(|r| r.transport_id == ours) {
+        return Ok(r);
+    }
+    let basic = regs.iter().any(|r| {
+        matches!(
+            r.transport_id,
+            TransportId::NvmeHostId {
+                host_id: HostId::Basic(_)
+            }
+        )
+    });
+    if basic {
+        Err(Some(
+            "the target reports 64-bit NVMe host ids; this node's is 128-bit, so its \
+             registration cannot be picked out"
+                .to_string(),
+        ))
+    } else {
+        Err(None)
+    }
+}
+
 fn iscsi_name(id: &TransportId) -> Option<(&str, Option<&str>)> {
     match id {
         TransportId::Iscsi { name, isid } => Some((name, isid.as_deref())),
@@ -362,6 +396,15 @@ fn match_paths(
         findings: Vec::new(),
     };
     for (index, (_, facts, _)) in paths.iter().enumerate() {
+        if let Some(host) = &facts.nvme_host_id {
+            m.paths.push(match_nvme_host(host, regs));
+            if let Some(Ok(r)) = m.paths.last()
+                && let Some(owner) = m.owner.get_mut(*r)
+            {
+                *owner = Some(index);
+            }
+            continue;
+        }
         let Some(initiator) = &facts.initiator else {
             m.paths.push(Err(Some(
                 "not an iSCSI path (prfence knows this node's initiator port only for iSCSI \

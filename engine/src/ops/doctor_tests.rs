@@ -61,6 +61,7 @@ impl Setup {
                     isid: isid.map(str::to_string),
                     isid_source: isid.map(|_| "kernel".to_string()),
                     not_running: None,
+                    nvme_host_id: None,
                     target: Some(target),
                 },
             })
