@@ -405,8 +405,8 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// fence_pr with fence_scsi's parameters and keys on NVMe: `monitor` finds the namespaces
-/// reachable, `on` registers the node's derived key on every namespace, `status` tells registered (0) from not (2), `off` of the other node removes
+/// fence_pr with fence_scsi's parameters and keys on NVMe: `on` registers the node's derived key
+/// on every namespace, `monitor` finds it there, `status` tells registered (0) from not (2), `off` of the other node removes
 /// its key everywhere and its writes are refused.
 fn fence_pr_on_off_status() -> anyhow::Result<()> {
     let _key_stores = lab::RemoveOnDrop::all(["/run/lab/node-a", "/run/lab/node-b"]);
@@ -417,9 +417,10 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
     let agent = |node: Node, action: &str, target: Node, code: i32| {
         fence_agents::expect(Agent::FencePr, node, action, target, &devices(node), code)
     };
-    agent(Node::A, "monitor", Node::A, 0)?;
     agent(Node::A, "status", Node::A, 2)?;
     agent(Node::A, "on", Node::A, 0)?;
+    // monitor, as fence_scsi's: the devices answer and this node's key (written by `on`) is on them
+    agent(Node::A, "monitor", Node::A, 0)?;
     agent(Node::B, "on", Node::B, 0)?;
     for (index, report) in t.reports()?.iter().enumerate() {
         let mut want = vec![ka, kb];
