@@ -44,6 +44,7 @@ fn main() -> ExitCode {
             fence_pr_on_off_status,
             watch_agent_self_fences_and_never_reregisters,
             lease_takeover_refuses_the_frozen_holder,
+            privileges_reads_need_the_group_changes_need_cap_sys_admin,
         ],
     )
 }
@@ -617,5 +618,86 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
         "  B held the namespace {} ms after A froze (lease 4 s); A's thawed write: {line}",
         handover.as_millis()
     );
+    Ok(())
+}
+
+/// What README says an admin needs on NVMe: an unprivileged user in the device's group reads keys
+/// and the reservation (Linux 6.19 allows the IOC_PR_READ_* ioctls on a read-only open); changing
+/// a reservation needs CAP_SYS_ADMIN (CAP_SYS_RAWIO, which SCSI needs, is not enough) and is
+/// refused, named, with nothing changed on the target; with CAP_SYS_ADMIN `unfence` works.
+fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Result<()> {
+    let t = NvmeTopology::new(2)?;
+    unfence(&t, Node::B)?;
+    // No udev in the guest: give A's nodes what udev gives a disk (root:disk 0660).
+    let group = lab::run("getent", ["group", "disk"])?.ok()?.stdout;
+    let disk_gid = group
+        .trim()
+        .split(':')
+        .nth(2)
+        .context("no group `disk`")?
+        .to_owned();
+    for device in t.node_args(Node::A) {
+        lab::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
+        lab::run("chmod", ["0660", &device])?.ok()?;
+    }
+    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<lab::Run> {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534"])
+            .arg(format!("--groups={disk_gid}"))
+            .arg(format!("--inh-caps=-all{caps}"))
+            .arg(format!("--ambient-caps=-all{caps}"))
+            .arg("--")
+            .arg(lab::PRFENCE)
+            .args(args)
+            .args(t.node_args(Node::A));
+        let run = lab::run_command(&mut cmd)?;
+        println!(
+            "  nobody +disk{caps}: prfence {} -> exit {}",
+            args.join(" "),
+            run.code()
+        );
+        Ok(run)
+    };
+    for read in [["keys", "--json"], ["reservation", "--json"]] {
+        let run = as_nobody("", &read)?;
+        ensure!(
+            run.code() == 0 && run.stdout.contains("0x000000000000000b"),
+            "`prfence {}` as nobody in group disk: exit {}\n{}{}",
+            read.join(" "),
+            run.code(),
+            run.stdout,
+            run.stderr
+        );
+    }
+    for caps in ["", ",+sys_rawio"] {
+        let run = as_nobody(caps, &["unfence", "--key", "0xa"])?;
+        let said = format!("{}{}", run.stdout, run.stderr);
+        ensure!(
+            run.code() != 0 && said.contains("CAP_SYS_ADMIN"),
+            "`prfence unfence` as nobody{caps}: exit {}, output:\n{said}",
+            run.code()
+        );
+        println!("    says: {}", said.lines().next().unwrap_or_default());
+    }
+    for (index, report) in t.reports()?.iter().enumerate() {
+        ensure!(
+            report.keys() == [0xb],
+            "namespace {index}: a refused unfence changed it: {report:?}"
+        );
+    }
+    let run = as_nobody(",+sys_admin", &["unfence", "--key", "0xa"])?;
+    ensure!(
+        run.code() == 0,
+        "unfence with CAP_SYS_ADMIN: exit {}\n{}{}",
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    for (index, report) in t.reports()?.iter().enumerate() {
+        ensure!(
+            report.keys() == [0xa, 0xb],
+            "namespace {index} after unfence: {report:?}"
+        );
+    }
     Ok(())
 }
