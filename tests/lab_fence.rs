@@ -430,14 +430,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
             run.code(),
             run.elapsed.as_millis()
         );
-        ensure!(
-            run.code() == code,
-            "`{}` exited {}, expected {code}:\n{}{}",
-            run.command,
-            run.code(),
-            run.stdout,
-            run.stderr
-        );
+        let run = run.exited_with(code)?;
         Ok(serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null))
     };
     for node in Node::BOTH {

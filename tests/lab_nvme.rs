@@ -8,7 +8,7 @@ mod lab;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Output, Stdio};
+use std::process::{Command, ExitCode, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -18,7 +18,7 @@ use lab::agent::{
 };
 use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
 use lab::nvme::{Host, NvmeTopology, Report};
-use lab::race::{hex, key, other};
+use lab::race::{self, hex, key, other};
 use lab::{Node, WriteOutcome, Writer};
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -51,20 +51,12 @@ fn main() -> ExitCode {
 
 /// `prfence args… [--json] devices…` as `node`, requiring exit status `code`.
 fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<lab::Run> {
-    let run = lab::prfence(
+    lab::prfence(
         args.iter()
             .copied()
             .chain(devices.iter().map(String::as_str)),
-    )?;
-    ensure!(
-        run.code() == code,
-        "`{}` exited {}, expected {code}:\n{}{}",
-        run.command,
-        run.code(),
-        run.stdout,
-        run.stderr
-    );
-    Ok(run)
+    )?
+    .exited_with(code)
 }
 
 fn one(t: &NvmeTopology, node: Node, index: usize) -> Vec<String> {
@@ -308,22 +300,13 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
 
 /// Starts `fence` as both nodes at the same moment and waits for both.
 fn both_fence(t: &NvmeTopology) -> anyhow::Result<Vec<(Node, Output)>> {
-    let mut children = Vec::new();
-    for node in Node::BOTH {
+    race::spawn_both(|node| {
         let (k, victim) = (hex(key(node)), hex(key(other(node))));
-        let child = Command::new(lab::PRFENCE)
-            .args(["fence", "--key", &k, "--victim", &victim, "--json"])
-            .args(t.node_args(node))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("spawn prfence fence")?;
-        children.push((node, child));
-    }
-    children
-        .into_iter()
-        .map(|(node, child)| Ok((node, child.wait_with_output()?)))
-        .collect()
+        let mut cmd = Command::new(lab::PRFENCE);
+        cmd.args(["fence", "--key", &k, "--victim", &victim, "--json"])
+            .args(t.node_args(node));
+        cmd
+    })
 }
 
 /// P2 on NVMe: A and B unfence, then fence each other at the same moment, 20 times: every round
@@ -355,20 +338,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
         let outputs = both_fence(&t)?;
         let elapsed = start.elapsed();
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
-        let why = || {
-            outputs
-                .iter()
-                .map(|(node, out)| {
-                    format!(
-                        "\nnode {} exit {}: {}{}",
-                        node.letter(),
-                        out.status.code().unwrap_or(-1),
-                        String::from_utf8_lossy(&out.stdout),
-                        String::from_utf8_lossy(&out.stderr)
-                    )
-                })
-                .collect::<String>()
-        };
+        let why = || race::exits(&outputs);
         let winner = match (code(0), code(1)) {
             (0, 4) => Node::A,
             (4, 0) => Node::B,

@@ -108,16 +108,7 @@ pub fn expect(
     devices: &[PathBuf],
     code: i32,
 ) -> anyhow::Result<Run> {
-    let run = run(which, node, action, target, devices)?;
-    ensure!(
-        run.code() == code,
-        "{} exited {}, expected {code}:\n{}{}",
-        run.command,
-        run.code(),
-        run.stdout,
-        run.stderr
-    );
-    Ok(run)
+    run(which, node, action, target, devices)?.exited_with(code)
 }
 
 /// fence_scsi's key for `node` (key_value=id): the first 4 hex digits of md5(cluster name), then

@@ -148,6 +148,19 @@ impl Run {
         Ok(self)
     }
 
+    /// Ok when the command exited `code`; otherwise an error quoting its status and output.
+    pub fn exited_with(self, code: i32) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            self.code() == code,
+            "`{}` exited {}, expected {code}:\n{}{}",
+            self.command,
+            self.code(),
+            self.stdout,
+            self.stderr
+        );
+        Ok(self)
+    }
+
     /// The JSON the command printed on stdout (`--json`), or an error quoting what it printed.
     pub fn json(&self) -> anyhow::Result<serde_json::Value> {
         serde_json::from_str(self.stdout.trim()).map_err(|e| {

@@ -153,11 +153,18 @@ fn both_at_once(
     t: &Topology,
     args: impl Fn(Node) -> Vec<String>,
 ) -> anyhow::Result<Vec<(Node, Output)>> {
-    let mut children = Vec::new();
-    for node in Node::BOTH {
+    spawn_both(|node| {
         let args = args(node);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let child = prfence_command(t, node, &args)
+        prfence_command(t, node, &args)
+    })
+}
+
+/// Starts each node's `command` at the same moment (output captured) and waits for both.
+pub fn spawn_both(command: impl Fn(Node) -> Command) -> anyhow::Result<Vec<(Node, Output)>> {
+    let mut children = Vec::new();
+    for node in Node::BOTH {
+        let child = command(node)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -170,7 +177,8 @@ fn both_at_once(
         .collect()
 }
 
-fn exits(outputs: &[(Node, Output)]) -> String {
+/// Each node's exit status and output, for a failure message.
+pub fn exits(outputs: &[(Node, Output)]) -> String {
     let mut why = String::new();
     for (node, out) in outputs {
         why.push_str(&format!(
