@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         crate::tests![
             the_oracle_sees_nvmet_refuse_a_preempted_host,
             single_commands_act_on_the_namespace,
+            reports_name_hosts_and_say_what_nvme_lacks,
             fence_refuses_the_frozen_writer,
             mutual_fence_race_has_one_survivor,
             fence_pr_on_off_status,
@@ -199,6 +200,90 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
         refused.stderr
     );
     ensure!(t.report(0)?.rtype == 0, "{:?}", t.report(0)?);
+    Ok(())
+}
+
+/// The read-only reports on NVMe: `full-status` names each registrant by its host ID (what nvmet
+/// registers), `capabilities` comes from Identify Namespace (the types nvmet supports) and says
+/// what NVMe has no notion of, `doctor` finds A ready to fence; REGISTER AND MOVE is refused in
+/// plain words. Each is compared with the observer's report.
+fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
+    let t = NvmeTopology::new(2)?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let a = one(&t, Node::A, 0);
+
+    let full = prfence_on(&a, &["full-status", "--json"], 0)?.json()?;
+    println!("  full-status: {full}");
+    let text = full.to_string();
+    for node in Node::BOTH {
+        let id = Host::Node(node).host_id();
+        ensure!(text.contains(id), "full-status does not name {id}: {full}");
+    }
+    let report = t.report(0)?;
+    ensure!(
+        text.matches("nvme-hostid:").count() == report.registrants.len(),
+        "full-status lists other registrants than the target's {report:?}: {full}"
+    );
+
+    let text_caps = prfence_on(&a, &["capabilities"], 0)?;
+    println!("  capabilities:\n{}", text_caps.stdout.trim_end());
+    ensure!(
+        text_caps.stdout.contains("NVMe has no REPORT CAPABILITIES"),
+        "capabilities on NVMe do not say where they come from:\n{}",
+        text_caps.stdout
+    );
+    let caps = prfence_on(&a, &["capabilities", "--json"], 0)?;
+    let caps = caps.json()?;
+    let types = caps.get(0).unwrap_or(&caps)["capabilities"]["types"].to_string();
+    for short in ["we", "ea", "wero", "earo", "wear", "eaar"] {
+        ensure!(
+            types.contains(&format!("\"{short}\"")),
+            "capabilities lack {short}: {caps}"
+        );
+    }
+
+    let doctor = lab::prfence(
+        ["doctor", "--key", "0xa", "--json"]
+            .into_iter()
+            .chain(t.node_args(Node::A).iter().map(String::as_str)),
+    )?;
+    println!(
+        "  doctor (exit {}): {}",
+        doctor.code(),
+        doctor.stdout.trim()
+    );
+    let verdict = doctor.json()?;
+    ensure!(
+        doctor.code() == 0 && verdict["ready"] == true,
+        "doctor on NVMe: exit {}: {}{}",
+        doctor.code(),
+        doctor.stdout,
+        doctor.stderr
+    );
+
+    let moved = lab::prfence([
+        "register-move",
+        "--key",
+        "0xa",
+        "--new-key",
+        "0xc",
+        "--transport-id",
+        "iqn.2026-12.org.prfence.lab:nobody",
+        "--relative-target-port",
+        "1",
+        a[0].as_str(),
+    ])?;
+    let said = format!("{}{}", moved.stdout, moved.stderr);
+    ensure!(
+        moved.code() != 0 && said.contains("NVMe has no REGISTER AND MOVE"),
+        "register-move on NVMe: exit {}: {said}",
+        moved.code()
+    );
+    ensure!(
+        t.report(0)? == report,
+        "a refused REGISTER AND MOVE changed the namespace"
+    );
     Ok(())
 }
 

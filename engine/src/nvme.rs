@@ -974,6 +974,10 @@ impl<D: NvmeDevice> PrTransport for NvmePr<D> {
         self.path()
     }
 
+    fn protocol(&self) -> crate::discover::Protocol {
+        crate::discover::Protocol::Nvme
+    }
+
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
         let answer = match request {
             PrRequest::ReadKeys => PrAnswer::Keys(self.read_keys()?),

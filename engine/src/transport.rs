@@ -16,6 +16,7 @@ use nvme_io::{NvmeStatus, PrStatus};
 use serde::Serialize;
 use sg_io::{AdditionalSense, DriverStatus, HostStatus, ScsiStatus, Sense};
 
+use crate::discover::Protocol;
 use crate::pr::{
     Capabilities, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys, ReadReservation,
 };
@@ -31,6 +32,12 @@ use crate::pr::{
 pub trait PrTransport: Send + Sync {
     /// The path as the user named it, for messages.
     fn device(&self) -> &Path;
+
+    /// The protocol this path speaks, for what a front end says about an answer (an NVMe
+    /// "capabilities" answer is built from Identify Namespace, not REPORT CAPABILITIES).
+    fn protocol(&self) -> Protocol {
+        Protocol::Scsi
+    }
 
     /// Runs one operation. The answer is the request's own variant (READ KEYS → `Keys`…).
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError>;
@@ -87,6 +94,9 @@ fn typed<T: PrTransport + ?Sized, R>(
 impl<T: PrTransport + ?Sized> PrTransport for Arc<T> {
     fn device(&self) -> &Path {
         (**self).device()
+    }
+    fn protocol(&self) -> Protocol {
+        (**self).protocol()
     }
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
         (**self).execute(request)
@@ -411,6 +421,9 @@ pub struct Hinted<T> {
 impl<T: PrTransport> PrTransport for Hinted<T> {
     fn device(&self) -> &Path {
         self.inner.device()
+    }
+    fn protocol(&self) -> Protocol {
+        self.inner.protocol()
     }
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
         self.inner

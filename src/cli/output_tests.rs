@@ -140,6 +140,27 @@ fn capabilities(types: Option<Vec<ReservationType>>) -> Answer {
 }
 
 #[test]
+fn nvme_capabilities_say_where_they_come_from() {
+    let nvme = Answer::NvmeCapabilities(Capabilities {
+        rlr_c: false,
+        crh: false,
+        sip_c: false,
+        atp_c: false,
+        ptpl_c: false,
+        tmv: true,
+        allow_commands: 0,
+        ptpl_a: false,
+        supported_types: Some(vec![ReservationType::WriteExclusiveRegistrantsOnly]),
+    });
+    let shown = text(nvme);
+    assert!(
+        shown.starts_with("/dev/sdb:\n  (NVMe has no REPORT CAPABILITIES: the types and persist through power loss come from Identify Namespace (RESCAP);")
+            && shown.ends_with("  allow commands: 0\n  types: wero\n"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn capabilities_output_is_pinned() {
     let types = || {
         Some(vec![

@@ -21,6 +21,9 @@ pub enum Answer {
     Keys(ReadKeys),
     Reservation(ReadReservation),
     Capabilities(Capabilities),
+    /// An NVMe namespace's: built from Identify Namespace (RESCAP), which has no field for most
+    /// of what REPORT CAPABILITIES says; rendered with a note that says so.
+    NvmeCapabilities(Capabilities),
     FullStatus(FullStatus),
     Done {
         action: PrOutAction,
@@ -93,6 +96,8 @@ enum OutcomeJson<'a> {
     },
     Capabilities {
         capabilities: CapabilitiesJson<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<&'static str>,
     },
     FullStatus {
         generation: u32,
@@ -136,6 +141,12 @@ struct RegistrationJson<'a> {
     transport_id: &'a TransportId,
 }
 
+/// What an NVMe namespace's capabilities are, said where they are shown.
+const NVME_CAPABILITIES: &str = "NVMe has no REPORT CAPABILITIES: the types and persist through \
+     power loss come from Identify Namespace (RESCAP); NVMe has no all target ports, specify \
+     initiator ports, compatible reservation handling, replace lost reservation or allow \
+     commands (a registration covers every controller of a host), shown as no and 0";
+
 fn outcome_json(outcome: &Answer) -> OutcomeJson<'_> {
     match outcome {
         Answer::Keys(k) => OutcomeJson::Keys(k),
@@ -147,7 +158,8 @@ fn outcome_json(outcome: &Answer) -> OutcomeJson<'_> {
                 scope: res.scope,
             }),
         },
-        Answer::Capabilities(c) => OutcomeJson::Capabilities {
+        Answer::Capabilities(c) | Answer::NvmeCapabilities(c) => OutcomeJson::Capabilities {
+            note: matches!(outcome, Answer::NvmeCapabilities(_)).then_some(NVME_CAPABILITIES),
             capabilities: CapabilitiesJson {
                 replace_lost_reservation: c.rlr_c,
                 compatible_reservation_handling: c.crh,
@@ -261,8 +273,11 @@ fn outcome_text(device: &std::path::Path, outcome: &Answer) -> String {
                 );
             }
         },
-        Answer::Capabilities(c) => {
+        Answer::Capabilities(c) | Answer::NvmeCapabilities(c) => {
             let _ = writeln!(s, "{d}:");
+            if matches!(outcome, Answer::NvmeCapabilities(_)) {
+                let _ = writeln!(s, "  ({NVME_CAPABILITIES})");
+            }
             let _ = writeln!(
                 s,
                 "  persist through power loss: capable {}, active {}",

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use crate::discover::Protocol;
 use crate::host::{Host, SystemHost};
 use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget, TransportId};
 use crate::transport::{
@@ -200,6 +201,9 @@ fn perform(
     let outcome = match (operation, reply.answer) {
         (_, PrAnswer::Keys(keys)) => Answer::Keys(keys),
         (_, PrAnswer::Reservation(reservation)) => Answer::Reservation(reservation),
+        (_, PrAnswer::Capabilities(capabilities)) if device.protocol() == Protocol::Nvme => {
+            Answer::NvmeCapabilities(capabilities)
+        }
         (_, PrAnswer::Capabilities(capabilities)) => Answer::Capabilities(capabilities),
         (_, PrAnswer::FullStatus(status)) => Answer::FullStatus(status),
         (PrRequest::Out(out), PrAnswer::Out(report)) => Answer::Done {
