@@ -368,6 +368,9 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
     let fenced_in = start.elapsed();
     let reports = t.reports()?;
     assert_sole_survivor(&t, Node::B, &reports)?;
+    // `status` reads what the target says: A's key on no namespace (2), B's on all (0).
+    prfence_on(&t.node_args(Node::A), &["status", "--key", "0xa"], 2)?;
+    prfence_on(&t.node_args(Node::B), &["status", "--key", "0xb"], 0)?;
     writer.signal(Signal::SIGCONT)?;
     // The freeze may have caught the loop after a write completed but before it said so: that
     // one line may still say "wrote" (its write landed before the fence). The next must fail.

@@ -51,7 +51,7 @@ pub fn execute(
         FencingCommand::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
     };
     // Devices that vanished become dead paths of node-local LUs (never the arbiter); devices the
-    // admin must replace (a partition, an LVM volume, an NVMe disk) are a usage error.
+    // admin must replace (a partition, an LVM volume, a virtio disk) are a usage error.
     let resolution = match host.resolve_each(devices) {
         Ok(resolution) => resolution,
         Err(e) => {
