@@ -88,10 +88,7 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
     )?;
     let before = t.report(0)?;
     ensure!(before.keys() == [0xa, 0xb], "{before:?}");
-    ensure!(
-        before.holder().and_then(|h| h.host) == Some(Host::Node(Node::A)),
-        "{before:?}"
-    );
+    ensure!(before.holder() == Some(Host::Node(Node::A)), "{before:?}");
     ensure!(t.write_probe(Node::B, 0, 1) == WriteOutcome::Accepted);
     nvme(
         Node::B,
@@ -105,10 +102,7 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
     )?;
     let after = t.report(0)?;
     ensure!(after.keys() == [0xb], "{after:?}");
-    ensure!(
-        after.holder().and_then(|h| h.host) == Some(Host::Node(Node::B)),
-        "{after:?}"
-    );
+    ensure!(after.holder() == Some(Host::Node(Node::B)), "{after:?}");
     ensure!(
         after.generation > before.generation,
         "{before:?} → {after:?}"
@@ -133,10 +127,7 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
     prfence_on(&a, &["reserve", "--key", "0xa", "--type", "wero"], 0)?;
     let report = t.report(0)?;
     ensure!(report.rtype == NVME_WRITE_EXCLUSIVE_REG_ONLY, "{report:?}");
-    ensure!(
-        report.holder().and_then(|h| h.host) == Some(Host::Node(Node::A)),
-        "{report:?}"
-    );
+    ensure!(report.holder() == Some(Host::Node(Node::A)), "{report:?}");
 
     // What prfence reads through B is what the target reports.
     let keys = prfence_on(&b, &["keys", "--json"], 0)?.json()?;
@@ -171,10 +162,7 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
     )?;
     let report = t.report(0)?;
     ensure!(report.keys() == [0xb], "{report:?}");
-    ensure!(
-        report.holder().and_then(|h| h.host) == Some(Host::Node(Node::B)),
-        "{report:?}"
-    );
+    ensure!(report.holder() == Some(Host::Node(Node::B)), "{report:?}");
     ensure!(t.write_probe(Node::A, 0, 1) == WriteOutcome::Refused);
     ensure!(t.write_probe(Node::B, 0, 1) == WriteOutcome::Accepted);
 
@@ -324,7 +312,7 @@ fn assert_sole_survivor(
         );
         ensure!(
             [NVME_WRITE_EXCLUSIVE_REG_ONLY, NVME_WRITE_EXCLUSIVE_ALL_REGS].contains(&report.rtype)
-                && report.holder().and_then(|h| h.host) == Some(Host::Node(survivor)),
+                && report.holder() == Some(Host::Node(survivor)),
             "namespace {index}: not held WE-RO or WE-AR by node {}: {report:?}",
             survivor.letter()
         );
@@ -419,7 +407,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
             t.reports()?
                 .iter()
                 .all(|r| r.rtype == NVME_WRITE_EXCLUSIVE_REG_ONLY
-                    && r.holder().and_then(|h| h.host) == Some(Host::Node(Node::A))),
+                    && r.holder() == Some(Host::Node(Node::A))),
             "round {round}: A does not hold WE-RO everywhere after the unfences"
         );
         let start = Instant::now();
@@ -520,11 +508,6 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Who holds namespace `index` on the target.
-fn holder(t: &NvmeTopology, index: usize) -> anyhow::Result<Option<Host>> {
-    Ok(t.report(index)?.holder().and_then(|h| h.host))
-}
-
 /// The watch-mode agent on NVMe: A's agent watches its key on every namespace; B fences A; the
 /// agent must run its self-fence hook and exit 86, and a restarted agent must not bring the key
 /// back (P3): the target shows none of A's registrations and refuses A's writes throughout.
@@ -562,10 +545,7 @@ fn watch_agent_self_fences_and_never_reregisters() -> anyhow::Result<()> {
     while Instant::now() < until {
         for (index, report) in t.reports()?.iter().enumerate() {
             ensure!(
-                report
-                    .registrants
-                    .iter()
-                    .all(|r| r.host != Some(Host::Node(Node::A))),
+                !report.registers(Host::Node(Node::A)),
                 "namespace {index}: A registered again (agent {}): {report:?}",
                 again.state()
             );
@@ -610,7 +590,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     )?;
     a.wait_state("holder", Duration::from_secs(60))?;
     ensure!(
-        holder(&t, 0)? == Some(Host::Node(Node::A)),
+        t.report(0)?.holder() == Some(Host::Node(Node::A)),
         "A is not the holder on the target: {:?}",
         t.report(0)?
     );
@@ -629,7 +609,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     a.signal(Signal::SIGSTOP)?;
     let frozen = Instant::now();
     let handover = loop {
-        if holder(&t, 0)? == Some(Host::Node(Node::B)) {
+        if t.report(0)?.holder() == Some(Host::Node(Node::B)) {
             break frozen.elapsed();
         }
         ensure!(
@@ -641,10 +621,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     };
     let report = t.report(0)?;
     ensure!(
-        report
-            .registrants
-            .iter()
-            .all(|r| r.host != Some(Host::Node(Node::A))),
+        !report.registers(Host::Node(Node::A)),
         "A's key is still registered after the takeover: {report:?}"
     );
     b.wait_state("holder", Duration::from_secs(10))?;
@@ -668,7 +645,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     );
     read_hook(&hook_a)?;
     ensure!(
-        holder(&t, 0)? == Some(Host::Node(Node::B)),
+        t.report(0)?.holder() == Some(Host::Node(Node::B)),
         "B lost the namespace: {:?}",
         t.report(0)?
     );

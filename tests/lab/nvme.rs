@@ -103,8 +103,17 @@ impl Report {
         keys
     }
 
-    pub fn holder(&self) -> Option<&Registrant> {
-        self.registrants.iter().find(|r| r.holder)
+    /// The lab host that holds the reservation (the first, under an all-registrants type).
+    pub fn holder(&self) -> Option<Host> {
+        self.registrants
+            .iter()
+            .find(|r| r.holder)
+            .and_then(|r| r.host)
+    }
+
+    /// Whether `host` has a registration.
+    pub fn registers(&self, host: Host) -> bool {
+        self.registrants.iter().any(|r| r.host == Some(host))
     }
 }
 
