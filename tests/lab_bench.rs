@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 
 use lab::PRFENCE;
 const LUNS: usize = 256;
-const WINDOW: Duration = Duration::from_secs(30);
+const WINDOW: Duration = Duration::from_secs(15);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 const WORK: &str = "/run/lab-bench";
 

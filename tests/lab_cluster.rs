@@ -805,6 +805,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
     // the whole node down.
     ensure!(c.runs_agent(victim), "{v} runs no prfence agent");
     let refused_before = c.refused(victim);
+    let attempts_before = c.counter_log(victim).len();
     // The node's agent log outlives its restarts: only a reboot logged after the thaw counts.
     let reboots = || -> Vec<String> {
         std::fs::read_to_string(logs(victim).join("agent.log"))
@@ -829,9 +830,10 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         .with_context(|| format!("{v} went down but its agent never said it rebooted"))?;
     ensure!(
         c.refused(victim) > refused_before,
-        "{v} went down {} after the thaw without one write of its counter refused: {:?}",
+        "{v} went down {} after the thaw without one write of its counter refused; its writes \
+         since the thaw: {:?}",
         lab::secs(down),
-        c.counter_log(victim)
+        c.counter_log(victim).split_off(attempts_before)
     );
     let late: Vec<u64> = c
         .counter_log(victim)

@@ -31,7 +31,7 @@ crm_attribute --type crm_config --name stonith-action --update off
 # Emulated nodes can be slow to register a new device: a node may be asked to unfence itself before
 # its fencer knows the device ("No fence device"). A failed unfencing is retried at the next
 # transition; the recheck makes sure there is one soon.
-crm_attribute --type crm_config --name cluster-recheck-interval --update 20s
+crm_attribute --type crm_config --name cluster-recheck-interval --update 10s
 crm_attribute --type rsc_defaults --name resource-stickiness --update 100
 cibadmin --create --scope resources --xml-text "
 <primitive id='counter' class='ocf' provider='lab' type='counter'>

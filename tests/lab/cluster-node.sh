@@ -27,7 +27,9 @@ printf '%s\n' "$conf" >/etc/corosync/corosync.conf
 ip link set lo up
 echo "$name: namespaces ready" >>/var/log/cluster/node.log
 corosync -f >>/var/log/cluster/corosync.out 2>&1 &
-for _ in $(seq 600); do corosync-cfgtool -s >/dev/null 2>&1 && break; sleep 0.1; done
+# polled every 0.5 s: under emulation each poll is a process start that corosync's own start
+# competes with
+for _ in $(seq 120); do corosync-cfgtool -s >/dev/null 2>&1 && break; sleep 0.5; done
 export PCMK_logfile=/var/log/cluster/pacemaker.log PCMK_debug=no
 pacemakerd -f >>/var/log/cluster/pacemakerd.out 2>&1 &
 # The node agent in watch mode, as fence_scsi_check would run beside fence_scsi: fence_scsi's key
