@@ -135,7 +135,7 @@ impl Cluster {
         for node in Node::BOTH {
             cluster.boot(node)?;
         }
-        cluster.wait("both nodes online", SETTLE, |c| {
+        cluster.wait_in_node("both nodes online", |c| {
             let xml = c.in_node(Node::B, "crm_mon -1 --output-as=xml")?.stdout;
             Ok(Node::BOTH.iter().all(|&n| {
                 xml.contains(&format!("name=\"{}\"", name(n)))
@@ -158,7 +158,7 @@ impl Cluster {
                 &format!("bash {SOURCES}/cluster-config.sh {}", agent.name()),
             )?
             .ok()?;
-        let took = cluster.wait("the device registered by both fencers", SETTLE, |c| {
+        let took = cluster.wait_in_node("the device registered by both fencers", |c| {
             Node::BOTH.iter().try_fold(true, |all, &n| {
                 let run = c.in_node(n, "stonith_admin --list-registered")?;
                 Ok(all && run.stdout.contains("storage-fence"))
@@ -303,10 +303,31 @@ impl Cluster {
         )
     }
 
+    /// Polls `done` every 500 ms until it holds; fails (with the nodes' logs) after `limit`.
     fn wait(
         &self,
         what: &str,
         limit: Duration,
+        done: impl FnMut(&Self) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<Duration> {
+        self.wait_every(what, limit, Duration::from_millis(500), done)
+    }
+
+    /// [`Cluster::wait`] for a check that runs a cluster tool inside a node: each run is a process
+    /// start that competes, under emulation, with the very daemons starting up that it waits for.
+    fn wait_in_node(
+        &self,
+        what: &str,
+        done: impl FnMut(&Self) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<Duration> {
+        self.wait_every(what, SETTLE, Duration::from_secs(2), done)
+    }
+
+    fn wait_every(
+        &self,
+        what: &str,
+        limit: Duration,
+        poll: Duration,
         mut done: impl FnMut(&Self) -> anyhow::Result<bool>,
     ) -> anyhow::Result<Duration> {
         let start = Instant::now();
@@ -318,7 +339,7 @@ impl Cluster {
                 self.dump();
                 bail!("no {what} after {}", lab::secs(limit));
             }
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(poll);
         }
     }
 
@@ -1182,7 +1203,7 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
         ),
     )?
     .ok()?;
-    c.wait("fence_scsi started", SETTLE, |c| {
+    c.wait_in_node("fence_scsi started", |c| {
         let run = c.in_node(Node::B, "crm_mon -1")?;
         Ok(run.stdout.contains("(stonith:fence_scsi):\t Started"))
     })?;
