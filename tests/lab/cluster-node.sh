@@ -41,7 +41,8 @@ mkdir -p /run/prfence
 {
   echo 'mode = "watch"'
   echo 'check_interval = "1s"'
-  echo 'command_timeout = "2s"'
+  # corosync-cmapctl (the key) is bounded by it too; a node starting under emulation needs more
+  echo 'command_timeout = "5s"'
   for ((j = 0; j < i; j++)); do printf '[[device]]\npath = "/dev/disk/by-id/lab-lun%d"\n' "$j"; done
   printf '[key]\nderive = "fence_scsi"\nnode = "%s"\n' "$name"
   printf '[watch]\ngrace = "20s"\nmissing_confirmations = 2\n'
@@ -52,7 +53,12 @@ mkdir -p /run/prfence
 # Restarted as its unit restarts it (Restart=on-failure, RestartSec=2s,
 # RestartPreventExitStatus=86): an agent that starts while corosync is still too slow to answer
 # its key query exits and comes back.
+# It has nothing to judge before fence_pr's unfencing registers its key, which Pacemaker does only
+# after its controller joined: started 10 s after pacemakerd, it leaves the emulated CPU to
+# Pacemaker's own start, which on Linux 7.2 was otherwise slow enough for pacemakerd to kill its
+# controller as unresponsive (and the other node to fence this one for it).
 (
+  sleep 10
   while :; do
     status=0
     "$LAB_PRFENCE" agent --config /run/prfence/agent.toml --status-file /run/prfence/status.json \
