@@ -88,9 +88,7 @@ fn stage(root: &Path, binary: &Binary, stage: &Path, unit_dir: &str) -> anyhow::
                 "--bin",
                 NAME,
             ]))?;
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map_or_else(|| root.join("target"), PathBuf::from);
-            target.join("release/prfence")
+            target_dir(root).join("release/prfence")
         }
         Binary::Given(path) => path.clone(),
     };
@@ -172,10 +170,15 @@ fn staged_files(stage: &Path) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
+/// Cargo's target dir: `CARGO_TARGET_DIR`, a relative one taken from the workspace root as the
+/// release build started there reads it (and made absolute: the packaging steps run tools in
+/// other directories), else `target` in the workspace.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |dir| root.join(dir))
+}
+
 fn out_dir(root: &Path) -> anyhow::Result<PathBuf> {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    let dir = target.join("packages");
+    let dir = target_dir(root).join("packages");
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
