@@ -825,7 +825,6 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
     // its agent finds its key gone (two reads a second apart) and self-fences: reboot(2) takes
     // the whole node down.
     ensure!(c.runs_agent(victim), "{v} runs no prfence agent");
-    let refused_before = c.refused(victim);
     let attempts_before = c.counter_log(victim).len();
     // The node's agent log outlives its restarts: only a reboot logged after the thaw counts.
     let reboots = || -> Vec<String> {
@@ -849,12 +848,16 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         .and_then(<[String]>::last)
         .cloned()
         .with_context(|| format!("{v} went down but its agent never said it rebooted"))?;
+    let since_thaw = c.counter_log(victim).split_off(attempts_before);
+    let refused = since_thaw
+        .iter()
+        .filter(|(_, verdict)| verdict == "refused")
+        .count();
     ensure!(
-        c.refused(victim) > refused_before,
+        refused > 0,
         "{v} went down {} after the thaw without one write of its counter refused; its writes \
-         since the thaw: {:?}",
+         since the thaw: {since_thaw:?}",
         lab::secs(down),
-        c.counter_log(victim).split_off(attempts_before)
     );
     let late: Vec<u64> = c
         .counter_log(victim)
@@ -867,7 +870,6 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         "{v}'s writes {late:?} were accepted although the disk held {on_disk_at_freeze:?} at \
          the freeze: they landed after it"
     );
-    let refused = c.refused(victim) - refused_before;
     for lun in 0..LUNS {
         let probe = c.t.write_probe(victim, lun, 100);
         ensure!(
