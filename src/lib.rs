@@ -9,7 +9,7 @@ pub mod cli;
 pub mod daemon;
 pub mod fence_agent;
 
-/// The SPC target model: only for tests (the engine's `spc-model` feature).
+/// The SPC target model: only for tests (the engine's `test-support` feature).
 #[cfg(test)]
 pub use prfence_engine::spc_model;
 pub use prfence_engine::{

@@ -12,7 +12,6 @@
 //!   exists than was allocated, the command is re-issued once with a larger (bounded) allocation.
 
 use std::path::{Path, PathBuf};
-use std::thread;
 use std::time::Duration;
 
 use sg_io::{
@@ -194,7 +193,7 @@ impl<D: ScsiDevice> ScsiPr<D> {
                         ));
                     }
                     tracing::debug!(device = %self.device.path().display(), %command, ?backoff, "not ready; retrying");
-                    thread::sleep(backoff);
+                    crate::runtime::sleep(backoff);
                     backoff = backoff.saturating_mul(2);
                 }
             }

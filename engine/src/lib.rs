@@ -18,7 +18,8 @@ pub mod ops;
 /// The PR codec, its own crate (`pr-codec`); re-exported so `crate::pr::…` paths read naturally.
 pub use pr_codec as pr;
 pub mod process;
-#[cfg(any(test, feature = "spc-model"))]
+pub mod runtime;
+#[cfg(any(test, feature = "test-support"))]
 pub mod spc_model;
 pub mod transport;
 

@@ -24,7 +24,6 @@
 
 use std::path::Path;
 use std::sync::OnceLock;
-use std::thread;
 use std::time::Duration;
 
 use nvme_io::{
@@ -495,7 +494,7 @@ impl<D: NvmeDevice> NvmePr<D> {
                         ));
                     }
                     tracing::debug!(device = %self.path().display(), %command, ?backoff, "namespace not ready; retrying");
-                    thread::sleep(backoff);
+                    crate::runtime::sleep(backoff);
                     backoff = backoff.saturating_mul(2);
                 }
             }

@@ -1081,14 +1081,6 @@ mod engine {
     use super::*;
     use crate::ops::{self, Limits, LuTarget, Outcome};
 
-    fn block_on<F: std::future::Future>(future: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap()
-            .block_on(future)
-    }
-
     fn limits() -> Limits {
         Limits {
             deadline: Duration::from_secs(20),
@@ -1113,7 +1105,7 @@ mod engine {
         use crate::ops::doctor::{DoctorPath, PathFacts, PathRegistration, TargetKind, doctor};
         let namespaces = vec![Arc::new(Mutex::new(Namespace::default()))];
         for (id, key) in [(0xaa, A), (0xbb, B)] {
-            block_on(ops::unfence(targets(&namespaces, id), key, limits())).unwrap();
+            ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
         }
         let facts = |host: &str| PathFacts {
             nvme_host_id: Some(host.to_string()),
@@ -1137,7 +1129,7 @@ mod engine {
                 .collect::<Vec<_>>()
         };
         let ours = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa";
-        let diagnosis = block_on(doctor(lus(ours), Some(A), Duration::from_secs(10))).unwrap();
+        let diagnosis = doctor(lus(ours), Some(A), Duration::from_secs(10)).unwrap();
         let path = &diagnosis.lus[0].paths[0];
         assert_eq!(
             path.registration,
@@ -1148,7 +1140,7 @@ mod engine {
         assert!(diagnosis.ready, "{diagnosis:?}");
         // Another host id: not registered.
         let other = "cccccccc-cccc-cccc-cccc-cccccccccccc";
-        let diagnosis = block_on(doctor(lus(other), Some(A), Duration::from_secs(10))).unwrap();
+        let diagnosis = doctor(lus(other), Some(A), Duration::from_secs(10)).unwrap();
         assert_eq!(
             diagnosis.lus[0].paths[0].registration,
             PathRegistration::NotRegistered
@@ -1161,7 +1153,7 @@ mod engine {
             .map(|_| Arc::new(Mutex::new(Namespace::default())))
             .collect();
         for (id, key) in [(0xaa, A), (0xbb, B)] {
-            let report = block_on(ops::unfence(targets(&namespaces, id), key, limits())).unwrap();
+            let report = ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
             assert_eq!(report.outcome, Outcome::Success, "{report:?}");
         }
         for ns in &namespaces {
@@ -1169,7 +1161,7 @@ mod engine {
             assert_eq!(ns.registrants.len(), 2);
             assert_eq!((ns.holder, ns.rtype), (Some([0xaa; 16]), 3));
         }
-        let report = block_on(ops::fence(targets(&namespaces, 0xaa), A, B, limits())).unwrap();
+        let report = ops::fence(targets(&namespaces, 0xaa), A, B, limits()).unwrap();
         assert_eq!(report.outcome, Outcome::Success, "{report:?}");
         for ns in &namespaces {
             let ns = ns.lock().unwrap();
@@ -1177,21 +1169,21 @@ mod engine {
             assert_eq!(ns.holder, Some([0xaa; 16]));
         }
         // The fenced host cannot fence back: its key is gone from the arbiter.
-        let report = block_on(ops::fence(targets(&namespaces, 0xbb), B, A, limits())).unwrap();
+        let report = ops::fence(targets(&namespaces, 0xbb), B, A, limits()).unwrap();
         assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:?}");
         assert_eq!(
             namespaces[0].lock().unwrap().registrants,
             vec![([0xaa; 16], 0xa)]
         );
-        let report = block_on(ops::status(targets(&namespaces, 0xbb), B, limits())).unwrap();
+        let report = ops::status(targets(&namespaces, 0xbb), B, limits()).unwrap();
         assert_eq!(report.outcome, Outcome::Off, "{report:?}");
-        let report = block_on(ops::status(targets(&namespaces, 0xaa), A, limits())).unwrap();
+        let report = ops::status(targets(&namespaces, 0xaa), A, limits()).unwrap();
         assert_eq!(report.outcome, Outcome::Success, "{report:?}");
         // heal: nothing to repair for the survivor (one host registration covers its path), and
         // never a re-registration for the fenced host (P3).
-        let report = block_on(ops::heal(targets(&namespaces, 0xaa), A, limits())).unwrap();
+        let report = ops::heal(targets(&namespaces, 0xaa), A, limits()).unwrap();
         assert_eq!(report.outcome, Outcome::Success, "{report:?}");
-        let report = block_on(ops::heal(targets(&namespaces, 0xbb), B, limits())).unwrap();
+        let report = ops::heal(targets(&namespaces, 0xbb), B, limits()).unwrap();
         assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:?}");
         let ns = namespaces[0].lock().unwrap();
         assert_eq!(ns.registrants, vec![([0xaa; 16], 0xa)]);

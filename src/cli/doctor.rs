@@ -189,19 +189,8 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
             }],
         });
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("prfence: cannot start the async runtime: {e}");
-            return ExitStatus::Failure;
-        }
-    };
-    let result = runtime.block_on(doctor::doctor(lus, key, args.deadline));
-    runtime.shutdown_background();
+    // An LU still being read at the deadline is left behind; the process exits without it.
+    let result = doctor::doctor(lus, key, args.deadline);
     match result {
         Ok(diagnosis) => {
             let status = exit_status(&diagnosis);

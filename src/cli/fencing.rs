@@ -99,17 +99,6 @@ pub fn execute(
             FencingCommand::Unfence(_) | FencingCommand::Status(_) => ops::TIE_BREAK,
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("prfence: cannot start the async runtime: {e}");
-            return ExitStatus::Failure;
-        }
-    };
     // Progress goes to stderr, so the report on stdout stays what scripts parse.
     let progress = show_progress(std::io::stderr().is_terminal(), json);
     let mut observer = |done: LuDone<'_>| {
@@ -117,21 +106,13 @@ pub fn execute(
             print_progress(&done);
         }
     };
-    let result: Result<Report, RequestError> = runtime.block_on(async {
-        match action {
-            FencingCommand::Unfence(_) => {
-                ops::unfence_observed(lus, key, limits, &mut observer).await
-            }
-            FencingCommand::Status(_) => {
-                ops::status_observed(lus, key, limits, &mut observer).await
-            }
-            FencingCommand::Fence(f) => {
-                ops::fence_observed(lus, key, f.victim, limits, &mut observer).await
-            }
-        }
-    });
-    // LUs that timed out may still have a command in the kernel; do not wait for them.
-    runtime.shutdown_background();
+    // LUs that time out may still have a command in the kernel; the engine does not wait for
+    // them, and the process exits without them.
+    let result: Result<Report, RequestError> = match action {
+        FencingCommand::Unfence(_) => ops::unfence_observed(lus, key, limits, &mut observer),
+        FencingCommand::Status(_) => ops::status_observed(lus, key, limits, &mut observer),
+        FencingCommand::Fence(f) => ops::fence_observed(lus, key, f.victim, limits, &mut observer),
+    };
     match result {
         Ok(report) => {
             print_report(&report, json);

@@ -500,16 +500,7 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
         id: "naa.6001405aaaa".to_string(),
         paths: vec![fencing::with_cli_hints(Ok(path)).unwrap()],
     }];
-    let report = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(crate::ops::status(
-            targets,
-            Key::new(0xa),
-            Limits::default(),
-        ))
-        .unwrap();
+    let report = crate::ops::status(targets, Key::new(0xa), Limits::default()).unwrap();
     let error = report.lus[0].paths[0].error.as_deref().unwrap();
     assert!(
         error.ends_with(
@@ -575,12 +566,7 @@ fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
             path(a2, "/dev/sdc", "23d000002"),
         ],
     }];
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(doctor(lus, Some(a), std::time::Duration::from_secs(10)))
-        .unwrap()
+    doctor(lus, Some(a), std::time::Duration::from_secs(10)).unwrap()
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! Runs one admin command on every device concurrently and reports in argument order.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::discover::Protocol;
 use crate::host::{Host, SystemHost};
@@ -10,6 +10,7 @@ use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget, TransportId};
 use crate::transport::{
     Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport,
 };
+use prfence_engine::runtime::{self, Finished};
 
 use super::args::{Cli, Cmd, Devices};
 use super::fencing;
@@ -280,55 +281,22 @@ fn run_concurrently<W>(
 where
     W: Fn(&Path) -> Result<Reported, CommandError> + Send + Sync + 'static,
 {
-    let until = Instant::now() + deadline;
-    let work = Arc::new(work);
-    let (send, receive) = mpsc::channel();
-    let mut results: Vec<Option<Result<Reported, CommandError>>> = devices
-        .iter()
-        .enumerate()
-        .map(|(index, path)| {
-            let (work, send, owned) = (Arc::clone(&work), send.clone(), path.clone());
-            std::thread::Builder::new()
-                .name("prfence-device".to_owned())
-                .spawn(move || {
-                    let _ = send.send((index, work(&owned)));
-                })
-                .err()
-                .map(|e| Err(spawn_failed(path, &e)))
-        })
-        .collect();
-    drop(send);
-    let mut pending = results.iter().filter(|r| r.is_none()).count();
-    while pending > 0 {
-        match receive.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok((index, result)) => {
-                if let Some(slot) = results.get_mut(index) {
-                    *slot = Some(result);
-                }
-                pending -= 1;
-            }
-            // The deadline passed, or a worker died without answering (a panic, already printed).
-            Err(_) => break,
-        }
-    }
-    let past_deadline = Instant::now() >= until;
+    let until = runtime::now() + deadline;
+    let finished = runtime::fan_out(devices, until, move |path| work(path), &mut |_, _, _| {});
     devices
         .iter()
-        .zip(results)
-        .map(|(path, result)| {
-            result.unwrap_or_else(|| {
-                Err(if past_deadline {
-                    timed_out(path, command, deadline)
-                } else {
-                    CommandError::without_completion(
-                        path,
-                        command,
-                        ErrorKind::Failed,
-                        "the device's worker thread panicked; nothing is known about the result: \
-                         check the device's state before rerunning",
-                    )
-                })
-            })
+        .zip(finished)
+        .map(|(path, finished)| match finished {
+            Finished::Done { value, .. } => value,
+            Finished::TimedOut => Err(timed_out(path, command, deadline)),
+            Finished::Panicked => Err(CommandError::without_completion(
+                path,
+                command,
+                ErrorKind::Failed,
+                "the device's worker thread panicked; nothing is known about the result: \
+                 check the device's state before rerunning",
+            )),
+            Finished::NotStarted(why) => Err(spawn_failed(path, &why)),
         })
         .collect()
 }
@@ -349,7 +317,7 @@ fn timed_out(path: &Path, command: Command, deadline: Duration) -> CommandError 
 }
 
 /// The error of a device whose worker thread could not be started.
-fn spawn_failed(path: &Path, error: &std::io::Error) -> CommandError {
+fn spawn_failed(path: &Path, error: &dyn std::fmt::Display) -> CommandError {
     CommandError::without_completion(
         path,
         Command::Open,
@@ -367,6 +335,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+    use std::time::Instant;
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(args).unwrap()

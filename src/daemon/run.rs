@@ -540,16 +540,15 @@ pub(super) async fn heal_lu(
             .saturating_mul(per_path.saturating_mul(3).saturating_add(4)),
         ..ops::Limits::default()
     };
-    let report = ops::heal(
-        vec![ops::LuTarget {
-            id: lu_id,
-            paths: opened,
-        }],
-        key,
-        limits,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let lus = vec![ops::LuTarget {
+        id: lu_id,
+        paths: opened,
+    }];
+    // The engine blocks until the heal is done or its deadline passed.
+    let report = tokio::task::spawn_blocking(move || ops::heal(lus, key, limits))
+        .await
+        .map_err(|e| format!("the heal's thread failed: {e}"))?
+        .map_err(|e| e.to_string())?;
     report
         .lus
         .into_iter()

@@ -381,21 +381,6 @@ fn lu_targets(
     Ok(Targets { lus, given })
 }
 
-/// Runs one engine command on a fresh runtime. LUs that timed out may still have a command in
-/// the kernel; the runtime is shut down without waiting for them.
-fn run_engine<F: std::future::Future<Output = Result<Report, ops::RequestError>>>(
-    future: F,
-) -> Result<Report, Failed> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-        .map_err(|e| Failed(format!("cannot start the async runtime: {e}")))?;
-    let result = runtime.block_on(future);
-    runtime.shutdown_background();
-    result.map_err(Failed::from)
-}
-
 /// Logs the engine's evidence: failures as errors, dead paths as warnings, the rest below.
 fn log_report(report: &Report) {
     for lu in &report.lus {
@@ -534,7 +519,7 @@ fn status_of(
     started: Instant,
 ) -> Result<Report, Failed> {
     let targets = lu_targets(options, system, false)?;
-    let report = run_engine(ops::status(targets.lus, key, limits(started)))?;
+    let report = ops::status(targets.lus, key, limits(started)).map_err(Failed::from)?;
     log_report(&report);
     Ok(report)
 }
@@ -629,7 +614,7 @@ fn unfence(
     system.store().write_key(key.get()).map_err(Failed::from)?;
     let targets = lu_targets(options, system, options.aptpl)?;
     let given = targets.given;
-    let report = run_engine(ops::unfence(targets.lus, key, limits(started)))?;
+    let report = ops::unfence(targets.lus, key, limits(started)).map_err(Failed::from)?;
     log_report(&report);
     for lu in report.lus.iter().filter(|lu| lu.ok) {
         for device in given.get(&lu.lu).into_iter().flatten() {
@@ -659,7 +644,7 @@ fn fence(
     let own = stored_key(system, "needed to preempt the victim")?;
     super::check_not_self(victim.get(), own.get()).map_err(Failed::from)?;
     let targets = lu_targets(options, system, false)?;
-    let report = run_engine(ops::fence(targets.lus, own, victim, limits(started)))?;
+    let report = ops::fence(targets.lus, own, victim, limits(started)).map_err(Failed::from)?;
     log_report(&report);
     match report.outcome {
         Outcome::Success => {
@@ -743,7 +728,7 @@ fn monitor(
     // the engine's status pass and under the same deadline: a probe still blocked then (a hung
     // path) only costs a warning, since the status pass says whether the LU answers.
     let pending = spawn_capability_probes(&targets.lus);
-    let report = run_engine(ops::status(targets.lus, own, limits))?;
+    let report = ops::status(targets.lus, own, limits).map_err(Failed::from)?;
     let caps = collect_capability_probes(pending, until);
     let mut problems: Vec<String> = Vec::new();
     for found in caps.into_iter().flatten() {

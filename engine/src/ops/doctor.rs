@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::{self, Finished};
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::keys::LeaseKey;
 use crate::pr::nvme::HostId;
@@ -885,7 +885,7 @@ pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
 
 /// Gathers and judges every LU at once; an LU still being read at `deadline` is judged from no
 /// replies (a problem that says it timed out).
-pub async fn doctor<T: PrTransport + 'static>(
+pub fn doctor<T: PrTransport + 'static>(
     lus: Vec<LuTarget<DoctorPath<T>>>,
     own: Option<Key>,
     deadline: Duration,
@@ -895,47 +895,43 @@ pub async fn doctor<T: PrTransport + 'static>(
     }
     let lus: Vec<Arc<LuTarget<DoctorPath<T>>>> =
         normalize(lus)?.into_iter().map(Arc::new).collect();
-    let until = Instant::now() + deadline;
-    let handles: Vec<_> = lus
-        .iter()
-        .map(|lu| {
-            let lu = Arc::clone(lu);
-            tokio::task::spawn_blocking(move || gather(&lu))
-        })
-        .collect();
+    let until = runtime::now() + deadline;
+    let gathered = runtime::fan_out(&lus, until, |lu| gather(lu), &mut |_, _, _| {});
     let mut judged = Vec::with_capacity(lus.len());
-    for (index, (lu, handle)) in lus.iter().zip(handles).enumerate() {
-        let replies = match tokio::time::timeout_at(until, handle).await {
-            Ok(Ok(replies)) => replies,
-            outcome => {
-                let why = match outcome {
-                    Ok(Err(join)) => format!("internal error while reading the LU: {join}"),
-                    _ => format!(
-                        "no answer within the overall deadline of {} s",
-                        deadline.as_secs_f64()
-                    ),
-                };
-                LuReplies {
-                    lu: lu.id.clone(),
-                    paths: lu
-                        .paths
-                        .iter()
-                        .map(|p| {
-                            (
-                                p.device().display().to_string(),
-                                p.facts.clone(),
-                                Err(ReadError {
-                                    kind: ErrorKind::Timeout,
-                                    message: why.clone(),
-                                }),
-                            )
-                        })
-                        .collect(),
-                    reservation: None,
-                    capabilities: None,
-                    full_status: None,
-                }
+    for (index, (lu, finished)) in lus.iter().zip(gathered).enumerate() {
+        let why = match finished {
+            Finished::Done { value, .. } => {
+                judged.push(judge(&value, own, index == 0));
+                continue;
             }
+            Finished::TimedOut => format!(
+                "no answer within the overall deadline of {} s",
+                deadline.as_secs_f64()
+            ),
+            Finished::Panicked => "internal error while reading the LU (a panic)".to_string(),
+            Finished::NotStarted(why) => {
+                format!("no thread could be started to read the LU: {why}")
+            }
+        };
+        let replies = LuReplies {
+            lu: lu.id.clone(),
+            paths: lu
+                .paths
+                .iter()
+                .map(|p| {
+                    (
+                        p.device().display().to_string(),
+                        p.facts.clone(),
+                        Err(ReadError {
+                            kind: ErrorKind::Timeout,
+                            message: why.clone(),
+                        }),
+                    )
+                })
+                .collect(),
+            reservation: None,
+            capabilities: None,
+            full_status: None,
         };
         judged.push(judge(&replies, own, index == 0));
     }

@@ -13,7 +13,7 @@ const B: Key = Key::new(0xb);
 
 type Path = DoctorPath<ScsiPr<ModelDevice>>;
 
-use crate::ops::tests::{block_on, quick};
+use crate::ops::tests::quick;
 
 /// One LU; node A has `a_isids.len()` sessions, node B one.
 struct Setup {
@@ -74,7 +74,7 @@ impl Setup {
             id: "naa.6001405000000001".to_string(),
             paths,
         }];
-        let d = block_on(doctor(lus, own, Duration::from_secs(10))).unwrap();
+        let d = doctor(lus, own, Duration::from_secs(10)).unwrap();
         assert_eq!(self.generation(), before, "doctor changed PRgeneration");
         d
     }

@@ -1,15 +1,13 @@
-//! Running the per-LU steps: blocking PR commands on tokio's blocking pool, every LU at once,
-//! under one overall deadline; the arbiter alone and first for fence. Callers that show progress
-//! pass an observer (the `*_observed` forms), told of each LU as it finishes.
+//! Running the per-LU steps: blocking PR commands, every LU at once on a thread of its own
+//! ([`runtime::fan_out`]), under one overall deadline; the arbiter alone and first for fence.
+//! Callers that show progress pass an observer (the `*_observed` forms), told of each LU as it
+//! finishes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::task::JoinSet;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::pr::Key;
+use crate::runtime::{self, Finished};
 use crate::transport::PrTransport;
 
 use super::fence::{fence_arbiter, fence_follower};
@@ -74,12 +72,12 @@ impl<'o, 'a> Tally<'o, 'a> {
 }
 
 /// What a fan-out tells as each LU finishes: its report and how long it ran.
-type Tell<'a> = dyn FnMut(&LuReport, Duration) + Send + 'a;
+type Tell<'a> = dyn FnMut(&LuReport, Duration) + 'a;
 
 /// Runs `op` on every LU concurrently and tells each report as its LU finishes; a LU still
 /// running at `until` is reported (and told) as timed out (its blocking call keeps running in
 /// the background; a rerun converges, P4). Reports come back in LU order.
-async fn fan_out<T, F>(
+fn fan_out<T, F>(
     lus: &[Arc<LuTarget<T>>],
     until: Instant,
     op: F,
@@ -89,76 +87,40 @@ where
     T: PrTransport + 'static,
     F: Fn(&LuTarget<T>) -> LuReport + Send + Sync + 'static,
 {
-    let op = Arc::new(op);
-    let started = std::time::Instant::now();
-    let mut running = JoinSet::new();
-    let mut index_of = HashMap::with_capacity(lus.len());
-    for (index, lu) in lus.iter().enumerate() {
-        let (lu, op) = (Arc::clone(lu), Arc::clone(&op));
-        let task = running.spawn_blocking(move || {
-            let began = std::time::Instant::now();
-            let report = op(&lu);
-            (report, began.elapsed())
-        });
-        index_of.insert(task.id(), index);
-    }
-    let mut reports: Vec<Option<LuReport>> = vec![None; lus.len()];
-    // Joined as they finish, not in LU order, so one slow LU does not hold back the news of the
-    // others.
-    loop {
-        let finished = match tokio::time::timeout_at(until, running.join_next_with_id()).await {
-            Ok(Some(finished)) => finished,
-            Ok(None) => break,
-            Err(_) => {
-                // Dropping the set would abort the tasks not started yet; like those running,
-                // they are left to finish in the background.
-                running.detach_all();
-                break;
-            }
-        };
-        let (id, result) = match finished {
-            Ok((id, ran)) => (id, Ok(ran)),
-            Err(join) => (join.id(), Err(join)),
-        };
-        // Every task's id was recorded when it was spawned, with its LU's index.
-        let Some(&index) = index_of.get(&id) else {
-            continue;
-        };
-        let Some(lu) = lus.get(index) else {
-            continue;
-        };
-        let (report, took) = result.unwrap_or_else(|join| {
-            let report = LuReport::bare(
-                &lu.id,
-                &devices(lu),
-                Verdict::Failed,
-                Some(format!("internal error while working on the LU: {join}")),
-            );
-            (report, started.elapsed())
-        });
-        tell(&report, took);
-        if let Some(slot) = reports.get_mut(index) {
-            *slot = Some(report);
-        }
-    }
-    let mut in_order = Vec::with_capacity(lus.len());
-    for (lu, report) in lus.iter().zip(reports) {
-        in_order.push(report.unwrap_or_else(|| {
-            let report = LuReport::bare(
-                &lu.id,
-                &devices(lu),
-                Verdict::TimedOut,
-                Some(
+    let started = runtime::now();
+    let finished = runtime::fan_out(lus, until, move |lu| op(lu), &mut |_, report, took| {
+        tell(report, took)
+    });
+    lus.iter()
+        .zip(finished)
+        .map(|(lu, finished)| {
+            let (verdict, error) = match finished {
+                Finished::Done { value, .. } => return value,
+                Finished::TimedOut => (
+                    Verdict::TimedOut,
                     "still pending at the overall deadline; the LU may be half done: rerun the \
                      command, it converges"
                         .to_string(),
                 ),
-            );
-            tell(&report, started.elapsed());
+                Finished::Panicked => (
+                    Verdict::Failed,
+                    "internal error while working on the LU (a panic); nothing is known about \
+                     what was done: check the LU before rerunning"
+                        .to_string(),
+                ),
+                Finished::NotStarted(why) => (
+                    Verdict::Failed,
+                    format!(
+                        "no thread could be started for the LU ({why}): the process hit a thread \
+                         or memory limit; name fewer devices"
+                    ),
+                ),
+            };
+            let report = LuReport::bare(&lu.id, &devices(lu), verdict, Some(error));
+            tell(&report, runtime::now().saturating_duration_since(started));
             report
-        }));
-    }
-    in_order
+        })
+        .collect()
 }
 
 /// A fan-out whose LUs are not news to the caller (fence's re-read and withdrawal, heal).
@@ -179,31 +141,30 @@ fn failed_ids(reports: &[LuReport]) -> String {
 
 /// Registers `own` on every path of every LU, reserves where no reservation exists, verifies.
 /// P3: the only engine command that registers a key that may have been preempted.
-pub async fn unfence<T: PrTransport + 'static>(
+pub fn unfence<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
-    unfence_observed(lus, own, limits, &mut |_| {}).await
+    unfence_observed(lus, own, limits, &mut |_| {})
 }
 
 /// [`unfence`], telling `observer` of each LU as it finishes.
-pub async fn unfence_observed<T: PrTransport + 'static>(
+pub fn unfence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     limits: Limits,
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
-    let until = Instant::now() + limits.deadline;
+    let until = runtime::now() + limits.deadline;
     let mut tally = Tally::new(observer, lus.len());
     let reports = fan_out(
         &lus,
         until,
         move |lu| unfence_lu(lu, own),
         &mut |r, took| tally.tell(r, false, Some(took)),
-    )
-    .await;
+    );
     let (outcome, summary) = if all_ok(&reports) {
         (
             Outcome::Success,
@@ -227,19 +188,19 @@ pub async fn unfence_observed<T: PrTransport + 'static>(
 /// only if this node won there (P2). After the fan-out the arbiter is read again; if our own key
 /// vanished meanwhile (someone fenced us), what we registered is withdrawn and the outcome is
 /// [`Outcome::ThisNodeFenced`].
-pub async fn fence<T: PrTransport + 'static>(
+pub fn fence<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     victim: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
-    fence_observed(lus, own, victim, limits, &mut |_| {}).await
+    fence_observed(lus, own, victim, limits, &mut |_| {})
 }
 
 /// [`fence`], telling `observer` of each LU as it finishes: the arbiter first, then the others
 /// (each as skipped if the arbiter did not succeed). The re-read of the arbiter and a withdrawal
 /// are not told: they can still change the verdicts (see [`LuDone::report`]).
-pub async fn fence_observed<T: PrTransport + 'static>(
+pub fn fence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     victim: Key,
@@ -251,7 +212,7 @@ pub async fn fence_observed<T: PrTransport + 'static>(
         return Err(RequestError::SameKey(own));
     }
     let lus = prepare(lus, own)?;
-    let until = Instant::now() + limits.deadline;
+    let until = runtime::now() + limits.deadline;
     let Some((arbiter, followers)) = lus.split_first() else {
         return Err(RequestError::NoLus);
     };
@@ -268,7 +229,6 @@ pub async fn fence_observed<T: PrTransport + 'static>(
         move |lu| fence_arbiter(lu, own, victim, tie_break),
         &mut |r, took| tally.tell(r, true, Some(took)),
     )
-    .await
     .pop()
     .unwrap_or_else(|| LuReport::bare(&arbiter.id, &devices(arbiter), Verdict::Failed, None));
     if !arbiter_report.ok {
@@ -311,15 +271,12 @@ pub async fn fence_observed<T: PrTransport + 'static>(
         });
     }
     let mut reports = vec![arbiter_report];
-    reports.extend(
-        fan_out(
-            followers,
-            until,
-            move |lu| fence_follower(lu, own, victim),
-            &mut |r, took| tally.tell(r, false, Some(took)),
-        )
-        .await,
-    );
+    reports.extend(fan_out(
+        followers,
+        until,
+        move |lu| fence_follower(lu, own, victim),
+        &mut |r, took| tally.tell(r, false, Some(took)),
+    ));
     if !followers.is_empty() {
         let recheck = fan_out(
             std::slice::from_ref(arbiter),
@@ -336,8 +293,7 @@ pub async fn fence_observed<T: PrTransport + 'static>(
                 work.finish(result, &[Verdict::VictimRemoved])
             },
             &mut silent,
-        )
-        .await;
+        );
         let fenced_meanwhile = recheck
             .first()
             .is_some_and(|r| r.verdict == Verdict::ThisNodeFenced);
@@ -351,8 +307,7 @@ pub async fn fence_observed<T: PrTransport + 'static>(
                     work.finish(Ok(Verdict::ThisNodeFenced), &[])
                 },
                 &mut silent,
-            )
-            .await;
+            );
             for (report, withdrawal) in reports.iter_mut().skip(1).zip(withdrawn) {
                 report.ok = false;
                 report.verdict = Verdict::ThisNodeFenced;
@@ -409,28 +364,27 @@ pub async fn fence_observed<T: PrTransport + 'static>(
 }
 
 /// Reads whether `own` is registered on each LU. Success: on all; Off: on none; Partial: some.
-pub async fn status<T: PrTransport + 'static>(
+pub fn status<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
-    status_observed(lus, own, limits, &mut |_| {}).await
+    status_observed(lus, own, limits, &mut |_| {})
 }
 
 /// [`status`], telling `observer` of each LU as it has been read.
-pub async fn status_observed<T: PrTransport + 'static>(
+pub fn status_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     limits: Limits,
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
-    let until = Instant::now() + limits.deadline;
+    let until = runtime::now() + limits.deadline;
     let mut tally = Tally::new(observer, lus.len());
     let reports = fan_out(&lus, until, move |lu| status_lu(lu, own), &mut |r, took| {
         tally.tell(r, false, Some(took))
-    })
-    .await;
+    });
     let on: Vec<&str> = reports
         .iter()
         .filter(|r| r.verdict == Verdict::Registered)
@@ -489,14 +443,14 @@ pub async fn status_observed<T: PrTransport + 'static>(
 /// Repairs this node's registrations on every LU where its key is still present (new iSCSI
 /// sessions registered, orphaned registrations purged). Never registers where the key is gone
 /// (P3): such LUs report [`Verdict::ThisNodeFenced`].
-pub async fn heal<T: PrTransport + 'static>(
+pub fn heal<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
-    let until = Instant::now() + limits.deadline;
-    let reports = fan_out(&lus, until, move |lu| heal_lu(lu, own), &mut silent).await;
+    let until = runtime::now() + limits.deadline;
+    let reports = fan_out(&lus, until, move |lu| heal_lu(lu, own), &mut silent);
     let (outcome, summary) = if all_ok(&reports) {
         (
             Outcome::Success,

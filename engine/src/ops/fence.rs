@@ -47,7 +47,7 @@ fn arbiter_steps<T: PrTransport>(
              fence first, then read the keys again (tie-break)",
             tie_break.as_secs_f64()
         ));
-        std::thread::sleep(tie_break);
+        crate::runtime::sleep(tie_break);
         (index, keys) = work.read_keys_any()?;
     }
     if !keys.keys.contains(&own) {

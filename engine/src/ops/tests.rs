@@ -30,27 +30,13 @@ pub(in crate::ops) fn quick() -> Policy {
     }
 }
 
-pub(in crate::ops) fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-/// For a test with a LU hung past the deadline: a 2 s deadline, and a runtime of its own that
-/// the test shuts down without waiting for the hung thread.
-fn hung_lu_setup() -> (Limits, tokio::runtime::Runtime) {
-    let limits = Limits {
+/// For a test with a LU hung past the deadline: a 2 s deadline (the engine leaves the hung
+/// thread behind, as the CLI and fence_pr do).
+fn hung_lu_limits() -> Limits {
+    Limits {
         deadline: Duration::from_secs(2),
         tie_break: Duration::ZERO,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-        .unwrap();
-    (limits, runtime)
+    }
 }
 
 /// No tie-break wait: the race tests interleave the two nodes' commands themselves.
@@ -162,19 +148,19 @@ impl Fixture {
     }
 
     fn unfence(&self, node: usize, key: Key) -> Report {
-        block_on(unfence(self.targets(node), key, limits())).unwrap()
+        unfence(self.targets(node), key, limits()).unwrap()
     }
 
     fn fence(&self, node: usize, own: Key, victim: Key) -> Report {
-        block_on(fence(self.targets(node), own, victim, limits())).unwrap()
+        fence(self.targets(node), own, victim, limits()).unwrap()
     }
 
     fn status(&self, node: usize, key: Key) -> Report {
-        block_on(status(self.targets(node), key, limits())).unwrap()
+        status(self.targets(node), key, limits()).unwrap()
     }
 
     fn heal(&self, node: usize, key: Key) -> Report {
-        block_on(heal(self.targets(node), key, limits())).unwrap()
+        heal(self.targets(node), key, limits()).unwrap()
     }
 
     fn snapshot(&self) -> Vec<(Vec<Key>, bool)> {
@@ -308,15 +294,15 @@ fn fence_removes_the_victim_everywhere_and_converges() {
 fn fence_refuses_bad_keys() {
     let f = two_nodes(1, 1);
     assert_eq!(
-        block_on(fence(f.targets(0), A, A, limits())).unwrap_err(),
+        fence(f.targets(0), A, A, limits()).unwrap_err(),
         RequestError::SameKey(A)
     );
     assert_eq!(
-        block_on(fence(f.targets(0), A, Key::ZERO, limits())).unwrap_err(),
+        fence(f.targets(0), A, Key::ZERO, limits()).unwrap_err(),
         RequestError::ZeroKey
     );
     assert_eq!(
-        block_on(fence(Vec::<LuTarget<ModelPath>>::new(), A, B, limits())).unwrap_err(),
+        fence(Vec::<LuTarget<ModelPath>>::new(), A, B, limits()).unwrap_err(),
         RequestError::NoLus
     );
 }
@@ -358,12 +344,12 @@ fn tie_break_notes(report: &Report) -> usize {
 fn the_smaller_key_fences_at_once() {
     let f = two_nodes(2, 1);
     // A wait of a minute would outlast the 20 s deadline and time the arbiter out.
-    let report = block_on(fence(
+    let report = fence(
         f.targets(0),
         A,
         B,
         limits_with_tie_break(Duration::from_secs(60)),
-    ))
+    )
     .unwrap();
     assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     assert_eq!(tie_break_notes(&report), 0);
@@ -372,12 +358,12 @@ fn the_smaller_key_fences_at_once() {
 #[test]
 fn the_greater_key_waits_then_fences_a_peer_that_did_not_act() {
     let f = two_nodes(2, 1);
-    let report = block_on(fence(
+    let report = fence(
         f.targets(1),
         B,
         A,
         limits_with_tie_break(Duration::from_millis(20)),
-    ))
+    )
     .unwrap();
     assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     assert_eq!(tie_break_notes(&report), 1);
@@ -398,13 +384,7 @@ fn the_greater_key_that_is_fenced_during_its_wait_sends_nothing() {
                 PrOutAction::PreemptAndAbort,
                 Box::new(move || preempted.store(true, std::sync::atomic::Ordering::SeqCst)),
             );
-            block_on(fence(
-                targets,
-                B,
-                A,
-                limits_with_tie_break(Duration::from_secs(2)),
-            ))
-            .unwrap()
+            fence(targets, B, A, limits_with_tie_break(Duration::from_secs(2))).unwrap()
         })
     };
     // B has read the keys (instant on the model) and waits; A fences it meanwhile.
@@ -471,7 +451,7 @@ fn a_device_path_id_is_never_the_arbiter_and_all_of_them_are_refused() {
             t.id = "/dev/sdq".to_string();
         }
     }
-    let report = block_on(fence(targets, A, B, limits())).unwrap();
+    let report = fence(targets, A, B, limits()).unwrap();
     assert_eq!(ids(&report), [lu_id(1).as_str(), "/dev/sdq"]);
     assert_eq!(report.outcome, Outcome::Success);
     let mut targets = f.targets(0);
@@ -479,7 +459,7 @@ fn a_device_path_id_is_never_the_arbiter_and_all_of_them_are_refused() {
         t.id = format!("/dev/sd{i}");
     }
     assert_eq!(
-        block_on(fence(targets, A, B, limits())).unwrap_err(),
+        fence(targets, A, B, limits()).unwrap_err(),
         RequestError::NoArbiterIdentity(2)
     );
 }
@@ -666,18 +646,15 @@ fn lus_pending_at_the_deadline_are_timed_out() {
         })
         .collect();
     let started = std::time::Instant::now();
-    let report = block_on(async {
-        unfence(
-            targets,
-            A,
-            Limits {
-                deadline: Duration::from_millis(100),
-                ..limits()
-            },
-        )
-        .await
-        .unwrap()
-    });
+    let report = unfence(
+        targets,
+        A,
+        Limits {
+            deadline: Duration::from_millis(100),
+            ..limits()
+        },
+    )
+    .unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(report.outcome, Outcome::Failure);
     assert_eq!(report.lus[1].verdict, Verdict::TimedOut);
@@ -738,10 +715,7 @@ fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
         paths: vec![extra],
     });
     let mut told = Vec::new();
-    let report = block_on(unfence_observed(targets, A, limits(), &mut |d| {
-        told.push(Told::of(&d))
-    }))
-    .unwrap();
+    let report = unfence_observed(targets, A, limits(), &mut |d| told.push(Told::of(&d))).unwrap();
     assert_eq!(report.outcome, Outcome::Success);
     assert_eq!(report.lus.len(), 4);
     check_told_once_each(&told, &report);
@@ -751,18 +725,14 @@ fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
     );
 
     let mut told = Vec::new();
-    let report = block_on(status_observed(f.targets(0), A, limits(), &mut |d| {
-        told.push(Told::of(&d))
-    }))
-    .unwrap();
+    let report =
+        status_observed(f.targets(0), A, limits(), &mut |d| told.push(Told::of(&d))).unwrap();
     check_told_once_each(&told, &report);
     assert!(told.iter().all(|t| t.verdict == Verdict::Registered));
 
     let mut told = Vec::new();
-    let report = block_on(status_observed(f.targets(1), B, limits(), &mut |d| {
-        told.push(Told::of(&d))
-    }))
-    .unwrap();
+    let report =
+        status_observed(f.targets(1), B, limits(), &mut |d| told.push(Told::of(&d))).unwrap();
     assert_eq!(report.outcome, Outcome::Off);
     check_told_once_each(&told, &report);
     assert!(told.iter().all(|t| t.verdict == Verdict::NotRegistered));
@@ -772,9 +742,9 @@ fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
 fn fence_tells_the_arbiter_first_then_each_other_lu() {
     let f = two_nodes(5, 2);
     let mut told = Vec::new();
-    let report = block_on(fence_observed(f.targets(0), A, B, limits(), &mut |d| {
+    let report = fence_observed(f.targets(0), A, B, limits(), &mut |d| {
         told.push(Told::of(&d))
-    }))
+    })
     .unwrap();
     assert_eq!(report.outcome, Outcome::Success);
     check_told_once_each(&told, &report);
@@ -797,9 +767,9 @@ fn fence_tells_the_arbiter_first_then_each_other_lu() {
     );
     // A rerun finds the victim gone everywhere.
     let mut told = Vec::new();
-    let again = block_on(fence_observed(f.targets(0), A, B, limits(), &mut |d| {
+    let again = fence_observed(f.targets(0), A, B, limits(), &mut |d| {
         told.push(Told::of(&d))
-    }))
+    })
     .unwrap();
     check_told_once_each(&told, &again);
     assert!(told[0].arbiter && told.iter().all(|t| t.verdict == Verdict::AlreadyFenced));
@@ -811,9 +781,9 @@ fn a_failing_arbiter_is_told_then_every_other_lu_as_skipped() {
     let arbiter = f.nexus[0][0][0];
     f.with_lu(0, |lu| lu.fail_next(arbiter, Injected::TransportDown, 100));
     let mut told = Vec::new();
-    let report = block_on(fence_observed(f.targets(0), A, B, limits(), &mut |d| {
+    let report = fence_observed(f.targets(0), A, B, limits(), &mut |d| {
         told.push(Told::of(&d))
-    }))
+    })
     .unwrap();
     assert_eq!(report.outcome, Outcome::Failure);
     check_told_once_each(&told, &report);
@@ -835,15 +805,11 @@ fn a_lu_pending_at_the_deadline_is_told_last_as_timed_out() {
     let f = two_nodes(3, 1);
     let hung = f.nexus[1][0][0];
     f.with_lu(1, |l| l.fail_next(hung, Injected::Hang(HANG), 1000));
-    let (limits, runtime) = hung_lu_setup();
     let mut told = Vec::new();
-    let report = runtime
-        .block_on(fence_observed(f.targets(0), A, B, limits, &mut |d| {
-            told.push(Told::of(&d))
-        }))
-        .unwrap();
-    // Never wait for the hung thread.
-    runtime.shutdown_background();
+    let report = fence_observed(f.targets(0), A, B, hung_lu_limits(), &mut |d| {
+        told.push(Told::of(&d))
+    })
+    .unwrap();
     check_told_once_each(&told, &report);
     let order: Vec<(String, Verdict)> = told.iter().map(|t| (t.lu.clone(), t.verdict)).collect();
     assert_eq!(
@@ -969,7 +935,7 @@ fn heal_withdraws_when_preempted_between_check_and_register() {
         PrOutAction::RegisterAndIgnoreExistingKey,
         hook,
     );
-    let report = block_on(heal(targets, A, limits())).unwrap();
+    let report = heal(targets, A, limits()).unwrap();
     assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:#?}");
     assert!(
         !f.has(0, A),
@@ -998,7 +964,7 @@ fn fenced_while_fencing_withdraws_from_the_other_lus() {
         PrOutAction::RegisterAndIgnoreExistingKey,
         hook,
     );
-    let report = block_on(fence(targets, A, B, limits())).unwrap();
+    let report = fence(targets, A, B, limits()).unwrap();
     assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:#?}");
     assert!(
         !f.has(0, A) && !f.has(1, A) && !f.has(2, A),
@@ -1201,7 +1167,7 @@ fn race(f: &Fixture, schedule: Vec<usize>) -> [Outcome; 2] {
             let targets = gated(f.targets(node), node, &gate);
             let gate = Arc::clone(&gate);
             std::thread::spawn(move || {
-                let report = block_on(fence(targets, own, victim, limits())).unwrap();
+                let report = fence(targets, own, victim, limits()).unwrap();
                 gate.finish(node);
                 report.outcome
             })
@@ -1277,7 +1243,7 @@ fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
         let targets = gated(f.targets(0), 0, &gate);
         let gate = Arc::clone(&gate);
         std::thread::spawn(move || {
-            let report = block_on(heal(targets, A, limits())).unwrap();
+            let report = heal(targets, A, limits()).unwrap();
             gate.finish(0);
             report.outcome
         })
@@ -1286,7 +1252,7 @@ fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
         let targets = gated(f.targets(1), 1, &gate);
         let gate = Arc::clone(&gate);
         std::thread::spawn(move || {
-            let report = block_on(fence(targets, B, A, limits())).unwrap();
+            let report = fence(targets, B, A, limits()).unwrap();
             gate.finish(1);
             report.outcome
         })
@@ -1413,7 +1379,7 @@ fn ring_race(lus: usize, schedule: Vec<usize>) {
             let gate = Arc::clone(&gate);
             let (own, victim) = (keys[node], keys[(node + 1) % 3]);
             std::thread::spawn(move || {
-                let report = block_on(fence(targets, own, victim, limits())).unwrap();
+                let report = fence(targets, own, victim, limits()).unwrap();
                 gate.finish(node);
                 report.outcome
             })
@@ -1490,12 +1456,10 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
             )],
         })
         .collect();
-    let (limits, runtime) = hung_lu_setup();
+    let limits = hung_lu_limits();
     let started = std::time::Instant::now();
-    let report = runtime.block_on(fence(targets, A, B, limits)).unwrap();
+    let report = fence(targets, A, B, limits).unwrap();
     let took = started.elapsed();
-    // What the CLI and fence_pr do: never wait for the blocked threads.
-    runtime.shutdown_background();
     println!(
         "fence over 3 LUs, one hung command and one hung open ({HANG:?}): {took:?} (deadline {:?})",
         limits.deadline
