@@ -21,6 +21,8 @@ pub mod process;
 pub mod runtime;
 #[cfg(any(test, feature = "test-support"))]
 pub mod spc_model;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod transport;
 
 /// The most devices one request may name (the admin CLI's arguments, fence_pr's `devices`, the

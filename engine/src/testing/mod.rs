@@ -1,0 +1,9 @@
+//! Test support, never in a release build (the `test-support` feature, or the engine's own unit
+//! tests): target models that answer like devices, so tests exercise the real codec and
+//! execution policy. They are doubles for tests of logic; a PR behaviour is proven in the lab.
+//!
+//! - [`crate::spc_model`]: one SCSI logical unit's persistent reservations (SPC-4, LIO's quirks
+//!   as switches).
+//! - [`nvmet`]: one NVMe namespace's reservations as Linux nvmet keeps them.
+
+pub mod nvmet;
