@@ -403,6 +403,12 @@ impl Lu {
         Some(hit)
     }
 
+    /// Whether a medium-access command from `nexus` would be allowed now, without sending it
+    /// (no unit attention reported or consumed): for oracles that judge what a node could do.
+    pub fn may_access(&self, nexus: Nexus, io: Io) -> bool {
+        self.access_allowed(nexus, io)
+    }
+
     fn access_allowed(&self, nexus: Nexus, io: Io) -> bool {
         use ReservationType::*;
         let Some(held) = self.reservation else {

@@ -6,4 +6,7 @@
 //!   as switches).
 //! - [`nvmet`]: one NVMe namespace's reservations as Linux nvmet keeps them.
 
+pub mod cluster;
 pub mod nvmet;
+
+pub use cluster::{Cluster, Medium, PathSpec, Port, TargetModel};

@@ -1,0 +1,439 @@
+//! The safety properties, checked after every step from the target models' own state and the
+//! log of what reached them, never from what the engine believes.
+//!
+//! - P1: after a fence of V was reported successful, no write from V is admitted on any of its
+//!   LUs until V is explicitly unfenced. A write admitted *before* the preemption whose data
+//!   lands after the fence returned is LIO's documented in-flight case: counted, not a violation.
+//! - P2: never two nodes that have each reported the other fenced; at the end, never the LUs of
+//!   a mutual fence split between the two (each present where the other is gone).
+//! - P3: a key removed by a successful fence is never registered again on any of its LUs until
+//!   its node is explicitly unfenced (the REGISTER that brings it back is named).
+//! - P4: fencing a node that is already fenced succeeds and changes nothing on the target.
+//! - P5: nothing here reads a clock; the nodes' clocks run at different rates in the scenarios.
+//!
+//! A power cycle without APTPL wipes an LU's reservations: the fences' promises on that LU end
+//! there (the target forgot them), which the trace says.
+
+use prfence_engine::pr::Key;
+
+use crate::world::{Event, Op, Outcome, World};
+
+/// A broken property, with where in the log it broke.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub property: &'static str,
+    pub message: String,
+    /// Index of the event that showed it (`None`: the state at the end).
+    pub at: Option<usize>,
+}
+
+/// A fence reported successful, and what it promises from then on.
+#[derive(Debug, Clone)]
+struct Fenced {
+    by: usize,
+    victim: usize,
+    key: Key,
+    /// Log index of its OpEnd.
+    at: usize,
+    /// Per LU: the promise still holds (no power cycle since).
+    lus: Vec<bool>,
+    /// The victim was explicitly unfenced since.
+    lifted: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    node: usize,
+    op: Op,
+    at: usize,
+}
+
+pub struct Checker {
+    seen: usize,
+    fenced: Vec<Fenced>,
+    started: Vec<Option<Started>>,
+    /// (fence A→B, fence B→A) pairs that overlapped, for the end-of-run split check.
+    mutual: Vec<(usize, usize)>,
+    /// Log index at which each node last started an unfence.
+    unfenced_at: Vec<Option<usize>>,
+    /// LUs whose PR state a power cycle wiped.
+    forgot: Vec<usize>,
+    /// Key state of every LU when each refence started, to compare at its end.
+    refence_before: Vec<(usize, Vec<Vec<Key>>)>,
+    pub violations: Vec<Violation>,
+    /// Writes admitted before a fence's preemption that landed after it succeeded.
+    pub in_flight_landings: usize,
+    /// How many admitted writes the run saw (a run that never writes proves little about P1).
+    pub writes_admitted: usize,
+    pub writes_refused: usize,
+}
+
+impl Checker {
+    pub fn new() -> Self {
+        Checker {
+            seen: 0,
+            fenced: Vec::new(),
+            started: Vec::new(),
+            mutual: Vec::new(),
+            unfenced_at: Vec::new(),
+            forgot: Vec::new(),
+            refence_before: Vec::new(),
+            violations: Vec::new(),
+            in_flight_landings: 0,
+            writes_admitted: 0,
+            writes_refused: 0,
+        }
+    }
+
+    fn violate(&mut self, property: &'static str, message: String, at: Option<usize>) {
+        self.violations.push(Violation {
+            property,
+            message,
+            at,
+        });
+    }
+
+    fn active(&self, victim_key: Key, lu: usize, before: usize) -> Option<&Fenced> {
+        self.fenced.iter().find(|f| {
+            !f.lifted && f.key == victim_key && f.at < before && f.lus.get(lu) == Some(&true)
+        })
+    }
+
+    /// Reads the events logged since the last call, then the state; returns whether a property
+    /// is broken.
+    pub fn step(&mut self, world: &World) -> bool {
+        let events: Vec<Event> = world.log()[self.seen..].to_vec();
+        let first = self.seen;
+        self.seen += events.len();
+        for (offset, event) in events.into_iter().enumerate() {
+            self.event(world, first + offset, event);
+        }
+        self.state(world);
+        for message in world.sim.lock().panics.drain(..) {
+            self.violate(
+                "no panic",
+                format!("the engine panicked on a simulated thread: {message}"),
+                None,
+            );
+        }
+        !self.violations.is_empty()
+    }
+
+    fn event(&mut self, world: &World, index: usize, event: Event) {
+        match event {
+            Event::OpStart { node, id, op, .. } => {
+                if self.started.len() <= id {
+                    self.started.resize(id + 1, None);
+                }
+                self.started[id] = Some(Started {
+                    node,
+                    op,
+                    at: index,
+                });
+                match op {
+                    Op::Unfence => {
+                        for f in self.fenced.iter_mut().filter(|f| f.victim == node) {
+                            f.lifted = true;
+                        }
+                        if self.unfenced_at.len() <= node {
+                            self.unfenced_at.resize(node + 1, None);
+                        }
+                        self.unfenced_at[node] = Some(index);
+                        // A node unfenced explicitly is back by an admin's or the cluster's
+                        // decision: no longer part of a mutual fence.
+                        self.mutual.retain(|&(a, b)| a != node && b != node);
+                    }
+                    Op::Fence { victim } => {
+                        // A fence of us by our victim that is still running: a mutual fence.
+                        let overlapping = self.started.iter().flatten().any(|s| {
+                            s.node == victim
+                                && s.op == Op::Fence { victim: node }
+                                && !self.ended(world, s.at)
+                        });
+                        if overlapping {
+                            self.mutual.push((node.min(victim), node.max(victim)));
+                        }
+                    }
+                    Op::Refence { .. } => {
+                        let cluster = world.cluster();
+                        let keys = (0..cluster.lus.len()).map(|l| cluster.keys(l)).collect();
+                        self.refence_before.push((id, keys));
+                    }
+                    Op::Status | Op::Heal => {}
+                }
+            }
+            Event::OpEnd {
+                node,
+                id,
+                op,
+                outcome,
+                summary,
+                ..
+            } => self.op_end(world, index, node, id, op, outcome, &summary),
+            Event::Command {
+                lu,
+                added,
+                label,
+                what,
+                ..
+            } => {
+                for key in added {
+                    if let Some(f) = self.active(key, lu, index) {
+                        let message = format!(
+                            "{key} (node n{}) registered again on LU{lu} by `{what}` from \
+                             [{label}], after n{}'s fence of n{} was reported successful \
+                             (event {}) and without an unfence of n{}",
+                            f.victim, f.by, f.victim, f.at, f.victim
+                        );
+                        self.violate("P3", message, Some(index));
+                    }
+                }
+            }
+            Event::Write {
+                node,
+                lu,
+                admitted,
+                landing_of,
+                path,
+                ..
+            } => match landing_of {
+                None if admitted => {
+                    self.writes_admitted += 1;
+                    let key = world.key(node);
+                    if let Some(f) = self.active(key, lu, index) {
+                        let message = format!(
+                            "a write from n{node} (path {path}) was admitted on LU{lu} after \
+                             n{}'s fence of n{node} was reported successful (event {})",
+                            f.by, f.at
+                        );
+                        self.violate("P1", message, Some(index));
+                    }
+                }
+                None => self.writes_refused += 1,
+                Some(admission) => {
+                    let key = world.key(node);
+                    if self
+                        .active(key, lu, index)
+                        .is_some_and(|f| f.at > admission)
+                    {
+                        self.in_flight_landings += 1;
+                    }
+                }
+            },
+            Event::Injected { what, .. } => {
+                if let crate::world::Happening::PowerCycle { lu } = what {
+                    self.forgot.push(lu);
+                    for f in &mut self.fenced {
+                        if let Some(slot) = f.lus.get_mut(lu) {
+                            *slot = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the op that started at log index `start` has ended.
+    fn ended(&self, world: &World, start: usize) -> bool {
+        let log = world.log();
+        let Some(Event::OpStart { id, .. }) = log.get(start) else {
+            return true;
+        };
+        let id = *id;
+        log[start..]
+            .iter()
+            .any(|e| matches!(e, Event::OpEnd { id: i, .. } if *i == id))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn op_end(
+        &mut self,
+        world: &World,
+        index: usize,
+        node: usize,
+        id: usize,
+        op: Op,
+        outcome: Outcome,
+        summary: &str,
+    ) {
+        let (Op::Fence { victim } | Op::Refence { victim }) = op else {
+            return;
+        };
+        // P4 is about fencing a node that is already fenced: only when an earlier fence of the
+        // victim succeeded (and still holds) is the repeat judged by it.
+        let already = self
+            .fenced
+            .iter()
+            .any(|f| !f.lifted && f.victim == victim && f.lus.iter().all(|on| *on));
+        if let (Op::Refence { .. }, true) = (op, already) {
+            self.refence_end(world, index, node, id, outcome, summary);
+        }
+        if outcome != Outcome::Success {
+            return;
+        }
+        if let Some(other) = self
+            .fenced
+            .iter()
+            .find(|f| !f.lifted && f.by == victim && f.victim == node)
+        {
+            let message = format!(
+                "n{node} reported n{victim} fenced although n{victim} had reported n{node} \
+                 fenced (event {}): two survivors",
+                other.at
+            );
+            self.violate("P2", message, Some(index));
+        }
+        let lus = world.cluster().lus.len();
+        // An explicit unfence of the victim that started while this fence ran (a cluster or an
+        // admin unfencing the node at the same time) wins: P3 ends with an explicit unfence.
+        let fence_started = self.started.get(id).copied().flatten().map_or(0, |s| s.at);
+        let lifted = self
+            .unfenced_at
+            .get(victim)
+            .copied()
+            .flatten()
+            .is_some_and(|at| at > fence_started);
+        self.fenced.push(Fenced {
+            by: node,
+            victim,
+            key: world.key(victim),
+            at: index,
+            lus: vec![true; lus],
+            lifted,
+        });
+    }
+
+    fn refence_end(
+        &mut self,
+        world: &World,
+        index: usize,
+        node: usize,
+        id: usize,
+        outcome: Outcome,
+        summary: &str,
+    ) {
+        if outcome != Outcome::Success {
+            self.violate(
+                "P4",
+                format!(
+                    "fencing an already fenced node again did not succeed ({outcome:?}: \
+                     {summary})"
+                ),
+                Some(index),
+            );
+        }
+        let Some(start) = self.started.get(id).copied().flatten() else {
+            return;
+        };
+        let label = format!("n{node} {}", start.op);
+        let changed: Vec<String> = world.log()[start.at..index]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Command { label: l, what, .. } if **l == *label && changes_target(what) => {
+                    Some(what.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        if !changed.is_empty() {
+            self.violate(
+                "P4",
+                format!(
+                    "fencing an already fenced node again sent commands that change the target: \
+                     {}",
+                    changed.join("; ")
+                ),
+                Some(index),
+            );
+        }
+        if let Some(position) = self.refence_before.iter().position(|(i, _)| *i == id) {
+            let (_, before) = self.refence_before.remove(position);
+            let cluster = world.cluster();
+            let after: Vec<Vec<Key>> = (0..cluster.lus.len()).map(|l| cluster.keys(l)).collect();
+            if after != before {
+                self.violate(
+                    "P4",
+                    format!(
+                        "fencing an already fenced node again changed the registrations: \
+                         {before:?} → {after:?}"
+                    ),
+                    Some(index),
+                );
+            }
+        }
+    }
+
+    /// The state now: every promise of a successful fence still kept.
+    fn state(&mut self, world: &World) {
+        let cluster = world.cluster();
+        let mut broken = Vec::new();
+        for f in self.fenced.iter().filter(|f| !f.lifted) {
+            for (lu, _) in f.lus.iter().enumerate().filter(|(_, on)| **on) {
+                if cluster.has(lu, f.key) {
+                    broken.push(format!(
+                        "{} (node n{}) is registered on LU{lu} although n{}'s fence of it was \
+                         reported successful (event {})",
+                        f.key, f.victim, f.by, f.at
+                    ));
+                }
+            }
+        }
+        drop(cluster);
+        for message in broken {
+            self.violate("P3", message, None);
+        }
+    }
+
+    /// At the end of the run: the LUs of a mutual fence are not split between the two nodes.
+    pub fn finish(&mut self, world: &World) {
+        let cluster = world.cluster();
+        let mut broken = Vec::new();
+        for &(a, b) in &self.mutual {
+            let (ka, kb) = (world.key(a), world.key(b));
+            let kept = |l: &usize| !self.forgot.contains(l);
+            let a_only = (0..cluster.lus.len())
+                .filter(kept)
+                .find(|&l| cluster.has(l, ka) && !cluster.has(l, kb));
+            let b_only = (0..cluster.lus.len())
+                .filter(kept)
+                .find(|&l| cluster.has(l, kb) && !cluster.has(l, ka));
+            if let (Some(la), Some(lb)) = (a_only, b_only) {
+                broken.push(format!(
+                    "n{a} and n{b} fenced each other and both survived on different LUs: n{a} \
+                     alone on LU{la}, n{b} alone on LU{lb}"
+                ));
+            }
+        }
+        drop(cluster);
+        for message in broken {
+            self.violate("P2", message, None);
+        }
+    }
+}
+
+/// Whether a command (as the trace names it) can change the target's reservation state: every PR
+/// OUT, and NVMe's Register, Acquire and Release.
+pub fn changes_target(what: &str) -> bool {
+    const PREFIXES: [&str; 10] = [
+        "REGISTER",
+        "RESERVE key",
+        "RELEASE key",
+        "CLEAR key",
+        "PREEMPT",
+        "IOC_PR_REGISTER",
+        "IOC_PR_RESERVE",
+        "IOC_PR_RELEASE",
+        "IOC_PR_PREEMPT",
+        "IOC_PR_CLEAR",
+    ];
+    PREFIXES.iter().any(|p| what.starts_with(p))
+        || ["opcode 0x0d", "opcode 0x11", "opcode 0x15"]
+            .iter()
+            .any(|o| what.contains(o))
+}
+
+impl Default for Checker {
+    fn default() -> Self {
+        Self::new()
+    }
+}

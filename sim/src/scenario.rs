@@ -1,0 +1,427 @@
+//! What a simulated run sets up: the target, nodes × LUs × paths, which node runs which
+//! operation when, the writers, the faults that are not one command's (re-logins, power cycles,
+//! pauses) and each node's clock rate. A scenario is drawn from a seed, and has a text form
+//! that `prfence-sim replay` reads back, so a shrunk counterexample can be replayed exactly.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::rng::Rng;
+use crate::sched::{MS, Nanos, SECOND};
+use crate::world::{Happening, Op};
+
+/// Which target model the LUs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// SPC-4 with LIO's quirks.
+    Lio,
+    /// SPC-4 as written.
+    Spc4,
+    /// Linux nvmet's NVMe reservations (its holder-PREEMPT rule included).
+    Nvmet,
+}
+
+/// One engine operation a node starts at a time on its own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action {
+    pub node: usize,
+    pub op: Op,
+    pub at: Nanos,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    pub target: Target,
+    pub nodes: usize,
+    pub lus: usize,
+    pub paths: usize,
+    /// Every node starts unfenced (registered on every path, the first node holding the
+    /// reservation).
+    pub actions: Vec<Action>,
+    /// Nodes that write to every LU through every path while operations run.
+    pub writers: Vec<usize>,
+    /// Faults outside the commands, at true times.
+    pub happenings: Vec<(Nanos, Happening)>,
+    /// Each node's clock rate, in parts per million off true time.
+    pub ppm: Vec<i64>,
+    /// A paused node's clock stops (else it runs on).
+    pub clock_stops: bool,
+    /// Commands may be given faults (lost response, NOT READY, unit attention).
+    pub faults: bool,
+    /// Commands may time out (time may move past their timeout while they wait).
+    pub timeouts: bool,
+}
+
+/// The scenario families a random run draws from, each aimed at a kind of race.
+pub const FAMILIES: [&str; 6] = ["mutual", "ring", "crowd", "churn", "pause", "refence"];
+
+impl Scenario {
+    /// The scenario of a random run: a family, then its parameters, all from `rng`.
+    pub fn draw(rng: &mut Rng) -> Scenario {
+        let family = FAMILIES[rng.below(FAMILIES.len())];
+        Self::draw_family(family, rng)
+    }
+
+    pub fn draw_family(family: &str, rng: &mut Rng) -> Scenario {
+        let target = match rng.below(10) {
+            0..=4 => Target::Lio,
+            5..=6 => Target::Spc4,
+            _ => Target::Nvmet,
+        };
+        let mut s = Scenario {
+            target,
+            nodes: 2,
+            lus: 1 + rng.below(4),
+            paths: 1 + usize::from(rng.chance(1, 3)),
+            actions: Vec::new(),
+            writers: Vec::new(),
+            happenings: Vec::new(),
+            ppm: Vec::new(),
+            clock_stops: rng.chance(1, 2),
+            faults: rng.chance(1, 3),
+            timeouts: rng.chance(1, 4),
+        };
+        // A start offset around the tie-break (1 s), where the two fences' steps interleave.
+        let offset = |rng: &mut Rng| match rng.below(6) {
+            0 => 0,
+            1 => 200 * MS,
+            2 => 900 * MS,
+            3 => SECOND,
+            4 => 1100 * MS,
+            _ => rng.below(3000) as Nanos * MS,
+        };
+        match family {
+            "mutual" => {
+                s.actions = vec![
+                    Action {
+                        node: 0,
+                        op: Op::Fence { victim: 1 },
+                        at: 0,
+                    },
+                    Action {
+                        node: 1,
+                        op: Op::Fence { victim: 0 },
+                        at: offset(rng),
+                    },
+                ];
+                s.writers = vec![0, 1];
+            }
+            "ring" => {
+                // A fences B; C fences A while A's fence is still fanning out (issue 19).
+                s.nodes = 3;
+                s.lus = 2 + rng.below(7);
+                s.actions = vec![
+                    Action {
+                        node: 0,
+                        op: Op::Fence { victim: 1 },
+                        at: 0,
+                    },
+                    Action {
+                        node: 2,
+                        op: Op::Fence { victim: 0 },
+                        at: offset(rng),
+                    },
+                ];
+                s.writers = vec![0];
+            }
+            "crowd" => {
+                s.nodes = 3 + rng.below(3);
+                s.lus = 1 + rng.below(4);
+                let fences = 2 + rng.below(s.nodes);
+                for _ in 0..fences {
+                    let node = rng.below(s.nodes);
+                    let victim = (node + 1 + rng.below(s.nodes - 1)) % s.nodes;
+                    s.actions.push(Action {
+                        node,
+                        op: Op::Fence { victim },
+                        at: offset(rng),
+                    });
+                }
+                s.writers = (0..s.nodes).filter(|_| rng.chance(1, 2)).collect();
+            }
+            "churn" => {
+                s.nodes = 2 + rng.below(3);
+                for _ in 0..2 + rng.below(4) {
+                    let node = rng.below(s.nodes);
+                    let op = match rng.below(5) {
+                        0 => Op::Unfence,
+                        1 => Op::Status,
+                        2 => Op::Heal,
+                        _ => Op::Fence {
+                            victim: (node + 1 + rng.below(s.nodes - 1)) % s.nodes,
+                        },
+                    };
+                    s.actions.push(Action {
+                        node,
+                        op,
+                        at: rng.below(4000) as Nanos * MS,
+                    });
+                }
+                for _ in 0..rng.below(3) {
+                    s.happenings.push((
+                        rng.below(4000) as Nanos * MS,
+                        Happening::Relogin {
+                            node: rng.below(s.nodes),
+                            lu: rng.below(s.lus),
+                            path: rng.below(s.paths),
+                        },
+                    ));
+                }
+                if rng.chance(1, 10) {
+                    s.happenings.push((
+                        rng.below(4000) as Nanos * MS,
+                        Happening::PowerCycle {
+                            lu: rng.below(s.lus),
+                        },
+                    ));
+                }
+                s.writers = (0..s.nodes).filter(|_| rng.chance(1, 2)).collect();
+            }
+            "pause" => {
+                // The victim freezes mid-write and wakes up after it was fenced.
+                s.nodes = 2 + rng.below(2);
+                let paused_at = rng.below(500) as Nanos * MS;
+                s.happenings = vec![
+                    (paused_at, Happening::Pause { node: 0 }),
+                    (
+                        paused_at + (1 + rng.below(20)) as Nanos * 500 * MS,
+                        Happening::Resume { node: 0 },
+                    ),
+                ];
+                s.actions = vec![Action {
+                    node: 1,
+                    op: Op::Fence { victim: 0 },
+                    at: paused_at + rng.below(1000) as Nanos * MS,
+                }];
+                if s.nodes == 3 && rng.chance(1, 2) {
+                    s.actions.push(Action {
+                        node: 0,
+                        op: Op::Fence { victim: 2 },
+                        at: 0,
+                    });
+                }
+                s.writers = vec![0];
+            }
+            _ => {
+                // "refence": a fence, then the same fence again once all is quiet (P4).
+                s.nodes = 2 + rng.below(2);
+                s.actions = vec![
+                    Action {
+                        node: 0,
+                        op: Op::Fence { victim: 1 },
+                        at: 0,
+                    },
+                    Action {
+                        node: 0,
+                        op: Op::Refence { victim: 1 },
+                        at: 200 * SECOND,
+                    },
+                ];
+                s.faults = false;
+                s.timeouts = false;
+            }
+        }
+        s.ppm = (0..s.nodes)
+            .map(|_| rng.below(4001) as i64 - 2000)
+            .collect();
+        s.happenings.sort_by_key(|(t, _)| *t);
+        s
+    }
+}
+
+fn at_ms(ns: Nanos) -> String {
+    format!("{}ms", ns / MS)
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match self.target {
+            Target::Lio => "lio",
+            Target::Spc4 => "spc4",
+            Target::Nvmet => "nvmet",
+        };
+        write!(
+            f,
+            "{target} nodes={} lus={} paths={}",
+            self.nodes, self.lus, self.paths
+        )?;
+        for a in &self.actions {
+            write!(f, " n{}:{}@{}", a.node, a.op, at_ms(a.at))?;
+        }
+        for w in &self.writers {
+            write!(f, " writer:n{w}")?;
+        }
+        for (t, h) in &self.happenings {
+            match h {
+                Happening::Relogin { node, lu, path } => {
+                    write!(f, " relogin:n{node}/l{lu}/p{path}@{}", at_ms(*t))?
+                }
+                Happening::PowerCycle { lu } => write!(f, " powercycle:l{lu}@{}", at_ms(*t))?,
+                Happening::Pause { node } => write!(f, " pause:n{node}@{}", at_ms(*t))?,
+                Happening::Resume { node } => write!(f, " resume:n{node}@{}", at_ms(*t))?,
+            }
+        }
+        let ppm: Vec<String> = self.ppm.iter().map(ToString::to_string).collect();
+        write!(f, " ppm={}", ppm.join(","))?;
+        for (on, name) in [
+            (self.clock_stops, "clock-stops"),
+            (self.faults, "faults"),
+            (self.timeouts, "timeouts"),
+        ] {
+            if on {
+                write!(f, " {name}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a scenario's text form does not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError(pub String);
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn number<T: FromStr>(s: &str, what: &str) -> Result<T, ParseError> {
+    s.parse()
+        .map_err(|_| ParseError(format!("{what}: `{s}` is not a number")))
+}
+
+fn node(s: &str) -> Result<usize, ParseError> {
+    number(s.strip_prefix('n').unwrap_or(s), "node")
+}
+
+fn time(s: &str) -> Result<Nanos, ParseError> {
+    let ms = s
+        .strip_suffix("ms")
+        .ok_or_else(|| ParseError(format!("time `{s}` must end in ms")))?;
+    Ok(number::<Nanos>(ms, "time")? * MS)
+}
+
+fn op(s: &str) -> Result<Op, ParseError> {
+    let victim = |s: &str, name: &str| -> Result<usize, ParseError> {
+        node(
+            s.strip_prefix(name)
+                .and_then(|r| r.strip_prefix('('))
+                .and_then(|r| r.strip_suffix(')'))
+                .ok_or_else(|| ParseError(format!("operation `{s}`")))?,
+        )
+    };
+    Ok(match s {
+        "unfence" => Op::Unfence,
+        "status" => Op::Status,
+        "heal" => Op::Heal,
+        _ if s.starts_with("fence(") => Op::Fence {
+            victim: victim(s, "fence")?,
+        },
+        _ if s.starts_with("refence(") => Op::Refence {
+            victim: victim(s, "refence")?,
+        },
+        _ => return Err(ParseError(format!("unknown operation `{s}`"))),
+    })
+}
+
+impl FromStr for Scenario {
+    type Err = ParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut words = text.split_whitespace();
+        let target = match words.next() {
+            Some("lio") => Target::Lio,
+            Some("spc4") => Target::Spc4,
+            Some("nvmet") => Target::Nvmet,
+            other => return Err(ParseError(format!("unknown target {other:?}"))),
+        };
+        let mut s = Scenario {
+            target,
+            nodes: 2,
+            lus: 1,
+            paths: 1,
+            actions: Vec::new(),
+            writers: Vec::new(),
+            happenings: Vec::new(),
+            ppm: Vec::new(),
+            clock_stops: false,
+            faults: false,
+            timeouts: false,
+        };
+        for word in words {
+            let (key, value) = word.split_once(['=', ':']).unwrap_or((word, ""));
+            match key {
+                "nodes" => s.nodes = number(value, "nodes")?,
+                "lus" => s.lus = number(value, "lus")?,
+                "paths" => s.paths = number(value, "paths")?,
+                "writer" => s.writers.push(node(value)?),
+                "ppm" => {
+                    s.ppm = value
+                        .split(',')
+                        .map(|p| number(p, "ppm"))
+                        .collect::<Result<_, _>>()?
+                }
+                "clock-stops" => s.clock_stops = true,
+                "faults" => s.faults = true,
+                "timeouts" => s.timeouts = true,
+                "relogin" | "powercycle" | "pause" | "resume" => {
+                    let (what, at) = value
+                        .split_once('@')
+                        .ok_or_else(|| ParseError(format!("`{word}` needs @TIME")))?;
+                    let at = time(at)?;
+                    let happening = match key {
+                        "relogin" => {
+                            let parts: Vec<&str> = what.split('/').collect();
+                            let [n, l, p] = parts[..] else {
+                                return Err(ParseError(format!("`{word}`: nN/lL/pP")));
+                            };
+                            Happening::Relogin {
+                                node: node(n)?,
+                                lu: number(l.trim_start_matches('l'), "lu")?,
+                                path: number(p.trim_start_matches('p'), "path")?,
+                            }
+                        }
+                        "powercycle" => Happening::PowerCycle {
+                            lu: number(what.trim_start_matches('l'), "lu")?,
+                        },
+                        "pause" => Happening::Pause { node: node(what)? },
+                        _ => Happening::Resume { node: node(what)? },
+                    };
+                    s.happenings.push((at, happening));
+                }
+                _ if key.starts_with('n') => {
+                    let (op_text, at) = value
+                        .split_once('@')
+                        .ok_or_else(|| ParseError(format!("`{word}` needs @TIME")))?;
+                    s.actions.push(Action {
+                        node: node(key)?,
+                        op: op(op_text)?,
+                        at: time(at)?,
+                    });
+                }
+                _ => return Err(ParseError(format!("unknown word `{word}`"))),
+            }
+        }
+        if s.ppm.len() != s.nodes {
+            s.ppm.resize(s.nodes, 0);
+        }
+        s.happenings.sort_by_key(|(t, _)| *t);
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_form_reads_back_as_the_same_scenario() {
+        let mut rng = Rng::new(7);
+        for _ in 0..500 {
+            let s = Scenario::draw(&mut rng);
+            let text = s.to_string();
+            assert_eq!(text.parse::<Scenario>(), Ok(s), "{text}");
+        }
+    }
+}

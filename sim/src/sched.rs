@@ -1,0 +1,588 @@
+//! The scheduler: simulated threads that run one at a time, simulated time, and the commands
+//! they wait on.
+//!
+//! Every simulated thread is an OS thread, but only the one holding the turn runs; the others
+//! wait on their own condition variable. A thread gives the turn back when it waits for
+//! something: a PR command or a write (`submit`), the clock (`park` with a deadline), another
+//! thread (`park` until `unpark`), or the end. Between two turns nothing else runs, so the
+//! engine's code between two waits is one atomic step, and a run is a pure function of the
+//! choices the explorer makes at each decision point (which submitted command the target
+//! executes next, or that time moves on to the next timer).
+//!
+//! The engine reaches this scheduler through `prfence_engine::runtime::simulated`, installed on
+//! every simulated thread: its clock, sleeps and threads (the LU fan-out) are ours.
+
+use std::cell::Cell;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use prfence_engine::runtime::simulated::{self, Scheduler, ThreadId};
+
+/// A simulated thread's index.
+pub type Tid = usize;
+
+/// Simulated time since the start, in nanoseconds (one clock for the whole simulation; each
+/// node's own clock runs from it at its own rate).
+pub type Nanos = u64;
+
+pub const MS: Nanos = 1_000_000;
+pub const SECOND: Nanos = 1_000_000_000;
+
+/// What a thread is doing, as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Ready to run (or running).
+    Runnable,
+    /// Waiting until `unpark` or until its node's clock reaches `until`.
+    Parked {
+        until: Option<Nanos>,
+    },
+    /// Waiting for the target to execute command `id`.
+    Submitted {
+        id: u64,
+    },
+    /// The command was given an outcome; the thread runs next to carry it out.
+    Granted(Grant),
+    /// Carried out a command while its node is paused: runs again when the node resumes.
+    Held,
+    Done,
+}
+
+/// How a submitted command ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The target executes it now, with `fault` applied.
+    Execute { fault: Fault },
+    /// Its timeout expired first; `applied`: the target executed it anyway (the response was
+    /// lost), or never saw it.
+    TimedOut { applied: bool },
+}
+
+/// A fault the explorer injects into one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    None,
+    /// Executed, but the reply is lost: the initiator sees a transport failure.
+    LostResponse,
+    /// Answered NOT READY without executing (the target is busy).
+    NotReady,
+    /// Executed, then answered NOT READY (LIO with a missing APTPL directory).
+    NotReadyAfter,
+    /// A unit attention (power on) reported instead of executing.
+    UnitAttention,
+}
+
+impl Fault {
+    /// Every fault, in the order the explorer numbers them.
+    pub const ALL: [Fault; 5] = [
+        Fault::None,
+        Fault::LostResponse,
+        Fault::NotReady,
+        Fault::NotReadyAfter,
+        Fault::UnitAttention,
+    ];
+}
+
+/// A command waiting for the target.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub id: u64,
+    pub thread: Tid,
+    pub node: usize,
+    /// For the trace and the explorer's independence: the LU it goes to.
+    pub lu: usize,
+    pub what: String,
+    /// Node-clock time at which the initiator gives up on it.
+    pub deadline: Option<Nanos>,
+    /// Writes' second half: the data reaching the medium; never faulted.
+    pub landing: bool,
+}
+
+/// A node's clock and whether it runs.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The node's monotonic clock, in nanoseconds since the start.
+    pub clock: Nanos,
+    /// How fast its clock runs: parts per million off true time.
+    pub ppm: i64,
+    pub paused: bool,
+    /// Whether its clock stops while the node is paused (a frozen VM's CLOCK_MONOTONIC may or may
+    /// not run on).
+    pub clock_stops_when_paused: bool,
+}
+
+impl Node {
+    fn advance(&mut self, true_ns: Nanos) {
+        if self.paused && self.clock_stops_when_paused {
+            return;
+        }
+        let scaled = i128::from(true_ns) * i128::from(1_000_000 + self.ppm) / 1_000_000;
+        self.clock = self
+            .clock
+            .saturating_add(u64::try_from(scaled.max(0)).unwrap_or(u64::MAX));
+    }
+
+    /// True nanoseconds until this clock reads `at` (rounded up), if it runs.
+    fn true_until(&self, at: Nanos) -> Option<Nanos> {
+        if self.paused && self.clock_stops_when_paused {
+            return None;
+        }
+        let left = i128::from(at.saturating_sub(self.clock));
+        let rate = i128::from(1_000_000 + self.ppm);
+        if rate <= 0 {
+            return None;
+        }
+        let ns = (left * 1_000_000 + rate - 1) / rate;
+        u64::try_from(ns).ok()
+    }
+}
+
+pub struct Thread {
+    pub node: usize,
+    /// What the thread is part of (`n2 fence(n0)`), inherited by the threads it starts.
+    pub label: Arc<str>,
+    pub state: State,
+    wake: Arc<Condvar>,
+    handle: Option<JoinHandle<()>>,
+}
+
+pub struct Core {
+    pub threads: Vec<Thread>,
+    pub nodes: Vec<Node>,
+    pub pending: Vec<Pending>,
+    /// True time since the start.
+    pub now: Nanos,
+    turn: Option<Tid>,
+    aborting: bool,
+    next_command: u64,
+    /// Panics of simulated threads (the engine must not panic).
+    pub panics: Vec<String>,
+}
+
+/// The unwinding payload that ends a simulated thread at the end of a run.
+struct Abort;
+
+thread_local! {
+    static ME: Cell<Option<Tid>> = const { Cell::new(None) };
+}
+
+/// The simulated thread running on this OS thread, if any.
+pub fn current() -> Option<Tid> {
+    ME.with(Cell::get)
+}
+
+pub struct Sim {
+    core: Mutex<Core>,
+    /// The scheduler waits here for the turn to come back.
+    back: Condvar,
+    base: Instant,
+    /// The simulation's own handle to itself, for the threads it starts.
+    this: std::sync::Weak<Sim>,
+}
+
+impl Sim {
+    pub fn new(nodes: Vec<Node>) -> Arc<Sim> {
+        Arc::new_cyclic(|this| Sim {
+            core: Mutex::new(Core {
+                threads: Vec::new(),
+                nodes,
+                pending: Vec::new(),
+                now: 0,
+                turn: None,
+                aborting: false,
+                next_command: 0,
+                panics: Vec::new(),
+            }),
+            back: Condvar::new(),
+            base: Instant::now(),
+            this: this.clone(),
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn me(&self) -> Tid {
+        // Only simulated threads call in; the scheduler's own thread never does.
+        current().unwrap_or(usize::MAX)
+    }
+
+    fn node_of(core: &Core, tid: Tid) -> usize {
+        core.threads.get(tid).map_or(0, |t| t.node)
+    }
+
+    /// Starts a simulated thread of `node`; it runs when the scheduler gives it the turn.
+    pub fn start(
+        &self,
+        node: usize,
+        label: Arc<str>,
+        job: Box<dyn FnOnce() + Send>,
+    ) -> Result<Tid, String> {
+        let Some(sim) = self.this.upgrade() else {
+            return Err("the simulation is gone".to_owned());
+        };
+        let wake = Arc::new(Condvar::new());
+        let tid = {
+            let mut core = self.lock();
+            core.threads.push(Thread {
+                node,
+                label: Arc::clone(&label),
+                state: State::Runnable,
+                wake: Arc::clone(&wake),
+                handle: None,
+            });
+            core.threads.len() - 1
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("sim-{tid}"))
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                ME.with(|me| me.set(Some(tid)));
+                simulated::install(Arc::clone(&sim) as Arc<dyn Scheduler>);
+                let started = {
+                    let core = sim.lock();
+                    sim.wait_turn(core, tid).map(drop).is_some()
+                };
+                if started {
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                    if let Err(payload) = result
+                        && !payload.is::<Abort>()
+                    {
+                        let message = payload
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_default();
+                        sim.lock().panics.push(message);
+                    }
+                }
+                simulated::uninstall();
+                let mut core = sim.lock();
+                if let Some(t) = core.threads.get_mut(tid) {
+                    t.state = State::Done;
+                }
+                if core.turn == Some(tid) {
+                    core.turn = None;
+                }
+                sim.back.notify_all();
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(t) = self.lock().threads.get_mut(tid) {
+            t.handle = Some(handle);
+        }
+        Ok(tid)
+    }
+
+    /// Waits until the turn is `tid`'s; `None` when the run is being torn down.
+    fn wait_turn<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, Core>,
+        tid: Tid,
+    ) -> Option<MutexGuard<'a, Core>> {
+        let wake = core.threads.get(tid).map(|t| Arc::clone(&t.wake))?;
+        loop {
+            if core.aborting {
+                return None;
+            }
+            if core.turn == Some(tid) {
+                return Some(core);
+            }
+            core = wake.wait(core).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Gives the turn back and waits for it again; ends the thread when the run is torn down.
+    fn yield_turn<'a>(&'a self, mut core: MutexGuard<'a, Core>) -> MutexGuard<'a, Core> {
+        let me = self.me();
+        core.turn = None;
+        self.back.notify_all();
+        match self.wait_turn(core, me) {
+            Some(core) => core,
+            None => std::panic::resume_unwind(Box::new(Abort)),
+        }
+    }
+
+    /// Submits a command for the target and waits for its outcome.
+    pub fn submit(
+        &self,
+        lu: usize,
+        what: String,
+        timeout: Option<Duration>,
+        landing: bool,
+    ) -> Grant {
+        let me = self.me();
+        let mut core = self.lock();
+        let node = Self::node_of(&core, me);
+        let deadline = timeout.map(|t| {
+            let clock = core.nodes.get(node).map_or(0, |n| n.clock);
+            clock.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))
+        });
+        let id = core.next_command;
+        core.next_command += 1;
+        core.pending.push(Pending {
+            id,
+            thread: me,
+            node,
+            lu,
+            what,
+            deadline,
+            landing,
+        });
+        if let Some(t) = core.threads.get_mut(me) {
+            t.state = State::Submitted { id };
+        }
+        let mut core = self.yield_turn(core);
+        let grant = match core.threads.get(me).map(|t| t.state.clone()) {
+            Some(State::Granted(grant)) => grant,
+            _ => Grant::TimedOut { applied: false },
+        };
+        if let Some(t) = core.threads.get_mut(me) {
+            t.state = State::Runnable;
+        }
+        grant
+    }
+
+    /// After carrying out a granted command: a paused node's thread stops here until its node
+    /// resumes (the command reached the target, the node is frozen).
+    pub fn after_command(&self) {
+        let me = self.me();
+        let mut core = self.lock();
+        let node = Self::node_of(&core, me);
+        if core.nodes.get(node).is_some_and(|n| n.paused) {
+            if let Some(t) = core.threads.get_mut(me) {
+                t.state = State::Held;
+            }
+            let _core = self.yield_turn(core);
+        }
+    }
+
+    /// The label of the calling simulated thread.
+    pub fn label(&self) -> Arc<str> {
+        let me = self.me();
+        self.lock()
+            .threads
+            .get(me)
+            .map_or_else(|| Arc::from(""), |t| Arc::clone(&t.label))
+    }
+
+    /// The calling simulated thread's node.
+    pub fn node(&self) -> usize {
+        let me = self.me();
+        Self::node_of(&self.lock(), me)
+    }
+
+    /// Which simulated threads may run now, in a fixed order.
+    fn runnable(core: &Core) -> Option<Tid> {
+        core.threads.iter().position(|t| {
+            let paused = core.nodes.get(t.node).is_some_and(|n| n.paused);
+            match t.state {
+                State::Runnable | State::Held => !paused,
+                State::Granted(_) => true,
+                _ => false,
+            }
+        })
+    }
+
+    /// Runs every thread that can run, one at a time, until all wait.
+    pub fn run_until_quiet(&self) {
+        let mut core = self.lock();
+        while let Some(tid) = Self::runnable(&core) {
+            if let Some(t) = core.threads.get_mut(tid)
+                && t.state == State::Held
+            {
+                t.state = State::Runnable;
+            }
+            core.turn = Some(tid);
+            if let Some(t) = core.threads.get(tid) {
+                t.wake.notify_all();
+            }
+            while core.turn.is_some() {
+                core = self.back.wait(core).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+
+    /// Gives a pending command its outcome; its thread carries it out at the next run.
+    pub fn grant(&self, id: u64, grant: Grant) -> Option<Pending> {
+        let mut core = self.lock();
+        let index = core.pending.iter().position(|p| p.id == id)?;
+        let pending = core.pending.remove(index);
+        if let Some(t) = core.threads.get_mut(pending.thread) {
+            t.state = State::Granted(grant);
+        }
+        Some(pending)
+    }
+
+    /// When (true time) the next timer fires: a parked thread's deadline, or a pending command's
+    /// timeout. Threads of paused nodes do not count.
+    pub fn next_timer(&self, command_timeouts: bool) -> Option<Nanos> {
+        let core = self.lock();
+        let parked = core.threads.iter().filter_map(|t| match t.state {
+            State::Parked { until: Some(until) } => {
+                let node = core.nodes.get(t.node)?;
+                if node.paused {
+                    return None;
+                }
+                node.true_until(until)
+            }
+            _ => None,
+        });
+        let commands = core.pending.iter().filter_map(|p| {
+            if !command_timeouts {
+                return None;
+            }
+            let node = core.nodes.get(p.node)?;
+            node.true_until(p.deadline?)
+        });
+        parked
+            .chain(commands)
+            .min()
+            .map(|ns| core.now.saturating_add(ns.max(1)))
+    }
+
+    /// Moves true time to `to`: every node's clock runs on, parked threads whose deadline has
+    /// come become runnable, and commands whose timeout expired are returned (the caller decides
+    /// whether each was applied) .
+    pub fn advance(&self, to: Nanos, command_timeouts: bool) -> Vec<Pending> {
+        let mut core = self.lock();
+        let delta = to.saturating_sub(core.now);
+        core.now = core.now.max(to);
+        for node in &mut core.nodes {
+            node.advance(delta);
+        }
+        let clocks: Vec<Nanos> = core.nodes.iter().map(|n| n.clock).collect();
+        for t in &mut core.threads {
+            if let State::Parked { until: Some(until) } = t.state
+                && clocks.get(t.node).is_some_and(|&c| c >= until)
+            {
+                t.state = State::Runnable;
+            }
+        }
+        let (expired, kept): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut core.pending)
+            .into_iter()
+            .partition(|p| {
+                command_timeouts
+                    && p.deadline
+                        .is_some_and(|d| clocks.get(p.node).is_some_and(|&c| c >= d))
+            });
+        core.pending = kept;
+        expired
+    }
+
+    /// Gives a command returned by [`Sim::advance`] its outcome.
+    pub fn grant_expired(&self, expired: Pending, grant: Grant) {
+        if let Some(t) = self.lock().threads.get_mut(expired.thread) {
+            t.state = State::Granted(grant);
+        }
+    }
+
+    pub fn set_paused(&self, node: usize, paused: bool) {
+        if let Some(n) = self.lock().nodes.get_mut(node) {
+            n.paused = paused;
+        }
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.lock().now
+    }
+
+    pub fn all_done(&self) -> bool {
+        self.lock()
+            .threads
+            .iter()
+            .all(|t| matches!(t.state, State::Done))
+    }
+
+    /// Ends every thread still waiting (they unwind) and joins them.
+    pub fn tear_down(&self) {
+        let handles: Vec<JoinHandle<()>> = {
+            let mut core = self.lock();
+            core.aborting = true;
+            for t in &core.threads {
+                t.wake.notify_all();
+            }
+            core.threads
+                .iter_mut()
+                .filter_map(|t| t.handle.take())
+                .collect()
+        };
+        for handle in handles {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let core = self.core.get_mut().unwrap_or_else(PoisonError::into_inner);
+        core.aborting = true;
+        for t in &core.threads {
+            t.wake.notify_all();
+        }
+    }
+}
+
+impl Scheduler for Sim {
+    fn now(&self) -> Instant {
+        let me = self.me();
+        let core = self.lock();
+        let node = Self::node_of(&core, me);
+        let clock = core.nodes.get(node).map_or(core.now, |n| n.clock);
+        self.base + Duration::from_nanos(clock)
+    }
+
+    fn thread(&self) -> ThreadId {
+        u64::try_from(self.me()).unwrap_or(u64::MAX)
+    }
+
+    fn park(&self, until: Option<Instant>) {
+        let me = self.me();
+        let mut core = self.lock();
+        let until = until.map(|u| {
+            u64::try_from(u.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+        });
+        let node = Self::node_of(&core, me);
+        if let (Some(until), Some(n)) = (until, core.nodes.get(node))
+            && n.clock >= until
+        {
+            return;
+        }
+        if let Some(t) = core.threads.get_mut(me) {
+            t.state = State::Parked { until };
+        }
+        let mut core = self.yield_turn(core);
+        if let Some(t) = core.threads.get_mut(me) {
+            t.state = State::Runnable;
+        }
+    }
+
+    fn unpark(&self, thread: ThreadId) {
+        let mut core = self.lock();
+        if core.aborting {
+            return;
+        }
+        let Ok(tid) = usize::try_from(thread) else {
+            return;
+        };
+        if let Some(t) = core.threads.get_mut(tid)
+            && matches!(t.state, State::Parked { .. })
+        {
+            t.state = State::Runnable;
+        }
+    }
+
+    fn spawn(&self, job: Box<dyn FnOnce() + Send>) -> Result<(), String> {
+        let me = self.me();
+        let (node, label) = {
+            let core = self.lock();
+            let t = core.threads.get(me);
+            (
+                t.map_or(0, |t| t.node),
+                t.map_or_else(|| Arc::from(""), |t| Arc::clone(&t.label)),
+            )
+        };
+        self.start(node, label, job).map(drop)
+    }
+}

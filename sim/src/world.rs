@@ -1,0 +1,759 @@
+//! The simulated cluster: the target models (an [`engine::testing::Cluster`]), each node's paths
+//! as devices whose every command waits for the scheduler (the gate), the writers, and the log
+//! of everything that reached the target, which the checker reads.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use nvme_io::{NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult, PrType};
+use prfence_engine::exec::{ScsiDevice, ScsiPr};
+use prfence_engine::nvme::{NvmeDevice, NvmePr};
+use prfence_engine::ops::LuTarget;
+use prfence_engine::pr::Key;
+use prfence_engine::spc_model::{
+    CommandFilter, Injected, Injection, Io, ModelDevice, ScsiFailure, Timing, UnitAttention,
+};
+use prfence_engine::testing::nvmet::{Fake, Kernel};
+use prfence_engine::testing::{Cluster, Medium, Port};
+use prfence_engine::transport::{Policy, PrTransport};
+use sg_io::{Completion, DataTransfer, DriverStatus, HostStatus, ScsiStatus};
+
+use crate::sched::{Fault, Grant, Nanos, Sim};
+
+/// Something that happened, in the order it happened.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A command reached the target (or timed out on the way).
+    Command {
+        time: Nanos,
+        node: usize,
+        label: Arc<str>,
+        lu: usize,
+        path: usize,
+        what: String,
+        outcome: String,
+        fault: Option<String>,
+        /// Keys registered on the LU afterwards that were not before, and the reverse.
+        added: Vec<Key>,
+        removed: Vec<Key>,
+    },
+    /// A write was admitted (or refused) by the target's access check.
+    Write {
+        time: Nanos,
+        node: usize,
+        lu: usize,
+        path: usize,
+        admitted: bool,
+        /// The index in the log of the admission, for a write's landing (its data reaching the
+        /// medium, later).
+        landing_of: Option<usize>,
+    },
+    OpStart {
+        time: Nanos,
+        node: usize,
+        id: usize,
+        op: Op,
+    },
+    OpEnd {
+        time: Nanos,
+        node: usize,
+        id: usize,
+        op: Op,
+        outcome: Outcome,
+        summary: String,
+    },
+    /// A fault outside any one command: a re-login, a power cycle, a pause.
+    Injected { time: Nanos, what: Happening },
+}
+
+/// The engine's outcome, as the checker needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    ThisNodeFenced,
+    Off,
+    Partial,
+    Failure,
+}
+
+impl From<prfence_engine::ops::Outcome> for Outcome {
+    fn from(o: prfence_engine::ops::Outcome) -> Self {
+        use prfence_engine::ops::Outcome as E;
+        match o {
+            E::Success => Outcome::Success,
+            E::ThisNodeFenced => Outcome::ThisNodeFenced,
+            E::Off => Outcome::Off,
+            E::Partial => Outcome::Partial,
+            E::Failure => Outcome::Failure,
+        }
+    }
+}
+
+/// What a node does (one engine operation, or a loop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Unfence,
+    Fence {
+        victim: usize,
+    },
+    /// A fence repeated after an earlier one of the same victim succeeded (P4: no side effects).
+    Refence {
+        victim: usize,
+    },
+    Status,
+    Heal,
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Unfence => f.write_str("unfence"),
+            Op::Fence { victim } => write!(f, "fence(n{victim})"),
+            Op::Refence { victim } => write!(f, "refence(n{victim})"),
+            Op::Status => f.write_str("status"),
+            Op::Heal => f.write_str("heal"),
+        }
+    }
+}
+
+/// A fault that is not one command's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Happening {
+    /// An iSCSI re-login: the path reaches the LU through a new I_T nexus.
+    Relogin {
+        node: usize,
+        lu: usize,
+        path: usize,
+    },
+    /// The LU loses its PR state (power cycle without APTPL).
+    PowerCycle {
+        lu: usize,
+    },
+    Pause {
+        node: usize,
+    },
+    Resume {
+        node: usize,
+    },
+}
+
+impl std::fmt::Display for Happening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Happening::Relogin { node, lu, path } => {
+                write!(
+                    f,
+                    "n{node} path {path} to LU{lu} logs in again (new I_T nexus)"
+                )
+            }
+            Happening::PowerCycle { lu } => {
+                write!(f, "LU{lu} power-cycled without APTPL (PR state lost)")
+            }
+            Happening::Pause { node } => write!(f, "n{node} paused"),
+            Happening::Resume { node } => write!(f, "n{node} resumes"),
+        }
+    }
+}
+
+/// The simulated cluster.
+pub struct World {
+    pub sim: Arc<Sim>,
+    cluster: Mutex<Cluster>,
+    log: Mutex<Vec<Event>>,
+    /// Engine operations still running (the writers stop after the last one).
+    ops_running: Mutex<usize>,
+    pub policy: Policy,
+    /// The keys of the nodes, by node.
+    pub keys: Vec<Key>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl World {
+    pub fn new(sim: Arc<Sim>, cluster: Cluster, keys: Vec<Key>, policy: Policy) -> Arc<World> {
+        Arc::new(World {
+            sim,
+            cluster: Mutex::new(cluster),
+            log: Mutex::new(Vec::new()),
+            ops_running: Mutex::new(0),
+            policy,
+            keys,
+        })
+    }
+
+    pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
+        lock(&self.cluster)
+    }
+
+    pub fn log(&self) -> MutexGuard<'_, Vec<Event>> {
+        lock(&self.log)
+    }
+
+    pub fn record(&self, event: Event) {
+        lock(&self.log).push(event);
+    }
+
+    pub fn key(&self, node: usize) -> Key {
+        self.keys.get(node).copied().unwrap_or(Key::ZERO)
+    }
+
+    /// The node whose key this is.
+    pub fn owner(&self, key: Key) -> Option<usize> {
+        self.keys.iter().position(|&k| k == key)
+    }
+
+    pub fn ops_running(&self) -> usize {
+        *lock(&self.ops_running)
+    }
+
+    /// Node `node`'s view of the LUs: every path a gated device.
+    pub fn targets(self: &Arc<Self>, node: usize) -> Vec<LuTarget<Arc<dyn PrTransport>>> {
+        let cluster = self.cluster();
+        let kernel = Kernel {
+            read_ioctls: true,
+            rescap: 0x7e,
+            report: prfence_engine::pr::nvme::ReportFormat::Extended,
+        };
+        cluster.targets(node, |spec| -> Arc<dyn PrTransport> {
+            let gate = Gate {
+                world: Arc::clone(self),
+                lu: spec.lu,
+                node: spec.node,
+                path: spec.path,
+                device: spec.device.clone(),
+            };
+            match (spec.medium, spec.port) {
+                (Medium::Nvme(ns), Port::Host(host)) => Arc::new(NvmePr::new(
+                    NvmeGate {
+                        fake: Fake {
+                            ns,
+                            host,
+                            path: spec.device,
+                            kernel,
+                            faults: Mutex::new(Default::default()),
+                            report_override: Mutex::new(None),
+                        },
+                        gate,
+                    },
+                    self.policy,
+                )),
+                _ => Arc::new(ScsiPr::new(gate, self.policy)),
+            }
+        })
+    }
+
+    /// Runs one engine operation as node `node`, at `at` on its clock, logging its start and
+    /// end. Called on a simulated thread.
+    pub fn run_op(self: &Arc<Self>, node: usize, id: usize, op: Op, at: Nanos) {
+        *lock(&self.ops_running) += 1;
+        prfence_engine::runtime::sleep(Duration::from_nanos(at));
+        let now = self.sim.now();
+        self.record(Event::OpStart {
+            time: now,
+            node,
+            id,
+            op,
+        });
+        let own = self.key(node);
+        let limits = prfence_engine::ops::Limits::default();
+        let targets = self.targets(node);
+        let result = match op {
+            Op::Unfence => prfence_engine::ops::unfence(targets, own, limits),
+            Op::Fence { victim } | Op::Refence { victim } => {
+                prfence_engine::ops::fence(targets, own, self.key(victim), limits)
+            }
+            Op::Status => prfence_engine::ops::status(targets, own, limits),
+            Op::Heal => prfence_engine::ops::heal(targets, own, limits),
+        };
+        let (outcome, summary) = match result {
+            Ok(report) => (report.outcome.into(), report.summary),
+            Err(e) => (Outcome::Failure, e.to_string()),
+        };
+        self.record(Event::OpEnd {
+            time: self.sim.now(),
+            node,
+            id,
+            op,
+            outcome,
+            summary,
+        });
+        *lock(&self.ops_running) -= 1;
+    }
+
+    /// A writer on node `node`: every `interval` on its clock, one write through each path of
+    /// each LU, until no engine operation is running any more (then one last round).
+    pub fn run_writer(self: &Arc<Self>, node: usize, interval: Duration) {
+        let (lus, paths) = {
+            let c = self.cluster();
+            (
+                c.lus.len(),
+                (0..c.lus.len())
+                    .map(|l| c.paths(l, node))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let mut last = false;
+        loop {
+            for lu in 0..lus {
+                for path in 0..paths.get(lu).copied().unwrap_or(0) {
+                    self.write(node, lu, path);
+                }
+            }
+            if last {
+                break;
+            }
+            prfence_engine::runtime::sleep(interval);
+            last = self.ops_running() == 0;
+        }
+    }
+
+    /// One O_DIRECT write: admitted or refused by the target, then (if admitted) its data lands.
+    fn write(&self, node: usize, lu: usize, path: usize) {
+        let grant = self.sim.submit(
+            lu,
+            format!("WRITE via path {path}"),
+            Some(self.policy.timeout),
+            false,
+        );
+        let admitted = match grant {
+            Grant::Execute { .. } => {
+                let cluster = self.cluster();
+                let port = cluster.ports[lu][node][path];
+                match (&cluster.lus[lu], port) {
+                    (Medium::Scsi(l), Port::Nexus(nexus)) => {
+                        lock(l).access(nexus, Io::Write).is_ok()
+                    }
+                    (Medium::Nvme(n), Port::Host(host)) => lock(n).may_write(host),
+                    _ => false,
+                }
+            }
+            Grant::TimedOut { .. } => false,
+        };
+        let index = {
+            let mut log = self.log();
+            log.push(Event::Write {
+                time: self.sim.now(),
+                node,
+                lu,
+                path,
+                admitted,
+                landing_of: None,
+            });
+            log.len() - 1
+        };
+        self.sim.after_command();
+        if admitted {
+            // The data reaches the medium later: a PREEMPT AND ABORT in between may or may not
+            // stop it (LIO: only if the victim held the reservation when it was admitted).
+            let _ = self
+                .sim
+                .submit(lu, format!("WRITE lands via path {path}"), None, true);
+            self.record(Event::Write {
+                time: self.sim.now(),
+                node,
+                lu,
+                path,
+                admitted: true,
+                landing_of: Some(index),
+            });
+            self.sim.after_command();
+        }
+    }
+
+    /// A fault outside the commands, applied by the scheduler between steps.
+    pub fn happen(&self, what: Happening) {
+        match what {
+            Happening::Relogin { node, lu, path } => self.cluster().relogin(lu, node, path),
+            Happening::PowerCycle { lu } => self.cluster().power_cycle(lu),
+            Happening::Pause { node } => self.sim.set_paused(node, true),
+            Happening::Resume { node } => self.sim.set_paused(node, false),
+        }
+        self.record(Event::Injected {
+            time: self.sim.now(),
+            what,
+        });
+    }
+}
+
+/// One node's path to one LU, whose every command waits for the scheduler.
+pub struct Gate {
+    world: Arc<World>,
+    lu: usize,
+    node: usize,
+    path: usize,
+    device: PathBuf,
+}
+
+impl Gate {
+    /// Submits `what`, carries the outcome out on the target with `execute` (given the LU's state
+    /// and this path's port, and whether the command is to fail after executing), and logs it.
+    fn gated<R>(
+        &self,
+        what: String,
+        timeout: Option<Duration>,
+        execute: impl FnOnce(&Medium, Port, Fault) -> R,
+        timed_out: impl FnOnce() -> R,
+        describe: impl FnOnce(&R) -> String,
+    ) -> R {
+        let grant = self.world.sim.submit(self.lu, what.clone(), timeout, false);
+        let (result, fault, before, after) = {
+            let cluster = self.world.cluster();
+            let before = cluster.keys(self.lu);
+            let medium = cluster.lus[self.lu].clone();
+            let port = cluster.ports[self.lu][self.node][self.path];
+            let (result, fault) = match grant {
+                Grant::Execute { fault } => (execute(&medium, port, fault), fault),
+                Grant::TimedOut { applied } => {
+                    if applied {
+                        let _ = execute(&medium, port, Fault::None);
+                    }
+                    (
+                        timed_out(),
+                        if applied {
+                            Fault::LostResponse
+                        } else {
+                            Fault::None
+                        },
+                    )
+                }
+            };
+            let after = cluster.keys(self.lu);
+            (result, fault, before, after)
+        };
+        let outcome = match grant {
+            Grant::TimedOut { applied } => format!(
+                "timed out ({})",
+                if applied {
+                    "applied, the response lost"
+                } else {
+                    "never reached the target"
+                }
+            ),
+            Grant::Execute { .. } => describe(&result),
+        };
+        self.world.record(Event::Command {
+            time: self.world.sim.now(),
+            node: self.node,
+            label: self.world.sim.label(),
+            lu: self.lu,
+            path: self.path,
+            what,
+            outcome,
+            fault: (fault != Fault::None).then(|| format!("{fault:?}")),
+            added: difference(&after, &before),
+            removed: difference(&before, &after),
+        });
+        self.world.sim.after_command();
+        result
+    }
+}
+
+/// The keys in `a` beyond those in `b` (as multisets: a second registration of a key counts).
+fn difference(a: &[Key], b: &[Key]) -> Vec<Key> {
+    let mut rest = b.to_vec();
+    a.iter()
+        .filter(|k| {
+            if let Some(i) = rest.iter().position(|r| r == *k) {
+                rest.swap_remove(i);
+                false
+            } else {
+                true
+            }
+        })
+        .copied()
+        .collect()
+}
+
+/// A SCSI command's injected fault, as the model's own injection.
+fn scsi_injection(fault: Fault) -> Option<Injection> {
+    let (fault, timing) = match fault {
+        Fault::None => return None,
+        Fault::LostResponse => (Injected::TransportDown, Timing::AfterExecuting),
+        Fault::NotReady => (
+            Injected::Failure(ScsiFailure::lio_communication_failure()),
+            Timing::InsteadOfExecuting,
+        ),
+        Fault::NotReadyAfter => (
+            Injected::Failure(ScsiFailure::lio_communication_failure()),
+            Timing::AfterExecuting,
+        ),
+        Fault::UnitAttention => (
+            Injected::Failure(UnitAttention::POWER_ON.to_failure()),
+            Timing::InsteadOfExecuting,
+        ),
+    };
+    Some(Injection {
+        fault,
+        timing,
+        filter: CommandFilter::Any,
+        count: 1,
+    })
+}
+
+/// What a CDB is, in the words of the trace.
+fn describe_cdb(cdb: &[u8], data: &DataTransfer<'_>) -> String {
+    let action = cdb.get(1).copied().unwrap_or(0) & 0x1f;
+    match cdb.first() {
+        Some(0x5e) => match action {
+            0 => "READ KEYS".to_owned(),
+            1 => "READ RESERVATION".to_owned(),
+            2 => "REPORT CAPABILITIES".to_owned(),
+            3 => "READ FULL STATUS".to_owned(),
+            a => format!("PR IN {a}"),
+        },
+        Some(0x5f) => {
+            let (rk, sark) = match data {
+                DataTransfer::ToDevice(p) if p.len() >= 16 => (be64(&p[0..8]), be64(&p[8..16])),
+                _ => (0, 0),
+            };
+            let name = match action {
+                0 => "REGISTER",
+                1 => "RESERVE",
+                2 => "RELEASE",
+                3 => "CLEAR",
+                4 => "PREEMPT",
+                5 => "PREEMPT AND ABORT",
+                6 => "REGISTER AND IGNORE EXISTING KEY",
+                7 => "REGISTER AND MOVE",
+                _ => "PR OUT",
+            };
+            format!("{name} key {rk:#x} sa-key {sark:#x}")
+        }
+        Some(op) => format!("opcode {op:#04x}"),
+        None => "empty CDB".to_owned(),
+    }
+}
+
+fn be64(b: &[u8]) -> u64 {
+    b.iter().fold(0, |acc, &x| (acc << 8) | u64::from(x))
+}
+
+fn timed_out_completion() -> Completion {
+    Completion {
+        status: ScsiStatus::GOOD,
+        host_status: HostStatus::TIME_OUT,
+        driver_status: DriverStatus::OK,
+        sense_bytes: Vec::new(),
+        resid: 0,
+        duration: Duration::ZERO,
+    }
+}
+
+fn describe_completion(c: &Result<Completion, sg_io::Error>) -> String {
+    match c {
+        Ok(c) if c.host_status != HostStatus::DID_OK => format!("host status {}", c.host_status),
+        Ok(c) if c.sense_bytes.len() > 13 => format!(
+            "{} sense {:02x}/{:02x}/{:02x}",
+            c.status,
+            c.sense_bytes[2] & 0xf,
+            c.sense_bytes[12],
+            c.sense_bytes[13]
+        ),
+        Ok(c) => c.status.to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+impl ScsiDevice for Gate {
+    fn path(&self) -> &Path {
+        &self.device
+    }
+
+    fn execute(
+        &self,
+        cdb: &[u8],
+        data: DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<Completion, sg_io::Error> {
+        let what = describe_cdb(cdb, &data);
+        let device = self.device.clone();
+        self.gated(
+            what,
+            Some(timeout),
+            move |medium, port, fault| {
+                let (Medium::Scsi(lu), Port::Nexus(nexus)) = (medium, port) else {
+                    return Ok(timed_out_completion());
+                };
+                if let Some(injection) = scsi_injection(fault) {
+                    lock(lu).inject(nexus, injection);
+                }
+                ModelDevice::new(Arc::clone(lu), nexus, device).execute(cdb, data, timeout)
+            },
+            || Ok(timed_out_completion()),
+            describe_completion,
+        )
+    }
+}
+
+/// An NVMe namespace path: the nvmet model's host device behind the gate.
+pub struct NvmeGate {
+    fake: Fake,
+    gate: Gate,
+}
+
+fn lost(fake: &Fake, ioctl: &'static str) -> nvme_io::Error {
+    nvme_io::Error::Ioctl {
+        path: fake.path.clone(),
+        ioctl,
+        source: std::io::Error::from_raw_os_error(nix_eio()),
+    }
+}
+
+/// EIO, without a libc dependency of our own.
+fn nix_eio() -> i32 {
+    5
+}
+
+impl NvmeGate {
+    /// A block PR ioctl: no timeout of its own (the kernel's I/O timeout applies).
+    fn block<R: std::fmt::Debug>(
+        &self,
+        ioctl: &'static str,
+        what: String,
+        call: impl FnOnce(&Fake) -> Result<R, nvme_io::Error>,
+    ) -> Result<R, nvme_io::Error> {
+        let fake = &self.fake;
+        self.gate.gated(
+            what,
+            None,
+            |_, _, fault| {
+                let result = call(fake);
+                if fault == Fault::LostResponse {
+                    Err(lost(fake, ioctl))
+                } else {
+                    result
+                }
+            },
+            || Err(lost(fake, ioctl)),
+            |r| format!("{r:?}"),
+        )
+    }
+
+    fn passthru(
+        &self,
+        ioctl: &'static str,
+        command: &NvmeCommand,
+        timeout: Duration,
+        call: impl FnOnce(&Fake) -> Result<NvmeCompletion, nvme_io::Error>,
+    ) -> Result<NvmeCompletion, nvme_io::Error> {
+        let fake = &self.fake;
+        self.gate.gated(
+            format!(
+                "{ioctl} opcode {:#04x} cdw10 {:#x}",
+                command.opcode, command.cdw10
+            ),
+            Some(timeout),
+            |_, _, fault| {
+                let result = call(fake);
+                match fault {
+                    Fault::LostResponse => Err(lost(fake, ioctl)),
+                    Fault::NotReady | Fault::NotReadyAfter => Ok(NvmeCompletion {
+                        status: NvmeStatus::NAMESPACE_NOT_READY,
+                        result: 0,
+                    }),
+                    Fault::None | Fault::UnitAttention => result,
+                }
+            },
+            || {
+                Err(nvme_io::Error::Ioctl {
+                    path: fake.path.clone(),
+                    ioctl,
+                    source: std::io::Error::from_raw_os_error(110),
+                })
+            },
+            |r| format!("{r:?}"),
+        )
+    }
+}
+
+impl NvmeDevice for NvmeGate {
+    fn path(&self) -> &Path {
+        &self.gate.device
+    }
+    fn pr_register(
+        &self,
+        old: u64,
+        new: u64,
+        ignore: bool,
+    ) -> Result<PrResult<()>, nvme_io::Error> {
+        self.block(
+            "IOC_PR_REGISTER",
+            format!("IOC_PR_REGISTER old {old:#x} new {new:#x} ignore {ignore}"),
+            |f| f.pr_register(old, new, ignore),
+        )
+    }
+    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+        self.block(
+            "IOC_PR_RESERVE",
+            format!("IOC_PR_RESERVE key {key:#x} type {}", rtype.code()),
+            |f| f.pr_reserve(key, rtype),
+        )
+    }
+    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+        self.block(
+            "IOC_PR_RELEASE",
+            format!("IOC_PR_RELEASE key {key:#x} type {}", rtype.code()),
+            |f| f.pr_release(key, rtype),
+        )
+    }
+    fn pr_preempt(
+        &self,
+        old: u64,
+        new: u64,
+        rtype: PrType,
+        abort: bool,
+    ) -> Result<PrResult<()>, nvme_io::Error> {
+        self.block(
+            "IOC_PR_PREEMPT",
+            format!(
+                "IOC_PR_PREEMPT{} key {old:#x} victim {new:#x} type {}",
+                if abort { "_ABORT" } else { "" },
+                rtype.code()
+            ),
+            |f| f.pr_preempt(old, new, rtype, abort),
+        )
+    }
+    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::Error> {
+        self.block("IOC_PR_CLEAR", format!("IOC_PR_CLEAR key {key:#x}"), |f| {
+            f.pr_clear(key)
+        })
+    }
+    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::Error> {
+        self.block("IOC_PR_READ_KEYS", "IOC_PR_READ_KEYS".to_owned(), |f| {
+            f.pr_read_keys(keys)
+        })
+    }
+    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::Error> {
+        self.block(
+            "IOC_PR_READ_RESERVATION",
+            "IOC_PR_READ_RESERVATION".to_owned(),
+            Fake::pr_read_reservation,
+        )
+    }
+    fn nsid(&self) -> Result<u32, nvme_io::Error> {
+        self.fake.nsid()
+    }
+    fn io_passthru(
+        &self,
+        command: &NvmeCommand,
+        data: nvme_io::DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<NvmeCompletion, nvme_io::Error> {
+        self.passthru("NVME_IOCTL_IO_CMD", command, timeout, |f| {
+            f.io_passthru(command, data, timeout)
+        })
+    }
+    fn admin_passthru(
+        &self,
+        command: &NvmeCommand,
+        data: nvme_io::DataTransfer<'_>,
+        timeout: Duration,
+    ) -> Result<NvmeCompletion, nvme_io::Error> {
+        self.passthru("NVME_IOCTL_ADMIN_CMD", command, timeout, |f| {
+            f.admin_passthru(command, data, timeout)
+        })
+    }
+}
