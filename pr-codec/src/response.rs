@@ -307,6 +307,37 @@ pub struct Registration {
 }
 
 impl FullStatus {
+    /// What READ KEYS would have answered at the same PRgeneration: every registration's key,
+    /// in the target's order.
+    pub fn keys(&self) -> ReadKeys {
+        ReadKeys {
+            generation: self.generation,
+            keys: self.registrations.iter().map(|r| r.key).collect(),
+        }
+    }
+
+    /// What READ RESERVATION would have answered: the holder's type and key (key 0 under the
+    /// all-registrants types, where every registrant is a holder, as SPC and LIO report it).
+    pub fn reservation(&self) -> ReadReservation {
+        let holder = self.registrations.iter().find(|r| r.holder);
+        let reservation = holder.and_then(|h| {
+            let rtype = h.rtype?;
+            Some(Reservation {
+                key: if rtype.is_all_registrants() {
+                    Key::ZERO
+                } else {
+                    h.key
+                },
+                rtype,
+                scope: h.scope.unwrap_or(Scope::LogicalUnit),
+            })
+        });
+        ReadReservation {
+            generation: self.generation,
+            reservation,
+        }
+    }
+
     /// Decodes the descriptors ADDITIONAL LENGTH covers, each bounded by its own ADDITIONAL
     /// DESCRIPTOR LENGTH. Whether LIO left descriptors out is not visible here: see
     /// [`next_allocation_length`].

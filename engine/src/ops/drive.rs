@@ -123,7 +123,7 @@ where
         .collect()
 }
 
-/// A fan-out whose LUs are not news to the caller (fence's re-read and withdrawal, heal).
+/// A fan-out whose LUs are not news to the caller (fence's re-read of the arbiter, heal).
 fn silent(_: &LuReport, _: Duration) {}
 
 fn all_ok(reports: &[LuReport]) -> bool {
@@ -185,9 +185,9 @@ pub fn unfence_observed<T: PrTransport + 'static>(
 }
 
 /// Removes `victim` from every LU: the arbiter (first LU by identifier) alone first, and the rest
-/// only if this node won there (P2). After the fan-out the arbiter is read again; if our own key
-/// vanished meanwhile (someone fenced us), what we registered is withdrawn and the outcome is
-/// [`Outcome::ThisNodeFenced`].
+/// only if this node won there (P2); an LU where our own key is gone is left alone (P3: fence
+/// never registers). After the fan-out the arbiter is read again; if our own key vanished
+/// meanwhile (someone fenced us), the outcome is [`Outcome::ThisNodeFenced`].
 pub fn fence<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
@@ -198,8 +198,8 @@ pub fn fence<T: PrTransport + 'static>(
 }
 
 /// [`fence`], telling `observer` of each LU as it finishes: the arbiter first, then the others
-/// (each as skipped if the arbiter did not succeed). The re-read of the arbiter and a withdrawal
-/// are not told: they can still change the verdicts (see [`LuDone::report`]).
+/// (each as skipped if the arbiter did not succeed). The re-read of the arbiter is not told: it
+/// can still change the verdicts (see [`LuDone::report`]).
 pub fn fence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
@@ -298,20 +298,11 @@ pub fn fence_observed<T: PrTransport + 'static>(
             .first()
             .is_some_and(|r| r.verdict == Verdict::ThisNodeFenced);
         if fenced_meanwhile {
-            let withdrawn = fan_out(
-                followers,
-                until,
-                move |lu| {
-                    let mut work = LuWork::new(lu);
-                    work.withdraw(own);
-                    work.finish(Ok(Verdict::ThisNodeFenced), &[])
-                },
-                &mut silent,
-            );
-            for (report, withdrawal) in reports.iter_mut().skip(1).zip(withdrawn) {
+            // Nothing to undo: fence registers no key (P3), so this node left nothing behind
+            // the other node's fence.
+            for report in reports.iter_mut().skip(1) {
                 report.ok = false;
                 report.verdict = Verdict::ThisNodeFenced;
-                report.notes.extend(withdrawal.notes);
             }
             if let Some(arbiter_report) = reports.first_mut() {
                 arbiter_report.ok = false;
@@ -325,7 +316,7 @@ pub fn fence_observed<T: PrTransport + 'static>(
                 outcome: Outcome::ThisNodeFenced,
                 summary: format!(
                     "this node was fenced while fencing {victim}: {own} vanished from the arbiter \
-                     LU {}; its registrations on the other LUs were withdrawn",
+                     LU {}",
                     arbiter.id
                 ),
                 lus: reports,

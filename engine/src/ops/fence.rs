@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use crate::pr::{Key, PrOut};
+use crate::pr::Key;
 use crate::transport::PrTransport;
 
-use super::lu::{LuWork, Preempted, Stop};
+use super::lu::{LuState, LuWork, Preempted, Stop};
 use super::{LuReport, LuTarget, Verdict};
 
 const FENCE_OK: &[Verdict] = &[Verdict::VictimRemoved, Verdict::AlreadyFenced];
@@ -36,42 +36,56 @@ fn arbiter_steps<T: PrTransport>(
     victim: Key,
     tie_break: Duration,
 ) -> Result<Verdict, Stop> {
-    let (mut index, mut keys) = work.read_keys_any()?;
-    if keys.keys.contains(&own)
-        && keys.keys.contains(&victim)
-        && own > victim
-        && !tie_break.is_zero()
-    {
+    let (_, mut state) = work.read_state()?;
+    if state.has(own) && state.has(victim) && own > victim && !tie_break.is_zero() {
         work.notes.push(format!(
             "both keys registered on the arbiter: waited {} s for {victim} (the smaller key) to \
-             fence first, then read the keys again (tie-break)",
+             fence first, then read the LU again (tie-break)",
             tie_break.as_secs_f64()
         ));
         crate::runtime::sleep(tie_break);
-        (index, keys) = work.read_keys_any()?;
+        (_, state) = work.read_state()?;
     }
-    if !keys.keys.contains(&own) {
-        work.note_reservation(index);
+    if !state.has(own) {
         return Err(Stop::fenced(format!(
             "own key {own} is not registered on the arbiter LU: this node was fenced (it lost the \
              race, or was preempted earlier); if this node was never registered, run `prfence \
              unfence` first. No LU was touched"
         )));
     }
-    let (verdict, proven) = if keys.keys.contains(&victim) {
+    remove_victim(work, own, victim, &state)
+}
+
+/// The steps after a read that found our key on the LU, the same on the arbiter and the other
+/// LUs: preempt the victim if it is registered, create a reservation if none existed, and
+/// verify with one more read (P1). A read that found nothing to change is the verification.
+fn remove_victim<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    victim: Key,
+    state: &LuState,
+) -> Result<Verdict, Stop> {
+    let (verdict, proven) = if state.has(victim) {
         preempt_from_a_registered_path(work, own, victim)?
     } else {
         work.notes.push(format!(
             "victim key {victim} was not registered (P4: already fenced)"
         ));
+        if state.reserved() {
+            // Nothing to change: the read is the evidence (P4: no command changes the LU).
+            work.check(state, own, Some(victim), true)?;
+            return Ok(Verdict::AlreadyFenced);
+        }
         (Verdict::AlreadyFenced, None)
     };
-    // Only paths registered with our key can reserve. The one the preemption went through is
-    // proven registered; the others are tried after it (an unregistered one is refused without
-    // effect, but LIO refuses with NOT READY, which costs the policy's retries).
-    let mut candidates: Vec<usize> = proven.into_iter().collect();
-    candidates.extend(work.live_paths().into_iter().filter(|&i| Some(i) != proven));
-    work.ensure_reservation(own, &candidates)?;
+    if !state.reserved() {
+        // Only paths registered with our key can reserve. The one the preemption went through
+        // is proven registered; the others are tried after it (an unregistered one is refused
+        // without effect, but LIO refuses with NOT READY, which costs the policy's retries).
+        let mut candidates: Vec<usize> = proven.into_iter().collect();
+        candidates.extend(work.live_paths().into_iter().filter(|&i| Some(i) != proven));
+        work.ensure_reservation(own, &candidates)?;
+    }
     work.verify(own, Some(victim), true)?;
     Ok(verdict)
 }
@@ -113,18 +127,20 @@ fn preempt_from_a_registered_path<T: PrTransport>(
     }
     Err(Stop::failed(format!(
         "no live path of this node is registered with {own} on this LU although the key is \
-         present (orphaned registration after an iSCSI re-login?); `fence` never registers on the \
-         arbiter: run `prfence unfence --key {own}` on this node, then fence again"
+         present (orphaned registration after an iSCSI re-login?); `fence` never registers a key \
+         (P3): run `prfence unfence --key {own}` on this node, then fence again"
     )))
 }
 
-/// After the arbiter: make sure our key is registered on every path, preempt the victim, verify.
+/// After the arbiter: on an LU where our key is still registered, preempt the victim and
+/// verify; where it is gone, stop as fenced and change nothing.
 ///
-/// Registering our key here is not a P3 violation: on this LU our key can only have been
-/// preempted by a node that won the arbiter against us, and that node preempted our key on the
-/// arbiter first, where we just found it present. The remaining window (someone fences us after
-/// our arbiter step) is closed by re-checking the arbiter after the fan-out and withdrawing
-/// (see `drive::fence`).
+/// P3: `fence` never registers our key, here or on the arbiter. Our key is missing from an LU
+/// only because someone preempted it (or this node was never unfenced there): after we won the
+/// arbiter, a third node can fence us, all LUs of it verified and reported, while our fan-out is
+/// still under way; registering here would bring our key back behind that node's fence (a
+/// phantom write waiting to happen). A path of ours that lost its registration (an iSCSI
+/// re-login) is left to `heal` and `unfence`, which register under their own rules.
 pub(super) fn fence_follower<T: PrTransport>(
     target: &LuTarget<T>,
     own: Key,
@@ -140,63 +156,12 @@ fn follower_steps<T: PrTransport>(
     own: Key,
     victim: Key,
 ) -> Result<Verdict, Stop> {
-    let registered = register_everywhere(work, own)?;
-    let (_, keys) = work.read_keys_any()?;
-    let mut verdict = Verdict::AlreadyFenced;
-    if keys.keys.contains(&victim) {
-        verdict = Verdict::Failed;
-        for &index in &registered {
-            match work.preempt(index, own, victim) {
-                Ok(Preempted::Done) => verdict = Verdict::VictimRemoved,
-                Ok(Preempted::VictimGoneMeanwhile) => verdict = Verdict::AlreadyFenced,
-                Ok(Preempted::OwnKeyGone) => {
-                    return Err(Stop::fenced(format!(
-                        "own key {own} was preempted on this LU while fencing {victim}"
-                    )));
-                }
-                Ok(Preempted::PathNotRegistered) => continue,
-                Err(_) if work.is_dead_path(index) => continue,
-                Err(stop) => return Err(stop),
-            }
-            break;
-        }
-        if verdict == Verdict::Failed {
-            return Err(Stop::failed(format!(
-                "could not preempt {victim} through any registered path"
-            )));
-        }
-    } else {
-        work.notes.push(format!(
-            "victim key {victim} was not registered (P4: already fenced)"
-        ));
+    let (_, state) = work.read_state()?;
+    if !state.has(own) {
+        return Err(Stop::fenced(format!(
+            "own key {own} is not registered on this LU: another node fenced this node (or it \
+             was never unfenced here); nothing was changed on this LU"
+        )));
     }
-    work.ensure_reservation(own, &registered)?;
-    work.verify(own, Some(victim), true)?;
-    Ok(verdict)
-}
-
-/// REGISTER AND IGNORE EXISTING KEY on every live path; returns the paths now registered.
-/// Callers must have proof that registering is allowed (P3): unfence by being explicit, a
-/// fence follower by the arbiter's decision.
-pub(super) fn register_everywhere<T: PrTransport>(
-    work: &mut LuWork<'_, T>,
-    own: Key,
-) -> Result<Vec<usize>, Stop> {
-    let mut registered = Vec::new();
-    let mut first_error = None;
-    for index in work.live_paths() {
-        match work.on(index, |p| p.pr_out(&PrOut::register_ignore(own))) {
-            Ok(_) => registered.push(index),
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    if registered.is_empty() {
-        return Err(match first_error {
-            Some(e) => Stop::failed(format!("could not register {own} on any path: {e}")),
-            None => Stop::failed("every path is dead"),
-        });
-    }
-    Ok(registered)
+    remove_victim(work, own, victim, &state)
 }

@@ -56,6 +56,24 @@ pub(super) enum Preempted {
     PathNotRegistered,
 }
 
+/// What one look at an LU showed: its registrations' keys and its reservation, at one
+/// PRgeneration when READ FULL STATUS answered, or from READ KEYS then READ RESERVATION.
+#[derive(Debug, Clone)]
+pub(super) struct LuState {
+    pub keys: ReadKeys,
+    pub reservation: ReadReservation,
+}
+
+impl LuState {
+    pub fn has(&self, key: Key) -> bool {
+        self.keys.keys.contains(&key)
+    }
+
+    pub fn reserved(&self) -> bool {
+        self.reservation.reservation.is_some()
+    }
+}
+
 /// One LU being worked on, with everything the report needs.
 pub(super) struct LuWork<'a, T> {
     pub target: &'a LuTarget<T>,
@@ -65,6 +83,8 @@ pub(super) struct LuWork<'a, T> {
     pub reservation: Option<ReadReservation>,
     /// PREEMPT AND ABORT was refused once; use PREEMPT from then on.
     preempt_and_abort_refused: bool,
+    /// READ FULL STATUS was refused once; read keys and reservation separately from then on.
+    full_status_refused: bool,
 }
 
 impl<'a, T: PrTransport> LuWork<'a, T> {
@@ -84,6 +104,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
             keys: None,
             reservation: None,
             preempt_and_abort_refused: false,
+            full_status_refused: false,
         }
     }
 
@@ -188,6 +209,48 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         let (index, keys) = self.on_any(|p| p.read_keys())?;
         self.keys = Some(keys.clone());
         Ok((index, keys))
+    }
+
+    /// One look at the LU through the first live path that answers: READ FULL STATUS, one
+    /// command, where the target has it (the tgt target does not: then READ KEYS and READ
+    /// RESERVATION through the same path). Recorded for the report.
+    pub fn read_state(&mut self) -> Result<(usize, LuState), Stop> {
+        if !self.full_status_refused {
+            let mut last = None;
+            for index in self.live_paths() {
+                match self.on(index, |p| p.read_full_status()) {
+                    Ok(status) => {
+                        let state = LuState {
+                            keys: status.keys(),
+                            reservation: status.reservation(),
+                        };
+                        self.keys = Some(state.keys.clone());
+                        self.reservation = Some(state.reservation.clone());
+                        return Ok((index, state));
+                    }
+                    Err(e)
+                        if matches!(e.kind, ErrorKind::InvalidField | ErrorKind::NotSupported) =>
+                    {
+                        // The target answered: the path is fine, the service action is not there.
+                        self.mark_answered(index);
+                        self.full_status_refused = true;
+                        break;
+                    }
+                    Err(e) if is_dead(e.kind) => last = Some(e),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if !self.full_status_refused {
+                return Err(match last {
+                    Some(e) => Stop::failed(format!("no path answered; the last error: {e}")),
+                    None => Stop::failed("every path is dead"),
+                });
+            }
+        }
+        let (index, keys) = self.read_keys_any()?;
+        let reservation = self.on(index, |p| p.read_reservation())?;
+        self.reservation = Some(reservation.clone());
+        Ok((index, LuState { keys, reservation }))
     }
 
     /// READ RESERVATION for the report only (e.g. to show who holds the LU when we stop).
@@ -308,30 +371,40 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         }))
     }
 
-    /// Reads keys and reservation through a live path for the verdict's evidence and checks them:
-    /// our key present, `gone` (the victim) absent, a reservation if `reservation_required`.
+    /// Reads the LU ([`LuWork::read_state`]) for the verdict's evidence and checks it
+    /// ([`LuWork::check`]).
     pub fn verify(
         &mut self,
         own: Key,
         gone: Option<Key>,
         reservation_required: bool,
     ) -> Result<(), Stop> {
-        let (index, keys) = self.read_keys_any()?;
-        let reservation = self.on(index, |p| p.read_reservation())?;
-        self.reservation = Some(reservation.clone());
-        if !keys.keys.contains(&own) {
+        let (_, state) = self.read_state()?;
+        self.check(&state, own, gone, reservation_required)
+    }
+
+    /// Checks a look at the LU: our key present, `gone` (the victim) absent, a reservation if
+    /// `reservation_required`.
+    pub fn check(
+        &self,
+        state: &LuState,
+        own: Key,
+        gone: Option<Key>,
+        reservation_required: bool,
+    ) -> Result<(), Stop> {
+        if !state.has(own) {
             return Err(Stop::fenced(format!(
                 "verify: own key {own} is not registered on the LU any more (preempted meanwhile)"
             )));
         }
         if let Some(victim) = gone
-            && keys.keys.contains(&victim)
+            && state.has(victim)
         {
             return Err(Stop::failed(format!(
                 "verify: victim key {victim} is still registered"
             )));
         }
-        if reservation_required && reservation.reservation.is_none() {
+        if reservation_required && !state.reserved() {
             return Err(Stop::failed(
                 "verify: no reservation exists, so unregistered initiators could still write",
             ));

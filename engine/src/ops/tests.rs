@@ -436,9 +436,17 @@ fn the_arbiter_is_chosen_by_identifier_not_by_argument_order() {
         .unwrap();
     let report = f.fence(0, A, B);
     assert_eq!(report.lus[0].lu, lu_id(0));
-    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
-    // LU 2: node 0 was gone there, re-registered because it won the arbiter, and fenced node 1.
-    assert!(f.has(2, A) && !f.has(2, B));
+    assert_eq!(report.lus[0].verdict, Verdict::VictimRemoved, "{report:#?}");
+    assert_eq!(report.lus[1].verdict, Verdict::VictimRemoved, "{report:#?}");
+    // LU 2: node 0 is gone there. Winning the arbiter is no licence to register again (P3):
+    // the LU is left alone and the fence does not succeed, so the cluster does not go on.
+    assert_eq!(
+        report.lus[2].verdict,
+        Verdict::ThisNodeFenced,
+        "{report:#?}"
+    );
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert!(!f.has(2, A) && f.has(2, B));
 }
 
 #[test]
@@ -944,32 +952,57 @@ fn heal_withdraws_when_preempted_between_check_and_register() {
 }
 
 #[test]
-fn fenced_while_fencing_withdraws_from_the_other_lus() {
-    // Three nodes: node 0 fences node 1 while node 2 fences node 0.
+fn fenced_while_fencing_leaves_the_other_nodes_fence_intact() {
+    // Three nodes: node 0 fences node 1 while node 2 fences node 0, all LUs and verified, just
+    // as node 0 preempts on LU 1 (issue 19's ring). Node 0 registers nothing anywhere.
     let f = Fixture::new(3, &[1, 1, 1], Quirks::lio());
     for (node, key) in [(0, A), (1, B), (2, C)] {
         assert_eq!(f.unfence(node, key).outcome, Outcome::Success);
     }
-    let c_arbiter = f.targets(2).pop().unwrap();
-    assert_eq!(c_arbiter.id, lu_id(0));
-    // Node 2 wins the arbiter against node 0 just as node 0 starts on LU 1.
+    let c = f.targets(2);
     let hook = Box::new(move || {
-        c_arbiter.paths[0]
-            .pr_out(&PrOut::preempt_and_abort(C, A, FENCING_TYPE))
-            .unwrap();
+        let report = fence(c, C, A, limits()).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     });
     let targets = hooked(
         f.targets(0),
         (&lu_id(1), 0),
-        PrOutAction::RegisterAndIgnoreExistingKey,
+        PrOutAction::PreemptAndAbort,
         hook,
     );
     let report = fence(targets, A, B, limits()).unwrap();
     assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:#?}");
     assert!(
         !f.has(0, A) && !f.has(1, A) && !f.has(2, A),
-        "node 0 gave up everywhere"
+        "node 2's fence holds: node 0's key is on no LU"
     );
+}
+
+#[test]
+fn a_follower_where_our_key_is_gone_is_left_alone() {
+    // Node 0 won the arbiter against node 1, but its key is gone from LU 1 (someone fenced it
+    // there): no REGISTER, no PREEMPT, the LU reported as fenced (P3).
+    let f = Fixture::new(2, &[1, 1, 1], Quirks::lio());
+    for (node, key) in [(0, A), (1, B), (2, C)] {
+        assert_eq!(f.unfence(node, key).outcome, Outcome::Success);
+    }
+    let nexus = f.nexus[1][2][0];
+    f.with_lu(1, |l| {
+        l.pr_out(nexus, &PrOut::preempt_and_abort(C, A, FENCING_TYPE))
+    })
+    .unwrap();
+    let generation = f.with_lu(1, |l| l.generation());
+    let report = f.fence(0, A, B);
+    assert_eq!(
+        report.lus[1].verdict,
+        Verdict::ThisNodeFenced,
+        "{report:#?}"
+    );
+    assert!(!report.lus[1].ok);
+    assert_ne!(report.outcome, Outcome::Success);
+    assert!(!f.has(1, A), "not registered again");
+    assert!(f.has(1, B), "nothing changed on that LU");
+    assert_eq!(f.with_lu(1, |l| l.generation()), generation);
 }
 
 // ----- heal: orphans after iSCSI re-login -----

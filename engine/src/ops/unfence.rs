@@ -1,9 +1,8 @@
 //! unfence: register our key on every path, create a reservation where none exists, verify.
 
-use crate::pr::Key;
+use crate::pr::{Key, PrOut};
 use crate::transport::PrTransport;
 
-use super::fence::register_everywhere;
 use super::heal::purge_orphans;
 use super::lu::{LuWork, Stop};
 use super::{LuReport, LuTarget, Verdict};
@@ -23,4 +22,29 @@ fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, 
     purge_orphans(work, own, &registered)?;
     work.verify(own, None, true)?;
     Ok(Verdict::Unfenced)
+}
+
+/// REGISTER AND IGNORE EXISTING KEY on every live path; returns the paths now registered.
+/// Only `unfence` registers this way (P3: it is explicit).
+fn register_everywhere<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+) -> Result<Vec<usize>, Stop> {
+    let mut registered = Vec::new();
+    let mut first_error = None;
+    for index in work.live_paths() {
+        match work.on(index, |p| p.pr_out(&PrOut::register_ignore(own))) {
+            Ok(_) => registered.push(index),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if registered.is_empty() {
+        return Err(match first_error {
+            Some(e) => Stop::failed(format!("could not register {own} on any path: {e}")),
+            None => Stop::failed("every path is dead"),
+        });
+    }
+    Ok(registered)
 }
