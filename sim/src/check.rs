@@ -52,12 +52,13 @@ pub struct Checker {
     seen: usize,
     fenced: Vec<Fenced>,
     started: Vec<Option<Started>>,
-    /// (fence A→B, fence B→A) pairs that overlapped, for the end-of-run split check.
-    mutual: Vec<(usize, usize)>,
-    /// Log index at which each node last started an unfence.
-    unfenced_at: Vec<Option<usize>>,
-    /// LUs whose PR state a power cycle wiped.
-    forgot: Vec<usize>,
+    /// (fence A→B, fence B→A) pairs that overlapped, with the log index where the first of
+    /// them started.
+    mutual: Vec<(usize, usize, usize)>,
+    /// Every unfence: (node, log index of its start).
+    unfences: Vec<(usize, usize)>,
+    /// LUs whose PR state a power cycle wiped, and the log index when.
+    forgot: Vec<(usize, usize)>,
     /// Key state of every LU when each refence started, to compare at its end.
     refence_before: Vec<(usize, Vec<Vec<Key>>)>,
     pub violations: Vec<Violation>,
@@ -75,7 +76,7 @@ impl Checker {
             fenced: Vec::new(),
             started: Vec::new(),
             mutual: Vec::new(),
-            unfenced_at: Vec::new(),
+            unfences: Vec::new(),
             forgot: Vec::new(),
             refence_before: Vec::new(),
             violations: Vec::new(),
@@ -135,23 +136,18 @@ impl Checker {
                         for f in self.fenced.iter_mut().filter(|f| f.victim == node) {
                             f.lifted = true;
                         }
-                        if self.unfenced_at.len() <= node {
-                            self.unfenced_at.resize(node + 1, None);
-                        }
-                        self.unfenced_at[node] = Some(index);
-                        // A node unfenced explicitly is back by an admin's or the cluster's
-                        // decision: no longer part of a mutual fence.
-                        self.mutual.retain(|&(a, b)| a != node && b != node);
+                        self.unfences.push((node, index));
                     }
                     Op::Fence { victim } => {
                         // A fence of us by our victim that is still running: a mutual fence.
-                        let overlapping = self.started.iter().flatten().any(|s| {
+                        let other = self.started.iter().flatten().find(|s| {
                             s.node == victim
                                 && s.op == Op::Fence { victim: node }
                                 && !self.ended(world, s.at)
                         });
-                        if overlapping {
-                            self.mutual.push((node.min(victim), node.max(victim)));
+                        if let Some(other) = other {
+                            self.mutual
+                                .push((node.min(victim), node.max(victim), other.at));
                         }
                     }
                     Op::Refence { .. } => {
@@ -222,7 +218,7 @@ impl Checker {
             },
             Event::Injected { what, .. } => {
                 if let crate::world::Happening::PowerCycle { lu } = what {
-                    self.forgot.push(lu);
+                    self.forgot.push((lu, index));
                     for f in &mut self.fenced {
                         if let Some(slot) = f.lus.get_mut(lu) {
                             *slot = false;
@@ -231,6 +227,26 @@ impl Checker {
                 }
             }
         }
+    }
+
+    /// Whether `node` ran an unfence that was still running at log index `since`, or started
+    /// after it.
+    fn unfenced_since(&self, world: &World, node: usize, since: usize) -> bool {
+        self.unfences.iter().any(|&(n, start)| {
+            n == node && (start > since || !self.ended_before(world, start, since))
+        })
+    }
+
+    /// Whether the op that started at log index `start` ended before log index `at`.
+    fn ended_before(&self, world: &World, start: usize, at: usize) -> bool {
+        let log = world.log();
+        let Some(Event::OpStart { id, .. }) = log.get(start) else {
+            return true;
+        };
+        let id = *id;
+        log[start..at.min(log.len())]
+            .iter()
+            .any(|e| matches!(e, Event::OpEnd { id: i, .. } if *i == id))
     }
 
     /// Whether the op that started at log index `start` has ended.
@@ -284,21 +300,26 @@ impl Checker {
             self.violate("P2", message, Some(index));
         }
         let lus = world.cluster().lus.len();
-        // An explicit unfence of the victim that started while this fence ran (a cluster or an
-        // admin unfencing the node at the same time) wins: P3 ends with an explicit unfence.
+        // An explicit unfence of the victim that ran at the same time as this fence (a cluster
+        // or an admin unfencing the node while another fences it: two explicit orders that
+        // contradict each other) wins: P3 ends with an explicit unfence.
         let fence_started = self.started.get(id).copied().flatten().map_or(0, |s| s.at);
-        let lifted = self
-            .unfenced_at
-            .get(victim)
-            .copied()
-            .flatten()
-            .is_some_and(|at| at > fence_started);
+        let lifted = self.unfenced_since(world, victim, fence_started);
+        // A power cycle while the fence ran wiped what it had verified on that LU.
+        let mut promised = vec![true; lus];
+        for &(lu, at) in &self.forgot {
+            if at > fence_started
+                && let Some(slot) = promised.get_mut(lu)
+            {
+                *slot = false;
+            }
+        }
         self.fenced.push(Fenced {
             by: node,
             victim,
             key: world.key(victim),
             at: index,
-            lus: vec![true; lus],
+            lus: promised,
             lifted,
         });
     }
@@ -388,9 +409,14 @@ impl Checker {
     pub fn finish(&mut self, world: &World) {
         let cluster = world.cluster();
         let mut broken = Vec::new();
-        for &(a, b) in &self.mutual {
+        for &(a, b, since) in &self.mutual {
+            // A node unfenced explicitly during or after the fences is back by an admin's or
+            // the cluster's decision.
+            if self.unfenced_since(world, a, since) || self.unfenced_since(world, b, since) {
+                continue;
+            }
             let (ka, kb) = (world.key(a), world.key(b));
-            let kept = |l: &usize| !self.forgot.contains(l);
+            let kept = |l: &usize| !self.forgot.iter().any(|(lu, _)| lu == l);
             let a_only = (0..cluster.lus.len())
                 .filter(kept)
                 .find(|&l| cluster.has(l, ka) && !cluster.has(l, kb));

@@ -329,10 +329,18 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
         }
         let pending = sim.lock().pending.clone();
         let timer = sim.next_timer(scenario.timeouts);
-        let next = match (timer, happenings.peek().map(|(t, _)| *t)) {
+        let mut next = match (timer, happenings.peek().map(|(t, _)| *t)) {
             (Some(a), Some(b)) => Some(a.min(b.max(sim.now()))),
             (a, b) => a.or(b.map(|b| b.max(sim.now()))),
         };
+        // Without timeouts every command completes within its timeout: time may not pass the
+        // first pending command's.
+        if !scenario.timeouts
+            && let (Some(to), Some(limit)) = (next, sim.first_command_deadline())
+            && to >= limit
+        {
+            next = None;
+        }
         if pending.is_empty() && next.is_none() {
             break;
         }
@@ -391,7 +399,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
 pub fn random_run(seed: u64) -> (Scenario, Run) {
     let mut rng = Rng::new(seed);
     let scenario = Scenario::draw(&mut rng);
-    let run = if seed % 2 == 0 {
+    let run = if seed.is_multiple_of(2) {
         run(&scenario, &mut Random::new(rng.next_u64()))
     } else {
         run(&scenario, &mut Pct::new(rng.next_u64(), 3, 60))

@@ -471,6 +471,19 @@ impl Sim {
         expired
     }
 
+    /// When (true time) the first pending command's timeout runs out.
+    pub fn first_command_deadline(&self) -> Option<Nanos> {
+        let core = self.lock();
+        core.pending
+            .iter()
+            .filter_map(|p| {
+                let node = core.nodes.get(p.node)?;
+                node.true_until(p.deadline?)
+            })
+            .min()
+            .map(|ns| core.now.saturating_add(ns))
+    }
+
     /// Gives a command returned by [`Sim::advance`] its outcome.
     pub fn grant_expired(&self, expired: Pending, grant: Grant) {
         if let Some(t) = self.lock().threads.get_mut(expired.thread) {

@@ -607,6 +607,10 @@ fn nix_eio() -> i32 {
     5
 }
 
+/// The kernel's NVMe I/O timeout (`nvme_core.io_timeout`, 30 s by default): the block PR ioctls
+/// take no timeout of their own, so this is when one comes back failed from a dead path.
+const KERNEL_IO_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl NvmeGate {
     /// A block PR ioctl: no timeout of its own (the kernel's I/O timeout applies).
     fn block<R: std::fmt::Debug>(
@@ -618,7 +622,7 @@ impl NvmeGate {
         let fake = &self.fake;
         self.gate.gated(
             what,
-            None,
+            Some(KERNEL_IO_TIMEOUT),
             |_, _, fault| {
                 let result = call(fake);
                 if fault == Fault::LostResponse {

@@ -213,7 +213,8 @@ pub struct WatchModeSettings {
     pub grace: Duration,
     /// Consecutive reads that must miss our key before we call it fenced (1 = the first).
     pub missing_confirmations: u32,
-    /// Re-register paths whose registration vanished while our key is still on the LU (P3).
+    /// Purge orphaned registrations of our key where one atomic command can (never registers:
+    /// a path without a registration needs `prfence unfence`, P3).
     pub heal: bool,
     /// Probe every path's registration at least this often (the key count can hide an orphan).
     pub path_audit: Duration,

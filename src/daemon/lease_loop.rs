@@ -8,8 +8,9 @@
 //! - `Renew`: persist the epoch, then on every live path (concurrently) REGISTER with the first
 //!   of `from` the path accepts → `to`. A path that refuses every `from` key lost its
 //!   registration (re-login) or was preempted; if no path took `to`, READ KEYS tells which (no
-//!   `from` key left on the LU: preempted). Paths that lost theirs while others took `to` are
-//!   healed by `ops::heal` under P3 (our new key is on the LU). Then READ RESERVATION: the
+//!   `from` key left on the LU: preempted). Paths that lost theirs while others took `to` go to
+//!   `ops::heal`, which purges orphans and never registers (P3); they need `prfence unfence`
+//!   or the next join. Then READ RESERVATION: the
 //!   lease holds only if it shows `to` (under WE/EA only the reserving nexus is the holder).
 //! - `Preempt` / `Reserve`: PREEMPT AND ABORT / RESERVE on the first live path, which becomes
 //!   the reservation holder's nexus: the service must write through that path.

@@ -285,7 +285,7 @@ impl Metrics {
             &mut out,
             "prfence_heals_total",
             "counter",
-            "Heals (ops::heal) that re-registered paths which lost their registration while our key stayed on the LU.",
+            "Heals (ops::heal) that purged orphaned registrations of our key (earlier iSCSI sessions); heal never registers a path.",
             self.heals
                 .iter()
                 .map(|(lu, n)| (labels(&[("lu", lu)]), n.to_string())),

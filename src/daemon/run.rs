@@ -513,9 +513,9 @@ impl Agent {
     }
 }
 
-/// Heals one LU's registrations with `ops::heal` (the one place that heals under P3: it probes
-/// every path, registers the unregistered ones only while our key provably stays on the LU,
-/// withdraws them if it did not, and purges stale registrations of earlier sessions). Runs on
+/// Heals one LU's registrations with `ops::heal`: it probes every path, purges stale
+/// registrations of earlier sessions where one atomic command can, and names the paths without
+/// a registration, which only `prfence unfence` registers (P3). Runs on
 /// the LU's live paths; bounded by a few command timeouts per path.
 pub(super) async fn heal_lu(
     exec: &Executor,
@@ -569,6 +569,16 @@ pub(super) fn report_heal(
                 tracing::warn!(%lu, notes = %report.notes.join("; "), "registrations healed");
             }
             ops::Verdict::Intact => tracing::info!(%lu, "registrations intact"),
+            ops::Verdict::PathsUnregistered => {
+                if report.notes.iter().any(|n| n.starts_with("purged")) {
+                    lock(metrics).record_heal(lu);
+                }
+                tracing::warn!(
+                    %lu, error = report.error.as_deref().unwrap_or("-"),
+                    notes = %report.notes.join("; "),
+                    "paths without our registration: run `prfence unfence` on this node"
+                );
+            }
             ops::Verdict::ThisNodeFenced => tracing::error!(
                 %lu, error = report.error.as_deref().unwrap_or("our key is gone"),
                 "heal found our key preempted; nothing re-registered (P3)"

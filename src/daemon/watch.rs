@@ -16,7 +16,8 @@
 //! - no good read for `grace` (unreachable, timed out, or no answer at all): **fenced**; before
 //!   that the LU is reported [`LuVerdict::Unreachable`].
 //! - our key present but some path lacks its registration: an iSCSI re-login orphan (new ISID,
-//!   #517). It may be healed because the key is still on the LU, so nobody preempted it (P3).
+//!   #517). The old session's orphaned registration may be purged; the path itself is left to
+//!   `prfence unfence`: no automatic REGISTER, ever (P3).
 //!
 //! Fenced is latched: the state never returns to healthy and never asks for a heal again, even
 //! if the key reappears (P3: a preempted key is never re-registered automatically).
@@ -122,12 +123,12 @@ pub enum LuVerdict {
     /// Our key is on the LU fewer times than it has paths: probe each path and report
     /// [`LuKeys::paths`] next tick.
     InspectPaths,
-    /// Re-register these paths: REGISTER with our key on each. Allowed by P3 because our key is
-    /// still on the LU. A preempt can land between our read and the REGISTER, so the executor
-    /// must re-read afterwards: if our key is now only on the healed paths, it was preempted
-    /// meanwhile, and the executor unregisters those paths and the next tick fences.
+    /// These paths lack our registration: `ops::heal` purges the orphaned registrations of
+    /// earlier sessions where one atomic command can, and names the paths for `prfence
+    /// unfence`. It never registers them (P3: a preempt can land between any read and a
+    /// REGISTER).
     Heal { paths: Vec<PathId> },
-    /// Paths lack our registration but `heal = false`: report only.
+    /// Paths lack our registration and `heal = false`: report only.
     Orphaned { paths: Vec<PathId> },
     /// No good read since `last_good` (or since start); fenced once this reaches the grace.
     Unreachable {

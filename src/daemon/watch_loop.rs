@@ -366,9 +366,10 @@ impl WatchDriver<'_> {
             degraded |= !matches!(verdict, LuVerdict::Healthy | LuVerdict::InspectPaths);
             lock(&self.agent.status).lus[index].verdict = text;
             if let LuVerdict::Heal { .. } = verdict {
-                // ops::heal probes every path itself and registers under the P3 guard. It runs
-                // beside the checks, under its own deadline (one heal per LU at a time), so a
-                // slow heal never delays the watchdog's feeding.
+                // ops::heal probes every path itself, purges orphans where one atomic command
+                // can and never registers (P3). It runs beside the checks, under its own
+                // deadline (one heal per LU at a time), so a slow heal never delays the
+                // watchdog's feeding.
                 let id = lu
                     .id
                     .clone()
@@ -649,11 +650,13 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
             format!("our key is missing ({reads} read(s) in a row); reading again")
         }
         LuVerdict::Heal { paths } => format!(
-            "paths without our registration (re-login?): {}; healing",
+            "paths without our registration (re-login?): {}; run `prfence unfence` on this node \
+             to register them (the agent never does); purging orphaned registrations",
             join(paths)
         ),
         LuVerdict::Orphaned { paths } => format!(
-            "paths without our registration (re-login?): {}; watch.heal is off",
+            "paths without our registration (re-login?): {}; run `prfence unfence` on this node \
+             to register them (the agent never does)",
             join(paths)
         ),
         LuVerdict::Unreachable { .. } => match error {

@@ -1,6 +1,15 @@
-//! heal: repair this node's registrations on a LU while its key is still there, e.g. after an
-//! iSCSI re-login gave a path a new I_T nexus (new ISID) and left the old registration orphaned
-//! (fence-agents #517, PR #529/#558).
+//! heal: tidy this node's registrations on a LU while its key is still there, without ever
+//! registering: after an iSCSI re-login a path has a new I_T nexus (new ISID) without a
+//! registration, and the old one is left orphaned (fence-agents #517, PR #529/#558).
+//!
+//! P3 forbids heal to register the new nexus. No SPC command registers a nexus only while a key
+//! is present (REGISTER AND IGNORE EXISTING KEY from an unregistered nexus always registers), so
+//! a heal that checked for our key and then registered could bring the key back behind a fence
+//! that ran in between (a node paused between the two commands is enough; the simulation found
+//! it). Registering a path is `unfence`'s alone: an explicit act. Heal does what one atomic
+//! command can: it purges the orphans by preempting our own key from the one registered path
+//! (which fails, changing nothing, if our key was preempted), and it names the paths that need
+//! `prfence unfence`.
 
 use crate::pr::{Key, PrOut};
 use crate::transport::{ErrorKind, PrTransport};
@@ -25,15 +34,28 @@ fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, 
         )));
     }
     let (registered, unregistered) = probe_paths(work, own)?;
-    let mut changed = false;
-    let mut now_registered = registered.clone();
-    if !unregistered.is_empty() {
-        now_registered.extend(guarded_register(work, own, &registered, &unregistered)?);
-        changed = true;
-    }
-    changed |= purge_orphans(work, own, &now_registered)?;
+    let purged = match registered.as_slice() {
+        [caller] => purge_orphans(work, own, *caller)?,
+        _ => {
+            note_orphans_left(work, own, registered.len())?;
+            false
+        }
+    };
     work.verify(own, None, false)?;
-    Ok(if changed {
+    if !unregistered.is_empty() {
+        let devices: Vec<String> = unregistered.iter().map(|&i| work.device(i)).collect();
+        return Err(Stop {
+            verdict: Verdict::PathsUnregistered,
+            message: format!(
+                "{} {} no registration of {own} (a new iSCSI session?): run `prfence unfence` on \
+                 this node to register {}; heal never registers (P3)",
+                devices.join(", "),
+                if devices.len() == 1 { "has" } else { "have" },
+                if devices.len() == 1 { "it" } else { "them" },
+            ),
+        });
+    }
+    Ok(if purged {
         Verdict::Healed
     } else {
         Verdict::Intact
@@ -41,7 +63,7 @@ fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, 
 }
 
 /// Which live paths are registered with our key ([`probe_registration`]).
-fn probe_paths<T: PrTransport>(
+pub(super) fn probe_paths<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
 ) -> Result<(Vec<usize>, Vec<usize>), Stop> {
@@ -60,121 +82,28 @@ fn probe_paths<T: PrTransport>(
     Ok((registered, unregistered))
 }
 
-/// P3: registers our key on `targets` only with proof that the key is still on the LU, and checks
-/// that proof again afterwards; if it failed meanwhile (someone preempted us between the check and
-/// the REGISTER), the new registrations are withdrawn and the LU reports this node fenced.
-///
-/// The proof is a `witness` path still registered with our key (re-stating the key from it
-/// succeeds only while it is registered), or, with no witness, the orphaned registrations that
-/// READ FULL STATUS shows under our key: a PREEMPT of our key removes them all.
-pub(super) fn guarded_register<T: PrTransport>(
-    work: &mut LuWork<'_, T>,
-    own: Key,
-    witnesses: &[usize],
-    targets: &[usize],
-) -> Result<Vec<usize>, Stop> {
-    let before = if witnesses.is_empty() {
-        let count = count_own_registrations(work, own)?;
-        if count == 0 {
-            return Err(Stop::fenced(format!(
-                "own key {own} disappeared from the LU before it could be re-registered"
-            )));
-        }
-        Some(count)
-    } else {
-        None
-    };
-    let mut added = Vec::new();
-    for &index in targets {
-        if work
-            .on(index, |p| p.pr_out(&PrOut::register_ignore(own)))
-            .is_ok()
-        {
-            added.push(index);
-        }
-    }
-    let still_present = match before {
-        None => witness_still_registered(work, own, witnesses)?,
-        Some(count) => count_own_registrations(work, own)? >= count + added.len(),
-    };
-    if !still_present {
-        for &index in &added {
-            // Removing our own key never weakens anyone's fence; a failure is in the path report.
-            let _ = work.on(index, |p| p.pr_out(&PrOut::register(own, Key::ZERO)));
-        }
-        return Err(Stop::fenced(format!(
-            "own key {own} was preempted while paths were being re-registered; the new \
-             registrations were withdrawn (P3)"
-        )));
-    }
-    if !added.is_empty() {
-        let devices: Vec<String> = added.iter().map(|&i| work.device(i)).collect();
-        work.notes.push(format!(
-            "registered {own} on {} (the nexus had no registration: new iSCSI session?)",
-            devices.join(", ")
-        ));
-    }
-    Ok(added)
+/// What a purge found to do: the registrations under our key that belong to no current path.
+pub(super) enum Orphans {
+    /// None, or READ FULL STATUS could not say.
+    None,
+    /// This many, and this node holds a single-holder reservation of this type, so preempting our
+    /// own key from a registered path removes them and keeps that path's registration.
+    Purgeable(usize, crate::pr::ReservationType),
+    /// This many, left alone: this node does not hold the reservation (preempting a non-holder's
+    /// key would remove the caller's registration too).
+    NotHolder(usize),
 }
 
-fn witness_still_registered<T: PrTransport>(
+/// Counts the registrations under our key beyond one per registered live path (READ FULL
+/// STATUS through `caller`), and whether this node can purge them.
+pub(super) fn find_orphans<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
-    witnesses: &[usize],
-) -> Result<bool, Stop> {
-    for &index in witnesses {
-        match work.on(index, |p| probe_registration(p, own)) {
-            Ok(true) => return Ok(true),
-            Ok(false) => {
-                work.mark_answered(index);
-                return Ok(false);
-            }
-            Err(_) if work.is_dead_path(index) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(Stop::failed(
-        "every path that was registered died while re-registering the others; rerun heal",
-    ))
-}
-
-fn count_own_registrations<T: PrTransport>(
-    work: &mut LuWork<'_, T>,
-    own: Key,
-) -> Result<usize, Stop> {
-    let (_, status) = work.on_any(|p| p.read_full_status()).map_err(|stop| {
-        Stop::failed(format!(
-            "no path of this node is registered, and without READ FULL STATUS heal cannot prove \
-             that {own} was not preempted meanwhile ({}); run `prfence unfence` to re-register \
-             explicitly",
-            stop.message
-        ))
-    })?;
-    Ok(status.registrations.iter().filter(|r| r.key == own).count())
-}
-
-/// Removes registrations under our key that belong to none of our current paths (earlier iSCSI
-/// sessions): READ FULL STATUS counts our key's registrations, and any beyond one per registered
-/// live path are orphans. They are purged by preempting our own key from one registered path,
-/// which removes every other registration with it (our other paths too, fence-agents PR #594, so
-/// those are re-registered under [`guarded_register`]). Only while we hold the reservation: SPC
-/// then spares the caller's registration, whereas preempting a non-holder's key would remove the
-/// caller's too and drop our key from the LU for a moment. Returns whether anything changed.
-pub(super) fn purge_orphans<T: PrTransport>(
-    work: &mut LuWork<'_, T>,
-    own: Key,
-    registered: &[usize],
-) -> Result<bool, Stop> {
-    let live: Vec<usize> = registered
-        .iter()
-        .copied()
-        .filter(|&i| !work.is_dead_path(i))
-        .collect();
-    let Some(&caller) = live.first() else {
-        return Ok(false);
-    };
+    caller: usize,
+    registered_live: usize,
+) -> Result<Orphans, Stop> {
     let Some(path) = work.target.paths.get(caller) else {
-        return Ok(false);
+        return Ok(Orphans::None);
     };
     // Not recorded as a path failure: a target without READ FULL STATUS is not a broken path.
     let status = match path.read_full_status() {
@@ -184,45 +113,103 @@ pub(super) fn purge_orphans<T: PrTransport>(
                 "READ FULL STATUS unavailable ({}); orphaned registrations not checked",
                 why_unavailable(e.kind)
             ));
-            return Ok(false);
+            return Ok(Orphans::None);
         }
     };
     let ours = status.registrations.iter().filter(|r| r.key == own).count();
-    let orphans = ours.saturating_sub(live.len());
+    let orphans = ours.saturating_sub(registered_live);
     if orphans == 0 {
-        return Ok(false);
+        return Ok(Orphans::None);
     }
     let held = work.on(caller, |p| p.read_reservation())?.reservation;
-    let Some(held) = held.filter(|r| r.key == own && !r.rtype.is_all_registrants()) else {
-        work.notes.push(format!(
-            "{orphans} registration(s) with {own} belong to no current path (earlier iSCSI \
-             sessions, or another node with the same key); left in place because this node does \
-             not hold the reservation"
-        ));
-        return Ok(false);
-    };
-    match work.on(caller, |p| p.pr_out(&PrOut::preempt(own, own, held.rtype))) {
-        Ok(_) => {}
-        // The caller was registered a moment ago; only a preemption of our key (or a CLEAR)
-        // unregisters it, and that removed every registration we had, so nothing we still hold
-        // was there before it: give it all up.
+    Ok(
+        match held.filter(|r| r.key == own && !r.rtype.is_all_registrants()) {
+            Some(held) => Orphans::Purgeable(orphans, held.rtype),
+            None => Orphans::NotHolder(orphans),
+        },
+    )
+}
+
+/// Preempts our own key from `caller` (proven registered): SPC removes every other registration
+/// under our key and keeps the caller's, and the reservation, now held through the caller. One
+/// atomic command: if our key was preempted meanwhile, the caller is no longer registered and the
+/// target refuses it with RESERVATION CONFLICT, changing nothing (P3).
+pub(super) fn preempt_own_key<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    caller: usize,
+    rtype: crate::pr::ReservationType,
+) -> Result<(), Stop> {
+    match work.on(caller, |p| p.pr_out(&PrOut::preempt(own, own, rtype))) {
+        Ok(_) => Ok(()),
         Err(e) if e.kind == ErrorKind::ReservationConflict => {
             work.mark_answered(caller);
-            work.withdraw(own);
-            return Err(Stop::fenced(format!(
-                "own key {own} was preempted while purging orphaned registrations (PREEMPT from                  {} answered RESERVATION CONFLICT)",
+            Err(Stop::fenced(format!(
+                "own key {own} was preempted while purging orphaned registrations (PREEMPT from \
+                 {} answered RESERVATION CONFLICT)",
                 work.device(caller)
-            )));
+            )))
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => Err(e.into()),
     }
-    let others: Vec<usize> = live.iter().copied().filter(|&i| i != caller).collect();
-    guarded_register(work, own, &[caller], &others)?;
+}
+
+/// Purges the orphans when `caller` is this node's only registered live path (so the self-
+/// preemption takes no current registration with it). Returns whether anything changed.
+fn purge_orphans<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    caller: usize,
+) -> Result<bool, Stop> {
+    match find_orphans(work, own, caller, 1)? {
+        Orphans::None => Ok(false),
+        Orphans::NotHolder(orphans) => {
+            note_not_holder(work, own, orphans);
+            Ok(false)
+        }
+        Orphans::Purgeable(orphans, rtype) => {
+            preempt_own_key(work, own, caller, rtype)?;
+            work.notes.push(format!(
+                "purged {orphans} orphaned registration(s) of {own} by preempting it from {}",
+                work.device(caller)
+            ));
+            Ok(true)
+        }
+    }
+}
+
+/// With several registered live paths, preempting our own key would remove their
+/// registrations too, and heal may not register them again: the orphans are named, `unfence`
+/// purges them.
+fn note_orphans_left<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    registered_live: usize,
+) -> Result<(), Stop> {
+    let Some(&caller) = work.live_paths().first() else {
+        return Ok(());
+    };
+    if registered_live == 0 {
+        return Ok(());
+    }
+    match find_orphans(work, own, caller, registered_live)? {
+        Orphans::None => {}
+        Orphans::NotHolder(orphans) => note_not_holder(work, own, orphans),
+        Orphans::Purgeable(orphans, _) => work.notes.push(format!(
+            "{orphans} registration(s) with {own} belong to no current path (earlier iSCSI \
+             sessions); left in place: purging them would take this node's other paths' \
+             registrations with them, and heal never registers: `prfence unfence` purges them"
+        )),
+    }
+    Ok(())
+}
+
+fn note_not_holder<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key, orphans: usize) {
     work.notes.push(format!(
-        "purged {orphans} orphaned registration(s) of {own} by preempting it from {}",
-        work.device(caller)
+        "{orphans} registration(s) with {own} belong to no current path (earlier iSCSI sessions, \
+         or another node with the same key); left in place because this node does not hold the \
+         reservation"
     ));
-    Ok(true)
 }
 
 /// Why an optional command did not answer, in the few words a report note has room for.

@@ -412,28 +412,6 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         Ok(())
     }
 
-    /// Unregisters our key from every live path (REGISTER with service action key 0). Used only
-    /// to give up registrations after finding this node fenced: removing our own key can never
-    /// weaken another node's fence. Errors are noted, not fatal.
-    pub fn withdraw(&mut self, own: Key) {
-        let mut withdrawn = Vec::new();
-        for index in self.live_paths() {
-            // A nexus that is not registered answers conflict: nothing to withdraw there.
-            if self
-                .on(index, |p| p.pr_out(&PrOut::register(own, Key::ZERO)))
-                .is_ok()
-            {
-                withdrawn.push(self.device(index));
-            }
-        }
-        if !withdrawn.is_empty() {
-            self.notes.push(format!(
-                "withdrew own key {own} from {} (this node was fenced meanwhile)",
-                withdrawn.join(", ")
-            ));
-        }
-    }
-
     /// The final report; `result` is the outcome of the steps.
     pub fn finish(mut self, result: Result<Verdict, Stop>, ok_verdicts: &[Verdict]) -> LuReport {
         let (verdict, error) = match result {

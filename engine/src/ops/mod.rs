@@ -7,10 +7,12 @@
 //! - P2 (two nodes fencing each other never both survive, never split across LUs):
 //!   `fence::fence_arbiter` — the first LU by identifier decides alone, and nothing else is
 //!   touched until it has.
-//! - P3 (a preempted key is never re-registered automatically): [`unfence`] is the only operation
-//!   that registers a key without proof that it is still present; `heal::guarded_register` is
-//!   the one place that registers under that proof, and withdraws if the proof fails afterwards;
-//!   [`probe_registration`], the one path probe (heal and the agent's path audit), never registers.
+//! - P3 (a preempted key is never re-registered automatically): [`unfence`], an explicit act, is
+//!   the only operation that registers a key. No SPC command registers a nexus only while a key
+//!   is present, so any automatic REGISTER could bring a key back behind a fence that ran since
+//!   the last look: `fence` registers nothing (a follower where our key is gone is left alone),
+//!   `heal` registers nothing (it purges orphans with one self-PREEMPT, atomic, and names the
+//!   paths that need `unfence`); [`probe_registration`], the one path probe, never registers.
 //! - P4 (idempotent, convergent): every step reads the target first and only changes what is
 //!   missing, so a rerun after a partial failure finishes the job.
 //! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision
@@ -124,6 +126,9 @@ pub enum Verdict {
     Healed,
     /// heal: nothing to repair.
     Intact,
+    /// heal: our key is on the LU but some live paths have no registration (a new iSCSI
+    /// session): only `unfence` registers them.
+    PathsUnregistered,
     /// Own key is not (or no longer) on this LU: this node was fenced, or never unfenced.
     ThisNodeFenced,
     /// Not touched because the arbiter LU did not succeed.
@@ -144,6 +149,7 @@ impl fmt::Display for Verdict {
             Verdict::NotRegistered => "not registered",
             Verdict::Healed => "healed",
             Verdict::Intact => "intact",
+            Verdict::PathsUnregistered => "paths not registered",
             Verdict::ThisNodeFenced => "this node was fenced",
             Verdict::Skipped => "skipped",
             Verdict::TimedOut => "timed out",

@@ -925,30 +925,24 @@ fn hooked(
 }
 
 #[test]
-fn heal_withdraws_when_preempted_between_check_and_register() {
-    let f = two_nodes(1, 2);
+fn heal_never_registers_a_path_that_lost_its_registration() {
+    let mut f = two_nodes(1, 2);
     // Path 1 of node 0 logs in again: a new nexus without a registration.
-    let new = f.with_lu(0, |l| l.relogin(f.nexus[0][0][1], "23d0000ff"));
-    let mut f = f;
-    f.nexus[0][0][1] = new;
-    let b = f.targets(1).pop().unwrap();
-    let hook = Box::new(move || {
-        b.paths[0]
-            .pr_out(&PrOut::preempt_and_abort(B, A, FENCING_TYPE))
-            .unwrap();
-    });
-    let targets = hooked(
-        f.targets(0),
-        (&lu_id(0), 1),
-        PrOutAction::RegisterAndIgnoreExistingKey,
-        hook,
-    );
-    let report = heal(targets, A, limits()).unwrap();
-    assert_eq!(report.outcome, Outcome::ThisNodeFenced, "{report:#?}");
+    let old = f.nexus[0][0][1];
+    f.nexus[0][0][1] = f.with_lu(0, |l| l.relogin(old, "23d0000ff"));
+    let report = f.heal(0, A);
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert_eq!(report.lus[0].verdict, Verdict::PathsUnregistered);
+    let error = report.lus[0].error.as_deref().unwrap_or_default();
     assert!(
-        !f.has(0, A),
-        "P3: the registration made after the preemption was withdrawn"
+        error.contains("/dev/n0l0p1") && error.contains("prfence unfence"),
+        "{error}"
     );
+    assert_eq!(f.key_of(0, 0, 1), None, "P3: heal registers nothing");
+    // The explicit act registers it.
+    assert_eq!(f.unfence(0, A).outcome, Outcome::Success);
+    assert_eq!(f.key_of(0, 0, 1), Some(A));
+    assert_eq!(f.heal(0, A).lus[0].verdict, Verdict::Intact);
 }
 
 #[test]
@@ -1028,7 +1022,7 @@ fn heal_probes_an_all_tg_pt_registration_again_with_all_tg_pt() {
 }
 
 #[test]
-fn heal_registers_a_new_session_and_purges_the_orphan() {
+fn heal_purges_the_orphan_and_leaves_the_new_session_to_unfence() {
     let mut f = Fixture::new(2, &[2, 1], Quirks::lio());
     f.unfence(0, A);
     f.unfence(1, B);
@@ -1036,23 +1030,18 @@ fn heal_registers_a_new_session_and_purges_the_orphan() {
         let old = f.nexus[lu][0][0];
         f.nexus[lu][0][0] = f.with_lu(lu, |l| l.relogin(old, "23d0000aa"));
     }
-    // Before healing, fence from node 0 still works through its registered path.
     let report = f.heal(0, A);
-    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
     for lu in 0..2 {
-        assert_eq!(report.lus[lu].verdict, Verdict::Healed);
-        assert_eq!(f.key_of(lu, 0, 0), Some(A));
+        assert_eq!(report.lus[lu].verdict, Verdict::PathsUnregistered);
+        assert_eq!(f.key_of(lu, 0, 0), None, "the new session is left to unfence");
         assert_eq!(f.key_of(lu, 0, 1), Some(A));
         let ours = f.keys(lu).iter().filter(|&&k| k == A).count();
-        assert_eq!(ours, 2, "the orphan is gone: {:?}", f.keys(lu));
+        assert_eq!(ours, 1, "the orphan is gone: {:?}", f.keys(lu));
         assert!(f.has(lu, B));
-        // The reservation moved off the orphan onto a current path.
+        // The reservation moved off the orphan onto the registered path.
         let holder = f.with_lu(lu, |l| l.reservation()).unwrap().holder;
-        assert!(
-            [f.nexus[lu][0][0], f.nexus[lu][0][1]]
-                .iter()
-                .any(|&n| holder == crate::spc_model::Holder::Nexus(n))
-        );
+        assert_eq!(holder, crate::spc_model::Holder::Nexus(f.nexus[lu][0][1]));
         assert!(
             report.lus[lu]
                 .notes
@@ -1060,6 +1049,7 @@ fn heal_registers_a_new_session_and_purges_the_orphan() {
                 .any(|n| n.contains("purged 1 orphaned"))
         );
     }
+    assert_eq!(f.unfence(0, A).outcome, Outcome::Success);
     // P4: nothing left to heal.
     let again = f.heal(0, A);
     assert!(
@@ -1069,7 +1059,7 @@ fn heal_registers_a_new_session_and_purges_the_orphan() {
 }
 
 #[test]
-fn heal_after_every_path_relogged_uses_the_orphans_as_proof() {
+fn heal_after_every_path_relogged_registers_nothing() {
     let mut f = Fixture::new(1, &[2, 1], Quirks::lio());
     f.unfence(1, B);
     f.unfence(0, A);
@@ -1077,18 +1067,12 @@ fn heal_after_every_path_relogged_uses_the_orphans_as_proof() {
         let old = f.nexus[0][0][p];
         f.nexus[0][0][p] = f.with_lu(0, |l| l.relogin(old, &format!("23d0000b{p}")));
     }
+    let before = f.snapshot();
     let report = f.heal(0, A);
-    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
-    assert_eq!(f.key_of(0, 0, 0), Some(A));
-    assert_eq!(f.key_of(0, 0, 1), Some(A));
-    // Node 1 holds the reservation, so the orphans are left and said so.
-    assert!(
-        report.lus[0]
-            .notes
-            .iter()
-            .any(|n| n.contains("left in place")),
-        "{report:#?}"
-    );
+    assert_eq!(report.lus[0].verdict, Verdict::PathsUnregistered, "{report:#?}");
+    assert_eq!(f.key_of(0, 0, 0), None);
+    assert_eq!(f.key_of(0, 0, 1), None);
+    assert_eq!(f.snapshot(), before, "nothing registered or removed");
 }
 
 #[test]
@@ -1263,8 +1247,8 @@ proptest! {
     }
 }
 
-/// Node 0 heals while node 1 fences it: whatever the interleaving, once node 1's fence has
-/// succeeded node 0's key is gone from every LU (heal never brings a preempted key back, P3).
+/// Node 0 heals while node 1 fences it: whatever the interleaving, node 1's fence succeeds and
+/// node 0's key is gone from every LU (heal never registers, so never brings it back, P3).
 fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
     let mut f = two_nodes(lus, 2);
     for lu in 0..lus {
@@ -1291,18 +1275,12 @@ fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
         })
     };
     let (healed, fenced) = (healer.join().unwrap(), fencer.join().unwrap());
+    // The relogged path is named for unfence (a failure), unless the fence came first.
     assert!(
-        matches!(healed, Outcome::Success | Outcome::ThisNodeFenced),
+        matches!(healed, Outcome::Failure | Outcome::ThisNodeFenced),
         "{healed:?}"
     );
-    // The fence may see the healer's brief re-registration (before it is withdrawn) and report
-    // failure; it must never be fooled into success while the key stays, and a rerun converges.
-    let outcome = match fenced {
-        Outcome::Success => fenced,
-        Outcome::Failure => f.fence(1, B, A).outcome,
-        other => panic!("fence: {other:?}"),
-    };
-    assert_eq!(outcome, Outcome::Success);
+    assert_eq!(fenced, Outcome::Success);
     for lu in 0..lus {
         assert!(
             !f.has(lu, A),
@@ -1315,7 +1293,7 @@ fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
 #[test]
 fn heal_preempted_just_before_purging_its_orphan_gives_up_and_says_fenced() {
     // Found by the property below: node 1 preempts node 0 between node 0's READ RESERVATION and
-    // its self-PREEMPT; the PREEMPT conflicts and heal must withdraw, not merely fail.
+    // its self-PREEMPT; the PREEMPT conflicts and changes nothing, and heal says fenced.
     heal_races_fence(1, vec![0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0]);
 }
 

@@ -3,7 +3,7 @@
 use crate::pr::{Key, PrOut};
 use crate::transport::PrTransport;
 
-use super::heal::purge_orphans;
+use super::heal::{Orphans, find_orphans, preempt_own_key};
 use super::lu::{LuWork, Stop};
 use super::{LuReport, LuTarget, Verdict};
 
@@ -47,4 +47,42 @@ fn register_everywhere<T: PrTransport>(
         });
     }
     Ok(registered)
+}
+
+/// Removes registrations under our key that belong to none of our current paths (earlier iSCSI
+/// sessions): preempting our own key from one registered path removes every other registration
+/// with it, our other paths' too (fence-agents PR #594), which unfence, being explicit, registers
+/// again. Only while we hold the reservation: SPC then spares the caller's registration.
+fn purge_orphans<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    registered: &[usize],
+) -> Result<(), Stop> {
+    let live: Vec<usize> = registered
+        .iter()
+        .copied()
+        .filter(|&i| !work.is_dead_path(i))
+        .collect();
+    let Some(&caller) = live.first() else {
+        return Ok(());
+    };
+    match find_orphans(work, own, caller, live.len())? {
+        Orphans::None => {}
+        Orphans::NotHolder(orphans) => work.notes.push(format!(
+            "{orphans} registration(s) with {own} belong to no current path (earlier iSCSI \
+             sessions, or another node with the same key); left in place because this node \
+             does not hold the reservation"
+        )),
+        Orphans::Purgeable(orphans, rtype) => {
+            preempt_own_key(work, own, caller, rtype)?;
+            for &index in live.iter().filter(|&&i| i != caller) {
+                let _ = work.on(index, |p| p.pr_out(&PrOut::register_ignore(own)));
+            }
+            work.notes.push(format!(
+                "purged {orphans} orphaned registration(s) of {own} by preempting it from {}",
+                work.device(caller)
+            ));
+        }
+    }
+    Ok(())
 }
