@@ -488,7 +488,22 @@ pub fn shrink(scenario: &Scenario, picks: &[usize], budget: usize) -> (Scenario,
         if improved {
             continue;
         }
-        // Picks: each non-zero one back to 0 (the scheduler's default order), last first.
+        // Picks: each one left out (the rest move up), last first.
+        let mut i = best.1.len();
+        while i > 0 && tries < budget {
+            i -= 1;
+            if i >= best.1.len() {
+                continue;
+            }
+            let mut p = best.1.clone();
+            p.remove(i);
+            if let Some(r) = still_fails(&best.0, &p, &mut tries) {
+                best.1 = p;
+                best_run = r;
+                improved = true;
+            }
+        }
+        // Then each non-zero one back to 0 (the scheduler's default order), last first.
         for i in (0..best.1.len()).rev() {
             if tries >= budget {
                 break;
@@ -499,7 +514,7 @@ pub fn shrink(scenario: &Scenario, picks: &[usize], budget: usize) -> (Scenario,
             let mut p = best.1.clone();
             p[i] = 0;
             if let Some(r) = still_fails(&best.0, &p, &mut tries) {
-                best.1 = r.picks.iter().map(|p| p.value).collect();
+                best.1 = p;
                 best_run = r;
                 improved = true;
             }

@@ -22,3 +22,6 @@ pub mod rng;
 pub mod scenario;
 pub mod sched;
 pub mod world;
+
+#[cfg(test)]
+mod tests;

@@ -19,9 +19,11 @@ use prfence_sim::scenario::Scenario;
 const USAGE: &str = "\
 prfence-sim: the deterministic simulation of several nodes fencing each other (issue 19)
 
-  prfence-sim run [--schedules N] [--seed S] [--jobs J] [--family F]
+  prfence-sim run [--schedules N] [--seed S] [--jobs J] [--family F | --scenario TEXT]
       N random schedules (default 100000) from seed S (default 1) on J threads (default: the
-      CPUs); F limits the scenarios to one family (mutual, ring, crowd, churn, pause, refence).
+      CPUs); F limits the scenarios to one family (mutual, ring, crowd, churn, pause, refence),
+      TEXT to one scenario (random and PCT schedules of it). --keep-going counts the broken
+      properties per kind of scenario instead of stopping at the first.
       Stops at the first broken property, shrinks it and prints the counterexample.
   prfence-sim replay --seed S [--family F]     replays random run number S, with its timeline
   prfence-sim replay --scenario TEXT [--picks P]   replays a scenario and schedule (as printed)
@@ -60,10 +62,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// Random run number `seed`, from one family when `family` is given.
+/// Random run number `seed`, from one family when `family` is given (a family's name, or a
+/// scenario's text form: random schedules of that one scenario).
 fn seeded(seed: u64, family: Option<&str>) -> (Scenario, Run) {
     match family {
         None => explore::random_run(seed),
+        Some(text) if text.contains(' ') => {
+            let scenario: Scenario = text.parse().expect("a scenario");
+            let run = if seed.is_multiple_of(2) {
+                explore::run(&scenario, &mut explore::Random::new(seed))
+            } else {
+                explore::run(&scenario, &mut explore::Pct::new(seed, 3, 60))
+            };
+            (scenario, run)
+        }
         Some(f) => {
             let mut rng = Rng::new(seed);
             let scenario = Scenario::draw_family(f, &mut rng);
@@ -80,7 +92,7 @@ fn run(args: &[String]) -> ExitCode {
         || std::thread::available_parallelism().map_or(2, |n| n.get() as u64),
         |s| s.parse().unwrap(),
     );
-    let family = arg(args, "--family");
+    let family = arg(args, "--family").or_else(|| arg(args, "--scenario"));
     // Count broken properties per family instead of stopping at the first.
     let keep_going = args.iter().any(|a| a == "--keep-going");
     let tally: Arc<Mutex<std::collections::BTreeMap<String, (u64, u64)>>> = Arc::default();
@@ -202,7 +214,8 @@ fn scenario_family(s: &Scenario) -> String {
 
 fn replay(args: &[String]) -> ExitCode {
     let (scenario, picks, result) = if let Some(seed) = arg(args, "--seed") {
-        let (scenario, result) = seeded(seed.parse().unwrap(), arg(args, "--family").as_deref());
+        let family = arg(args, "--family").or_else(|| arg(args, "--scenario"));
+        let (scenario, result) = seeded(seed.parse().unwrap(), family.as_deref());
         let picks = result.picks.iter().map(|p| p.value).collect();
         (scenario, picks, result)
     } else {

@@ -315,6 +315,7 @@ fn op(s: &str) -> Result<Op, ParseError> {
         "unfence" => Op::Unfence,
         "status" => Op::Status,
         "heal" => Op::Heal,
+        "register" => Op::Register,
         _ if s.starts_with("fence(") => Op::Fence {
             victim: victim(s, "fence")?,
         },

@@ -14,7 +14,6 @@
 
 use std::cell::Cell;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use prfence_engine::runtime::simulated::{self, Scheduler, ThreadId};
@@ -144,7 +143,40 @@ pub struct Thread {
     pub label: Arc<str>,
     pub state: State,
     wake: Arc<Condvar>,
-    handle: Option<JoinHandle<()>>,
+}
+
+/// OS threads kept between simulated threads (and runs): starting an OS thread costs more than
+/// a whole step of the simulation.
+static POOL: Mutex<Vec<std::sync::mpsc::Sender<Job>>> = Mutex::new(Vec::new());
+
+/// What a pooled OS thread runs: one simulated thread, start to end.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Runs `job` on an idle pooled OS thread, or a new one.
+fn pooled(job: Job) -> Result<(), String> {
+    let idle = POOL.lock().unwrap_or_else(PoisonError::into_inner).pop();
+    let job = match idle {
+        Some(worker) => match worker.send(job) {
+            Ok(()) => return Ok(()),
+            Err(returned) => returned.0,
+        },
+        None => job,
+    };
+    let (send, receive) = std::sync::mpsc::channel::<Job>();
+    send.send(job).map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("sim".to_owned())
+        .stack_size(512 * 1024)
+        .spawn(move || {
+            while let Ok(job) = receive.recv() {
+                job();
+                POOL.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(send.clone());
+            }
+        })
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 pub struct Core {
@@ -231,47 +263,40 @@ impl Sim {
                 label: Arc::clone(&label),
                 state: State::Runnable,
                 wake: Arc::clone(&wake),
-                handle: None,
             });
             core.threads.len() - 1
         };
-        let handle = std::thread::Builder::new()
-            .name(format!("sim-{tid}"))
-            .stack_size(512 * 1024)
-            .spawn(move || {
-                ME.with(|me| me.set(Some(tid)));
-                simulated::install(Arc::clone(&sim) as Arc<dyn Scheduler>);
-                let started = {
-                    let core = sim.lock();
-                    sim.wait_turn(core, tid).map(drop).is_some()
-                };
-                if started {
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                    if let Err(payload) = result
-                        && !payload.is::<Abort>()
-                    {
-                        let message = payload
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                            .unwrap_or_default();
-                        sim.lock().panics.push(message);
-                    }
+        pooled(Box::new(move || {
+            ME.with(|me| me.set(Some(tid)));
+            simulated::install(Arc::clone(&sim) as Arc<dyn Scheduler>);
+            let started = {
+                let core = sim.lock();
+                sim.wait_turn(core, tid).map(drop).is_some()
+            };
+            if started {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                if let Err(payload) = result
+                    && !payload.is::<Abort>()
+                {
+                    let message = payload
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_default();
+                    sim.lock().panics.push(message);
                 }
-                simulated::uninstall();
-                let mut core = sim.lock();
-                if let Some(t) = core.threads.get_mut(tid) {
-                    t.state = State::Done;
-                }
-                if core.turn == Some(tid) {
-                    core.turn = None;
-                }
-                sim.back.notify_all();
-            })
-            .map_err(|e| e.to_string())?;
-        if let Some(t) = self.lock().threads.get_mut(tid) {
-            t.handle = Some(handle);
-        }
+            }
+            simulated::uninstall();
+            ME.with(|me| me.set(None));
+            let mut core = sim.lock();
+            if let Some(t) = core.threads.get_mut(tid) {
+                t.state = State::Done;
+            }
+            if core.turn == Some(tid) {
+                core.turn = None;
+            }
+            sim.back.notify_all();
+        }))?;
         Ok(tid)
     }
 
@@ -508,21 +533,15 @@ impl Sim {
             .all(|t| matches!(t.state, State::Done))
     }
 
-    /// Ends every thread still waiting (they unwind) and joins them.
+    /// Ends every thread still waiting (they unwind) and waits until all are done.
     pub fn tear_down(&self) {
-        let handles: Vec<JoinHandle<()>> = {
-            let mut core = self.lock();
-            core.aborting = true;
-            for t in &core.threads {
-                t.wake.notify_all();
-            }
-            core.threads
-                .iter_mut()
-                .filter_map(|t| t.handle.take())
-                .collect()
-        };
-        for handle in handles {
-            let _ = handle.join();
+        let mut core = self.lock();
+        core.aborting = true;
+        for t in &core.threads {
+            t.wake.notify_all();
+        }
+        while !core.threads.iter().all(|t| t.state == State::Done) {
+            core = self.back.wait(core).unwrap_or_else(PoisonError::into_inner);
         }
     }
 }

@@ -103,6 +103,10 @@ pub enum Op {
     },
     Status,
     Heal,
+    /// Not prfence: a bare REGISTER AND IGNORE EXISTING KEY of the node's key on every path, as
+    /// a careless admin's sg_persist would send. Only the checker's own tests use it, to show
+    /// that a key brought back behind a fence is caught.
+    Register,
 }
 
 impl std::fmt::Display for Op {
@@ -113,6 +117,7 @@ impl std::fmt::Display for Op {
             Op::Refence { victim } => write!(f, "refence(n{victim})"),
             Op::Status => f.write_str("status"),
             Op::Heal => f.write_str("heal"),
+            Op::Register => f.write_str("register"),
         }
     }
 }
@@ -267,6 +272,14 @@ impl World {
             }
             Op::Status => prfence_engine::ops::status(targets, own, limits),
             Op::Heal => prfence_engine::ops::heal(targets, own, limits),
+            Op::Register => {
+                for lu in &targets {
+                    for path in &lu.paths {
+                        let _ = path.pr_out(&prfence_engine::pr::PrOut::register_ignore(own));
+                    }
+                }
+                Err(prfence_engine::ops::RequestError::NoLus)
+            }
         };
         let (outcome, summary) = match result {
             Ok(report) => (report.outcome.into(), report.summary),

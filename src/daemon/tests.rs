@@ -443,7 +443,11 @@ async fn a_relogin_orphan_is_found_by_the_audit_and_left_to_unfence() {
         .await
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(lock(&lu).registered_key(a3), None, "the agent registers nothing");
+    assert_eq!(
+        lock(&lu).registered_key(a3),
+        None,
+        "the agent registers nothing"
+    );
     // The explicit act (what `prfence unfence` sends on that path).
     register(&lu, a3, KA);
     assert!(

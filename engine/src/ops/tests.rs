@@ -1034,7 +1034,11 @@ fn heal_purges_the_orphan_and_leaves_the_new_session_to_unfence() {
     assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
     for lu in 0..2 {
         assert_eq!(report.lus[lu].verdict, Verdict::PathsUnregistered);
-        assert_eq!(f.key_of(lu, 0, 0), None, "the new session is left to unfence");
+        assert_eq!(
+            f.key_of(lu, 0, 0),
+            None,
+            "the new session is left to unfence"
+        );
         assert_eq!(f.key_of(lu, 0, 1), Some(A));
         let ours = f.keys(lu).iter().filter(|&&k| k == A).count();
         assert_eq!(ours, 1, "the orphan is gone: {:?}", f.keys(lu));
@@ -1069,7 +1073,11 @@ fn heal_after_every_path_relogged_registers_nothing() {
     }
     let before = f.snapshot();
     let report = f.heal(0, A);
-    assert_eq!(report.lus[0].verdict, Verdict::PathsUnregistered, "{report:#?}");
+    assert_eq!(
+        report.lus[0].verdict,
+        Verdict::PathsUnregistered,
+        "{report:#?}"
+    );
     assert_eq!(f.key_of(0, 0, 0), None);
     assert_eq!(f.key_of(0, 0, 1), None);
     assert_eq!(f.snapshot(), before, "nothing registered or removed");
