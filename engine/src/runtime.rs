@@ -127,8 +127,35 @@ where
         .collect()
 }
 
-/// A many-to-one channel whose receiver waits on the engine's clock.
-fn channel<T>() -> (Sender<T>, Receiver<T>) {
+/// Runs `job` on a thread of its own until `until` on the engine's clock: its value, or
+/// [`Finished::TimedOut`] (the thread is left to finish in the background).
+pub fn run_until<R, J>(until: Instant, job: J) -> Finished<R>
+where
+    R: Send + 'static,
+    J: FnOnce() -> R + Send + 'static,
+{
+    let job = Arc::new(Mutex::new(Some(job)));
+    let take = move |_: &()| {
+        let job = job.lock().unwrap_or_else(PoisonError::into_inner).take();
+        job.map(|job| job())
+    };
+    match fan_out(&[()], until, take, &mut |_, _, _| {})
+        .pop()
+        .unwrap_or(Finished::Panicked)
+    {
+        Finished::Done {
+            value: Some(value),
+            took,
+        } => Finished::Done { value, took },
+        Finished::Done { value: None, .. } | Finished::Panicked => Finished::Panicked,
+        Finished::TimedOut => Finished::TimedOut,
+        Finished::NotStarted(why) => Finished::NotStarted(why),
+    }
+}
+
+/// A many-to-one channel whose receiver waits on the engine's clock (in a simulation, by
+/// yielding to its scheduler).
+pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             items: VecDeque::new(),
@@ -175,12 +202,13 @@ impl<T> Shared<T> {
     }
 }
 
-struct Sender<T> {
+/// The sending half of [`channel`].
+pub struct Sender<T> {
     shared: Arc<Shared<T>>,
 }
 
 impl<T> Sender<T> {
-    fn send(&self, item: T) {
+    pub fn send(&self, item: T) {
         let mut state = self.shared.lock();
         state.items.push_back(item);
         self.shared.changed(&mut state);
@@ -204,13 +232,14 @@ impl<T> Drop for Sender<T> {
     }
 }
 
-struct Receiver<T> {
+/// The receiving half of [`channel`].
+pub struct Receiver<T> {
     shared: Arc<Shared<T>>,
 }
 
 impl<T> Receiver<T> {
     /// The next item; `None` once `until` has passed, or when every sender is gone.
-    fn recv_until(&self, until: Instant) -> Option<T> {
+    pub fn recv_until(&self, until: Instant) -> Option<T> {
         let mut state = self.shared.lock();
         loop {
             if let Some(item) = state.items.pop_front() {

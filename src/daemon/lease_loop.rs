@@ -2,18 +2,10 @@
 //! runs at once (the poll's `now` is its send time) on the blocking pool, and its completion is
 //! reported back. A [`LeaseAction::SelfFence`] from any LU fences the node.
 //!
-//! How each action is carried out:
-//! - `Join`: persist the epoch, then REGISTER AND IGNORE EXISTING KEY on every live path.
-//! - `ReadReservation`: READ RESERVATION on the first live path that answers.
-//! - `Renew`: persist the epoch, then on every live path (concurrently) REGISTER with the first
-//!   of `from` the path accepts → `to`. A path that refuses every `from` key lost its
-//!   registration (re-login) or was preempted; if no path took `to`, READ KEYS tells which (no
-//!   `from` key left on the LU: preempted). Paths that lost theirs while others took `to` go to
-//!   `ops::heal`, which purges orphans and never registers (P3); they need `prfence unfence`
-//!   or the next join. Then READ RESERVATION: the
-//!   lease holds only if it shows `to` (under WE/EA only the reserving nexus is the holder).
-//! - `Preempt` / `Reserve`: PREEMPT AND ABORT / RESERVE on the first live path, which becomes
-//!   the reservation holder's nexus: the service must write through that path.
+//! Each action's PR commands are [`lease_io`]'s (shared with the simulation), run on a blocking
+//! thread through the executor, each command bounded by `command_timeout`; before a Join or Renew
+//! the key's epoch is persisted. Paths a renew found without our registration go to `ops::heal`,
+//! which purges orphans and never registers (P3): they need `prfence unfence` or the next join.
 //!
 //! The epoch state file is written durably before a key from a new block is sent. The driver
 //! tracks what is on disk itself, so a failed write is retried before the next key is used
@@ -34,13 +26,14 @@ use super::lease::{
     self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseConfig,
     LeaseKey, Role, StartView,
 };
+use super::lease_io::{self, LeasePaths};
 use super::metrics::CommandResult;
 use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
 use super::status::State;
 use super::storage::{Executor, PathHandle, lock, no_live_path};
 use super::watch_loop::path_status;
-use crate::pr::{Key, PrInAction, PrOut, PrOutAction, ReservationType};
-use crate::transport::{Command, CommandError, ErrorKind};
+use crate::pr::{Key, PrInAction, ReservationType};
+use crate::transport::{Command, CommandError};
 
 /// What is durably on disk.
 struct EpochStore {
@@ -95,32 +88,45 @@ impl Job {
         }
     }
 
-    async fn first_live<T, F>(&self, command: Command, f: F) -> Result<T, CommandError>
-    where
-        T: Send + 'static,
-        F: Fn(&dyn crate::transport::PrTransport) -> Result<T, CommandError>
-            + Send
-            + Sync
-            + Clone
-            + 'static,
-    {
-        let mut last = None;
-        for path in self.live() {
-            let f = f.clone();
-            match self.exec.run(&path, command, move |t| f(t)).await {
-                Ok(value) => return Ok(value),
-                // A conflict is the target's answer, not a path problem: do not try another.
-                Err(e) if e.kind == ErrorKind::ReservationConflict => return Err(e),
-                Err(e) => last = Some(e),
+    /// This LU's live paths for the lease commands ([`lease_io`]), through the executor.
+    fn paths(&self) -> Arc<ExecPaths> {
+        Arc::new(ExecPaths {
+            exec: Arc::clone(&self.exec),
+            live: self.live(),
+            all: self.paths.clone(),
+            device: self.device.clone(),
+            lu: self.lu.clone(),
+        })
+    }
+
+    /// Runs one blocking lease command sequence on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(Arc<ExecPaths>) -> T + Send + 'static,
+        failed: impl FnOnce(CommandFailure) -> T,
+    ) -> T {
+        let paths = self.paths();
+        match tokio::task::spawn_blocking(move || work(paths)).await {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::error!(lu = %self.lu, error = %e, "a lease command's worker failed");
+                failed(CommandFailure::Failed)
             }
         }
-        Err(last.unwrap_or_else(|| no_live_path(&self.device, &self.paths, command)))
     }
 
     async fn read_reservation(&self) -> Result<Option<Key>, CommandError> {
-        self.first_live(Command::PrIn(PrInAction::ReadReservation), |t| {
-            t.read_reservation().map(|r| r.reservation.map(|r| r.key))
-        })
+        let (device, paths) = (self.device.clone(), self.paths.clone());
+        self.blocking(
+            |p| lease_io::read_reservation(p.as_ref()),
+            move |_| {
+                Err(no_live_path(
+                    &device,
+                    &paths,
+                    Command::PrIn(PrInAction::ReadReservation),
+                ))
+            },
+        )
         .await
     }
 
@@ -128,100 +134,33 @@ impl Job {
         if let Err(e) = self.persist(key, hint).await {
             return Completion::Join(Err(e));
         }
-        let live = self.live();
-        if live.is_empty() {
-            return Completion::Join(Err(CommandFailure::Unreachable));
-        }
-        let mut result = Ok(());
-        for path in live {
-            let done = self
-                .exec
-                .run(
-                    &path,
-                    Command::PrOut(PrOutAction::RegisterAndIgnoreExistingKey),
-                    move |t| t.pr_out(&PrOut::register_ignore(key)),
-                )
-                .await;
-            if let Err(e) = done {
-                tracing::warn!(lu = %self.lu, path = %path.spec.name, error = %e, "join: REGISTER failed");
-                result = Err(CommandFailure::of(&e));
-            }
-        }
-        Completion::Join(result)
+        self.blocking(
+            move |p| lease_io::join(p.as_ref(), key),
+            |e| Completion::Join(Err(e)),
+        )
+        .await
     }
 
     async fn renew(&self, from: Vec<Key>, to: Key, hint: Option<u64>) -> Completion {
         if let Err(e) = self.persist(to, hint).await {
             return Completion::Renew(Err(e));
         }
-        let live = self.live();
-        if live.is_empty() {
-            return Completion::Renew(Err(CommandFailure::Unreachable));
-        }
-        let mut jobs = JoinSet::new();
-        for path in live.clone() {
-            let exec = Arc::clone(&self.exec);
-            let from = from.clone();
-            jobs.spawn(async move {
-                let answer = exec
-                    .run(&path, Command::PrOut(PrOutAction::Register), move |t| {
-                        for old in &from {
-                            match t.pr_out(&PrOut::register(*old, to)) {
-                                Ok(_) => return Ok(true),
-                                Err(e) if e.kind == ErrorKind::ReservationConflict => {}
-                                Err(e) => return Err(e),
-                            }
-                        }
-                        Ok(false)
-                    })
-                    .await;
-                (path, answer)
-            });
-        }
-        let (mut took, mut lost, mut failed) = (0usize, Vec::new(), None);
-        while let Some(joined) = jobs.join_next().await {
-            match joined {
-                Ok((_, Ok(true))) => took += 1,
-                Ok((path, Ok(false))) => lost.push(path),
-                Ok((path, Err(e))) => {
-                    tracing::warn!(lu = %self.lu, path = %path.spec.name, error = %e, "renew: REGISTER failed");
-                    failed = Some(CommandFailure::of(&e));
-                }
-                Err(_) => failed = Some(CommandFailure::Failed),
-            }
-        }
-        if took == 0 {
-            if let Some(e) = failed {
-                return Completion::Renew(Err(e));
-            }
-            // Every path refused every old key: preempted, or every path lost its registration.
-            return Completion::Renew(
-                match self.exec.read_keys_any(&self.device, &self.paths).await {
-                    Ok((keys, _, _)) if !keys.keys.iter().any(|k| from.contains(k) || *k == to) => {
-                        Err(CommandFailure::Conflict)
-                    }
-                    Ok(_) => {
-                        tracing::error!(lu = %self.lu, "renew: every path lost its registration while our key is still on the LU (re-login of every path?)");
-                        Err(CommandFailure::Failed)
-                    }
-                    Err(e) => Err(CommandFailure::of(&e)),
+        let renewed = self
+            .blocking(
+                move |p| lease_io::renew(&p, &from, to),
+                |e| lease_io::Renewed {
+                    completion: Completion::Renew(Err(e)),
+                    lost: Vec::new(),
                 },
-            );
-        }
-        if !lost.is_empty() {
-            tracing::warn!(lu = %self.lu, paths = %lost.iter().map(|p| p.spec.name.as_str()).collect::<Vec<_>>().join(", "), "renew: paths without our registration (re-login?)");
+            )
+            .await;
+        if !renewed.lost.is_empty() {
+            // heal never registers (P3): it purges orphans and names the paths for unfence.
             let id = self.id.clone();
             let result = heal_lu(&self.exec, id, &self.paths, to).await;
             report_heal(&self.lu, &result, &self.metrics);
         }
-        if let Some(e) = failed {
-            return Completion::Renew(Err(e));
-        }
-        Completion::Renew(
-            self.read_reservation()
-                .await
-                .map_err(|e| CommandFailure::of(&e)),
-        )
+        renewed.completion
     }
 
     async fn execute(&self, action: LeaseAction) -> Option<Completion> {
@@ -239,25 +178,53 @@ impl Job {
                 persist_epoch,
             } => self.renew(from, to, persist_epoch).await,
             LeaseAction::Preempt { own, victim } => {
-                tracing::warn!(lu = %self.lu, %victim, "the holder's key has not changed for a lease: preempting it");
-                let done = self
-                    .first_live(Command::PrOut(PrOutAction::PreemptAndAbort), move |t| {
-                        t.pr_out(&PrOut::preempt_and_abort(own, victim, rtype))
-                    })
-                    .await;
-                Completion::Preempt(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
+                self.blocking(
+                    move |p| lease_io::preempt(p.as_ref(), own, victim, rtype),
+                    |e| Completion::Preempt(Err(e)),
+                )
+                .await
             }
             LeaseAction::Reserve { own } => {
-                tracing::info!(lu = %self.lu, "no reservation for a lease: reserving");
-                let done = self
-                    .first_live(Command::PrOut(PrOutAction::Reserve), move |t| {
-                        t.pr_out(&PrOut::reserve(own, rtype))
-                    })
-                    .await;
-                Completion::Reserve(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
+                self.blocking(
+                    move |p| lease_io::reserve(p.as_ref(), own, rtype),
+                    |e| Completion::Reserve(Err(e)),
+                )
+                .await
             }
             LeaseAction::Promoted { .. } | LeaseAction::SelfFence(_) => return None,
         })
+    }
+}
+
+/// One LU's live paths through the agent's executor: each command bounded by
+/// `command_timeout`, counted in the metrics.
+struct ExecPaths {
+    exec: Arc<Executor>,
+    live: Vec<PathHandle>,
+    all: Vec<PathHandle>,
+    device: PathBuf,
+    lu: String,
+}
+
+impl LeasePaths for ExecPaths {
+    fn live(&self) -> usize {
+        self.live.len()
+    }
+    fn run<T, F>(&self, index: usize, command: Command, f: F) -> Result<T, CommandError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn crate::transport::PrTransport) -> Result<T, CommandError> + Send + 'static,
+    {
+        match self.live.get(index) {
+            Some(path) => self.exec.run_blocking(path, command, f),
+            None => Err(self.none(command)),
+        }
+    }
+    fn none(&self, command: Command) -> CommandError {
+        no_live_path(&self.device, &self.all, command)
+    }
+    fn lu(&self) -> &str {
+        &self.lu
     }
 }
 

@@ -83,6 +83,7 @@ pub mod epoch_file;
 pub mod failure;
 pub mod http;
 pub mod lease;
+pub mod lease_io;
 mod lease_loop;
 pub mod logging;
 pub mod metrics;

@@ -212,20 +212,80 @@ impl Executor {
         T: Send + 'static,
         F: FnOnce(&dyn PrTransport) -> Result<T, CommandError> + Send + 'static,
     {
-        let dev = path.spec.dev.clone();
+        let job = self.blocking_job(path, command, f)?;
+        let started = tokio::time::Instant::now();
+        let result =
+            match tokio::time::timeout(self.command_slot(), tokio::task::spawn_blocking(job)).await
+            {
+                Ok(Ok(result)) => result,
+                Ok(Err(join)) => Err(CommandError::without_completion(
+                    &path.spec.dev,
+                    command,
+                    ErrorKind::Failed,
+                    format!("the command's worker failed: {join}"),
+                )),
+                Err(_) => Err(self.timed_out(&path.spec.dev, command)),
+            };
+        self.account(command, started.elapsed(), result)
+    }
+
+    /// [`Executor::run`] for code that may block (a blocking thread, or the simulation): the
+    /// same claim, bound and metrics.
+    pub fn run_blocking<T, F>(
+        &self,
+        path: &PathHandle,
+        command: Command,
+        f: F,
+    ) -> Result<T, CommandError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn PrTransport) -> Result<T, CommandError> + Send + 'static,
+    {
+        let job = self.blocking_job(path, command, f)?;
+        let started = prfence_engine::runtime::now();
+        let until = started + self.command_slot();
+        let result = match prfence_engine::runtime::run_until(until, job) {
+            prfence_engine::runtime::Finished::Done { value, .. } => value,
+            prfence_engine::runtime::Finished::TimedOut => {
+                Err(self.timed_out(&path.spec.dev, command))
+            }
+            prfence_engine::runtime::Finished::Panicked
+            | prfence_engine::runtime::Finished::NotStarted(_) => {
+                Err(CommandError::without_completion(
+                    &path.spec.dev,
+                    command,
+                    ErrorKind::Failed,
+                    "the command's worker failed",
+                ))
+            }
+        };
+        let took = prfence_engine::runtime::now().saturating_duration_since(started);
+        self.account(command, took, result)
+    }
+
+    /// The blocking half of one command on `path`: claims the path (refused while its previous
+    /// command is still in the kernel), opens its device if needed, runs `f`, and forgets the
+    /// device after an open or transport failure (a path that came back is a new node).
+    fn blocking_job<T, F>(
+        &self,
+        path: &PathHandle,
+        command: Command,
+        f: F,
+    ) -> Result<impl FnOnce() -> Result<T, CommandError> + Send + 'static, CommandError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn PrTransport) -> Result<T, CommandError> + Send + 'static,
+    {
         let Some(busy) = path.claim() else {
             return Err(CommandError::without_completion(
-                &dev,
+                &path.spec.dev,
                 command,
                 ErrorKind::Timeout,
                 "the previous command on this path has not returned from the kernel yet",
             ));
         };
-        let host = Arc::clone(&self.host);
-        let policy = self.policy;
-        let handle = path.clone();
-        let started = tokio::time::Instant::now();
-        let job = tokio::task::spawn_blocking(move || {
+        let (host, policy, handle) = (Arc::clone(&self.host), self.policy, path.clone());
+        Ok(move || {
             let _busy = busy;
             let result = handle
                 .transport(host.as_ref(), policy)
@@ -236,28 +296,31 @@ impl Executor {
                 handle.forget();
             }
             result
-        });
-        let result = match tokio::time::timeout(self.command_slot(), job).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join)) => Err(CommandError::without_completion(
-                &dev,
-                command,
-                ErrorKind::Failed,
-                format!("the command's worker failed: {join}"),
-            )),
-            Err(_) => Err(CommandError::without_completion(
-                &dev,
-                command,
-                ErrorKind::Timeout,
-                format!(
-                    "no answer within {} ms (command_timeout)",
-                    policy.timeout.as_millis()
-                ),
-            )),
-        };
+        })
+    }
+
+    fn timed_out(&self, dev: &Path, command: Command) -> CommandError {
+        CommandError::without_completion(
+            dev,
+            command,
+            ErrorKind::Timeout,
+            format!(
+                "no answer within {} ms (command_timeout)",
+                self.policy.timeout.as_millis()
+            ),
+        )
+    }
+
+    /// Latency and conflict metrics, and the agent's hint on an error.
+    fn account<T>(
+        &self,
+        command: Command,
+        took: Duration,
+        result: Result<T, CommandError>,
+    ) -> Result<T, CommandError> {
         if let Some(label) = metric_command(command) {
             let mut m = lock(&self.metrics);
-            m.observe_latency(label, started.elapsed());
+            m.observe_latency(label, took);
             if let Err(e) = &result
                 && e.kind == ErrorKind::ReservationConflict
             {
