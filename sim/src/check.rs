@@ -100,6 +100,13 @@ impl Checker {
         })
     }
 
+    /// A promise that `node` may not write on `lu`, made before log index `before`.
+    fn fenced_node(&self, node: usize, lu: usize, before: usize) -> Option<&Fenced> {
+        self.fenced.iter().find(|f| {
+            !f.lifted && f.victim == node && f.at < before && f.lus.get(lu) == Some(&true)
+        })
+    }
+
     /// Reads the events logged since the last call, then the state; returns whether a property
     /// is broken.
     pub fn step(&mut self, world: &World) -> bool {
@@ -155,7 +162,7 @@ impl Checker {
                         let keys = (0..cluster.lus.len()).map(|l| cluster.keys(l)).collect();
                         self.refence_before.push((id, keys));
                     }
-                    Op::Status | Op::Heal | Op::Register => {}
+                    Op::Status | Op::Heal | Op::Register | Op::Lease => {}
                 }
             }
             Event::OpEnd {
@@ -195,8 +202,7 @@ impl Checker {
             } => match landing_of {
                 None if admitted => {
                     self.writes_admitted += 1;
-                    let key = world.key(node);
-                    if let Some(f) = self.active(key, lu, index) {
+                    if let Some(f) = self.fenced_node(node, lu, index) {
                         let message = format!(
                             "a write from n{node} (path {path}) was admitted on LU{lu} after \
                              n{}'s fence of n{node} was reported successful (event {})",
@@ -207,15 +213,47 @@ impl Checker {
                 }
                 None => self.writes_refused += 1,
                 Some(admission) => {
-                    let key = world.key(node);
                     if self
-                        .active(key, lu, index)
+                        .fenced_node(node, lu, index)
                         .is_some_and(|f| f.at > admission)
                     {
                         self.in_flight_landings += 1;
                     }
                 }
             },
+            Event::LeasePreempted {
+                node, lu, victim, ..
+            } => {
+                // A lease taken over: the old holder's key on that LU is gone for good, if the
+                // target removed it (a PREEMPT answered NOT READY counts as applied when a
+                // re-read shows the victim gone, which a renew of the holder also does).
+                let label = format!("n{node} lease LU{lu}");
+                let removed = world.log()[..index].iter().rev().any(|e| {
+                    matches!(e, Event::Command { label: l, what, removed, .. }
+                        if **l == *label
+                            && (what.starts_with("PREEMPT") || what.starts_with("IOC_PR_PREEMPT"))
+                            && removed.contains(&victim))
+                });
+                if !removed {
+                    return;
+                }
+                let lus = world.cluster().lus.len();
+                let mut promised = vec![false; lus];
+                if let Some(slot) = promised.get_mut(lu) {
+                    *slot = true;
+                }
+                // P3 only: that epoch's key never comes back. Writes are judged by who holds the
+                // lease (state): the old holder's node may hold other, newer keys of its own.
+                self.fenced.push(Fenced {
+                    by: node,
+                    victim: usize::MAX,
+                    key: victim,
+                    at: index,
+                    lus: promised,
+                    lifted: false,
+                });
+            }
+            Event::LeaseRole { .. } | Event::SelfFenced { .. } => {}
             Event::Injected { what, .. } => {
                 if let crate::world::Happening::PowerCycle { lu } = what {
                     self.forgot.push((lu, index));
@@ -399,9 +437,34 @@ impl Checker {
                 }
             }
         }
+        // Lease mode: never two nodes whose machines hold an LU and can both write there.
+        let holders = world.holders.lock().unwrap().clone();
+        for lu in 0..cluster.lus.len() {
+            let writers: Vec<usize> = holders
+                .iter()
+                .enumerate()
+                .filter(|(node, held)| {
+                    held.get(lu) == Some(&true)
+                        && cluster.ports[lu]
+                            .get(*node)
+                            .is_some_and(|ports| ports.iter().any(|&p| cluster.may_write(lu, p)))
+                })
+                .map(|(node, _)| node)
+                .collect();
+            if writers.len() > 1 {
+                broken.push(format!(
+                    "two lease holders can write on LU{lu} at once: nodes {writers:?}"
+                ));
+            }
+        }
         drop(cluster);
         for message in broken {
-            self.violate("P3", message, None);
+            let property = if message.starts_with("two lease") {
+                "P2"
+            } else {
+                "P3"
+            };
+            self.violate(property, message, None);
         }
     }
 

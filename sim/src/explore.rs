@@ -234,9 +234,18 @@ fn model(target: Target) -> TargetModel {
     }
 }
 
-/// The per-command policy of the simulated nodes: the defaults.
-fn policy() -> Policy {
-    Policy::default()
+/// The per-command policy of the simulated nodes: the defaults, or for lease agents the
+/// command timeout lease mode needs (no longer than `renew`).
+fn policy(scenario: Option<&Scenario>) -> Policy {
+    let lease = scenario.is_some_and(|s| s.actions.iter().any(|a| a.op == crate::world::Op::Lease));
+    Policy {
+        timeout: if lease {
+            Duration::from_secs(1)
+        } else {
+            Policy::DEFAULT_TIMEOUT
+        },
+        ..Policy::default()
+    }
 }
 
 /// Every node unfenced before the run starts, through the engine on the models directly
@@ -252,7 +261,7 @@ fn unfence_all(cluster: &Cluster, keys: &[Key]) {
             match (spec.medium, spec.port) {
                 (Medium::Scsi(lu), Port::Nexus(nexus)) => Arc::new(ScsiPr::new(
                     ModelDevice::new(lu, nexus, spec.device),
-                    policy(),
+                    policy(None),
                 )),
                 (Medium::Nvme(ns), Port::Host(host)) => Arc::new(NvmePr::new(
                     Fake {
@@ -263,7 +272,7 @@ fn unfence_all(cluster: &Cluster, keys: &[Key]) {
                         faults: Default::default(),
                         report_override: Default::default(),
                     },
-                    policy(),
+                    policy(None),
                 )),
                 _ => unreachable!("a cluster pairs SCSI LUs with nexuses and NVMe with hosts"),
             }
@@ -280,7 +289,14 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
         scenario.lus,
         &vec![scenario.paths; scenario.nodes],
     );
-    unfence_all(&cluster, &keys);
+    // Fencing scenarios start with every node unfenced; lease agents start from bare LUs.
+    if !scenario
+        .actions
+        .iter()
+        .any(|a| a.op == crate::world::Op::Lease)
+    {
+        unfence_all(&cluster, &keys);
+    }
     let nodes = (0..scenario.nodes)
         .map(|n| Node {
             clock: 0,
@@ -290,7 +306,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
         })
         .collect();
     let sim = Sim::new(nodes);
-    let world = World::new(Arc::clone(&sim), cluster, keys, policy());
+    let world = World::new(Arc::clone(&sim), cluster, keys, policy(Some(scenario)));
     for (id, action) in scenario.actions.iter().copied().enumerate() {
         let w = Arc::clone(&world);
         let label: Arc<str> = Arc::from(format!("n{} {}", action.node, action.op));
@@ -300,12 +316,18 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
             Box::new(move || w.run_op(action.node, id, action.op, action.at)),
         );
     }
+    // Lease agents run for seconds: their writers write less often, so a run stays short.
+    let writes_every = if policy(Some(scenario)).timeout < Policy::DEFAULT_TIMEOUT {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_millis(100)
+    };
     for &node in &scenario.writers {
         let w = Arc::clone(&world);
         let _ = sim.start(
             node,
             Arc::from(format!("n{node} writer")),
-            Box::new(move || w.run_writer(node, Duration::from_millis(100))),
+            Box::new(move || w.run_writer(node, writes_every)),
         );
     }
     let mut happenings = scenario.happenings.iter().copied().peekable();
@@ -640,6 +662,25 @@ pub fn timeline(run: &Run) -> String {
                 ms(*time)
             ),
             Event::Injected { time, what } => format!("{:>9}  ** {what}", ms(*time)),
+            Event::LeasePreempted {
+                time,
+                node,
+                lu,
+                victim,
+            } => format!(
+                "{:>9}  n{node} lease: took LU{lu} over from {:#x}",
+                ms(*time),
+                victim.get()
+            ),
+            Event::LeaseRole {
+                time,
+                node,
+                lu,
+                role,
+            } => format!("{:>9}  n{node} lease on LU{lu}: {role}", ms(*time)),
+            Event::SelfFenced { time, node, reason } => {
+                format!("{:>9}  n{node} SELF-FENCES: {reason}", ms(*time))
+            }
         };
         out.push_str(&format!("{i:>4} {line}{mark}\n"));
     }

@@ -196,7 +196,10 @@ fn scenario_family(s: &Scenario) -> String {
         .happenings
         .iter()
         .any(|(_, h)| matches!(h, prfence_sim::world::Happening::Pause { .. }));
-    let kind = if refence {
+    let lease = s.actions.iter().any(|a| matches!(a.op, Op::Lease));
+    let kind = if lease {
+        "lease"
+    } else if refence {
         "refence"
     } else if pause {
         "pause"

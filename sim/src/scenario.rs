@@ -36,7 +36,7 @@ pub struct Scenario {
     pub lus: usize,
     pub paths: usize,
     /// Every node starts unfenced (registered on every path, the first node holding the
-    /// reservation).
+    /// reservation), unless a node runs a lease agent: then the LUs start bare.
     pub actions: Vec<Action>,
     /// Nodes that write to every LU through every path while operations run.
     pub writers: Vec<usize>,
@@ -53,7 +53,9 @@ pub struct Scenario {
 }
 
 /// The scenario families a random run draws from, each aimed at a kind of race.
-pub const FAMILIES: [&str; 6] = ["mutual", "ring", "crowd", "churn", "pause", "refence"];
+pub const FAMILIES: [&str; 7] = [
+    "mutual", "ring", "crowd", "churn", "pause", "refence", "lease",
+];
 
 impl Scenario {
     /// The scenario of a random run: a family, then its parameters, all from `rng`.
@@ -202,6 +204,31 @@ impl Scenario {
                 }
                 s.writers = vec![0];
             }
+            "lease" => {
+                // Lease-mode agents on every node; the holder may freeze and wake up after a
+                // standby took over (its writes must be refused).
+                s.nodes = 2 + rng.below(2);
+                s.lus = 1 + rng.below(2);
+                s.actions = (0..s.nodes)
+                    .map(|node| Action {
+                        node,
+                        op: Op::Lease,
+                        at: rng.below(1500) as Nanos * MS,
+                    })
+                    .collect();
+                s.writers = (0..s.nodes).collect();
+                if rng.chance(2, 3) {
+                    let node = rng.below(s.nodes);
+                    let at = (2000 + rng.below(6000)) as Nanos * MS;
+                    s.happenings = vec![
+                        (at, Happening::Pause { node }),
+                        (
+                            at + (1000 + rng.below(8000)) as Nanos * MS,
+                            Happening::Resume { node },
+                        ),
+                    ];
+                }
+            }
             _ => {
                 // "refence": a fence, then the same fence again once all is quiet (P4).
                 s.nodes = 2 + rng.below(2);
@@ -316,6 +343,7 @@ fn op(s: &str) -> Result<Op, ParseError> {
         "status" => Op::Status,
         "heal" => Op::Heal,
         "register" => Op::Register,
+        "lease" => Op::Lease,
         _ if s.starts_with("fence(") => Op::Fence {
             victim: victim(s, "fence")?,
         },

@@ -223,3 +223,30 @@ mod regressions {
         assert_eq!(ends(&run, 0), [Outcome::Success, Outcome::Success]);
     }
 }
+
+#[test]
+fn two_lease_holders_that_can_both_write_are_caught() {
+    // Two lease machines both holding an LU that has no reservation (anyone may write there).
+    use crate::check::Checker;
+    use crate::sched::{Node, Sim};
+    use crate::world::World;
+    use prfence_engine::spc_model::Quirks;
+    use prfence_engine::testing::{Cluster, TargetModel};
+    let sim = Sim::new(vec![
+        Node {
+            clock: 0,
+            ppm: 0,
+            paused: false,
+            clock_stops_when_paused: false,
+        };
+        2
+    ]);
+    let cluster = Cluster::new(TargetModel::Scsi(Quirks::lio()), 1, &[1, 1]);
+    let keys = vec![explore::node_key(0), explore::node_key(1)];
+    let world = World::new(sim, cluster, keys, Default::default());
+    *world.holders.lock().unwrap() = vec![vec![true], vec![true]];
+    let mut checker = Checker::new();
+    checker.step(&world);
+    let properties: Vec<&str> = checker.violations.iter().map(|v| v.property).collect();
+    assert_eq!(properties, ["P2"], "{:?}", checker.violations);
+}

@@ -65,6 +65,27 @@ pub enum Event {
     },
     /// A fault outside any one command: a re-login, a power cycle, a pause.
     Injected { time: Nanos, what: Happening },
+    /// A lease agent's standby preempted `victim` (the holder's key) on `lu`: from here on the
+    /// victim's node may not write there (P1) nor its key come back (P3).
+    LeasePreempted {
+        time: Nanos,
+        node: usize,
+        lu: usize,
+        victim: Key,
+    },
+    /// A lease agent's machine changed role on `lu`.
+    LeaseRole {
+        time: Nanos,
+        node: usize,
+        lu: usize,
+        role: String,
+    },
+    /// A lease agent self-fenced: its node stops (its writer too).
+    SelfFenced {
+        time: Nanos,
+        node: usize,
+        reason: String,
+    },
 }
 
 /// The engine's outcome, as the checker needs it.
@@ -103,6 +124,9 @@ pub enum Op {
     },
     Status,
     Heal,
+    /// The node agent in lease mode (`prfence agent`, [lease]): one lease machine per LU, run
+    /// until the horizon or until it self-fences.
+    Lease,
     /// Not prfence: a bare REGISTER AND IGNORE EXISTING KEY of the node's key on every path, as
     /// a careless admin's sg_persist would send. Only the checker's own tests use it, to show
     /// that a key brought back behind a fence is caught.
@@ -118,6 +142,7 @@ impl std::fmt::Display for Op {
             Op::Status => f.write_str("status"),
             Op::Heal => f.write_str("heal"),
             Op::Register => f.write_str("register"),
+            Op::Lease => f.write_str("lease"),
         }
     }
 }
@@ -168,6 +193,10 @@ pub struct World {
     log: Mutex<Vec<Event>>,
     /// Engine operations still running (the writers stop after the last one).
     ops_running: Mutex<usize>,
+    /// Nodes whose agent self-fenced (their writers stop).
+    self_fenced: Mutex<Vec<usize>>,
+    /// Each lease agent's machines' roles, `[node][lu]`: holder (promoted) or not.
+    pub holders: Mutex<Vec<Vec<bool>>>,
     pub policy: Policy,
     /// The keys of the nodes, by node.
     pub keys: Vec<Key>,
@@ -184,6 +213,8 @@ impl World {
             cluster: Mutex::new(cluster),
             log: Mutex::new(Vec::new()),
             ops_running: Mutex::new(0),
+            self_fenced: Mutex::new(Vec::new()),
+            holders: Mutex::new(Vec::new()),
             policy,
             keys,
         })
@@ -272,6 +303,10 @@ impl World {
             }
             Op::Status => prfence_engine::ops::status(targets, own, limits),
             Op::Heal => prfence_engine::ops::heal(targets, own, limits),
+            Op::Lease => {
+                self.run_lease_agent(node);
+                Err(prfence_engine::ops::RequestError::NoLus)
+            }
             Op::Register => {
                 for lu in &targets {
                     for path in &lu.paths {
@@ -319,7 +354,7 @@ impl World {
                 break;
             }
             prfence_engine::runtime::sleep(interval);
-            last = self.ops_running() == 0;
+            last = self.ops_running() == 0 || lock(&self.self_fenced).contains(&node);
         }
     }
 
@@ -772,5 +807,229 @@ impl NvmeDevice for NvmeGate {
         self.passthru("NVME_IOCTL_ADMIN_CMD", command, timeout, |f| {
             f.admin_passthru(command, data, timeout)
         })
+    }
+}
+
+/// How long a lease agent runs, on its own clock.
+pub const LEASE_HORIZON: Duration = Duration::from_secs(20);
+
+/// The lease timings of the simulated agents: valid by `config`'s rules (renew < lease / 2,
+/// margin ≥ 2ρ·lease for ρ up to 2000 ppm, check_interval ≤ lease / 2, command_timeout ≤ renew).
+pub fn lease_config(node: usize) -> prfence::daemon::lease::LeaseConfig {
+    prfence::daemon::lease::LeaseConfig {
+        node: std::num::NonZeroU16::new(u16::try_from(node + 1).unwrap_or(u16::MAX))
+            .unwrap_or(std::num::NonZeroU16::MIN),
+        renew: Duration::from_secs(1),
+        lease: Duration::from_secs(4),
+        margin: Duration::from_secs(1),
+        check_interval: Duration::from_millis(500),
+        watchdog_timeout: None,
+    }
+}
+
+/// One LU's paths of a simulated node, for the agent's lease commands ([`lease_io`]).
+struct SimPaths {
+    paths: Vec<Arc<dyn PrTransport>>,
+    lu: String,
+}
+
+impl prfence::daemon::lease_io::LeasePaths for SimPaths {
+    fn live(&self) -> usize {
+        self.paths.len()
+    }
+    fn run<T, F>(
+        &self,
+        index: usize,
+        command: prfence_engine::transport::Command,
+        f: F,
+    ) -> Result<T, prfence_engine::transport::CommandError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn PrTransport) -> Result<T, prfence_engine::transport::CommandError>
+            + Send
+            + 'static,
+    {
+        match self.paths.get(index) {
+            Some(path) => f(path.as_ref()),
+            None => Err(self.none(command)),
+        }
+    }
+    fn none(
+        &self,
+        command: prfence_engine::transport::Command,
+    ) -> prfence_engine::transport::CommandError {
+        prfence_engine::transport::CommandError::without_completion(
+            Path::new(&self.lu),
+            command,
+            prfence_engine::transport::ErrorKind::Transport,
+            "no path",
+        )
+    }
+    fn lu(&self) -> &str {
+        &self.lu
+    }
+}
+
+impl World {
+    /// The node agent in lease mode, as `lease_loop` drives it: the lease machines themselves
+    /// (`daemon::lease`), their commands through `lease_io`, each action on a thread of its own
+    /// and its completion reported back; a self-fence stops the node. No epoch file (no node
+    /// restarts here): the first epoch comes from the keys on the target.
+    fn run_lease_agent(self: &Arc<Self>, node: usize) {
+        use prfence::daemon::lease::{
+            self as lease, Completion, EpochSources, Lease, LeaseAction, Role, StartView,
+        };
+        use prfence::daemon::lease_io;
+        use prfence_engine::runtime;
+
+        let rtype = prfence_engine::pr::ReservationType::WriteExclusive;
+        let config = lease_config(node);
+        let lus: Vec<Arc<SimPaths>> = {
+            let mut targets = self.targets(node);
+            targets.sort_by(|a, b| a.id.cmp(&b.id));
+            targets
+                .into_iter()
+                .map(|t| {
+                    Arc::new(SimPaths {
+                        paths: t.paths,
+                        lu: t.id,
+                    })
+                })
+                .collect()
+        };
+        {
+            let mut holders = lock(&self.holders);
+            if holders.len() <= node {
+                holders.resize(node + 1, Vec::new());
+            }
+            holders[node] = vec![false; lus.len()];
+        }
+        let mut views = Vec::new();
+        for paths in &lus {
+            let holder = lease_io::read_reservation(paths.as_ref()).ok().flatten();
+            let keys = lease_io::first_live(
+                paths.as_ref(),
+                prfence_engine::transport::Command::PrIn(prfence_engine::pr::PrInAction::ReadKeys),
+                |t| t.read_keys(),
+            )
+            .map(|k| k.keys)
+            .unwrap_or_default();
+            views.push(StartView { holder, keys });
+        }
+        let on_target: Vec<Key> = views.iter().flat_map(|v| v.keys.iter().copied()).collect();
+        let Ok(first_epoch) = lease::starting_epoch(
+            config.node,
+            &EpochSources {
+                persisted: None,
+                on_target: &on_target,
+                wall_clock_ms: None,
+            },
+        ) else {
+            return;
+        };
+        let start = runtime::now();
+        let mut leases: Vec<Lease> = views
+            .iter()
+            .map(|view| Lease::new(config.clone(), first_epoch, None, view, start))
+            .collect();
+        let (send, receive) = runtime::channel::<(usize, Completion)>();
+        let mut roles: Vec<Option<Role>> = vec![None; lus.len()];
+        loop {
+            let now = runtime::now();
+            for (index, machine) in leases.iter_mut().enumerate() {
+                while let Some(action) = machine.poll(now) {
+                    match action {
+                        LeaseAction::SelfFence(reason) => {
+                            lock(&self.self_fenced).push(node);
+                            lock(&self.holders)[node]
+                                .iter_mut()
+                                .for_each(|h| *h = false);
+                            self.record(Event::SelfFenced {
+                                time: self.sim.now(),
+                                node,
+                                reason: format!("LU{index}: {reason}"),
+                            });
+                            return;
+                        }
+                        LeaseAction::Promoted { .. } => {}
+                        action => {
+                            let (paths, send, world) =
+                                (Arc::clone(&lus[index]), send.clone(), Arc::clone(self));
+                            let label = Arc::from(format!("n{node} lease LU{index}"));
+                            let _ = self.sim.start(
+                                node,
+                                label,
+                                Box::new(move || {
+                                    let completion = match action {
+                                        LeaseAction::Join { key, .. } => {
+                                            lease_io::join(paths.as_ref(), key)
+                                        }
+                                        LeaseAction::ReadReservation => Completion::Reservation(
+                                            lease_io::read_reservation(paths.as_ref()).map_err(
+                                                |e| {
+                                                    prfence::daemon::failure::CommandFailure::of(&e)
+                                                },
+                                            ),
+                                        ),
+                                        LeaseAction::Renew { from, to, .. } => {
+                                            lease_io::renew(&paths, &from, to).completion
+                                        }
+                                        LeaseAction::Preempt { own, victim } => {
+                                            let done = lease_io::preempt(
+                                                paths.as_ref(),
+                                                own,
+                                                victim,
+                                                rtype,
+                                            );
+                                            if let Completion::Preempt(Ok(())) = done {
+                                                world.record(Event::LeasePreempted {
+                                                    time: world.sim.now(),
+                                                    node,
+                                                    lu: index,
+                                                    victim,
+                                                });
+                                            }
+                                            done
+                                        }
+                                        LeaseAction::Reserve { own } => {
+                                            lease_io::reserve(paths.as_ref(), own, rtype)
+                                        }
+                                        LeaseAction::Promoted { .. }
+                                        | LeaseAction::SelfFence(_) => {
+                                            return;
+                                        }
+                                    };
+                                    send.send((index, completion));
+                                }),
+                            );
+                        }
+                    }
+                }
+                let role = machine.role();
+                if roles[index] != Some(role) {
+                    roles[index] = Some(role);
+                    lock(&self.holders)[node][index] = role == Role::Holder { promoted: true };
+                    self.record(Event::LeaseRole {
+                        time: self.sim.now(),
+                        node,
+                        lu: index,
+                        role: format!("{role:?}"),
+                    });
+                }
+            }
+            let horizon = start + LEASE_HORIZON;
+            if now >= horizon {
+                return;
+            }
+            let wake = leases
+                .iter()
+                .filter_map(Lease::next_wakeup)
+                .fold(horizon, std::time::Instant::min);
+            if let Some((index, completion)) = receive.recv_until(wake)
+                && let Some(machine) = leases.get_mut(index)
+            {
+                machine.complete(runtime::now(), completion);
+            }
+        }
     }
 }
