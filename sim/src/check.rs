@@ -162,7 +162,7 @@ impl Checker {
                         let keys = (0..cluster.lus.len()).map(|l| cluster.keys(l)).collect();
                         self.refence_before.push((id, keys));
                     }
-                    Op::Status | Op::Heal | Op::Register | Op::Lease => {}
+                    Op::Status | Op::Heal | Op::Register | Op::Lease | Op::Watch => {}
                 }
             }
             Event::OpEnd {

@@ -424,7 +424,7 @@ pub fn random_run(seed: u64) -> (Scenario, Run) {
     let run = if seed.is_multiple_of(2) {
         run(&scenario, &mut Random::new(rng.next_u64()))
     } else {
-        run(&scenario, &mut Pct::new(rng.next_u64(), 3, 60))
+        run(&scenario, &mut Pct::new(rng.next_u64(), 3, 200))
     };
     (scenario, run)
 }

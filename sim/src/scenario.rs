@@ -178,6 +178,13 @@ impl Scenario {
                     ));
                 }
                 s.writers = (0..s.nodes).filter(|_| rng.chance(1, 2)).collect();
+                if rng.chance(1, 2) {
+                    s.actions.push(Action {
+                        node: rng.below(s.nodes),
+                        op: Op::Watch,
+                        at: 0,
+                    });
+                }
             }
             "pause" => {
                 // The victim freezes mid-write and wakes up after it was fenced.
@@ -203,6 +210,13 @@ impl Scenario {
                     });
                 }
                 s.writers = vec![0];
+                if rng.chance(1, 2) {
+                    s.actions.push(Action {
+                        node: 0,
+                        op: Op::Watch,
+                        at: 0,
+                    });
+                }
             }
             "lease" => {
                 // Lease-mode agents on every node; the holder may freeze and wake up after a
@@ -344,6 +358,7 @@ fn op(s: &str) -> Result<Op, ParseError> {
         "heal" => Op::Heal,
         "register" => Op::Register,
         "lease" => Op::Lease,
+        "watch" => Op::Watch,
         _ if s.starts_with("fence(") => Op::Fence {
             victim: victim(s, "fence")?,
         },

@@ -127,6 +127,9 @@ pub enum Op {
     /// The node agent in lease mode (`prfence agent`, [lease]): one lease machine per LU, run
     /// until the horizon or until it self-fences.
     Lease,
+    /// The node agent in watch mode: the watch machine over READ KEYS per LU and path probes,
+    /// heal where it asks for one, until the horizon or until it self-fences.
+    Watch,
     /// Not prfence: a bare REGISTER AND IGNORE EXISTING KEY of the node's key on every path, as
     /// a careless admin's sg_persist would send. Only the checker's own tests use it, to show
     /// that a key brought back behind a fence is caught.
@@ -143,6 +146,7 @@ impl std::fmt::Display for Op {
             Op::Heal => f.write_str("heal"),
             Op::Register => f.write_str("register"),
             Op::Lease => f.write_str("lease"),
+            Op::Watch => f.write_str("watch"),
         }
     }
 }
@@ -305,6 +309,10 @@ impl World {
             Op::Heal => prfence_engine::ops::heal(targets, own, limits),
             Op::Lease => {
                 self.run_lease_agent(node);
+                Err(prfence_engine::ops::RequestError::NoLus)
+            }
+            Op::Watch => {
+                self.run_watch_agent(node);
                 Err(prfence_engine::ops::RequestError::NoLus)
             }
             Op::Register => {
@@ -1030,6 +1038,99 @@ impl World {
             {
                 machine.complete(runtime::now(), completion);
             }
+        }
+    }
+}
+
+impl World {
+    /// The node agent in watch mode, as `watch_loop` drives it: every check interval one READ
+    /// KEYS per LU (and a probe of every path when the machine asks), the watch machine itself
+    /// (`daemon::watch`) judging, `ops::heal` where it asks for a heal, and a self-fence (the
+    /// node's writer stops) when it decides the node was fenced. Armed from the start: the
+    /// scenarios start with every node unfenced.
+    fn run_watch_agent(self: &Arc<Self>, node: usize) {
+        use prfence::daemon::watch::{
+            LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
+            WatchState,
+        };
+        use prfence_engine::runtime;
+
+        const CHECK_INTERVAL: Duration = Duration::from_millis(500);
+        let own = self.key(node);
+        let mut targets = self.targets(node);
+        targets.sort_by(|a, b| a.id.cmp(&b.id));
+        let config = WatchConfig {
+            own_key: own,
+            grace: Duration::from_secs(20),
+            missing_confirmations: 2,
+            heal: true,
+            path_audit: Duration::from_secs(60),
+        };
+        let start = runtime::now();
+        let mut state =
+            WatchState::new(config, targets.iter().map(|t| LuName(t.id.clone())), start);
+        let mut inspect = vec![true; targets.len()];
+        while runtime::now() < start + LEASE_HORIZON {
+            let mut observations = Vec::new();
+            for (index, lu) in targets.iter().enumerate() {
+                let keys = lu.paths.iter().find_map(|p| p.read_keys().ok());
+                let result = match keys {
+                    Some(keys) => {
+                        let paths = inspect[index].then(|| {
+                            lu.paths
+                                .iter()
+                                .enumerate()
+                                .map(|(i, p)| PathRegistration {
+                                    path: PathId(format!("p{i}")),
+                                    registered: prfence_engine::ops::probe_registration(
+                                        p.as_ref(),
+                                        own,
+                                    )
+                                    .unwrap_or(true),
+                                })
+                                .collect()
+                        });
+                        Ok(LuKeys {
+                            keys: keys.keys,
+                            path_count: match lu.paths.first().map(|p| p.protocol()) {
+                                Some(prfence_engine::discover::Protocol::Nvme) => 1,
+                                _ => lu.paths.len(),
+                            },
+                            paths,
+                            paths_changed: false,
+                        })
+                    }
+                    None => Err(prfence::daemon::failure::CommandFailure::Unreachable),
+                };
+                observations.push(Observation {
+                    lu: LuName(lu.id.clone()),
+                    result,
+                });
+            }
+            let decision = state.tick(runtime::now(), observations);
+            if let Some(reason) = decision.fenced.as_ref().filter(|_| decision.newly_fenced) {
+                lock(&self.self_fenced).push(node);
+                self.record(Event::SelfFenced {
+                    time: self.sim.now(),
+                    node,
+                    reason: reason.to_string(),
+                });
+                return;
+            }
+            for (index, (_, verdict)) in decision.lus.iter().enumerate() {
+                inspect[index] = matches!(verdict, LuVerdict::InspectPaths);
+                if let LuVerdict::Heal { .. } = verdict
+                    && let Some(lu) = targets.get(index)
+                {
+                    let one = vec![LuTarget {
+                        id: lu.id.clone(),
+                        paths: lu.paths.clone(),
+                    }];
+                    let _ =
+                        prfence_engine::ops::heal(one, own, prfence_engine::ops::Limits::default());
+                }
+            }
+            runtime::sleep(CHECK_INTERVAL);
         }
     }
 }
