@@ -74,7 +74,12 @@ impl Scenario {
             target,
             nodes: 2,
             lus: 1 + rng.below(4),
-            paths: 1 + usize::from(rng.chance(1, 3)),
+            paths: match rng.below(10) {
+                0..=5 => 1,
+                6..=7 => 2,
+                8 => 3,
+                _ => 4,
+            },
             actions: Vec::new(),
             writers: Vec::new(),
             happenings: Vec::new(),

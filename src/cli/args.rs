@@ -19,8 +19,8 @@ Exit status:
      path's key is not registered)
   4  fence: this node was fenced: its key is gone from the arbiter LU (the first by LU
      identifier), so it lost the race or was never unfenced. Found first, no other LU was
-     touched; found when the arbiter is read again after the other LUs, this node's
-     registrations there were withdrawn";
+     touched; found when the arbiter is read again after the other LUs, fence had registered
+     nothing of its own anywhere";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -86,7 +86,8 @@ pub enum Cmd {
     /// Fence another node: remove its key from every LU (PREEMPT AND ABORT, or PREEMPT where
     /// the target refuses it) and verify. The first LU by identifier decides alone: if this
     /// node's key is gone there, no other LU is touched and the exit status is 4 (also when
-    /// it vanishes there during the fence: this node's keys on the other LUs are withdrawn).
+    /// it vanishes there during the fence). fence never registers this node's key: an LU where
+    /// it is gone is left alone.
     Fence(Fence),
     /// Is this node's key registered on all, some or none of the LUs? (Read only.)
     Status(FencingDevices),

@@ -479,7 +479,7 @@ fn match_paths(
                             reg.key, reg.transport_id, reg.relative_target_port
                         ),
                         "run `prfence unfence` on this node: it registers the current sessions \
-                         and purges the orphan (the node agent's heal does the same)",
+                         and purges the orphan (the node agent never registers a path)",
                     ));
                 }
             }
