@@ -3,11 +3,9 @@
 //! bumped by register/preempt/clear, and the kernel's NVMe `pr_ops` on top (RREGA from `old`,
 //! status mapping to `pr_status`).
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use std::path::PathBuf;
 
 use crate::pr::nvme::HostId;
 use crate::pr::{Key, ReservationType, TransportId};
@@ -25,11 +23,7 @@ fn quick() -> Policy {
     }
 }
 
-const NEW_KERNEL: Kernel = Kernel {
-    read_ioctls: true,
-    rescap: 0x7e,
-    report: ReportFormat::Extended,
-};
+const NEW_KERNEL: Kernel = Kernel::CURRENT;
 const OLD_KERNEL: Kernel = Kernel {
     read_ioctls: false,
     rescap: 0x7e,
@@ -43,17 +37,7 @@ struct Setup {
 }
 
 fn host(ns: &Arc<Mutex<Namespace>>, id: u8, path: &str, kernel: Kernel) -> NvmePr<Fake> {
-    NvmePr::new(
-        Fake {
-            ns: Arc::clone(ns),
-            host: [id; 16],
-            path: PathBuf::from(path),
-            kernel,
-            faults: Mutex::new(VecDeque::new()),
-            report_override: Mutex::new(None),
-        },
-        quick(),
-    )
+    NvmePr::new(Fake::new(Arc::clone(ns), [id; 16], path, kernel), quick())
 }
 
 fn setup(kernel: Kernel) -> Setup {

@@ -289,14 +289,7 @@ impl Checker {
 
     /// Whether the op that started at log index `start` has ended.
     fn ended(&self, world: &World, start: usize) -> bool {
-        let log = world.log();
-        let Some(Event::OpStart { id, .. }) = log.get(start) else {
-            return true;
-        };
-        let id = *id;
-        log[start..]
-            .iter()
-            .any(|e| matches!(e, Event::OpEnd { id: i, .. } if *i == id))
+        self.ended_before(world, start, usize::MAX)
     }
 
     #[allow(clippy::too_many_arguments)]

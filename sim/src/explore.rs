@@ -251,11 +251,6 @@ fn policy(scenario: Option<&Scenario>) -> Policy {
 /// Every node unfenced before the run starts, through the engine on the models directly
 /// (ordinary threads: this is set-up, not under test).
 fn unfence_all(cluster: &Cluster, keys: &[Key]) {
-    let kernel = Kernel {
-        read_ioctls: true,
-        rescap: 0x7e,
-        report: prfence_engine::pr::nvme::ReportFormat::Extended,
-    };
     for (node, &key) in keys.iter().enumerate() {
         let targets = cluster.targets(node, |spec| -> Arc<dyn PrTransport> {
             match (spec.medium, spec.port) {
@@ -264,14 +259,7 @@ fn unfence_all(cluster: &Cluster, keys: &[Key]) {
                     policy(None),
                 )),
                 (Medium::Nvme(ns), Port::Host(host)) => Arc::new(NvmePr::new(
-                    Fake {
-                        ns,
-                        host,
-                        path: spec.device,
-                        kernel,
-                        faults: Default::default(),
-                        report_override: Default::default(),
-                    },
+                    Fake::new(ns, host, spec.device, Kernel::CURRENT),
                     policy(None),
                 )),
                 _ => unreachable!("a cluster pairs SCSI LUs with nexuses and NVMe with hosts"),

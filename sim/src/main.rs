@@ -38,6 +38,18 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// The `--scenario` argument, read; a usage error (exit 2) when missing or unreadable.
+fn scenario_arg(args: &[String]) -> Result<Scenario, ExitCode> {
+    let Some(text) = arg(args, "--scenario") else {
+        eprint!("{USAGE}");
+        return Err(ExitCode::from(2));
+    };
+    text.parse().map_err(|e| {
+        eprintln!("prfence-sim: {e}");
+        ExitCode::from(2)
+    })
+}
+
 fn parse_picks(text: &str) -> Vec<usize> {
     text.split(',')
         .filter(|s| !s.trim().is_empty())
@@ -222,16 +234,9 @@ fn replay(args: &[String]) -> ExitCode {
         let picks = result.picks.iter().map(|p| p.value).collect();
         (scenario, picks, result)
     } else {
-        let Some(text) = arg(args, "--scenario") else {
-            eprint!("{USAGE}");
-            return ExitCode::from(2);
-        };
-        let scenario: Scenario = match text.parse() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("prfence-sim: {e}");
-                return ExitCode::from(2);
-            }
+        let scenario = match scenario_arg(args) {
+            Ok(scenario) => scenario,
+            Err(code) => return code,
         };
         let picks = arg(args, "--picks").map_or_else(Vec::new, |p| parse_picks(&p));
         let result = explore::run(&scenario, &mut Replay::new(picks.clone()));
@@ -247,16 +252,9 @@ fn replay(args: &[String]) -> ExitCode {
 }
 
 fn exhaustive(args: &[String]) -> ExitCode {
-    let Some(text) = arg(args, "--scenario") else {
-        eprint!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    let scenario: Scenario = match text.parse() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("prfence-sim: {e}");
-            return ExitCode::from(2);
-        }
+    let scenario = match scenario_arg(args) {
+        Ok(scenario) => scenario,
+        Err(code) => return code,
     };
     let limit = arg(args, "--limit").map_or(10_000_000, |s| s.parse().unwrap());
     let started = Instant::now();

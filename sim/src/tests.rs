@@ -5,9 +5,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::check::Checker;
 use crate::explore::{self, Replay, Run};
 use crate::scenario::Scenario;
-use crate::world::{Event, Outcome};
+use crate::world::{Event, Outcome, World};
 
 /// Runs random schedules `first..first + count` on every CPU (at most 4); on the first broken
 /// property, shrinks it and panics with the report.
@@ -101,6 +102,22 @@ fn a_run_is_a_pure_function_of_its_seed() {
     }
 }
 
+/// Two nodes and one LU on LIO, nothing running: for feeding the checker a log by hand.
+fn bare_world() -> Arc<World> {
+    use crate::sched::{Node, Sim};
+    use prfence_engine::spc_model::Quirks;
+    use prfence_engine::testing::{Cluster, TargetModel};
+    let node = Node {
+        clock: 0,
+        ppm: 0,
+        paused: false,
+        clock_stops_when_paused: false,
+    };
+    let cluster = Cluster::new(TargetModel::Scsi(Quirks::lio()), 1, &[1, 1]);
+    let keys = vec![explore::node_key(0), explore::node_key(1)];
+    World::new(Sim::new(vec![node; 2]), cluster, keys, Default::default())
+}
+
 fn ends(run: &Run, node: usize) -> Vec<Outcome> {
     run.log
         .iter()
@@ -130,23 +147,8 @@ fn a_key_registered_again_behind_a_fence_is_caught() {
 #[test]
 fn two_survivors_are_caught() {
     // What the log would say if two nodes had each reported the other fenced.
-    use crate::check::Checker;
-    use crate::sched::{Node, Sim};
-    use crate::world::{Op, World};
-    use prfence_engine::spc_model::Quirks;
-    use prfence_engine::testing::{Cluster, TargetModel};
-    let sim = Sim::new(vec![
-        Node {
-            clock: 0,
-            ppm: 0,
-            paused: false,
-            clock_stops_when_paused: false,
-        };
-        2
-    ]);
-    let cluster = Cluster::new(TargetModel::Scsi(Quirks::lio()), 1, &[1, 1]);
-    let keys = vec![explore::node_key(0), explore::node_key(1)];
-    let world = World::new(sim, cluster, keys, Default::default());
+    use crate::world::Op;
+    let world = bare_world();
     let mut checker = Checker::new();
     for (id, (node, victim)) in [(0, 1), (1, 0)].into_iter().enumerate() {
         let op = Op::Fence { victim };
@@ -227,23 +229,7 @@ mod regressions {
 #[test]
 fn two_lease_holders_that_can_both_write_are_caught() {
     // Two lease machines both holding an LU that has no reservation (anyone may write there).
-    use crate::check::Checker;
-    use crate::sched::{Node, Sim};
-    use crate::world::World;
-    use prfence_engine::spc_model::Quirks;
-    use prfence_engine::testing::{Cluster, TargetModel};
-    let sim = Sim::new(vec![
-        Node {
-            clock: 0,
-            ppm: 0,
-            paused: false,
-            clock_stops_when_paused: false,
-        };
-        2
-    ]);
-    let cluster = Cluster::new(TargetModel::Scsi(Quirks::lio()), 1, &[1, 1]);
-    let keys = vec![explore::node_key(0), explore::node_key(1)];
-    let world = World::new(sim, cluster, keys, Default::default());
+    let world = bare_world();
     *world.holders.lock().unwrap() = vec![vec![true], vec![true]];
     let mut checker = Checker::new();
     checker.step(&world);

@@ -88,28 +88,7 @@ pub enum Event {
     },
 }
 
-/// The engine's outcome, as the checker needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    ThisNodeFenced,
-    Off,
-    Partial,
-    Failure,
-}
-
-impl From<prfence_engine::ops::Outcome> for Outcome {
-    fn from(o: prfence_engine::ops::Outcome) -> Self {
-        use prfence_engine::ops::Outcome as E;
-        match o {
-            E::Success => Outcome::Success,
-            E::ThisNodeFenced => Outcome::ThisNodeFenced,
-            E::Off => Outcome::Off,
-            E::Partial => Outcome::Partial,
-            E::Failure => Outcome::Failure,
-        }
-    }
-}
+pub use prfence_engine::ops::Outcome;
 
 /// What a node does (one engine operation, or a loop).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,11 +231,6 @@ impl World {
     /// Node `node`'s view of the LUs: every path a gated device.
     pub fn targets(self: &Arc<Self>, node: usize) -> Vec<LuTarget<Arc<dyn PrTransport>>> {
         let cluster = self.cluster();
-        let kernel = Kernel {
-            read_ioctls: true,
-            rescap: 0x7e,
-            report: prfence_engine::pr::nvme::ReportFormat::Extended,
-        };
         cluster.targets(node, |spec| -> Arc<dyn PrTransport> {
             let gate = Gate {
                 world: Arc::clone(self),
@@ -268,14 +242,7 @@ impl World {
             match (spec.medium, spec.port) {
                 (Medium::Nvme(ns), Port::Host(host)) => Arc::new(NvmePr::new(
                     NvmeGate {
-                        fake: Fake {
-                            ns,
-                            host,
-                            path: spec.device,
-                            kernel,
-                            faults: Mutex::new(Default::default()),
-                            report_override: Mutex::new(None),
-                        },
+                        fake: Fake::new(ns, host, spec.device, Kernel::CURRENT),
                         gate,
                     },
                     self.policy,
@@ -325,7 +292,7 @@ impl World {
             }
         };
         let (outcome, summary) = match result {
-            Ok(report) => (report.outcome.into(), report.summary),
+            Ok(report) => (report.outcome, report.summary),
             Err(e) => (Outcome::Failure, e.to_string()),
         };
         self.record(Event::OpEnd {

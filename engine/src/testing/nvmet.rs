@@ -256,6 +256,16 @@ pub struct Kernel {
     pub report: ReportFormat,
 }
 
+impl Kernel {
+    /// Linux 6.19 and later against nvmet: the read ioctls, every reservation type, the
+    /// extended Report.
+    pub const CURRENT: Kernel = Kernel {
+        read_ioctls: true,
+        rescap: 0x7e,
+        report: ReportFormat::Extended,
+    };
+}
+
 /// One host's `/dev/nvme0n1` over the shared namespace.
 pub struct Fake {
     pub ns: Arc<Mutex<Namespace>>,
@@ -268,6 +278,23 @@ pub struct Fake {
 }
 
 impl Fake {
+    /// Host `host`'s device `path` on namespace `ns`, with no faults queued.
+    pub fn new(
+        ns: Arc<Mutex<Namespace>>,
+        host: Host,
+        path: impl Into<PathBuf>,
+        kernel: Kernel,
+    ) -> Fake {
+        Fake {
+            ns,
+            host,
+            path: path.into(),
+            kernel,
+            faults: Mutex::new(VecDeque::new()),
+            report_override: Mutex::new(None),
+        }
+    }
+
     pub fn fault(&self) -> Option<Fault> {
         self.faults.lock().unwrap().pop_front()
     }
