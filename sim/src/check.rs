@@ -306,14 +306,14 @@ impl Checker {
         let (Op::Fence { victim } | Op::Refence { victim }) = op else {
             return;
         };
-        // P4 is about fencing a node that is already fenced: only when an earlier fence of the
-        // victim succeeded (and still holds) is the repeat judged by it.
-        let already = self
-            .fenced
-            .iter()
-            .any(|f| !f.lifted && f.victim == victim && f.lus.iter().all(|on| *on));
-        if let (Op::Refence { .. }, true) = (op, already) {
-            self.refence_end(world, index, node, id, outcome, summary);
+        // P4: a repeat of a fence (scenarios run it once every fault is over) succeeds; when an
+        // earlier fence of the victim succeeded (and still holds) it changes nothing either.
+        if let Op::Refence { .. } = op {
+            let already = self
+                .fenced
+                .iter()
+                .any(|f| !f.lifted && f.victim == victim && f.lus.iter().all(|on| *on));
+            self.refence_end(world, index, node, id, outcome, summary, already);
         }
         if outcome != Outcome::Success {
             return;
@@ -355,6 +355,7 @@ impl Checker {
         });
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn refence_end(
         &mut self,
         world: &World,
@@ -363,16 +364,20 @@ impl Checker {
         id: usize,
         outcome: Outcome,
         summary: &str,
+        already: bool,
     ) {
         if outcome != Outcome::Success {
             self.violate(
                 "P4",
                 format!(
-                    "fencing an already fenced node again did not succeed ({outcome:?}: \
+                    "repeating a fence once the faults were over did not succeed ({outcome:?}: \
                      {summary})"
                 ),
                 Some(index),
             );
+        }
+        if !already {
+            return;
         }
         let Some(start) = self.started.get(id).copied().flatten() else {
             return;

@@ -338,14 +338,17 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
             break;
         }
         let pending = sim.lock().pending.clone();
-        let timer = sim.next_timer(scenario.timeouts);
+        // Faults and timeouts end at the scenario's quiet time.
+        let quiet = scenario.quiet_after.is_some_and(|at| sim.now() >= at);
+        let (faults, timeouts) = (scenario.faults && !quiet, scenario.timeouts && !quiet);
+        let timer = sim.next_timer(timeouts);
         let mut next = match (timer, happenings.peek().map(|(t, _)| *t)) {
             (Some(a), Some(b)) => Some(a.min(b.max(sim.now()))),
             (a, b) => a.or(b.map(|b| b.max(sim.now()))),
         };
         // Without timeouts every command completes within its timeout: time may not pass the
         // first pending command's.
-        if !scenario.timeouts
+        if !timeouts
             && let (Some(to), Some(limit)) = (next, sim.first_command_deadline())
             && to >= limit
         {
@@ -368,14 +371,14 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
         let n = pending.len() + usize::from(next.is_some());
         let choice = record(chooser, Kind::Next, n, &options);
         if let Some(command) = pending.get(choice) {
-            let fault = if scenario.faults && !command.landing {
+            let fault = if faults && !command.landing {
                 Fault::ALL[record(chooser, Kind::Fault, Fault::ALL.len(), &options)]
             } else {
                 Fault::None
             };
             sim.grant(command.id, Grant::Execute { fault });
         } else if let Some(to) = next {
-            for expired in sim.advance(to, scenario.timeouts) {
+            for expired in sim.advance(to, timeouts) {
                 let applied = record(chooser, Kind::Applied, 2, &options) == 1;
                 sim.grant_expired(expired, Grant::TimedOut { applied });
             }
@@ -548,6 +551,7 @@ fn simpler_scenarios(s: &Scenario) -> Vec<Scenario> {
     };
     with(&|c| c.faults = false);
     with(&|c| c.timeouts = false);
+    with(&|c| c.quiet_after = None);
     for i in 0..s.happenings.len() {
         with(&|c| {
             c.happenings.remove(i);

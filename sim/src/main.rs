@@ -211,6 +211,8 @@ fn scenario_family(s: &Scenario) -> String {
     let lease = s.actions.iter().any(|a| matches!(a.op, Op::Lease));
     let kind = if lease {
         "lease"
+    } else if refence && s.quiet_after.is_some() {
+        "rerun"
     } else if refence {
         "refence"
     } else if pause {

@@ -50,11 +50,13 @@ pub struct Scenario {
     pub faults: bool,
     /// Commands may time out (time may move past their timeout while they wait).
     pub timeouts: bool,
+    /// From this true time on, no more faults or timeouts (a rerun after a partial failure).
+    pub quiet_after: Option<Nanos>,
 }
 
 /// The scenario families a random run draws from, each aimed at a kind of race.
-pub const FAMILIES: [&str; 7] = [
-    "mutual", "ring", "crowd", "churn", "pause", "refence", "lease",
+pub const FAMILIES: [&str; 8] = [
+    "mutual", "ring", "crowd", "churn", "pause", "refence", "lease", "rerun",
 ];
 
 impl Scenario {
@@ -87,6 +89,7 @@ impl Scenario {
             clock_stops: rng.chance(1, 2),
             faults: rng.chance(1, 3),
             timeouts: rng.chance(1, 4),
+            quiet_after: None,
         };
         // A start offset around the tie-break (1 s), where the two fences' steps interleave.
         let offset = |rng: &mut Rng| match rng.below(6) {
@@ -248,6 +251,26 @@ impl Scenario {
                     ];
                 }
             }
+            "rerun" => {
+                // P4: a fence under faults and timeouts, then the same fence once the faults are
+                // over: it must succeed, whatever the first one left behind.
+                s.nodes = 2 + rng.below(2);
+                s.actions = vec![
+                    Action {
+                        node: 0,
+                        op: Op::Fence { victim: 1 },
+                        at: 0,
+                    },
+                    Action {
+                        node: 0,
+                        op: Op::Refence { victim: 1 },
+                        at: 200 * SECOND,
+                    },
+                ];
+                s.faults = true;
+                s.timeouts = true;
+                s.quiet_after = Some(150 * SECOND);
+            }
             _ => {
                 // "refence": a fence, then the same fence again once all is quiet (P4).
                 s.nodes = 2 + rng.below(2);
@@ -317,6 +340,9 @@ impl fmt::Display for Scenario {
             if on {
                 write!(f, " {name}")?;
             }
+        }
+        if let Some(at) = self.quiet_after {
+            write!(f, " quiet@{}", at_ms(at))?;
         }
         Ok(())
     }
@@ -397,6 +423,7 @@ impl FromStr for Scenario {
             clock_stops: false,
             faults: false,
             timeouts: false,
+            quiet_after: None,
         };
         for word in words {
             let (key, value) = word.split_once(['=', ':']).unwrap_or((word, ""));
@@ -414,6 +441,9 @@ impl FromStr for Scenario {
                 "clock-stops" => s.clock_stops = true,
                 "faults" => s.faults = true,
                 "timeouts" => s.timeouts = true,
+                _ if word.starts_with("quiet@") => {
+                    s.quiet_after = Some(time(word.trim_start_matches("quiet@"))?)
+                }
                 "relogin" | "powercycle" | "pause" | "resume" => {
                     let (what, at) = value
                         .split_once('@')
