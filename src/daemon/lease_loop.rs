@@ -19,19 +19,21 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::agent::{Agent, Control, RunEnd};
 use super::config::{LeaseReservation, ModeSettings, Settings};
 use super::epoch_file;
+use super::executor::{Executor, no_live_path};
 use super::failure::CommandFailure;
+use super::heal::{heal_lu, report_heal};
 use super::lease::{
     self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseConfig,
     LeaseKey, Role, StartView,
 };
 use super::lease_io::{self, LeasePaths};
+use super::lock;
+use super::lu_table::PathHandle;
 use super::metrics::CommandResult;
-use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
 use super::status::State;
-use super::storage::{Executor, PathHandle, lock, no_live_path};
-use super::watch_loop::path_status;
 use crate::pr::{Key, PrInAction, ReservationType};
 use crate::transport::{Command, CommandError};
 
@@ -514,7 +516,7 @@ impl<'a> LeaseDriver<'a> {
                 .zip(status.lus.iter_mut())
             {
                 shown.id.clone_from(&lu.id);
-                shown.paths = path_status(&lu.paths);
+                shown.paths = lu.shown_paths();
                 shown.lease_key = Some(lease.own_key().to_string());
                 shown.verdict = match lease.role() {
                     Role::Holder { promoted: true } => "holder".to_owned(),
@@ -600,7 +602,7 @@ impl<'a> LeaseDriver<'a> {
             let mut status = lock(&self.agent.status);
             let shown = &mut status.lus[index];
             shown.id.clone_from(&self.agent.table.lus[index].id);
-            shown.paths = path_status(&self.agent.table.lus[index].paths);
+            shown.paths = self.agent.table.lus[index].shown_paths();
             match (holder, keys) {
                 (Ok(holder), Ok((keys, _, _))) => {
                     shown.keys = keys.keys.iter().map(Key::to_string).collect();
