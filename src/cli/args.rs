@@ -311,6 +311,62 @@ pub struct Agent {
     pub status_file: Option<PathBuf>,
 }
 
+impl Cmd {
+    /// The devices a command names.
+    pub fn devices(&self) -> &[PathBuf] {
+        match self {
+            Cmd::Keys(d) | Cmd::Reservation(d) | Cmd::Capabilities(d) | Cmd::FullStatus(d) => {
+                &d.devices
+            }
+            Cmd::Register(r) => &r.devices.devices,
+            Cmd::Unregister(u) => &u.devices.devices,
+            Cmd::Reserve(r) | Cmd::Release(r) => &r.devices.devices,
+            Cmd::Clear(c) => &c.devices.devices,
+            Cmd::Preempt(p) => &p.devices.devices,
+            Cmd::RegisterMove(m) => &m.devices.devices,
+            Cmd::Unfence(d) | Cmd::Status(d) => &d.devices,
+            Cmd::Fence(f) => &f.target.devices,
+            Cmd::Agent(_) => &[],
+            Cmd::Doctor(d) => &d.devices,
+        }
+    }
+}
+
+/// Rejects argument combinations the target would only answer with ILLEGAL REQUEST, and more
+/// devices than one run may work on ([`crate::MAX_DEVICES`]).
+pub fn check(command: &Cmd) -> Result<(), String> {
+    let count = command.devices().len();
+    if count > crate::MAX_DEVICES {
+        return Err(format!(
+            "{count} devices given; at most {} per command (each gets a worker thread): run the \
+             command on fewer devices at a time",
+            crate::MAX_DEVICES
+        ));
+    }
+    if let Cmd::Preempt(p) = command
+        && p.victim.is_zero()
+        && !p.rtype.is_all_registrants()
+    {
+        return Err(format!(
+            "--victim 0 (remove every other registration) is only valid with an all-registrants \
+             type (wear, eaar), not {}",
+            p.rtype
+        ));
+    }
+    if let Cmd::RegisterMove(m) = command
+        && matches!(&m.transport_id, TransportId::Iscsi { isid: None, .. })
+    {
+        // Not refused (SPC allows it), but LIO then registers a nexus no session uses.
+        eprintln!(
+            "prfence: warning: {} names an iSCSI initiator without an ISID; the target may move \
+             the reservation to a registration that no session of it uses. Give NAME,i,0xISID \
+             as `prfence full-status` shows it",
+            m.transport_id
+        );
+    }
+    Ok(())
+}
+
 fn parse_key(s: &str) -> Result<Key, String> {
     s.parse::<Key>().map_err(|e| e.to_string())
 }

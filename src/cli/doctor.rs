@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::daemon::config::{KeySpec, ModeSettings, Settings};
-use crate::discover::{OpenPath, Opener, PathInfo, Protocol};
+use crate::discover::{OpenPath, PathInfo, Protocol};
 use crate::host::Host;
 use crate::ops::LuTarget;
 use crate::ops::doctor::{
@@ -15,11 +15,11 @@ use crate::ops::doctor::{
     TargetKind,
 };
 use crate::pr::Key;
-use crate::transport::{Hinted, Policy, PrTransport};
+use crate::transport::Policy;
 
 use super::args::Doctor;
-use super::fencing::{CliPath, with_cli_hints};
-use super::run::ExitStatus;
+use super::exit::{ExitStatus, json_with_exit};
+use super::paths::{CliPath, opener};
 
 type DoctorDevice = DoctorPath<CliPath>;
 
@@ -158,9 +158,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         }
     };
     // Opened on first use, inside doctor's deadline (an open blocks during SCSI error recovery).
-    let opening = Arc::clone(host);
-    let open: Opener<Hinted<Arc<dyn PrTransport>>> =
-        Arc::new(move |dev: &Path| with_cli_hints(opening.open(dev, policy)));
+    let open = opener(host, policy);
     let mut lus: Vec<LuTarget<DoctorDevice>> = resolution
         .lus
         .iter()
@@ -195,11 +193,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         Ok(diagnosis) => {
             let status = exit_status(&diagnosis);
             if json {
-                let mut value = serde_json::to_value(&diagnosis).unwrap_or_default();
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("exit_status".into(), serde_json::json!(status.code()));
-                }
-                println!("{value}");
+                println!("{}", json_with_exit(&diagnosis, status));
             } else {
                 print!("{}", to_text(&diagnosis));
             }

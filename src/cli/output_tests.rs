@@ -15,8 +15,8 @@ use crate::transport::{
     Command, CommandError, ErrorKind, PrOutReport, ScsiDetail, TransportDetail,
 };
 
-use super::fencing;
 use super::render::{Answer, Reported, to_json, to_text};
+use super::{fencing, paths};
 
 const DEV: &str = "/dev/sdb";
 
@@ -498,7 +498,7 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
     let path = ScsiPr::new(ModelDevice::new(lu, nexus, DEV), Policy::default());
     let targets = vec![LuTarget {
         id: "naa.6001405aaaa".to_string(),
-        paths: vec![fencing::with_cli_hints(Ok(path)).unwrap()],
+        paths: vec![paths::with_cli_hints(Ok(path)).unwrap()],
     }];
     let report = crate::ops::status(targets, Key::new(0xa), Limits::default()).unwrap();
     let error = report.lus[0].paths[0].error.as_deref().unwrap();
@@ -509,7 +509,7 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
         ),
         "{error}"
     );
-    let opened = fencing::with_cli_hints::<()>(Err(CommandError::without_completion(
+    let opened = paths::with_cli_hints::<()>(Err(CommandError::without_completion(
         Path::new(DEV),
         Command::Open,
         ErrorKind::Open,
