@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::discover::{DiscoverError, Discovery, Lu, Protocol, Resolution};
+use crate::discover::{DiscoverError, Discovery, Lu, Resolution, protocol_of};
 use crate::exec::ScsiPr;
 use crate::keys::{self, KeyError};
 use crate::nvme::NvmePr;
 use crate::process::{self, RunError};
+use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};
 
 /// What a front end needs of the node it runs on.
@@ -91,9 +92,9 @@ impl Host for SystemHost {
         self.discovery.resolve_lvm_each(vgs, timeout)
     }
 
-    /// An NVMe namespace gets [`NvmePr`], everything else [`ScsiPr`] ([`Protocol::of_device`]).
+    /// An NVMe namespace gets [`NvmePr`], everything else [`ScsiPr`] ([`protocol_of`]).
     fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        Ok(match Protocol::of_device(dev) {
+        Ok(match protocol_of(dev) {
             Protocol::Nvme => Arc::new(NvmePr::open(dev, policy)?),
             Protocol::Scsi => Arc::new(ScsiPr::open(dev, policy)?),
         })

@@ -973,8 +973,8 @@ impl<D: NvmeDevice> PrTransport for NvmePr<D> {
         self.path()
     }
 
-    fn protocol(&self) -> crate::discover::Protocol {
-        crate::discover::Protocol::Nvme
+    fn protocol(&self) -> crate::transport::Protocol {
+        crate::transport::Protocol::Nvme
     }
 
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {

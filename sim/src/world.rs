@@ -1093,7 +1093,7 @@ impl World {
                         Ok(LuKeys {
                             keys: keys.keys,
                             path_count: match lu.paths.first().map(|p| p.protocol()) {
-                                Some(prfence_engine::discover::Protocol::Nvme) => 1,
+                                Some(prfence_engine::transport::Protocol::Nvme) => 1,
                                 _ => lu.paths.len(),
                             },
                             paths,

@@ -7,15 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::daemon::config::{KeySpec, ModeSettings, Settings};
-use crate::discover::{OpenPath, PathInfo, Protocol};
+use crate::discover::PathInfo;
 use crate::host::Host;
-use crate::ops::LuTarget;
 use crate::ops::doctor::{
     self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
     TargetKind,
 };
+use crate::ops::{LuTarget, OpenPath};
 use crate::pr::Key;
-use crate::transport::Policy;
+use crate::transport::{Policy, Protocol};
 
 use super::args::Doctor;
 use super::exit::{ExitStatus, json_with_exit};

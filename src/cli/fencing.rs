@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
-use crate::discover::{DeviceError, targets};
+use crate::discover::DeviceError;
 use crate::host::Host;
 use crate::ops::{
-    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError,
+    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, targets,
 };
 use crate::pr::Key;
 use crate::transport::Policy;

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::discover::{OpenPath, Opener};
 use crate::host::Host;
+use crate::ops::{OpenPath, Opener};
 use crate::transport::{CommandError, Hinted, Policy, PrTransport};
 
 use super::hints::hint;

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::discover::Protocol;
 use crate::host::Host;
 use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget};
 use crate::transport::{
-    Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport,
+    Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport, Protocol,
 };
 use prfence_engine::runtime::{self, Finished};
 

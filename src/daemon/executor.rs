@@ -416,7 +416,8 @@ mod tests {
 
     use super::*;
     use crate::daemon::lu_table::PathSpec;
-    use crate::discover::{DiscoverError, Protocol};
+    use crate::discover::DiscoverError;
+    use crate::transport::Protocol;
 
     /// Every device is missing.
     struct Missing;

@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use super::config::DeviceSettings;
 use super::status::PathStatus;
-use crate::discover::{DiscoverError, Protocol};
+use crate::discover::DiscoverError;
 use crate::host::Host;
+use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};
 
 /// One path of an LU as discovery reports it.

@@ -16,16 +16,14 @@ use super::config::Settings;
 use super::lock;
 use super::notify::Notifier;
 use super::status::{State, Status};
-use crate::discover::{
-    self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Protocol, Resolution,
-};
+use crate::discover::{self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Resolution};
 use crate::exec::ScsiPr;
 use crate::host::Host;
 use crate::keys::KeyError;
 use crate::pr::{Key, PrOut, ReservationType};
 use crate::process::RunError;
 use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
-use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport, Protocol};
 
 const KA: Key = Key::new(0xa1);
 const KB: Key = Key::new(0xb2);

@@ -64,10 +64,11 @@ use std::time::{Duration, Instant};
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
 use super::{Action, AgentExit, AgentRequest, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, OpenPath, Opener, Resolution, targets};
+use crate::discover::{DiscoverError, Resolution};
 use crate::host::{Host, SystemHost};
 use crate::keys::{KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, Verdict};
+use crate::ops::{OpenPath, Opener, targets};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
 

@@ -41,14 +41,12 @@
 //! All sysfs and /dev access goes through [`Discovery`]'s two roots, so tests run on fake trees.
 
 pub mod lvm;
-mod targets;
 mod vpd;
-
-pub use targets::{OpenPath, Opener, targets};
 
 #[cfg(test)]
 mod tests;
 
+use crate::transport::Protocol;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -112,38 +110,18 @@ pub struct PathInfo {
     pub transport: Option<IscsiSession>,
 }
 
-/// Which persistent-reservation protocol a path speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Protocol {
-    /// SCSI-3 persistent reservations over SG_IO.
-    Scsi,
-    /// NVMe reservations over the block PR ioctls and NVMe passthrough.
-    Nvme,
-}
-
-impl Protocol {
-    /// The protocol of a device node, from its kernel name (`/dev/nvme0n1` and links to it are
-    /// NVMe namespaces; everything else discovery accepts is SCSI). The one place the transport
-    /// is chosen from ([`crate::host::SystemHost`]).
-    pub fn of_device(dev: &Path) -> Protocol {
-        let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
-        let name = real
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match parse_nvme_name(&name) {
-            Some(NvmeName::Namespace) => Protocol::Nvme,
-            _ => Protocol::Scsi,
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Protocol::Scsi => "scsi",
-            Protocol::Nvme => "nvme",
-        })
+/// The protocol of a device node, from its kernel name (`/dev/nvme0n1` and links to it are NVMe
+/// namespaces; everything else discovery accepts is SCSI). The one place the transport is chosen
+/// from ([`crate::host::SystemHost`]).
+pub fn protocol_of(dev: &Path) -> Protocol {
+    let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
+    let name = real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match parse_nvme_name(&name) {
+        Some(NvmeName::Namespace) => Protocol::Nvme,
+        _ => Protocol::Scsi,
     }
 }
 

@@ -28,6 +28,7 @@ mod heal;
 mod lu;
 mod probe;
 mod status;
+mod targets;
 mod unfence;
 
 #[cfg(test)]
@@ -43,6 +44,7 @@ use crate::transport::PrTransport;
 
 pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
 pub use probe::probe_registration;
+pub use targets::{OpenPath, Opener, targets};
 
 /// The reservation type the engine creates: writes only from registered nexuses, so preempting a
 /// key fences every path of that node at once (fence_scsi and fence_mpath use the same).

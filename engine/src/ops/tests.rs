@@ -1453,7 +1453,7 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
             )
         })
         .collect();
-    let open: crate::discover::Opener<ModelPath> = Arc::new(move |device: &Path| {
+    let open: crate::ops::Opener<ModelPath> = Arc::new(move |device: &Path| {
         if device == Path::new(&hung_open) {
             std::thread::sleep(HANG);
         }
@@ -1466,10 +1466,10 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
             quick(),
         ))
     });
-    let targets: Vec<LuTarget<crate::discover::OpenPath<ModelPath>>> = (0..3)
+    let targets: Vec<LuTarget<crate::ops::OpenPath<ModelPath>>> = (0..3)
         .map(|lu| LuTarget {
             id: lu_id(lu),
-            paths: vec![crate::discover::OpenPath::new(
+            paths: vec![crate::ops::OpenPath::new(
                 Path::new(&Fixture::device(0, lu, 0)),
                 Arc::clone(&open),
             )],

@@ -5,14 +5,13 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::discover::{
-    DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Protocol, Unidentified,
-};
+use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
 use crate::exec::ScsiPr;
 use crate::fence_agent::{Environment, parse};
 use crate::keys::{self, NativeKey};
 use crate::pr::{PrOut, TransportId};
 use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
+use crate::transport::Protocol;
 
 const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
 const CMAP_NODES: &str = "nodelist.local_node_pos (u32) = 0\n\
