@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::discover::{DiscoverError, Discovery, Lu, Resolution, protocol_of};
-use crate::exec::ScsiPr;
+use crate::exec::{NvmePr, ScsiPr};
 use crate::keys::{self, KeyError};
-use crate::nvme::NvmePr;
 use crate::process::{self, RunError};
 use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};

@@ -173,7 +173,7 @@ impl Reply {
 
 /// Something the target announced to this path between commands: in SCSI a unit attention
 /// (2Ah/05h: this nexus's registration was preempted). NVMe announces reservation changes in a
-/// log page the kernel does not hand to us, so the NVMe transport ([`crate::nvme`]) returns none.
+/// log page the kernel does not hand to us, so the NVMe transport ([`crate::exec::nvme`]) returns none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -265,7 +265,7 @@ pub enum TransportDetail {
     Nvme(NvmeDetail),
 }
 
-/// What an NVMe namespace answered ([`crate::nvme`]): through the block PR ioctls only the
+/// What an NVMe namespace answered ([`crate::exec::nvme`]): through the block PR ioctls only the
 /// kernel's summary (`pr_status`) comes back; through passthrough, the NVMe status itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NvmeDetail {

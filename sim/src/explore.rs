@@ -7,8 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prfence_engine::exec::ScsiPr;
-use prfence_engine::nvme::NvmePr;
+use prfence_engine::exec::{NvmePr, ScsiPr};
 use prfence_engine::ops::{self, Limits};
 use prfence_engine::pr::Key;
 use prfence_engine::spc_model::{ModelDevice, Quirks};

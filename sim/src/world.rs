@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use nvme_io::{NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult, PrType};
-use prfence_engine::exec::{ScsiDevice, ScsiPr};
-use prfence_engine::nvme::{NvmeDevice, NvmePr};
+use prfence_engine::exec::{NvmeDevice, NvmePr, ScsiDevice, ScsiPr};
 use prfence_engine::ops::LuTarget;
 use prfence_engine::pr::Key;
 use prfence_engine::spc_model::{

@@ -17,7 +17,7 @@ use nvme_io::{
     PrStatus, PrType,
 };
 
-use crate::nvme::NvmeDevice;
+use crate::exec::NvmeDevice;
 use crate::pr::Key;
 use crate::pr::nvme::{self as codec, HostId, ReportFormat, ReservationStatus};
 
