@@ -884,7 +884,7 @@ impl World {
     /// restarts here): the first epoch comes from the keys on the target.
     fn run_lease_agent(self: &Arc<Self>, node: usize) {
         use prfence::daemon::lease::{
-            self as lease, Completion, EpochSources, Lease, LeaseAction, Role, StartView,
+            self as lease, EpochSources, Lease, LeaseAction, LeaseCompletion, Role, StartView,
         };
         use prfence::daemon::lease_io;
         use prfence_engine::runtime;
@@ -939,7 +939,7 @@ impl World {
             .iter()
             .map(|view| Lease::new(config.clone(), first_epoch, None, view, start))
             .collect();
-        let (send, receive) = runtime::channel::<(usize, Completion)>();
+        let (send, receive) = runtime::channel::<(usize, LeaseCompletion)>();
         let mut roles: Vec<Option<Role>> = vec![None; lus.len()];
         loop {
             let now = runtime::now();
@@ -971,7 +971,7 @@ impl World {
                                         LeaseAction::Join { key, .. } => {
                                             lease_io::join(paths.as_ref(), key)
                                         }
-                                        LeaseAction::ReadReservation => Completion::Reservation(
+                                        LeaseAction::ReadReservation => LeaseCompletion::Reservation(
                                             lease_io::read_reservation(paths.as_ref()).map_err(
                                                 |e| {
                                                     prfence::daemon::failure::CommandFailure::of(&e)
@@ -988,7 +988,7 @@ impl World {
                                                 victim,
                                                 rtype,
                                             );
-                                            if let Completion::Preempt(Ok(())) = done {
+                                            if let LeaseCompletion::Preempt(Ok(())) = done {
                                                 world.record(Event::LeasePreempted {
                                                     time: world.sim.now(),
                                                     node,
@@ -1049,8 +1049,7 @@ impl World {
     /// scenarios start with every node unfenced.
     fn run_watch_agent(self: &Arc<Self>, node: usize) {
         use prfence::daemon::watch::{
-            LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
-            WatchState,
+            LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath, WatchConfig, WatchState,
         };
         use prfence_engine::runtime;
 
@@ -1079,7 +1078,7 @@ impl World {
                             lu.paths
                                 .iter()
                                 .enumerate()
-                                .map(|(i, p)| PathRegistration {
+                                .map(|(i, p)| ProbedPath {
                                     path: PathId(format!("p{i}")),
                                     registered: prfence_engine::ops::probe_registration(
                                         p.as_ref(),

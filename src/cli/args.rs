@@ -70,15 +70,15 @@ pub enum Cmd {
     /// Remove this path's registration (REGISTER with service action key 0).
     Unregister(Unregister),
     /// Take a reservation with a registered key (RESERVE).
-    Reserve(Reserve),
+    Reserve(ReserveArgs),
     /// Give up a reservation this path holds (RELEASE).
-    Release(Reserve),
+    Release(ReserveArgs),
     /// Remove every registration and the reservation (CLEAR).
     Clear(KeyedDevices),
     /// Remove another key's registrations and take over its reservation (PREEMPT [AND ABORT]).
-    Preempt(Preempt),
+    Preempt(PreemptArgs),
     /// Register a key for another initiator and move the reservation to it (REGISTER AND MOVE).
-    RegisterMove(RegisterMove),
+    RegisterMove(RegisterMoveArgs),
     /// Let this node write: register its key on every path of every LU (REGISTER AND IGNORE
     /// EXISTING KEY), reserve (wero) where no reservation exists, verify. The only command that
     /// registers a key that was preempted.
@@ -92,7 +92,7 @@ pub enum Cmd {
     /// Is this node's key registered on all, some or none of the LUs? (Read only.)
     Status(FencingDevices),
     /// Run the node agent (watch or lease mode) from a configuration file.
-    Agent(Agent),
+    Agent(AgentArgs),
     /// Is every LU ready to fence? Paths, PR support, capabilities, registrations and which
     /// paths carry this node's key, the reservation, orphans, with what to do about each problem.
     /// Read only: sends nothing but PERSISTENT RESERVE IN.
@@ -202,7 +202,7 @@ pub struct Unregister {
 }
 
 #[derive(Debug, Args)]
-pub struct Reserve {
+pub struct ReserveArgs {
     /// This path's registered key.
     #[arg(long, value_parser = parse_nonzero_key)]
     pub key: Key,
@@ -214,7 +214,7 @@ pub struct Reserve {
 }
 
 #[derive(Debug, Args)]
-pub struct Preempt {
+pub struct PreemptArgs {
     /// This path's registered key.
     #[arg(long, value_parser = parse_nonzero_key)]
     pub key: Key,
@@ -232,7 +232,7 @@ pub struct Preempt {
 }
 
 #[derive(Debug, Args)]
-pub struct RegisterMove {
+pub struct RegisterMoveArgs {
     /// The reservation holder's key (this path).
     #[arg(long, value_parser = parse_nonzero_key)]
     pub key: Key,
@@ -294,7 +294,7 @@ Exit status:
   2   invalid configuration or arguments
   3   --once found a problem (see the JSON)
   86  fenced (self_fence.exit_status)")]
-pub struct Agent {
+pub struct AgentArgs {
     /// The agent's TOML configuration (see packaging/prfence-agent.toml).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,

@@ -488,10 +488,10 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
 
     use crate::exec::ScsiPr;
     use crate::ops::{Limits, LuTarget};
-    use crate::spc_model::{Injected, Lu, ModelDevice, Quirks};
+    use crate::spc_model::{Injected, ModelDevice, ModelLu, Quirks};
     use crate::transport::Policy;
 
-    let mut lu = Lu::new(Quirks::lio());
+    let mut lu = ModelLu::new(Quirks::lio());
     let nexus = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("0x1")), 1);
     lu.fail_next(nexus, Injected::Timeout, 100);
     let lu = Arc::new(Mutex::new(lu));
@@ -529,11 +529,11 @@ fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
     use crate::ops::LuTarget;
     use crate::ops::doctor::{DoctorPath, PathFacts, TargetKind, doctor};
     use crate::pr::{PrOut, ReservationType};
-    use crate::spc_model::{Lu, ModelDevice, Quirks};
+    use crate::spc_model::{ModelDevice, ModelLu, Quirks};
     use crate::transport::Policy;
 
     let (a, b) = (Key::new(0xa), Key::new(0xb));
-    let mut lu = Lu::new(Quirks::lio());
+    let mut lu = ModelLu::new(Quirks::lio());
     let a1 = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("23d000001")), 1);
     let a2 = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("23d000002")), 1);
     let b1 = lu.connect(iscsi("iqn.2026-11.lab:nodeb", Some("23d000003")), 1);

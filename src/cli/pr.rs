@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::host::Host;
-use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget};
+use crate::pr::{PrInAction, PrOut, RegisterMove};
 use crate::transport::{
     Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport, Protocol,
 };
@@ -79,7 +79,7 @@ pub(super) fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
             (Request::Out(out), &p.devices)
         }
         Cmd::RegisterMove(m) => {
-            let target = MoveTarget {
+            let target = RegisterMove {
                 unreg: m.unreg,
                 relative_target_port: m.relative_target_port,
                 transport_id: m.transport_id.clone(),

@@ -26,7 +26,7 @@ use super::executor::{Executor, no_live_path};
 use super::failure::CommandFailure;
 use super::heal::{heal_lu, report_heal};
 use super::lease::{
-    self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseConfig,
+    self, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseCompletion, LeaseConfig,
     LeaseKey, Role, StartView,
 };
 use super::lease_io::{self, LeasePaths};
@@ -132,26 +132,26 @@ impl Job {
         .await
     }
 
-    async fn join(&self, key: Key, hint: Option<u64>) -> Completion {
+    async fn join(&self, key: Key, hint: Option<u64>) -> LeaseCompletion {
         if let Err(e) = self.persist(key, hint).await {
-            return Completion::Join(Err(e));
+            return LeaseCompletion::Join(Err(e));
         }
         self.blocking(
             move |p| lease_io::join(p.as_ref(), key),
-            |e| Completion::Join(Err(e)),
+            |e| LeaseCompletion::Join(Err(e)),
         )
         .await
     }
 
-    async fn renew(&self, from: Vec<Key>, to: Key, hint: Option<u64>) -> Completion {
+    async fn renew(&self, from: Vec<Key>, to: Key, hint: Option<u64>) -> LeaseCompletion {
         if let Err(e) = self.persist(to, hint).await {
-            return Completion::Renew(Err(e));
+            return LeaseCompletion::Renew(Err(e));
         }
         let renewed = self
             .blocking(
                 move |p| lease_io::renew(&p, &from, to),
                 |e| lease_io::Renewed {
-                    completion: Completion::Renew(Err(e)),
+                    completion: LeaseCompletion::Renew(Err(e)),
                     lost: Vec::new(),
                 },
             )
@@ -165,11 +165,11 @@ impl Job {
         renewed.completion
     }
 
-    async fn execute(&self, action: LeaseAction) -> Option<Completion> {
+    async fn execute(&self, action: LeaseAction) -> Option<LeaseCompletion> {
         let rtype = self.rtype;
         Some(match action {
             LeaseAction::Join { key, persist_epoch } => self.join(key, persist_epoch).await,
-            LeaseAction::ReadReservation => Completion::Reservation(
+            LeaseAction::ReadReservation => LeaseCompletion::Reservation(
                 self.read_reservation()
                     .await
                     .map_err(|e| CommandFailure::of(&e)),
@@ -182,14 +182,14 @@ impl Job {
             LeaseAction::Preempt { own, victim } => {
                 self.blocking(
                     move |p| lease_io::preempt(p.as_ref(), own, victim, rtype),
-                    |e| Completion::Preempt(Err(e)),
+                    |e| LeaseCompletion::Preempt(Err(e)),
                 )
                 .await
             }
             LeaseAction::Reserve { own } => {
                 self.blocking(
                     move |p| lease_io::reserve(p.as_ref(), own, rtype),
-                    |e| Completion::Reserve(Err(e)),
+                    |e| LeaseCompletion::Reserve(Err(e)),
                 )
                 .await
             }
@@ -388,7 +388,7 @@ impl<'a> LeaseDriver<'a> {
             "lease mode"
         );
         self.agent.notifier.ready("lease: starting");
-        let mut jobs: JoinSet<(usize, Option<Completion>)> = JoinSet::new();
+        let mut jobs: JoinSet<(usize, Option<LeaseCompletion>)> = JoinSet::new();
         let mut next_check = Instant::now();
         let mut role = None;
         loop {
@@ -464,11 +464,13 @@ impl<'a> LeaseDriver<'a> {
         }
     }
 
-    fn record_completion(&self, completion: &Completion) {
+    fn record_completion(&self, completion: &LeaseCompletion) {
         let mut metrics = lock(&self.agent.metrics);
         match completion {
-            Completion::Renew(result) => metrics.record_renewal(CommandResult::from(*result)),
-            Completion::Preempt(result) => metrics.record_preempt(CommandResult::from(*result)),
+            LeaseCompletion::Renew(result) => metrics.record_renewal(CommandResult::from(*result)),
+            LeaseCompletion::Preempt(result) => {
+                metrics.record_preempt(CommandResult::from(*result))
+            }
             _ => {}
         }
     }

@@ -22,7 +22,7 @@ use crate::host::Host;
 use crate::keys::KeyError;
 use crate::pr::{Key, PrOut, ReservationType};
 use crate::process::RunError;
-use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
+use crate::spc_model::{Injected, ModelDevice, ModelLu, Nexus, Quirks};
 use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport, Protocol};
 
 const KA: Key = Key::new(0xa1);
@@ -42,7 +42,7 @@ impl ModelStorage {
         &self,
         device: &str,
         id: &str,
-        lu: &Arc<Mutex<Lu>>,
+        lu: &Arc<Mutex<ModelLu>>,
         nexus: Nexus,
         dev: &str,
         session: &str,
@@ -169,15 +169,15 @@ impl Host for RecordingHost {
 
 use crate::spc_model::iscsi_initiator as iscsi;
 
-fn model_lu() -> Arc<Mutex<Lu>> {
-    Arc::new(Mutex::new(Lu::new(Quirks::lio())))
+fn model_lu() -> Arc<Mutex<ModelLu>> {
+    Arc::new(Mutex::new(ModelLu::new(Quirks::lio())))
 }
 
-fn connect(lu: &Arc<Mutex<Lu>>, node: &str, isid: &str) -> Nexus {
+fn connect(lu: &Arc<Mutex<ModelLu>>, node: &str, isid: &str) -> Nexus {
     lock(lu).connect(iscsi(node, isid), 1)
 }
 
-fn register(lu: &Arc<Mutex<Lu>>, nexus: Nexus, key: Key) {
+fn register(lu: &Arc<Mutex<ModelLu>>, nexus: Nexus, key: Key) {
     lock(lu)
         .pr_out(nexus, &PrOut::register_ignore(key))
         .unwrap();
@@ -242,7 +242,7 @@ fn lines(file: &Path) -> usize {
 /// Two LUs, node A registered on both through one path each, node B registered too.
 struct TwoLus {
     storage: Arc<ModelStorage>,
-    lus: [Arc<Mutex<Lu>>; 2],
+    lus: [Arc<Mutex<ModelLu>>; 2],
     b: [Nexus; 2],
 }
 

@@ -25,7 +25,7 @@ use super::lu_table::{LuEntry, LuTable, PathHandle};
 use super::metrics::CommandResult;
 use super::status::{State, WatchdogState};
 use super::watch::{
-    CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
+    CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath, WatchConfig,
     WatchState,
 };
 use crate::ops::probe_registration;
@@ -38,7 +38,7 @@ struct LuCheck {
     /// The target told a path its registration was preempted (2Ah/05h).
     preempted_unit_attention: bool,
     /// Per-path registration, when probed.
-    registrations: Option<Vec<PathRegistration>>,
+    registrations: Option<Vec<ProbedPath>>,
 }
 
 /// A READ KEYS on one live path, then, if `probe` and the keys were read, the per-path probes,
@@ -81,7 +81,7 @@ async fn check_lu(
         let mut found = Vec::new();
         for (_, name, result) in probed {
             match result {
-                Ok(registered) => found.push(PathRegistration {
+                Ok(registered) => found.push(ProbedPath {
                     path: PathId(name),
                     registered,
                 }),

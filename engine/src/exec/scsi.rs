@@ -77,7 +77,7 @@ impl ScsiPr<Device> {
     /// Opens a device node for persistent-reservation commands. Read-only is enough for SG_IO
     /// (with CAP_SYS_RAWIO) and does not trigger udev change events on close.
     pub fn open(path: &Path, policy: Policy) -> Result<Self, CommandError> {
-        let device = Device::open(path, sg_io::Access::ReadOnly).map_err(|e| {
+        let device = Device::open(path, sg_io::OpenMode::ReadOnly).map_err(|e| {
             CommandError::without_completion(path, Command::Open, ErrorKind::Open, e.to_string())
         })?;
         Ok(ScsiPr::new(device, policy))
@@ -422,7 +422,7 @@ mod tests {
     use super::*;
     use crate::pr::{Key, ReservationType, TransportId};
     use crate::spc_model::{
-        CommandFilter, Injected, Injection, Lu, ModelDevice, Quirks, ScsiFailure, Timing,
+        CommandFilter, Injected, Injection, ModelDevice, ModelLu, Quirks, ScsiFailure, Timing,
         UnitAttention,
     };
 
@@ -442,13 +442,13 @@ mod tests {
     }
 
     struct Setup {
-        lu: Arc<Mutex<Lu>>,
+        lu: Arc<Mutex<ModelLu>>,
         a: ScsiPr<ModelDevice>,
         b: ScsiPr<ModelDevice>,
     }
 
     fn setup(quirks: Quirks) -> Setup {
-        let mut lu = Lu::new(quirks);
+        let mut lu = ModelLu::new(quirks);
         let na = lu.connect(iscsi("nodea"), 1);
         let nb = lu.connect(iscsi("nodeb"), 1);
         let lu = Arc::new(Mutex::new(lu));
@@ -674,7 +674,7 @@ mod tests {
 
     #[test]
     fn many_keys_are_read_by_reissuing_with_a_larger_allocation() {
-        let mut lu = Lu::new(Quirks::lio());
+        let mut lu = ModelLu::new(Quirks::lio());
         let mut devices = Vec::new();
         for i in 0..300u64 {
             let nexus = lu.connect(iscsi(&format!("node{i}")), 1);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::exec::ScsiPr;
 use crate::pr::PrOut;
-use crate::spc_model::{Lu, ModelDevice, Nexus, Quirks, iscsi_initiator};
+use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks, iscsi_initiator};
 
 const A: Key = Key::new(0xa);
 const B: Key = Key::new(0xb);
@@ -17,14 +17,14 @@ use crate::ops::tests::quick;
 
 /// One LU; node A has `a_isids.len()` sessions, node B one.
 struct Setup {
-    lu: Arc<Mutex<Lu>>,
+    lu: Arc<Mutex<ModelLu>>,
     a: Vec<Nexus>,
     b: Nexus,
 }
 
 impl Setup {
     fn new(quirks: Quirks, a_isids: &[&str]) -> Self {
-        let mut lu = Lu::new(quirks);
+        let mut lu = ModelLu::new(quirks);
         let a = a_isids
             .iter()
             .map(|isid| lu.connect(iscsi_initiator("nodea", isid), 1))

@@ -12,7 +12,7 @@ use super::*;
 use crate::exec::ScsiPr;
 use crate::pr::{PrOut, PrOutAction, TransportId};
 use crate::spc_model::{
-    CommandFilter, Injected, Injection, Lu, ModelDevice, Nexus, Quirks, Timing,
+    CommandFilter, Injected, Injection, ModelDevice, ModelLu, Nexus, Quirks, Timing,
 };
 use crate::transport::{CommandError, Policy, PrRequest, Reply};
 
@@ -56,7 +56,7 @@ fn limits_with_tie_break(tie_break: Duration) -> Limits {
 
 /// Several LUs, several nodes, each node with its own paths (I_T nexuses) to every LU.
 struct Fixture {
-    lus: Vec<Arc<Mutex<Lu>>>,
+    lus: Vec<Arc<Mutex<ModelLu>>>,
     /// [lu][node][path]
     nexus: Vec<Vec<Vec<Nexus>>>,
 }
@@ -74,7 +74,7 @@ impl Fixture {
         let mut models = Vec::new();
         let mut nexus = Vec::new();
         for _ in 0..lus {
-            let mut lu = Lu::new(quirks);
+            let mut lu = ModelLu::new(quirks);
             let per_node = paths_per_node
                 .iter()
                 .enumerate()
@@ -143,7 +143,7 @@ impl Fixture {
         self.lus[lu].lock().unwrap().reservation().is_some()
     }
 
-    fn with_lu<R>(&self, lu: usize, f: impl FnOnce(&mut Lu) -> R) -> R {
+    fn with_lu<R>(&self, lu: usize, f: impl FnOnce(&mut ModelLu) -> R) -> R {
         f(&mut self.lus[lu].lock().unwrap())
     }
 
@@ -1444,7 +1444,7 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
     let hung_command = f.nexus[1][0][0];
     f.with_lu(1, |l| l.fail_next(hung_command, Injected::Hang(HANG), 1000));
     let hung_open = Fixture::device(0, 2, 0);
-    let devices: Vec<(String, Arc<Mutex<Lu>>, Nexus)> = (0..3)
+    let devices: Vec<(String, Arc<Mutex<ModelLu>>, Nexus)> = (0..3)
         .map(|lu| {
             (
                 Fixture::device(0, lu, 0),

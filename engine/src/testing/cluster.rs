@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::ops::LuTarget;
 use crate::pr::{Key, ReservationType, TransportId};
-use crate::spc_model::{Io, Lu, Nexus, Quirks, iscsi_initiator};
-use crate::testing::nvmet::{Host, Namespace};
+use crate::spc_model::{Io, ModelLu, Nexus, Quirks, iscsi_initiator};
+use crate::testing::nvmet::{Namespace, NvmetHost};
 
 /// Which target the LUs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub enum TargetModel {
 /// One LU's state at the target.
 #[derive(Debug, Clone)]
 pub enum Medium {
-    Scsi(Arc<Mutex<Lu>>),
+    Scsi(Arc<Mutex<ModelLu>>),
     Nvme(Arc<Mutex<Namespace>>),
 }
 
@@ -32,13 +32,13 @@ pub enum Medium {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Port {
     Nexus(Nexus),
-    Host(Host),
+    Host(NvmetHost),
 }
 
 /// One path as a test builds its transport: which LU, node and path, its device name, the LU's
 /// state and the path's port at the target now.
 #[derive(Debug, Clone)]
-pub struct PathSpec {
+pub struct ClusterPath {
     pub lu: usize,
     pub node: usize,
     pub path: usize,
@@ -68,7 +68,7 @@ pub fn initiator(node: usize, path: usize) -> TransportId {
 }
 
 /// Node `node`'s NVMe host identifier.
-pub fn host_id(node: usize) -> Host {
+pub fn host_id(node: usize) -> NvmetHost {
     let mut id = [0u8; 16];
     id[0] = 0xa0;
     id[15] = u8::try_from(node).unwrap_or(u8::MAX);
@@ -84,7 +84,7 @@ impl Cluster {
         for _ in 0..lus {
             match model {
                 TargetModel::Scsi(quirks) => {
-                    let mut lu = Lu::new(quirks);
+                    let mut lu = ModelLu::new(quirks);
                     let per_node = paths_per_node
                         .iter()
                         .enumerate()
@@ -144,7 +144,7 @@ impl Cluster {
 
     /// Node `node`'s view of every LU, each path's transport made by `make`, handed over in
     /// reverse LU order (the engine must sort).
-    pub fn targets<T>(&self, node: usize, make: impl Fn(PathSpec) -> T) -> Vec<LuTarget<T>> {
+    pub fn targets<T>(&self, node: usize, make: impl Fn(ClusterPath) -> T) -> Vec<LuTarget<T>> {
         (0..self.lus.len())
             .rev()
             .map(|lu| LuTarget {
@@ -156,8 +156,8 @@ impl Cluster {
             .collect()
     }
 
-    pub fn spec(&self, lu: usize, node: usize, path: usize) -> PathSpec {
-        PathSpec {
+    pub fn spec(&self, lu: usize, node: usize, path: usize) -> ClusterPath {
+        ClusterPath {
             lu,
             node,
             path,
