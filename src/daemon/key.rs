@@ -19,8 +19,8 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result
     };
     let node = match node {
         Some(node) => node.clone(),
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
+        None => host
+            .hostname()
             .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
     };
     derive_key_via(&node, *scheme, |arg| {

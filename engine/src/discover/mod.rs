@@ -40,11 +40,14 @@
 //!
 //! All sysfs and /dev access goes through [`Discovery`]'s two roots, so tests run on fake trees.
 
+mod facts;
 pub mod lvm;
 mod vpd;
 
 #[cfg(test)]
 mod tests;
+
+pub use facts::PathSysfs;
 
 use crate::transport::Protocol;
 use std::collections::BTreeMap;
