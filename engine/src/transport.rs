@@ -173,7 +173,8 @@ impl Reply {
 
 /// Something the target announced to this path between commands: in SCSI a unit attention
 /// (2Ah/05h: this nexus's registration was preempted). NVMe announces reservation changes in a
-/// log page the kernel does not hand to us, so the NVMe transport ([`crate::exec::nvme`]) returns none.
+/// log page the kernel does not hand to us, so the NVMe transport ([`crate::exec::nvme`]) returns
+/// none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {

@@ -1,7 +1,7 @@
 //! SG_IO: send a SCSI command to a Linux block or sg device and get back a typed completion.
 //!
-//! This crate knows nothing about persistent reservations; it is the workspace's only unsafe code,
-//! confined to the `ioctl` module.
+//! This crate knows nothing about persistent reservations. Its unsafe code is confined to the
+//! `ioctl` module; `nvme-io`'s ioctls are the only other unsafe code in the workspace.
 //!
 //! ```no_run
 //! use std::time::Duration;

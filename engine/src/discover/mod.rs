@@ -1,6 +1,6 @@
 //! Discovery: from the device names an admin gives to the logical units (LUs) to fence and the
-//! paths that reach each one: SCSI I_T nexuses, or NVMe namespaces. Reads sysfs only; sends no
-//! command.
+//! paths that reach each one: SCSI I_T nexuses, or NVMe namespaces. Reads sysfs (and runs `vgs`
+//! for LVM autodiscovery); sends no PR command.
 //!
 //! Accepted names: `/dev/sdX`, `/dev/sgN`, a dm-multipath map (`/dev/dm-N`, `/dev/mapper/NAME`)
 //! which expands to its SCSI paths (`/sys/block/dm-N/slaves/*`), and any symlink to one of them
@@ -85,8 +85,9 @@ impl fmt::Display for LuId {
     }
 }
 
-/// One logical unit and the SCSI paths to it that this node was given (or that its multipath
-/// map has). Registration goes to every path; reserve and preempt to one live path.
+/// One logical unit and the paths to it (SCSI I_T nexuses, or NVMe namespace devices) that this
+/// node was given (or that its multipath map has). Registration goes to every path; reserve and
+/// preempt to one live path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lu {
     pub id: LuId,

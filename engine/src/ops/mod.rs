@@ -18,8 +18,8 @@
 //! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision
 //!   depends on time.
 //!
-//! The engine is generic over [`PrTransport`], so it runs on SG_IO, on the SPC model in tests,
-//! and later on NVMe reservations.
+//! The engine is generic over [`PrTransport`], so it runs on SG_IO, on NVMe reservations, and on
+//! the SPC and nvmet models in tests.
 
 pub mod doctor;
 mod drive;

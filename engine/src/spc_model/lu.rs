@@ -119,7 +119,8 @@ impl ModelLu {
     }
 
     /// Declares a target port through which the LU is reachable, so ALL_TG_PT registrations cover
-    /// it even before anyone logs in there. Ports used by [`ModelLu::connect`] are added implicitly.
+    /// it even before anyone logs in there. Ports used by [`ModelLu::connect`] are added
+    /// implicitly.
     pub fn add_target_port(&mut self, relative_target_port: u16) {
         self.target_ports.insert(relative_target_port);
     }

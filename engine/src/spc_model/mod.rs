@@ -2,12 +2,14 @@
 //! §6.16), for unit tests of the fencing engine only. The LIO lab is the real proof; this model
 //! exists so engine tests can be fast and deterministic, which only helps if it is faithful.
 //!
-//! - [`ModelLu::connect`] / [`ModelLu::disconnect`] / [`ModelLu::relogin`] / [`ModelLu::power_cycle`] drive the
-//!   transport side; a [`Nexus`] is one I_T nexus (initiator port identity × target port).
-//! - [`ModelLu::pr_out`], [`ModelLu::read_keys`], [`ModelLu::read_reservation`], [`ModelLu::report_capabilities`],
-//!   [`ModelLu::read_full_status`], [`ModelLu::access`], [`ModelLu::test_unit_ready`], [`ModelLu::inquiry`] and
-//!   [`ModelLu::request_sense`] are commands: each first reports (and consumes) a pending unit
-//!   attention, except INQUIRY and REQUEST SENSE.
+//! - [`ModelLu::connect`] / [`ModelLu::disconnect`] / [`ModelLu::relogin`] /
+//!   [`ModelLu::power_cycle`] drive the transport side; a [`Nexus`] is one I_T nexus (initiator
+//!   port identity × target port).
+//! - [`ModelLu::pr_out`], [`ModelLu::read_keys`], [`ModelLu::read_reservation`],
+//!   [`ModelLu::report_capabilities`], [`ModelLu::read_full_status`], [`ModelLu::access`],
+//!   [`ModelLu::test_unit_ready`], [`ModelLu::inquiry`] and [`ModelLu::request_sense`] are
+//!   commands: each first reports (and consumes) a pending unit attention, except INQUIRY and
+//!   REQUEST SENSE.
 //! - Where LIO deviates from SPC-4, [`Quirks`] selects the behaviour ([`Quirks::spc4`] or
 //!   [`Quirks::lio`]).
 //! - Faults the engine must survive (lost responses, transport loss, "applied but reported as
@@ -43,8 +45,8 @@ pub fn iscsi_initiator(node: &str, isid: &str) -> TransportId {
     }
 }
 
-/// One I_T nexus (initiator port × target port) known to a [`ModelLu`]. Opaque handle; only valid for
-/// the `ModelLu` that issued it.
+/// One I_T nexus (initiator port × target port) known to a [`ModelLu`]. Opaque handle; only valid
+/// for the `ModelLu` that issued it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Nexus(u32);
 
