@@ -5,11 +5,8 @@ use std::time::Duration;
 
 use super::config::KeySpec;
 use crate::host::Host;
-use crate::keys::derive_key_via;
+use crate::keys::{COROSYNC_CMAPCTL, derive_key_via};
 use crate::pr::Key;
-
-/// Where corosync's cmap is read when the key is derived (fence_pr's default).
-const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
 
 /// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync through `host`).
 pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result<Key, String> {

@@ -169,7 +169,7 @@ impl Default for Options {
             aptpl: false,
             mpath_register_method: MpathRegisterMethod::Multi,
             logfile: None,
-            corosync_cmap_path: PathBuf::from("/usr/sbin/corosync-cmapctl"),
+            corosync_cmap_path: PathBuf::from(crate::keys::COROSYNC_CMAPCTL),
             vgs_path: PathBuf::from("/sbin/vgs"),
             quiet: false,
             verbose_level: 0,
