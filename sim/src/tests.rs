@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::explore::{self, Replay, Run};
 use crate::scenario::Scenario;
-use crate::world::{Event, Outcome};
+use crate::world::{OpOutcome, SimEvent};
 
 /// Runs random schedules `first..first + count` on every CPU (at most 4); on the first broken
 /// property, shrinks it and panics with the report.
@@ -101,11 +101,11 @@ fn a_run_is_a_pure_function_of_its_seed() {
     }
 }
 
-fn ends(run: &Run, node: usize) -> Vec<Outcome> {
+fn ends(run: &Run, node: usize) -> Vec<OpOutcome> {
     run.log
         .iter()
         .filter_map(|e| match e {
-            Event::OpEnd {
+            SimEvent::OpEnd {
                 node: n, outcome, ..
             } if *n == node => Some(*outcome),
             _ => None,
@@ -122,7 +122,7 @@ fn a_key_registered_again_behind_a_fence_is_caught() {
             .parse()
             .unwrap();
     let run = explore::run(&scenario, &mut Replay::new(Vec::new()));
-    assert_eq!(ends(&run, 1), [Outcome::Success]);
+    assert_eq!(ends(&run, 1), [OpOutcome::Success]);
     let properties: Vec<&str> = run.violations.iter().map(|v| v.property).collect();
     assert!(properties.contains(&"P3"), "{}", explore::timeline(&run));
 }
@@ -150,18 +150,18 @@ fn two_survivors_are_caught() {
     let mut checker = Checker::new();
     for (id, (node, victim)) in [(0, 1), (1, 0)].into_iter().enumerate() {
         let op = Op::Fence { victim };
-        world.record(Event::OpStart {
+        world.record(SimEvent::OpStart {
             time: 0,
             node,
             id,
             op,
         });
-        world.record(Event::OpEnd {
+        world.record(SimEvent::OpEnd {
             time: 0,
             node,
             id,
             op,
-            outcome: Outcome::Success,
+            outcome: OpOutcome::Success,
             summary: String::new(),
         });
     }
@@ -191,10 +191,10 @@ mod regressions {
             "lio nodes=3 lus=2 paths=1 n0:fence(n1)@0ms n2:fence(n0)@0ms",
             &[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
         );
-        assert_eq!(ends(&run, 2), [Outcome::Success]);
-        assert_eq!(ends(&run, 0), [Outcome::ThisNodeFenced]);
+        assert_eq!(ends(&run, 2), [OpOutcome::Success]);
+        assert_eq!(ends(&run, 0), [OpOutcome::ThisNodeFenced]);
         let registered = run.log.iter().any(|e| {
-            matches!(e, Event::Command { label, what, .. }
+            matches!(e, SimEvent::Command { label, what, .. }
                 if label.starts_with("n0 ") && what.starts_with("REGISTER"))
         });
         assert!(!registered, "{}", explore::timeline(&run));
@@ -208,8 +208,8 @@ mod regressions {
             "lio nodes=2 lus=1 paths=2 n0:heal@100ms n1:fence(n0)@100ms relogin:n0/l0/p1@0ms",
             &[0, 0, 0, 0, 1, 0, 0, 1],
         );
-        assert_eq!(ends(&run, 1), [Outcome::Success]);
-        assert_ne!(ends(&run, 0), [Outcome::Success]);
+        assert_eq!(ends(&run, 1), [OpOutcome::Success]);
+        assert_ne!(ends(&run, 0), [OpOutcome::Success]);
     }
 
     /// P4: a second fence of a fenced node sent REGISTER AND IGNORE EXISTING KEY to every
@@ -220,7 +220,7 @@ mod regressions {
             "lio nodes=2 lus=2 paths=1 n0:fence(n1)@0ms n0:refence(n1)@200000ms",
             &[],
         );
-        assert_eq!(ends(&run, 0), [Outcome::Success, Outcome::Success]);
+        assert_eq!(ends(&run, 0), [OpOutcome::Success, OpOutcome::Success]);
     }
 }
 

@@ -22,7 +22,7 @@ use crate::sched::{Fault, Grant, Nanos, Sim};
 
 /// Something that happened, in the order it happened.
 #[derive(Debug, Clone)]
-pub enum Event {
+pub enum SimEvent {
     /// A command reached the target (or timed out on the way).
     Command {
         time: Nanos,
@@ -59,7 +59,7 @@ pub enum Event {
         node: usize,
         id: usize,
         op: Op,
-        outcome: Outcome,
+        outcome: OpOutcome,
         summary: String,
     },
     /// A fault outside any one command: a re-login, a power cycle, a pause.
@@ -89,7 +89,7 @@ pub enum Event {
 
 /// The engine's outcome, as the checker needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum OpOutcome {
     Success,
     ThisNodeFenced,
     Off,
@@ -97,15 +97,15 @@ pub enum Outcome {
     Failure,
 }
 
-impl From<prfence_engine::ops::Outcome> for Outcome {
+impl From<prfence_engine::ops::Outcome> for OpOutcome {
     fn from(o: prfence_engine::ops::Outcome) -> Self {
         use prfence_engine::ops::Outcome as E;
         match o {
-            E::Success => Outcome::Success,
-            E::ThisNodeFenced => Outcome::ThisNodeFenced,
-            E::Off => Outcome::Off,
-            E::Partial => Outcome::Partial,
-            E::Failure => Outcome::Failure,
+            E::Success => OpOutcome::Success,
+            E::ThisNodeFenced => OpOutcome::ThisNodeFenced,
+            E::Off => OpOutcome::Off,
+            E::Partial => OpOutcome::Partial,
+            E::Failure => OpOutcome::Failure,
         }
     }
 }
@@ -193,7 +193,7 @@ impl std::fmt::Display for Happening {
 pub struct World {
     pub sim: Arc<Sim>,
     cluster: Mutex<Cluster>,
-    log: Mutex<Vec<Event>>,
+    log: Mutex<Vec<SimEvent>>,
     /// Engine operations still running (the writers stop after the last one).
     ops_running: Mutex<usize>,
     /// Nodes whose agent self-fenced (their writers stop).
@@ -227,11 +227,11 @@ impl World {
         lock(&self.cluster)
     }
 
-    pub fn log(&self) -> MutexGuard<'_, Vec<Event>> {
+    pub fn log(&self) -> MutexGuard<'_, Vec<SimEvent>> {
         lock(&self.log)
     }
 
-    pub fn record(&self, event: Event) {
+    pub fn record(&self, event: SimEvent) {
         lock(&self.log).push(event);
     }
 
@@ -290,7 +290,7 @@ impl World {
         *lock(&self.ops_running) += 1;
         prfence_engine::runtime::sleep(Duration::from_nanos(at));
         let now = self.sim.now();
-        self.record(Event::OpStart {
+        self.record(SimEvent::OpStart {
             time: now,
             node,
             id,
@@ -325,9 +325,9 @@ impl World {
         };
         let (outcome, summary) = match result {
             Ok(report) => (report.outcome.into(), report.summary),
-            Err(e) => (Outcome::Failure, e.to_string()),
+            Err(e) => (OpOutcome::Failure, e.to_string()),
         };
-        self.record(Event::OpEnd {
+        self.record(SimEvent::OpEnd {
             time: self.sim.now(),
             node,
             id,
@@ -389,7 +389,7 @@ impl World {
         };
         let index = {
             let mut log = self.log();
-            log.push(Event::Write {
+            log.push(SimEvent::Write {
                 time: self.sim.now(),
                 node,
                 lu,
@@ -406,7 +406,7 @@ impl World {
             let _ = self
                 .sim
                 .submit(lu, format!("WRITE lands via path {path}"), None, true);
-            self.record(Event::Write {
+            self.record(SimEvent::Write {
                 time: self.sim.now(),
                 node,
                 lu,
@@ -426,7 +426,7 @@ impl World {
             Happening::Pause { node } => self.sim.set_paused(node, true),
             Happening::Resume { node } => self.sim.set_paused(node, false),
         }
-        self.record(Event::Injected {
+        self.record(SimEvent::Injected {
             time: self.sim.now(),
             what,
         });
@@ -489,7 +489,7 @@ impl Gate {
             ),
             Grant::Execute { .. } => describe(&result),
         };
-        self.world.record(Event::Command {
+        self.world.record(SimEvent::Command {
             time: self.world.sim.now(),
             node: self.node,
             label: self.world.sim.label(),
@@ -951,7 +951,7 @@ impl World {
                             lock(&self.holders)[node]
                                 .iter_mut()
                                 .for_each(|h| *h = false);
-                            self.record(Event::SelfFenced {
+                            self.record(SimEvent::SelfFenced {
                                 time: self.sim.now(),
                                 node,
                                 reason: format!("LU{index}: {reason}"),
@@ -989,7 +989,7 @@ impl World {
                                                 rtype,
                                             );
                                             if let LeaseCompletion::Preempt(Ok(())) = done {
-                                                world.record(Event::LeasePreempted {
+                                                world.record(SimEvent::LeasePreempted {
                                                     time: world.sim.now(),
                                                     node,
                                                     lu: index,
@@ -1016,7 +1016,7 @@ impl World {
                 if roles[index] != Some(role) {
                     roles[index] = Some(role);
                     lock(&self.holders)[node][index] = role == Role::Holder { promoted: true };
-                    self.record(Event::LeaseRole {
+                    self.record(SimEvent::LeaseRole {
                         time: self.sim.now(),
                         node,
                         lu: index,
@@ -1108,7 +1108,7 @@ impl World {
             let decision = state.tick(runtime::now(), observations);
             if let Some(reason) = decision.fenced.as_ref().filter(|_| decision.newly_fenced) {
                 lock(&self.self_fenced).push(node);
-                self.record(Event::SelfFenced {
+                self.record(SimEvent::SelfFenced {
                     time: self.sim.now(),
                     node,
                     reason: reason.to_string(),
