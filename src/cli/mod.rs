@@ -3,10 +3,10 @@
 //! Every command takes one or more devices and runs on all of them concurrently; results are
 //! reported in argument order, as text or (with `--json`) one JSON array.
 //!
-//! This module only dispatches: [`args`] (the definition, and the checks clap cannot make),
-//! [`pr`] (the single PR commands), [`fencing`] (unfence, fence, status), [`doctor`]; what they
-//! share is below them: [`exit`] (the exit status, JSON with it), [`paths`] (how the CLI opens
-//! a path, with its hints), [`render`], [`progress`], [`hints`].
+//! This module only dispatches: `args` (the definition, and the checks clap cannot make),
+//! `pr` (the single PR commands), `fencing` (unfence, fence, status), `doctor`; what they
+//! share is below them: `exit` (the exit status, JSON with it), `paths` (how the CLI opens
+//! a path, with its hints), `render`, `progress`, `hints`.
 
 mod args;
 mod doctor;

@@ -14,7 +14,7 @@
 //! The driver: [`entry`] (the process: arguments, signals, and the one place the mode is
 //! dispatched), [`agent`] (the `Agent` both modes share, without knowledge of either:
 //! self-fence, watchdog, publishing), `watch_loop` and `lease_loop` (`WatchDriver` and
-//! `LeaseDriver`, each with its mode's state), [`heal`] (the heal both run), [`key`] (our key in
+//! `LeaseDriver`, each with its mode's state), `heal` (the heal both run), [`key`] (our key in
 //! watch mode), [`lu_table`] (the LU table over the engine's [`crate::host::Host`]),
 //! [`executor`] (bounded command execution), [`lease_io`] (each lease action's PR commands),
 //! [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`), [`status_file`],

@@ -3,7 +3,7 @@
 //! [`nvme`]). Each implements [`crate::transport::PrTransport`] with the same contract: encode
 //! with the codec, classify every completion into an [`crate::transport::ErrorKind`], re-issue a
 //! read whose answer outgrew its buffer. What both must do alike is written once: the NOT READY
-//! rule (re-read whether a PR OUT already applied before retrying it) in [`retry`].
+//! rule (re-read whether a PR OUT already applied before retrying it) in `retry`.
 
 pub mod nvme;
 mod retry;

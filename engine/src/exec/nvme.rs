@@ -14,7 +14,7 @@
 //! - Reports are never trusted for their length: when REGCTL (or the kernel's key count) says more
 //!   exists than fit, the command is re-issued with a larger buffer, a bounded number of times.
 //! - NAMESPACE NOT READY (passthrough only: the block interface folds it into an I/O error) is
-//!   retried under the one NOT READY rule shared with `ScsiPr` ([`super::retry`]): backoff, and
+//!   retried under the one NOT READY rule shared with `ScsiPr` (`exec::retry`): backoff, and
 //!   a PR OUT first re-reads whether it already applied.
 //! - No events: NVMe reports reservation changes in a log page (Reservation Notification) the
 //!   kernel does not pass to user space. A node learns it was preempted from READ KEYS (its key

@@ -1,5 +1,5 @@
 //! SCSI execution policy: persistent-reservation operations over any [`ScsiDevice`], with the
-//! retry and classification rules in one place (NOT READY's in [`super::retry`], shared with
+//! retry and classification rules in one place (NOT READY's in `exec::retry`, shared with
 //! NVMe).
 //!
 //! Rules (issue #3, "execution policy"):
