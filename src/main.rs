@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use clap::Parser;
 use prfence::cli::{self, Cli, Cmd};
-use prfence::fence_agent::{self, AgentRequest, Environment, run};
+use prfence::fence_agent::{self, Environment, FencePrRequest, run};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -34,7 +34,7 @@ fn init_tracing(verbosity: u8) {
 fn main() -> ExitCode {
     let argv0 = std::env::args_os().next().unwrap_or_default();
     if Path::new(&argv0).file_name() == Some(AGENT_NAME.as_ref()) {
-        return agent_main();
+        return fence_pr_main();
     }
     let cli = Cli::parse();
     // The agent sets up its own logging from its configuration file.
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
 /// `verbose_level` ≥ 2, else warnings and errors); `logfile` gets the same messages at info and
 /// above and is truncated on every run (fence_scsi opens it with 'w'); `debug_file` gets
 /// everything at debug and is appended to (fence-agents' FileHandler).
-fn init_agent_logging(request: &AgentRequest) -> Result<(), String> {
+fn init_fence_pr_logging(request: &FencePrRequest) -> Result<(), String> {
     let options = &request.options;
     let stderr_level = match options.verbose_level {
         _ if options.quiet => LevelFilter::OFF,
@@ -96,7 +96,7 @@ fn init_agent_logging(request: &AgentRequest) -> Result<(), String> {
         .map_err(|e| format!("Failed: cannot set up logging: {e}"))
 }
 
-fn agent_main() -> ExitCode {
+fn fence_pr_main() -> ExitCode {
     // Arguments and stdin are checked as they are read: not UTF-8, an overlong line or too much
     // input is an error (exit 1), never a panic or an unbounded allocation.
     let input = fence_agent::args_from_os(std::env::args_os().skip(1)).and_then(|args| {
@@ -123,7 +123,7 @@ fn agent_main() -> ExitCode {
     };
     if request.options.help {
         print!("{}", fence_agent::usage(AGENT_NAME));
-        return fence_agent::AgentExit::Success.into();
+        return fence_agent::FencePrExit::Success.into();
     }
     // fence-agents' precedence: help, then metadata/manpage, then version.
     let describes = matches!(
@@ -132,11 +132,11 @@ fn agent_main() -> ExitCode {
     );
     if request.options.version && !describes {
         println!("{AGENT_NAME} {}", env!("CARGO_PKG_VERSION"));
-        return fence_agent::AgentExit::Success.into();
+        return fence_agent::FencePrExit::Success.into();
     }
-    if let Err(e) = init_agent_logging(&request) {
+    if let Err(e) = init_fence_pr_logging(&request) {
         eprintln!("{e}");
-        return fence_agent::AgentExit::Error.into();
+        return fence_agent::FencePrExit::Error.into();
     }
     let node = run::FenceNode::from_environment();
     let mut stdout = std::io::stdout().lock();

@@ -1,17 +1,18 @@
-//! The node as every front end sees it: find devices, open paths, ask corosync, run a bounded
-//! helper, sleep, reboot. The admin CLI, fence_pr and the agent take a [`Host`] instead of
-//! calling sysfs, SG_IO, `corosync-cmapctl` or `reboot(2)` themselves, so their tests run the
-//! real front-end logic on the SPC model; a node uses [`SystemHost`].
+//! The node as every front end sees it: find devices (and what sysfs says about a path), open
+//! paths, ask corosync, run a bounded helper, its host name, sleep, reboot. The admin CLI,
+//! fence_pr and the agent take a [`Host`] instead of calling sysfs, SG_IO, the NVMe ioctls,
+//! `corosync-cmapctl` or `reboot(2)` themselves, so their tests run the real front-end logic on
+//! the SPC model; a node uses [`SystemHost`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::discover::{DiscoverError, Discovery, Lu, Protocol, Resolution};
-use crate::exec::ScsiPr;
+use crate::discover::{DiscoverError, Discovery, Lu, PathInfo, PathSysfs, Resolution, protocol_of};
+use crate::exec::{NvmePr, ScsiPr};
 use crate::keys::{self, KeyError};
-use crate::nvme::NvmePr;
 use crate::process::{self, RunError};
+use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};
 
 /// What a front end needs of the node it runs on.
@@ -27,6 +28,12 @@ pub trait Host: Send + Sync + 'static {
         vgs: &Path,
         timeout: Option<Duration>,
     ) -> Result<Resolution, DiscoverError>;
+    /// What sysfs says about one path beyond discovery ([`Discovery::path_sysfs`]), for doctor;
+    /// nothing on a host without sysfs (the default).
+    fn path_sysfs(&self, path: &PathInfo) -> PathSysfs {
+        let _ = path;
+        PathSysfs::default()
+    }
     /// Opens one path for PR commands. May block (it is called on a worker, inside the
     /// caller's deadline).
     fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError>;
@@ -44,6 +51,10 @@ pub trait Host: Send + Sync + 'static {
         args: &[String],
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>, RunError>;
+    /// This node's name as the kernel has it (`/proc/sys/kernel/hostname`, trimmed).
+    fn hostname(&self) -> std::io::Result<String> {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned())
+    }
     /// Blocks the calling thread for `duration`.
     fn sleep(&self, duration: Duration);
     /// Reboots at once, without syncing (a fenced node's dirty pages must not reach the LU);
@@ -75,6 +86,9 @@ impl Default for SystemHost {
 }
 
 impl Host for SystemHost {
+    fn path_sysfs(&self, path: &PathInfo) -> PathSysfs {
+        self.discovery.path_sysfs(path)
+    }
     fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
         self.discovery.resolve(devices)
     }
@@ -91,9 +105,9 @@ impl Host for SystemHost {
         self.discovery.resolve_lvm_each(vgs, timeout)
     }
 
-    /// An NVMe namespace gets [`NvmePr`], everything else [`ScsiPr`] ([`Protocol::of_device`]).
+    /// An NVMe namespace gets [`NvmePr`], everything else [`ScsiPr`] ([`protocol_of`]).
     fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        Ok(match Protocol::of_device(dev) {
+        Ok(match protocol_of(dev) {
             Protocol::Nvme => Arc::new(NvmePr::open(dev, policy)?),
             Protocol::Scsi => Arc::new(ScsiPr::open(dev, policy)?),
         })

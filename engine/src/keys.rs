@@ -307,6 +307,10 @@ impl NativeKey {
     }
 }
 
+/// Where corosync's cmap is read when a key is derived: fence_pr's `corosync_cmap_path` default
+/// and the agent's (which has no option for it).
+pub const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
+
 /// Runs `corosync-cmapctl <arg>` and returns its stdout: the only I/O of key derivation.
 /// `timeout` bounds the run (fence_scsi uses `power_timeout`, unbounded under pacemaker-fenced;
 /// pass [`crate::fence_agent::Options::command_timeout`]); on expiry the child is killed and the

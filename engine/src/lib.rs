@@ -1,19 +1,19 @@
 //! The fencing engine: everything between an operator's intent and the wire, with no front end.
 //!
 //! Data flow (one direction): `ops` (decisions: fence, unfence, status, heal) → `transport`
-//! (the [`transport::PrTransport`] seam: PR operations on one path) → `exec` (the SCSI
-//! implementation: retry and classification policy) → `pr` (the pure codec, its own crate) →
-//! `sg-io` (the one ioctl). `discover` finds the paths and LUs the operations run on; `process`
-//! runs bounded helpers; `keys` derives every scheme's reservation keys; `atomic_file` is how every file is written;
-//! `host` is the node as the front ends use it (discovery, opening paths, corosync, helpers,
-//! sleep, reboot).
+//! (the [`transport::PrTransport`] seam: PR operations on one path) → `exec` (its two
+//! implementations, SCSI and NVMe, side by side: retry and classification policy) → `pr` (the
+//! pure codec, its own crate) → `sg-io` and `nvme-io` (the ioctls). `discover` finds the paths
+//! and LUs the operations run on (a leaf: sysfs in, LUs out); `process` runs bounded helpers;
+//! `keys` derives every scheme's reservation keys; `atomic_file` is how every file is written;
+//! `runtime` is the engine's clock, sleeps and threads; `host` is the node as the front ends use
+//! it (discovery, opening paths, corosync, helpers, sleep, reboot).
 
 pub mod atomic_file;
 pub mod discover;
 pub mod exec;
 pub mod host;
 pub mod keys;
-pub mod nvme;
 pub mod ops;
 /// The PR codec, its own crate (`pr-codec`); re-exported so `crate::pr::…` paths read naturally.
 pub use pr_codec as pr;

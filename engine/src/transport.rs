@@ -3,9 +3,9 @@
 //!
 //! The operations are SCSI's (READ KEYS, PREEMPT AND ABORT…) because that is what the engine
 //! reasons in, but nothing here depends on how they travel: what the wire said is kept in an
-//! opaque [`TransportDetail`] and what the target announced on the way in [`Event`]s, so an NVMe
-//! reservation transport (or the kernel's IOC_PR_* ioctls) can implement the same trait by
-//! adding a variant to each.
+//! opaque [`TransportDetail`] and what the target announced on the way in [`Event`]s. Two
+//! transports implement it: SCSI over SG_IO ([`crate::exec::ScsiPr`]) and NVMe over the block PR
+//! ioctls and passthrough ([`crate::exec::NvmePr`]); [`Protocol`] says which a path speaks.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -16,10 +16,27 @@ use nvme_io::{NvmeStatus, PrStatus};
 use serde::Serialize;
 use sg_io::{AdditionalSense, DriverStatus, HostStatus, ScsiStatus, Sense};
 
-use crate::discover::Protocol;
 use crate::pr::{
     Capabilities, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys, ReadReservation,
 };
+
+/// Which persistent-reservation protocol a path speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// SCSI-3 persistent reservations over SG_IO.
+    Scsi,
+    /// NVMe reservations over the block PR ioctls and NVMe passthrough.
+    Nvme,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Scsi => "scsi",
+            Protocol::Nvme => "nvme",
+        })
+    }
+}
 
 /// One path (I_T nexus) to a logical unit that can carry persistent-reservation commands.
 ///
@@ -156,7 +173,8 @@ impl Reply {
 
 /// Something the target announced to this path between commands: in SCSI a unit attention
 /// (2Ah/05h: this nexus's registration was preempted). NVMe announces reservation changes in a
-/// log page the kernel does not hand to us, so the NVMe transport ([`crate::nvme`]) returns none.
+/// log page the kernel does not hand to us, so the NVMe transport ([`crate::exec::nvme`]) returns
+/// none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
@@ -248,7 +266,7 @@ pub enum TransportDetail {
     Nvme(NvmeDetail),
 }
 
-/// What an NVMe namespace answered ([`crate::nvme`]): through the block PR ioctls only the
+/// What an NVMe namespace answered ([`crate::exec::nvme`]): through the block PR ioctls only the
 /// kernel's summary (`pr_status`) comes back; through passthrough, the NVMe status itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NvmeDetail {

@@ -1,7 +1,5 @@
 //! Codec errors. Decode errors describe what the target sent; encode errors what the caller asked.
 
-use super::transport_id::TransportIdError;
-
 /// Bytes that do not form the expected structure. Never a panic: hostile data ends here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -50,4 +48,14 @@ pub enum EncodeError {
     TransportId(#[from] TransportIdError),
     #[error("{action} parameter list of {len} bytes exceeds the 32-bit length fields")]
     TooLong { action: &'static str, len: usize },
+}
+
+/// A TransportID that cannot be parsed or sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid TransportID {input:?}: {reason} (expected an iSCSI name iqn./eui./naa.… optionally followed by ,i,0x<isid>, or fc,0x<wwpn>, sas,0x<address>, raw,<hex>)"
+)]
+pub struct TransportIdError {
+    pub input: String,
+    pub reason: &'static str,
 }

@@ -15,6 +15,7 @@
 
 pub mod cdb;
 pub mod error;
+pub mod host_id;
 pub mod key;
 pub mod nvme;
 pub mod params;
@@ -29,7 +30,7 @@ mod proptests;
 pub use cdb::{
     PR_IN_OPCODE, PR_OUT_OPCODE, PrInAction, PrOutAction, decode_pr_in_cdb, pr_in_cdb, pr_out_cdb,
 };
-pub use error::{DecodeError, EncodeError};
+pub use error::{DecodeError, EncodeError, TransportIdError};
 pub use key::{Key, KeyParseError};
 pub use nvme::{Registrant, ReservationCapabilities, ReservationStatus};
 pub use params::{Encoded, PR_OUT_BASIC_LEN, PrOut, RegisterMove, decode_pr_out};
@@ -37,5 +38,5 @@ pub use response::{
     Capabilities, FULL_STATUS_MAX_DESCRIPTOR_LEN, FullStatus, PR_IN_HEADER_LEN, ReadKeys,
     ReadReservation, Registration, Reservation, next_allocation_length, required_length,
 };
-pub use transport_id::{TransportId, TransportIdError};
+pub use transport_id::TransportId;
 pub use types::{Access, NexusRole, ReservationType, ReservationTypeParseError, Scope};

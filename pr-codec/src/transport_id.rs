@@ -4,8 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::error::DecodeError;
-use super::nvme::HostId;
+use super::error::{DecodeError, TransportIdError};
+use super::host_id::HostId;
 use super::wire;
 
 const PROTOCOL_FC: u8 = 0x0;
@@ -47,16 +47,6 @@ pub enum TransportId {
         format: u8,
         bytes: Vec<u8>,
     },
-}
-
-/// A TransportID that cannot be parsed or sent.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid TransportID {input:?}: {reason} (expected an iSCSI name iqn./eui./naa.… optionally followed by ,i,0x<isid>, or fc,0x<wwpn>, sas,0x<address>, raw,<hex>)"
-)]
-pub struct TransportIdError {
-    pub input: String,
-    pub reason: &'static str,
 }
 
 impl TransportId {

@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sg_io::{Access, Completion, DataTransfer, Device};
+use sg_io::{Completion, DataTransfer, Device, OpenMode};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const SMOKE_KEY: u64 = 0x5347;
@@ -83,7 +83,7 @@ fn register_and_ignore(device: &Device, key: u64) -> Result<Completion, sg_io::E
 
 fn check(path: &str, options: &Options) -> Result<bool, sg_io::Error> {
     println!("{path}:");
-    let device = Device::open(path, Access::ReadOnly)?;
+    let device = Device::open(path, OpenMode::ReadOnly)?;
     let mut ready = false;
     let attempts = if options.tur_timeout.is_some() { 1 } else { 4 };
     for _ in 0..attempts {
@@ -117,7 +117,7 @@ fn check(path: &str, options: &Options) -> Result<bool, sg_io::Error> {
     }
     if options.write {
         let zeros = [0u8; 512];
-        let device = Device::open(path, Access::ReadWrite)?;
+        let device = Device::open(path, OpenMode::ReadWrite)?;
         let done = device.execute(
             &[0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0],
             DataTransfer::ToDevice(&zeros),

@@ -20,7 +20,7 @@ const SENSE_BUFFER_LEN: usize = 252;
 /// How to open the device node. SG_IO (including PERSISTENT RESERVE OUT) works on a read-only fd
 /// for a process with CAP_SYS_RAWIO; read-write is needed by unprivileged callers of write commands.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Access {
+pub enum OpenMode {
     ReadOnly,
     ReadWrite,
 }
@@ -80,11 +80,11 @@ impl Completion {
 
 impl Device {
     /// Opens `path` non-blocking (an sg node must not wait for the device) and close-on-exec.
-    pub fn open(path: impl AsRef<Path>, access: Access) -> Result<Device, Error> {
+    pub fn open(path: impl AsRef<Path>, access: OpenMode) -> Result<Device, Error> {
         let path = path.as_ref();
         let file = OpenOptions::new()
             .read(true)
-            .write(access == Access::ReadWrite)
+            .write(access == OpenMode::ReadWrite)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
             .map_err(|source| Error::Open {
@@ -292,7 +292,7 @@ mod tests {
 
     #[test]
     fn open_error_names_the_path() {
-        let err = Device::open("/nonexistent/sg-io-test", Access::ReadOnly).err();
+        let err = Device::open("/nonexistent/sg-io-test", OpenMode::ReadOnly).err();
         let text = err.map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("/nonexistent/sg-io-test"), "{text}");
     }
@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn requests_the_header_cannot_carry_are_refused_before_the_ioctl() {
         // /dev/null is not a SCSI device, but validation must fail first.
-        let device = Device::open("/dev/null", Access::ReadOnly).unwrap();
+        let device = Device::open("/dev/null", OpenMode::ReadOnly).unwrap();
         let long = [0u8; MAX_CDB_LEN + 1];
         for cdb in [&[][..], &long[..]] {
             let err = device.execute(cdb, DataTransfer::None, Duration::from_secs(1));
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn sg_io_on_a_non_scsi_file_is_an_ioctl_error_with_a_hint() {
-        let device = Device::open("/dev/null", Access::ReadOnly).unwrap();
+        let device = Device::open("/dev/null", OpenMode::ReadOnly).unwrap();
         let err = device
             .execute(&[0; 6], DataTransfer::None, Duration::from_secs(1))
             .unwrap_err();

@@ -1,4 +1,5 @@
-//! The SG_IO ioctl itself: the workspace's only unsafe code.
+//! The SG_IO ioctl itself: this crate's only unsafe code (`nvme-io`'s ioctls are the only other
+//! in the workspace).
 //!
 //! `sg_io_hdr` (interface version 3, `'S'`) is defined here from `<scsi/sg.h>` rather than taken
 //! from a bindings crate; a compile-time check pins its size and field offsets on 64-bit Linux.

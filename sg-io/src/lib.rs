@@ -1,13 +1,13 @@
 //! SG_IO: send a SCSI command to a Linux block or sg device and get back a typed completion.
 //!
-//! This crate knows nothing about persistent reservations; it is the workspace's only unsafe code,
-//! confined to the `ioctl` module.
+//! This crate knows nothing about persistent reservations. Its unsafe code is confined to the
+//! `ioctl` module; `nvme-io`'s ioctls are the only other unsafe code in the workspace.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use sg_io::{Access, DataTransfer, Device};
+//! use sg_io::{DataTransfer, Device, OpenMode};
 //!
-//! let device = Device::open("/dev/sda", Access::ReadOnly)?;
+//! let device = Device::open("/dev/sda", OpenMode::ReadOnly)?;
 //! let mut inquiry = [0u8; 96];
 //! let done = device.execute(
 //!     &[0x12, 0, 0, 0, 96, 0],
@@ -28,7 +28,7 @@ mod status;
 use std::io;
 use std::path::PathBuf;
 
-pub use device::{Access, Completion, DataTransfer, Device, MAX_CDB_LEN};
+pub use device::{Completion, DataTransfer, Device, MAX_CDB_LEN, OpenMode};
 pub use sense::{AdditionalSense, FieldPointer, Sense, SenseFormat, SenseKey, SenseKeySpecific};
 pub use status::{DriverStatus, HostStatus, ScsiStatus};
 

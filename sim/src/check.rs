@@ -16,7 +16,7 @@
 
 use prfence_engine::pr::Key;
 
-use crate::world::{Event, Op, Outcome, World};
+use crate::world::{Op, Outcome, SimEvent, World};
 
 /// A broken property, with where in the log it broke.
 #[derive(Debug, Clone)]
@@ -110,7 +110,7 @@ impl Checker {
     /// Reads the events logged since the last call, then the state; returns whether a property
     /// is broken.
     pub fn step(&mut self, world: &World) -> bool {
-        let events: Vec<Event> = world.log()[self.seen..].to_vec();
+        let events: Vec<SimEvent> = world.log()[self.seen..].to_vec();
         let first = self.seen;
         self.seen += events.len();
         for (offset, event) in events.into_iter().enumerate() {
@@ -127,9 +127,9 @@ impl Checker {
         !self.violations.is_empty()
     }
 
-    fn event(&mut self, world: &World, index: usize, event: Event) {
+    fn event(&mut self, world: &World, index: usize, event: SimEvent) {
         match event {
-            Event::OpStart { node, id, op, .. } => {
+            SimEvent::OpStart { node, id, op, .. } => {
                 if self.started.len() <= id {
                     self.started.resize(id + 1, None);
                 }
@@ -165,7 +165,7 @@ impl Checker {
                     Op::Status | Op::Heal | Op::Register | Op::Lease | Op::Watch => {}
                 }
             }
-            Event::OpEnd {
+            SimEvent::OpEnd {
                 node,
                 id,
                 op,
@@ -173,7 +173,7 @@ impl Checker {
                 summary,
                 ..
             } => self.op_end(world, index, node, id, op, outcome, &summary),
-            Event::Command {
+            SimEvent::Command {
                 lu,
                 added,
                 label,
@@ -192,7 +192,7 @@ impl Checker {
                     }
                 }
             }
-            Event::Write {
+            SimEvent::Write {
                 node,
                 lu,
                 admitted,
@@ -221,7 +221,7 @@ impl Checker {
                     }
                 }
             },
-            Event::LeasePreempted {
+            SimEvent::LeasePreempted {
                 node, lu, victim, ..
             } => {
                 // A lease taken over: the old holder's key on that LU is gone for good, if the
@@ -229,7 +229,7 @@ impl Checker {
                 // re-read shows the victim gone, which a renew of the holder also does).
                 let label = format!("n{node} lease LU{lu}");
                 let removed = world.log()[..index].iter().rev().any(|e| {
-                    matches!(e, Event::Command { label: l, what, removed, .. }
+                    matches!(e, SimEvent::Command { label: l, what, removed, .. }
                         if **l == *label
                             && (what.starts_with("PREEMPT") || what.starts_with("IOC_PR_PREEMPT"))
                             && removed.contains(&victim))
@@ -253,8 +253,8 @@ impl Checker {
                     lifted: false,
                 });
             }
-            Event::LeaseRole { .. } | Event::SelfFenced { .. } => {}
-            Event::Injected { what, .. } => {
+            SimEvent::LeaseRole { .. } | SimEvent::SelfFenced { .. } => {}
+            SimEvent::Injected { what, .. } => {
                 if let crate::world::Happening::PowerCycle { lu } = what {
                     self.forgot.push((lu, index));
                     for f in &mut self.fenced {
@@ -278,13 +278,13 @@ impl Checker {
     /// Whether the op that started at log index `start` ended before log index `at`.
     fn ended_before(&self, world: &World, start: usize, at: usize) -> bool {
         let log = world.log();
-        let Some(Event::OpStart { id, .. }) = log.get(start) else {
+        let Some(SimEvent::OpStart { id, .. }) = log.get(start) else {
             return true;
         };
         let id = *id;
         log[start..at.min(log.len())]
             .iter()
-            .any(|e| matches!(e, Event::OpEnd { id: i, .. } if *i == id))
+            .any(|e| matches!(e, SimEvent::OpEnd { id: i, .. } if *i == id))
     }
 
     /// Whether the op that started at log index `start` has ended.
@@ -386,7 +386,9 @@ impl Checker {
         let changed: Vec<String> = world.log()[start.at..index]
             .iter()
             .filter_map(|e| match e {
-                Event::Command { label: l, what, .. } if **l == *label && changes_target(what) => {
+                SimEvent::Command { label: l, what, .. }
+                    if **l == *label && changes_target(what) =>
+                {
                     Some(what.clone())
                 }
                 _ => None,

@@ -7,8 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prfence_engine::exec::ScsiPr;
-use prfence_engine::nvme::NvmePr;
+use prfence_engine::exec::{NvmePr, ScsiPr};
 use prfence_engine::ops::{self, Limits};
 use prfence_engine::pr::Key;
 use prfence_engine::spc_model::{ModelDevice, Quirks};
@@ -20,7 +19,7 @@ use crate::check::{Checker, Violation};
 use crate::rng::Rng;
 use crate::scenario::{Scenario, Target};
 use crate::sched::{Fault, Grant, MS, Nanos, Node, Sim, Tid};
-use crate::world::{Event, World};
+use crate::world::{SimEvent, World};
 
 /// What a pick decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +43,7 @@ pub struct Pick {
 
 /// What the chooser may look at for a [`Kind::Next`] pick: the thread behind each command
 /// option, and whether the last option moves time on.
-pub struct Options<'a> {
+pub struct PickOptions<'a> {
     pub threads: &'a [Tid],
     pub advance: bool,
     /// How far time would move (true nanoseconds).
@@ -52,7 +51,7 @@ pub struct Options<'a> {
 }
 
 pub trait Chooser {
-    fn pick(&mut self, kind: Kind, n: usize, options: &Options<'_>) -> usize;
+    fn pick(&mut self, kind: Kind, n: usize, options: &PickOptions<'_>) -> usize;
 }
 
 /// Uniform choices, except that time moves on only now and then (commands are fast next to
@@ -70,7 +69,7 @@ impl Random {
 }
 
 impl Chooser for Random {
-    fn pick(&mut self, kind: Kind, n: usize, options: &Options<'_>) -> usize {
+    fn pick(&mut self, kind: Kind, n: usize, options: &PickOptions<'_>) -> usize {
         match kind {
             Kind::Next if options.advance && n > 1 => {
                 // A short wait (a tie-break, a backoff, a writer's pause) now and then; a long
@@ -138,7 +137,7 @@ impl Pct {
 }
 
 impl Chooser for Pct {
-    fn pick(&mut self, kind: Kind, n: usize, options: &Options<'_>) -> usize {
+    fn pick(&mut self, kind: Kind, n: usize, options: &PickOptions<'_>) -> usize {
         match kind {
             Kind::Next => {
                 self.step += 1;
@@ -189,7 +188,7 @@ impl Replay {
 }
 
 impl Chooser for Replay {
-    fn pick(&mut self, _: Kind, n: usize, _: &Options<'_>) -> usize {
+    fn pick(&mut self, _: Kind, n: usize, _: &PickOptions<'_>) -> usize {
         let value = self.picks.get(self.at).copied().unwrap_or(0);
         self.at += 1;
         value.min(n.saturating_sub(1))
@@ -200,7 +199,7 @@ impl Chooser for Replay {
 pub struct Run {
     pub violations: Vec<Violation>,
     pub picks: Vec<Pick>,
-    pub log: Vec<Event>,
+    pub log: Vec<SimEvent>,
     pub steps: usize,
     /// The run hit the step bound before every thread was done.
     pub unfinished: bool,
@@ -323,7 +322,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
     let mut picks = Vec::new();
     let mut steps = 0;
     let mut unfinished = false;
-    let mut record = |chooser: &mut dyn Chooser, kind, n, options: &Options<'_>| {
+    let mut record = |chooser: &mut dyn Chooser, kind, n, options: &PickOptions<'_>| {
         let value = chooser.pick(kind, n, options).min(n.saturating_sub(1));
         picks.push(Pick {
             kind,
@@ -363,7 +362,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
             break;
         }
         let threads: Vec<Tid> = pending.iter().map(|p| p.thread).collect();
-        let options = Options {
+        let options = PickOptions {
             threads: &threads,
             advance: next.is_some(),
             advance_by: next.map_or(0, |t| t.saturating_sub(sim.now())),
@@ -597,7 +596,7 @@ pub fn timeline(run: &Run) -> String {
     for (i, event) in run.log.iter().enumerate() {
         let mark = if marked.contains(&i) { "  <<<" } else { "" };
         let line = match event {
-            Event::Command {
+            SimEvent::Command {
                 time,
                 node,
                 label,
@@ -624,7 +623,7 @@ pub fn timeline(run: &Run) -> String {
                 }
                 s
             }
-            Event::Write {
+            SimEvent::Write {
                 time,
                 node,
                 lu,
@@ -639,10 +638,10 @@ pub fn timeline(run: &Run) -> String {
                     if *admitted { "ADMITTED" } else { "refused" }
                 ),
             },
-            Event::OpStart { time, node, op, .. } => {
+            SimEvent::OpStart { time, node, op, .. } => {
                 format!("{:>9}  n{node} starts {op}", ms(*time))
             }
-            Event::OpEnd {
+            SimEvent::OpEnd {
                 time,
                 node,
                 op,
@@ -653,8 +652,8 @@ pub fn timeline(run: &Run) -> String {
                 "{:>9}  n{node} {op} ends: {outcome:?}: {summary}",
                 ms(*time)
             ),
-            Event::Injected { time, what } => format!("{:>9}  ** {what}", ms(*time)),
-            Event::LeasePreempted {
+            SimEvent::Injected { time, what } => format!("{:>9}  ** {what}", ms(*time)),
+            SimEvent::LeasePreempted {
                 time,
                 node,
                 lu,
@@ -664,13 +663,13 @@ pub fn timeline(run: &Run) -> String {
                 ms(*time),
                 victim.get()
             ),
-            Event::LeaseRole {
+            SimEvent::LeaseRole {
                 time,
                 node,
                 lu,
                 role,
             } => format!("{:>9}  n{node} lease on LU{lu}: {role}", ms(*time)),
-            Event::SelfFenced { time, node, reason } => {
+            SimEvent::SelfFenced { time, node, reason } => {
                 format!("{:>9}  n{node} SELF-FENCES: {reason}", ms(*time))
             }
         };

@@ -23,7 +23,7 @@ pub enum Target {
 
 /// One engine operation a node starts at a time on its own clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Action {
+pub struct ScheduledOp {
     pub node: usize,
     pub op: Op,
     pub at: Nanos,
@@ -37,7 +37,7 @@ pub struct Scenario {
     pub paths: usize,
     /// Every node starts unfenced (registered on every path, the first node holding the
     /// reservation), unless a node runs a lease agent: then the LUs start bare.
-    pub actions: Vec<Action>,
+    pub actions: Vec<ScheduledOp>,
     /// Nodes that write to every LU through every path while operations run.
     pub writers: Vec<usize>,
     /// Faults outside the commands, at true times.
@@ -103,12 +103,12 @@ impl Scenario {
         match family {
             "mutual" => {
                 s.actions = vec![
-                    Action {
+                    ScheduledOp {
                         node: 0,
                         op: Op::Fence { victim: 1 },
                         at: 0,
                     },
-                    Action {
+                    ScheduledOp {
                         node: 1,
                         op: Op::Fence { victim: 0 },
                         at: offset(rng),
@@ -121,12 +121,12 @@ impl Scenario {
                 s.nodes = 3;
                 s.lus = 2 + rng.below(7);
                 s.actions = vec![
-                    Action {
+                    ScheduledOp {
                         node: 0,
                         op: Op::Fence { victim: 1 },
                         at: 0,
                     },
-                    Action {
+                    ScheduledOp {
                         node: 2,
                         op: Op::Fence { victim: 0 },
                         at: offset(rng),
@@ -141,7 +141,7 @@ impl Scenario {
                 for _ in 0..fences {
                     let node = rng.below(s.nodes);
                     let victim = (node + 1 + rng.below(s.nodes - 1)) % s.nodes;
-                    s.actions.push(Action {
+                    s.actions.push(ScheduledOp {
                         node,
                         op: Op::Fence { victim },
                         at: offset(rng),
@@ -161,7 +161,7 @@ impl Scenario {
                             victim: (node + 1 + rng.below(s.nodes - 1)) % s.nodes,
                         },
                     };
-                    s.actions.push(Action {
+                    s.actions.push(ScheduledOp {
                         node,
                         op,
                         at: rng.below(4000) as Nanos * MS,
@@ -187,7 +187,7 @@ impl Scenario {
                 }
                 s.writers = (0..s.nodes).filter(|_| rng.chance(1, 2)).collect();
                 if rng.chance(1, 2) {
-                    s.actions.push(Action {
+                    s.actions.push(ScheduledOp {
                         node: rng.below(s.nodes),
                         op: Op::Watch,
                         at: 0,
@@ -205,13 +205,13 @@ impl Scenario {
                         Happening::Resume { node: 0 },
                     ),
                 ];
-                s.actions = vec![Action {
+                s.actions = vec![ScheduledOp {
                     node: 1,
                     op: Op::Fence { victim: 0 },
                     at: paused_at + rng.below(1000) as Nanos * MS,
                 }];
                 if s.nodes == 3 && rng.chance(1, 2) {
-                    s.actions.push(Action {
+                    s.actions.push(ScheduledOp {
                         node: 0,
                         op: Op::Fence { victim: 2 },
                         at: 0,
@@ -219,7 +219,7 @@ impl Scenario {
                 }
                 s.writers = vec![0];
                 if rng.chance(1, 2) {
-                    s.actions.push(Action {
+                    s.actions.push(ScheduledOp {
                         node: 0,
                         op: Op::Watch,
                         at: 0,
@@ -232,7 +232,7 @@ impl Scenario {
                 s.nodes = 2 + rng.below(2);
                 s.lus = 1 + rng.below(2);
                 s.actions = (0..s.nodes)
-                    .map(|node| Action {
+                    .map(|node| ScheduledOp {
                         node,
                         op: Op::Lease,
                         at: rng.below(1500) as Nanos * MS,
@@ -256,12 +256,12 @@ impl Scenario {
                 // over: it must succeed, whatever the first one left behind.
                 s.nodes = 2 + rng.below(2);
                 s.actions = vec![
-                    Action {
+                    ScheduledOp {
                         node: 0,
                         op: Op::Fence { victim: 1 },
                         at: 0,
                     },
-                    Action {
+                    ScheduledOp {
                         node: 0,
                         op: Op::Refence { victim: 1 },
                         at: 200 * SECOND,
@@ -275,12 +275,12 @@ impl Scenario {
                 // "refence": a fence, then the same fence again once all is quiet (P4).
                 s.nodes = 2 + rng.below(2);
                 s.actions = vec![
-                    Action {
+                    ScheduledOp {
                         node: 0,
                         op: Op::Fence { victim: 1 },
                         at: 0,
                     },
-                    Action {
+                    ScheduledOp {
                         node: 0,
                         op: Op::Refence { victim: 1 },
                         at: 200 * SECOND,
@@ -473,7 +473,7 @@ impl FromStr for Scenario {
                     let (op_text, at) = value
                         .split_once('@')
                         .ok_or_else(|| ParseError(format!("`{word}` needs @TIME")))?;
-                    s.actions.push(Action {
+                    s.actions.push(ScheduledOp {
                         node: node(key)?,
                         op: op(op_text)?,
                         at: time(at)?,

@@ -30,7 +30,7 @@ pub const SECOND: Nanos = 1_000_000_000;
 
 /// What a thread is doing, as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
+pub enum ThreadState {
     /// Ready to run (or running).
     Runnable,
     /// Waiting until `unpark` or until its node's clock reaches `until`.
@@ -141,7 +141,7 @@ pub struct Thread {
     pub node: usize,
     /// What the thread is part of (`n2 fence(n0)`), inherited by the threads it starts.
     pub label: Arc<str>,
-    pub state: State,
+    pub state: ThreadState,
     wake: Arc<Condvar>,
 }
 
@@ -261,7 +261,7 @@ impl Sim {
             core.threads.push(Thread {
                 node,
                 label: Arc::clone(&label),
-                state: State::Runnable,
+                state: ThreadState::Runnable,
                 wake: Arc::clone(&wake),
             });
             core.threads.len() - 1
@@ -290,7 +290,7 @@ impl Sim {
             ME.with(|me| me.set(None));
             let mut core = sim.lock();
             if let Some(t) = core.threads.get_mut(tid) {
-                t.state = State::Done;
+                t.state = ThreadState::Done;
             }
             if core.turn == Some(tid) {
                 core.turn = None;
@@ -356,15 +356,15 @@ impl Sim {
             landing,
         });
         if let Some(t) = core.threads.get_mut(me) {
-            t.state = State::Submitted { id };
+            t.state = ThreadState::Submitted { id };
         }
         let mut core = self.yield_turn(core);
         let grant = match core.threads.get(me).map(|t| t.state.clone()) {
-            Some(State::Granted(grant)) => grant,
+            Some(ThreadState::Granted(grant)) => grant,
             _ => Grant::TimedOut { applied: false },
         };
         if let Some(t) = core.threads.get_mut(me) {
-            t.state = State::Runnable;
+            t.state = ThreadState::Runnable;
         }
         grant
     }
@@ -377,7 +377,7 @@ impl Sim {
         let node = Self::node_of(&core, me);
         if core.nodes.get(node).is_some_and(|n| n.paused) {
             if let Some(t) = core.threads.get_mut(me) {
-                t.state = State::Held;
+                t.state = ThreadState::Held;
             }
             let _core = self.yield_turn(core);
         }
@@ -403,8 +403,8 @@ impl Sim {
         core.threads.iter().position(|t| {
             let paused = core.nodes.get(t.node).is_some_and(|n| n.paused);
             match t.state {
-                State::Runnable | State::Held => !paused,
-                State::Granted(_) => true,
+                ThreadState::Runnable | ThreadState::Held => !paused,
+                ThreadState::Granted(_) => true,
                 _ => false,
             }
         })
@@ -415,9 +415,9 @@ impl Sim {
         let mut core = self.lock();
         while let Some(tid) = Self::runnable(&core) {
             if let Some(t) = core.threads.get_mut(tid)
-                && t.state == State::Held
+                && t.state == ThreadState::Held
             {
-                t.state = State::Runnable;
+                t.state = ThreadState::Runnable;
             }
             core.turn = Some(tid);
             if let Some(t) = core.threads.get(tid) {
@@ -435,7 +435,7 @@ impl Sim {
         let index = core.pending.iter().position(|p| p.id == id)?;
         let pending = core.pending.remove(index);
         if let Some(t) = core.threads.get_mut(pending.thread) {
-            t.state = State::Granted(grant);
+            t.state = ThreadState::Granted(grant);
         }
         Some(pending)
     }
@@ -445,7 +445,7 @@ impl Sim {
     pub fn next_timer(&self, command_timeouts: bool) -> Option<Nanos> {
         let core = self.lock();
         let parked = core.threads.iter().filter_map(|t| match t.state {
-            State::Parked { until: Some(until) } => {
+            ThreadState::Parked { until: Some(until) } => {
                 let node = core.nodes.get(t.node)?;
                 if node.paused {
                     return None;
@@ -479,10 +479,10 @@ impl Sim {
         }
         let clocks: Vec<Nanos> = core.nodes.iter().map(|n| n.clock).collect();
         for t in &mut core.threads {
-            if let State::Parked { until: Some(until) } = t.state
+            if let ThreadState::Parked { until: Some(until) } = t.state
                 && clocks.get(t.node).is_some_and(|&c| c >= until)
             {
-                t.state = State::Runnable;
+                t.state = ThreadState::Runnable;
             }
         }
         let (expired, kept): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut core.pending)
@@ -512,7 +512,7 @@ impl Sim {
     /// Gives a command returned by [`Sim::advance`] its outcome.
     pub fn grant_expired(&self, expired: Pending, grant: Grant) {
         if let Some(t) = self.lock().threads.get_mut(expired.thread) {
-            t.state = State::Granted(grant);
+            t.state = ThreadState::Granted(grant);
         }
     }
 
@@ -530,7 +530,7 @@ impl Sim {
         self.lock()
             .threads
             .iter()
-            .all(|t| matches!(t.state, State::Done))
+            .all(|t| matches!(t.state, ThreadState::Done))
     }
 
     /// Ends every thread still waiting (they unwind) and waits until all are done.
@@ -540,7 +540,7 @@ impl Sim {
         for t in &core.threads {
             t.wake.notify_all();
         }
-        while !core.threads.iter().all(|t| t.state == State::Done) {
+        while !core.threads.iter().all(|t| t.state == ThreadState::Done) {
             core = self.back.wait(core).unwrap_or_else(PoisonError::into_inner);
         }
     }
@@ -582,11 +582,11 @@ impl Scheduler for Sim {
             return;
         }
         if let Some(t) = core.threads.get_mut(me) {
-            t.state = State::Parked { until };
+            t.state = ThreadState::Parked { until };
         }
         let mut core = self.yield_turn(core);
         if let Some(t) = core.threads.get_mut(me) {
-            t.state = State::Runnable;
+            t.state = ThreadState::Runnable;
         }
     }
 
@@ -599,9 +599,9 @@ impl Scheduler for Sim {
             return;
         };
         if let Some(t) = core.threads.get_mut(tid)
-            && matches!(t.state, State::Parked { .. })
+            && matches!(t.state, ThreadState::Parked { .. })
         {
-            t.state = State::Runnable;
+            t.state = ThreadState::Runnable;
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::check::Checker;
 use crate::explore::{self, Replay, Run};
 use crate::scenario::Scenario;
-use crate::world::{Event, Outcome, World};
+use crate::world::{Outcome, SimEvent, World};
 
 /// Runs random schedules `first..first + count` on every CPU (at most 4); on the first broken
 /// property, shrinks it and panics with the report.
@@ -122,7 +122,7 @@ fn ends(run: &Run, node: usize) -> Vec<Outcome> {
     run.log
         .iter()
         .filter_map(|e| match e {
-            Event::OpEnd {
+            SimEvent::OpEnd {
                 node: n, outcome, ..
             } if *n == node => Some(*outcome),
             _ => None,
@@ -152,13 +152,13 @@ fn two_survivors_are_caught() {
     let mut checker = Checker::new();
     for (id, (node, victim)) in [(0, 1), (1, 0)].into_iter().enumerate() {
         let op = Op::Fence { victim };
-        world.record(Event::OpStart {
+        world.record(SimEvent::OpStart {
             time: 0,
             node,
             id,
             op,
         });
-        world.record(Event::OpEnd {
+        world.record(SimEvent::OpEnd {
             time: 0,
             node,
             id,
@@ -196,7 +196,7 @@ mod regressions {
         assert_eq!(ends(&run, 2), [Outcome::Success]);
         assert_eq!(ends(&run, 0), [Outcome::ThisNodeFenced]);
         let registered = run.log.iter().any(|e| {
-            matches!(e, Event::Command { label, what, .. }
+            matches!(e, SimEvent::Command { label, what, .. }
                 if label.starts_with("n0 ") && what.starts_with("REGISTER"))
         });
         assert!(!registered, "{}", explore::timeline(&run));

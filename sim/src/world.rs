@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use nvme_io::{NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult, PrType};
-use prfence_engine::exec::{ScsiDevice, ScsiPr};
-use prfence_engine::nvme::{NvmeDevice, NvmePr};
+use prfence_engine::exec::{NvmeDevice, NvmePr, ScsiDevice, ScsiPr};
 use prfence_engine::ops::LuTarget;
 use prfence_engine::pr::Key;
 use prfence_engine::spc_model::{
@@ -23,7 +22,7 @@ use crate::sched::{Fault, Grant, Nanos, Sim};
 
 /// Something that happened, in the order it happened.
 #[derive(Debug, Clone)]
-pub enum Event {
+pub enum SimEvent {
     /// A command reached the target (or timed out on the way).
     Command {
         time: Nanos,
@@ -173,7 +172,7 @@ impl std::fmt::Display for Happening {
 pub struct World {
     pub sim: Arc<Sim>,
     cluster: Mutex<Cluster>,
-    log: Mutex<Vec<Event>>,
+    log: Mutex<Vec<SimEvent>>,
     /// Engine operations still running (the writers stop after the last one).
     ops_running: Mutex<usize>,
     /// Nodes whose agent self-fenced (their writers stop).
@@ -207,11 +206,11 @@ impl World {
         lock(&self.cluster)
     }
 
-    pub fn log(&self) -> MutexGuard<'_, Vec<Event>> {
+    pub fn log(&self) -> MutexGuard<'_, Vec<SimEvent>> {
         lock(&self.log)
     }
 
-    pub fn record(&self, event: Event) {
+    pub fn record(&self, event: SimEvent) {
         lock(&self.log).push(event);
     }
 
@@ -258,7 +257,7 @@ impl World {
         *lock(&self.ops_running) += 1;
         prfence_engine::runtime::sleep(Duration::from_nanos(at));
         let now = self.sim.now();
-        self.record(Event::OpStart {
+        self.record(SimEvent::OpStart {
             time: now,
             node,
             id,
@@ -295,7 +294,7 @@ impl World {
             Ok(report) => (report.outcome, report.summary),
             Err(e) => (Outcome::Failure, e.to_string()),
         };
-        self.record(Event::OpEnd {
+        self.record(SimEvent::OpEnd {
             time: self.sim.now(),
             node,
             id,
@@ -357,7 +356,7 @@ impl World {
         };
         let index = {
             let mut log = self.log();
-            log.push(Event::Write {
+            log.push(SimEvent::Write {
                 time: self.sim.now(),
                 node,
                 lu,
@@ -374,7 +373,7 @@ impl World {
             let _ = self
                 .sim
                 .submit(lu, format!("WRITE lands via path {path}"), None, true);
-            self.record(Event::Write {
+            self.record(SimEvent::Write {
                 time: self.sim.now(),
                 node,
                 lu,
@@ -394,7 +393,7 @@ impl World {
             Happening::Pause { node } => self.sim.set_paused(node, true),
             Happening::Resume { node } => self.sim.set_paused(node, false),
         }
-        self.record(Event::Injected {
+        self.record(SimEvent::Injected {
             time: self.sim.now(),
             what,
         });
@@ -457,7 +456,7 @@ impl Gate {
             ),
             Grant::Execute { .. } => describe(&result),
         };
-        self.world.record(Event::Command {
+        self.world.record(SimEvent::Command {
             time: self.world.sim.now(),
             node: self.node,
             label: self.world.sim.label(),
@@ -852,7 +851,7 @@ impl World {
     /// restarts here): the first epoch comes from the keys on the target.
     fn run_lease_agent(self: &Arc<Self>, node: usize) {
         use prfence::daemon::lease::{
-            self as lease, Completion, EpochSources, Lease, LeaseAction, Role, StartView,
+            self as lease, EpochSources, Lease, LeaseAction, LeaseCompletion, Role, StartView,
         };
         use prfence::daemon::lease_io;
         use prfence_engine::runtime;
@@ -907,7 +906,7 @@ impl World {
             .iter()
             .map(|view| Lease::new(config.clone(), first_epoch, None, view, start))
             .collect();
-        let (send, receive) = runtime::channel::<(usize, Completion)>();
+        let (send, receive) = runtime::channel::<(usize, LeaseCompletion)>();
         let mut roles: Vec<Option<Role>> = vec![None; lus.len()];
         loop {
             let now = runtime::now();
@@ -919,7 +918,7 @@ impl World {
                             lock(&self.holders)[node]
                                 .iter_mut()
                                 .for_each(|h| *h = false);
-                            self.record(Event::SelfFenced {
+                            self.record(SimEvent::SelfFenced {
                                 time: self.sim.now(),
                                 node,
                                 reason: format!("LU{index}: {reason}"),
@@ -939,7 +938,7 @@ impl World {
                                         LeaseAction::Join { key, .. } => {
                                             lease_io::join(paths.as_ref(), key)
                                         }
-                                        LeaseAction::ReadReservation => Completion::Reservation(
+                                        LeaseAction::ReadReservation => LeaseCompletion::Reservation(
                                             lease_io::read_reservation(paths.as_ref()).map_err(
                                                 |e| {
                                                     prfence::daemon::failure::CommandFailure::of(&e)
@@ -956,8 +955,8 @@ impl World {
                                                 victim,
                                                 rtype,
                                             );
-                                            if let Completion::Preempt(Ok(())) = done {
-                                                world.record(Event::LeasePreempted {
+                                            if let LeaseCompletion::Preempt(Ok(())) = done {
+                                                world.record(SimEvent::LeasePreempted {
                                                     time: world.sim.now(),
                                                     node,
                                                     lu: index,
@@ -984,7 +983,7 @@ impl World {
                 if roles[index] != Some(role) {
                     roles[index] = Some(role);
                     lock(&self.holders)[node][index] = role == Role::Holder { promoted: true };
-                    self.record(Event::LeaseRole {
+                    self.record(SimEvent::LeaseRole {
                         time: self.sim.now(),
                         node,
                         lu: index,
@@ -1017,8 +1016,7 @@ impl World {
     /// scenarios start with every node unfenced.
     fn run_watch_agent(self: &Arc<Self>, node: usize) {
         use prfence::daemon::watch::{
-            LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
-            WatchState,
+            LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath, WatchConfig, WatchState,
         };
         use prfence_engine::runtime;
 
@@ -1047,7 +1045,7 @@ impl World {
                             lu.paths
                                 .iter()
                                 .enumerate()
-                                .map(|(i, p)| PathRegistration {
+                                .map(|(i, p)| ProbedPath {
                                     path: PathId(format!("p{i}")),
                                     registered: prfence_engine::ops::probe_registration(
                                         p.as_ref(),
@@ -1060,7 +1058,7 @@ impl World {
                         Ok(LuKeys {
                             keys: keys.keys,
                             path_count: match lu.paths.first().map(|p| p.protocol()) {
-                                Some(prfence_engine::discover::Protocol::Nvme) => 1,
+                                Some(prfence_engine::transport::Protocol::Nvme) => 1,
                                 _ => lu.paths.len(),
                             },
                             paths,
@@ -1077,7 +1075,7 @@ impl World {
             let decision = state.tick(runtime::now(), observations);
             if let Some(reason) = decision.fenced.as_ref().filter(|_| decision.newly_fenced) {
                 lock(&self.self_fenced).push(node);
-                self.record(Event::SelfFenced {
+                self.record(SimEvent::SelfFenced {
                     time: self.sim.now(),
                     node,
                     reason: reason.to_string(),

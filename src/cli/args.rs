@@ -70,15 +70,15 @@ pub enum Cmd {
     /// Remove this path's registration (REGISTER with service action key 0).
     Unregister(Unregister),
     /// Take a reservation with a registered key (RESERVE).
-    Reserve(Reserve),
+    Reserve(ReserveArgs),
     /// Give up a reservation this path holds (RELEASE).
-    Release(Reserve),
+    Release(ReserveArgs),
     /// Remove every registration and the reservation (CLEAR).
     Clear(KeyedDevices),
     /// Remove another key's registrations and take over its reservation (PREEMPT [AND ABORT]).
-    Preempt(Preempt),
+    Preempt(PreemptArgs),
     /// Register a key for another initiator and move the reservation to it (REGISTER AND MOVE).
-    RegisterMove(RegisterMove),
+    RegisterMove(RegisterMoveArgs),
     /// Let this node write: register its key on every path of every LU (REGISTER AND IGNORE
     /// EXISTING KEY), reserve (wero) where no reservation exists, verify. The only command that
     /// registers a key that was preempted.
@@ -92,7 +92,7 @@ pub enum Cmd {
     /// Is this node's key registered on all, some or none of the LUs? (Read only.)
     Status(FencingDevices),
     /// Run the node agent (watch or lease mode) from a configuration file.
-    Agent(Agent),
+    Agent(AgentArgs),
     /// Is every LU ready to fence? Paths, PR support, capabilities, registrations and which
     /// paths carry this node's key, the reservation, orphans, with what to do about each problem.
     /// Read only: sends nothing but PERSISTENT RESERVE IN.
@@ -202,7 +202,7 @@ pub struct Unregister {
 }
 
 #[derive(Debug, Args)]
-pub struct Reserve {
+pub struct ReserveArgs {
     /// This path's registered key.
     #[arg(long, value_parser = parse_nonzero_key)]
     pub key: Key,
@@ -214,7 +214,7 @@ pub struct Reserve {
 }
 
 #[derive(Debug, Args)]
-pub struct Preempt {
+pub struct PreemptArgs {
     /// This path's registered key.
     #[arg(long, value_parser = parse_nonzero_key)]
     pub key: Key,
@@ -232,7 +232,7 @@ pub struct Preempt {
 }
 
 #[derive(Debug, Args)]
-pub struct RegisterMove {
+pub struct RegisterMoveArgs {
     /// The reservation holder's key (this path).
     #[arg(long, value_parser = parse_nonzero_key)]
     pub key: Key,
@@ -294,7 +294,7 @@ Exit status:
   2   invalid configuration or arguments
   3   --once found a problem (see the JSON)
   86  fenced (self_fence.exit_status)")]
-pub struct Agent {
+pub struct AgentArgs {
     /// The agent's TOML configuration (see packaging/prfence-agent.toml).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
@@ -309,6 +309,62 @@ pub struct Agent {
     /// Write the status as JSON to FILE after every check (atomically replaced).
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
+}
+
+impl Cmd {
+    /// The devices a command names.
+    pub fn devices(&self) -> &[PathBuf] {
+        match self {
+            Cmd::Keys(d) | Cmd::Reservation(d) | Cmd::Capabilities(d) | Cmd::FullStatus(d) => {
+                &d.devices
+            }
+            Cmd::Register(r) => &r.devices.devices,
+            Cmd::Unregister(u) => &u.devices.devices,
+            Cmd::Reserve(r) | Cmd::Release(r) => &r.devices.devices,
+            Cmd::Clear(c) => &c.devices.devices,
+            Cmd::Preempt(p) => &p.devices.devices,
+            Cmd::RegisterMove(m) => &m.devices.devices,
+            Cmd::Unfence(d) | Cmd::Status(d) => &d.devices,
+            Cmd::Fence(f) => &f.target.devices,
+            Cmd::Agent(_) => &[],
+            Cmd::Doctor(d) => &d.devices,
+        }
+    }
+}
+
+/// Rejects argument combinations the target would only answer with ILLEGAL REQUEST, and more
+/// devices than one run may work on ([`crate::MAX_DEVICES`]).
+pub fn check(command: &Cmd) -> Result<(), String> {
+    let count = command.devices().len();
+    if count > crate::MAX_DEVICES {
+        return Err(format!(
+            "{count} devices given; at most {} per command (each gets a worker thread): run the \
+             command on fewer devices at a time",
+            crate::MAX_DEVICES
+        ));
+    }
+    if let Cmd::Preempt(p) = command
+        && p.victim.is_zero()
+        && !p.rtype.is_all_registrants()
+    {
+        return Err(format!(
+            "--victim 0 (remove every other registration) is only valid with an all-registrants \
+             type (wear, eaar), not {}",
+            p.rtype
+        ));
+    }
+    if let Cmd::RegisterMove(m) = command
+        && matches!(&m.transport_id, TransportId::Iscsi { isid: None, .. })
+    {
+        // Not refused (SPC allows it), but LIO then registers a nexus no session uses.
+        eprintln!(
+            "prfence: warning: {} names an iSCSI initiator without an ISID; the target may move \
+             the reservation to a registration that no session of it uses. Give NAME,i,0xISID \
+             as `prfence full-status` shows it",
+            m.transport_id
+        );
+    }
+    Ok(())
 }
 
 fn parse_key(s: &str) -> Result<Key, String> {

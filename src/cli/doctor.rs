@@ -3,23 +3,23 @@
 //! ([`crate::ops::doctor`]) rendered in words or JSON.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::daemon::config::{KeySpec, ModeSettings, Settings};
-use crate::discover::{OpenPath, Opener, PathInfo, Protocol};
+use crate::discover::{PathInfo, PathSysfs};
 use crate::host::Host;
-use crate::ops::LuTarget;
 use crate::ops::doctor::{
     self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
     TargetKind,
 };
+use crate::ops::{LuTarget, OpenPath};
 use crate::pr::Key;
-use crate::transport::{Hinted, Policy, PrTransport};
+use crate::transport::{Policy, Protocol};
 
 use super::args::Doctor;
-use super::fencing::{CliPath, with_cli_hints};
-use super::run::ExitStatus;
+use super::exit::{ExitStatus, json_with_exit};
+use super::paths::{CliPath, opener};
 
 type DoctorDevice = DoctorPath<CliPath>;
 
@@ -53,32 +53,25 @@ fn devices_and_key(args: &Doctor) -> Result<(Vec<PathBuf>, Option<Key>), String>
     ))
 }
 
-fn sysfs(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
-/// What this node knows about one path: its iSCSI initiator port and the target's kind.
-fn facts(path: &PathInfo) -> PathFacts {
+/// What this node knows about one path: its iSCSI initiator port and the target's kind, from
+/// discovery and what sysfs says about the path (`sysfs`, read through the [`Host`]).
+fn facts(path: &PathInfo, sysfs: PathSysfs) -> PathFacts {
     let not_running = (!path.is_live()).then(|| path.state.to_string());
     if path.protocol == Protocol::Nvme {
         // No SCSI host, vendor or iSCSI session to look up: NVMe registers the host (its host
         // id, READ FULL STATUS's nvme-hostid) on every controller at once.
         return PathFacts {
             not_running,
-            nvme_host_id: nvme_host_id(&path.name),
+            nvme_host_id: sysfs.nvme_host_id,
             target: Some(TargetKind::Unknown),
             ..PathFacts::default()
         };
     }
-    let host = path.hctl.split(':').next().unwrap_or_default();
-    let proc_name = sysfs(format!("/sys/class/scsi_host/host{host}/proc_name"));
-    let vendor = sysfs(format!(
-        "/sys/class/scsi_device/{}/device/vendor",
-        path.hctl
-    ));
+    let PathSysfs {
+        host_driver: proc_name,
+        vendor,
+        ..
+    } = sysfs;
     let lio = vendor.as_deref() == Some("LIO-ORG");
     let target = match (lio, proc_name.as_deref(), &path.transport) {
         (true, Some("tcm_loopback"), _) => TargetKind::LioTcmLoop,
@@ -114,22 +107,6 @@ fn facts(path: &PathInfo) -> PathFacts {
     }
 }
 
-/// The host id this node's NVMe controller for `name` connected with: the controller's `hostid`
-/// (fabrics controllers), through one of the paths of a multipath head, else nvme-cli's
-/// `/etc/nvme/hostid` (what `nvme connect` sends by default).
-fn nvme_host_id(name: &str) -> Option<String> {
-    let block = Path::new("/sys/class/block").join(name);
-    let via_paths = std::fs::read_dir(block.join("multipath"))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|e| e.path().join("device/hostid"));
-    std::iter::once(block.join("device/hostid"))
-        .chain(via_paths)
-        .chain(std::iter::once(PathBuf::from("/etc/nvme/hostid")))
-        .find_map(sysfs)
-}
-
 /// open-iscsi builds a software session's ISID from its OUI-format qualifier 0x00023d and the
 /// kernel's session number (the kernel does not show the ISID of such sessions).
 fn open_iscsi_isid(session: &str) -> Option<String> {
@@ -158,9 +135,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         }
     };
     // Opened on first use, inside doctor's deadline (an open blocks during SCSI error recovery).
-    let opening = Arc::clone(host);
-    let open: Opener<Hinted<Arc<dyn PrTransport>>> =
-        Arc::new(move |dev: &Path| with_cli_hints(opening.open(dev, policy)));
+    let open = opener(host, policy);
     let mut lus: Vec<LuTarget<DoctorDevice>> = resolution
         .lus
         .iter()
@@ -171,7 +146,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
                 .iter()
                 .map(|p| DoctorPath {
                     transport: OpenPath::new(&p.dev, Arc::clone(&open)),
-                    facts: facts(p),
+                    facts: facts(p, host.path_sysfs(p)),
                 })
                 .collect(),
         })
@@ -195,11 +170,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         Ok(diagnosis) => {
             let status = exit_status(&diagnosis);
             if json {
-                let mut value = serde_json::to_value(&diagnosis).unwrap_or_default();
-                if let Some(object) = value.as_object_mut() {
-                    object.insert("exit_status".into(), serde_json::json!(status.code()));
-                }
-                println!("{value}");
+                println!("{}", json_with_exit(&diagnosis, status));
             } else {
                 print!("{}", to_text(&diagnosis));
             }

@@ -5,18 +5,18 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
-use crate::discover::{DeviceError, OpenPath, Opener, targets};
+use crate::discover::DeviceError;
 use crate::host::Host;
 use crate::ops::{
-    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError,
+    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, targets,
 };
 use crate::pr::Key;
-use crate::transport::{CommandError, Hinted, Policy, PrTransport};
+use crate::transport::Policy;
 
 use super::args::{Fence, FencingDevices};
-use super::hints::hint;
+use super::exit::{ExitStatus, json_with_exit};
+use super::paths::{CliPath, opener};
 use super::progress::{print_progress, show_progress};
-use super::run::ExitStatus;
 
 /// Which engine command to run.
 pub enum FencingCommand<'a> {
@@ -24,20 +24,6 @@ pub enum FencingCommand<'a> {
     Fence(&'a Fence),
     Status(&'a FencingDevices),
 }
-
-/// An opened path (or its open error) whose errors carry the CLI's hints, so the engine's report
-/// says what to do in terms of `prfence`'s flags.
-pub(super) fn with_cli_hints<T>(
-    opened: Result<T, CommandError>,
-) -> Result<Hinted<T>, CommandError> {
-    opened
-        .map(|inner| Hinted { inner, hints: hint })
-        .map_err(|e| e.hinted(hint))
-}
-
-/// A path the CLI runs the engine on: opened on its first command, its errors with the CLI's
-/// hints.
-pub(super) type CliPath = OpenPath<Hinted<Arc<dyn PrTransport>>>;
 
 /// Runs a fencing command on `host`'s devices and prints its report; returns the exit status.
 pub fn execute(
@@ -88,10 +74,7 @@ pub fn execute(
         }
         return ExitStatus::Failure;
     }
-    let opening = Arc::clone(host);
-    let open: Opener<Hinted<Arc<dyn PrTransport>>> =
-        Arc::new(move |dev| with_cli_hints(opening.open(dev, policy)));
-    let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &open);
+    let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
     let limits = Limits {
         deadline,
         tie_break: match &action {
@@ -146,14 +129,7 @@ fn print_report(report: &Report, json: bool) {
 
 /// The report as JSON, with the exit status added.
 pub fn to_json(report: &Report) -> serde_json::Value {
-    let mut value = serde_json::to_value(report).unwrap_or_default();
-    if let Some(object) = value.as_object_mut() {
-        object.insert(
-            "exit_status".into(),
-            serde_json::json!(exit_status(report.outcome).code()),
-        );
-    }
-    value
+    json_with_exit(report, exit_status(report.outcome))
 }
 
 fn key_list(keys: &[Key]) -> String {

@@ -15,8 +15,8 @@ use crate::transport::{
     Command, CommandError, ErrorKind, PrOutReport, ScsiDetail, TransportDetail,
 };
 
-use super::fencing;
 use super::render::{Answer, Reported, to_json, to_text};
+use super::{fencing, paths};
 
 const DEV: &str = "/dev/sdb";
 
@@ -488,17 +488,17 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
 
     use crate::exec::ScsiPr;
     use crate::ops::{Limits, LuTarget};
-    use crate::spc_model::{Injected, Lu, ModelDevice, Quirks};
+    use crate::spc_model::{Injected, ModelDevice, ModelLu, Quirks};
     use crate::transport::Policy;
 
-    let mut lu = Lu::new(Quirks::lio());
+    let mut lu = ModelLu::new(Quirks::lio());
     let nexus = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("0x1")), 1);
     lu.fail_next(nexus, Injected::Timeout, 100);
     let lu = Arc::new(Mutex::new(lu));
     let path = ScsiPr::new(ModelDevice::new(lu, nexus, DEV), Policy::default());
     let targets = vec![LuTarget {
         id: "naa.6001405aaaa".to_string(),
-        paths: vec![fencing::with_cli_hints(Ok(path)).unwrap()],
+        paths: vec![paths::with_cli_hints(Ok(path)).unwrap()],
     }];
     let report = crate::ops::status(targets, Key::new(0xa), Limits::default()).unwrap();
     let error = report.lus[0].paths[0].error.as_deref().unwrap();
@@ -509,7 +509,7 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
         ),
         "{error}"
     );
-    let opened = fencing::with_cli_hints::<()>(Err(CommandError::without_completion(
+    let opened = paths::with_cli_hints::<()>(Err(CommandError::without_completion(
         Path::new(DEV),
         Command::Open,
         ErrorKind::Open,
@@ -529,11 +529,11 @@ fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
     use crate::ops::LuTarget;
     use crate::ops::doctor::{DoctorPath, PathFacts, TargetKind, doctor};
     use crate::pr::{PrOut, ReservationType};
-    use crate::spc_model::{Lu, ModelDevice, Quirks};
+    use crate::spc_model::{ModelDevice, ModelLu, Quirks};
     use crate::transport::Policy;
 
     let (a, b) = (Key::new(0xa), Key::new(0xb));
-    let mut lu = Lu::new(Quirks::lio());
+    let mut lu = ModelLu::new(Quirks::lio());
     let a1 = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("23d000001")), 1);
     let a2 = lu.connect(iscsi("iqn.2026-11.lab:nodea", Some("23d000002")), 1);
     let b1 = lu.connect(iscsi("iqn.2026-11.lab:nodeb", Some("23d000003")), 1);

@@ -206,6 +206,16 @@ pub enum ModeSettings {
     Lease(LeaseModeSettings),
 }
 
+impl ModeSettings {
+    /// The mode as the configuration names it (`mode = "watch"`), for the status and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModeSettings::Watch(_) => "watch",
+            ModeSettings::Lease(_) => "lease",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchModeSettings {
     pub key: KeySpec,

@@ -1,6 +1,7 @@
 //! The agent as a process: `prfence agent`'s entry point (configuration, key, `--check-config`,
-//! `--once`), the signal and control wiring, and the metrics endpoint's server task. The agent
-//! itself ([`Agent`]) is in [`super::run`].
+//! `--once`), the one place the mode is dispatched ([`run`], [`once`]), the signal and control
+//! wiring, and the metrics endpoint's server task. The services both modes share ([`Agent`]) are
+//! in [`super::agent`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,40 +9,18 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::config::{KeySpec, ModeSettings, Settings, UNIT_WATCHDOG_SEC};
+use super::agent::{
+    Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM, RunEnd,
+};
+use super::config::{ModeSettings, Settings, UNIT_WATCHDOG_SEC};
+use super::key::resolve_key;
+use super::lease_loop::LeaseDriver;
+use super::lock;
 use super::logging::LogHandle;
 use super::notify::Notifier;
-use super::run::{Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, RunEnd};
+use super::watch_loop::WatchDriver;
 use crate::host::{Host, SystemHost};
-use crate::keys::derive_key_via;
 use crate::pr::Key;
-
-/// Where corosync's cmap is read when the key is derived (fence_pr's default).
-const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
-
-/// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync through `host`).
-pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result<Key, String> {
-    let (scheme, node) = match spec {
-        KeySpec::Given(key) => return Ok(*key),
-        KeySpec::Derive { scheme, node } => (scheme, node),
-    };
-    let node = match node {
-        Some(node) => node.clone(),
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
-    };
-    derive_key_via(&node, *scheme, |arg| {
-        host.cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
-    })
-    .map(Key::new)
-    .map_err(|e| {
-        format!(
-            "deriving the key of node {node:?}: {e} (set key.node to the corosync node name if \
-             it differs from the host name, or give key.value)"
-        )
-    })
-}
 
 /// The service watchdog the agent runs under: `$WATCHDOG_USEC` when systemd set it for this
 /// process (`$WATCHDOG_PID`, when set, names it), else [`UNIT_WATCHDOG_SEC`].
@@ -95,10 +74,7 @@ pub fn agent_main(
             "{}: valid ({} mode, {} device(s), check every {:?}, each check within {:?}, \
              WatchdogSec {:?})",
             config.display(),
-            match settings.mode {
-                ModeSettings::Watch(_) => "watch",
-                ModeSettings::Lease(_) => "lease",
-            },
+            settings.mode.name(),
             settings.devices.len(),
             settings.check_interval,
             super::config::check_budget(settings.command_timeout),
@@ -146,6 +122,27 @@ pub fn agent_main(
     // A command hung in the kernel must not hold up the exit (and a fenced node must go).
     runtime.shutdown_timeout(Duration::from_secs(1));
     status
+}
+
+/// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
+pub async fn run(mut agent: Agent, key: Option<Key>) -> RunEnd {
+    match (&agent.settings.mode, key) {
+        (ModeSettings::Watch(_), Some(key)) => WatchDriver::new(&mut agent, key).run_watch().await,
+        (ModeSettings::Watch(_), None) => {
+            RunEnd::Failed("watch mode needs our key resolved first".to_owned())
+        }
+        (ModeSettings::Lease(_), _) => LeaseDriver::run_lease(&mut agent).await,
+    }
+}
+
+/// One look at every LU for `--once`: prints the status and says whether all is well.
+pub async fn once(mut agent: Agent, key: Option<Key>) -> u8 {
+    let healthy = match key {
+        Some(key) => WatchDriver::new(&mut agent, key).once_watch().await,
+        None => LeaseDriver::once_lease(&mut agent).await,
+    };
+    println!("{}", lock(&agent.status).to_json());
+    if healthy { 0 } else { EXIT_ONCE_PROBLEM }
 }
 
 /// The checks of the configuration against this host that `--check-config` and a start share:
@@ -213,7 +210,7 @@ async fn serve(
     let metrics_listen = settings.metrics_listen;
     let agent = Agent::new(settings, options, receiver);
     if once {
-        return agent.once(key).await;
+        return self::once(agent, key).await;
     }
     if let Some(address) = metrics_listen {
         match tokio::net::TcpListener::bind(address).await {
@@ -237,7 +234,7 @@ async fn serve(
         tracing::error!(error = %e, "cannot install signal handlers");
         return EXIT_FAILURE;
     }
-    let outcome = agent.run(key).await;
+    let outcome = run(agent, key).await;
     if let RunEnd::Failed(e) = &outcome {
         tracing::error!(error = %e, "the agent stopped");
     }

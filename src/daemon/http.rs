@@ -10,9 +10,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
+use super::lock;
 use super::metrics::Metrics;
 use super::status::Status;
-use super::storage::lock;
 
 /// Connections served at once. Every open connection is a descriptor taken from the budget the
 /// agent needs for SG_IO, the watchdog, the status and epoch files and the self-fence hook

@@ -137,7 +137,7 @@ pub enum LeaseAction {
         key: Key,
         persist_epoch: Option<u64>,
     },
-    /// READ RESERVATION; report [`Completion::Reservation`].
+    /// READ RESERVATION; report [`LeaseCompletion::Reservation`].
     ReadReservation,
     /// Holder renews: on every path REGISTER (never IGNORE, never with RK 0) RK = the first of
     /// `from` the target accepts, SARK = `to`; then READ RESERVATION. Report `Ok(reservation
@@ -164,7 +164,7 @@ pub enum LeaseAction {
 
 /// A completed command, reported to [`Lease::complete`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
+pub enum LeaseCompletion {
     Join(Result<(), CommandFailure>),
     Reservation(Result<Option<Key>, CommandFailure>),
     /// The reservation key read after the REGISTERs (see [`LeaseAction::Renew`]).
@@ -516,11 +516,11 @@ impl Lease {
 
     /// Reports the end of the outstanding command. A completion that does not match the phase
     /// (late, after fencing) is ignored.
-    pub fn complete(&mut self, now: Instant, completion: Completion) {
+    pub fn complete(&mut self, now: Instant, completion: LeaseCompletion) {
         let interval = self.config.check_interval;
         let renew = self.config.renew;
         match (&mut self.phase, completion) {
-            (Phase::Joining { .. }, Completion::Join(Ok(()))) => {
+            (Phase::Joining { .. }, LeaseCompletion::Join(Ok(()))) => {
                 self.phase = Phase::Watching {
                     last_seen: None,
                     changed_at: now,
@@ -533,7 +533,7 @@ impl Lease {
                     next_attempt,
                     in_flight,
                 },
-                Completion::Join(Err(_)),
+                LeaseCompletion::Join(Err(_)),
             ) => {
                 *in_flight = false;
                 *next_attempt = now + interval;
@@ -545,7 +545,7 @@ impl Lease {
                     in_flight,
                     ..
                 },
-                Completion::Reservation(result),
+                LeaseCompletion::Reservation(result),
             ) => {
                 *in_flight = false;
                 // A failed read neither restarts nor advances the timer: keys never repeat, so
@@ -565,7 +565,7 @@ impl Lease {
             }
             (
                 Phase::Acquiring { sent_at },
-                Completion::Preempt(result) | Completion::Reserve(result),
+                LeaseCompletion::Preempt(result) | LeaseCompletion::Reserve(result),
             ) => {
                 let acquire_sent = *sent_at;
                 self.phase = match result {
@@ -591,7 +591,7 @@ impl Lease {
                     in_flight,
                     ..
                 },
-                Completion::Reservation(result),
+                LeaseCompletion::Reservation(result),
             ) => {
                 *in_flight = false;
                 let acquire_sent = *acquire_sent;
@@ -617,7 +617,7 @@ impl Lease {
                     in_flight,
                     promoted,
                 },
-                Completion::Renew(result),
+                LeaseCompletion::Renew(result),
             ) => {
                 let Some((to, sent_at)) = in_flight.take() else {
                     return;

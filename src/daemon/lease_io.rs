@@ -1,5 +1,5 @@
 //! The PR commands behind each [`LeaseAction`](super::lease::LeaseAction), on one LU's live
-//! paths, and what they come to as a [`Completion`]. Blocking, and generic over how a command
+//! paths, and what they come to as a [`LeaseCompletion`]. Blocking, and generic over how a command
 //! reaches a path ([`LeasePaths`]): the agent runs these on a blocking thread through its
 //! bounded executor, the simulation through its gated devices, so both run the same commands.
 //!
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use prfence_engine::runtime::{self, Finished};
 
 use super::failure::CommandFailure;
-use super::lease::Completion;
+use super::lease::LeaseCompletion;
 use crate::pr::{Key, PrInAction, PrOut, PrOutAction, ReservationType};
 use crate::transport::{Command, CommandError, ErrorKind, PrTransport};
 
@@ -62,9 +62,9 @@ pub fn read_reservation<P: LeasePaths>(paths: &P) -> Result<Option<Key>, Command
 }
 
 /// Join: our fresh key on every live path (a fresh epoch was never preempted, P3).
-pub fn join<P: LeasePaths>(paths: &P, key: Key) -> Completion {
+pub fn join<P: LeasePaths>(paths: &P, key: Key) -> LeaseCompletion {
     if paths.live() == 0 {
-        return Completion::Join(Err(CommandFailure::Unreachable));
+        return LeaseCompletion::Join(Err(CommandFailure::Unreachable));
     }
     let mut result = Ok(());
     for index in 0..paths.live() {
@@ -78,19 +78,19 @@ pub fn join<P: LeasePaths>(paths: &P, key: Key) -> Completion {
             result = Err(CommandFailure::of(&e));
         }
     }
-    Completion::Join(result)
+    LeaseCompletion::Join(result)
 }
 
 /// What a renew came to, and which live paths had none of our keys (re-login?).
 pub struct Renewed {
-    pub completion: Completion,
+    pub completion: LeaseCompletion,
     pub lost: Vec<usize>,
 }
 
 /// Renew: REGISTER from → to on every live path at once, then READ RESERVATION.
 pub fn renew<P: LeasePaths>(paths: &Arc<P>, from: &[Key], to: Key) -> Renewed {
     let failed = |e| Renewed {
-        completion: Completion::Renew(Err(e)),
+        completion: LeaseCompletion::Renew(Err(e)),
         lost: Vec::new(),
     };
     if paths.live() == 0 {
@@ -161,12 +161,12 @@ pub fn renew<P: LeasePaths>(paths: &Arc<P>, from: &[Key], to: Key) -> Renewed {
     }
     if let Some(e) = failure {
         return Renewed {
-            completion: Completion::Renew(Err(e)),
+            completion: LeaseCompletion::Renew(Err(e)),
             lost,
         };
     }
     Renewed {
-        completion: Completion::Renew(
+        completion: LeaseCompletion::Renew(
             read_reservation(paths.as_ref()).map_err(|e| CommandFailure::of(&e)),
         ),
         lost,
@@ -179,21 +179,21 @@ pub fn preempt<P: LeasePaths>(
     own: Key,
     victim: Key,
     rtype: ReservationType,
-) -> Completion {
+) -> LeaseCompletion {
     tracing::warn!(lu = %paths.lu(), %victim, "the holder's key has not changed for a lease: preempting it");
     let done = first_live(
         paths,
         Command::PrOut(PrOutAction::PreemptAndAbort),
         move |t| t.pr_out(&PrOut::preempt_and_abort(own, victim, rtype)),
     );
-    Completion::Preempt(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
+    LeaseCompletion::Preempt(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
 }
 
 /// RESERVE on the first live path (no reservation for a lease).
-pub fn reserve<P: LeasePaths>(paths: &P, own: Key, rtype: ReservationType) -> Completion {
+pub fn reserve<P: LeasePaths>(paths: &P, own: Key, rtype: ReservationType) -> LeaseCompletion {
     tracing::info!(lu = %paths.lu(), "no reservation for a lease: reserving");
     let done = first_live(paths, Command::PrOut(PrOutAction::Reserve), move |t| {
         t.pr_out(&PrOut::reserve(own, rtype))
     });
-    Completion::Reserve(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
+    LeaseCompletion::Reserve(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
 }

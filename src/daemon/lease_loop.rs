@@ -19,19 +19,21 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::agent::{Agent, Control, RunEnd};
 use super::config::{LeaseReservation, ModeSettings, Settings};
 use super::epoch_file;
+use super::executor::{Executor, no_live_path};
 use super::failure::CommandFailure;
+use super::heal::{heal_lu, report_heal};
 use super::lease::{
-    self, Completion, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseConfig,
+    self, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseCompletion, LeaseConfig,
     LeaseKey, Role, StartView,
 };
 use super::lease_io::{self, LeasePaths};
+use super::lock;
+use super::lu_table::PathHandle;
 use super::metrics::CommandResult;
-use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
 use super::status::State;
-use super::storage::{Executor, PathHandle, lock, no_live_path};
-use super::watch_loop::path_status;
 use crate::pr::{Key, PrInAction, ReservationType};
 use crate::transport::{Command, CommandError};
 
@@ -130,26 +132,26 @@ impl Job {
         .await
     }
 
-    async fn join(&self, key: Key, hint: Option<u64>) -> Completion {
+    async fn join(&self, key: Key, hint: Option<u64>) -> LeaseCompletion {
         if let Err(e) = self.persist(key, hint).await {
-            return Completion::Join(Err(e));
+            return LeaseCompletion::Join(Err(e));
         }
         self.blocking(
             move |p| lease_io::join(p.as_ref(), key),
-            |e| Completion::Join(Err(e)),
+            |e| LeaseCompletion::Join(Err(e)),
         )
         .await
     }
 
-    async fn renew(&self, from: Vec<Key>, to: Key, hint: Option<u64>) -> Completion {
+    async fn renew(&self, from: Vec<Key>, to: Key, hint: Option<u64>) -> LeaseCompletion {
         if let Err(e) = self.persist(to, hint).await {
-            return Completion::Renew(Err(e));
+            return LeaseCompletion::Renew(Err(e));
         }
         let renewed = self
             .blocking(
                 move |p| lease_io::renew(&p, &from, to),
                 |e| lease_io::Renewed {
-                    completion: Completion::Renew(Err(e)),
+                    completion: LeaseCompletion::Renew(Err(e)),
                     lost: Vec::new(),
                 },
             )
@@ -163,11 +165,11 @@ impl Job {
         renewed.completion
     }
 
-    async fn execute(&self, action: LeaseAction) -> Option<Completion> {
+    async fn execute(&self, action: LeaseAction) -> Option<LeaseCompletion> {
         let rtype = self.rtype;
         Some(match action {
             LeaseAction::Join { key, persist_epoch } => self.join(key, persist_epoch).await,
-            LeaseAction::ReadReservation => Completion::Reservation(
+            LeaseAction::ReadReservation => LeaseCompletion::Reservation(
                 self.read_reservation()
                     .await
                     .map_err(|e| CommandFailure::of(&e)),
@@ -180,14 +182,14 @@ impl Job {
             LeaseAction::Preempt { own, victim } => {
                 self.blocking(
                     move |p| lease_io::preempt(p.as_ref(), own, victim, rtype),
-                    |e| Completion::Preempt(Err(e)),
+                    |e| LeaseCompletion::Preempt(Err(e)),
                 )
                 .await
             }
             LeaseAction::Reserve { own } => {
                 self.blocking(
                     move |p| lease_io::reserve(p.as_ref(), own, rtype),
-                    |e| Completion::Reserve(Err(e)),
+                    |e| LeaseCompletion::Reserve(Err(e)),
                 )
                 .await
             }
@@ -386,7 +388,7 @@ impl<'a> LeaseDriver<'a> {
             "lease mode"
         );
         self.agent.notifier.ready("lease: starting");
-        let mut jobs: JoinSet<(usize, Option<Completion>)> = JoinSet::new();
+        let mut jobs: JoinSet<(usize, Option<LeaseCompletion>)> = JoinSet::new();
         let mut next_check = Instant::now();
         let mut role = None;
         loop {
@@ -462,11 +464,13 @@ impl<'a> LeaseDriver<'a> {
         }
     }
 
-    fn record_completion(&self, completion: &Completion) {
+    fn record_completion(&self, completion: &LeaseCompletion) {
         let mut metrics = lock(&self.agent.metrics);
         match completion {
-            Completion::Renew(result) => metrics.record_renewal(CommandResult::from(*result)),
-            Completion::Preempt(result) => metrics.record_preempt(CommandResult::from(*result)),
+            LeaseCompletion::Renew(result) => metrics.record_renewal(CommandResult::from(*result)),
+            LeaseCompletion::Preempt(result) => {
+                metrics.record_preempt(CommandResult::from(*result))
+            }
             _ => {}
         }
     }
@@ -514,7 +518,7 @@ impl<'a> LeaseDriver<'a> {
                 .zip(status.lus.iter_mut())
             {
                 shown.id.clone_from(&lu.id);
-                shown.paths = path_status(&lu.paths);
+                shown.paths = lu.shown_paths();
                 shown.lease_key = Some(lease.own_key().to_string());
                 shown.verdict = match lease.role() {
                     Role::Holder { promoted: true } => "holder".to_owned(),
@@ -600,7 +604,7 @@ impl<'a> LeaseDriver<'a> {
             let mut status = lock(&self.agent.status);
             let shown = &mut status.lus[index];
             shown.id.clone_from(&self.agent.table.lus[index].id);
-            shown.paths = path_status(&self.agent.table.lus[index].paths);
+            shown.paths = self.agent.table.lus[index].shown_paths();
             match (holder, keys) {
                 (Ok(holder), Ok((keys, _, _))) => {
                     shown.keys = keys.keys.iter().map(Key::to_string).collect();

@@ -11,11 +11,17 @@
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
 //! - [`status`]: the state `/status` and the status file show, as JSON.
 //!
-//! The driver: [`run`] (the `Agent` both modes share: entry point, self-fence, watchdog,
-//! publishing), `watch_loop` and `lease_loop` (`WatchDriver` and `LeaseDriver`, each with its
-//! mode's state), [`storage`] (the LU table over the engine's [`crate::host::Host`], and
-//! bounded command execution), [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`),
-//! [`status_file`], [`epoch_file`], [`logging`].
+//! The driver: [`entry`] (the process: arguments, signals, and the one place the mode is
+//! dispatched), [`agent`] (the `Agent` both modes share, without knowledge of either:
+//! self-fence, watchdog, publishing), `watch_loop` and `lease_loop` (`WatchDriver` and
+//! `LeaseDriver`, each with its mode's state), `heal` (the heal both run), [`key`] (our key in
+//! watch mode), [`lu_table`] (the LU table over the engine's [`crate::host::Host`]),
+//! [`executor`] (bounded command execution), [`lease_io`] (each lease action's PR commands),
+//! [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`), [`status_file`],
+//! [`epoch_file`], [`logging`].
+//!
+//! Module graph of the driver (an arrow: "uses"; no cycle):
+//! `entry → {watch_loop, lease_loop} → {heal, key} → agent → {executor → lu_table}, status`.
 //!
 //! # Safety does not rest on time (P5)
 //! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
@@ -77,24 +83,33 @@
 //! system suspend and may or may not advance while a VM is paused. Its next renew meets
 //! RESERVATION CONFLICT and it self-fences; its writes in between are refused by the target.
 
+pub mod agent;
 pub mod config;
 pub mod entry;
 pub mod epoch_file;
+pub mod executor;
 pub mod failure;
+mod heal;
 pub mod http;
+pub mod key;
 pub mod lease;
 pub mod lease_io;
 mod lease_loop;
 pub mod logging;
+pub mod lu_table;
 pub mod metrics;
 pub mod notify;
-pub mod run;
 pub mod status;
 pub mod status_file;
-pub mod storage;
 pub mod watch;
 mod watch_loop;
 pub mod watchdog;
 
 #[cfg(test)]
 mod tests;
+
+/// Locks `m`, taking the data of a poisoned lock as it is: a panicked holder (a bug) must not
+/// stop the agent's checks, watchdog feeding or self-fence.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

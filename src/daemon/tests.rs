@@ -11,21 +11,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::agent::{Agent, AgentParts, Control, RunEnd};
 use super::config::Settings;
+use super::lock;
 use super::notify::Notifier;
-use super::run::{Agent, AgentParts, Control, RunEnd};
 use super::status::{State, Status};
-use super::storage::lock;
-use crate::discover::{
-    self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Protocol, Resolution,
-};
+use crate::discover::{self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Resolution};
 use crate::exec::ScsiPr;
 use crate::host::Host;
 use crate::keys::KeyError;
 use crate::pr::{Key, PrOut, ReservationType};
 use crate::process::RunError;
-use crate::spc_model::{Injected, Lu, ModelDevice, Nexus, Quirks};
-use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport};
+use crate::spc_model::{Injected, ModelDevice, ModelLu, Nexus, Quirks};
+use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport, Protocol};
 
 const KA: Key = Key::new(0xa1);
 const KB: Key = Key::new(0xb2);
@@ -44,7 +42,7 @@ impl ModelStorage {
         &self,
         device: &str,
         id: &str,
-        lu: &Arc<Mutex<Lu>>,
+        lu: &Arc<Mutex<ModelLu>>,
         nexus: Nexus,
         dev: &str,
         session: &str,
@@ -171,15 +169,15 @@ impl Host for RecordingHost {
 
 use crate::spc_model::iscsi_initiator as iscsi;
 
-fn model_lu() -> Arc<Mutex<Lu>> {
-    Arc::new(Mutex::new(Lu::new(Quirks::lio())))
+fn model_lu() -> Arc<Mutex<ModelLu>> {
+    Arc::new(Mutex::new(ModelLu::new(Quirks::lio())))
 }
 
-fn connect(lu: &Arc<Mutex<Lu>>, node: &str, isid: &str) -> Nexus {
+fn connect(lu: &Arc<Mutex<ModelLu>>, node: &str, isid: &str) -> Nexus {
     lock(lu).connect(iscsi(node, isid), 1)
 }
 
-fn register(lu: &Arc<Mutex<Lu>>, nexus: Nexus, key: Key) {
+fn register(lu: &Arc<Mutex<ModelLu>>, nexus: Nexus, key: Key) {
     lock(lu)
         .pr_out(nexus, &PrOut::register_ignore(key))
         .unwrap();
@@ -244,7 +242,7 @@ fn lines(file: &Path) -> usize {
 /// Two LUs, node A registered on both through one path each, node B registered too.
 struct TwoLus {
     storage: Arc<ModelStorage>,
-    lus: [Arc<Mutex<Lu>>; 2],
+    lus: [Arc<Mutex<ModelLu>>; 2],
     b: [Nexus; 2],
 }
 
@@ -646,11 +644,11 @@ async fn once_reports_an_orphan_and_heals_nothing() {
             receiver,
         )
     };
-    assert_eq!(agent(&storage).once(Some(KA)).await, 0);
+    assert_eq!(super::entry::once(agent(&storage), Some(KA)).await, 0);
     storage.path("/dev/mapper/lu0", "naa.0", &lu, a2, "/dev/sd1", "session2");
     assert_eq!(
-        agent(&storage).once(Some(KA)).await,
-        super::run::EXIT_ONCE_PROBLEM
+        super::entry::once(agent(&storage), Some(KA)).await,
+        super::agent::EXIT_ONCE_PROBLEM
     );
     assert_eq!(lock(&lu).registered_key(a2), None);
 }
@@ -704,7 +702,7 @@ fn start_agent(
     Running {
         status: agent.status(),
         metrics: agent.metrics(),
-        task: tokio::spawn(agent.run(key)),
+        task: tokio::spawn(super::entry::run(agent, key)),
         control,
         host,
     }
@@ -846,8 +844,8 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
 /// Issue #10 item 3: `--check-config` refuses what a start would refuse, with the same statuses.
 #[test]
 fn check_config_refuses_what_start_refuses() {
+    use super::agent::{EXIT_CONFIG, EXIT_FAILURE};
     use super::entry::{agent_main, check_host};
-    use super::run::{EXIT_CONFIG, EXIT_FAILURE};
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("agent.toml");
     let watch = "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n";
@@ -983,7 +981,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
             receiver,
         );
         let status = agent.status();
-        (agent.once(Some(KA)), status)
+        (super::entry::once(agent, Some(KA)), status)
     };
     let (done, status) = once(settings.clone());
     assert_eq!(done.await, 0);
@@ -991,7 +989,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
     assert_eq!(std::fs::read(&device).unwrap(), b"", "never opened");
     std::fs::remove_file(&device).unwrap();
     let (done, status) = once(settings);
-    assert_eq!(done.await, super::run::EXIT_ONCE_PROBLEM);
+    assert_eq!(done.await, super::agent::EXIT_ONCE_PROBLEM);
     let status = lock(&status).clone();
     assert_eq!(status.state, State::Degraded);
     assert_eq!(status.watchdog.state, WatchdogState::Degraded);
@@ -1165,7 +1163,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let (status, metrics) = (agent.status(), agent.metrics());
     let started = std::time::Instant::now();
     // --once: one check with every path probed (the longest a check gets).
-    let code = runtime.block_on(agent.once(Some(KA)));
+    let code = runtime.block_on(super::entry::once(agent, Some(KA)));
     let took = started.elapsed();
     runtime.shutdown_background();
     println!(
@@ -1175,7 +1173,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
         took <= budget + Duration::from_secs(1),
         "{took:?} > budget {budget:?}"
     );
-    assert_eq!(code, super::run::EXIT_ONCE_PROBLEM, "LU 1 is unreadable");
+    assert_eq!(code, super::agent::EXIT_ONCE_PROBLEM, "LU 1 is unreadable");
     let status = lock(&status).clone();
     assert!(
         status.lus[0].keys.contains(&KA.to_string()),
@@ -1208,8 +1206,8 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
 
 #[test]
 fn descriptors_are_reserved_for_the_self_fence_and_released_by_it() {
-    let mut reserve = super::run::DescriptorReserve::take(super::run::DescriptorReserve::SIZE);
-    assert_eq!(reserve.held(), super::run::DescriptorReserve::SIZE);
+    let mut reserve = super::agent::DescriptorReserve::take(super::agent::DescriptorReserve::SIZE);
+    assert_eq!(reserve.held(), super::agent::DescriptorReserve::SIZE);
     reserve.release();
     assert_eq!(reserve.held(), 0);
 }

@@ -50,7 +50,7 @@ impl std::fmt::Display for PathId {
 
 /// Whether one path of an LU carries our registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathRegistration {
+pub struct ProbedPath {
     pub path: PathId,
     pub registered: bool,
 }
@@ -65,7 +65,7 @@ pub struct LuKeys {
     /// SCSI path, one for all of an NVMe namespace's paths (`LuEntry::registrations_expected`).
     pub path_count: usize,
     /// Per-path knowledge, when the caller probed the paths (after [`LuVerdict::InspectPaths`]).
-    pub paths: Option<Vec<PathRegistration>>,
+    pub paths: Option<Vec<ProbedPath>>,
     /// Discovery saw a path appear, vanish or log in again since the previous tick.
     pub paths_changed: bool,
 }
@@ -359,7 +359,7 @@ mod tests {
             result: Ok(LuKeys {
                 keys: vec![OURS],
                 path_count: 1,
-                paths: Some(vec![PathRegistration {
+                paths: Some(vec![ProbedPath {
                     path: PathId(format!("{lu_name}-p0")),
                     registered: true,
                 }]),
@@ -487,11 +487,11 @@ mod tests {
         let mut obs = keys("a", &[OURS], 2);
         if let Ok(k) = &mut obs.result {
             k.paths = Some(vec![
-                PathRegistration {
+                ProbedPath {
                     path: PathId("sdb".into()),
                     registered: true,
                 },
-                PathRegistration {
+                ProbedPath {
                     path: PathId("sdc".into()),
                     registered: false,
                 },
@@ -516,11 +516,11 @@ mod tests {
                 path_count: 2,
                 paths_changed: false,
                 paths: Some(vec![
-                    PathRegistration {
+                    ProbedPath {
                         path: PathId("sdb".into()),
                         registered: true,
                     },
-                    PathRegistration {
+                    ProbedPath {
                         path: PathId("sdc".into()),
                         registered: false,
                     },
@@ -694,11 +694,11 @@ mod tests {
         );
         if let Ok(k) = &mut obs.result {
             k.paths = Some(vec![
-                PathRegistration {
+                ProbedPath {
                     path: PathId("sdb".into()),
                     registered: true,
                 },
-                PathRegistration {
+                ProbedPath {
                     path: PathId("sdc".into()),
                     registered: false,
                 },

@@ -16,13 +16,16 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::agent::{Agent, Control, RunEnd};
 use super::config::{ModeSettings, Settings};
+use super::executor::Executor;
+use super::heal::{heal_lu, report_heal};
+use super::lock;
+use super::lu_table::{LuEntry, LuTable, PathHandle};
 use super::metrics::CommandResult;
-use super::run::{Agent, Control, RunEnd, heal_lu, report_heal};
-use super::status::{PathStatus, State, WatchdogState};
-use super::storage::{Executor, LuEntry, LuTable, PathHandle, lock};
+use super::status::{State, WatchdogState};
 use super::watch::{
-    CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, PathRegistration, WatchConfig,
+    CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath, WatchConfig,
     WatchState,
 };
 use crate::ops::probe_registration;
@@ -35,7 +38,7 @@ struct LuCheck {
     /// The target told a path its registration was preempted (2Ah/05h).
     preempted_unit_attention: bool,
     /// Per-path registration, when probed.
-    registrations: Option<Vec<PathRegistration>>,
+    registrations: Option<Vec<ProbedPath>>,
 }
 
 /// A READ KEYS on one live path, then, if `probe` and the keys were read, the per-path probes,
@@ -78,7 +81,7 @@ async fn check_lu(
         let mut found = Vec::new();
         for (_, name, result) in probed {
             match result {
-                Ok(registered) => found.push(PathRegistration {
+                Ok(registered) => found.push(ProbedPath {
                     path: PathId(name),
                     registered,
                 }),
@@ -447,7 +450,7 @@ impl WatchDriver<'_> {
                 if let Ok(keys) = &check.keys {
                     shown.keys = keys.keys.iter().map(Key::to_string).collect();
                 }
-                shown.paths = path_status(&lu.paths);
+                shown.paths = lu.shown_paths();
             }
         }
         self.agent.publish();
@@ -490,7 +493,7 @@ impl WatchDriver<'_> {
             let timeout = new.command_timeout;
             let host = Arc::clone(&self.agent.host);
             match tokio::task::spawn_blocking(move || {
-                super::entry::resolve_key(&spec, timeout, host.as_ref())
+                super::key::resolve_key(&spec, timeout, host.as_ref())
             })
             .await
             {
@@ -626,19 +629,6 @@ fn ticker(period: Duration) -> tokio::time::Interval {
     // A late check is not made up for with a burst.
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
     interval
-}
-
-pub(super) fn path_status(paths: &[PathHandle]) -> Vec<PathStatus> {
-    paths
-        .iter()
-        .map(|p| PathStatus {
-            name: p.spec.name.clone(),
-            dev: p.spec.dev.display().to_string(),
-            live: p.spec.live,
-            session: p.spec.session.clone(),
-            blocked: p.is_blocked(),
-        })
-        .collect()
 }
 
 /// A verdict in words, for logs and the status.

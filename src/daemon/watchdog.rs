@@ -2,11 +2,11 @@
 //! magic close ('V') only on a clean SIGTERM stop when configured.
 //!
 //! The agent does not program the timeout: that takes the WDIOC_SETTIMEOUT ioctl, and this crate
-//! has no `unsafe` (only `sg-io` does). It reads the device's timeout from sysfs instead and
-//! refuses to start on a mismatch, because the timing rules (`daemon` module docs) are checked
-//! against the configured value. Dropping a [`Watchdog`] closes it *without* the magic byte, so
-//! the kernel keeps the timer running ("watchdog did not stop!"): a fenced or crashed agent
-//! leaves the node to be reset.
+//! has no `unsafe` (only the two ioctl crates, `sg-io` and `nvme-io`, do). It reads the device's
+//! timeout from sysfs instead and refuses to start on a mismatch, because the timing rules
+//! (`daemon` module docs) are checked against the configured value. Dropping a [`Watchdog`]
+//! closes it *without* the magic byte, so the kernel keeps the timer running ("watchdog did not
+//! stop!"): a fenced or crashed agent leaves the node to be reset.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

@@ -297,7 +297,7 @@ const PARAMS: &[Param] = &[
         "corosync_cmap_path",
         "--corosync-cmap-path=[path]",
         Content::String,
-        Some("/usr/sbin/corosync-cmapctl"),
+        Some(crate::keys::COROSYNC_CMAPCTL),
         "Path of corosync-cmapctl, used to derive keys from the cluster name and nodelist.",
     ),
     param(

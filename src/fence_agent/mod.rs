@@ -1,6 +1,6 @@
 //! The ClusterLabs Fence Agent API side of `fence_pr`, a drop-in for fence_scsi. This module and
 //! its pure parts: parsing, validation, key derivation, the key store format, metadata and exit
-//! codes. [`run`] executes an [`AgentRequest`] with the engine; `src/main.rs` becomes the agent
+//! codes. [`run`] executes an [`FencePrRequest`] with the engine; `src/main.rs` becomes the agent
 //! when invoked as `fence_pr`.
 //!
 //! Input: with no arguments, `name=value` lines on stdin (what Pacemaker sends); with any
@@ -47,6 +47,11 @@ use std::time::Duration;
 pub use crate::keys::KeyError;
 use crate::keys::{self, KeyScheme};
 pub use options::InputMode;
+
+/// The old name of [`FencePrRequest`], kept only for `tests/fence_scsi_keys.rs` until it is
+/// switched (that suite is owned elsewhere); "agent" alone means the node agent.
+#[doc(hidden)]
+pub type AgentRequest = FencePrRequest;
 use options::{RawOptions, RawValue};
 
 /// Fence Agent API actions fence_pr performs. `reboot` is not one of them.
@@ -71,7 +76,7 @@ pub enum Action {
 impl Action {
     /// Parses an action name, case-insensitively, with fence-agents' aliases: `enable` = on,
     /// `disable` = off, `meta-data` = metadata. `reboot` is refused like any unknown action.
-    pub fn parse(text: &str) -> Result<Action, AgentError> {
+    pub fn parse(text: &str) -> Result<Action, FencePrError> {
         Ok(match text.to_ascii_lowercase().as_str() {
             "on" | "enable" => Action::On,
             "off" | "disable" => Action::Off,
@@ -82,7 +87,7 @@ impl Action {
             "metadata" | "meta-data" => Action::Metadata,
             "manpage" => Action::Manpage,
             "validate-all" => Action::ValidateAll,
-            other => return Err(AgentError::UnrecognisedAction(other.to_owned())),
+            other => return Err(FencePrError::UnrecognisedAction(other.to_owned())),
         })
     }
 
@@ -164,7 +169,7 @@ impl Default for Options {
             aptpl: false,
             mpath_register_method: MpathRegisterMethod::Multi,
             logfile: None,
-            corosync_cmap_path: PathBuf::from("/usr/sbin/corosync-cmapctl"),
+            corosync_cmap_path: PathBuf::from(crate::keys::COROSYNC_CMAPCTL),
             vgs_path: PathBuf::from("/sbin/vgs"),
             quiet: false,
             verbose_level: 0,
@@ -191,7 +196,7 @@ impl Options {
 
 /// A validated request: what to do and with which options.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentRequest {
+pub struct FencePrRequest {
     /// When `options.help` or `options.version` is set the action was not validated (fence-agents
     /// answers those first) and is `off` if it was invalid. Order of precedence for the caller:
     /// help, then metadata/manpage, then version.
@@ -204,7 +209,7 @@ pub struct AgentRequest {
 
 /// Errors before any device is touched. Messages begin like fence-agents' so logs grep the same.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AgentError {
+pub enum FencePrError {
     #[error("Parse error: {0}; see --help")]
     Parse(String),
     #[error(
@@ -256,19 +261,19 @@ pub enum AgentError {
     )]
     SelfFence(u64),
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
-    Several(Vec<AgentError>),
+    Several(Vec<FencePrError>),
 }
 
-impl AgentError {
+impl FencePrError {
     /// Every failure exits 1, as in fence-agents.
-    pub fn exit_code(&self) -> AgentExit {
-        AgentExit::Error
+    pub fn exit_code(&self) -> FencePrExit {
+        FencePrExit::Error
     }
 }
 
 /// Fence Agent API exit statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentExit {
+pub enum FencePrExit {
     /// Success; for `status`, ON (key registered).
     Success = 0,
     /// Any failure, including a timeout.
@@ -277,14 +282,14 @@ pub enum AgentExit {
     Off = 2,
 }
 
-impl AgentExit {
+impl FencePrExit {
     pub fn code(self) -> u8 {
         self as u8
     }
 }
 
-impl From<AgentExit> for std::process::ExitCode {
-    fn from(code: AgentExit) -> Self {
+impl From<FencePrExit> for std::process::ExitCode {
+    fn from(code: FencePrExit) -> Self {
         std::process::ExitCode::from(code.code())
     }
 }
@@ -318,7 +323,7 @@ pub const MAX_STDIN_BYTES: usize = 1024 * 1024;
 
 /// The command-line arguments as UTF-8, or which one is not (`std::env::args` would panic).
 /// `args` excludes `argv[0]`; `index` in the error counts from 1.
-pub fn args_from_os<I>(args: I) -> Result<Vec<String>, AgentError>
+pub fn args_from_os<I>(args: I) -> Result<Vec<String>, FencePrError>
 where
     I: IntoIterator<Item = std::ffi::OsString>,
 {
@@ -326,7 +331,7 @@ where
         .enumerate()
         .map(|(i, arg)| {
             arg.into_string()
-                .map_err(|arg| AgentError::ArgumentNotUtf8 {
+                .map_err(|arg| FencePrError::ArgumentNotUtf8 {
                     index: i + 1,
                     lossy: arg.to_string_lossy().into_owned(),
                 })
@@ -337,7 +342,7 @@ where
 /// Reads the stdin options without ever holding more than [`MAX_STDIN_LINE`] bytes of one line or
 /// [`MAX_STDIN_BYTES`] in all; a longer line, more input or bytes that are not UTF-8 are errors
 /// (naming the line, counted from 1).
-pub fn read_stdin<R: std::io::BufRead>(mut reader: R) -> Result<String, AgentError> {
+pub fn read_stdin<R: std::io::BufRead>(mut reader: R) -> Result<String, FencePrError> {
     use std::io::{BufRead as _, Read as _};
     let mut text = String::new();
     let mut line = Vec::new();
@@ -348,7 +353,7 @@ pub fn read_stdin<R: std::io::BufRead>(mut reader: R) -> Result<String, AgentErr
         let read = (&mut reader)
             .take(limit)
             .read_until(b'\n', &mut line)
-            .map_err(|e| AgentError::StdinRead(e.to_string()))?;
+            .map_err(|e| FencePrError::StdinRead(e.to_string()))?;
         if read == 0 {
             break;
         }
@@ -356,13 +361,13 @@ pub fn read_stdin<R: std::io::BufRead>(mut reader: R) -> Result<String, AgentErr
             .strip_suffix(b"\n")
             .map_or(&line[..], |l| l.strip_suffix(b"\r").unwrap_or(l));
         if content.len() > MAX_STDIN_LINE {
-            return Err(AgentError::StdinLineTooLong { line: number });
+            return Err(FencePrError::StdinLineTooLong { line: number });
         }
         if text.len() + line.len() > MAX_STDIN_BYTES {
-            return Err(AgentError::StdinTooLarge);
+            return Err(FencePrError::StdinTooLarge);
         }
         let valid =
-            std::str::from_utf8(&line).map_err(|_| AgentError::StdinNotUtf8 { line: number })?;
+            std::str::from_utf8(&line).map_err(|_| FencePrError::StdinNotUtf8 { line: number })?;
         text.push_str(valid);
     }
     Ok(text)
@@ -379,7 +384,7 @@ pub fn parse<S: AsRef<str>>(
     args: &[S],
     stdin: Option<&str>,
     env: &Environment,
-) -> Result<AgentRequest, AgentError> {
+) -> Result<FencePrRequest, FencePrError> {
     let (raw, mode) = if wants_stdin(args) {
         (options::parse_stdin(stdin.unwrap_or("")), InputMode::Stdin)
     } else {
@@ -413,7 +418,7 @@ fn build(
     mut raw: RawOptions,
     mode: InputMode,
     env: &Environment,
-) -> Result<AgentRequest, AgentError> {
+) -> Result<FencePrRequest, FencePrError> {
     let mut notes = std::mem::take(&mut raw.notes);
     let mut errors = Vec::new();
     let mut o = Options {
@@ -428,7 +433,7 @@ fn build(
         Err(e) => return Err(e),
     };
     if o.help || o.version || matches!(action, Action::Metadata | Action::Manpage) {
-        return Ok(AgentRequest {
+        return Ok(FencePrRequest {
             action,
             options: o,
             mode,
@@ -439,12 +444,12 @@ fn build(
     let mut seconds = |key: &'static str, long: &'static str, slot: &mut Duration| {
         if let Some(v) = text(&raw, key) {
             match parse_count(v) {
-                Some(s) if s > MAX_TIME_SECS => errors.push(AgentError::TimeTooLarge {
+                Some(s) if s > MAX_TIME_SECS => errors.push(FencePrError::TimeTooLarge {
                     option: long,
                     value: s,
                 }),
                 Some(s) => *slot = Duration::from_secs(s),
-                None => errors.push(AgentError::NotSeconds {
+                None => errors.push(FencePrError::NotSeconds {
                     option: long,
                     value: v.to_owned(),
                 }),
@@ -468,7 +473,7 @@ fn build(
     if let Some(v) = text(&raw, "retry_on")
         && parse_count(v).and_then(|n| u32::try_from(n).ok()).is_none()
     {
-        errors.push(AgentError::NotInteger {
+        errors.push(FencePrError::NotInteger {
             option: "retry-on",
             value: v.to_owned(),
         });
@@ -500,7 +505,7 @@ fn build(
     if let Some(v) = non_empty(&raw, "nodeid") {
         match v.trim().parse::<u32>() {
             Ok(id) if id != 0 => o.nodeid = Some(id),
-            _ => errors.push(AgentError::NotInteger {
+            _ => errors.push(FencePrError::NotInteger {
                 option: "nodeid",
                 value: v.to_owned(),
             }),
@@ -517,7 +522,7 @@ fn build(
         && o.key.is_none()
         && non_empty(&raw, "key").is_none()
     {
-        errors.push(AgentError::TargetRequired);
+        errors.push(FencePrError::TargetRequired);
     }
     if let Some(v) = text(&raw, "key_value") {
         o.key_value = match v {
@@ -525,7 +530,7 @@ fn build(
             "hash" => KeyScheme::FenceScsiHash,
             "native" => KeyScheme::Native,
             _ => {
-                errors.push(AgentError::KeyValue(v.to_owned()));
+                errors.push(FencePrError::KeyValue(v.to_owned()));
                 KeyScheme::FenceScsiId
             }
         };
@@ -535,7 +540,7 @@ fn build(
             "multi" => MpathRegisterMethod::Multi,
             "single" => MpathRegisterMethod::Single,
             _ => {
-                errors.push(AgentError::MpathRegisterMethod(v.to_owned()));
+                errors.push(FencePrError::MpathRegisterMethod(v.to_owned()));
                 MpathRegisterMethod::Multi
             }
         };
@@ -550,7 +555,7 @@ fn build(
         })
         .unwrap_or_default();
     if o.devices.len() > crate::MAX_DEVICES {
-        errors.push(AgentError::TooManyDevices {
+        errors.push(FencePrError::TooManyDevices {
             count: o.devices.len(),
         });
     }
@@ -570,25 +575,25 @@ fn build(
     }
 
     match errors.len() {
-        0 => Ok(AgentRequest {
+        0 => Ok(FencePrRequest {
             action,
             options: o,
             mode,
             notes,
         }),
         1 => Err(errors.remove(0)),
-        _ => Err(AgentError::Several(errors)),
+        _ => Err(FencePrError::Several(errors)),
     }
 }
 
-impl AgentRequest {
+impl FencePrRequest {
     /// The key this request acts on: `key` if given, else derived from the node name by
     /// `key_value`, asking corosync through `query` (normally [`keys::query_cmapctl`] with
     /// `options.corosync_cmap_path` and `options.command_timeout()`; a closure in tests).
     pub fn target_key(
         &self,
         mut query: impl FnMut(&str) -> Result<String, KeyError>,
-    ) -> Result<u64, AgentError> {
+    ) -> Result<u64, FencePrError> {
         if let Some(key) = self.options.key {
             return Ok(key);
         }
@@ -596,7 +601,7 @@ impl AgentRequest {
             .options
             .plug
             .as_deref()
-            .ok_or(AgentError::TargetRequired)?;
+            .ok_or(FencePrError::TargetRequired)?;
         if let (KeyScheme::Native, Some(nodeid)) = (self.options.key_value, self.options.nodeid) {
             let cluster = keys::parse_cluster_name(&query("totem.cluster_name")?)
                 .ok_or(KeyError::NoClusterName)?;
@@ -608,9 +613,9 @@ impl AgentRequest {
 }
 
 /// fence_scsi's guard for `off`: refuse to preempt this node's own key.
-pub fn check_not_self(target_key: u64, own_key: u64) -> Result<(), AgentError> {
+pub fn check_not_self(target_key: u64, own_key: u64) -> Result<(), FencePrError> {
     if target_key == own_key {
-        return Err(AgentError::SelfFence(own_key));
+        return Err(FencePrError::SelfFence(own_key));
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::AgentError;
+use super::FencePrError;
 
 /// One option as fence-agents' `all_opt` defines it for fence_scsi.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,8 +174,8 @@ pub(crate) fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
-fn parse_error(msg: String) -> AgentError {
-    AgentError::Parse(msg)
+fn parse_error(msg: String) -> FencePrError {
+    FencePrError::Parse(msg)
 }
 
 /// Parses the command line like Python's `getopt.gnu_getopt` with fence_scsi's option set:
@@ -183,7 +183,7 @@ fn parse_error(msg: String) -> AgentError {
 /// a short option's value may be attached (`-ooff`) or the next word, a long option's value
 /// follows `=` or is the next word, and a long name may be abbreviated to a unique prefix.
 /// Error messages are Python getopt's, so logs read the same as fence_scsi's.
-pub(crate) fn parse_command_line<S: AsRef<str>>(args: &[S]) -> Result<RawOptions, AgentError> {
+pub(crate) fn parse_command_line<S: AsRef<str>>(args: &[S]) -> Result<RawOptions, FencePrError> {
     let mut raw = RawOptions::default();
     let mut operands = Vec::new();
     let mut i = 0;
@@ -267,7 +267,7 @@ fn record(raw: &mut RawOptions, spec: &'static OptSpec, value: RawValue) {
 }
 
 /// Exact long name first, then a unique prefix (Python getopt's rule).
-fn match_long(name: &str) -> Result<&'static OptSpec, AgentError> {
+fn match_long(name: &str) -> Result<&'static OptSpec, FencePrError> {
     if let Some(spec) = by_long(name) {
         return Ok(spec);
     }
@@ -416,7 +416,7 @@ mod tests {
         let raw = parse_command_line(&["--dev=/dev/x", "--nodename", "n1"]).unwrap();
         assert_eq!(text(&raw, "devices").as_deref(), Some("/dev/x"));
         assert_eq!(text(&raw, "nodename").as_deref(), Some("n1"));
-        // AgentError adds "; see --help" after Python's text.
+        // FencePrError adds "; see --help" after Python's text.
         let msg = |a: &[&str]| {
             let text = parse_command_line(a).unwrap_err().to_string();
             text.strip_suffix("; see --help").unwrap().to_owned()

@@ -1,4 +1,4 @@
-//! Executing an [`AgentRequest`] with the fencing engine ([`crate::ops`]): what `fence_pr` does
+//! Executing an [`FencePrRequest`] with the fencing engine ([`crate::ops`]): what `fence_pr` does
 //! for each Fence Agent API action. Everything the node provides (corosync, sysfs discovery,
 //! opening devices, sleeping) comes through the engine's [`Host`] and the key store, together
 //! a [`FenceNode`], so the logic runs on SPC-model LUs in tests and on SG_IO devices in
@@ -63,11 +63,12 @@ use std::time::{Duration, Instant};
 
 use super::metadata::metadata_xml;
 use super::store::{DEFAULT_STEM, KeyStore};
-use super::{Action, AgentExit, AgentRequest, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, OpenPath, Opener, Resolution, targets};
+use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
+use crate::discover::{DiscoverError, Resolution};
 use crate::host::{Host, SystemHost};
 use crate::keys::{KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, Verdict};
+use crate::ops::{OpenPath, Opener, targets};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
 
@@ -158,21 +159,21 @@ impl Failed {
 /// A path as the agent uses it: REGISTERs carry APTPL when `aptpl` is set (for `on`). Shared,
 /// so `monitor`'s REPORT CAPABILITIES probes use the same (lazily opened) device as the engine.
 #[derive(Debug)]
-pub struct AgentPath<T> {
+pub struct FencePrPath<T> {
     inner: Arc<OpenPath<T>>,
     aptpl: bool,
 }
 
-impl<T> AgentPath<T> {
+impl<T> FencePrPath<T> {
     fn share(&self) -> Self {
-        AgentPath {
+        FencePrPath {
             inner: Arc::clone(&self.inner),
             aptpl: self.aptpl,
         }
     }
 }
 
-impl<T: PrTransport> PrTransport for AgentPath<T> {
+impl<T: PrTransport> PrTransport for FencePrPath<T> {
     fn device(&self) -> &Path {
         self.inner.device()
     }
@@ -244,7 +245,7 @@ fn hint(kind: ErrorKind) -> &'static str {
 /// The engine's targets for this request plus, per LU identifier, the device names given for it
 /// (what `on` records in the `.dev` file).
 struct Targets<T> {
-    lus: Vec<LuTarget<AgentPath<T>>>,
+    lus: Vec<LuTarget<FencePrPath<T>>>,
     given: HashMap<String, Vec<PathBuf>>,
 }
 
@@ -252,22 +253,22 @@ struct Targets<T> {
 /// Writes the action's output (metadata, list, "Success: …", "Status: …") to `out` and logs the
 /// rest through `tracing`. Returns the exit code.
 pub fn execute(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     agent_name: &str,
     out: &mut dyn Write,
-) -> AgentExit {
+) -> FencePrExit {
     let started = Instant::now();
     for note in &request.notes {
         tracing::debug!("{note}");
     }
     let result = match request.action {
         Action::Metadata | Action::Manpage => {
-            print(out, &metadata_xml(agent_name)).map(|()| AgentExit::Success)
+            print(out, &metadata_xml(agent_name)).map(|()| FencePrExit::Success)
         }
         Action::ValidateAll => {
             tracing::info!("validate-all: the options are valid");
-            Ok(AgentExit::Success)
+            Ok(FencePrExit::Success)
         }
         Action::List => list(request, system, out),
         Action::ListStatus => list_status(request, system, out, started),
@@ -286,7 +287,7 @@ pub fn execute(
                     tracing::error!("Failed: {line}");
                 }
             }
-            AgentExit::Error
+            FencePrExit::Error
         }
     }
 }
@@ -352,7 +353,7 @@ fn lu_targets(
     }
     let policy = policy(options);
     let single = options.mpath_register_method == MpathRegisterMethod::Single;
-    let lus: Vec<LuTarget<AgentPath<Arc<dyn PrTransport>>>> =
+    let lus: Vec<LuTarget<FencePrPath<Arc<dyn PrTransport>>>> =
         targets(&resolution, single, &system.opener(policy))
             .into_iter()
             .map(|lu| LuTarget {
@@ -360,7 +361,7 @@ fn lu_targets(
                 paths: lu
                     .paths
                     .into_iter()
-                    .map(|inner| AgentPath {
+                    .map(|inner| FencePrPath {
                         inner: Arc::new(inner),
                         aptpl,
                     })
@@ -449,7 +450,7 @@ impl<'a> Corosync<'a> {
         Ok(answer)
     }
 
-    fn key_of(&mut self, request: &AgentRequest) -> Result<Key, Failed> {
+    fn key_of(&mut self, request: &FencePrRequest) -> Result<Key, Failed> {
         let key = request
             .target_key(|arg| self.query(arg))
             .map_err(Failed::from)?;
@@ -475,13 +476,13 @@ impl<'a> Corosync<'a> {
 }
 
 fn list(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     out: &mut dyn Write,
-) -> Result<AgentExit, Failed> {
+) -> Result<FencePrExit, Failed> {
     let names = Corosync::new(system, &request.options).node_names()?;
     print(out, &super::render_list(&names, &request.options.separator))?;
-    Ok(AgentExit::Success)
+    Ok(FencePrExit::Success)
 }
 
 /// The `status` rule (module docs): Some(true) ON, Some(false) OFF, None unknown.
@@ -525,11 +526,11 @@ fn status_of(
 }
 
 fn status(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<AgentExit, Failed> {
+) -> Result<FencePrExit, Failed> {
     let key = Corosync::new(system, &request.options).key_of(request)?;
     let report = status_of(&request.options, system, key, started)?;
     match status_verdict(&report) {
@@ -543,11 +544,11 @@ fn status(
                 );
             }
             print(out, "Status: ON\n")?;
-            Ok(AgentExit::Success)
+            Ok(FencePrExit::Success)
         }
         Some(false) => {
             print(out, "Status: OFF\n")?;
-            Ok(AgentExit::Off)
+            Ok(FencePrExit::Off)
         }
         None => Err(Failed(format!(
             "cannot tell whether {key} is registered: {}",
@@ -557,11 +558,11 @@ fn status(
 }
 
 fn list_status(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<AgentExit, Failed> {
+) -> Result<FencePrExit, Failed> {
     let mut corosync = Corosync::new(system, &request.options);
     let names = corosync.node_names()?;
     let mut rows: Vec<(String, Option<bool>)> = Vec::with_capacity(names.len());
@@ -587,7 +588,7 @@ fn list_status(
         out,
         &super::render_list_status(&rows, &request.options.separator),
     )?;
-    Ok(AgentExit::Success)
+    Ok(FencePrExit::Success)
 }
 
 fn stored_key(system: &FenceNode, why: &str) -> Result<Key, Failed> {
@@ -602,11 +603,11 @@ fn stored_key(system: &FenceNode, why: &str) -> Result<Key, Failed> {
 }
 
 fn unfence(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<AgentExit, Failed> {
+) -> Result<FencePrExit, Failed> {
     let options = &request.options;
     let key = Corosync::new(system, options).key_of(request)?;
     // fence_scsi records the key before registering, so a later `off` from this node and the
@@ -626,15 +627,15 @@ fn unfence(
     }
     power_wait(options, system);
     print(out, "Success: Powered ON\n")?;
-    Ok(AgentExit::Success)
+    Ok(FencePrExit::Success)
 }
 
 fn fence(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     out: &mut dyn Write,
     started: Instant,
-) -> Result<AgentExit, Failed> {
+) -> Result<FencePrExit, Failed> {
     let options = &request.options;
     if !options.delay.is_zero() {
         tracing::info!("Delay {} second(s) before fencing", options.delay.as_secs());
@@ -661,7 +662,7 @@ fn fence(
                     "Success: Powered OFF\n"
                 },
             )?;
-            Ok(AgentExit::Success)
+            Ok(FencePrExit::Success)
         }
         Outcome::ThisNodeFenced => Err(Failed(format!(
             "THIS NODE WAS FENCED, not {victim}: {}. It must not fence anyone; it needs `on` \
@@ -715,10 +716,10 @@ fn capabilities_problem<T: PrTransport>(lu: &LuTarget<T>) -> Option<Result<Strin
 }
 
 fn monitor(
-    request: &AgentRequest,
+    request: &FencePrRequest,
     system: &FenceNode,
     started: Instant,
-) -> Result<AgentExit, Failed> {
+) -> Result<FencePrExit, Failed> {
     let options = &request.options;
     let own = stored_key(system, "monitor checks it is registered")?;
     let targets = lu_targets(options, system, false)?;
@@ -746,7 +747,7 @@ fn monitor(
             "monitor: {} LUs reachable, {own} registered on each",
             report.lus.len()
         );
-        Ok(AgentExit::Success)
+        Ok(FencePrExit::Success)
     } else {
         Err(Failed(problems.join("\n")))
     }
@@ -760,13 +761,13 @@ type CapabilityProbe = (
 );
 
 fn spawn_capability_probes<T: PrTransport + 'static>(
-    lus: &[LuTarget<AgentPath<T>>],
+    lus: &[LuTarget<FencePrPath<T>>],
 ) -> Vec<CapabilityProbe> {
     lus.iter()
         .map(|lu| {
             let shared = LuTarget {
                 id: lu.id.clone(),
-                paths: lu.paths.iter().map(AgentPath::share).collect(),
+                paths: lu.paths.iter().map(FencePrPath::share).collect(),
             };
             let (send, receive) = std::sync::mpsc::channel();
             let spawned = std::thread::Builder::new()

@@ -4,11 +4,11 @@ fn env() -> Environment {
     Environment::default()
 }
 
-fn stdin(text: &str) -> Result<AgentRequest, AgentError> {
+fn stdin(text: &str) -> Result<FencePrRequest, FencePrError> {
     parse::<&str>(&[], Some(text), &env())
 }
 
-fn argv(args: &[&str]) -> Result<AgentRequest, AgentError> {
+fn argv(args: &[&str]) -> Result<FencePrRequest, FencePrError> {
     parse(args, None, &env())
 }
 
@@ -82,7 +82,7 @@ fn actions_and_aliases() {
             .starts_with("Failed: Unrecognised action 'reboot'"),
         "{err}"
     );
-    assert_eq!(err.exit_code(), AgentExit::Error);
+    assert_eq!(err.exit_code(), FencePrExit::Error);
 }
 
 #[test]
@@ -102,7 +102,7 @@ fn target_is_required_for_on_off_status_validate() {
     for action in ["on", "off", "status", "validate-all"] {
         assert_eq!(
             argv(&["-o", action]).unwrap_err(),
-            AgentError::TargetRequired,
+            FencePrError::TargetRequired,
             "{action}"
         );
     }
@@ -121,16 +121,16 @@ fn keys_are_validated() {
     );
     assert_eq!(
         argv(&["-o", "on", "-k", "0"]).unwrap_err(),
-        AgentError::Key(KeyError::Zero)
+        FencePrError::Key(KeyError::Zero)
     );
     assert!(matches!(
         argv(&["-o", "on", "-k", "zz"]).unwrap_err(),
-        AgentError::Key(KeyError::Malformed { .. })
+        FencePrError::Key(KeyError::Malformed { .. })
     ));
     // An empty key is no key (fence_scsi tests truthiness).
     assert_eq!(
         stdin("action=on\nkey=\n").unwrap_err(),
-        AgentError::TargetRequired
+        FencePrError::TargetRequired
     );
 }
 
@@ -145,7 +145,7 @@ fn typed_values_are_validated_and_errors_collected() {
         "--key-value=foo",
     ])
     .unwrap_err();
-    let AgentError::Several(list) = &err else {
+    let FencePrError::Several(list) = &err else {
         panic!("{err:?}")
     };
     assert_eq!(list.len(), 2);
@@ -155,14 +155,14 @@ fn typed_values_are_validated_and_errors_collected() {
     assert!(err.to_string().contains("Failed: key-value has to be"));
     assert!(matches!(
         argv(&["-n", "x", "--retry-on=-1"]).unwrap_err(),
-        AgentError::NotInteger {
+        FencePrError::NotInteger {
             option: "retry-on",
             ..
         }
     ));
     assert!(matches!(
         argv(&["-n", "x", "--mpath-register-method=both"]).unwrap_err(),
-        AgentError::MpathRegisterMethod(_)
+        FencePrError::MpathRegisterMethod(_)
     ));
     let req = argv(&[
         "-n",
@@ -279,7 +279,7 @@ fn target_key_resolution() {
     );
     assert!(matches!(
         stdin("port=x\nnodeid=abc\n").unwrap_err(),
-        AgentError::NotInteger {
+        FencePrError::NotInteger {
             option: "nodeid",
             ..
         }
@@ -290,7 +290,7 @@ fn target_key_resolution() {
     let req = stdin("action=off\nnodename=ghost\n").unwrap();
     assert!(matches!(
         req.target_key(fake_cmap),
-        Err(AgentError::Key(KeyError::NodeNotFound { .. }))
+        Err(FencePrError::Key(KeyError::NodeNotFound { .. }))
     ));
 }
 
@@ -315,9 +315,9 @@ fn list_rendering() {
 
 #[test]
 fn exit_codes() {
-    assert_eq!(AgentExit::Success.code(), 0);
-    assert_eq!(AgentExit::Error.code(), 1);
-    assert_eq!(AgentExit::Off.code(), 2);
+    assert_eq!(FencePrExit::Success.code(), 0);
+    assert_eq!(FencePrExit::Error.code(), 1);
+    assert_eq!(FencePrExit::Off.code(), 2);
 }
 
 #[test]
@@ -359,14 +359,14 @@ fn time_options_are_bounded_to_what_sg_io_and_pacemaker_can_count() {
             let e = stdin(&format!("port=n1\n{key}={too_large}\n")).unwrap_err();
             assert_eq!(
                 e,
-                AgentError::TimeTooLarge {
+                FencePrError::TimeTooLarge {
                     option: long,
                     value: too_large.parse().unwrap()
                 }
             );
             assert!(e.to_string().contains("the most is 4294967 s"), "{e}");
             let e = argv(&["-n", "n1", &format!("--{long}={too_large}")]).unwrap_err();
-            assert!(matches!(e, AgentError::TimeTooLarge { .. }), "{e}");
+            assert!(matches!(e, FencePrError::TimeTooLarge { .. }), "{e}");
         }
         for bad in [
             "nan",
@@ -381,7 +381,7 @@ fn time_options_are_bounded_to_what_sg_io_and_pacemaker_can_count() {
         ] {
             let e = stdin(&format!("port=n1\n{key}={bad}\n")).unwrap_err();
             assert!(
-                matches!(e, AgentError::NotSeconds { option, .. } if option == long),
+                matches!(e, FencePrError::NotSeconds { option, .. } if option == long),
                 "{key}={bad}: {e}"
             );
         }
@@ -403,13 +403,13 @@ fn device_count_is_capped_on_stdin_and_argv() {
     let req = stdin(&format!("port=n1\ndevices={}\n", list(crate::MAX_DEVICES))).unwrap();
     assert_eq!(req.options.devices.len(), crate::MAX_DEVICES);
     let e = stdin(&format!("port=n1\ndevices={}\n", list(3000))).unwrap_err();
-    assert_eq!(e, AgentError::TooManyDevices { count: 3000 });
+    assert_eq!(e, FencePrError::TooManyDevices { count: 3000 });
     assert!(e.to_string().contains("at most 1024"), "{e}");
     let devices = format!("--devices={}", list(crate::MAX_DEVICES + 1));
     let e = argv(&["-n", "n1", &devices]).unwrap_err();
-    assert_eq!(e.exit_code(), AgentExit::Error);
+    assert_eq!(e.exit_code(), FencePrExit::Error);
     assert!(
-        matches!(e, AgentError::TooManyDevices { count: 1025 }),
+        matches!(e, FencePrError::TooManyDevices { count: 1025 }),
         "{e}"
     );
 }
@@ -426,7 +426,7 @@ fn arguments_that_are_not_utf8_are_named() {
     ])
     .unwrap_err();
     assert!(
-        matches!(e, AgentError::ArgumentNotUtf8 { index: 2, .. }),
+        matches!(e, FencePrError::ArgumentNotUtf8 { index: 2, .. }),
         "{e}"
     );
     assert!(
@@ -434,7 +434,7 @@ fn arguments_that_are_not_utf8_are_named() {
             .starts_with("Failed: argument 2 is not valid UTF-8"),
         "{e}"
     );
-    assert_eq!(e.exit_code(), AgentExit::Error);
+    assert_eq!(e.exit_code(), FencePrExit::Error);
 }
 
 #[test]
@@ -455,12 +455,12 @@ fn stdin_is_read_with_bounded_lines_and_total() {
     let long = format!("port=n1\ndevices={}\n", "a".repeat(MAX_STDIN_LINE));
     assert_eq!(
         read(long.as_bytes()).unwrap_err(),
-        AgentError::StdinLineTooLong { line: 2 }
+        FencePrError::StdinLineTooLong { line: 2 }
     );
     // A 20 MB line is refused after reading one line's worth, not held in memory.
     let mut huge = std::io::Read::chain(&b"devices="[..], std::io::repeat(b'a').take(20_000_000));
     let e = read_stdin(std::io::BufReader::new(&mut huge)).unwrap_err();
-    assert_eq!(e, AgentError::StdinLineTooLong { line: 1 });
+    assert_eq!(e, FencePrError::StdinLineTooLong { line: 1 });
     assert!(
         huge.get_ref().1.limit() > 19_000_000,
         "read {} bytes of the line",
@@ -471,12 +471,12 @@ fn stdin_is_read_with_bounded_lines_and_total() {
     let many = line.repeat(MAX_STDIN_BYTES / line.len() + 1);
     assert_eq!(
         read(many.as_bytes()).unwrap_err(),
-        AgentError::StdinTooLarge
+        FencePrError::StdinTooLarge
     );
     // Not UTF-8: the line is named; the error is a failure (exit 1).
     let e = read(b"action=status\nport=n\xff1\n").unwrap_err();
-    assert_eq!(e, AgentError::StdinNotUtf8 { line: 2 });
-    assert_eq!(e.exit_code(), AgentExit::Error);
+    assert_eq!(e, FencePrError::StdinNotUtf8 { line: 2 });
+    assert_eq!(e.exit_code(), FencePrExit::Error);
     assert!(
         e.to_string().contains("line 2 of stdin is not valid UTF-8"),
         "{e}"

@@ -1,6 +1,6 @@
 //! Discovery: from the device names an admin gives to the logical units (LUs) to fence and the
-//! paths that reach each one: SCSI I_T nexuses, or NVMe namespaces. Reads sysfs only; sends no
-//! command.
+//! paths that reach each one: SCSI I_T nexuses, or NVMe namespaces. Reads sysfs (and runs `vgs`
+//! for LVM autodiscovery); sends no PR command.
 //!
 //! Accepted names: `/dev/sdX`, `/dev/sgN`, a dm-multipath map (`/dev/dm-N`, `/dev/mapper/NAME`)
 //! which expands to its SCSI paths (`/sys/block/dm-N/slaves/*`), and any symlink to one of them
@@ -40,15 +40,16 @@
 //!
 //! All sysfs and /dev access goes through [`Discovery`]'s two roots, so tests run on fake trees.
 
+mod facts;
 pub mod lvm;
-mod targets;
 mod vpd;
-
-pub use targets::{OpenPath, Opener, targets};
 
 #[cfg(test)]
 mod tests;
 
+pub use facts::PathSysfs;
+
+use crate::transport::Protocol;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -84,8 +85,9 @@ impl fmt::Display for LuId {
     }
 }
 
-/// One logical unit and the SCSI paths to it that this node was given (or that its multipath
-/// map has). Registration goes to every path; reserve and preempt to one live path.
+/// One logical unit and the paths to it (SCSI I_T nexuses, or NVMe namespace devices) that this
+/// node was given (or that its multipath map has). Registration goes to every path; reserve and
+/// preempt to one live path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lu {
     pub id: LuId,
@@ -112,38 +114,18 @@ pub struct PathInfo {
     pub transport: Option<IscsiSession>,
 }
 
-/// Which persistent-reservation protocol a path speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Protocol {
-    /// SCSI-3 persistent reservations over SG_IO.
-    Scsi,
-    /// NVMe reservations over the block PR ioctls and NVMe passthrough.
-    Nvme,
-}
-
-impl Protocol {
-    /// The protocol of a device node, from its kernel name (`/dev/nvme0n1` and links to it are
-    /// NVMe namespaces; everything else discovery accepts is SCSI). The one place the transport
-    /// is chosen from ([`crate::host::SystemHost`]).
-    pub fn of_device(dev: &Path) -> Protocol {
-        let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
-        let name = real
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        match parse_nvme_name(&name) {
-            Some(NvmeName::Namespace) => Protocol::Nvme,
-            _ => Protocol::Scsi,
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Protocol::Scsi => "scsi",
-            Protocol::Nvme => "nvme",
-        })
+/// The protocol of a device node, from its kernel name (`/dev/nvme0n1` and links to it are NVMe
+/// namespaces; everything else discovery accepts is SCSI). The one place the transport is chosen
+/// from ([`crate::host::SystemHost`]).
+pub fn protocol_of(dev: &Path) -> Protocol {
+    let real = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_path_buf());
+    let name = real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match parse_nvme_name(&name) {
+        Some(NvmeName::Namespace) => Protocol::Nvme,
+        _ => Protocol::Scsi,
     }
 }
 

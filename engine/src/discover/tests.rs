@@ -702,7 +702,7 @@ fn unidentified_devices_become_node_local_dead_lus() {
         .resolve_each(&[t.dev("sdz"), t.dev("sdb"), t.dev("sdc"), t.dev("sdz")])
         .unwrap();
     // Nothing opens on a fake tree: every path is an unopened (dead) path, which is enough here.
-    let open: super::Opener<crate::exec::ScsiPr<crate::spc_model::ModelDevice>> =
+    let open: crate::ops::Opener<crate::exec::ScsiPr<crate::spc_model::ModelDevice>> =
         std::sync::Arc::new(|dev: &Path| {
             Err(crate::transport::CommandError::without_completion(
                 dev,
@@ -711,13 +711,13 @@ fn unidentified_devices_become_node_local_dead_lus() {
                 "fake tree",
             ))
         });
-    let lus = targets(&r, false, &open);
+    let lus = crate::ops::targets(&r, false, &open);
     assert_eq!(lus.len(), 2);
     assert_eq!(lus[0].id, LUN0);
     assert_eq!(lus[0].paths.len(), 2);
     assert!(crate::ops::is_node_local_id(&lus[1].id));
     assert_eq!(lus[1].paths.len(), 1);
-    let single = targets(&r, true, &open);
+    let single = crate::ops::targets(&r, true, &open);
     assert_eq!(single[0].paths.len(), 1);
 }
 
@@ -877,13 +877,10 @@ fn the_protocol_of_a_device_node_comes_from_its_name() {
     let t = Tree::lab();
     t.nvme_ns(1, 1, &[("wwid", NS_WWID)], "live");
     symlink("../../nvme1n1", t.dev("disk/by-id/nvme-x")).unwrap();
-    assert_eq!(Protocol::of_device(&t.dev("nvme1n1")), Protocol::Nvme);
-    assert_eq!(
-        Protocol::of_device(&t.dev("disk/by-id/nvme-x")),
-        Protocol::Nvme
-    );
-    assert_eq!(Protocol::of_device(&t.dev("sdb")), Protocol::Scsi);
-    assert_eq!(Protocol::of_device(&t.dev("sg1")), Protocol::Scsi);
+    assert_eq!(protocol_of(&t.dev("nvme1n1")), Protocol::Nvme);
+    assert_eq!(protocol_of(&t.dev("disk/by-id/nvme-x")), Protocol::Nvme);
+    assert_eq!(protocol_of(&t.dev("sdb")), Protocol::Scsi);
+    assert_eq!(protocol_of(&t.dev("sg1")), Protocol::Scsi);
     for (name, parsed) in [
         ("nvme0n1", Some(NvmeName::Namespace)),
         ("nvme12n34", Some(NvmeName::Namespace)),

@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::*;
 use crate::exec::ScsiPr;
 use crate::pr::PrOut;
-use crate::spc_model::{Lu, ModelDevice, Nexus, Quirks, iscsi_initiator};
+use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks, iscsi_initiator};
+use crate::testing::Cluster;
 
 const A: Key = Key::new(0xa);
 const B: Key = Key::new(0xb);
@@ -15,25 +16,28 @@ type Path = DoctorPath<ScsiPr<ModelDevice>>;
 
 use crate::ops::tests::quick;
 
-/// One LU; node A has `a_isids.len()` sessions, node B one.
+/// One LU; node A has `a_isids.len()` sessions, node B one: a [`Cluster`] of two nodes whose
+/// sessions are named, all through target port 1.
 struct Setup {
-    lu: Arc<Mutex<Lu>>,
+    lu: Arc<Mutex<ModelLu>>,
     a: Vec<Nexus>,
     b: Nexus,
 }
 
 impl Setup {
     fn new(quirks: Quirks, a_isids: &[&str]) -> Self {
-        let mut lu = Lu::new(quirks);
         let a = a_isids
             .iter()
-            .map(|isid| lu.connect(iscsi_initiator("nodea", isid), 1))
+            .map(|isid| (iscsi_initiator("nodea", isid), 1))
             .collect();
-        let b = lu.connect(iscsi_initiator("nodeb", "23d000009"), 1);
+        let b = vec![(iscsi_initiator("nodeb", "23d000009"), 1)];
+        let cluster = Cluster::scsi_with_initiators(quirks, 1, &[a, b]);
         Setup {
-            lu: Arc::new(Mutex::new(lu)),
-            a,
-            b,
+            lu: Arc::clone(cluster.scsi_lu(0).expect("an SPC cluster")),
+            a: (0..a_isids.len())
+                .map(|path| cluster.nexus(0, 0, path).expect("an SPC cluster"))
+                .collect(),
+            b: cluster.nexus(0, 1, 0).expect("an SPC cluster"),
         }
     }
 

@@ -18,8 +18,8 @@
 //! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision
 //!   depends on time.
 //!
-//! The engine is generic over [`PrTransport`], so it runs on SG_IO, on the SPC model in tests,
-//! and later on NVMe reservations.
+//! The engine is generic over [`PrTransport`], so it runs on SG_IO, on NVMe reservations, and on
+//! the SPC and nvmet models in tests.
 
 pub mod doctor;
 mod drive;
@@ -28,6 +28,7 @@ mod heal;
 mod lu;
 mod probe;
 mod status;
+mod targets;
 mod unfence;
 
 #[cfg(test)]
@@ -43,6 +44,7 @@ use crate::transport::PrTransport;
 
 pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
 pub use probe::probe_registration;
+pub use targets::{OpenPath, Opener, targets};
 
 /// The reservation type the engine creates: writes only from registered nexuses, so preempting a
 /// key fences every path of that node at once (fence_scsi and fence_mpath use the same).

@@ -51,13 +51,13 @@ mod tests {
     use super::*;
     use crate::exec::ScsiPr;
     use crate::pr::TransportId;
-    use crate::spc_model::{Lu, ModelDevice, Nexus, Quirks};
+    use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks};
     use crate::transport::Policy;
 
     const A: Key = Key::new(0xa);
     const B: Key = Key::new(0xb);
 
-    fn connect(lu: &mut Lu, isid: &str) -> Nexus {
+    fn connect(lu: &mut ModelLu, isid: &str) -> Nexus {
         lu.connect(
             TransportId::Iscsi {
                 name: "iqn.2026-11.lab:nodea".to_string(),
@@ -67,7 +67,7 @@ mod tests {
         )
     }
 
-    fn path(lu: &Arc<Mutex<Lu>>, nexus: Nexus) -> ScsiPr<ModelDevice> {
+    fn path(lu: &Arc<Mutex<ModelLu>>, nexus: Nexus) -> ScsiPr<ModelDevice> {
         ScsiPr::new(
             ModelDevice::new(Arc::clone(lu), nexus, "/dev/sdx"),
             Policy {
@@ -78,8 +78,8 @@ mod tests {
     }
 
     /// A nexus registered plainly, one never registered, one registered with ALL_TG_PT.
-    fn setup(quirks: Quirks) -> (Arc<Mutex<Lu>>, [Nexus; 3]) {
-        let mut lu = Lu::new(quirks);
+    fn setup(quirks: Quirks) -> (Arc<Mutex<ModelLu>>, [Nexus; 3]) {
+        let mut lu = ModelLu::new(quirks);
         let plain = connect(&mut lu, "0x1");
         let orphan = connect(&mut lu, "0x2");
         let all_ports = connect(&mut lu, "0x3");
@@ -89,7 +89,7 @@ mod tests {
         (Arc::new(Mutex::new(lu)), [plain, orphan, all_ports])
     }
 
-    fn state(lu: &Arc<Mutex<Lu>>) -> (u32, Vec<crate::spc_model::Registered>) {
+    fn state(lu: &Arc<Mutex<ModelLu>>) -> (u32, Vec<crate::spc_model::Registered>) {
         let lu = lu.lock().unwrap();
         (lu.generation(), lu.registrations().to_vec())
     }

@@ -10,10 +10,11 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::exec::ScsiPr;
-use crate::pr::{PrOut, PrOutAction, TransportId};
+use crate::pr::{PrOut, PrOutAction};
 use crate::spc_model::{
-    CommandFilter, Injected, Injection, Lu, ModelDevice, Nexus, Quirks, Timing,
+    CommandFilter, Injected, Injection, ModelDevice, ModelLu, Nexus, Quirks, Timing,
 };
+use crate::testing::{Cluster, Medium, Port, TargetModel};
 use crate::transport::{CommandError, Policy, PrRequest, Reply};
 
 type ModelPath = ScsiPr<ModelDevice>;
@@ -54,97 +55,65 @@ fn limits_with_tie_break(tie_break: Duration) -> Limits {
     }
 }
 
-/// Several LUs, several nodes, each node with its own paths (I_T nexuses) to every LU.
+/// Several LUs, several nodes, each node with its own paths (I_T nexuses) to every LU: a
+/// [`Cluster`] over the SPC model, each path a `ScsiPr` with the quick policy.
 struct Fixture {
-    lus: Vec<Arc<Mutex<Lu>>>,
-    /// [lu][node][path]
-    nexus: Vec<Vec<Vec<Nexus>>>,
+    cluster: Cluster,
 }
 
 fn lu_id(lu: usize) -> String {
-    format!("naa.6001405000000{lu:03}")
-}
-
-fn initiator(node: usize, path: usize) -> TransportId {
-    crate::spc_model::iscsi_initiator(&format!("node{node}"), &format!("23d00000{path}"))
+    Cluster::lu_id(lu)
 }
 
 impl Fixture {
     fn new(lus: usize, paths_per_node: &[usize], quirks: Quirks) -> Self {
-        let mut models = Vec::new();
-        let mut nexus = Vec::new();
-        for _ in 0..lus {
-            let mut lu = Lu::new(quirks);
-            let per_node = paths_per_node
-                .iter()
-                .enumerate()
-                .map(|(node, &paths)| {
-                    (0..paths)
-                        .map(|p| lu.connect(initiator(node, p), u16::try_from(p + 1).unwrap()))
-                        .collect()
-                })
-                .collect();
-            models.push(Arc::new(Mutex::new(lu)));
-            nexus.push(per_node);
+        Fixture {
+            cluster: Cluster::new(TargetModel::Scsi(quirks), lus, paths_per_node),
         }
-        Fixture { lus: models, nexus }
     }
 
-    fn device(node: usize, lu: usize, path: usize) -> String {
-        format!("/dev/n{node}l{lu}p{path}")
+    fn model(&self, lu: usize) -> &Arc<Mutex<ModelLu>> {
+        self.cluster.scsi_lu(lu).expect("an SPC fixture")
+    }
+
+    /// The I_T nexus of a path now.
+    fn nexus(&self, lu: usize, node: usize, path: usize) -> Nexus {
+        self.cluster.nexus(lu, node, path).expect("an SPC fixture")
+    }
+
+    /// The path's device now reaches the LU through `nexus` (after a re-login).
+    fn set_nexus(&mut self, lu: usize, node: usize, path: usize, nexus: Nexus) {
+        self.cluster.ports[lu][node][path] = Port::Nexus(nexus);
     }
 
     /// Node `node`'s view, handed over in reverse LU order (the engine must sort).
     fn targets(&self, node: usize) -> Vec<LuTarget<ModelPath>> {
-        (0..self.lus.len())
-            .rev()
-            .map(|lu| LuTarget {
-                id: lu_id(lu),
-                paths: self.nexus[lu][node]
-                    .iter()
-                    .enumerate()
-                    .map(|(p, &nexus)| {
-                        ScsiPr::new(
-                            ModelDevice::new(
-                                Arc::clone(&self.lus[lu]),
-                                nexus,
-                                Self::device(node, lu, p),
-                            ),
-                            quick(),
-                        )
-                    })
-                    .collect(),
-            })
-            .collect()
+        self.cluster.targets(node, |p| match (p.medium, p.port) {
+            (Medium::Scsi(lu), Port::Nexus(nexus)) => {
+                ScsiPr::new(ModelDevice::new(lu, nexus, p.device), quick())
+            }
+            _ => unreachable!("an SPC fixture"),
+        })
     }
 
     fn keys(&self, lu: usize) -> Vec<Key> {
-        self.lus[lu]
-            .lock()
-            .unwrap()
-            .registrations()
-            .iter()
-            .map(|r| r.key)
-            .collect()
+        self.cluster.keys(lu)
     }
 
     fn has(&self, lu: usize, key: Key) -> bool {
-        self.keys(lu).contains(&key)
+        self.cluster.has(lu, key)
     }
 
     fn key_of(&self, lu: usize, node: usize, path: usize) -> Option<Key> {
-        self.lus[lu]
-            .lock()
-            .unwrap()
-            .registered_key(self.nexus[lu][node][path])
+        self.cluster.key_of(lu, node, path)
     }
 
     fn reserved(&self, lu: usize) -> bool {
-        self.lus[lu].lock().unwrap().reservation().is_some()
+        self.cluster.reservation(lu).is_some()
     }
 
-    fn with_lu<R>(&self, lu: usize, f: impl FnOnce(&mut Lu) -> R) -> R {
-        f(&mut self.lus[lu].lock().unwrap())
+    fn with_lu<R>(&self, lu: usize, f: impl FnOnce(&mut ModelLu) -> R) -> R {
+        f(&mut self.model(lu).lock().unwrap())
     }
 
     fn unfence(&self, node: usize, key: Key) -> Report {
@@ -164,7 +133,7 @@ impl Fixture {
     }
 
     fn snapshot(&self) -> Vec<(Vec<Key>, bool)> {
-        (0..self.lus.len())
+        (0..self.cluster.lus.len())
             .map(|lu| (self.keys(lu), self.reserved(lu)))
             .collect()
     }
@@ -410,7 +379,7 @@ fn the_greater_key_that_is_fenced_during_its_wait_sends_nothing() {
 #[test]
 fn a_failing_arbiter_stops_the_fan_out() {
     let f = two_nodes(3, 1);
-    let arbiter = f.nexus[0][0][0];
+    let arbiter = f.nexus(0, 0, 0);
     f.with_lu(0, |lu| lu.fail_next(arbiter, Injected::TransportDown, 100));
     let report = f.fence(0, A, B);
     assert_eq!(report.outcome, Outcome::Failure);
@@ -497,7 +466,7 @@ fn preempt_and_abort_refused_falls_back_to_preempt_and_says_so() {
 fn a_dead_path_is_reported_and_not_fatal() {
     let f = Fixture::new(2, &[2, 1], Quirks::lio());
     for lu in 0..2 {
-        let dead = f.nexus[lu][0][0];
+        let dead = f.nexus(lu, 0, 0);
         f.with_lu(lu, |l| l.disconnect(dead));
     }
     let report = f.unfence(0, A);
@@ -519,7 +488,7 @@ fn a_dead_path_is_reported_and_not_fatal() {
 #[test]
 fn all_paths_dead_fails_the_lu() {
     let f = two_nodes(2, 1);
-    let dead = f.nexus[1][0][0];
+    let dead = f.nexus(1, 0, 0);
     f.with_lu(1, |l| l.disconnect(dead));
     let report = f.fence(0, A, B);
     assert_eq!(report.outcome, Outcome::Failure);
@@ -532,7 +501,7 @@ fn all_paths_dead_fails_the_lu() {
 #[test]
 fn a_timeout_on_one_lu_of_eight_fails_the_run_and_a_rerun_converges() {
     let f = two_nodes(8, 1);
-    let lu3 = f.nexus[3][0][0];
+    let lu3 = f.nexus(3, 0, 0);
     f.with_lu(3, |l| l.fail_next(lu3, Injected::Timeout, 1000));
     let first = f.fence(0, A, B);
     assert_eq!(first.outcome, Outcome::Failure);
@@ -557,7 +526,7 @@ fn a_timeout_on_one_lu_of_eight_fails_the_run_and_a_rerun_converges() {
 #[test]
 fn a_lost_response_after_the_preempt_applied_converges_on_rerun() {
     let f = two_nodes(3, 1);
-    let n = f.nexus[2][0][0];
+    let n = f.nexus(2, 0, 0);
     f.with_lu(2, |l| {
         l.inject(
             n,
@@ -582,7 +551,7 @@ fn a_lost_response_after_the_preempt_applied_converges_on_rerun() {
 #[test]
 fn unfence_after_a_partial_failure_converges() {
     let f = Fixture::new(8, &[2], Quirks::lio());
-    let n = f.nexus[5][0][1];
+    let n = f.nexus(5, 0, 1);
     f.with_lu(5, |l| {
         l.inject(
             n,
@@ -786,7 +755,7 @@ fn fence_tells_the_arbiter_first_then_each_other_lu() {
 #[test]
 fn a_failing_arbiter_is_told_then_every_other_lu_as_skipped() {
     let f = two_nodes(3, 1);
-    let arbiter = f.nexus[0][0][0];
+    let arbiter = f.nexus(0, 0, 0);
     f.with_lu(0, |lu| lu.fail_next(arbiter, Injected::TransportDown, 100));
     let mut told = Vec::new();
     let report = fence_observed(f.targets(0), A, B, limits(), &mut |d| {
@@ -811,7 +780,7 @@ fn a_failing_arbiter_is_told_then_every_other_lu_as_skipped() {
 fn a_lu_pending_at_the_deadline_is_told_last_as_timed_out() {
     const HANG: Duration = Duration::from_secs(30);
     let f = two_nodes(3, 1);
-    let hung = f.nexus[1][0][0];
+    let hung = f.nexus(1, 0, 0);
     f.with_lu(1, |l| l.fail_next(hung, Injected::Hang(HANG), 1000));
     let mut told = Vec::new();
     let report = fence_observed(f.targets(0), A, B, hung_lu_limits(), &mut |d| {
@@ -928,8 +897,8 @@ fn hooked(
 fn heal_never_registers_a_path_that_lost_its_registration() {
     let mut f = two_nodes(1, 2);
     // Path 1 of node 0 logs in again: a new nexus without a registration.
-    let old = f.nexus[0][0][1];
-    f.nexus[0][0][1] = f.with_lu(0, |l| l.relogin(old, "23d0000ff"));
+    let old = f.nexus(0, 0, 1);
+    f.set_nexus(0, 0, 1, f.with_lu(0, |l| l.relogin(old, "23d0000ff")));
     let report = f.heal(0, A);
     assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
     assert_eq!(report.lus[0].verdict, Verdict::PathsUnregistered);
@@ -980,7 +949,7 @@ fn a_follower_where_our_key_is_gone_is_left_alone() {
     for (node, key) in [(0, A), (1, B), (2, C)] {
         assert_eq!(f.unfence(node, key).outcome, Outcome::Success);
     }
-    let nexus = f.nexus[1][2][0];
+    let nexus = f.nexus(1, 2, 0);
     f.with_lu(1, |l| {
         l.pr_out(nexus, &PrOut::preempt_and_abort(C, A, FENCING_TYPE))
     })
@@ -1007,7 +976,7 @@ fn heal_probes_an_all_tg_pt_registration_again_with_all_tg_pt() {
     // shared probe asks again with ALL_TG_PT instead of failing the LU.
     let f = Fixture::new(1, &[1, 1], Quirks::lio());
     assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
-    let nexus = f.nexus[0][0][0];
+    let nexus = f.nexus(0, 0, 0);
     f.with_lu(0, |l| {
         l.pr_out(nexus, &PrOut::register_ignore(A).with_all_tg_pt(true))
     })
@@ -1027,8 +996,8 @@ fn heal_purges_the_orphan_and_leaves_the_new_session_to_unfence() {
     f.unfence(0, A);
     f.unfence(1, B);
     for lu in 0..2 {
-        let old = f.nexus[lu][0][0];
-        f.nexus[lu][0][0] = f.with_lu(lu, |l| l.relogin(old, "23d0000aa"));
+        let old = f.nexus(lu, 0, 0);
+        f.set_nexus(lu, 0, 0, f.with_lu(lu, |l| l.relogin(old, "23d0000aa")));
     }
     let report = f.heal(0, A);
     assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
@@ -1045,7 +1014,7 @@ fn heal_purges_the_orphan_and_leaves_the_new_session_to_unfence() {
         assert!(f.has(lu, B));
         // The reservation moved off the orphan onto the registered path.
         let holder = f.with_lu(lu, |l| l.reservation()).unwrap().holder;
-        assert_eq!(holder, crate::spc_model::Holder::Nexus(f.nexus[lu][0][1]));
+        assert_eq!(holder, crate::spc_model::Holder::Nexus(f.nexus(lu, 0, 1)));
         assert!(
             report.lus[lu]
                 .notes
@@ -1068,8 +1037,13 @@ fn heal_after_every_path_relogged_registers_nothing() {
     f.unfence(1, B);
     f.unfence(0, A);
     for p in 0..2 {
-        let old = f.nexus[0][0][p];
-        f.nexus[0][0][p] = f.with_lu(0, |l| l.relogin(old, &format!("23d0000b{p}")));
+        let old = f.nexus(0, 0, p);
+        f.set_nexus(
+            0,
+            0,
+            p,
+            f.with_lu(0, |l| l.relogin(old, &format!("23d0000b{p}"))),
+        );
     }
     let before = f.snapshot();
     let report = f.heal(0, A);
@@ -1086,8 +1060,8 @@ fn heal_after_every_path_relogged_registers_nothing() {
 #[test]
 fn fence_after_relogin_uses_a_registered_path_and_never_registers_on_the_arbiter() {
     let mut f = two_nodes(2, 2);
-    let old = f.nexus[0][0][0];
-    f.nexus[0][0][0] = f.with_lu(0, |l| l.relogin(old, "23d0000cc"));
+    let old = f.nexus(0, 0, 0);
+    f.set_nexus(0, 0, 0, f.with_lu(0, |l| l.relogin(old, "23d0000cc")));
     let report = f.fence(0, A, B);
     assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     assert_eq!(
@@ -1260,8 +1234,8 @@ proptest! {
 fn heal_races_fence(lus: usize, schedule: Vec<usize>) {
     let mut f = two_nodes(lus, 2);
     for lu in 0..lus {
-        let old = f.nexus[lu][0][1];
-        f.nexus[lu][0][1] = f.with_lu(lu, |l| l.relogin(old, "23d0000dd"));
+        let old = f.nexus(lu, 0, 1);
+        f.set_nexus(lu, 0, 1, f.with_lu(lu, |l| l.relogin(old, "23d0000dd")));
     }
     let gate = Turnstile::new(schedule, 2);
     let healer = {
@@ -1315,7 +1289,7 @@ fn fault_then_rerun(
     count: u32,
 ) {
     let f = two_nodes(lus, 2);
-    let nexus = f.nexus[lu][0][path];
+    let nexus = f.nexus(lu, 0, path);
     f.with_lu(lu, |l| {
         l.inject(
             nexus,
@@ -1441,19 +1415,19 @@ proptest! {
 fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
     const HANG: Duration = Duration::from_secs(30);
     let f = two_nodes(3, 1);
-    let hung_command = f.nexus[1][0][0];
+    let hung_command = f.nexus(1, 0, 0);
     f.with_lu(1, |l| l.fail_next(hung_command, Injected::Hang(HANG), 1000));
-    let hung_open = Fixture::device(0, 2, 0);
-    let devices: Vec<(String, Arc<Mutex<Lu>>, Nexus)> = (0..3)
+    let hung_open = Cluster::device(0, 2, 0);
+    let devices: Vec<(String, Arc<Mutex<ModelLu>>, Nexus)> = (0..3)
         .map(|lu| {
             (
-                Fixture::device(0, lu, 0),
-                Arc::clone(&f.lus[lu]),
-                f.nexus[lu][0][0],
+                Cluster::device(0, lu, 0),
+                Arc::clone(f.model(lu)),
+                f.nexus(lu, 0, 0),
             )
         })
         .collect();
-    let open: crate::discover::Opener<ModelPath> = Arc::new(move |device: &Path| {
+    let open: crate::ops::Opener<ModelPath> = Arc::new(move |device: &Path| {
         if device == Path::new(&hung_open) {
             std::thread::sleep(HANG);
         }
@@ -1466,11 +1440,11 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
             quick(),
         ))
     });
-    let targets: Vec<LuTarget<crate::discover::OpenPath<ModelPath>>> = (0..3)
+    let targets: Vec<LuTarget<crate::ops::OpenPath<ModelPath>>> = (0..3)
         .map(|lu| LuTarget {
             id: lu_id(lu),
-            paths: vec![crate::discover::OpenPath::new(
-                Path::new(&Fixture::device(0, lu, 0)),
+            paths: vec![crate::ops::OpenPath::new(
+                Path::new(&Cluster::device(0, lu, 0)),
                 Arc::clone(&open),
             )],
         })

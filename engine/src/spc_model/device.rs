@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use sg_io::{Completion, DataTransfer, DriverStatus, HostStatus, ScsiStatus};
 
-use super::{Lu, ModelError, Nexus, ScsiFailure};
+use super::{ModelError, ModelLu, Nexus, ScsiFailure};
 use crate::exec::ScsiDevice;
 use crate::pr::{self, PrInAction};
 
 /// One initiator's path to a modelled LU, as a device node would be.
 #[derive(Debug, Clone)]
 pub struct ModelDevice {
-    lu: Arc<Mutex<Lu>>,
+    lu: Arc<Mutex<ModelLu>>,
     nexus: Nexus,
     path: PathBuf,
 }
 
 impl ModelDevice {
-    pub fn new(lu: Arc<Mutex<Lu>>, nexus: Nexus, path: impl Into<PathBuf>) -> Self {
+    pub fn new(lu: Arc<Mutex<ModelLu>>, nexus: Nexus, path: impl Into<PathBuf>) -> Self {
         ModelDevice {
             lu,
             nexus,
@@ -32,7 +32,7 @@ impl ModelDevice {
         self.nexus
     }
 
-    fn lu(&self) -> MutexGuard<'_, Lu> {
+    fn lu(&self) -> MutexGuard<'_, ModelLu> {
         // A test that panicked while holding the lock has failed already; keep its state.
         self.lu
             .lock()

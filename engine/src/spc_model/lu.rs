@@ -30,7 +30,7 @@ struct Held {
 
 /// One logical unit with SPC-4 persistent reservations. See the module docs.
 #[derive(Debug, Clone)]
-pub struct Lu {
+pub struct ModelLu {
     quirks: Quirks,
     nexuses: Vec<NexusState>,
     target_ports: BTreeSet<u16>,
@@ -41,9 +41,9 @@ pub struct Lu {
     aptpl: bool,
 }
 
-impl Lu {
+impl ModelLu {
     pub fn new(quirks: Quirks) -> Self {
-        Lu {
+        ModelLu {
             quirks,
             nexuses: Vec::new(),
             target_ports: BTreeSet::new(),
@@ -77,7 +77,7 @@ impl Lu {
         nexus
     }
 
-    /// I_T nexus loss: commands fail with [`ModelError::TransportDown`] until [`Lu::connect`]
+    /// I_T nexus loss: commands fail with [`ModelError::TransportDown`] until [`ModelLu::connect`]
     /// with the same identity. Registrations and the reservation survive (SPC-4 §5.7.2).
     pub fn disconnect(&mut self, nexus: Nexus) {
         self.state_mut(nexus).connected = false;
@@ -119,7 +119,8 @@ impl Lu {
     }
 
     /// Declares a target port through which the LU is reachable, so ALL_TG_PT registrations cover
-    /// it even before anyone logs in there. Ports used by [`Lu::connect`] are added implicitly.
+    /// it even before anyone logs in there. Ports used by [`ModelLu::connect`] are added
+    /// implicitly.
     pub fn add_target_port(&mut self, relative_target_port: u16) {
         self.target_ports.insert(relative_target_port);
     }
@@ -165,7 +166,7 @@ impl Lu {
     // ----- unit attentions -----
 
     /// Consumes the oldest pending unit attention without going through the transport (a test
-    /// shortcut; [`Lu::request_sense`] is the command).
+    /// shortcut; [`ModelLu::request_sense`] is the command).
     pub fn take_unit_attention(&mut self, nexus: Nexus) -> Option<UnitAttention> {
         self.state_mut(nexus).unit_attentions.pop_front()
     }
@@ -891,7 +892,7 @@ impl Lu {
         nexus_at(self.nexuses.len() - 1)
     }
 
-    /// Panics on a handle from another `Lu`: a bug in the test, not a SCSI condition.
+    /// Panics on a handle from another `ModelLu`: a bug in the test, not a SCSI condition.
     fn state(&self, nexus: Nexus) -> &NexusState {
         &self.nexuses[nexus.0 as usize]
     }

@@ -2,16 +2,18 @@
 //! §6.16), for unit tests of the fencing engine only. The LIO lab is the real proof; this model
 //! exists so engine tests can be fast and deterministic, which only helps if it is faithful.
 //!
-//! - [`Lu::connect`] / [`Lu::disconnect`] / [`Lu::relogin`] / [`Lu::power_cycle`] drive the
-//!   transport side; a [`Nexus`] is one I_T nexus (initiator port identity × target port).
-//! - [`Lu::pr_out`], [`Lu::read_keys`], [`Lu::read_reservation`], [`Lu::report_capabilities`],
-//!   [`Lu::read_full_status`], [`Lu::access`], [`Lu::test_unit_ready`], [`Lu::inquiry`] and
-//!   [`Lu::request_sense`] are commands: each first reports (and consumes) a pending unit
-//!   attention, except INQUIRY and REQUEST SENSE.
+//! - [`ModelLu::connect`] / [`ModelLu::disconnect`] / [`ModelLu::relogin`] /
+//!   [`ModelLu::power_cycle`] drive the transport side; a [`Nexus`] is one I_T nexus (initiator
+//!   port identity × target port).
+//! - [`ModelLu::pr_out`], [`ModelLu::read_keys`], [`ModelLu::read_reservation`],
+//!   [`ModelLu::report_capabilities`], [`ModelLu::read_full_status`], [`ModelLu::access`],
+//!   [`ModelLu::test_unit_ready`], [`ModelLu::inquiry`] and [`ModelLu::request_sense`] are
+//!   commands: each first reports (and consumes) a pending unit attention, except INQUIRY and
+//!   REQUEST SENSE.
 //! - Where LIO deviates from SPC-4, [`Quirks`] selects the behaviour ([`Quirks::spc4`] or
 //!   [`Quirks::lio`]).
 //! - Faults the engine must survive (lost responses, transport loss, "applied but reported as
-//!   failed") are injected per nexus with [`Lu::inject`] / [`Lu::fail_next`].
+//!   failed") are injected per nexus with [`ModelLu::inject`] / [`ModelLu::fail_next`].
 //!
 //! Not modelled: tasks (PREEMPT AND ABORT aborts nothing), SPC-2 RESERVE/RELEASE, scopes other
 //! than LU_SCOPE (the codec's `PrOut` carries none), REPLACE LOST RESERVATION, LIO's ACL rules
@@ -32,7 +34,7 @@ use crate::pr::{
 
 pub use device::ModelDevice;
 pub use failure::{Injected, ModelError, ScsiFailure, UnitAttention};
-pub use lu::Lu;
+pub use lu::ModelLu;
 
 /// The lab-style iSCSI initiator port `iqn.2026-11.lab:<node>` with ISID `isid`: the one fixture
 /// every unit test names its nodes' paths with.
@@ -43,8 +45,8 @@ pub fn iscsi_initiator(node: &str, isid: &str) -> TransportId {
     }
 }
 
-/// One I_T nexus (initiator port × target port) known to a [`Lu`]. Opaque handle; only valid for
-/// the `Lu` that issued it.
+/// One I_T nexus (initiator port × target port) known to a [`ModelLu`]. Opaque handle; only valid
+/// for the `ModelLu` that issued it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Nexus(u32);
 

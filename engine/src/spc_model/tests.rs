@@ -31,8 +31,8 @@ fn ua_err(ua: UnitAttention) -> Result<(), ModelError> {
 }
 
 /// An LU with three initiators a, b, c on target port 1.
-fn rig(quirks: Quirks) -> (Lu, Nexus, Nexus, Nexus) {
-    let mut lu = Lu::new(quirks);
+fn rig(quirks: Quirks) -> (ModelLu, Nexus, Nexus, Nexus) {
+    let mut lu = ModelLu::new(quirks);
     let a = lu.connect(iqn("a", "023d0001"), 1);
     let b = lu.connect(iqn("b", "023d0001"), 1);
     let c = lu.connect(iqn("c", "023d0001"), 1);
@@ -72,12 +72,12 @@ fn preempt(key: Key, sa_key: Key, rtype: ReservationType) -> PrOut {
     out(PrOutAction::Preempt, key, sa_key, Some(rtype))
 }
 
-fn keys(lu: &mut Lu, nexus: Nexus) -> Vec<Key> {
+fn keys(lu: &mut ModelLu, nexus: Nexus) -> Vec<Key> {
     lu.read_keys(nexus).unwrap().keys
 }
 
 /// Registers a with K1 and b with K2 (c stays unregistered), then a reserves `rtype`.
-fn reserved(quirks: Quirks, rtype: ReservationType) -> (Lu, Nexus, Nexus, Nexus) {
+fn reserved(quirks: Quirks, rtype: ReservationType) -> (ModelLu, Nexus, Nexus, Nexus) {
     let (mut lu, a, b, c) = rig(quirks);
     lu.pr_out(a, &register(Key::ZERO, K1)).unwrap();
     lu.pr_out(b, &register(Key::ZERO, K2)).unwrap();
@@ -134,7 +134,7 @@ fn without_reservation_everyone_may_read_and_write() {
 
 #[test]
 fn holder_on_one_port_does_not_cover_the_same_initiator_on_another_port() {
-    let mut lu = Lu::new(Quirks::spc4());
+    let mut lu = ModelLu::new(Quirks::spc4());
     let a1 = lu.connect(iqn("a", "1"), 1);
     let a2 = lu.connect(iqn("a", "1"), 2);
     lu.pr_out(a1, &register(Key::ZERO, K1)).unwrap();
@@ -259,7 +259,7 @@ fn generation_changes_per_service_action() {
     for (quirks, unregister_bump) in [(Quirks::spc4(), 1), (Quirks::lio(), 0)] {
         let (mut lu, a, b, c) = rig(quirks);
         let mut expect = 0u32;
-        let mut step = |lu: &mut Lu, nexus: Nexus, req: PrOut, bump: u32| {
+        let mut step = |lu: &mut ModelLu, nexus: Nexus, req: PrOut, bump: u32| {
             lu.pr_out(nexus, &req).unwrap();
             expect = expect.wrapping_add(bump);
             assert_eq!(lu.generation(), expect, "{:?} under {quirks:?}", req.action);
@@ -334,7 +334,7 @@ fn aptpl_follows_the_last_registration_and_is_reported() {
 #[test]
 fn all_tg_pt_registers_every_target_port() {
     for (quirks, bump) in [(Quirks::spc4(), 1), (Quirks::lio(), 2)] {
-        let mut lu = Lu::new(quirks);
+        let mut lu = ModelLu::new(quirks);
         lu.add_target_port(2);
         let a1 = lu.connect(iqn("a", "1"), 1);
         let mut req = register(Key::ZERO, K1);
@@ -855,7 +855,7 @@ fn power_on_unit_attention_on_first_login_only() {
         power_on_ua_for_new_nexus: true,
         ..Quirks::lio()
     };
-    let mut lu = Lu::new(quirks);
+    let mut lu = ModelLu::new(quirks);
     let a = lu.connect(iqn("a", "1"), 1);
     assert_eq!(lu.test_unit_ready(a), ua_err(UnitAttention::POWER_ON));
     assert_eq!(lu.test_unit_ready(a), Ok(()));
@@ -989,7 +989,7 @@ fn emulate_pr_off_is_reported_before_a_pending_unit_attention() {
         power_on_ua_for_new_nexus: true,
         ..Quirks::lio()
     };
-    let mut lu = Lu::new(quirks);
+    let mut lu = ModelLu::new(quirks);
     let a = lu.connect(iqn("a", "1"), 1);
     assert_eq!(
         lu.read_keys(a).unwrap_err(),
@@ -1049,7 +1049,7 @@ mod invariants {
 
     type Snapshot = (Vec<Registered>, Option<ReservationState>, u32, bool);
 
-    fn snapshot(lu: &Lu) -> Snapshot {
+    fn snapshot(lu: &ModelLu) -> Snapshot {
         (
             lu.registrations().to_vec(),
             lu.reservation(),
@@ -1058,7 +1058,7 @@ mod invariants {
         )
     }
 
-    fn check_invariants(lu: &Lu) {
+    fn check_invariants(lu: &ModelLu) {
         let regs = lu.registrations();
         assert!(regs.iter().all(|r| !r.key.is_zero()), "zero key registered");
         for (i, r) in regs.iter().enumerate() {

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::ops::LuTarget;
 use crate::pr::{Key, ReservationType, TransportId};
-use crate::spc_model::{Io, Lu, Nexus, Quirks, iscsi_initiator};
-use crate::testing::nvmet::{Host, Namespace};
+use crate::spc_model::{Io, ModelLu, Nexus, Quirks, iscsi_initiator};
+use crate::testing::nvmet::{Namespace, NvmetHost};
 
 /// Which target the LUs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub enum TargetModel {
 /// One LU's state at the target.
 #[derive(Debug, Clone)]
 pub enum Medium {
-    Scsi(Arc<Mutex<Lu>>),
+    Scsi(Arc<Mutex<ModelLu>>),
     Nvme(Arc<Mutex<Namespace>>),
 }
 
@@ -32,13 +32,13 @@ pub enum Medium {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Port {
     Nexus(Nexus),
-    Host(Host),
+    Host(NvmetHost),
 }
 
 /// One path as a test builds its transport: which LU, node and path, its device name, the LU's
 /// state and the path's port at the target now.
 #[derive(Debug, Clone)]
-pub struct PathSpec {
+pub struct ClusterPath {
     pub lu: usize,
     pub node: usize,
     pub path: usize,
@@ -68,7 +68,7 @@ pub fn initiator(node: usize, path: usize) -> TransportId {
 }
 
 /// Node `node`'s NVMe host identifier.
-pub fn host_id(node: usize) -> Host {
+pub fn host_id(node: usize) -> NvmetHost {
     let mut id = [0u8; 16];
     id[0] = 0xa0;
     id[15] = u8::try_from(node).unwrap_or(u8::MAX);
@@ -79,48 +79,92 @@ impl Cluster {
     /// `lus` LUs; node `i` has `paths_per_node[i]` paths to each (one I_T nexus each on SCSI,
     /// through target port `path + 1`).
     pub fn new(model: TargetModel, lus: usize, paths_per_node: &[usize]) -> Self {
-        let mut media = Vec::with_capacity(lus);
-        let mut ports = Vec::with_capacity(lus);
-        for _ in 0..lus {
-            match model {
-                TargetModel::Scsi(quirks) => {
-                    let mut lu = Lu::new(quirks);
-                    let per_node = paths_per_node
-                        .iter()
-                        .enumerate()
-                        .map(|(node, &paths)| {
-                            (0..paths)
-                                .map(|p| {
-                                    let port = u16::try_from(p + 1).unwrap_or(u16::MAX);
-                                    Port::Nexus(lu.connect(initiator(node, p), port))
-                                })
-                                .collect()
-                        })
-                        .collect();
-                    media.push(Medium::Scsi(Arc::new(Mutex::new(lu))));
-                    ports.push(per_node);
-                }
-                TargetModel::Nvmet { linux_preempt } => {
-                    let ns = Namespace {
-                        holder_preempt_changes_type_only: linux_preempt,
-                        ..Namespace::default()
-                    };
-                    media.push(Medium::Nvme(Arc::new(Mutex::new(ns))));
-                    ports.push(
+        match model {
+            TargetModel::Scsi(quirks) => {
+                let initiators: Vec<Vec<(TransportId, u16)>> = paths_per_node
+                    .iter()
+                    .enumerate()
+                    .map(|(node, &paths)| {
+                        (0..paths)
+                            .map(|p| (initiator(node, p), u16::try_from(p + 1).unwrap_or(u16::MAX)))
+                            .collect()
+                    })
+                    .collect();
+                Self::scsi_with_initiators(quirks, lus, &initiators)
+            }
+            TargetModel::Nvmet { linux_preempt } => {
+                let media = (0..lus)
+                    .map(|_| {
+                        Medium::Nvme(Arc::new(Mutex::new(Namespace {
+                            holder_preempt_changes_type_only: linux_preempt,
+                            ..Namespace::default()
+                        })))
+                    })
+                    .collect();
+                let ports = (0..lus)
+                    .map(|_| {
                         paths_per_node
                             .iter()
                             .enumerate()
                             .map(|(node, &paths)| vec![Port::Host(host_id(node)); paths])
-                            .collect(),
-                    );
+                            .collect()
+                    })
+                    .collect();
+                Cluster {
+                    model,
+                    lus: media,
+                    ports,
+                    relogins: 0,
                 }
             }
         }
+    }
+
+    /// `lus` SCSI LUs; node `i` reaches each through the initiator ports `initiators[i]`, each
+    /// with the target port it logs in to (one I_T nexus per path), for a test that names its
+    /// sessions.
+    pub fn scsi_with_initiators(
+        quirks: Quirks,
+        lus: usize,
+        initiators: &[Vec<(TransportId, u16)>],
+    ) -> Self {
+        let mut media = Vec::with_capacity(lus);
+        let mut ports = Vec::with_capacity(lus);
+        for _ in 0..lus {
+            let mut lu = ModelLu::new(quirks);
+            let per_node = initiators
+                .iter()
+                .map(|paths| {
+                    paths
+                        .iter()
+                        .map(|(initiator, port)| Port::Nexus(lu.connect(initiator.clone(), *port)))
+                        .collect()
+                })
+                .collect();
+            media.push(Medium::Scsi(Arc::new(Mutex::new(lu))));
+            ports.push(per_node);
+        }
         Cluster {
-            model,
+            model: TargetModel::Scsi(quirks),
             lus: media,
             ports,
             relogins: 0,
+        }
+    }
+
+    /// LU `lu`'s SCSI model (`None` on NVMe).
+    pub fn scsi_lu(&self, lu: usize) -> Option<&Arc<Mutex<ModelLu>>> {
+        match &self.lus[lu] {
+            Medium::Scsi(l) => Some(l),
+            Medium::Nvme(_) => None,
+        }
+    }
+
+    /// The I_T nexus of a SCSI path now (`None` on NVMe).
+    pub fn nexus(&self, lu: usize, node: usize, path: usize) -> Option<Nexus> {
+        match self.ports[lu][node][path] {
+            Port::Nexus(nexus) => Some(nexus),
+            Port::Host(_) => None,
         }
     }
 
@@ -144,7 +188,7 @@ impl Cluster {
 
     /// Node `node`'s view of every LU, each path's transport made by `make`, handed over in
     /// reverse LU order (the engine must sort).
-    pub fn targets<T>(&self, node: usize, make: impl Fn(PathSpec) -> T) -> Vec<LuTarget<T>> {
+    pub fn targets<T>(&self, node: usize, make: impl Fn(ClusterPath) -> T) -> Vec<LuTarget<T>> {
         (0..self.lus.len())
             .rev()
             .map(|lu| LuTarget {
@@ -156,8 +200,8 @@ impl Cluster {
             .collect()
     }
 
-    pub fn spec(&self, lu: usize, node: usize, path: usize) -> PathSpec {
-        PathSpec {
+    pub fn spec(&self, lu: usize, node: usize, path: usize) -> ClusterPath {
+        ClusterPath {
             lu,
             node,
             path,

@@ -9,4 +9,4 @@
 pub mod cluster;
 pub mod nvmet;
 
-pub use cluster::{Cluster, Medium, PathSpec, Port, TargetModel};
+pub use cluster::{Cluster, ClusterPath, Medium, Port, TargetModel};

@@ -17,16 +17,16 @@ use nvme_io::{
     PrStatus, PrType,
 };
 
-use crate::nvme::NvmeDevice;
+use crate::exec::NvmeDevice;
 use crate::pr::Key;
 use crate::pr::nvme::{self as codec, HostId, ReportFormat, ReservationStatus};
 
 /// A host's 128-bit host identifier: registrants are hosts, not paths.
-pub type Host = [u8; 16];
+pub type NvmetHost = [u8; 16];
 
 /// What nvmet answers, before the kernel maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub enum NvmetAnswer {
     Ok,
     Conflict,
     InvalidField,
@@ -36,20 +36,20 @@ pub enum Answer {
 #[derive(Debug, Default)]
 pub struct Namespace {
     /// In registration order.
-    pub registrants: Vec<(Host, u64)>,
-    pub holder: Option<Host>,
+    pub registrants: Vec<(NvmetHost, u64)>,
+    pub holder: Option<NvmetHost>,
     /// NVMe RTYPE, 0 when none.
     pub rtype: u8,
     pub generation: u32,
     /// Every command that reached the namespace, for assertions: (host, what).
-    pub log: Vec<(Host, String)>,
+    pub log: Vec<(NvmetHost, String)>,
     /// Linux nvmet's rule (6.13–7.2): a PREEMPT from the holder of a single-holder reservation
     /// only changes its type, whatever PRKEY names. Off: the NVMe specification's rule.
     pub holder_preempt_changes_type_only: bool,
 }
 
 impl Namespace {
-    pub fn key_of(&self, host: Host) -> Option<u64> {
+    pub fn key_of(&self, host: NvmetHost) -> Option<u64> {
         self.registrants
             .iter()
             .find(|(h, _)| *h == host)
@@ -60,12 +60,12 @@ impl Namespace {
         matches!(self.rtype, 5 | 6)
     }
 
-    pub fn holds(&self, host: Host) -> bool {
+    pub fn holds(&self, host: NvmetHost) -> bool {
         self.rtype != 0
             && (self.holder == Some(host) || self.all_registrants() && self.key_of(host).is_some())
     }
 
-    pub fn drop_registrant(&mut self, host: Host) {
+    pub fn drop_registrant(&mut self, host: NvmetHost) {
         self.registrants.retain(|(h, _)| *h != host);
         if self.holder == Some(host) || self.all_registrants() && self.registrants.is_empty() {
             if self.all_registrants() && !self.registrants.is_empty() {
@@ -78,26 +78,26 @@ impl Namespace {
     }
 
     /// Checks CRKEY unless IEKEY: the host must be registered with it.
-    pub fn current(&self, host: Host, crkey: u64, iekey: bool) -> Result<u64, Answer> {
+    pub fn current(&self, host: NvmetHost, crkey: u64, iekey: bool) -> Result<u64, NvmetAnswer> {
         match self.key_of(host) {
             Some(k) if iekey || k == crkey => Ok(k),
-            _ => Err(Answer::Conflict),
+            _ => Err(NvmetAnswer::Conflict),
         }
     }
 
     pub fn register(
         &mut self,
-        host: Host,
+        host: NvmetHost,
         rrega: u8,
         iekey: bool,
         crkey: u64,
         nrkey: u64,
-    ) -> Answer {
+    ) -> NvmetAnswer {
         let result = match rrega {
             0 => match self.key_of(host) {
                 Some(k) if k == nrkey => Ok(()),
-                Some(_) => Err(Answer::Conflict),
-                None if nrkey == 0 => Err(Answer::InvalidField),
+                Some(_) => Err(NvmetAnswer::Conflict),
+                None if nrkey == 0 => Err(NvmetAnswer::InvalidField),
                 None => {
                     self.registrants.push((host, nrkey));
                     Ok(())
@@ -113,24 +113,31 @@ impl Namespace {
                     }
                 }
             }),
-            _ => Err(Answer::InvalidField),
+            _ => Err(NvmetAnswer::InvalidField),
         };
         self.finish(result, true)
     }
 
-    pub fn finish(&mut self, result: Result<(), Answer>, bump: bool) -> Answer {
+    pub fn finish(&mut self, result: Result<(), NvmetAnswer>, bump: bool) -> NvmetAnswer {
         match result {
             Ok(()) => {
                 if bump {
                     self.generation += 1;
                 }
-                Answer::Ok
+                NvmetAnswer::Ok
             }
             Err(a) => a,
         }
     }
 
-    pub fn acquire(&mut self, host: Host, racqa: u8, rtype: u8, crkey: u64, prkey: u64) -> Answer {
+    pub fn acquire(
+        &mut self,
+        host: NvmetHost,
+        racqa: u8,
+        rtype: u8,
+        crkey: u64,
+        prkey: u64,
+    ) -> NvmetAnswer {
         if let Err(a) = self.current(host, crkey, false) {
             return a;
         }
@@ -143,7 +150,7 @@ impl Namespace {
                 } else if self.holds(host) && self.rtype == rtype {
                     Ok(())
                 } else {
-                    Err(Answer::Conflict)
+                    Err(NvmetAnswer::Conflict)
                 };
                 self.finish(result, false)
             }
@@ -157,7 +164,7 @@ impl Namespace {
             }
             1 | 2 => {
                 let holder_key = self.holder.and_then(|h| self.key_of(h));
-                let victims: Vec<Host> = self
+                let victims: Vec<NvmetHost> = self
                     .registrants
                     .iter()
                     .filter(|(h, k)| *k == prkey && *h != host)
@@ -171,7 +178,7 @@ impl Namespace {
                     self.rtype = rtype;
                     Ok(())
                 } else if victims.is_empty() {
-                    Err(Answer::Conflict)
+                    Err(NvmetAnswer::Conflict)
                 } else {
                     for v in victims {
                         self.drop_registrant(v);
@@ -180,11 +187,11 @@ impl Namespace {
                 };
                 self.finish(result, true)
             }
-            _ => Answer::InvalidField,
+            _ => NvmetAnswer::InvalidField,
         }
     }
 
-    pub fn release(&mut self, host: Host, rrela: u8, rtype: u8, crkey: u64) -> Answer {
+    pub fn release(&mut self, host: NvmetHost, rrela: u8, rtype: u8, crkey: u64) -> NvmetAnswer {
         if let Err(a) = self.current(host, crkey, false) {
             return a;
         }
@@ -193,7 +200,7 @@ impl Namespace {
                 let result = if !self.holds(host) {
                     Ok(())
                 } else if self.rtype != rtype {
-                    Err(Answer::Conflict)
+                    Err(NvmetAnswer::Conflict)
                 } else {
                     self.holder = None;
                     self.rtype = 0;
@@ -207,7 +214,7 @@ impl Namespace {
                 self.rtype = 0;
                 self.finish(Ok(()), true)
             }
-            _ => Answer::InvalidField,
+            _ => NvmetAnswer::InvalidField,
         }
     }
 
@@ -239,7 +246,7 @@ impl Namespace {
 
 /// A failure to inject into the next call(s) of a fake device.
 #[derive(Debug, Clone, Copy)]
-pub enum Fault {
+pub enum NvmetFault {
     Errno(i32),
     Status(PrStatus),
     Nvme(NvmeStatus),
@@ -269,10 +276,10 @@ impl Kernel {
 /// One host's `/dev/nvme0n1` over the shared namespace.
 pub struct Fake {
     pub ns: Arc<Mutex<Namespace>>,
-    pub host: Host,
+    pub host: NvmetHost,
     pub path: PathBuf,
     pub kernel: Kernel,
-    pub faults: Mutex<VecDeque<Fault>>,
+    pub faults: Mutex<VecDeque<NvmetFault>>,
     /// Corrupts Report data (hostile controller).
     pub report_override: Mutex<Option<Vec<u8>>>,
 }
@@ -281,7 +288,7 @@ impl Fake {
     /// Host `host`'s device `path` on namespace `ns`, with no faults queued.
     pub fn new(
         ns: Arc<Mutex<Namespace>>,
-        host: Host,
+        host: NvmetHost,
         path: impl Into<PathBuf>,
         kernel: Kernel,
     ) -> Fake {
@@ -295,27 +302,27 @@ impl Fake {
         }
     }
 
-    pub fn fault(&self) -> Option<Fault> {
+    pub fn fault(&self) -> Option<NvmetFault> {
         self.faults.lock().unwrap().pop_front()
     }
 
     fn block(
         &self,
         what: &'static str,
-        op: impl FnOnce(&mut Namespace) -> Answer,
+        op: impl FnOnce(&mut Namespace) -> NvmetAnswer,
     ) -> Result<PrResult<()>, nvme_io::Error> {
         match self.fault() {
-            Some(Fault::Errno(errno)) => return Err(self.errno(what, errno)),
-            Some(Fault::Status(status)) => return Ok(Err(status)),
-            Some(Fault::Nvme(_)) | None => {}
+            Some(NvmetFault::Errno(errno)) => return Err(self.errno(what, errno)),
+            Some(NvmetFault::Status(status)) => return Ok(Err(status)),
+            Some(NvmetFault::Nvme(_)) | None => {}
         }
         let mut ns = self.ns.lock().unwrap();
         ns.log.push((self.host, what.to_owned()));
         match op(&mut ns) {
-            Answer::Ok => Ok(Ok(())),
-            Answer::Conflict => Ok(Err(PrStatus::RESERVATION_CONFLICT)),
+            NvmetAnswer::Ok => Ok(Ok(())),
+            NvmetAnswer::Conflict => Ok(Err(PrStatus::RESERVATION_CONFLICT)),
             // The kernel maps Invalid Field to -EINVAL.
-            Answer::InvalidField => Err(self.errno(what, nix::libc::EINVAL)),
+            NvmetAnswer::InvalidField => Err(self.errno(what, nix::libc::EINVAL)),
         }
     }
 
@@ -391,8 +398,8 @@ impl NvmeDevice for Fake {
             return Err(self.errno("IOC_PR_READ_KEYS", nix::libc::ENOTTY));
         }
         match self.fault() {
-            Some(Fault::Errno(errno)) => return Err(self.errno("IOC_PR_READ_KEYS", errno)),
-            Some(Fault::Status(status)) => return Ok(Err(status)),
+            Some(NvmetFault::Errno(errno)) => return Err(self.errno("IOC_PR_READ_KEYS", errno)),
+            Some(NvmetFault::Status(status)) => return Ok(Err(status)),
             _ => {}
         }
         let ns = self.ns.lock().unwrap();
@@ -432,15 +439,15 @@ impl NvmeDevice for Fake {
     ) -> Result<NvmeCompletion, nvme_io::Error> {
         let done = |status| Ok(NvmeCompletion { status, result: 0 });
         match self.fault() {
-            Some(Fault::Errno(errno)) => return Err(self.errno("NVME_IOCTL_IO_CMD", errno)),
-            Some(Fault::Nvme(status)) => return done(status),
-            Some(Fault::Status(_)) | None => {}
+            Some(NvmetFault::Errno(errno)) => return Err(self.errno("NVME_IOCTL_IO_CMD", errno)),
+            Some(NvmetFault::Nvme(status)) => return done(status),
+            Some(NvmetFault::Status(_)) | None => {}
         }
         assert_eq!(command.nsid, 1);
         let answer = |a| match a {
-            Answer::Ok => NvmeStatus::SUCCESS,
-            Answer::Conflict => NvmeStatus(0x4000 | NvmeStatus::RESERVATION_CONFLICT.0),
-            Answer::InvalidField => NvmeStatus::INVALID_FIELD,
+            NvmetAnswer::Ok => NvmeStatus::SUCCESS,
+            NvmetAnswer::Conflict => NvmeStatus(0x4000 | NvmeStatus::RESERVATION_CONFLICT.0),
+            NvmetAnswer::InvalidField => NvmeStatus::INVALID_FIELD,
         };
         let mut ns = self.ns.lock().unwrap();
         match (command.opcode, data) {
@@ -504,7 +511,7 @@ impl Namespace {
     /// SPC's for the same types): anyone without a reservation, registrants under the
     /// registrants-only and all-registrants types, only the holder under Write Exclusive and
     /// Exclusive Access.
-    pub fn may_write(&self, host: Host) -> bool {
+    pub fn may_write(&self, host: NvmetHost) -> bool {
         match self.rtype {
             0 => true,
             3..=6 => self.key_of(host).is_some(),

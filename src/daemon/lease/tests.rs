@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::pr::{PrOut, ReservationType};
-use crate::spc_model::{Holder, Io, Lu, Nexus, Quirks, ScsiFailure, iscsi_initiator};
+use crate::spc_model::{Holder, Io, ModelLu, Nexus, Quirks, ScsiFailure, iscsi_initiator};
 
 fn node(id: u16) -> NonZeroU16 {
     NonZeroU16::new(id).unwrap()
@@ -39,14 +39,14 @@ fn s(t0: Instant, secs: u64) -> Instant {
 /// The LU: the same SPC-4 model every engine test runs against, one path (I_T nexus) per node.
 /// Lease actions reach it as the PR commands the driver sends for them.
 struct Target {
-    lu: Lu,
+    lu: ModelLu,
     nexus: BTreeMap<u16, Nexus>,
 }
 
 impl Default for Target {
     fn default() -> Self {
         Target {
-            lu: Lu::new(Quirks::spc4()),
+            lu: ModelLu::new(Quirks::spc4()),
             nexus: BTreeMap::new(),
         }
     }
@@ -108,14 +108,14 @@ impl Target {
         self.lu.access(nexus, Io::Write).is_ok()
     }
 
-    fn apply(&mut self, n: u16, action: &LeaseAction) -> Completion {
+    fn apply(&mut self, n: u16, action: &LeaseAction) -> LeaseCompletion {
         match action {
             LeaseAction::Join { key, .. } => {
-                Completion::Join(self.out(n, &PrOut::register_ignore(*key)))
+                LeaseCompletion::Join(self.out(n, &PrOut::register_ignore(*key)))
             }
-            LeaseAction::ReadReservation => Completion::Reservation(Ok(self.holder_key())),
+            LeaseAction::ReadReservation => LeaseCompletion::Reservation(Ok(self.holder_key())),
             // The driver tries each of `from` in turn; a conflict on all means none is ours.
-            LeaseAction::Renew { from, to, .. } => Completion::Renew(
+            LeaseAction::Renew { from, to, .. } => LeaseCompletion::Renew(
                 match from
                     .iter()
                     .find(|old| self.out(n, &PrOut::register(**old, *to)).is_ok())
@@ -124,11 +124,11 @@ impl Target {
                     None => Err(CommandFailure::Conflict),
                 },
             ),
-            LeaseAction::Preempt { own, victim } => {
-                Completion::Preempt(self.out(n, &PrOut::preempt_and_abort(*own, *victim, TYPE)))
-            }
+            LeaseAction::Preempt { own, victim } => LeaseCompletion::Preempt(
+                self.out(n, &PrOut::preempt_and_abort(*own, *victim, TYPE)),
+            ),
             LeaseAction::Reserve { own } => {
-                Completion::Reserve(self.out(n, &PrOut::reserve(*own, TYPE)))
+                LeaseCompletion::Reserve(self.out(n, &PrOut::reserve(*own, TYPE)))
             }
             LeaseAction::Promoted { .. } | LeaseAction::SelfFence(_) => {
                 unreachable!("not a command: {action:?}")
@@ -355,7 +355,7 @@ fn holder_renewing_just_before_the_preempt_makes_the_cas_fail() {
     let completion = target.apply(2, &preempt);
     assert_eq!(
         completion,
-        Completion::Preempt(Err(CommandFailure::Conflict))
+        LeaseCompletion::Preempt(Err(CommandFailure::Conflict))
     );
     sb.complete(s(t0, 10), completion);
     assert_eq!(sb.role(), Role::Standby);
@@ -430,7 +430,7 @@ fn holder_paused_longer_than_the_lease_is_taken_over_and_fences_on_resume() {
         assert_eq!(holder.role(), Role::Fenced);
         assert!(!holder.feed_watchdog(resume));
         // Latched: nothing more, ever; late completions are ignored.
-        holder.complete(resume, Completion::Renew(Ok(Some(lkey(1, 12)))));
+        holder.complete(resume, LeaseCompletion::Renew(Ok(Some(lkey(1, 12)))));
         assert_eq!(holder.poll(s(t0, 100)), None);
         assert_eq!(holder.next_wakeup(), None);
         // P3: the preempted key was never registered again.
@@ -468,7 +468,7 @@ fn renew_timeouts_retry_with_uncertain_keys_and_fence_at_lease_minus_margin() {
     target.apply(1, &a);
     holder.complete(
         ms(t0, 3000),
-        Completion::Renew(Err(CommandFailure::Timeout)),
+        LeaseCompletion::Renew(Err(CommandFailure::Timeout)),
     );
     let b = holder.poll(s(t0, 4)).unwrap();
     assert_eq!(
@@ -481,7 +481,7 @@ fn renew_timeouts_retry_with_uncertain_keys_and_fence_at_lease_minus_margin() {
     );
     holder.complete(
         ms(t0, 5000),
-        Completion::Renew(Err(CommandFailure::Unreachable)),
+        LeaseCompletion::Renew(Err(CommandFailure::Unreachable)),
     );
     let c = holder.poll(s(t0, 6)).unwrap();
     assert_eq!(
@@ -513,7 +513,7 @@ fn uncertain_keys_let_a_later_renew_succeed() {
     target.apply(1, &a); // applied, answer lost
     holder.complete(
         ms(t0, 2500),
-        Completion::Renew(Err(CommandFailure::Timeout)),
+        LeaseCompletion::Renew(Err(CommandFailure::Timeout)),
     );
     let actions = drive(1, &mut holder, &mut target, s(t0, 4));
     assert_eq!(actions.len(), 1);
@@ -593,15 +593,21 @@ fn acquisition_with_lost_answer_is_settled_by_read_reservation() {
     drive(2, &mut sb, &mut target, t0);
     let preempt = sb.poll(s(t0, 10)).unwrap();
     target.apply(2, &preempt);
-    sb.complete(s(t0, 11), Completion::Preempt(Err(CommandFailure::Timeout)));
+    sb.complete(
+        s(t0, 11),
+        LeaseCompletion::Preempt(Err(CommandFailure::Timeout)),
+    );
     assert_eq!(sb.poll(s(t0, 11)), Some(LeaseAction::ReadReservation));
     sb.complete(
         s(t0, 11),
-        Completion::Reservation(Err(CommandFailure::Timeout)),
+        LeaseCompletion::Reservation(Err(CommandFailure::Timeout)),
     );
     assert_eq!(sb.poll(s(t0, 11)), None);
     assert_eq!(sb.poll(s(t0, 12)), Some(LeaseAction::ReadReservation));
-    sb.complete(s(t0, 12), Completion::Reservation(Ok(Some(lkey(2, 100)))));
+    sb.complete(
+        s(t0, 12),
+        LeaseCompletion::Reservation(Ok(Some(lkey(2, 100)))),
+    );
     assert_eq!(
         sb.poll(s(t0, 12)),
         Some(LeaseAction::Promoted { key: lkey(2, 100) })
@@ -614,9 +620,15 @@ fn acquisition_with_lost_answer_is_settled_by_read_reservation() {
     let mut sb = standby(2, 100, &target, t0);
     drive(2, &mut sb, &mut target, t0);
     sb.poll(s(t0, 10)).unwrap();
-    sb.complete(s(t0, 11), Completion::Preempt(Err(CommandFailure::Failed)));
+    sb.complete(
+        s(t0, 11),
+        LeaseCompletion::Preempt(Err(CommandFailure::Failed)),
+    );
     sb.poll(s(t0, 11)).unwrap();
-    sb.complete(s(t0, 19), Completion::Reservation(Ok(Some(lkey(2, 100)))));
+    sb.complete(
+        s(t0, 19),
+        LeaseCompletion::Reservation(Ok(Some(lkey(2, 100)))),
+    );
     assert!(matches!(
         sb.poll(s(t0, 19)),
         Some(LeaseAction::SelfFence(SelfFenceReason::LeaseExpired { .. }))
@@ -627,9 +639,12 @@ fn acquisition_with_lost_answer_is_settled_by_read_reservation() {
     let mut sb = standby(2, 100, &target, t0);
     drive(2, &mut sb, &mut target, t0);
     sb.poll(s(t0, 10)).unwrap();
-    sb.complete(s(t0, 10), Completion::Preempt(Ok(())));
+    sb.complete(s(t0, 10), LeaseCompletion::Preempt(Ok(())));
     sb.poll(s(t0, 10)).unwrap();
-    sb.complete(s(t0, 10), Completion::Reservation(Ok(Some(lkey(3, 7)))));
+    sb.complete(
+        s(t0, 10),
+        LeaseCompletion::Reservation(Ok(Some(lkey(3, 7)))),
+    );
     assert_eq!(sb.role(), Role::Standby);
     assert_eq!(sb.poll(s(t0, 19)), Some(LeaseAction::ReadReservation));
 }
@@ -639,7 +654,7 @@ fn failed_join_retries_after_the_interval_with_a_fresh_key() {
     let t0 = Instant::now();
     let mut sb = Lease::new(config(2), 7, None, &StartView::default(), t0);
     assert!(matches!(sb.poll(t0), Some(LeaseAction::Join { .. })));
-    sb.complete(t0, Completion::Join(Err(CommandFailure::Timeout)));
+    sb.complete(t0, LeaseCompletion::Join(Err(CommandFailure::Timeout)));
     assert_eq!(sb.poll(ms(t0, 999)), None);
     assert_eq!(sb.next_wakeup(), Some(s(t0, 1)));
     assert!(
@@ -710,17 +725,17 @@ struct Outstanding {
     action: LeaseAction,
     apply_at: Option<u64>,
     complete_at: u64,
-    result: Option<Completion>,
+    result: Option<LeaseCompletion>,
 }
 
-fn timed_out(action: &LeaseAction) -> Completion {
+fn timed_out(action: &LeaseAction) -> LeaseCompletion {
     let e = Err(CommandFailure::Timeout);
     match action {
-        LeaseAction::Join { .. } => Completion::Join(e),
-        LeaseAction::ReadReservation => Completion::Reservation(Err(CommandFailure::Timeout)),
-        LeaseAction::Renew { .. } => Completion::Renew(Err(CommandFailure::Timeout)),
-        LeaseAction::Preempt { .. } => Completion::Preempt(e),
-        LeaseAction::Reserve { .. } => Completion::Reserve(e),
+        LeaseAction::Join { .. } => LeaseCompletion::Join(e),
+        LeaseAction::ReadReservation => LeaseCompletion::Reservation(Err(CommandFailure::Timeout)),
+        LeaseAction::Renew { .. } => LeaseCompletion::Renew(Err(CommandFailure::Timeout)),
+        LeaseAction::Preempt { .. } => LeaseCompletion::Preempt(e),
+        LeaseAction::Reserve { .. } => LeaseCompletion::Reserve(e),
         other => unreachable!("{other:?}"),
     }
 }

@@ -5,14 +5,13 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::discover::{
-    DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Protocol, Unidentified,
-};
+use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
 use crate::exec::ScsiPr;
 use crate::fence_agent::{Environment, parse};
 use crate::keys::{self, NativeKey};
 use crate::pr::{PrOut, TransportId};
-use crate::spc_model::{Lu as ModelLu, ModelDevice, Nexus, Quirks};
+use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks};
+use crate::transport::Protocol;
 
 const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
 const CMAP_NODES: &str = "nodelist.local_node_pos (u32) = 0\n\
@@ -245,7 +244,7 @@ impl ModelSystem {
 }
 
 /// Runs the agent with stdin `lines` (what Pacemaker sends); returns exit code and stdout.
-fn agent(system: &ModelSystem, lines: &str) -> (AgentExit, String) {
+fn agent(system: &ModelSystem, lines: &str) -> (FencePrExit, String) {
     let env = Environment {
         pcmk_service: Some("pacemaker-fenced".into()),
     };
@@ -258,7 +257,7 @@ fn agent(system: &ModelSystem, lines: &str) -> (AgentExit, String) {
     (code, String::from_utf8(out).unwrap())
 }
 
-fn on(system: &ModelSystem, node: &str) -> (AgentExit, String) {
+fn on(system: &ModelSystem, node: &str) -> (FencePrExit, String) {
     agent(
         system,
         &format!("action=on\nnodename={node}\ndevices={}\n", system.devices()),
@@ -276,7 +275,7 @@ fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 2);
     let (code, out) = on(&a, "node1");
-    assert_eq!(code, AgentExit::Success, "{out}");
+    assert_eq!(code, FencePrExit::Success, "{out}");
     assert_eq!(out, "Success: Powered ON\n");
     let key = scsi_key(0);
     for lu in 0..2 {
@@ -287,7 +286,7 @@ fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
     let devs = a.store.read_devices().unwrap().unwrap();
     assert_eq!(devs.len(), 4, "{devs:?}");
     // Idempotent (P4).
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
     assert_eq!(a.store.read_devices().unwrap().unwrap().len(), 4);
 }
 
@@ -296,8 +295,8 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
-    assert_eq!(on(&b, "node2").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
     let (code, out) = agent(
         &a,
         &format!(
@@ -305,7 +304,7 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
             a.devices()
         ),
     );
-    assert_eq!(code, AgentExit::Success, "{out}");
+    assert_eq!(code, FencePrExit::Success, "{out}");
     assert_eq!(out, "Success: Powered OFF\n");
     assert_eq!(
         *a.slept.lock().unwrap(),
@@ -322,7 +321,7 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     );
     assert_eq!(
         (code, out.as_str()),
-        (AgentExit::Success, "Success: Already OFF\n")
+        (FencePrExit::Success, "Success: Already OFF\n")
     );
     // status of node2 is now OFF, of node1 ON.
     let status = |node: &str| {
@@ -331,8 +330,11 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
             &format!("action=status\nport={node}\ndevices={}\n", a.devices()),
         )
     };
-    assert_eq!(status("node2"), (AgentExit::Off, "Status: OFF\n".into()));
-    assert_eq!(status("node1"), (AgentExit::Success, "Status: ON\n".into()));
+    assert_eq!(status("node2"), (FencePrExit::Off, "Status: OFF\n".into()));
+    assert_eq!(
+        status("node1"),
+        (FencePrExit::Success, "Status: ON\n".into())
+    );
 }
 
 #[test]
@@ -340,7 +342,7 @@ fn off_without_a_stored_key_or_against_itself_fails_untouched() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&b, "node2").0, AgentExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
     let off = |s: &ModelSystem, node: &str| {
         agent(
             s,
@@ -349,9 +351,9 @@ fn off_without_a_stored_key_or_against_itself_fails_untouched() {
         .0
     };
     // node1 never ran `on`: it has no key to preempt with.
-    assert_eq!(off(&a, "node2"), AgentExit::Error);
+    assert_eq!(off(&a, "node2"), FencePrExit::Error);
     // node2 fencing itself.
-    assert_eq!(off(&b, "node2"), AgentExit::Error);
+    assert_eq!(off(&b, "node2"), FencePrExit::Error);
     assert_eq!(cluster.keys(0), vec![scsi_key(1)]);
 }
 
@@ -360,8 +362,8 @@ fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
-    assert_eq!(on(&b, "node2").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
     let off = |s: &ModelSystem, node: &str| {
         agent(
             s,
@@ -369,8 +371,8 @@ fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
         )
         .0
     };
-    assert_eq!(off(&b, "node1"), AgentExit::Success);
-    assert_eq!(off(&a, "node2"), AgentExit::Error);
+    assert_eq!(off(&b, "node1"), FencePrExit::Success);
+    assert_eq!(off(&a, "node2"), FencePrExit::Error);
     for lu in 0..2 {
         assert_eq!(cluster.keys(lu), vec![scsi_key(1)]);
     }
@@ -380,7 +382,7 @@ fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
 fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
     // Remove node1's key from LU 1 only (as a half-finished fence would leave it).
     let nexus = a.paths.iter().find(|p| p.lu == 1).unwrap().nexus;
     cluster.lus[1]
@@ -392,7 +394,7 @@ fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
         &a,
         &format!("action=status\nport=node1\ndevices={}\n", a.devices()),
     );
-    assert_eq!(status, (AgentExit::Success, "Status: ON\n".into()));
+    assert_eq!(status, (FencePrExit::Success, "Status: ON\n".into()));
     // LU 0 through a vanished device only, LU 1 readable without the key: cannot say OFF.
     let lu1 = a
         .paths
@@ -406,7 +408,7 @@ fn status_is_on_if_the_key_is_on_any_lu_and_unknown_if_unreadable() {
         &a,
         &format!("action=status\nport=node1\ndevices=/dev/gone,{lu1}\n"),
     );
-    assert_eq!(status.0, AgentExit::Error);
+    assert_eq!(status.0, FencePrExit::Error);
 }
 
 #[test]
@@ -415,23 +417,23 @@ fn monitor_probes_lus_warns_on_a_dead_path_and_fails_without_the_key() {
     let a = cluster.node("node1", 2);
     let monitor = |devices: &str| agent(&a, &format!("action=monitor\ndevices={devices}\n")).0;
     // Never unfenced: no key to check, as fence_scsi.
-    assert_eq!(monitor(&a.devices()), AgentExit::Error);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
-    assert_eq!(monitor(&a.devices()), AgentExit::Success);
+    assert_eq!(monitor(&a.devices()), FencePrExit::Error);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(monitor(&a.devices()), FencePrExit::Success);
     // One path of LU 0 disconnected: degraded but reachable.
     let first = &a.paths[0];
     cluster.lus[first.lu]
         .lock()
         .unwrap()
         .disconnect(first.nexus);
-    assert_eq!(monitor(&a.devices()), AgentExit::Success);
+    assert_eq!(monitor(&a.devices()), FencePrExit::Success);
     // Every path of LU 0 gone: unreachable.
     let second = &a.paths[1];
     cluster.lus[second.lu]
         .lock()
         .unwrap()
         .disconnect(second.nexus);
-    assert_eq!(monitor(&a.devices()), AgentExit::Error);
+    assert_eq!(monitor(&a.devices()), FencePrExit::Error);
 }
 
 #[test]
@@ -439,15 +441,15 @@ fn monitor_fails_when_this_node_was_fenced() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
-    assert_eq!(on(&b, "node2").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
     let off = agent(
         &b,
         &format!("action=off\nport=node1\ndevices={}\n", b.devices()),
     );
-    assert_eq!(off.0, AgentExit::Success);
+    assert_eq!(off.0, FencePrExit::Success);
     let monitor = agent(&a, &format!("action=monitor\ndevices={}\n", a.devices()));
-    assert_eq!(monitor.0, AgentExit::Error);
+    assert_eq!(monitor.0, FencePrExit::Error);
 }
 
 #[test]
@@ -461,7 +463,7 @@ fn aptpl_and_single_path_registration() {
             a.devices()
         ),
     );
-    assert_eq!(code, AgentExit::Success);
+    assert_eq!(code, FencePrExit::Success);
     let lu = cluster.lus[0].lock().unwrap();
     assert!(lu.aptpl(), "APTPL requested with the registration");
     assert_eq!(lu.registered_key(a.paths[0].nexus), Some(scsi_key(0)));
@@ -477,8 +479,8 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
-    assert_eq!(on(&b, "node2").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
     let (code, _) = agent(
         &a,
         &format!(
@@ -487,7 +489,7 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
         ),
     );
     // The vanished device cannot be verified, so the run fails, but the real LU is fenced.
-    assert_eq!(code, AgentExit::Error);
+    assert_eq!(code, FencePrExit::Error);
     assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
 }
 
@@ -495,10 +497,10 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
 fn list_prints_every_corosync_node_and_list_status_their_state() {
     let cluster = Cluster::new(1);
     let mut a = cluster.node("node1", 1);
-    assert_eq!(on(&a, "node1").0, AgentExit::Success);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
     assert_eq!(
         agent(&a, "action=list\n"),
-        (AgentExit::Success, "node1,node1\nnode2,node2\n".into())
+        (FencePrExit::Success, "node1,node1\nnode2,node2\n".into())
     );
     assert_eq!(
         agent(
@@ -506,12 +508,12 @@ fn list_prints_every_corosync_node_and_list_status_their_state() {
             &format!("action=list-status\ndevices={}\n", a.devices())
         ),
         (
-            AgentExit::Success,
+            FencePrExit::Success,
             "node1,node1,ON\nnode2,node2,OFF\n".into()
         )
     );
     a.nodelist = String::new();
-    assert_eq!(agent(&a, "action=list\n").0, AgentExit::Error);
+    assert_eq!(agent(&a, "action=list\n").0, FencePrExit::Error);
 }
 
 #[test]
@@ -525,7 +527,7 @@ fn native_keys_and_explicit_keys_are_used_as_given() {
             a.devices()
         ),
     );
-    assert_eq!(code, AgentExit::Success);
+    assert_eq!(code, FencePrExit::Success);
     assert_eq!(
         cluster.keys(0),
         vec![Key::new(NativeKey::new("lab", 1).value())]
@@ -534,7 +536,7 @@ fn native_keys_and_explicit_keys_are_used_as_given() {
         &a,
         &format!("action=on\nkey=0xabc\ndevices={}\n", a.devices()),
     );
-    assert_eq!(code, AgentExit::Success);
+    assert_eq!(code, FencePrExit::Success);
     assert_eq!(a.store.read_key().unwrap(), Some(0xabc));
 }
 
@@ -543,13 +545,16 @@ fn metadata_and_validate_all_need_no_node() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let (code, out) = agent(&a, "action=metadata\n");
-    assert_eq!(code, AgentExit::Success);
+    assert_eq!(code, FencePrExit::Success);
     assert!(out.starts_with("<?xml") && out.contains("fence_pr"));
     assert_eq!(
         agent(&a, "action=validate-all\nport=node1\n").0,
-        AgentExit::Success
+        FencePrExit::Success
     );
-    assert_eq!(agent(&a, "action=reboot\nport=node1\n").0, AgentExit::Error);
+    assert_eq!(
+        agent(&a, "action=reboot\nport=node1\n").0,
+        FencePrExit::Error
+    );
 }
 
 #[test]
@@ -561,7 +566,7 @@ fn fence_pr_hints_in_terms_of_its_own_parameters() {
         "no completion within 10000 ms",
     );
     let open: Opener<ScsiPr<ModelDevice>> = Arc::new(move |_: &Path| Err(timed_out.clone()));
-    let path = AgentPath {
+    let path = FencePrPath {
         inner: Arc::new(OpenPath::new(Path::new("/dev/sdq"), open)),
         aptpl: false,
     };
@@ -594,7 +599,7 @@ fn capability_probes_stop_waiting_at_the_deadline() {
     });
     let target = |id: &str, dev: &str| LuTarget {
         id: id.to_owned(),
-        paths: vec![AgentPath {
+        paths: vec![FencePrPath {
             inner: Arc::new(OpenPath::new(Path::new(dev), Arc::clone(&open))),
             aptpl: false,
         }],

@@ -1,6 +1,6 @@
 //! NVMe execution policy: the engine's persistent-reservation operations on an NVMe namespace,
 //! through the kernel's block PR ioctls (`IOC_PR_*`) where they can say it and NVMe passthrough
-//! where they cannot, with the same contract as [`crate::exec::ScsiPr`].
+//! where they cannot, with the same contract as [`super::ScsiPr`].
 //!
 //! Rules:
 //! - One function, [`plan`], maps each SCSI PR OUT to NVMe; its doc has the table.
@@ -14,7 +14,8 @@
 //! - Reports are never trusted for their length: when REGCTL (or the kernel's key count) says more
 //!   exists than fit, the command is re-issued with a larger buffer, a bounded number of times.
 //! - NAMESPACE NOT READY (passthrough only: the block interface folds it into an I/O error) is
-//!   retried with backoff; a PR OUT first re-reads whether it already applied, like `ScsiPr`.
+//!   retried under the one NOT READY rule shared with `ScsiPr` (`exec::retry`): backoff, and
+//!   a PR OUT first re-reads whether it already applied.
 //! - No events: NVMe reports reservation changes in a log page (Reservation Notification) the
 //!   kernel does not pass to user space. A node learns it was preempted from READ KEYS (its key
 //!   is gone), which the agent's watch reads every period anyway.
@@ -40,6 +41,8 @@ use crate::transport::{
     Command, CommandError, ErrorKind, NvmeDetail, Policy, PrAnswer, PrOutReport, PrRequest,
     PrTransport, Reply, TransportDetail,
 };
+
+use super::retry::{Retried, Step, effect_visible, retry_not_ready};
 
 /// An NVMe namespace as the transport needs it: a real block device, or a model in unit tests.
 /// The methods are [`nvme_io::BlockDevice`]'s.
@@ -285,14 +288,6 @@ impl NvmePr<BlockDevice> {
     }
 }
 
-/// One passthrough attempt, classified.
-enum Attempt {
-    Good,
-    /// NAMESPACE NOT READY: retried.
-    NotReady(NvmeStatus),
-    Failed(CommandError),
-}
-
 /// Which interface a refusal came from: they need different privileges.
 enum Via {
     Block,
@@ -409,23 +404,23 @@ impl<D: NvmeDevice> NvmePr<D> {
         ))
     }
 
-    /// Classifies a passthrough command's outcome.
+    /// Classifies a passthrough command's outcome (NAMESPACE NOT READY is left to the retry rule).
     fn passthru(
         &self,
         command: Command,
         what: &str,
         outcome: Result<NvmeCompletion, nvme_io::Error>,
-    ) -> Attempt {
+    ) -> Step<(), NvmeStatus> {
         let status = match outcome {
-            Ok(done) if done.status.is_success() => return Attempt::Good,
+            Ok(done) if done.status.is_success() => return Step::Done(()),
             Ok(done) => done.status,
-            Err(e) => return Attempt::Failed(self.errno(command, Via::Passthru, &e)),
+            Err(e) => return Step::Failed(self.errno(command, Via::Passthru, &e)),
         };
         let (kind, message) = match status.code() {
             NvmeStatus::RESERVATION_CONFLICT => {
                 (ErrorKind::ReservationConflict, "reservation conflict")
             }
-            NvmeStatus::NAMESPACE_NOT_READY => return Attempt::NotReady(status),
+            NvmeStatus::NAMESPACE_NOT_READY => return Step::NotReady(status),
             NvmeStatus::INVALID_OPCODE => (
                 ErrorKind::NotSupported,
                 "the namespace does not support reservations",
@@ -442,7 +437,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             ),
             _ => (ErrorKind::Failed, "the controller failed the command"),
         };
-        Attempt::Failed(self.error(
+        Step::Failed(self.error(
             command,
             kind,
             format!("{what}: {message}"),
@@ -461,9 +456,10 @@ impl<D: NvmeDevice> NvmePr<D> {
         Ok(*self.nsid.get_or_init(|| nsid))
     }
 
-    /// Runs one passthrough command, retrying NAMESPACE NOT READY with backoff; `on_not_ready`
-    /// says whether the command already took effect (`Ok(true)`: done, returned as `Ok(false)`).
-    /// Returns whether the command itself completed (`true`) or a re-read confirmed it.
+    /// Runs one passthrough command, retrying NAMESPACE NOT READY under the one rule
+    /// ([`retry_not_ready`]); `on_not_ready` says whether the command already took effect
+    /// (`Ok(true)`: done, returned as `Ok(false)`). Returns whether the command itself completed
+    /// (`true`) or a re-read confirmed it.
     fn run_passthru(
         &self,
         command: Command,
@@ -471,34 +467,26 @@ impl<D: NvmeDevice> NvmePr<D> {
         mut send: impl FnMut() -> Result<NvmeCompletion, nvme_io::Error>,
         mut on_not_ready: impl FnMut() -> Result<bool, CommandError>,
     ) -> Result<bool, CommandError> {
-        let mut not_ready = 0;
-        let mut backoff = self.policy.not_ready_backoff;
-        loop {
-            match self.passthru(command, what, send()) {
-                Attempt::Good => return Ok(true),
-                Attempt::Failed(e) => return Err(e),
-                Attempt::NotReady(status) => {
-                    if on_not_ready()? {
-                        return Ok(false);
-                    }
-                    not_ready += 1;
-                    if not_ready > self.policy.not_ready_retries {
-                        return Err(self.error(
-                            command,
-                            ErrorKind::NotReady,
-                            format!(
-                                "{what}: still not ready after {} retries",
-                                self.policy.not_ready_retries
-                            ),
-                            Some(NvmeDetail::Passthru(status)),
-                        ));
-                    }
-                    tracing::debug!(device = %self.path().display(), %command, ?backoff, "namespace not ready; retrying");
-                    crate::runtime::sleep(backoff);
-                    backoff = backoff.saturating_mul(2);
-                }
-            }
-        }
+        let retried = retry_not_ready(
+            &self.policy,
+            self.path(),
+            command,
+            &mut (),
+            |()| self.passthru(command, what, send()),
+            |()| on_not_ready(),
+            |status| {
+                self.error(
+                    command,
+                    ErrorKind::NotReady,
+                    format!(
+                        "{what}: still not ready after {} retries",
+                        self.policy.not_ready_retries
+                    ),
+                    Some(NvmeDetail::Passthru(status)),
+                )
+            },
+        )?;
+        Ok(matches!(retried, Retried::Completed(())))
     }
 
     /// Reservation Report (EDS=1) through passthrough, re-issued while REGCTL says more
@@ -932,7 +920,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             || {
                 let keys = self.read_keys()?;
                 let reservation = self.read_reservation()?;
-                Ok(crate::exec::effect_visible(request, &keys, &reservation))
+                Ok(effect_visible(request, &keys, &reservation))
             },
         )?;
         Ok(PrOutReport {
@@ -973,8 +961,8 @@ impl<D: NvmeDevice> PrTransport for NvmePr<D> {
         self.path()
     }
 
-    fn protocol(&self) -> crate::discover::Protocol {
-        crate::discover::Protocol::Nvme
+    fn protocol(&self) -> crate::transport::Protocol {
+        crate::transport::Protocol::Nvme
     }
 
     fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
@@ -990,5 +978,4 @@ impl<D: NvmeDevice> PrTransport for NvmePr<D> {
 }
 
 #[cfg(test)]
-#[path = "nvme_tests.rs"]
 mod tests;

@@ -1,150 +1,26 @@
-//! The driver's seam to the storage, and the one place a PR command is run for it.
+//! The one place a PR command is run for the agent.
 //!
-//! - [`discover_lu`] resolves a configured device to its LU and paths through the [`Host`]
-//!   (which also opens the paths). A node uses [`crate::host::SystemHost`] (sysfs discovery,
-//!   SG_IO through a read-only open); unit tests plug in the SPC model, so the whole driver runs
-//!   without a SCSI stack.
-//! - [`LuTable`] is the current view of every configured LU: re-discovered each tick (sysfs only,
-//!   no SCSI command), paths keyed by device and iSCSI session so a re-login is a *change*.
-//! - [`Executor::run`] runs one command on one path on the blocking pool, bounded by
-//!   `command_timeout`. A path's device is opened on first use and reopened after an open or
-//!   transport failure (a path that came back is usually a new device node). A path whose
-//!   previous command (or open) still hangs in the kernel is not given another one, so a hung
-//!   path holds at most one blocking thread ([`PathHandle::is_blocked`]); likewise one discovery
-//!   and one heal per LU at a time.
+//! [`Executor::run`] runs one command on one path on the blocking pool, bounded by
+//! `command_timeout`. A path's device is opened on first use and reopened after an open or
+//! transport failure (a path that came back is usually a new device node). A path whose previous
+//! command (or open) still hangs in the kernel is not given another one, so a hung path holds at
+//! most one blocking thread ([`PathHandle::is_blocked`]); likewise one discovery
+//! ([`super::lu_table::LuTable::refresh`]) and one heal per LU at a time.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::config::DeviceSettings;
+use super::lock;
+use super::lu_table::PathHandle;
 use super::metrics::{self, Metrics};
-use crate::discover::{DiscoverError, Protocol};
 use crate::host::Host;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
 use crate::transport::{
     Command, CommandError, ErrorKind, Event, Hinted, Policy, PrAnswer, PrRequest, PrTransport,
     Reply,
 };
-
-/// One path of an LU as discovery reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathSpec {
-    /// The node opened for SG_IO (`/dev/sdc`).
-    pub dev: PathBuf,
-    /// Kernel name (`sdc`), used in logs, metrics and the watch state.
-    pub name: String,
-    /// The SCSI device state is `running`.
-    pub live: bool,
-    /// The iSCSI session carrying the path (`session3`): a new session is a new I_T nexus.
-    pub session: Option<String>,
-    /// SCSI registers each path (I_T nexus); NVMe registers the host once for all its paths.
-    pub protocol: Protocol,
-}
-
-/// One LU: its identifier (the same on every node) and this node's paths to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LuSpec {
-    pub id: String,
-    pub paths: Vec<PathSpec>,
-}
-
-/// Resolves one configured device to its LU and paths. One device is one LU: a multipath map
-/// over different LUs is refused by discovery.
-pub fn discover_lu(host: &dyn Host, device: &Path) -> Result<LuSpec, DiscoverError> {
-    let lu = host
-        .resolve(&[device.to_path_buf()])?
-        .into_iter()
-        .next()
-        .ok_or(DiscoverError::NothingToFence)?;
-    Ok(LuSpec {
-        id: lu.id.to_string(),
-        paths: lu
-            .paths
-            .into_iter()
-            .map(|p| PathSpec {
-                live: p.is_live(),
-                dev: p.dev,
-                name: p.name,
-                session: p.transport.map(|t| t.session),
-                protocol: p.protocol,
-            })
-            .collect(),
-    })
-}
-
-/// One path with its (lazily opened) device and whether a command is outstanding on it.
-#[derive(Clone)]
-pub struct PathHandle {
-    pub spec: PathSpec,
-    device: Arc<Mutex<Option<Arc<dyn PrTransport>>>>,
-    busy: Arc<AtomicBool>,
-}
-
-impl std::fmt::Debug for PathHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PathHandle")
-            .field("spec", &self.spec)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PathHandle {
-    fn new(spec: PathSpec) -> PathHandle {
-        PathHandle {
-            spec,
-            device: Arc::new(Mutex::new(None)),
-            busy: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<dyn PrTransport>>> {
-        self.device
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn transport(
-        &self,
-        host: &dyn Host,
-        policy: Policy,
-    ) -> Result<Arc<dyn PrTransport>, CommandError> {
-        let mut slot = self.slot();
-        if let Some(open) = slot.as_ref() {
-            return Ok(Arc::clone(open));
-        }
-        let opened = host.open(&self.spec.dev, policy)?;
-        *slot = Some(Arc::clone(&opened));
-        Ok(opened)
-    }
-
-    /// Drops the open device so the next command reopens it.
-    pub fn forget(&self) {
-        *self.slot() = None;
-    }
-
-    /// A command or open on this path has not returned from the kernel yet (it holds one
-    /// blocking thread; the path gets nothing else until it returns).
-    pub fn is_blocked(&self) -> bool {
-        self.busy.load(Ordering::SeqCst)
-    }
-
-    /// Marks the path busy; `None` if it already was.
-    fn claim(&self) -> Option<BusyPath> {
-        (!self.busy.swap(true, Ordering::SeqCst)).then(|| BusyPath(Arc::clone(&self.busy)))
-    }
-}
-
-/// A busy mark (a path's, discovery's), cleared when the blocking call that holds it returns.
-struct BusyPath(Arc<AtomicBool>);
-
-impl Drop for BusyPath {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
-    }
-}
 
 /// Runs PR commands on paths: bounded, on the blocking pool, with latency and conflict metrics.
 pub struct Executor {
@@ -534,206 +410,14 @@ fn metric_command(command: Command) -> Option<metrics::CommandKind> {
     })
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// One configured LU as currently discovered.
-#[derive(Debug)]
-pub struct LuEntry {
-    /// The configured name (logs, metrics, the watch state).
-    pub name: String,
-    /// The configured device.
-    pub device: PathBuf,
-    /// The LU identifier from the first successful discovery.
-    pub id: Option<String>,
-    pub paths: Vec<PathHandle>,
-    /// A path appeared, vanished, changed state or session at the last refresh.
-    pub paths_changed: bool,
-    /// Why the last discovery failed (the previous paths are kept and tried).
-    pub discover_error: Option<String>,
-}
-
-impl LuEntry {
-    /// How many times our key is listed by READ KEYS when every path is registered: once per
-    /// SCSI path (each I_T nexus registers), once for all NVMe paths together (NVMe registers
-    /// the host, by host id, whatever the number of controllers it reaches the namespace by).
-    pub fn registrations_expected(&self) -> usize {
-        let scsi = self
-            .paths
-            .iter()
-            .filter(|p| p.spec.protocol == Protocol::Scsi)
-            .count();
-        scsi + usize::from(self.paths.iter().any(|p| p.spec.protocol == Protocol::Nvme))
-    }
-
-    /// The paths in state `running`, in discovery order.
-    pub fn live_paths(&self) -> Vec<PathHandle> {
-        self.paths.iter().filter(|p| p.spec.live).cloned().collect()
-    }
-}
-
-/// Every configured LU, in configuration order.
-#[derive(Debug)]
-pub struct LuTable {
-    pub lus: Vec<LuEntry>,
-    /// A discovery is running (it may outlive the check that started it).
-    discovering: Arc<AtomicBool>,
-}
-
-impl LuTable {
-    /// The configured name of LU `index`, for logs ("?" if there is none).
-    pub fn name(&self, index: usize) -> &str {
-        self.lus.get(index).map_or("?", |l| l.name.as_str())
-    }
-
-    pub fn new(devices: &[DeviceSettings]) -> LuTable {
-        LuTable {
-            lus: devices
-                .iter()
-                .map(|d| LuEntry {
-                    name: d.name.clone(),
-                    device: d.path.clone(),
-                    id: None,
-                    paths: Vec::new(),
-                    paths_changed: false,
-                    discover_error: None,
-                })
-                .collect(),
-            discovering: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Re-discovers every LU (sysfs only; on the blocking pool). A discovery not done by `until`
-    /// (sysfs reads can block behind a device in error recovery) leaves the paths as they were;
-    /// no second one starts while it runs.
-    pub async fn refresh(&mut self, host: &Arc<dyn Host>, until: tokio::time::Instant) {
-        if self.discovering.swap(true, Ordering::SeqCst) {
-            tracing::warn!("the previous discovery has not returned yet; keeping the paths");
-            return;
-        }
-        let busy = BusyPath(Arc::clone(&self.discovering));
-        let devices: Vec<PathBuf> = self.lus.iter().map(|l| l.device.clone()).collect();
-        let host = Arc::clone(host);
-        let job = tokio::task::spawn_blocking(move || {
-            let _busy = busy;
-            devices
-                .iter()
-                .map(|d| discover_lu(host.as_ref(), d).map_err(|e| e.to_string()))
-                .collect::<Vec<_>>()
-        });
-        let found = match tokio::time::timeout_at(until, job).await {
-            Ok(Ok(found)) => found,
-            Ok(Err(e)) => vec![Err(format!("discovery worker failed: {e}")); self.lus.len()],
-            Err(_) => {
-                tracing::warn!(
-                    "discovery did not return within the check's budget; keeping the paths"
-                );
-                return;
-            }
-        };
-        for (lu, result) in self.lus.iter_mut().zip(found) {
-            lu.apply(result);
-        }
-    }
-
-    /// Paths whose command or open has not returned from the kernel (each holds one thread).
-    pub fn blocked_paths(&self) -> usize {
-        self.lus
-            .iter()
-            .flat_map(|lu| &lu.paths)
-            .filter(|p| p.is_blocked())
-            .count()
-    }
-
-    /// Two configured devices must not be the same LU: its paths would be counted twice.
-    pub fn duplicate(&self) -> Option<(String, String, String)> {
-        for (i, a) in self.lus.iter().enumerate() {
-            for b in &self.lus[i + 1..] {
-                if let (Some(x), Some(y)) = (&a.id, &b.id)
-                    && x == y
-                {
-                    return Some((a.name.clone(), b.name.clone(), x.clone()));
-                }
-            }
-        }
-        None
-    }
-}
-
-impl LuEntry {
-    fn apply(&mut self, result: Result<LuSpec, String>) {
-        let spec = match result {
-            Ok(spec) => spec,
-            Err(e) => {
-                if self.discover_error.as_ref() != Some(&e) {
-                    tracing::warn!(
-                        lu = %self.name, device = %self.device.display(), error = %e,
-                        kept_paths = self.paths.len(), "discovery failed"
-                    );
-                }
-                self.discover_error = Some(e);
-                self.paths_changed = false;
-                return;
-            }
-        };
-        if let Some(id) = &self.id
-            && *id != spec.id
-        {
-            let e = format!(
-                "{} now resolves to LU {} instead of {id}; the device was replaced: restart the \
-                 agent if that is intended",
-                self.device.display(),
-                spec.id
-            );
-            if self.discover_error.as_ref() != Some(&e) {
-                tracing::error!(lu = %self.name, error = %e, "LU identity changed");
-            }
-            self.discover_error = Some(e);
-            self.paths_changed = !self.paths.is_empty();
-            self.paths.clear();
-            return;
-        }
-        if self.discover_error.take().is_some() {
-            tracing::info!(lu = %self.name, "discovery works again");
-        }
-        self.id = Some(spec.id);
-        let before: Vec<PathSpec> = self.paths.iter().map(|p| p.spec.clone()).collect();
-        let mut paths = Vec::with_capacity(spec.paths.len());
-        for path in spec.paths {
-            // Same device node and session: the same nexus, keep its open device.
-            let kept = self
-                .paths
-                .iter()
-                .find(|h| h.spec.dev == path.dev && h.spec.session == path.session);
-            paths.push(match kept {
-                Some(handle) => PathHandle {
-                    spec: path,
-                    ..handle.clone()
-                },
-                None => PathHandle::new(path),
-            });
-        }
-        self.paths = paths;
-        self.paths_changed = before
-            != self
-                .paths
-                .iter()
-                .map(|p| p.spec.clone())
-                .collect::<Vec<_>>();
-        if self.paths_changed {
-            tracing::info!(
-                lu = %self.name,
-                paths = %self.paths.iter().map(|p| format!("{}{}{}", p.spec.name, p.spec.session.as_deref().map(|s| format!("@{s}")).unwrap_or_default(), if p.spec.live { "" } else { " (not running)" })).collect::<Vec<_>>().join(", "),
-                "paths"
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::daemon::lu_table::PathSpec;
+    use crate::discover::DiscoverError;
+    use crate::transport::Protocol;
 
     /// Every device is missing.
     struct Missing;
@@ -785,39 +469,6 @@ mod tests {
         fn reboot_now(&self) -> std::io::Error {
             unreachable!("the executor does not reboot")
         }
-    }
-
-    #[test]
-    fn an_nvme_namespace_is_registered_once_whatever_its_paths() {
-        let path = |name: &str, protocol| {
-            PathHandle::new(PathSpec {
-                dev: PathBuf::from(format!("/dev/{name}")),
-                name: name.to_string(),
-                live: true,
-                session: None,
-                protocol,
-            })
-        };
-        let lu = |paths| LuEntry {
-            name: "data".to_string(),
-            device: PathBuf::from("/dev/x"),
-            id: None,
-            paths,
-            paths_changed: false,
-            discover_error: None,
-        };
-        let scsi = lu(vec![
-            path("sdb", Protocol::Scsi),
-            path("sdc", Protocol::Scsi),
-        ]);
-        assert_eq!(scsi.registrations_expected(), 2);
-        // Two controllers without native multipath: two namespace devices, one registration.
-        let nvme = lu(vec![
-            path("nvme0n1", Protocol::Nvme),
-            path("nvme1n1", Protocol::Nvme),
-        ]);
-        assert_eq!(nvme.registrations_expected(), 1);
-        assert_eq!(lu(Vec::new()).registrations_expected(), 0);
     }
 
     #[tokio::test]

@@ -1,69 +1,25 @@
-//! Runs one admin command on every device concurrently and reports in argument order.
+//! The single PR commands (`prfence keys | reservation | capabilities | full-status | register |
+//! unregister | reserve | release | clear | preempt | register-move`): one command on every device
+//! named, all at once under one deadline, reported in argument order.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::discover::Protocol;
-use crate::host::{Host, SystemHost};
-use crate::pr::{PrInAction, PrOut, RegisterMove as MoveTarget, TransportId};
+use crate::host::Host;
+use crate::pr::{PrInAction, PrOut, RegisterMove};
 use crate::transport::{
-    Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport,
+    Command, CommandError, ErrorKind, Policy, PrAnswer, PrRequest, PrTransport, Protocol,
 };
 use prfence_engine::runtime::{self, Finished};
 
-use super::args::{Cli, Cmd, Devices};
-use super::fencing;
+use super::args::{Cmd, Devices};
+use super::exit::ExitStatus;
 use super::render::{self, Answer, Reported};
-
-/// The process exit status of an admin command (see [`super::args::EXIT_STATUS_HELP`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
-    Success,
-    Failure,
-    Usage,
-    OnlyConflicts,
-    /// status: the key is registered on no LU (fence_scsi's "off").
-    Off,
-    /// fence: this node's key is gone from the arbiter LU.
-    ThisNodeFenced,
-    /// `prfence agent`'s own status (see `daemon::run`), e.g. self_fence.exit_status.
-    Agent(u8),
-}
-
-impl ExitStatus {
-    /// The process exit code. `Off` shares 2 with `Usage`, as fence-agents' status does.
-    pub fn code(self) -> u8 {
-        match self {
-            ExitStatus::Success => 0,
-            ExitStatus::Failure => 1,
-            ExitStatus::Usage | ExitStatus::Off => 2,
-            ExitStatus::OnlyConflicts => 3,
-            ExitStatus::ThisNodeFenced => 4,
-            ExitStatus::Agent(code) => code,
-        }
-    }
-
-    /// The overall status of per-device results.
-    pub fn of<T>(results: &[Result<T, CommandError>]) -> ExitStatus {
-        let mut kinds = results
-            .iter()
-            .filter_map(|r| r.as_ref().err())
-            .map(|e| e.kind)
-            .peekable();
-        if kinds.peek().is_none() {
-            ExitStatus::Success
-        } else if kinds.all(|k| k == ErrorKind::ReservationConflict) {
-            ExitStatus::OnlyConflicts
-        } else {
-            ExitStatus::Failure
-        }
-    }
-}
 
 /// What to do on each device, resolved from the arguments once.
 #[derive(Debug, Clone)]
-enum Request {
+pub(super) enum Request {
     ReadKeys,
     ReadReservation,
     ReportCapabilities,
@@ -73,7 +29,7 @@ enum Request {
 
 impl Request {
     /// The command sent, for errors that come before or instead of its completion.
-    fn command(&self) -> Command {
+    pub(super) fn command(&self) -> Command {
         match self {
             Request::ReadKeys => Command::PrIn(PrInAction::ReadKeys),
             Request::ReadReservation => Command::PrIn(PrInAction::ReadReservation),
@@ -85,7 +41,7 @@ impl Request {
 }
 
 /// The request and the devices it goes to, with their options.
-fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
+pub(super) fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
     Some(match command {
         Cmd::Keys(d) => (Request::ReadKeys, d),
         Cmd::Reservation(d) => (Request::ReadReservation, d),
@@ -123,7 +79,7 @@ fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
             (Request::Out(out), &p.devices)
         }
         Cmd::RegisterMove(m) => {
-            let target = MoveTarget {
+            let target = RegisterMove {
                 unreg: m.unreg,
                 relative_target_port: m.relative_target_port,
                 transport_id: m.transport_id.clone(),
@@ -138,50 +94,26 @@ fn request_of(command: &Cmd) -> Option<(Request, &Devices)> {
     })
 }
 
-/// The devices a command names.
-fn devices_of(command: &Cmd) -> &[PathBuf] {
-    match command {
-        Cmd::Unfence(d) | Cmd::Status(d) => &d.devices,
-        Cmd::Fence(f) => &f.target.devices,
-        Cmd::Agent(_) => &[],
-        Cmd::Doctor(d) => &d.devices,
-        other => request_of(other).map_or(&[], |(_, devices)| &devices.devices),
-    }
-}
-
-/// Rejects argument combinations the target would only answer with ILLEGAL REQUEST, and more
-/// devices than one run may work on ([`crate::MAX_DEVICES`]).
-fn check_request(command: &Cmd) -> Result<(), String> {
-    let count = devices_of(command).len();
-    if count > crate::MAX_DEVICES {
-        return Err(format!(
-            "{count} devices given; at most {} per command (each gets a worker thread): run the \
-             command on fewer devices at a time",
-            crate::MAX_DEVICES
-        ));
-    }
-    if let Cmd::Preempt(p) = command
-        && p.victim.is_zero()
-        && !p.rtype.is_all_registrants()
-    {
-        return Err(format!(
-            "--victim 0 (remove every other registration) is only valid with an all-registrants \
-             type (wear, eaar), not {}",
-            p.rtype
-        ));
-    }
-    if let Cmd::RegisterMove(m) = command
-        && matches!(&m.transport_id, TransportId::Iscsi { isid: None, .. })
-    {
-        // Not refused (SPC allows it), but LIO then registers a nexus no session uses.
-        eprintln!(
-            "prfence: warning: {} names an iSCSI initiator without an ISID; the target may move \
-             the reservation to a registration that no session of it uses. Give NAME,i,0xISID \
-             as `prfence full-status` shows it",
-            m.transport_id
-        );
-    }
-    Ok(())
+/// Runs a single PR command on `host`'s devices and prints the results; returns the exit status
+/// (`None`: `command` is not a single PR command).
+pub fn execute(
+    command: &Cmd,
+    json: bool,
+    timeout: Duration,
+    policy: Policy,
+    host: Arc<dyn Host>,
+) -> Option<ExitStatus> {
+    let (request, devices) = request_of(command)?;
+    let command = request.command();
+    let request = Arc::new(request);
+    let results = run_concurrently(
+        &devices.devices,
+        devices.deadline(timeout),
+        command,
+        move |path| perform(&request, host.as_ref(), path, policy),
+    );
+    render::print(json, &devices.devices, &results);
+    Some(ExitStatus::of(&results))
 }
 
 fn perform(
@@ -218,53 +150,6 @@ fn perform(
         outcome,
         unit_attentions,
     })
-}
-
-/// Runs the parsed command line and prints the results; returns the exit status.
-pub fn execute(cli: &Cli) -> ExitStatus {
-    if let Cmd::Agent(agent) = &cli.command {
-        // The agent logs as its configuration says and has exit statuses of its own.
-        return ExitStatus::Agent(crate::daemon::entry::agent_main(
-            &agent.config,
-            agent.check_config,
-            agent.once,
-            agent.status_file.clone(),
-        ));
-    }
-    if let Err(message) = check_request(&cli.command) {
-        eprintln!("prfence: {message}");
-        return ExitStatus::Usage;
-    }
-    let policy = Policy {
-        timeout: cli.timeout,
-        ..Policy::default()
-    };
-    let host: Arc<dyn Host> = Arc::new(SystemHost::new());
-    let action = match &cli.command {
-        Cmd::Unfence(d) => Some(fencing::FencingCommand::Unfence(d)),
-        Cmd::Fence(f) => Some(fencing::FencingCommand::Fence(f)),
-        Cmd::Status(d) => Some(fencing::FencingCommand::Status(d)),
-        _ => None,
-    };
-    if let Some(action) = action {
-        return fencing::execute(action, cli.json, policy, &host);
-    }
-    if let Cmd::Doctor(args) = &cli.command {
-        return super::doctor::execute(args, cli.json, policy, &host);
-    }
-    let Some((request, devices)) = request_of(&cli.command) else {
-        return ExitStatus::Usage;
-    };
-    let command = request.command();
-    let request = Arc::new(request);
-    let results = run_concurrently(
-        &devices.devices,
-        devices.deadline(cli.timeout),
-        command,
-        move |path| perform(&request, host.as_ref(), path, policy),
-    );
-    render::print(cli.json, &devices.devices, &results);
-    ExitStatus::of(&results)
 }
 
 /// One worker thread per device; results in argument order, all by `deadline`. Workers are not
@@ -332,42 +217,9 @@ fn spawn_failed(path: &Path, error: &dyn std::fmt::Display) -> CommandError {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
-    use super::*;
     use std::time::Instant;
 
-    fn cli(args: &[&str]) -> Cli {
-        Cli::try_parse_from(args).unwrap()
-    }
-
-    #[test]
-    fn more_devices_than_the_cap_are_a_usage_error_before_any_is_opened() {
-        let many: Vec<String> = (0..=crate::MAX_DEVICES)
-            .map(|i| format!("/nonexistent/sd{i}"))
-            .collect();
-        let many: Vec<&str> = many.iter().map(String::as_str).collect();
-        for head in [
-            &["prfence", "keys"][..],
-            &["prfence", "status", "--key", "1"],
-            &["prfence", "fence", "--key", "1", "--victim", "2"],
-        ] {
-            let args: Vec<&str> = head.iter().chain(&many).copied().collect();
-            let command = cli(&args).command;
-            let e = check_request(&command).unwrap_err();
-            assert!(
-                e.contains("1025 devices") && e.contains("at most 1024"),
-                "{e}"
-            );
-            assert_eq!(execute(&cli(&args)), ExitStatus::Usage);
-        }
-        let at_cap: Vec<&str> = ["prfence", "keys"]
-            .iter()
-            .chain(&many[1..])
-            .copied()
-            .collect();
-        assert!(check_request(&cli(&at_cap).command).is_ok());
-    }
+    use super::*;
 
     #[test]
     fn a_worker_that_cannot_start_is_a_device_error() {
@@ -424,30 +276,5 @@ mod tests {
             "{text}"
         );
         assert_eq!(ExitStatus::of(&results), ExitStatus::Failure);
-    }
-
-    #[test]
-    fn the_admin_deadline_defaults_to_twice_the_timeout() {
-        let Cmd::Keys(d) = cli(&["prfence", "--timeout", "3", "keys", "/dev/sdb"]).command else {
-            panic!("keys")
-        };
-        assert_eq!(d.deadline(Duration::from_secs(3)), Duration::from_secs(6));
-        let Cmd::Clear(c) = cli(&[
-            "prfence",
-            "clear",
-            "--key",
-            "1",
-            "--deadline",
-            "7",
-            "/dev/sdb",
-        ])
-        .command
-        else {
-            panic!("clear")
-        };
-        assert_eq!(
-            c.devices.deadline(Duration::from_secs(3)),
-            Duration::from_secs(7)
-        );
     }
 }

@@ -1,10 +1,10 @@
-//! The tokio driver of `prfence agent`: owns the devices, timers, watchdog, sd_notify and
-//! logging, and carries out what the sans-IO machines decide
-//! ([`super::watch`], [`super::lease`]). [`Agent`] is the part both modes share (settings, host,
-//! executor, LU table, metrics and status, notifier, watchdog, self-fence); each mode's driver
-//! borrows it and owns its own state: `watch_loop::WatchDriver` (what the checks keep
-//! between ticks), `lease_loop::LeaseDriver` (reservation type, epoch store). The
-//! process entry point, signals and the metrics server are in [`super::entry`].
+//! The services both modes of `prfence agent` share, without knowledge of either mode:
+//! [`Agent`] holds the settings, host, executor, LU table, metrics and status, notifier,
+//! watchdog and self-fence; each mode's driver borrows it and owns its own state:
+//! `watch_loop::WatchDriver` (what the checks keep between ticks), `lease_loop::LeaseDriver`
+//! (reservation type, epoch store). Which driver runs is decided in one place,
+//! [`super::entry::run`]; the process (arguments, signals, the metrics server) is
+//! [`super::entry`] too.
 //!
 //! Everything a test needs to replace is injected through [`AgentParts`]: the [`Host`] (discovery,
 //! device opening, the self-fence hook, reboot; the SPC model in unit tests), the sd_notify
@@ -21,9 +21,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use super::config::{ModeSettings, Settings};
-use super::lease_loop::LeaseDriver;
+use super::config::Settings;
+use super::executor::Executor;
+use super::lock;
 use super::logging::LogHandle;
+use super::lu_table::{LuTable, PathHandle};
 use super::metrics::Metrics;
 use super::notify::Notifier;
 use super::status::{
@@ -31,11 +33,8 @@ use super::status::{
     WatchdogStep,
 };
 use super::status_file;
-use super::storage::{Executor, LuTable, PathHandle, lock};
-use super::watch_loop::WatchDriver;
 use super::watchdog::Watchdog;
 use crate::host::Host;
-use crate::ops;
 use crate::pr::{Key, PrOut, PrOutAction};
 use crate::transport::Command;
 
@@ -155,11 +154,7 @@ impl Agent {
     ) -> Agent {
         let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
         let metrics = Arc::new(Mutex::new(Metrics::new(names.clone())));
-        let mode = match settings.mode {
-            ModeSettings::Watch(_) => "watch",
-            ModeSettings::Lease(_) => "lease",
-        };
-        let mut shown = Status::new(mode, &names);
+        let mut shown = Status::new(settings.mode.name(), &names);
         if settings.watchdog.is_some() {
             shown.watchdog.state = WatchdogState::NotArmed;
             lock(&metrics).set_watchdog(WatchdogState::NotArmed);
@@ -198,29 +193,6 @@ impl Agent {
     /// Whether the self-fence actions ran (latched; the drivers only read it).
     pub(super) fn is_fenced(&self) -> bool {
         self.fenced
-    }
-
-    /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
-    pub async fn run(mut self, key: Option<Key>) -> RunEnd {
-        match (&self.settings.mode, key) {
-            (ModeSettings::Watch(_), Some(key)) => {
-                WatchDriver::new(&mut self, key).run_watch().await
-            }
-            (ModeSettings::Watch(_), None) => {
-                RunEnd::Failed("watch mode needs our key resolved first".to_owned())
-            }
-            (ModeSettings::Lease(_), _) => LeaseDriver::run_lease(&mut self).await,
-        }
-    }
-
-    /// One look at every LU for `--once`: prints the status and says whether all is well.
-    pub async fn once(mut self, key: Option<Key>) -> u8 {
-        let healthy = match key {
-            Some(key) => WatchDriver::new(&mut self, key).once_watch().await,
-            None => LeaseDriver::once_lease(&mut self).await,
-        };
-        println!("{}", lock(&self.status).to_json());
-        if healthy { 0 } else { EXIT_ONCE_PROBLEM }
     }
 
     /// Opens the configured watchdog, if any and not open yet (which starts it). A failure is
@@ -510,83 +482,5 @@ impl Agent {
             }
         }
         new
-    }
-}
-
-/// Heals one LU's registrations with `ops::heal`: it probes every path, purges stale
-/// registrations of earlier sessions where one atomic command can, and names the paths without
-/// a registration, which only `prfence unfence` registers (P3). Runs on
-/// the LU's live paths; bounded by a few command timeouts per path.
-pub(super) async fn heal_lu(
-    exec: &Executor,
-    lu_id: String,
-    paths: &[PathHandle],
-    key: Key,
-) -> Result<ops::LuReport, String> {
-    // One heal per LU at a time: a heal cut off by its deadline may still have a command in the
-    // kernel, and two heals on one LU would race their own REGISTERs.
-    let Some(guard) = exec.begin_heal(&lu_id) else {
-        return Err("the previous heal of this LU has not finished yet".to_owned());
-    };
-    let live: Vec<PathHandle> = paths.iter().filter(|p| p.spec.live).cloned().collect();
-    let opened = exec.open_paths(&live, guard).await;
-    if opened.is_empty() {
-        return Err("no live path could be opened".to_owned());
-    }
-    let per_path = u32::try_from(opened.len()).unwrap_or(u32::MAX);
-    let limits = ops::Limits {
-        deadline: exec
-            .timeout()
-            .saturating_mul(per_path.saturating_mul(3).saturating_add(4)),
-        ..ops::Limits::default()
-    };
-    let lus = vec![ops::LuTarget {
-        id: lu_id,
-        paths: opened,
-    }];
-    // The engine blocks until the heal is done or its deadline passed.
-    let report = tokio::task::spawn_blocking(move || ops::heal(lus, key, limits))
-        .await
-        .map_err(|e| format!("the heal's thread failed: {e}"))?
-        .map_err(|e| e.to_string())?;
-    report
-        .lus
-        .into_iter()
-        .next()
-        .ok_or_else(|| "the heal reported no LU".to_owned())
-}
-
-/// Logs a heal's result and counts it.
-pub(super) fn report_heal(
-    lu: &str,
-    result: &Result<ops::LuReport, String>,
-    metrics: &Mutex<Metrics>,
-) {
-    match result {
-        Ok(report) => match report.verdict {
-            ops::Verdict::Healed => {
-                lock(metrics).record_heal(lu);
-                tracing::warn!(%lu, notes = %report.notes.join("; "), "registrations healed");
-            }
-            ops::Verdict::Intact => tracing::info!(%lu, "registrations intact"),
-            ops::Verdict::PathsUnregistered => {
-                if report.notes.iter().any(|n| n.starts_with("purged")) {
-                    lock(metrics).record_heal(lu);
-                }
-                tracing::warn!(
-                    %lu, error = report.error.as_deref().unwrap_or("-"),
-                    notes = %report.notes.join("; "),
-                    "paths without our registration: run `prfence unfence` on this node"
-                );
-            }
-            ops::Verdict::ThisNodeFenced => tracing::error!(
-                %lu, error = report.error.as_deref().unwrap_or("our key is gone"),
-                "heal found our key preempted; nothing re-registered (P3)"
-            ),
-            verdict => tracing::error!(
-                %lu, %verdict, error = report.error.as_deref().unwrap_or("-"), "heal failed"
-            ),
-        },
-        Err(e) => tracing::error!(%lu, error = %e, "heal failed"),
     }
 }

@@ -1,5 +1,6 @@
 //! SCSI execution policy: persistent-reservation operations over any [`ScsiDevice`], with the
-//! retry and classification rules in one place.
+//! retry and classification rules in one place (NOT READY's in `exec::retry`, shared with
+//! NVMe).
 //!
 //! Rules (issue #3, "execution policy"):
 //! - UNIT ATTENTION means the command was not executed: retry it, a bounded number of times, and
@@ -20,13 +21,14 @@ use sg_io::{
 };
 
 use crate::pr::{
-    self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys,
-    ReadReservation,
+    self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, ReadKeys, ReadReservation,
 };
 use crate::transport::{
     Command, CommandError, ErrorKind, Event, Policy, PrAnswer, PrOutReport, PrRequest, PrTransport,
     Reply, ScsiDetail, TransportDetail,
 };
+
+use super::retry::{Retried, Step, effect_visible, retry_not_ready};
 
 /// Something that executes one SCSI command: a real SG_IO device, or a model in unit tests.
 pub trait ScsiDevice: Send + Sync {
@@ -75,7 +77,7 @@ impl ScsiPr<Device> {
     /// Opens a device node for persistent-reservation commands. Read-only is enough for SG_IO
     /// (with CAP_SYS_RAWIO) and does not trigger udev change events on close.
     pub fn open(path: &Path, policy: Policy) -> Result<Self, CommandError> {
-        let device = Device::open(path, sg_io::Access::ReadOnly).map_err(|e| {
+        let device = Device::open(path, sg_io::OpenMode::ReadOnly).map_err(|e| {
             CommandError::without_completion(path, Command::Open, ErrorKind::Open, e.to_string())
         })?;
         Ok(ScsiPr::new(device, policy))
@@ -139,65 +141,70 @@ impl<D: ScsiDevice> ScsiPr<D> {
         )
     }
 
-    /// Runs a command, consuming unit attentions (into `events`) and retrying NOT READY;
-    /// `on_not_ready` decides whether a NOT READY answer should be retried (`Ok(false)`) or
-    /// counts as done (`Ok(true)`, returned as `Ok(None)`: no data, confirmed by re-reading).
+    /// Runs a command, consuming unit attentions (into `events`) and retrying NOT READY under
+    /// the one rule ([`retry_not_ready`]); `on_not_ready` decides whether a NOT READY answer
+    /// should be retried (`Ok(false)`) or counts as done (`Ok(true)`, returned as `Ok(None)`: no
+    /// data, confirmed by re-reading).
     fn run(
         &self,
         command: Command,
         cdb: &[u8],
         mut buffer: Option<&mut [u8]>,
         parameters: Option<&[u8]>,
-        mut on_not_ready: impl FnMut(&mut Vec<Event>) -> Result<bool, CommandError>,
+        on_not_ready: impl FnMut(&mut Vec<Event>) -> Result<bool, CommandError>,
         events: &mut Vec<Event>,
     ) -> Result<Option<usize>, CommandError> {
         let mut unit_attentions = 0;
-        let mut not_ready = 0;
-        let mut backoff = self.policy.not_ready_backoff;
-        loop {
+        let attempt = |events: &mut Vec<Event>| {
             let data = match (&mut buffer, parameters) {
                 (Some(buf), _) => DataTransfer::FromDevice(buf),
                 (None, Some(p)) => DataTransfer::ToDevice(p),
                 (None, None) => DataTransfer::None,
             };
             match self.attempt(command, cdb, data) {
-                Attempt::Good(n) => return Ok(Some(n)),
-                Attempt::Failed(e) => return Err(e),
+                Attempt::Good(n) => Step::Done(n),
+                Attempt::Failed(e) => Step::Failed(e),
                 Attempt::UnitAttention(ua) => {
                     tracing::debug!(device = %self.device.path().display(), %command, unit_attention = %ua, "unit attention consumed; retrying");
                     events.push(Event::UnitAttention(ua));
                     unit_attentions += 1;
                     if unit_attentions > self.policy.unit_attention_retries {
-                        return Err(CommandError::without_completion(
+                        return Step::Failed(CommandError::without_completion(
                             self.device.path(),
                             command,
                             ErrorKind::UnitAttention,
                             format!("{unit_attentions} unit attentions in a row, the last {ua}"),
                         ));
                     }
+                    Step::Again
                 }
-                Attempt::NotReady => {
-                    if on_not_ready(events)? {
-                        return Ok(None);
-                    }
-                    not_ready += 1;
-                    if not_ready > self.policy.not_ready_retries {
-                        return Err(CommandError::without_completion(
-                            self.device.path(),
-                            command,
-                            ErrorKind::NotReady,
-                            format!(
-                                "still NOT READY after {} retries",
-                                self.policy.not_ready_retries
-                            ),
-                        ));
-                    }
-                    tracing::debug!(device = %self.device.path().display(), %command, ?backoff, "not ready; retrying");
-                    crate::runtime::sleep(backoff);
-                    backoff = backoff.saturating_mul(2);
-                }
+                Attempt::NotReady => Step::NotReady(()),
             }
-        }
+        };
+        let exhausted = |()| {
+            CommandError::without_completion(
+                self.device.path(),
+                command,
+                ErrorKind::NotReady,
+                format!(
+                    "still NOT READY after {} retries",
+                    self.policy.not_ready_retries
+                ),
+            )
+        };
+        let retried = retry_not_ready(
+            &self.policy,
+            self.device.path(),
+            command,
+            events,
+            attempt,
+            on_not_ready,
+            exhausted,
+        )?;
+        Ok(match retried {
+            Retried::Completed(received) => Some(received),
+            Retried::AlreadyApplied => None,
+        })
     }
 
     /// PR IN with re-issue when the target has more data than fit.
@@ -325,42 +332,6 @@ impl<D: ScsiDevice> PrTransport for ScsiPr<D> {
     }
 }
 
-/// Whether the target's state already shows what `request` asked for. Used only to decide that a
-/// PR OUT answered NOT READY need not be retried; it looks at the LU as a whole (READ KEYS does
-/// not say which nexus holds a key), so it errs on the side of "retry".
-pub fn effect_visible(request: &PrOut, keys: &ReadKeys, reservation: &ReadReservation) -> bool {
-    let holds = |key| {
-        reservation
-            .reservation
-            .as_ref()
-            .is_some_and(|r| r.key == key && Some(r.rtype) == request.rtype)
-    };
-    match request.action {
-        PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey => {
-            if request.sa_key.is_zero() {
-                !keys.keys.contains(&request.key)
-            } else {
-                keys.keys.contains(&request.sa_key)
-            }
-        }
-        PrOutAction::Reserve => holds(request.key),
-        PrOutAction::Release => reservation
-            .reservation
-            .as_ref()
-            .is_none_or(|r| r.key != request.key),
-        PrOutAction::Clear => keys.keys.is_empty() && reservation.reservation.is_none(),
-        PrOutAction::Preempt | PrOutAction::PreemptAndAbort => {
-            request.sa_key != request.key
-                && !request.sa_key.is_zero()
-                && !keys.keys.contains(&request.sa_key)
-                && keys.keys.contains(&request.key)
-        }
-        PrOutAction::RegisterAndMove => {
-            keys.keys.contains(&request.sa_key) && holds(request.sa_key)
-        }
-    }
-}
-
 /// Turns one completion into an [`Attempt`]: the single place that decides what a status, a
 /// host/driver status and a sense key mean for us.
 fn classify(
@@ -451,7 +422,7 @@ mod tests {
     use super::*;
     use crate::pr::{Key, ReservationType, TransportId};
     use crate::spc_model::{
-        CommandFilter, Injected, Injection, Lu, ModelDevice, Quirks, ScsiFailure, Timing,
+        CommandFilter, Injected, Injection, ModelDevice, ModelLu, Quirks, ScsiFailure, Timing,
         UnitAttention,
     };
 
@@ -471,13 +442,13 @@ mod tests {
     }
 
     struct Setup {
-        lu: Arc<Mutex<Lu>>,
+        lu: Arc<Mutex<ModelLu>>,
         a: ScsiPr<ModelDevice>,
         b: ScsiPr<ModelDevice>,
     }
 
     fn setup(quirks: Quirks) -> Setup {
-        let mut lu = Lu::new(quirks);
+        let mut lu = ModelLu::new(quirks);
         let na = lu.connect(iscsi("nodea"), 1);
         let nb = lu.connect(iscsi("nodeb"), 1);
         let lu = Arc::new(Mutex::new(lu));
@@ -703,7 +674,7 @@ mod tests {
 
     #[test]
     fn many_keys_are_read_by_reissuing_with_a_larger_allocation() {
-        let mut lu = Lu::new(Quirks::lio());
+        let mut lu = ModelLu::new(Quirks::lio());
         let mut devices = Vec::new();
         for i in 0..300u64 {
             let nexus = lu.connect(iscsi(&format!("node{i}")), 1);

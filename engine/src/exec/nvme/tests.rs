@@ -9,7 +9,7 @@ use super::*;
 
 use crate::pr::nvme::HostId;
 use crate::pr::{Key, ReservationType, TransportId};
-use crate::testing::nvmet::{Fake, Fault, Host, Kernel, Namespace};
+use crate::testing::nvmet::{Fake, Kernel, Namespace, NvmetFault, NvmetHost};
 
 const A: Key = Key::new(0xa);
 const B: Key = Key::new(0xb);
@@ -50,7 +50,7 @@ fn setup(kernel: Kernel) -> Setup {
 }
 
 impl Setup {
-    fn registered(&self) -> Vec<(Host, u64)> {
+    fn registered(&self) -> Vec<(NvmetHost, u64)> {
         self.ns.lock().unwrap().registrants.clone()
     }
     fn last(&self) -> String {
@@ -58,7 +58,7 @@ impl Setup {
     }
 }
 
-fn inject(path: &NvmePr<Fake>, fault: Fault) {
+fn inject(path: &NvmePr<Fake>, fault: NvmetFault) {
     path.device.faults.lock().unwrap().push_back(fault);
 }
 
@@ -394,13 +394,13 @@ fn kernel_refusals_are_classified() {
     ];
     for (errno, kind) in cases {
         let s = setup(NEW_KERNEL);
-        inject(&s.a, Fault::Errno(errno));
+        inject(&s.a, NvmetFault::Errno(errno));
         let e = s.a.pr_out(&PrOut::register(Key::ZERO, A)).unwrap_err();
         assert_eq!(e.kind, kind, "errno {errno}: {e}");
         assert!(e.to_string().contains("IOC_PR_REGISTER"), "{e}");
     }
     let s = setup(NEW_KERNEL);
-    inject(&s.a, Fault::Errno(nix::libc::EPERM));
+    inject(&s.a, NvmetFault::Errno(nix::libc::EPERM));
     let text =
         s.a.pr_out(&PrOut::reserve(A, WERO))
             .unwrap_err()
@@ -411,7 +411,7 @@ fn kernel_refusals_are_classified() {
          permitted (os error 1); block PR ioctls that change reservations need CAP_SYS_ADMIN on \
          the read-only open prfence uses; run as root"
     );
-    inject(&s.a, Fault::Errno(nix::libc::EACCES));
+    inject(&s.a, NvmetFault::Errno(nix::libc::EACCES));
     let text = s.a.pr_out(&PrOut::unregister(A)).unwrap_err().to_string();
     assert!(text.contains("passthrough needs CAP_SYS_ADMIN"), "{text}");
 }
@@ -429,7 +429,7 @@ fn device_statuses_are_classified() {
             ErrorKind::ReservationConflict,
         ),
     ] {
-        inject(&s.a, Fault::Status(status));
+        inject(&s.a, NvmetFault::Status(status));
         let e = s.a.read_keys().unwrap_err();
         assert_eq!(e.kind, kind, "{status}");
         assert_eq!(e.status_text(), Some(status.to_string()));
@@ -442,7 +442,7 @@ fn device_statuses_are_classified() {
         (NvmeStatus::ANA_INACCESSIBLE, ErrorKind::Transport),
         (NvmeStatus::INTERNAL_ERROR, ErrorKind::Failed),
     ] {
-        inject(&s.a, Fault::Nvme(status));
+        inject(&s.a, NvmetFault::Nvme(status));
         let e = s.a.pr_out(&PrOut::unregister(A)).unwrap_err();
         assert_eq!(e.kind, kind, "{status}");
         assert_eq!(
@@ -457,10 +457,10 @@ fn a_refused_read_ioctl_does_not_fall_back_but_a_missing_one_does() {
     let s = setup(NEW_KERNEL);
     s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
     // EOPNOTSUPP from the ioctl: the Report is tried (and works on this namespace).
-    inject(&s.a, Fault::Errno(nix::libc::EOPNOTSUPP));
+    inject(&s.a, NvmetFault::Errno(nix::libc::EOPNOTSUPP));
     assert_eq!(s.a.read_keys().unwrap().keys, vec![A]);
     // EPERM is not a missing ioctl: no fallback.
-    inject(&s.a, Fault::Errno(nix::libc::EPERM));
+    inject(&s.a, NvmetFault::Errno(nix::libc::EPERM));
     assert_eq!(s.a.read_keys().unwrap_err().kind, ErrorKind::Open);
 }
 
@@ -469,20 +469,20 @@ fn namespace_not_ready_is_retried_and_a_pr_out_is_reread_first() {
     let s = setup(NEW_KERNEL);
     s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
     // Not ready, and the unregister has not applied: retried, then done.
-    inject(&s.a, Fault::Nvme(NvmeStatus::NAMESPACE_NOT_READY));
+    inject(&s.a, NvmetFault::Nvme(NvmeStatus::NAMESPACE_NOT_READY));
     let report = s.a.pr_out(&PrOut::unregister(A)).unwrap();
     assert!(!report.confirmed_by_reread);
     assert!(s.registered().is_empty());
     // Not ready after it applied (another path of ours did it): the re-read confirms it.
     s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
     s.ns.lock().unwrap().registrants.clear();
-    inject(&s.a, Fault::Nvme(NvmeStatus::NAMESPACE_NOT_READY));
+    inject(&s.a, NvmetFault::Nvme(NvmeStatus::NAMESPACE_NOT_READY));
     let report = s.a.pr_out(&PrOut::unregister(A)).unwrap();
     assert!(report.confirmed_by_reread);
     // For ever not ready: gives up with its kind.
     let old = setup(OLD_KERNEL);
     for _ in 0..10 {
-        inject(&old.a, Fault::Nvme(NvmeStatus::NAMESPACE_NOT_READY));
+        inject(&old.a, NvmetFault::Nvme(NvmeStatus::NAMESPACE_NOT_READY));
     }
     assert_eq!(old.a.read_keys().unwrap_err().kind, ErrorKind::NotReady);
 }
@@ -630,7 +630,7 @@ mod engine {
         }
     }
 
-    /// Host `id`'s view of the namespaces, as fresh paths (the engine takes them by value).
+    /// NvmetHost `id`'s view of the namespaces, as fresh paths (the engine takes them by value).
     fn targets(namespaces: &[Arc<Mutex<Namespace>>], id: u8) -> Vec<LuTarget<NvmePr<Fake>>> {
         namespaces
             .iter()

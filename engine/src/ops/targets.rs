@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::ops::LuTarget;
+use crate::discover::{Lu, Resolution};
 use crate::transport::{CommandError, PrRequest, PrTransport, Reply};
 
-use super::{Lu, Resolution};
+use super::LuTarget;
 
 /// How a path's device is opened (the path as given in, the device out).
 pub type Opener<T> = Arc<dyn Fn(&Path) -> Result<T, CommandError> + Send + Sync>;
