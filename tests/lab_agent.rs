@@ -42,7 +42,7 @@ fn main() -> ExitCode {
             lease_takeover_refuses_the_paused_holder,
             renew_racing_takeover_never_two_writers,
             fenced_node_self_fences_and_never_reregisters,
-            relogin_orphan_healed_preempted_key_not,
+            relogin_orphan_reported_unfence_repairs_preempted_key_not,
             watchdog_stops_being_fed_once_fenced,
         ],
     )
@@ -916,9 +916,11 @@ fn fenced_node_self_fences_and_never_reregisters() -> anyhow::Result<()> {
 }
 
 /// Issue #5 item 6: an iSCSI re-login leaves an orphaned registration (old ISID) and an
-/// unregistered new nexus; the agent heals it (new nexus registered, orphan purged, holder moved)
-/// while A's key is on the LU. After B fences A, another re-login is never healed.
-fn relogin_orphan_healed_preempted_key_not() -> anyhow::Result<()> {
+/// unregistered new nexus. The agent reports it (degraded, naming the path) and registers nothing
+/// (P3: a fence can land between any read and a REGISTER); `prfence unfence` registers the new
+/// nexus and purges the orphan, and the agent is healthy again. After B fences A, another re-login
+/// brings nothing back.
+fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result<()> {
     let mut t = Topology::iscsi(1)?;
     t.settle()?;
     // A unfences first: it holds the reservation, so its orphan may be purged
@@ -973,36 +975,72 @@ fn relogin_orphan_healed_preempted_key_not() -> anyhow::Result<()> {
         old_device.display(),
         t.device(Node::A, 0).display()
     );
+    // The count of A's key (one orphan, one path) looks right; only the path probe (at the path
+    // change, then every audit, 1 s) shows the new nexus unregistered. From then on the agent
+    // stays degraded, naming the path, and registers nothing.
+    let lu_verdict = |agent: &Agent| {
+        agent
+            .status()
+            .and_then(|s| s["lus"][0]["verdict"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    let healed = loop {
+    while !lu_verdict(&agent).starts_with("paths without our registration") {
+        ensure!(
+            Instant::now() < deadline,
+            "the unregistered path not reported within 30 s: LU verdict {:?}:\n{}",
+            lu_verdict(&agent),
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reported = relogin_at.elapsed();
+    let watch_until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < watch_until {
         let regs = isid_of_a(&t)?;
-        let holder = t.lu(0).holder()?;
-        if regs.len() == 1
+        ensure!(
+            regs == after_login,
+            "A's registrations changed without `prfence unfence`: {regs:?} (was {after_login:?}):\n{}",
+            agent.log_tail()
+        );
+        let (state, verdict) = (agent.state(), lu_verdict(&agent));
+        ensure!(
+            state == "degraded" && verdict.contains("run `prfence unfence`"),
+            "agent {state}, LU verdict {verdict:?} with the new nexus unregistered:\n{}",
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "agent degraded, naming the path, {} after the re-login, and for 6 s (6 path audits) \
+         after: the orphan unchanged, nothing registered",
+        lab::secs(reported)
+    );
+
+    // The admin's repair.
+    let repair_at = Instant::now();
+    prfence(&["unfence", "--key", "0xa", &link.display().to_string()])?;
+    let regs = isid_of_a(&t)?;
+    let holder = t.lu(0).holder()?;
+    ensure!(
+        regs.len() == 1
             && regs[0].0 != old_isid
             && regs[0].1 == 0xa
             && holder
                 .as_ref()
-                .is_some_and(|h| h.initiator == t.node(Node::A).initiator && h.isid == regs[0].0)
-        {
-            break regs;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "not healed within 30 s: A's registrations {regs:?}, holder {holder:?}, agent {}:\n{}",
-            agent.state(),
-            agent.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+                .is_some_and(|h| h.initiator == t.node(Node::A).initiator && h.isid == regs[0].0),
+        "after `prfence unfence`: A's registrations {regs:?}, holder {holder:?}"
+    );
+    agent.wait_state("healthy", Duration::from_secs(30))?;
     println!(
-        "healed {} after the re-login: A registered as {:?} with key 0xa and holding the LU; \
-         orphan {old_isid:?} purged",
-        lab::secs(relogin_at.elapsed()),
-        healed[0].0
+        "`prfence unfence` registered A as {:?} with key 0xa, holding the LU, orphan {old_isid:?} \
+         purged; agent healthy {} later",
+        regs[0].0,
+        lab::secs(repair_at.elapsed())
     );
     ensure!(
         t.write_probe(Node::A, 0, 0) == WriteOutcome::Accepted,
-        "A's write through the new nexus is refused after the heal"
+        "A's write through the new nexus is refused after `prfence unfence`"
     );
     ensure!(
         agent.exited().is_none(),

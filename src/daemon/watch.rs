@@ -120,9 +120,10 @@ pub enum LuVerdict {
     /// Our key was missing on `reads` consecutive reads, fewer than needed to call it fenced;
     /// read again next tick.
     KeyMissing { reads: u32 },
-    /// Our key is on the LU fewer times than it has paths: probe each path and report
-    /// [`LuKeys::paths`] next tick.
-    InspectPaths,
+    /// Our key is on the LU fewer times than it has paths, the path set changed, or the audit
+    /// is due: probe each path and report [`LuKeys::paths`] next tick. `unregistered`: the paths
+    /// the last probe found without our registration, which stand until a probe says otherwise.
+    InspectPaths { unregistered: Vec<PathId> },
     /// These paths lack our registration: `ops::heal` purges the orphaned registrations of
     /// earlier sessions where one atomic command can, and names the paths for `prfence
     /// unfence`. It never registers them (P3: a preempt can land between any read and a
@@ -137,6 +138,18 @@ pub enum LuVerdict {
     },
     /// This node is fenced (latched).
     Fenced,
+}
+
+impl LuVerdict {
+    /// Whether this verdict makes the node's state `degraded`: anything but our key on every
+    /// path (or a probe of paths that were all registered last time).
+    pub fn is_degraded(&self) -> bool {
+        match self {
+            LuVerdict::Healthy => false,
+            LuVerdict::InspectPaths { unregistered } => !unregistered.is_empty(),
+            _ => true,
+        }
+    }
 }
 
 /// The outcome of one tick.
@@ -173,6 +186,10 @@ struct LuState {
     missing_reads: u32,
     /// When per-path registration was last reported; `None`: not yet in this run.
     last_audit: Option<Instant>,
+    /// The paths the last probe found without our registration. The key count cannot show
+    /// them (an orphan of an earlier session counts as one), so they are reported until the
+    /// next probe finds them registered (after `prfence unfence`).
+    unregistered: Vec<PathId>,
 }
 
 /// The watch-mode state: per LU, when it was last read well and how many reads missed our key.
@@ -195,6 +212,7 @@ impl WatchState {
                 last_error: None,
                 missing_reads: 0,
                 last_audit: None,
+                unregistered: Vec::new(),
             })
             .collect();
         WatchState {
@@ -317,7 +335,14 @@ fn judge(
             .is_none_or(|at| now.saturating_duration_since(at) >= config.path_audit);
         return Verdict::Lu(
             if registered_paths < keys.path_count || keys.paths_changed || audit_due {
-                LuVerdict::InspectPaths
+                LuVerdict::InspectPaths {
+                    unregistered: lu.unregistered.clone(),
+                }
+            } else if !lu.unregistered.is_empty() {
+                // Between two audits the last one's finding stands; the heal ran at the audit.
+                LuVerdict::Orphaned {
+                    paths: lu.unregistered.clone(),
+                }
             } else {
                 LuVerdict::Healthy
             },
@@ -329,6 +354,7 @@ fn judge(
         .filter(|p| !p.registered)
         .map(|p| p.path)
         .collect();
+    lu.unregistered.clone_from(&orphans);
     Verdict::Lu(match (orphans.is_empty(), config.heal) {
         (true, _) => LuVerdict::Healthy,
         (false, true) => LuVerdict::Heal { paths: orphans },
@@ -342,6 +368,10 @@ mod tests {
 
     const OURS: Key = Key::new(0x1111);
     const THEIRS: Key = Key::new(0x2222);
+    /// Probe the paths; the last probe found none unregistered.
+    const INSPECT: LuVerdict = LuVerdict::InspectPaths {
+        unregistered: Vec::new(),
+    };
 
     fn config() -> WatchConfig {
         WatchConfig {
@@ -508,7 +538,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = WatchState::new(config(), [lu("a")], t0);
         let d = w.tick(at(t0, 1), [keys("a", &[OURS, THEIRS, THEIRS], 2)]);
-        assert_eq!(d.lus[0].1, LuVerdict::InspectPaths);
+        assert_eq!(d.lus[0].1, INSPECT);
         let obs = Observation {
             lu: lu("a"),
             result: Ok(LuKeys {
@@ -654,10 +684,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = WatchState::new(config(), [lu("a")], t0);
         // The count looks right, but nothing was audited yet in this run.
-        assert_eq!(
-            w.tick(at(t0, 1), [keys("a", &[OURS], 1)]).lus[0].1,
-            LuVerdict::InspectPaths
-        );
+        assert_eq!(w.tick(at(t0, 1), [keys("a", &[OURS], 1)]).lus[0].1, INSPECT);
         w.tick(at(t0, 2), [all_registered("a")]);
         assert_eq!(
             w.tick(at(t0, 3), [keys("a", &[OURS], 1)]).lus[0].1,
@@ -667,17 +694,14 @@ mod tests {
         if let Ok(k) = &mut changed.result {
             k.paths_changed = true;
         }
-        assert_eq!(
-            w.tick(at(t0, 4), [changed]).lus[0].1,
-            LuVerdict::InspectPaths
-        );
+        assert_eq!(w.tick(at(t0, 4), [changed]).lus[0].1, INSPECT);
         assert_eq!(
             w.tick(at(t0, 3601), [keys("a", &[OURS], 1)]).lus[0].1,
             LuVerdict::Healthy
         );
         assert_eq!(
             w.tick(at(t0, 3602), [keys("a", &[OURS], 1)]).lus[0].1,
-            LuVerdict::InspectPaths
+            INSPECT
         );
     }
 
@@ -688,10 +712,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = WatchState::new(config(), [lu("a")], t0);
         let mut obs = keys("a", &[OURS, OURS], 2);
-        assert_eq!(
-            w.tick(at(t0, 1), [obs.clone()]).lus[0].1,
-            LuVerdict::InspectPaths
-        );
+        assert_eq!(w.tick(at(t0, 1), [obs.clone()]).lus[0].1, INSPECT);
         if let Ok(k) = &mut obs.result {
             k.paths = Some(vec![
                 ProbedPath {
@@ -704,11 +725,27 @@ mod tests {
                 },
             ]);
         }
+        let sdc = vec![PathId("sdc".into())];
         assert_eq!(
             w.tick(at(t0, 2), [obs]).lus[0].1,
-            LuVerdict::Heal {
-                paths: vec![PathId("sdc".into())]
-            }
+            LuVerdict::Heal { paths: sdc.clone() }
+        );
+        // The count still looks right, but the finding stands until a probe says otherwise:
+        // reported (the node is degraded), not healed again before the next audit.
+        let count_only = keys("a", &[OURS, OURS], 2);
+        assert_eq!(
+            w.tick(at(t0, 3), [count_only.clone()]).lus[0].1,
+            LuVerdict::Orphaned { paths: sdc.clone() }
+        );
+        assert_eq!(
+            w.tick(at(t0, 3602), [count_only.clone()]).lus[0].1,
+            LuVerdict::InspectPaths { unregistered: sdc }
+        );
+        // `prfence unfence` registered sdc: the next probe clears it.
+        w.tick(at(t0, 3603), [all_registered("a")]);
+        assert_eq!(
+            w.tick(at(t0, 3604), [count_only]).lus[0].1,
+            LuVerdict::Healthy
         );
     }
 }

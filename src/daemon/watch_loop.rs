@@ -343,7 +343,7 @@ impl WatchDriver<'_> {
         let mut degraded = false;
         for (index, (_, verdict)) in decision.lus.iter().enumerate() {
             if let Some(flag) = self.run.inspect.get_mut(index) {
-                *flag = *verdict == LuVerdict::InspectPaths;
+                *flag = matches!(verdict, LuVerdict::InspectPaths { .. });
             }
             let Some(lu) = self.agent.table.lus.get(index) else {
                 continue;
@@ -356,17 +356,16 @@ impl WatchDriver<'_> {
                 .get(index)
                 .is_some_and(|v| *v != text)
             {
-                match verdict {
-                    LuVerdict::Healthy | LuVerdict::InspectPaths => {
-                        tracing::info!(lu = %lu.name, verdict = %text)
-                    }
-                    _ => tracing::warn!(lu = %lu.name, verdict = %text),
+                if verdict.is_degraded() {
+                    tracing::warn!(lu = %lu.name, verdict = %text)
+                } else {
+                    tracing::info!(lu = %lu.name, verdict = %text)
                 }
                 if let Some(slot) = self.run.last_verdicts.get_mut(index) {
                     *slot = text.clone();
                 }
             }
-            degraded |= !matches!(verdict, LuVerdict::Healthy | LuVerdict::InspectPaths);
+            degraded |= verdict.is_degraded();
             lock(&self.agent.status).lus[index].verdict = text;
             if let LuVerdict::Heal { .. } = verdict {
                 // ops::heal probes every path itself, purges orphans where one atomic command
@@ -635,20 +634,23 @@ fn ticker(period: Duration) -> tokio::time::Interval {
 fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
     match verdict {
         LuVerdict::Healthy => "healthy".to_owned(),
-        LuVerdict::InspectPaths => "key present; probing every path's registration".to_owned(),
-        LuVerdict::KeyMissing { reads } => {
-            format!("our key is missing ({reads} read(s) in a row); reading again")
+        LuVerdict::InspectPaths { unregistered } if unregistered.is_empty() => {
+            "key present; probing every path's registration".to_owned()
         }
-        LuVerdict::Heal { paths } => format!(
-            "paths without our registration (re-login?): {}; run `prfence unfence` on this node \
-             to register them (the agent never does); purging orphaned registrations",
-            join(paths)
-        ),
-        LuVerdict::Orphaned { paths } => format!(
+        // One wording for the finding, whether the heal runs this tick (it logs what it purged),
+        // the finding stands between audits, or the paths are probed again: logged once.
+        LuVerdict::InspectPaths {
+            unregistered: paths,
+        }
+        | LuVerdict::Heal { paths }
+        | LuVerdict::Orphaned { paths } => format!(
             "paths without our registration (re-login?): {}; run `prfence unfence` on this node \
              to register them (the agent never does)",
             join(paths)
         ),
+        LuVerdict::KeyMissing { reads } => {
+            format!("our key is missing ({reads} read(s) in a row); reading again")
+        }
         LuVerdict::Unreachable { .. } => match error {
             Some(e) => format!("unreadable: {e}"),
             None => "unreadable".to_owned(),
