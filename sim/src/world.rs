@@ -1083,7 +1083,7 @@ impl World {
                 return;
             }
             for (index, (_, verdict)) in decision.lus.iter().enumerate() {
-                inspect[index] = matches!(verdict, LuVerdict::InspectPaths);
+                inspect[index] = matches!(verdict, LuVerdict::InspectPaths { .. });
                 if let LuVerdict::Heal { .. } = verdict
                     && let Some(lu) = targets.get(index)
                 {
