@@ -200,6 +200,11 @@ pub fn fence<T: PrTransport + 'static>(
 /// [`fence`], telling `observer` of each LU as it finishes: the arbiter first, then the others
 /// (each as skipped if the arbiter did not succeed). The re-read of the arbiter is not told: it
 /// can still change the verdicts (see [`LuDone::report`]).
+///
+/// The P2 protocol, phase by phase: the arbiter alone ([`FenceRun::arbiter_alone`]); if this node
+/// did not win there, nothing else is touched ([`FenceRun::arbiter_not_won`]); the followers at
+/// once ([`FenceRun::followers`]); the arbiter read again ([`FenceRun::reread_arbiter`]), since
+/// this node may have been fenced meanwhile; the verdict ([`FenceRun::verdict`]).
 pub fn fence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
@@ -207,80 +212,154 @@ pub fn fence_observed<T: PrTransport + 'static>(
     limits: Limits,
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
+    let lus = fence_lus(lus, own, victim)?;
+    let Some((arbiter, followers)) = lus.split_first() else {
+        return Err(RequestError::NoLus);
+    };
+    let run = FenceRun {
+        own,
+        victim,
+        arbiter,
+        followers,
+        until: runtime::now() + limits.deadline,
+    };
+    let mut tally = Tally::new(observer, lus.len());
+    let arbiter_report = run.arbiter_alone(limits.tie_break, &mut tally);
+    if !arbiter_report.ok {
+        return Ok(run.arbiter_not_won(arbiter_report, &mut tally));
+    }
+    let mut reports = vec![arbiter_report];
+    reports.extend(run.followers(&mut tally));
+    if !followers.is_empty() {
+        match run.reread_arbiter() {
+            Reread::StillOurs => {}
+            Reread::FencedMeanwhile => return Ok(run.fenced_meanwhile(reports)),
+            Reread::Unreadable(failed) => run.note_unreadable(&mut reports, failed),
+        }
+    }
+    Ok(run.verdict(reports))
+}
+
+/// A fence's LUs after the request's checks, the arbiter first.
+fn fence_lus<T: PrTransport>(
+    lus: Vec<LuTarget<T>>,
+    own: Key,
+    victim: Key,
+) -> Result<Vec<Arc<LuTarget<T>>>, RequestError> {
     check_key(victim)?;
     if own == victim {
         return Err(RequestError::SameKey(own));
     }
     let lus = prepare(lus, own)?;
-    let until = runtime::now() + limits.deadline;
-    let Some((arbiter, followers)) = lus.split_first() else {
-        return Err(RequestError::NoLus);
-    };
     // P2: normalize() put every identified LU first; if even the first is node-local, nodes may
     // disagree on the arbiter.
-    if !followers.is_empty() && super::is_node_local_id(&arbiter.id) {
+    if lus.len() > 1 && lus.first().is_some_and(|a| super::is_node_local_id(&a.id)) {
         return Err(RequestError::NoArbiterIdentity(lus.len()));
     }
-    let mut tally = Tally::new(observer, lus.len());
-    let tie_break = limits.tie_break;
-    let arbiter_report = fan_out(
-        std::slice::from_ref(arbiter),
-        until,
-        move |lu| fence_arbiter(lu, own, victim, tie_break),
-        &mut |r, took| tally.tell(r, true, Some(took)),
-    )
-    .pop()
-    .unwrap_or_else(|| LuReport::bare(&arbiter.id, &devices(arbiter), Verdict::Failed, None));
-    if !arbiter_report.ok {
+    Ok(lus)
+}
+
+/// One fence under way: the keys, the arbiter and the other LUs, the overall deadline.
+struct FenceRun<'l, T> {
+    own: Key,
+    victim: Key,
+    arbiter: &'l Arc<LuTarget<T>>,
+    followers: &'l [Arc<LuTarget<T>>],
+    until: Instant,
+}
+
+/// What the arbiter said when it was read again after the fan-out.
+enum Reread {
+    /// Our key is still there: the fence stands.
+    StillOurs,
+    /// Our key vanished: another node fenced this one while it fenced the followers.
+    FencedMeanwhile,
+    /// It could not be read; its report says why.
+    Unreadable(LuReport),
+}
+
+impl<T: PrTransport + 'static> FenceRun<'_, T> {
+    /// P2: the arbiter is fenced alone, before any other LU is touched ([`fence_arbiter`]).
+    fn arbiter_alone(&self, tie_break: Duration, tally: &mut Tally<'_, '_>) -> LuReport {
+        let (own, victim) = (self.own, self.victim);
+        fan_out(
+            std::slice::from_ref(self.arbiter),
+            self.until,
+            move |lu| fence_arbiter(lu, own, victim, tie_break),
+            &mut |r, took| tally.tell(r, true, Some(took)),
+        )
+        .pop()
+        .unwrap_or_else(|| {
+            LuReport::bare(
+                &self.arbiter.id,
+                &devices(self.arbiter),
+                Verdict::Failed,
+                None,
+            )
+        })
+    }
+
+    /// The arbiter did not go our way: every other LU is reported skipped, untouched.
+    fn arbiter_not_won(&self, arbiter_report: LuReport, tally: &mut Tally<'_, '_>) -> Report {
+        let arbiter = &self.arbiter.id;
         let (outcome, summary) = if arbiter_report.verdict == Verdict::ThisNodeFenced {
             (
                 Outcome::ThisNodeFenced,
                 format!(
-                    "this node was fenced: {own} is gone from the arbiter LU {}; no LU was touched",
-                    arbiter.id
+                    "this node was fenced: {} is gone from the arbiter LU {arbiter}; no LU was \
+                     touched",
+                    self.own
                 ),
             )
         } else {
             (
                 Outcome::Failure,
                 format!(
-                    "the arbiter LU {} was not fenced ({}), so no other LU was touched; rerun",
-                    arbiter.id, arbiter_report.verdict
+                    "the arbiter LU {arbiter} was not fenced ({}), so no other LU was touched; \
+                     rerun",
+                    arbiter_report.verdict
                 ),
             )
         };
         let mut reports = vec![arbiter_report];
-        reports.extend(followers.iter().map(|lu| {
+        reports.extend(self.followers.iter().map(|lu| {
             let skipped = LuReport::bare(
                 &lu.id,
                 &devices(lu),
                 Verdict::Skipped,
                 Some(format!(
-                    "not touched: the arbiter LU {} did not succeed",
-                    arbiter.id
+                    "not touched: the arbiter LU {arbiter} did not succeed"
                 )),
             );
             tally.tell(&skipped, false, None);
             skipped
         }));
-        return Ok(Report {
+        Report {
             command: "fence",
             outcome,
             summary,
             lus: reports,
-        });
+        }
     }
-    let mut reports = vec![arbiter_report];
-    reports.extend(fan_out(
-        followers,
-        until,
-        move |lu| fence_follower(lu, own, victim),
-        &mut |r, took| tally.tell(r, false, Some(took)),
-    ));
-    if !followers.is_empty() {
-        let recheck = fan_out(
-            std::slice::from_ref(arbiter),
-            until,
+
+    /// This node won the arbiter: every other LU at once ([`fence_follower`]).
+    fn followers(&self, tally: &mut Tally<'_, '_>) -> Vec<LuReport> {
+        let (own, victim) = (self.own, self.victim);
+        fan_out(
+            self.followers,
+            self.until,
+            move |lu| fence_follower(lu, own, victim),
+            &mut |r, took| tally.tell(r, false, Some(took)),
+        )
+    }
+
+    /// Reads the arbiter's keys again: a node fenced while it fenced the followers finds its
+    /// own key gone there.
+    fn reread_arbiter(&self) -> Reread {
+        let own = self.own;
+        let reread = fan_out(
+            std::slice::from_ref(self.arbiter),
+            self.until,
             move |lu| {
                 let mut work = LuWork::new(lu);
                 let result = work.read_keys_any().map(|(_, keys)| {
@@ -293,38 +372,44 @@ pub fn fence_observed<T: PrTransport + 'static>(
                 work.finish(result, &[Verdict::VictimRemoved])
             },
             &mut silent,
-        );
-        let fenced_meanwhile = recheck
-            .first()
-            .is_some_and(|r| r.verdict == Verdict::ThisNodeFenced);
-        if fenced_meanwhile {
-            // Nothing to undo: fence registers no key (P3), so this node left nothing behind
-            // the other node's fence.
-            for report in reports.iter_mut().skip(1) {
-                report.ok = false;
-                report.verdict = Verdict::ThisNodeFenced;
-            }
-            if let Some(arbiter_report) = reports.first_mut() {
-                arbiter_report.ok = false;
-                arbiter_report.verdict = Verdict::ThisNodeFenced;
-                arbiter_report.notes.push(format!(
-                    "{own} was preempted here after this node fenced the LU"
-                ));
-            }
-            return Ok(Report {
-                command: "fence",
-                outcome: Outcome::ThisNodeFenced,
-                summary: format!(
-                    "this node was fenced while fencing {victim}: {own} vanished from the arbiter \
-                     LU {}",
-                    arbiter.id
-                ),
-                lus: reports,
-            });
+        )
+        .pop();
+        match reread {
+            Some(r) if r.verdict == Verdict::ThisNodeFenced => Reread::FencedMeanwhile,
+            Some(r) if !r.ok => Reread::Unreadable(r),
+            _ => Reread::StillOurs,
         }
-        if let Some(failed) = recheck.into_iter().find(|r| !r.ok)
-            && let Some(arbiter_report) = reports.first_mut()
-        {
+    }
+
+    /// Another node fenced this one meanwhile: every LU says so. Nothing to undo: fence
+    /// registers no key (P3), so this node left nothing behind the other node's fence.
+    fn fenced_meanwhile(&self, mut reports: Vec<LuReport>) -> Report {
+        for report in reports.iter_mut().skip(1) {
+            report.ok = false;
+            report.verdict = Verdict::ThisNodeFenced;
+        }
+        if let Some(arbiter_report) = reports.first_mut() {
+            arbiter_report.ok = false;
+            arbiter_report.verdict = Verdict::ThisNodeFenced;
+            arbiter_report.notes.push(format!(
+                "{} was preempted here after this node fenced the LU",
+                self.own
+            ));
+        }
+        Report {
+            command: "fence",
+            outcome: Outcome::ThisNodeFenced,
+            summary: format!(
+                "this node was fenced while fencing {}: {} vanished from the arbiter LU {}",
+                self.victim, self.own, self.arbiter.id
+            ),
+            lus: reports,
+        }
+    }
+
+    /// The arbiter could not be read again: the fence is not verified there.
+    fn note_unreadable(&self, reports: &mut [LuReport], failed: LuReport) {
+        if let Some(arbiter_report) = reports.first_mut() {
             arbiter_report.ok = false;
             arbiter_report.notes.push(format!(
                 "could not re-read the arbiter after the fan-out: {}",
@@ -332,26 +417,31 @@ pub fn fence_observed<T: PrTransport + 'static>(
             ));
         }
     }
-    let (outcome, summary) = if all_ok(&reports) {
-        (
-            Outcome::Success,
-            format!("{victim} fenced: gone from every LU, a reservation exists on each"),
-        )
-    } else {
-        (
-            Outcome::Failure,
-            format!(
-                "{victim} not verified fenced on: {}; rerun (it converges)",
-                failed_ids(&reports)
-            ),
-        )
-    };
-    Ok(Report {
-        command: "fence",
-        outcome,
-        summary,
-        lus: reports,
-    })
+
+    /// Success if every LU verified the victim gone and a reservation in place.
+    fn verdict(&self, reports: Vec<LuReport>) -> Report {
+        let victim = self.victim;
+        let (outcome, summary) = if all_ok(&reports) {
+            (
+                Outcome::Success,
+                format!("{victim} fenced: gone from every LU, a reservation exists on each"),
+            )
+        } else {
+            (
+                Outcome::Failure,
+                format!(
+                    "{victim} not verified fenced on: {}; rerun (it converges)",
+                    failed_ids(&reports)
+                ),
+            )
+        };
+        Report {
+            command: "fence",
+            outcome,
+            summary,
+            lus: reports,
+        }
+    }
 }
 
 /// Reads whether `own` is registered on each LU. Success: on all; Off: on none; Partial: some.

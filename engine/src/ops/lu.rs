@@ -36,7 +36,7 @@ impl From<CommandError> for Stop {
 }
 
 /// A dead path: its failure is below the PR layer, so another path may still work.
-fn is_dead(kind: ErrorKind) -> bool {
+pub(super) fn is_dead(kind: ErrorKind) -> bool {
     matches!(
         kind,
         ErrorKind::Timeout | ErrorKind::Transport | ErrorKind::Open

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::exec::ScsiPr;
+use crate::keys::LeaseKey;
+use crate::ops::FENCING_TYPE;
 use crate::pr::PrOut;
 use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks, iscsi_initiator};
 use crate::testing::Cluster;
