@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 
 use super::{Node, Run};
 

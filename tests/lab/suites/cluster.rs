@@ -7,17 +7,15 @@
 //! `fence_scsi` for the comparison) with `provides=unfencing`, and a counter service
 //! (tests/lab/ocf-counter) with `requires=unfencing` that writes with O_DIRECT. Every verdict comes
 //! from the target (configfs registrations and reservation) and from O_DIRECT writes, never from
-//! Pacemaker's own view. Run: `cargo test --test lab_cluster` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
+//! Pacemaker's own view. Run: `cargo test --test lab -- cluster::` (as root).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
-use lab::{Node, Topology, WriteOutcome};
 
 const LUNS: usize = 2;
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
@@ -30,12 +28,14 @@ const SETTLE: Duration = Duration::from_secs(300);
 /// Split-brain rounds (`LAB_SPLIT_ROUNDS` overrides it).
 const SPLIT_ROUNDS: usize = 20;
 
-fn main() -> std::process::ExitCode {
-    lab::main_with_package(
-        Duration::from_secs(45 * 60),
-        crate::tests![fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "cluster",
+    kernel: Kernel::Host,
+    package: true,
+    budget: Duration::from_secs(45 * 60),
+    tests: crate::tests![fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi],
+    long: &[],
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Agent {
@@ -147,7 +147,7 @@ impl Cluster {
         })?;
         println!(
             "  cluster of two nodes online after {}",
-            lab::secs(start.elapsed())
+            crate::secs(start.elapsed())
         );
         if agent == Agent::FencePr {
             cluster.check_installed_agent()?;
@@ -166,7 +166,7 @@ impl Cluster {
         })?;
         println!(
             "  storage-fence registered by both fencers after {}",
-            lab::secs(took)
+            crate::secs(took)
         );
         Ok(cluster)
     }
@@ -202,7 +202,7 @@ impl Cluster {
                 ),
             )?
             .ok()?;
-        let pages = lab::run(
+        let pages = crate::run(
             "sh",
             [
                 "-c",
@@ -260,7 +260,7 @@ impl Cluster {
         let child = Command::new("sh")
             .args(["-c", &script])
             .env("LAB_COROSYNC_CONF", "/run/lab/corosync.conf")
-            .env("LAB_PRFENCE", lab::INSTALLED_PRFENCE)
+            .env("LAB_PRFENCE", crate::INSTALLED_PRFENCE)
             .stdin(Stdio::null())
             .spawn()
             .context("starting a cluster node")?;
@@ -293,9 +293,9 @@ impl Cluster {
     /// Runs a shell command inside `node`'s namespaces. `-r -w`: the guest runs chrooted into its
     /// overlay, and entering a mount namespace alone would put the command at that namespace's
     /// root (the initramfs); the node's init has the overlay as its root.
-    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<lab::Run> {
+    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<crate::Run> {
         let pid = self.init_pid(node)?.to_string();
-        lab::run(
+        crate::run(
             "nsenter",
             [
                 "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
@@ -337,7 +337,7 @@ impl Cluster {
             }
             if start.elapsed() > limit {
                 self.dump();
-                bail!("no {what} after {}", lab::secs(limit));
+                bail!("no {what} after {}", crate::secs(limit));
             }
             std::thread::sleep(poll);
         }
@@ -481,9 +481,9 @@ impl Cluster {
                 );
                 let file = format!("/run/lab/split-{}.nft", name(node));
                 std::fs::write(&file, rules)?;
-                lab::run("ip", ["netns", "exec", &ns, "nft", "-f", &file])?.ok()?;
+                crate::run("ip", ["netns", "exec", &ns, "nft", "-f", &file])?.ok()?;
             } else {
-                lab::run(
+                crate::run(
                     "ip",
                     [
                         "netns",
@@ -530,7 +530,7 @@ impl Cluster {
     /// What block 0 of the counter's LUN holds: (node name, counter).
     fn counter(&self) -> anyhow::Result<Option<(String, u64)>> {
         let block = self.t.read_block(Node::B, 0, 0)?;
-        let text = lab::block_text(&block);
+        let text = crate::block_text(&block);
         let mut words = text.split_whitespace();
         match (words.next(), words.next().and_then(|n| n.parse().ok())) {
             (Some(who), Some(n)) => Ok(Some((who.to_owned(), n))),
@@ -618,7 +618,7 @@ impl Drop for Cluster {
                 eprintln!("lab: cannot stop {}: {e:#}", name(node));
             }
             let _ = std::fs::remove_dir(cgroup(node));
-            let _ = lab::run("ip", ["netns", "del", &netns(node)]);
+            let _ = crate::run("ip", ["netns", "del", &netns(node)]);
         }
     }
 }
@@ -631,7 +631,7 @@ fn install(agent: Agent) -> anyhow::Result<()> {
     std::fs::create_dir_all(ocf)?;
     std::fs::copy(format!("{SOURCES}/ocf-counter"), ocf.join("counter"))?;
     if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-        lab::run("mount", ["-t", "cgroup2", "none", "/sys/fs/cgroup"])?.ok()?;
+        crate::run("mount", ["-t", "cgroup2", "none", "/sys/fs/cgroup"])?.ok()?;
     }
     for tool in [
         "corosync",
@@ -643,7 +643,7 @@ fn install(agent: Agent) -> anyhow::Result<()> {
         agent.name(),
     ] {
         ensure!(
-            lab::run("sh", ["-c", &format!("command -v {tool}")])?.code() == 0,
+            crate::run("sh", ["-c", &format!("command -v {tool}")])?.code() == 0,
             "the lab needs {tool} (tests/lab/host-tools.sh installs it)"
         );
     }
@@ -652,12 +652,12 @@ fn install(agent: Agent) -> anyhow::Result<()> {
 
 /// Two network namespaces joined by a veth pair with addresses that exist only in the guest.
 fn network() -> anyhow::Result<()> {
-    lab::run("modprobe", ["veth"])?.ok()?;
+    crate::run("modprobe", ["veth"])?.ok()?;
     for node in Node::BOTH {
-        let _ = lab::run("ip", ["netns", "del", &netns(node)]);
-        lab::run("ip", ["netns", "add", &netns(node)])?.ok()?;
+        let _ = crate::run("ip", ["netns", "del", &netns(node)]);
+        crate::run("ip", ["netns", "add", &netns(node)])?.ok()?;
     }
-    lab::run(
+    crate::run(
         "ip",
         [
             "link",
@@ -677,7 +677,7 @@ fn network() -> anyhow::Result<()> {
     .ok()?;
     for (node, dev) in [(Node::A, "veth1"), (Node::B, "veth2")] {
         let ns = netns(node);
-        lab::run(
+        crate::run(
             "ip",
             [
                 "-n",
@@ -690,8 +690,8 @@ fn network() -> anyhow::Result<()> {
             ],
         )?
         .ok()?;
-        lab::run("ip", ["-n", &ns, "link", "set", dev, "up"])?.ok()?;
-        lab::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
+        crate::run("ip", ["-n", &ns, "link", "set", dev, "up"])?.ok()?;
+        crate::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
     }
     Ok(())
 }
@@ -700,7 +700,7 @@ fn network() -> anyhow::Result<()> {
 /// of md5(cluster name), then the node's position in corosync's nodelist as 4 decimal digits.
 /// md5("lab") starts with "5ee7"... computed here with md5sum, independently of both agents.
 fn derived_key(node: Node) -> u64 {
-    let md5 = lab::run("sh", ["-c", &format!("printf {CLUSTER} | md5sum")])
+    let md5 = crate::run("sh", ["-c", &format!("printf {CLUSTER} | md5sum")])
         .expect("md5sum")
         .stdout;
     let text = format!("{}{:04}", &md5[..4], index(node));
@@ -715,7 +715,7 @@ fn start_up(c: &Cluster) -> anyhow::Result<()> {
     })?;
     println!(
         "  both keys on every LU {} after the configuration",
-        lab::secs(took)
+        crate::secs(took)
     );
     let holders: Vec<_> =
         c.t.lus()
@@ -789,7 +789,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
             c.dump();
             bail!(
                 "{s} did not take over within {} (fenced: {fenced:?})",
-                lab::secs(SETTLE)
+                crate::secs(SETTLE)
             );
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -857,7 +857,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         refused > 0,
         "{v} went down {} after the thaw without one write of its counter refused; its writes \
          since the thaw: {since_thaw:?}",
-        lab::secs(down),
+        crate::secs(down),
     );
     let late: Vec<u64> = c
         .counter_log(victim)
@@ -891,7 +891,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         "  {v} thawed: {refused} writes of its counter refused, none accepted; its agent \
          self-fenced, the node down {} after the thaw ({}); its O_DIRECT probes refused on every \
          LU; block 0 holds {later:?}",
-        lab::secs(down),
+        crate::secs(down),
         fenced_line.trim()
     );
     let detection = agent_seen;
@@ -1004,7 +1004,7 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
             bail!(
                 "round {round}: no end to the split within {} (keys {per_lu:?}, survivor \
                  {survivor:?}, loser down {loser_down:?}, serving {serving:?})",
-                lab::secs(SETTLE)
+                crate::secs(SETTLE)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -1082,11 +1082,11 @@ fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
              down {}, counter moving on {} at {}; loser unfenced {} after its restart",
             name(r.service_on),
             name(r.survivor),
-            lab::secs(r.fenced),
-            lab::secs(r.loser_down),
+            crate::secs(r.fenced),
+            crate::secs(r.loser_down),
             name(r.survivor),
-            lab::secs(r.serving),
-            lab::secs(r.rejoined)
+            crate::secs(r.serving),
+            crate::secs(r.rejoined)
         );
         fenced.push(r.fenced);
     }
@@ -1100,9 +1100,9 @@ fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
          running the counter; cut -> loser fenced min {} / median {} / max {}",
         wins[0],
         wins[1],
-        lab::secs(*first),
-        lab::secs(fenced[fenced.len() / 2]),
-        lab::secs(*last)
+        crate::secs(*first),
+        crate::secs(fenced[fenced.len() / 2]),
+        crate::secs(*last)
     );
     Ok(())
 }
@@ -1116,19 +1116,19 @@ fn report(agent: Agent, victim: Node, (detection, fencing, start): Times) {
              {} running on {s}) + fencing {} (-> {v}'s key gone from every LU) + start {} \
              (-> {s}'s first counter block on disk)",
             agent.name(),
-            lab::secs(total),
-            lab::secs(d),
+            crate::secs(total),
+            crate::secs(d),
             agent.name(),
-            lab::secs(fencing),
-            lab::secs(start)
+            crate::secs(fencing),
+            crate::secs(start)
         ),
         None => println!(
             "  {} failover: freeze -> service writing on {s} {}: detection and fencing {} \
              together (the agent's process was not caught running), start {}",
             agent.name(),
-            lab::secs(total),
-            lab::secs(fencing),
-            lab::secs(start)
+            crate::secs(total),
+            crate::secs(fencing),
+            crate::secs(start)
         ),
     }
 }
@@ -1157,7 +1157,7 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
     })?;
     println!(
         "  node1 restarted: unfenced by Pacemaker after {}",
-        lab::secs(took)
+        crate::secs(took)
     );
     // Where the counter runs now: Pacemaker 2.1.5 sometimes re-unfences node2 when node1 joins
     // (node2's #node-unfenced attribute is lost as node1's attrd joins), which stops the counter
@@ -1189,11 +1189,11 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
     let run = c.in_node(Node::B, "crm_mon -1")?;
     println!(
         "  rejoin done {} after the restart; crm_mon -1 on node2:\n{}",
-        lab::secs(restart.elapsed()),
+        crate::secs(restart.elapsed()),
         indent(&run.stdout)
     );
 
-    split_brain(&mut c, lab::env_count("LAB_SPLIT_ROUNDS", SPLIT_ROUNDS)?)?;
+    split_brain(&mut c, crate::env_count("LAB_SPLIT_ROUNDS", SPLIT_ROUNDS)?)?;
 
     // fence_scsi in place of fence_pr, as an admin swaps the agent: same resource, same params.
     c.agent = Agent::FenceScsi;

@@ -6,9 +6,6 @@
 //! them with their node's agent; each write carries (node, seq) and the wall-clock times it was
 //! issued and answered (one kernel clock for every process of the guest).
 //! Run: `cargo test --test lab_agent` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -18,12 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
-use lab::{Node, Topology, WriteOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use lab::agent::{
+use crate::agent::{
     Agent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook, watch_config,
 };
 /// Set (to "DEVICE NODE STOPFILE") when this binary runs as a writer.
@@ -32,21 +30,20 @@ const WRITE_PERIOD: Duration = Duration::from_millis(50);
 /// What a lease holder logs when it stops at its own deadline (src/daemon/lease.rs).
 const OWN_DEADLINE: &str = "no successful renew for";
 
-fn main() -> ExitCode {
-    if let Ok(spec) = std::env::var(WRITER_ENV) {
-        return writer_main(&spec);
-    }
-    lab::main(
-        Duration::from_secs(15 * 60),
-        crate::tests![
-            lease_takeover_refuses_the_paused_holder,
-            renew_racing_takeover_never_two_writers,
-            fenced_node_self_fences_and_never_reregisters,
-            relogin_orphan_healed_preempted_key_not,
-            watchdog_stops_being_fed_once_fenced,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "agent",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(15 * 60),
+    tests: crate::tests![
+        lease_takeover_refuses_the_paused_holder,
+        renew_racing_takeover_never_two_writers,
+        fenced_node_self_fences_and_never_reregisters,
+        relogin_orphan_healed_preempted_key_not,
+        watchdog_stops_being_fed_once_fenced,
+    ],
+    long: &[],
+};
 
 // ----- time, shared by every process of the guest -----
 
@@ -122,9 +119,16 @@ impl WriteRecord {
     }
 }
 
-/// The writer process: writes "node X seq N" to block 0 every [`WRITE_PERIOD`] with O_DIRECT
-/// until the stop file exists, printing `seq start_ns end_ns outcome` per write.
-fn writer_main(spec: &str) -> ExitCode {
+/// The writer process, when this process is one ([`WRITER_ENV`] set by [`Writer::start`]): runs
+/// it and returns its exit status.
+pub fn writer_main() -> Option<ExitCode> {
+    let spec = std::env::var(WRITER_ENV).ok()?;
+    Some(write_until_stopped(&spec))
+}
+
+/// Writes "node X seq N" to block 0 every [`WRITE_PERIOD`] with O_DIRECT until the stop file
+/// exists, printing `seq start_ns end_ns outcome` per write.
+fn write_until_stopped(spec: &str) -> ExitCode {
     let mut parts = spec.splitn(3, ' ');
     let (Some(device), Some(node), Some(stop)) = (parts.next(), parts.next(), parts.next()) else {
         eprintln!("{WRITER_ENV}={spec:?}: want DEVICE NODE STOPFILE");
@@ -134,9 +138,9 @@ fn writer_main(spec: &str) -> ExitCode {
     let mut seq = 0u64;
     while !Path::new(stop).exists() {
         seq += 1;
-        let data = lab::block_data(&WriteRecord::payload(node, seq));
+        let data = crate::block_data(&WriteRecord::payload(node, seq));
         let start = now_ns();
-        let outcome = lab::write_to(Path::new(device), 0, &data);
+        let outcome = crate::write_to(Path::new(device), 0, &data);
         let end = now_ns();
         let word = match outcome {
             WriteOutcome::Accepted => "accepted".to_owned(),
@@ -257,8 +261,8 @@ fn keys_of(t: &Topology, lun: usize, node: Node) -> anyhow::Result<Vec<u64>> {
         .collect())
 }
 
-fn prfence(args: &[&str]) -> anyhow::Result<lab::Run> {
-    lab::prfence(args)?.ok()
+fn prfence(args: &[&str]) -> anyhow::Result<crate::Run> {
+    crate::prfence(args)?.ok()
 }
 
 fn paths(t: &Topology, node: Node) -> Vec<String> {
@@ -279,7 +283,7 @@ fn unfence(t: &Topology, node: Node, key: &str) -> anyhow::Result<()> {
 }
 
 /// `prfence fence` from `by` against `victim`, on `by`'s devices; returns when it finished.
-fn fence(t: &Topology, by: Node, key: &str, victim: &str) -> anyhow::Result<lab::Run> {
+fn fence(t: &Topology, by: Node, key: &str, victim: &str) -> anyhow::Result<crate::Run> {
     let devices = paths(t, by);
     let mut args = vec!["fence", "--key", key, "--victim", victim];
     args.extend(devices.iter().map(String::as_str));
@@ -479,7 +483,7 @@ fn lease_takeover_refuses_the_paused_holder() -> anyhow::Result<()> {
     let (_, first_b) = single_owner('A', &records)?.context("B never wrote")?;
     let last_b = last_accepted(&records, 'B').context("B accepted nothing")?;
     for node in Node::BOTH {
-        let on_disk = lab::block_text(&t.read_block(node, 0, 0)?);
+        let on_disk = crate::block_text(&t.read_block(node, 0, 0)?);
         ensure!(
             on_disk == WriteRecord::payload('B', last_b.seq),
             "block 0 read through {} holds {on_disk:?}, not B's last write (seq {})",
@@ -718,7 +722,7 @@ fn renew_racing_takeover_never_two_writers() -> anyhow::Result<()> {
             holder
         };
         if let Some(last) = last_accepted(&records, owner.letter()) {
-            let on_disk = lab::block_text(&t.read_block(owner, 0, 0)?);
+            let on_disk = crate::block_text(&t.read_block(owner, 0, 0)?);
             ensure!(
                 on_disk == WriteRecord::payload(owner.letter(), last.seq),
                 "round {round}: block 0 holds {on_disk:?}, not {}'s last accepted write (seq {})",
@@ -753,7 +757,7 @@ fn renew_racing_takeover_never_two_writers() -> anyhow::Result<()> {
          {preempted_frozen} were preempted while frozen; takeover after the freeze min {:.0} ms, \
          median {:.0} ms, max {:.0} ms; {restarts} unprovoked self-fences (agent restarted); \
          never two writers",
-        lab::secs(start.elapsed()),
+        crate::secs(start.elapsed()),
         takeover_ms.first().copied().unwrap_or(0.0),
         takeover_ms
             .get(takeover_ms.len() / 2)
@@ -997,7 +1001,7 @@ fn relogin_orphan_healed_preempted_key_not() -> anyhow::Result<()> {
     println!(
         "healed {} after the re-login: A registered as {:?} with key 0xa and holding the LU; \
          orphan {old_isid:?} purged",
-        lab::secs(relogin_at.elapsed()),
+        crate::secs(relogin_at.elapsed()),
         healed[0].0
     );
     ensure!(
@@ -1050,9 +1054,9 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     const TIMEOUT_S: u64 = 5;
     const EXPIRED: &str = "softdog: Triggered - Reboot ignored";
     if Path::new("/sys/module/softdog").exists() {
-        lab::run("rmmod", ["softdog"])?.ok()?;
+        crate::run("rmmod", ["softdog"])?.ok()?;
     }
-    lab::run(
+    crate::run(
         "modprobe",
         [
             "softdog",
@@ -1067,7 +1071,7 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     unfence(&t, Node::A, "0xa")?;
     unfence(&t, Node::B, "0xb")?;
     let expiries = || -> anyhow::Result<usize> {
-        Ok(lab::run("dmesg", Vec::<&str>::new())?
+        Ok(crate::run("dmesg", Vec::<&str>::new())?
             .ok()?
             .stdout
             .matches(EXPIRED)
@@ -1146,6 +1150,6 @@ struct UnloadSoftdog;
 
 impl Drop for UnloadSoftdog {
     fn drop(&mut self) {
-        let _ = lab::run("rmmod", ["softdog"]);
+        let _ = crate::run("rmmod", ["softdog"]);
     }
 }

@@ -2,24 +2,22 @@
 //! over nvme-loop, on a newer Debian suite's kernel (Debian 12's 6.1 has neither nvme-loop nor
 //! nvmet reservations). Every verdict comes from the target: the Reservation Report a third host
 //! reads, and whether a node's O_DIRECT write is accepted. Run: `cargo test --test lab_nvme` (root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Output};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
-use lab::agent::{
+use crate::agent::{
     Agent as NodeAgent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook,
     watch_config,
 };
-use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
-use lab::nvme::{Host, NvmeTopology, Report};
-use lab::race::{self, hex, key, other};
-use lab::{Node, WriteOutcome, Writer};
+use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::nvme::{Host, NvmeTopology, Report};
+use crate::plan::{Kernel, Suite};
+use crate::race::{self, hex, key, other};
+use crate::{Node, WriteOutcome, Writer};
+use anyhow::{Context, bail, ensure};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -32,27 +30,28 @@ const NVME_WRITE_EXCLUSIVE_REG_ONLY: u8 = 3;
 /// of WE-RO there, because nvmet ignores the PRKEY of a holder's PREEMPT (engine/src/nvme.rs).
 const NVME_WRITE_EXCLUSIVE_ALL_REGS: u8 = 5;
 
-fn main() -> ExitCode {
-    lab::main_with_package_on(
-        "unstable",
-        Duration::from_secs(12 * 60),
-        crate::tests![
-            the_oracle_sees_nvmet_refuse_a_preempted_host,
-            single_commands_act_on_the_namespace,
-            reports_name_hosts_and_say_what_nvme_lacks,
-            fence_refuses_the_frozen_writer,
-            mutual_fence_race_has_one_survivor,
-            fence_pr_on_off_status,
-            watch_agent_self_fences_and_never_reregisters,
-            lease_takeover_refuses_the_frozen_holder,
-            privileges_reads_need_the_group_changes_need_cap_sys_admin,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "nvme",
+    kernel: Kernel::Suite("unstable"),
+    package: true,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![
+        the_oracle_sees_nvmet_refuse_a_preempted_host,
+        single_commands_act_on_the_namespace,
+        reports_name_hosts_and_say_what_nvme_lacks,
+        fence_refuses_the_frozen_writer,
+        mutual_fence_race_has_one_survivor,
+        fence_pr_on_off_status,
+        watch_agent_self_fences_and_never_reregisters,
+        lease_takeover_refuses_the_frozen_holder,
+        privileges_reads_need_the_group_changes_need_cap_sys_admin,
+    ],
+    long: &[],
+};
 
 /// `prfence args… [--json] devices…` as `node`, requiring exit status `code`.
-fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<lab::Run> {
-    lab::prfence(
+fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<crate::Run> {
+    crate::prfence(
         args.iter()
             .copied()
             .chain(devices.iter().map(String::as_str)),
@@ -77,7 +76,7 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
         ];
         all.push(format!("--namespace-id={}", ns.nsid));
         all.extend(args[1..].iter().map(|a| (*a).to_owned()));
-        lab::run("nvme", all)?.ok()?;
+        crate::run("nvme", all)?.ok()?;
         Ok(())
     };
     nvme(Node::A, &["resv-register", "--nrkey=0xa", "--rrega=0"])?;
@@ -180,7 +179,7 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
     let report = t.report(0)?;
     ensure!(report.keys().is_empty() && report.rtype == 0, "{report:?}");
     // A key that is not registered is refused, with the target's word for it.
-    let refused = lab::prfence(["reserve", "--key", "0xa", a[0].as_str()])?;
+    let refused = crate::prfence(["reserve", "--key", "0xa", a[0].as_str()])?;
     ensure!(
         refused.code() != 0 && refused.stderr.to_lowercase().contains("conflict"),
         "reserve with an unregistered key: exit {}: {}",
@@ -231,7 +230,7 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
         );
     }
 
-    let doctor = lab::prfence(
+    let doctor = crate::prfence(
         ["doctor", "--key", "0xa", "--json"]
             .into_iter()
             .chain(t.node_args(Node::A).iter().map(String::as_str)),
@@ -250,7 +249,7 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
         doctor.stderr
     );
 
-    let moved = lab::prfence([
+    let moved = crate::prfence([
         "register-move",
         "--key",
         "0xa",
@@ -276,7 +275,7 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
 }
 
 /// `prfence fence` as `node` over all its namespaces, requiring exit status `code`.
-fn fence(t: &NvmeTopology, node: Node, code: i32) -> anyhow::Result<lab::Run> {
+fn fence(t: &NvmeTopology, node: Node, code: i32) -> anyhow::Result<crate::Run> {
     let (k, victim) = (hex(key(node)), hex(key(other(node))));
     prfence_on(
         &t.node_args(node),
@@ -378,7 +377,7 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
 fn both_fence(t: &NvmeTopology) -> anyhow::Result<Vec<(Node, Output)>> {
     race::spawn_both(|node| {
         let (k, victim) = (hex(key(node)), hex(key(other(node))));
-        let mut cmd = Command::new(lab::PRFENCE);
+        let mut cmd = Command::new(crate::PRFENCE);
         cmd.args(["fence", "--key", &k, "--victim", &victim, "--json"])
             .args(t.node_args(node));
         cmd
@@ -389,7 +388,7 @@ fn both_fence(t: &NvmeTopology) -> anyhow::Result<Vec<(Node, Output)>> {
 /// one exits 0 and the other 4, and the target shows that one alone on every namespace.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
     let t = NvmeTopology::new(NAMESPACES)?;
-    let rounds = lab::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
+    let rounds = crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
     let mut winners: BTreeMap<char, usize> = BTreeMap::new();
     let mut times = Vec::new();
     let mut twin_rounds = 0;
@@ -456,7 +455,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
 /// on every namespace, `monitor` finds it there, `status` tells registered (0) from not (2), `off` of the other node removes
 /// its key everywhere and its writes are refused.
 fn fence_pr_on_off_status() -> anyhow::Result<()> {
-    let _key_stores = lab::RemoveOnDrop::all(["/run/lab/node-a", "/run/lab/node-b"]);
+    let _key_stores = crate::RemoveOnDrop::all(["/run/lab/node-a", "/run/lab/node-b"]);
     let t = NvmeTopology::new(NAMESPACES)?;
     fake_cmapctl()?;
     let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
@@ -664,7 +663,7 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
     let t = NvmeTopology::new(2)?;
     unfence(&t, Node::B)?;
     // No udev in the guest: give A's nodes what udev gives a disk (root:disk 0660).
-    let group = lab::run("getent", ["group", "disk"])?.ok()?.stdout;
+    let group = crate::run("getent", ["group", "disk"])?.ok()?.stdout;
     let disk_gid = group
         .trim()
         .split(':')
@@ -672,20 +671,20 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
         .context("no group `disk`")?
         .to_owned();
     for device in t.node_args(Node::A) {
-        lab::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
-        lab::run("chmod", ["0660", &device])?.ok()?;
+        crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
+        crate::run("chmod", ["0660", &device])?.ok()?;
     }
-    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<lab::Run> {
+    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<crate::Run> {
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534"])
             .arg(format!("--groups={disk_gid}"))
             .arg(format!("--inh-caps=-all{caps}"))
             .arg(format!("--ambient-caps=-all{caps}"))
             .arg("--")
-            .arg(lab::PRFENCE)
+            .arg(crate::PRFENCE)
             .args(args)
             .args(t.node_args(Node::A));
-        let run = lab::run_command(&mut cmd)?;
+        let run = crate::run_command(&mut cmd)?;
         println!(
             "  nobody +disk{caps}: prfence {} -> exit {}",
             args.join(" "),

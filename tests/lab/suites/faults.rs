@@ -2,19 +2,17 @@
 //! middle of a fence, a victim that keeps re-registering, and prfence run with CAP_SYS_RAWIO as
 //! its only privilege. Every verdict is the target's (LIO's configfs PR state, O_DIRECT writes);
 //! each test prints its measured time to verdict. Run: `cargo test --test lab_faults` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::plan::{Kernel, Suite};
+use crate::race::{PRFENCE, hex, key, prfence_expect, unfence};
+use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, ensure};
-use lab::race::{PRFENCE, hex, key, prfence_expect, unfence};
-use lab::{Node, Topology, WriteOutcome};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -38,20 +36,22 @@ const AGENT_GRACE_MS: u64 = 6000;
 /// The agent's exit status after self-fencing.
 const FENCED_EXIT: i32 = 86;
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(12 * 60),
-        crate::tests![
-            hung_path_every_entry_point_ends_within_its_budget,
-            reregistering_victim_is_never_reported_fenced,
-            path_lost_mid_fence_then_rerun_converges,
-            lu_removed_mid_fence_then_rerun_converges,
-            target_restart_forgets_or_keeps_pr_state,
-            unit_attention_storm_during_fence_and_watch,
-            only_cap_sys_rawio_is_needed,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "faults",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![
+        hung_path_every_entry_point_ends_within_its_budget,
+        reregistering_victim_is_never_reported_fenced,
+        path_lost_mid_fence_then_rerun_converges,
+        lu_removed_mid_fence_then_rerun_converges,
+        target_restart_forgets_or_keeps_pr_state,
+        unit_attention_storm_during_fence_and_watch,
+        only_cap_sys_rawio_is_needed,
+    ],
+    long: &[],
+};
 
 // ----- processes with a bound -----
 
@@ -94,18 +94,18 @@ impl Finished {
     fn describe(&self) -> String {
         let printed = self
             .printed
-            .map(|p| format!(", report printed after {}", lab::secs(p)))
+            .map(|p| format!(", report printed after {}", crate::secs(p)))
             .unwrap_or_default();
         match self.code {
             Some(code) => format!(
                 "{}: exit {code} after {}{printed}",
                 self.name,
-                lab::secs(self.elapsed)
+                crate::secs(self.elapsed)
             ),
             None => format!(
                 "{}: still running after {} (killed){printed}",
                 self.name,
-                lab::secs(self.elapsed)
+                crate::secs(self.elapsed)
             ),
         }
     }
@@ -116,8 +116,8 @@ impl Finished {
             self.code.is_some() && self.verdict_after() <= budget + SLACK,
             "{} (budget {} + {} slack)\nstdout: {}\nstderr: {}",
             self.describe(),
-            lab::secs(budget),
-            lab::secs(SLACK),
+            crate::secs(budget),
+            crate::secs(SLACK),
             self.stdout.trim(),
             tail(&self.stderr)
         );
@@ -241,7 +241,7 @@ fn fence_cmd(t: &Topology, node: Node) -> Command {
             "--key",
             &hex(key(node)),
             "--victim",
-            &hex(key(lab::race::other(node))),
+            &hex(key(crate::race::other(node))),
             "--timeout",
             &timeout,
             "--deadline",
@@ -338,7 +338,7 @@ fn nothing_reported_fenced_that_is_not(
 
 /// The victim's O_DIRECT writes are refused and the survivor's accepted on LUs `luns`.
 fn writes_judged(t: &Topology, survivor: Node, luns: &[usize]) -> anyhow::Result<()> {
-    let victim = lab::race::other(survivor);
+    let victim = crate::race::other(survivor);
     for &lun in luns {
         let refused = t.write_probe(victim, lun, 2);
         ensure!(
@@ -370,7 +370,7 @@ fn wait_until(
         ensure!(
             start.elapsed() < within,
             "{what}: not within {}",
-            lab::secs(within)
+            crate::secs(within)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -424,16 +424,16 @@ struct Softdog;
 impl Softdog {
     fn load() -> anyhow::Result<Softdog> {
         if Path::new("/sys/module/softdog").exists() {
-            lab::run("rmmod", ["softdog"])?.ok()?;
+            crate::run("rmmod", ["softdog"])?.ok()?;
         }
         let margin = format!("soft_margin={WATCHDOG_TIMEOUT_S}");
-        lab::run("modprobe", ["softdog", "soft_noboot=1", &margin])?.ok()?;
+        crate::run("modprobe", ["softdog", "soft_noboot=1", &margin])?.ok()?;
         Ok(Softdog)
     }
 
     /// When softdog expired, in seconds of the kernel log's clock.
     fn expiries() -> anyhow::Result<Vec<f64>> {
-        let log = lab::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
+        let log = crate::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
         Ok(log
             .lines()
             .filter(|line| line.contains(SOFTDOG_EXPIRED))
@@ -447,7 +447,7 @@ impl Softdog {
 
 impl Drop for Softdog {
     fn drop(&mut self) {
-        let _ = lab::run("rmmod", ["softdog"]);
+        let _ = crate::run("rmmod", ["softdog"]);
     }
 }
 
@@ -607,7 +607,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let refused = t.write_probe(Node::B, 0, 2);
     println!(
         "path released; B's first write {refused:?} after {}",
-        lab::secs(released.elapsed())
+        crate::secs(released.elapsed())
     );
     ensure!(
         refused == WriteOutcome::Refused,
@@ -619,15 +619,15 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "hung path, time to verdict (exit): A's fence {} ({}) | B: prfence keys {} ({}) | \
          fence_pr monitor ({}) | agent --once {} ({}) | running agent: exit {:?}, self-fence \
          hook {} after the hang",
-        lab::secs(fence.verdict_after()),
-        lab::secs(fence.elapsed),
-        lab::secs(keys.verdict_after()),
-        lab::secs(keys.elapsed),
-        lab::secs(monitor.elapsed),
-        lab::secs(once.verdict_after()),
-        lab::secs(once.elapsed),
+        crate::secs(fence.verdict_after()),
+        crate::secs(fence.elapsed),
+        crate::secs(keys.verdict_after()),
+        crate::secs(keys.elapsed),
+        crate::secs(monitor.elapsed),
+        crate::secs(once.verdict_after()),
+        crate::secs(once.elapsed),
         watch.code,
-        self_fenced_after.map_or("never ran".to_owned(), lab::secs),
+        self_fenced_after.map_or("never ran".to_owned(), crate::secs),
     );
     println!(
         "softdog ({WATCHDOG_TIMEOUT_S} s): first expiry {} after the hang",
@@ -673,8 +673,8 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         _ => failures.push(format!(
             "running agent: self-fence hook {:?} after the hang (budget {} + {} slack), {}\n{}",
             self_fenced_after,
-            lab::secs(watch_budget),
-            lab::secs(SLACK),
+            crate::secs(watch_budget),
+            crate::secs(SLACK),
             watch.describe(),
             tail(&watch.stderr)
         )),
@@ -795,7 +795,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
     )?;
     println!(
         "after B stopped, fence converged in {}",
-        lab::secs(start.elapsed())
+        crate::secs(start.elapsed())
     );
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
@@ -864,10 +864,10 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     println!(
         "A's session logged out during its fence (arbiter fenced at {:?}, session gone at {}): \
          fence exit {:?} after {}: {verdicts:?}",
-        arbiter_after.map(lab::secs),
-        lab::secs(logout_done),
+        arbiter_after.map(crate::secs),
+        crate::secs(logout_done),
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
     ensure!(
         verdicts.len() == MID_FENCE_LUNS,
@@ -889,7 +889,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     println!(
         "after the re-login, fence: exit {:?} in {}: {verdicts:?}",
         direct.code,
-        lab::secs(direct.elapsed)
+        crate::secs(direct.elapsed)
     );
     if direct.code != Some(0) {
         ensure!(
@@ -924,8 +924,8 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     writes_judged(&t, Node::A, &(0..MID_FENCE_LUNS).collect::<Vec<_>>())?;
     println!(
         "path lost mid-fence: re-run after re-login converged in {}, third run {}",
-        lab::secs(rerun.elapsed),
-        lab::secs(again.elapsed)
+        crate::secs(rerun.elapsed),
+        crate::secs(again.elapsed)
     );
     Ok(())
 }
@@ -952,10 +952,10 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     println!(
         "LU {removed} removed {} into the fence (arbiter done at {}): exit {:?} after {}: \
          {verdicts:?}",
-        lab::secs(removed_at),
-        lab::secs(arbiter_after),
+        crate::secs(removed_at),
+        crate::secs(arbiter_after),
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
     ensure!(
         verdicts.len() == MID_FENCE_LUNS,
@@ -977,7 +977,7 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         let keys: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
             .map(|lun| keys_on(&t, lun))
             .collect::<anyhow::Result<_>>()?;
-        println!("  {run}: {verdicts:?} in {}", lab::secs(rerun.elapsed));
+        println!("  {run}: {verdicts:?} in {}", crate::secs(rerun.elapsed));
         if let Some(previous) = &previous {
             ensure!(
                 previous == &keys,
@@ -1026,7 +1026,7 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
         "  after the restart ({label}): status exit {:?} in {}, agent --once exit {:?} ({}) in \
          {}, fence exit {:?} in {}",
         status.code,
-        lab::secs(status.elapsed),
+        crate::secs(status.elapsed),
         once.code,
         once.report()["state"]
             .as_str()
@@ -1040,9 +1040,9 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
             )
             .collect::<Vec<_>>()
             .join("; "),
-        lab::secs(once.elapsed),
+        crate::secs(once.elapsed),
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
     Ok([status, once, fence])
 }
@@ -1062,7 +1062,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     t.restart_target(false)?;
     println!(
         "target restarted without APTPL; sessions back in {}",
-        lab::secs(start.elapsed())
+        crate::secs(start.elapsed())
     );
     for lun in 0..2 {
         ensure!(
@@ -1106,7 +1106,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     t.restart_target(true)?;
     println!(
         "target restarted with APTPL; sessions back in {}",
-        lab::secs(start.elapsed())
+        crate::secs(start.elapsed())
     );
     let after: Vec<Vec<u64>> = (0..2)
         .map(|l| keys_on(&t, l))
@@ -1193,7 +1193,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
         "UA storm: fence exit {:?} after {} with {during_fence} LU resets under way: {verdicts:?}; \
          notes: {notes:?}",
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
 
     let hook = PathBuf::from(format!("{WORK}/hook-storm"));
@@ -1226,8 +1226,8 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
     println!(
         "UA storm: A's agent healthy after {}, then watched {} with {during_watch} LU resets: \
          states {states:?}",
-        lab::secs(healthy_after),
-        lab::secs(WATCHED)
+        crate::secs(healthy_after),
+        crate::secs(WATCHED)
     );
     ensure!(
         !exited && !hook.exists() && !states.contains("fenced"),
@@ -1263,7 +1263,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
     t.settle()?;
     // The guest has no udev: devtmpfs leaves the nodes root:root 0600. Give A's the group and
     // mode udev's default rules give a disk (root:disk 0660).
-    let disk_gid = lab::run("getent", ["group", "disk"])?.ok()?.stdout;
+    let disk_gid = crate::run("getent", ["group", "disk"])?.ok()?.stdout;
     let disk_gid = disk_gid
         .trim()
         .split(':')
@@ -1272,11 +1272,11 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
         .to_owned();
     for device in t.node(Node::A).devices() {
         let device = device.display().to_string();
-        lab::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
-        lab::run("chmod", ["0660", &device])?.ok()?;
+        crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
+        crate::run("chmod", ["0660", &device])?.ok()?;
     }
     let as_nobody =
-        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<lab::Run> {
+        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<crate::Run> {
             let mut cmd = Command::new("setpriv");
             cmd.args(["--reuid=65534", "--regid=65534"]);
             if group {
@@ -1293,7 +1293,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
                 .arg(PRFENCE)
                 .args(args)
                 .args(t.node(node).devices());
-            let run = lab::run_command(&mut cmd)?;
+            let run = crate::run_command(&mut cmd)?;
             println!(
                 "  nobody{}{}: prfence {} -> exit {} in {} ms",
                 if group { " +disk" } else { "" },

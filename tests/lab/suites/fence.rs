@@ -2,22 +2,20 @@
 //! item 6). Every verdict is taken from the target — LIO's configfs PR state and whether a node's
 //! O_DIRECT write is accepted — never from prfence's own report. Run: `cargo test --test lab_fence`
 //! (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
-use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
-use lab::race::{
+use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::plan::{Kernel, Suite};
+use crate::race::{
     self, PRFENCE, assert_sole_survivor, fence, fence_args, hex, key, other, prfence,
     prfence_expect, unfence,
 };
-use lab::{Node, Topology, WriteOutcome, Writer};
+use crate::{Node, Topology, WriteOutcome, Writer};
+use anyhow::{Context, ensure};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -25,20 +23,22 @@ use serde_json::Value;
 const LUNS: usize = 8;
 const RACE_ROUNDS: usize = 20;
 
-fn main() -> ExitCode {
-    lab::main_with_package(
-        Duration::from_secs(12 * 60),
-        crate::tests![
-            fence_refuses_every_write_of_the_victim,
-            mutual_fence_race_has_one_survivor,
-            commands_are_idempotent_and_converge_after_a_failure,
-            relogin_orphan_is_purged_by_unfence,
-            multipath_maps_register_and_lose_every_path,
-            fence_pr_and_fence_scsi_side_by_side,
-            fence_pr_versus_fence_scsi_wall_time,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "fence",
+    kernel: Kernel::Host,
+    package: true,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![
+        fence_refuses_every_write_of_the_victim,
+        mutual_fence_race_has_one_survivor,
+        commands_are_idempotent_and_converge_after_a_failure,
+        relogin_orphan_is_purged_by_unfence,
+        multipath_maps_register_and_lose_every_path,
+        fence_pr_and_fence_scsi_side_by_side,
+        fence_pr_versus_fence_scsi_wall_time,
+    ],
+    long: &[],
+};
 
 /// The `lu` of every LU report whose `ok` is false.
 fn failed_lus(report: &Value) -> Vec<String> {
@@ -64,7 +64,7 @@ fn verdicts(report: &Value) -> Vec<String> {
 #[derive(Debug, PartialEq, Eq)]
 struct LuState {
     registrations: Vec<String>,
-    holder: Option<lab::Holder>,
+    holder: Option<crate::Holder>,
     reservation_type: Option<u8>,
 }
 
@@ -88,7 +88,7 @@ fn snapshot(t: &Topology) -> anyhow::Result<Vec<LuState>> {
 }
 
 fn generations(t: &Topology) -> anyhow::Result<Vec<u32>> {
-    t.lus().iter().map(lab::Lu::generation).collect()
+    t.lus().iter().map(crate::Lu::generation).collect()
 }
 
 /// The LU indexes in arbiter order (by wwid, as prfence sorts them): the first is the arbiter.
@@ -140,7 +140,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     let mut last = 0;
     for _ in 0..LUNS + 1 {
         let line = writer.next_line(Duration::from_secs(30))?;
-        last = lab::write_number(&line)
+        last = crate::write_number(&line)
             .with_context(|| format!("node A's writer failed before the fence: {line}"))?;
     }
     writer.signal(Signal::SIGSTOP)?;
@@ -158,7 +158,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     );
     let b_data = "node B owns this block now";
     for lun in 0..LUNS {
-        let outcome = t.write_block(Node::B, lun, 1, &lab::block_data(b_data));
+        let outcome = t.write_block(Node::B, lun, 1, &crate::block_data(b_data));
         ensure!(
             outcome == WriteOutcome::Accepted,
             "B's write to LUN {lun}: {outcome:?}"
@@ -168,7 +168,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     writer.signal(Signal::SIGCONT)?;
     let mut verdict = writer.next_line(Duration::from_secs(60))?;
     // A write that completed just before the freeze may only be reported now.
-    if lab::write_number(&verdict) == Some(last + 1) {
+    if crate::write_number(&verdict) == Some(last + 1) {
         verdict = writer.next_line(Duration::from_secs(60))?;
     }
     ensure!(
@@ -177,7 +177,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     );
     for lun in 0..LUNS {
         for node in Node::BOTH {
-            let text = lab::block_text(&t.read_block(node, lun, 1)?);
+            let text = crate::block_text(&t.read_block(node, lun, 1)?);
             ensure!(
                 text == b_data,
                 "LUN {lun} block 1 read by {} holds {text:?}, not B's data",
@@ -199,8 +199,8 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
 /// `LAB_RACE_LUNS` change that; `lab_stress` runs hundreds): every round exactly one exits 0 and
 /// the other 4, and the target shows that one survivor alone on every LU.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
-    let rounds = lab::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
-    let luns = lab::env_count("LAB_RACE_LUNS", LUNS)?;
+    let rounds = crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
+    let luns = crate::env_count("LAB_RACE_LUNS", LUNS)?;
     let t = Topology::iscsi(luns)?;
     t.settle()?;
     let mut stats = race::mutual_fence(&t, rounds)?;
@@ -422,7 +422,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
     let agent_run = |node: Node, args: &[&str], code: i32| -> anyhow::Result<Value> {
         let mut cmd = Command::new(PRFENCE);
         cmd.args(args).arg("--json").args(&maps[&node.letter()]);
-        let run = lab::run_command(&mut cmd)?;
+        let run = crate::run_command(&mut cmd)?;
         println!(
             "  node {}: prfence {} (maps) -> exit {} in {} ms",
             node.letter(),
@@ -463,7 +463,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         }
     }
     for map in &maps[&'A'] {
-        let before = lab::write_to(map, 1, &lab::block_data("node A through its map"));
+        let before = crate::write_to(map, 1, &crate::block_data("node A through its map"));
         ensure!(
             before == WriteOutcome::Accepted,
             "A's write through {} before the fence: {before:?}",
@@ -491,7 +491,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         );
     }
     for (lun, map) in maps[&'A'].iter().enumerate() {
-        let through_map = lab::write_to(map, 2, &lab::block_data("A after the fence"));
+        let through_map = crate::write_to(map, 2, &crate::block_data("A after the fence"));
         ensure!(
             through_map == WriteOutcome::Refused,
             "A's write through {} after the fence: {through_map:?}",
@@ -503,7 +503,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
             "A's write through its first path to LUN {lun}: {through_path:?}"
         );
     }
-    let b_map = lab::write_to(&maps[&'B'][0], 2, &lab::block_data("B after the fence"));
+    let b_map = crate::write_to(&maps[&'B'][0], 2, &crate::block_data("B after the fence"));
     ensure!(
         b_map == WriteOutcome::Accepted,
         "B's write through its map: {b_map:?}"
@@ -519,7 +519,7 @@ fn agent_expect(
     action: &str,
     target: Node,
     code: i32,
-) -> anyhow::Result<lab::Run> {
+) -> anyhow::Result<crate::Run> {
     fence_agents::expect(which, node, action, target, t.node(node).devices(), code)
 }
 
@@ -552,7 +552,7 @@ fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
 /// is fenced by the other, both ways; their `status` agree.
 fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
-    let _key_store = lab::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
     let t = Topology::iscsi(4)?;
     t.settle()?;
     fake_cmapctl()?;
@@ -625,7 +625,7 @@ fn assert_sole_survivor_key(
 fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
     const BENCH_LUNS: usize = 16;
     // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
-    let _key_store = lab::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
     let t = Topology::iscsi(BENCH_LUNS)?;
     t.settle()?;
     fake_cmapctl()?;

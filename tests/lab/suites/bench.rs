@@ -3,31 +3,31 @@
 //! never asserted (the guest is emulated: absolute figures are inflated, ratios are the point).
 //! Its own suite because the 256-LUN iSCSI topology alone takes about 40 s to build.
 //! Run: `cargo test --test lab_bench` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::fmt::Write as _;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology};
 use anyhow::{Context, ensure};
-use lab::{Node, Topology};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use lab::PRFENCE;
+use crate::PRFENCE;
 const LUNS: usize = 256;
 const WINDOW: Duration = Duration::from_secs(15);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 const WORK: &str = "/run/lab-bench";
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(12 * 60),
-        crate::tests![watch_cost_256_luns],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "bench",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![watch_cost_256_luns,],
+    long: &[],
+};
 
 /// CPU time and memory of one measured job.
 struct Cost {
@@ -51,11 +51,11 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
         .collect();
     let mut args = vec!["unfence", "--key", "0xa"];
     args.extend(devices.iter().map(String::as_str));
-    let unfence = lab::prfence(&args)?.ok()?;
+    let unfence = crate::prfence(&args)?.ok()?;
     println!(
         "bench: {LUNS} LUNs set up in {}, node A unfenced on all in {}",
-        lab::secs(t.setup_time()),
-        lab::secs(unfence.elapsed)
+        crate::secs(t.setup_time()),
+        crate::secs(unfence.elapsed)
     );
 
     let agent = agent_cost(&devices)?;
@@ -67,7 +67,7 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
     // the same job as the agent's, reading every LU: the key only on the last one
     let mut args = vec!["unregister", "--key", "0xa"];
     args.extend(devices[..LUNS - 1].iter().map(String::as_str));
-    lab::prfence(&args)?.ok()?;
+    crate::prfence(&args)?.ok()?;
     let every_lu = fence_scsi_check_cost("reading all 256 LUs (key only on the last)")?;
     let _ = std::fs::remove_file("/var/run/cluster.dev");
     let _ = std::fs::remove_file("/var/run/cluster.key");
@@ -121,7 +121,7 @@ impl Cost {
 }
 
 fn clock_ticks() -> anyhow::Result<u64> {
-    let run = lab::run("getconf", ["CLK_TCK"])?.ok()?;
+    let run = crate::run("getconf", ["CLK_TCK"])?.ok()?;
     Ok(run.stdout.trim().parse()?)
 }
 
@@ -222,7 +222,7 @@ fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
             "{} checks of {} LUs in the window (healthy after {})",
             checks1 - checks0,
             devices.len(),
-            lab::secs(warm_up)
+            crate::secs(warm_up)
         ),
     };
     kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
@@ -253,7 +253,7 @@ print(r.ru_utime + r.ru_stime, r.ru_maxrss, runs, failed, longest, time.monotoni
 "#,
         window = WINDOW.as_secs()
     );
-    let run = lab::run("python3", ["-c", &driver])?.ok()?;
+    let run = crate::run("python3", ["-c", &driver])?.ok()?;
     let fields: Vec<&str> = run.stdout.split_whitespace().collect();
     ensure!(fields.len() == 6, "driver said {:?}", run.stdout);
     let cpu: f64 = fields[0].parse()?;
