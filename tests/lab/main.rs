@@ -16,6 +16,7 @@ mod command;
 mod fence_agents;
 mod guest;
 mod host;
+mod node;
 mod nvme;
 mod plan;
 mod race;
@@ -27,8 +28,9 @@ mod writer;
 pub use command::{
     RemoveOnDrop, Run, env_count, prfence, read_file, run, run_command, secs, sh, write_file,
 };
+pub use node::Node;
 pub use topology::{
-    BLOCK_SIZE, Holder, Lu, Node, Topology, WriteOutcome, block_data, block_text, write_to,
+    BLOCK_SIZE, Holder, Lu, Topology, WriteOutcome, block_data, block_text, write_to,
 };
 pub use writer::{Writer, write_number};
 

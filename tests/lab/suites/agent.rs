@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::node::{fence, unfence};
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
@@ -259,35 +260,6 @@ fn keys_of(t: &Topology, lun: usize, node: Node) -> anyhow::Result<Vec<u64>> {
         .filter(|r| r.initiator == t.node(node).initiator)
         .map(|r| r.key)
         .collect())
-}
-
-fn prfence(args: &[&str]) -> anyhow::Result<crate::Run> {
-    crate::prfence(args)?.ok()
-}
-
-fn paths(t: &Topology, node: Node) -> Vec<String> {
-    t.node(node)
-        .devices()
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect()
-}
-
-/// `prfence unfence --key KEY` on every device of `node` (register every path, reserve WERO).
-fn unfence(t: &Topology, node: Node, key: &str) -> anyhow::Result<()> {
-    let devices = paths(t, node);
-    let mut args = vec!["unfence", "--key", key];
-    args.extend(devices.iter().map(String::as_str));
-    prfence(&args)?;
-    Ok(())
-}
-
-/// `prfence fence` from `by` against `victim`, on `by`'s devices; returns when it finished.
-fn fence(t: &Topology, by: Node, key: &str, victim: &str) -> anyhow::Result<crate::Run> {
-    let devices = paths(t, by);
-    let mut args = vec!["fence", "--key", key, "--victim", victim];
-    args.extend(devices.iter().map(String::as_str));
-    prfence(&args)
 }
 
 // ----- the tests -----
@@ -840,8 +812,8 @@ impl Drop for QuietConsole {
 fn fenced_node_self_fences_and_never_reregisters() -> anyhow::Result<()> {
     let t = Topology::iscsi(2)?;
     t.settle()?;
-    unfence(&t, Node::A, "0xa")?;
-    unfence(&t, Node::B, "0xb")?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
     let hook = PathBuf::from(format!("{WORK}/hook-fenced"));
     std::fs::create_dir_all(WORK)?;
     let _ = std::fs::remove_file(&hook);
@@ -863,7 +835,7 @@ fn fenced_node_self_fences_and_never_reregisters() -> anyhow::Result<()> {
         agent.state()
     );
 
-    let fence_run = fence(&t, Node::B, "0xb", "0xa")?;
+    let (fence_run, _) = fence(&t, Node::B, 0)?;
     let fenced_at = now_ns();
     for lun in 0..2 {
         ensure!(
@@ -926,8 +898,8 @@ fn relogin_orphan_healed_preempted_key_not() -> anyhow::Result<()> {
     let mut t = Topology::iscsi(1)?;
     t.settle()?;
     // A unfences first: it holds the reservation, so its orphan may be purged
-    unfence(&t, Node::A, "0xa")?;
-    unfence(&t, Node::B, "0xb")?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
     ensure!(
         target_holder(&t, 0)? == Some(Node::A),
         "A does not hold the LU"
@@ -1015,7 +987,7 @@ fn relogin_orphan_healed_preempted_key_not() -> anyhow::Result<()> {
     );
 
     // B fences A; A's paths flap again; the agent must never register 0xa again (P3).
-    fence(&t, Node::B, "0xb", "0xa")?;
+    fence(&t, Node::B, 0)?;
     ensure!(
         isid_of_a(&t)?.is_empty(),
         "A still registered after the fence"
@@ -1068,8 +1040,8 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     let _unload = UnloadSoftdog;
     let t = Topology::iscsi(1)?;
     t.settle()?;
-    unfence(&t, Node::A, "0xa")?;
-    unfence(&t, Node::B, "0xb")?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
     let expiries = || -> anyhow::Result<usize> {
         Ok(crate::run("dmesg", Vec::<&str>::new())?
             .ok()?
@@ -1103,7 +1075,7 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
         expiries()? == before,
         "softdog expired while the agent was healthy (not fed?)"
     );
-    fence(&t, Node::B, "0xb", "0xa")?;
+    fence(&t, Node::B, 0)?;
     let fenced_at = now_ns();
     let deadline = Instant::now() + Duration::from_secs(TIMEOUT_S + 15);
     let expired_at = loop {

@@ -13,14 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::fence_agents::{CLUSTER, derived_key};
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 
 const LUNS: usize = 2;
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
-/// The cluster's name; fence_scsi's keys (and fence_pr's, key_value=id) hash it.
-const CLUSTER: &str = "lab";
 /// Where each node's logs stay after the node is gone (emptied when a cluster starts).
 const LOGS: &str = "/run/lab-cluster";
 /// How long the cluster may take to form and start everything under TCG.
@@ -57,13 +56,6 @@ impl Agent {
     }
 }
 
-fn name(node: Node) -> &'static str {
-    match node {
-        Node::A => "node1",
-        Node::B => "node2",
-    }
-}
-
 fn address(node: Node) -> &'static str {
     match node {
         Node::A => "10.77.0.1",
@@ -71,23 +63,16 @@ fn address(node: Node) -> &'static str {
     }
 }
 
-fn other(node: Node) -> Node {
-    match node {
-        Node::A => Node::B,
-        Node::B => Node::A,
-    }
-}
-
 fn cgroup(node: Node) -> PathBuf {
-    PathBuf::from(format!("/sys/fs/cgroup/lab-{}", name(node)))
+    PathBuf::from(format!("/sys/fs/cgroup/lab-{}", node.cluster_name()))
 }
 
 fn netns(node: Node) -> String {
-    format!("lab-{}", name(node))
+    format!("lab-{}", node.cluster_name())
 }
 
 fn logs(node: Node) -> PathBuf {
-    Path::new(LOGS).join(name(node))
+    Path::new(LOGS).join(node.cluster_name())
 }
 
 /// The corosync configuration both nodes use: knet between the veth addresses, no crypto (the
@@ -115,13 +100,6 @@ struct Cluster {
     t: Topology,
 }
 
-fn index(node: Node) -> usize {
-    match node {
-        Node::A => 0,
-        Node::B => 1,
-    }
-}
-
 impl Cluster {
     fn start(agent: Agent) -> anyhow::Result<Self> {
         let t = Topology::iscsi(LUNS)?;
@@ -143,9 +121,9 @@ impl Cluster {
         cluster.wait_in_node("both nodes online", |c| {
             let xml = c.in_node(Node::B, "crm_mon -1 --output-as=xml")?.stdout;
             Ok(Node::BOTH.iter().all(|&n| {
-                xml.contains(&format!("name=\"{}\"", name(n)))
+                xml.contains(&format!("name=\"{}\"", n.cluster_name()))
                     && xml.split("<node ").any(|e| {
-                        e.contains(&format!("name=\"{}\"", name(n)))
+                        e.contains(&format!("name=\"{}\"", n.cluster_name()))
                             && e.contains("online=\"true\"")
                     })
             }))
@@ -258,7 +236,7 @@ impl Cluster {
              --fork --mount-proc bash {SOURCES}/cluster-node.sh {} {} {}",
             group.display(),
             netns(node),
-            name(node),
+            node.cluster_name(),
             logs(node).display(),
             devices.join(" ")
         );
@@ -269,15 +247,15 @@ impl Cluster {
             .stdin(Stdio::null())
             .spawn()
             .context("starting a cluster node")?;
-        self.nodes[index(node)] = Some(child);
+        self.nodes[node.index()] = Some(child);
         Ok(())
     }
 
     /// The PID (in the guest's root namespace) of `node`'s PID 1.
     fn init_pid(&self, node: Node) -> anyhow::Result<u32> {
-        let child = self.nodes[index(node)]
+        let child = self.nodes[node.index()]
             .as_ref()
-            .with_context(|| format!("{} is not running", name(node)))?;
+            .with_context(|| format!("{} is not running", node.cluster_name()))?;
         let pid = child.id();
         let start = Instant::now();
         loop {
@@ -289,7 +267,7 @@ impl Cluster {
             ensure!(
                 start.elapsed() < Duration::from_secs(30),
                 "{} has no init",
-                name(node)
+                node.cluster_name()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -380,12 +358,16 @@ impl Cluster {
                 );
             }
             if let Ok(run) = self.in_node(node, "cat /run/prfence/status.json") {
-                println!("---- {}'s agent status\n{}", name(node), run.stdout);
+                println!(
+                    "---- {}'s agent status\n{}",
+                    node.cluster_name(),
+                    run.stdout
+                );
             }
             if let Ok(run) = self.in_node(node, "crm_mon -1") {
                 println!(
                     "---- crm_mon -1 on {}\n{}{}",
-                    name(node),
+                    node.cluster_name(),
                     run.stdout,
                     run.stderr
                 );
@@ -402,7 +384,7 @@ impl Cluster {
             ensure!(
                 start.elapsed() < Duration::from_secs(30),
                 "{} never reached {want}",
-                name(node)
+                node.cluster_name()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -417,7 +399,7 @@ impl Cluster {
         }
         let _ = std::fs::write(group.join("cgroup.freeze"), "0");
         std::fs::write(group.join("cgroup.kill"), "1")?;
-        if let Some(mut child) = self.nodes[index(node)].take() {
+        if let Some(mut child) = self.nodes[node.index()].take() {
             child.wait()?;
         }
         let start = Instant::now();
@@ -428,7 +410,7 @@ impl Cluster {
             ensure!(
                 start.elapsed() < Duration::from_secs(30),
                 "{} does not die",
-                name(node)
+                node.cluster_name()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -484,7 +466,7 @@ impl Cluster {
                      iifname \"{dev}\" drop; }}\n chain output {{ type filter hook output \
                      priority 0; oifname \"{dev}\" drop; }}\n}}\n"
                 );
-                let file = format!("/run/lab/split-{}.nft", name(node));
+                let file = format!("/run/lab/split-{}.nft", node.cluster_name());
                 std::fs::write(&file, rules)?;
                 crate::run("ip", ["netns", "exec", &ns, "nft", "-f", &file])?.ok()?;
             } else {
@@ -517,13 +499,16 @@ impl Cluster {
                 .with_context(|| format!("registration of an unknown initiator {reg:?}"))?;
             keys.push((node, reg.key));
         }
-        keys.sort_by_key(|&(n, k)| (index(n), k));
+        keys.sort_by_key(|&(n, k)| (n.index(), k));
         Ok(keys)
     }
 
     /// True when every LU has exactly `nodes`' registrations, each with its derived key.
     fn registered_exactly(&self, nodes: &[Node]) -> anyhow::Result<bool> {
-        let want: Vec<(Node, u64)> = nodes.iter().map(|&n| (n, derived_key(n))).collect();
+        let want = nodes
+            .iter()
+            .map(|&n| Ok((n, derived_key(n)?)))
+            .collect::<anyhow::Result<Vec<(Node, u64)>>>()?;
         for lun in 0..LUNS {
             if self.keys(lun)? != want {
                 return Ok(false);
@@ -582,7 +567,7 @@ impl Cluster {
         let who = last.map(|(who, _)| who).unwrap_or_default();
         Node::BOTH
             .into_iter()
-            .find(|&n| name(n) == who)
+            .find(|&n| n.cluster_name() == who)
             .with_context(|| format!("the counter is written by {who:?}"))
     }
 
@@ -596,7 +581,7 @@ impl Cluster {
                 holder.initiator == self.t.node(node).initiator,
                 "LU {} is reserved by {holder:?}, not {}",
                 lu.index,
-                name(node)
+                node.cluster_name()
             );
         }
         Ok(())
@@ -620,7 +605,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         for node in Node::BOTH {
             if let Err(e) = self.kill(node) {
-                eprintln!("lab: cannot stop {}: {e:#}", name(node));
+                eprintln!("lab: cannot stop {}: {e:#}", node.cluster_name());
             }
             let _ = std::fs::remove_dir(cgroup(node));
             let _ = crate::run("ip", ["netns", "del", &netns(node)]);
@@ -701,17 +686,6 @@ fn network() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// fence_scsi's key for `node` (key_value=id; fence_pr derives the same): the first 4 hex digits
-/// of md5(cluster name), then the node's position in corosync's nodelist as 4 decimal digits.
-/// md5("lab") starts with "5ee7"... computed here with md5sum, independently of both agents.
-fn derived_key(node: Node) -> u64 {
-    let md5 = crate::run("sh", ["-c", &format!("printf {CLUSTER} | md5sum")])
-        .expect("md5sum")
-        .stdout;
-    let text = format!("{}{:04}", &md5[..4], index(node));
-    u64::from_str_radix(&text, 16).expect("hex key")
-}
-
 /// Start-up: Pacemaker unfences both nodes (both keys on every LU, one reservation) and starts
 /// the counter on node1, whose writes land.
 fn start_up(c: &Cluster) -> anyhow::Result<()> {
@@ -751,7 +725,7 @@ fn start_up(c: &Cluster) -> anyhow::Result<()> {
 /// cluster's fence agent and starts the counter; the victim thawed has its writes refused; the disk
 /// holds the survivor's data. Returns (detection, fencing, start) times.
 fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> {
-    let (v, s) = (name(victim), name(survivor));
+    let (v, s) = (victim.cluster_name(), survivor.cluster_name());
     c.agents_watching()?;
     let before = c.counter()?.context("no counter before the freeze")?;
     ensure!(before.0 == v, "the counter runs on {}, not {v}", before.0);
@@ -979,18 +953,20 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
             }
         }
         if let Some(s) = survivor {
-            let l = other(s);
+            let l = s.other();
             ensure!(
                 per_lu.iter().all(|nodes| nodes == &[s]),
                 "round {round}: after {} was fenced the keys changed: {per_lu:?}",
-                name(l)
+                l.cluster_name()
             );
             if loser_down.is_none() && c.is_down(l) {
                 loser_down = Some(now);
             }
             let counter = c.counter()?;
             match (&last_counter, &counter) {
-                (Some((w0, n0)), Some((w1, n1))) if w0 == w1 && w1 == name(s) && n1 > n0 => {
+                (Some((w0, n0)), Some((w1, n1)))
+                    if w0 == w1 && w1 == s.cluster_name() && n1 > n0 =>
+                {
                     moves += 1
                 }
                 (Some((w0, _)), Some((w1, _))) if w0 == w1 => {}
@@ -1015,7 +991,7 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
         std::thread::sleep(Duration::from_millis(100));
     }
     let (s, l) = survivor
-        .map(|s| (s, other(s)))
+        .map(|s| (s, s.other()))
         .context("the loop ends only with a survivor")?;
     c.reserved_by(s)?;
     for lun in 0..LUNS {
@@ -1023,12 +999,12 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
         ensure!(
             probe == WriteOutcome::Refused,
             "round {round}: {}'s O_DIRECT write to LUN {lun} after the split: {probe:?}",
-            name(l)
+            l.cluster_name()
         );
     }
     // The loser's counter (if it ran there) wrote nothing the survivor's counter did not
     // overwrite: each of its accepted writes carries a smaller number than the survivor's first.
-    let this_round = |n: Node| c.counter_log(n).split_off(logs_before[index(n)]);
+    let this_round = |n: Node| c.counter_log(n).split_off(logs_before[n.index()]);
     let survivor_first = this_round(s).first().map(|&(n, _)| n);
     let loser_accepted: Vec<u64> = this_round(l)
         .into_iter()
@@ -1039,16 +1015,18 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
         ensure!(
             loser_accepted.iter().all(|&n| n < first),
             "round {round}: {} had writes {loser_accepted:?} accepted, {} started at {first}",
-            name(l),
-            name(s)
+            l.cluster_name(),
+            s.cluster_name()
         );
     }
     let run = c.in_node(s, "crm_mon -1")?;
     ensure!(
-        run.stdout
-            .contains(&format!("(ocf:lab:counter):\t Started {}", name(s))),
+        run.stdout.contains(&format!(
+            "(ocf:lab:counter):\t Started {}",
+            s.cluster_name()
+        )),
         "round {round}: Pacemaker on {} does not run the counter there:\n{}",
-        name(s),
+        s.cluster_name(),
         run.stdout
     );
 
@@ -1057,7 +1035,7 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
     c.kill(l)?;
     c.boot(l)?;
     let rejoined = c.wait(
-        &format!("{}'s key back on every LU", name(l)),
+        &format!("{}'s key back on every LU", l.cluster_name()),
         SETTLE,
         |c| c.registered_exactly(&Node::BOTH),
     )?;
@@ -1078,18 +1056,18 @@ fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
     let mut fenced = Vec::new();
     for round in 1..=rounds {
         let r = split_brain_round(c, round)?;
-        wins[index(r.survivor)] += 1;
+        wins[r.survivor.index()] += 1;
         if r.service_on != r.survivor {
             lost_service += 1;
         }
         println!(
             "  split round {round:2}: counter on {}, {} survived: loser fenced {} after the cut, \
              down {}, counter moving on {} at {}; loser unfenced {} after its restart",
-            name(r.service_on),
-            name(r.survivor),
+            r.service_on.cluster_name(),
+            r.survivor.cluster_name(),
             crate::secs(r.fenced),
             crate::secs(r.loser_down),
-            name(r.survivor),
+            r.survivor.cluster_name(),
             crate::secs(r.serving),
             crate::secs(r.rejoined)
         );
@@ -1114,7 +1092,7 @@ fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
 
 fn report(agent: Agent, victim: Node, (detection, fencing, start): Times) {
     let total = detection.unwrap_or_default() + fencing + start;
-    let (v, s) = (name(victim), name(other(victim)));
+    let (v, s) = (victim.cluster_name(), victim.other().cluster_name());
     match detection {
         Some(d) => println!(
             "  {} failover: freeze -> service writing on {s} {} = detection {} (freeze -> \
@@ -1195,7 +1173,7 @@ fn cluster_story(split_rounds: usize) -> anyhow::Result<()> {
     let new_on_a = c.counter_log(Node::A).len() - attempts_before;
     println!(
         "  after the rejoin the counter runs on {} ({}; restarted node1 made {new_on_a} attempts)",
-        name(runs_on),
+        runs_on.cluster_name(),
         if runs_on == Node::B {
             "it stayed on node2"
         } else {
@@ -1235,9 +1213,9 @@ fn cluster_story(split_rounds: usize) -> anyhow::Result<()> {
     let victim = c.counter_settles()?;
     println!(
         "  fence_pr replaced by fence_scsi; both keys still on every LU; counter on {}",
-        name(victim)
+        victim.cluster_name()
     );
-    let fence_scsi_times = failover(&c, victim, other(victim))?;
+    let fence_scsi_times = failover(&c, victim, victim.other())?;
     report(Agent::FencePr, Node::A, fence_pr_times);
     report(Agent::FenceScsi, victim, fence_scsi_times);
     Ok(())

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::node::unfence;
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
@@ -28,7 +29,6 @@ pub const SUITE: Suite = Suite {
 };
 
 const KEY_A: &str = "0xa";
-const KEY_B: &str = "0xb";
 
 fn generations(t: &Topology) -> anyhow::Result<Vec<u32>> {
     t.lus().iter().map(|lu| lu.generation()).collect()
@@ -67,18 +67,6 @@ fn doctor(t: &Topology, key: &str, devices: &[PathBuf], code: i32) -> anyhow::Re
     Ok(value)
 }
 
-fn unfence(t: &Topology, node: Node, key: &str) -> anyhow::Result<()> {
-    let mut args = vec!["unfence".to_string(), "--key".into(), key.into()];
-    args.extend(
-        t.node(node)
-            .devices()
-            .iter()
-            .map(|d| d.display().to_string()),
-    );
-    crate::prfence(&args)?.ok()?;
-    Ok(())
-}
-
 fn isid_value(isid: &str) -> Option<u64> {
     u64::from_str_radix(isid.trim().trim_start_matches("0x"), 16).ok()
 }
@@ -107,8 +95,8 @@ fn iscsi_ready_after_unfence_not_before() -> anyhow::Result<()> {
         ensure!(lu["own_key_registered"] == false, "{lu}");
         ensure!(lu["pr_supported"] == true, "{lu}");
     }
-    unfence(&t, Node::A, KEY_A)?;
-    unfence(&t, Node::B, KEY_B)?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
     let after = doctor(&t, KEY_A, &devices, 0)?;
     ensure!(after["can_fence"] == true, "{after}");
     // --config: the agent's devices and key.value give the same verdict.
@@ -178,7 +166,7 @@ fn tcm_loop_ready_after_unfence_not_before() -> anyhow::Result<()> {
     t.settle()?;
     let devices = t.node(Node::A).devices().to_vec();
     doctor(&t, KEY_A, &devices, 1)?;
-    unfence(&t, Node::A, KEY_A)?;
+    unfence(&t, Node::A)?;
     let registered = t.lu(0).registrations()?;
     ensure!(
         registered.iter().any(|r| r.key == 0xa),
@@ -253,7 +241,7 @@ fn multipath_map_with_one_unregistered_path() -> anyhow::Result<()> {
 fn relogin_orphan_is_found() -> anyhow::Result<()> {
     let mut t = Topology::iscsi(1)?;
     t.settle()?;
-    unfence(&t, Node::A, KEY_A)?;
+    unfence(&t, Node::A)?;
     let initiator = t.node(Node::A).initiator.clone();
     let old: Vec<u64> = t
         .lu(0)

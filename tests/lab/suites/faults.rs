@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::PRFENCE;
+use crate::node::{self, hex, prfence_expect, unfence};
 use crate::plan::{Kernel, Suite};
-use crate::race::{PRFENCE, hex, key, prfence_expect, unfence};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, ensure};
 use nix::sys::signal::{Signal, killpg};
@@ -233,22 +234,15 @@ fn prfence_cmd(args: &[&str], devices: &[PathBuf]) -> Command {
 
 /// `prfence fence` by `node` (its key, the other's as victim) with this suite's bounds.
 fn fence_cmd(t: &Topology, node: Node) -> Command {
-    let timeout = COMMAND_TIMEOUT_S.to_string();
-    let deadline = FENCE_DEADLINE_S.to_string();
-    prfence_cmd(
-        &[
-            "fence",
-            "--key",
-            &hex(key(node)),
-            "--victim",
-            &hex(key(crate::race::other(node))),
-            "--timeout",
-            &timeout,
-            "--deadline",
-            &deadline,
-        ],
-        t.node(node).devices(),
-    )
+    let mut args = node::fence_args(node);
+    args.extend([
+        "--timeout".into(),
+        COMMAND_TIMEOUT_S.to_string(),
+        "--deadline".into(),
+        FENCE_DEADLINE_S.to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    node::command(t, node, &args)
 }
 
 fn fence_budget() -> Duration {
@@ -320,14 +314,14 @@ fn nothing_reported_fenced_that_is_not(
         let verdict = lu["verdict"].as_str().unwrap_or("?").to_owned();
         if says_fenced(lu) {
             ensure!(
-                !report_keys(lu).contains(&key(victim)),
+                !report_keys(lu).contains(&victim.key()),
                 "LU {index} reported {verdict} with the victim's key in its own read-back: {lu}"
             );
             let on_target = keys_on(t, index)?;
             ensure!(
-                !on_target.contains(&key(victim)),
+                !on_target.contains(&victim.key()),
                 "LU {index} reported {verdict}, but the target still has key {:#x}: {on_target:x?}",
-                key(victim)
+                victim.key()
             );
         }
         verdicts.push((index, verdict));
@@ -338,7 +332,7 @@ fn nothing_reported_fenced_that_is_not(
 
 /// The victim's O_DIRECT writes are refused and the survivor's accepted on LUs `luns`.
 fn writes_judged(t: &Topology, survivor: Node, luns: &[usize]) -> anyhow::Result<()> {
-    let victim = crate::race::other(survivor);
+    let victim = survivor.other();
     for &lun in luns {
         let refused = t.write_probe(victim, lun, 2);
         ensure!(
@@ -537,7 +531,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "agent-watch-b",
         &mut agent_cmd(
             "agent-watch-b",
-            &watch_config(&b_devices, key(Node::B), Some(&hook), true),
+            &watch_config(&b_devices, Node::B.key(), Some(&hook), true),
             false,
         )?,
     )?;
@@ -557,13 +551,13 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     )?;
     let monitor = Started::spawn(
         "monitor-b",
-        &mut fence_pr_monitor(&t, Node::B, key(Node::B))?,
+        &mut fence_pr_monitor(&t, Node::B, Node::B.key())?,
     )?;
     let once = Started::spawn(
         "agent-once-b",
         &mut agent_cmd(
             "agent-once-b",
-            &watch_config(&b_devices, key(Node::B), None, false),
+            &watch_config(&b_devices, Node::B.key(), None, false),
             true,
         )?,
     )?;
@@ -597,7 +591,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
         ensure!(
-            keys == [key(Node::A)],
+            keys == [Node::A.key()],
             "LU {lun}: after A's fence the target has keys {keys:x?}"
         );
     }
@@ -700,7 +694,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
     let script = format!(
         "while :; do for d in \"$@\"; do sg_persist -n --out --register-ignore \
          --param-sark={:#x} \"$d\" >/dev/null 2>&1; done; done",
-        key(Node::B)
+        Node::B.key()
     );
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &script, "reregister"])
@@ -721,7 +715,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
             let generation = t.lu(index).generation()?;
             if says_fenced(lu) {
                 ensure!(
-                    !report_keys(lu).contains(&key(Node::B)),
+                    !report_keys(lu).contains(&Node::B.key()),
                     "round {round}: LU {index} reported {verdict} with B's key in its read-back"
                 );
                 let reported = lu["generation"].as_u64().context("no generation")?;
@@ -733,7 +727,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
                     .lu(index)
                     .registrations()?
                     .iter()
-                    .filter(|r| r.key == key(Node::B))
+                    .filter(|r| r.key == Node::B.key())
                     .map(|r| u64::from(r.generation) + 1)
                     .min();
                 ensure!(
@@ -772,7 +766,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
     // What the target lets a victim do that registered again after a fence: WERO admits the
     // writes of every registrant (printed: SPC's rule, not prfence's).
     for lun in 0..t.lus().len() {
-        if keys_on(&t, lun)?.contains(&key(Node::B)) {
+        if keys_on(&t, lun)?.contains(&Node::B.key()) {
             println!(
                 "  LU {lun}: B registered again after the fences; its write: {:?}",
                 t.write_probe(Node::B, lun, 4)
@@ -787,9 +781,9 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
         &[
             "fence",
             "--key",
-            &hex(key(Node::A)),
+            &hex(Node::A.key()),
             "--victim",
-            &hex(key(Node::B)),
+            &hex(Node::B.key()),
         ],
         0,
     )?;
@@ -799,7 +793,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
     );
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
-        ensure!(keys == [key(Node::A)], "LU {lun}: keys {keys:x?}");
+        ensure!(keys == [Node::A.key()], "LU {lun}: keys {keys:x?}");
     }
     writes_judged(&t, Node::A, &[0, 1, 2, 3])
 }
@@ -820,7 +814,7 @@ fn fence_past_the_arbiter(t: &Topology, name: &str) -> anyhow::Result<(Started, 
     let arbiter = arbiter_first(t)[0];
     let fence = Started::spawn(name, &mut fence_cmd(t, Node::A))?;
     let took = wait_until(fence_budget(), "B's key gone from the arbiter", || {
-        Ok(!keys_on(t, arbiter)?.contains(&key(Node::B)))
+        Ok(!keys_on(t, arbiter)?.contains(&Node::B.key()))
     })?;
     Ok((fence, took))
 }
@@ -841,7 +835,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     let (fence, logout, arbiter_after) = std::thread::scope(|scope| {
         let logout = scope.spawn(|| t.logout(Node::A).map(|()| started.elapsed()));
         let arbiter_after = wait_until(fence_budget(), "B's key gone from the arbiter", || {
-            Ok(!keys_on(&t, arbiter)?.contains(&key(Node::B)))
+            Ok(!keys_on(&t, arbiter)?.contains(&Node::B.key()))
         })
         .ok();
         let fence = fence.finish(fence_budget() + SLACK + Duration::from_secs(5));
@@ -908,7 +902,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         .map(|lun| keys_on(&t, lun))
         .collect::<anyhow::Result<_>>()?;
     ensure!(
-        before.iter().all(|keys| !keys.contains(&key(Node::B))),
+        before.iter().all(|keys| !keys.contains(&Node::B.key())),
         "B's key left after the re-run: {before:x?}"
     );
     let again = Started::spawn("fence-again", &mut fence_cmd(&t, Node::A))?
@@ -993,7 +987,7 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
 fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
     let timeout = COMMAND_TIMEOUT_S.to_string();
     let deadline = FENCE_DEADLINE_S.to_string();
-    let a = hex(key(Node::A));
+    let a = hex(Node::A.key());
     let devices = t.node(Node::A).devices();
     let status = Started::spawn(
         &format!("status-{label}"),
@@ -1015,7 +1009,7 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
         &format!("once-{label}"),
         &mut agent_cmd(
             &format!("once-{label}"),
-            &watch_config(devices, key(Node::A), None, false),
+            &watch_config(devices, Node::A.key(), None, false),
             true,
         )?,
     )?
@@ -1091,7 +1085,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     unfence(&t, Node::A)?;
     unfence(&t, Node::B)?;
     for node in Node::BOTH {
-        let k = hex(key(node));
+        let k = hex(node.key());
         prfence_expect(
             &t,
             node,
@@ -1130,7 +1124,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     fence.expect(0, fence_budget())?;
     for lun in 0..2 {
         ensure!(
-            keys_on(&t, lun)? == [key(Node::A)],
+            keys_on(&t, lun)? == [Node::A.key()],
             "LU {lun}: {:x?}",
             keys_on(&t, lun)?
         );
@@ -1202,7 +1196,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
         "agent-storm",
         &mut agent_cmd(
             "agent-storm",
-            &watch_config(t.node(Node::A).devices(), key(Node::A), Some(&hook), false),
+            &watch_config(t.node(Node::A).devices(), Node::A.key(), Some(&hook), false),
             false,
         )?,
     )?;
@@ -1247,7 +1241,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
         ensure!(
-            keys.contains(&key(Node::A)) && !keys.contains(&key(Node::B)),
+            keys.contains(&Node::A.key()) && !keys.contains(&Node::B.key()),
             "LU {lun}: keys {keys:x?} after the storm"
         );
     }
@@ -1304,7 +1298,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
             );
             Ok(run)
         };
-    let (a, b) = (hex(key(Node::A)), hex(key(Node::B)));
+    let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
 
     // Without the capability: refused, named, and nothing changes on the target.
     for args in [vec!["keys"], vec!["unfence", "--key", &a]] {
@@ -1340,7 +1334,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
     for lun in 0..2 {
         let seen = report_keys(&report[lun]);
         ensure!(
-            seen.len() == 2 && keys_on(&t, lun)? == [key(Node::A), key(Node::B)],
+            seen.len() == 2 && keys_on(&t, lun)? == [Node::A.key(), Node::B.key()],
             "LU {lun}: keys read {seen:x?}, on the target {:x?}",
             keys_on(&t, lun)?
         );
@@ -1348,7 +1342,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
     as_nobody(true, true, &["fence", "--key", &a, "--victim", &b], Node::A)?.ok()?;
     for lun in 0..2 {
         ensure!(
-            keys_on(&t, lun)? == [key(Node::A)],
+            keys_on(&t, lun)? == [Node::A.key()],
             "LU {lun}: after the unprivileged fence the target has {:x?}",
             keys_on(&t, lun)?
         );

@@ -8,12 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::PRFENCE;
 use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::node::{fence, fence_args, hex, prfence, prfence_expect, unfence};
 use crate::plan::{Kernel, Suite};
-use crate::race::{
-    self, PRFENCE, assert_sole_survivor, fence, fence_args, hex, key, other, prfence,
-    prfence_expect, unfence,
-};
+use crate::race::{self, assert_sole_survivor};
 use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, ensure};
 use nix::sys::signal::Signal;
@@ -145,7 +144,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     }
     writer.signal(Signal::SIGSTOP)?;
     let start = Instant::now();
-    let report = fence(&t, Node::B, 0)?;
+    let (_, report) = fence(&t, Node::B, 0)?;
     let fence_time = start.elapsed();
     ensure!(
         verdicts(&report).iter().all(|v| v == "victim_removed"),
@@ -188,7 +187,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     assert_sole_survivor(&t, Node::B, 2)?;
 
     // P3: the fenced node asking never re-registers itself.
-    let a = hex(key(Node::A));
+    let a = hex(Node::A.key());
     prfence_expect(&t, Node::A, &["status", "--key", &a], 2)?;
     fence(&t, Node::A, 4)?;
     assert_sole_survivor(&t, Node::B, 3)?;
@@ -217,7 +216,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
 fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> {
     let t = Topology::iscsi(LUNS)?;
     t.settle()?;
-    let (a, b) = (hex(key(Node::A)), hex(key(Node::B)));
+    let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
     for node in Node::BOTH {
         unfence(&t, node)?;
         let first = snapshot(&t)?;
@@ -238,10 +237,10 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         "status changed the target"
     );
 
-    let first = fence(&t, Node::B, 0)?;
+    let (_, first) = fence(&t, Node::B, 0)?;
     ensure!(verdicts(&first).iter().all(|v| v == "victim_removed"));
     let fenced = snapshot(&t)?;
-    let second = fence(&t, Node::B, 0)?;
+    let (_, second) = fence(&t, Node::B, 0)?;
     ensure!(
         verdicts(&second).iter().all(|v| v == "already_fenced"),
         "second fence verdicts {:?}",
@@ -263,7 +262,7 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         failed_lus(&report)
     );
     for lu in t.lus() {
-        let has_a = lu.registrations()?.iter().any(|r| r.key == key(Node::A));
+        let has_a = lu.registrations()?.iter().any(|r| r.key == Node::A.key());
         ensure!(
             has_a == (lu.index != broken),
             "after the partial unfence LU {} has A's key: {has_a}",
@@ -313,7 +312,7 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         failed_lus(&report)
     );
     for lu in t.lus() {
-        let has_a = lu.registrations()?.iter().any(|r| r.key == key(Node::A));
+        let has_a = lu.registrations()?.iter().any(|r| r.key == Node::A.key());
         ensure!(
             has_a == (lu.index == broken),
             "after the partial fence LU {} has A's key: {has_a}",
@@ -321,7 +320,7 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         );
     }
     dead.restore()?;
-    let report = fence(&t, Node::B, 0)?;
+    let (_, report) = fence(&t, Node::B, 0)?;
     println!("  rerun verdicts: {:?}", verdicts(&report));
     assert_sole_survivor(&t, Node::B, 3)?;
     Ok(())
@@ -434,7 +433,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         Ok(serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null))
     };
     for node in Node::BOTH {
-        let report = agent_run(node, &["unfence", "--key", &hex(key(node))], 0)?;
+        let report = agent_run(node, &["unfence", "--key", &hex(node.key())], 0)?;
         for lu in report["lus"].as_array().into_iter().flatten() {
             let paths = lu["paths"].as_array().map_or(0, Vec::len);
             ensure!(
@@ -449,7 +448,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         for node in Node::BOTH {
             let mut isids: Vec<&Option<String>> = regs
                 .iter()
-                .filter(|r| r.initiator == t.node(node).initiator && r.key == key(node))
+                .filter(|r| r.initiator == t.node(node).initiator && r.key == node.key())
                 .map(|r| &r.isid)
                 .collect();
             isids.sort();
@@ -476,16 +475,16 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         &[
             "fence",
             "--key",
-            &hex(key(Node::B)),
+            &hex(Node::B.key()),
             "--victim",
-            &hex(key(Node::A)),
+            &hex(Node::A.key()),
         ],
         0,
     )?;
     for lu in t.lus() {
         let regs = lu.registrations()?;
         ensure!(
-            regs.len() == 2 && regs.iter().all(|r| r.key == key(Node::B)),
+            regs.len() == 2 && regs.iter().all(|r| r.key == Node::B.key()),
             "LU {} after B fenced A: {regs:?}",
             lu.index
         );
@@ -542,7 +541,7 @@ fn keys_everywhere(t: &Topology) -> anyhow::Result<Vec<u64>> {
 /// Both agents' `status` of `target`: the same answer, `code`.
 fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
     for which in [Agent::FencePr, Agent::FenceScsi] {
-        agent_expect(t, which, other(target), "status", target, code)?;
+        agent_expect(t, which, target.other(), "status", target, code)?;
     }
     Ok(())
 }
@@ -611,7 +610,7 @@ fn assert_sole_survivor_key(
         );
     }
     for lun in 0..t.lus().len() {
-        let probe = t.write_probe(other(survivor), lun, block);
+        let probe = t.write_probe(survivor.other(), lun, block);
         ensure!(
             probe == WriteOutcome::Refused,
             "fenced node's write to LUN {lun}: {probe:?}"

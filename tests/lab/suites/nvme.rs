@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::agent::{
@@ -13,9 +13,10 @@ use crate::agent::{
     watch_config,
 };
 use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::node::{self, fence, hex, unfence};
 use crate::nvme::{Host, NvmeTopology, Report};
 use crate::plan::{Kernel, Suite};
-use crate::race::{self, hex, key, other};
+use crate::race;
 use crate::{Node, WriteOutcome, Writer};
 use anyhow::{Context, bail, ensure};
 use nix::sys::signal::Signal;
@@ -274,22 +275,6 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `prfence fence` as `node` over all its namespaces, requiring exit status `code`.
-fn fence(t: &NvmeTopology, node: Node, code: i32) -> anyhow::Result<crate::Run> {
-    let (k, victim) = (hex(key(node)), hex(key(other(node))));
-    prfence_on(
-        &t.node_args(node),
-        &["fence", "--key", &k, "--victim", &victim, "--json"],
-        code,
-    )
-}
-
-fn unfence(t: &NvmeTopology, node: Node) -> anyhow::Result<()> {
-    let k = hex(key(node));
-    prfence_on(&t.node_args(node), &["unfence", "--key", &k, "--json"], 0)?;
-    Ok(())
-}
-
 /// The target's verdict after `survivor` won: on every namespace only its key is registered, by
 /// its host, and it holds a Write Exclusive reservation that lets registrants write (Registrants
 /// Only, or All Registrants after a fence from the holder); the loser's O_DIRECT writes are
@@ -305,7 +290,7 @@ fn assert_sole_survivor(
                 && report
                     .registrants
                     .iter()
-                    .all(|r| { r.key == key(survivor) && r.host == Some(Host::Node(survivor)) }),
+                    .all(|r| { r.key == survivor.key() && r.host == Some(Host::Node(survivor)) }),
             "namespace {index}: registrants are not node {}'s alone: {report:?}",
             survivor.letter()
         );
@@ -317,7 +302,7 @@ fn assert_sole_survivor(
         );
     }
     for index in 0..reports.len() {
-        let refused = t.write_probe(other(survivor), index, 2);
+        let refused = t.write_probe(survivor.other(), index, 2);
         ensure!(
             refused == WriteOutcome::Refused,
             "namespace {index}: the fenced node's write {refused:?}"
@@ -373,17 +358,6 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `fence` as both nodes at the same moment and waits for both.
-fn both_fence(t: &NvmeTopology) -> anyhow::Result<Vec<(Node, Output)>> {
-    race::spawn_both(|node| {
-        let (k, victim) = (hex(key(node)), hex(key(other(node))));
-        let mut cmd = Command::new(crate::PRFENCE);
-        cmd.args(["fence", "--key", &k, "--victim", &victim, "--json"])
-            .args(t.node_args(node));
-        cmd
-    })
-}
-
 /// P2 on NVMe: A and B unfence, then fence each other at the same moment, 20 times: every round
 /// one exits 0 and the other 4, and the target shows that one alone on every namespace.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
@@ -392,12 +366,12 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
     let mut winners: BTreeMap<char, usize> = BTreeMap::new();
     let mut times = Vec::new();
     let mut twin_rounds = 0;
-    let mut last_winner = None;
+    let mut last_winner: Option<Node> = None;
     for round in 1..=rounds {
         // Every round from a bare namespace: A unfences first and holds WE-RO, so A's fence is a
         // holder's, the case nvmet gets wrong (engine/src/nvme.rs), and B's is a registrant's.
         if let Some(node) = last_winner {
-            let k = hex(key(node));
+            let k = hex(node.key());
             prfence_on(&t.node_args(node), &["clear", "--key", &k], 0)?;
         }
         unfence(&t, Node::A)?;
@@ -410,7 +384,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
             "round {round}: A does not hold WE-RO everywhere after the unfences"
         );
         let start = Instant::now();
-        let outputs = both_fence(&t)?;
+        let outputs = race::both_at_once(&t, node::fence_args)?;
         let elapsed = start.elapsed();
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         let why = || race::exits(&outputs);
