@@ -20,11 +20,12 @@ const BOOT_BUDGET: Duration = Duration::from_secs(5 * 60);
 /// How long a guest may take from its last suite to its exit.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(60);
 
-/// Runs `picked` (in order): the suites of one kernel share one guest, booted once; the package
-/// is built once, for the first suite that installs it. A guest that stops before its last suite
-/// (a kernel lock-up, a suite over its budget) fails the suite it was running, and a new guest
-/// runs the suites it had not started. Prints each suite's result and a summary; fails unless
-/// every picked test passed. `filtered` is how many tests the filters left out.
+/// Runs `picked` (in order). The suites of one guest setup (a kernel, with or without the package
+/// installed) share one guest, booted once; the package is built once, at the lowest CPU
+/// priority beside the guests that do not need it. A guest that stops before its last suite (a
+/// kernel lock-up, a suite over its budget) fails the suite it was running, and a new guest runs
+/// the suites it had not started. Prints each suite's result and a summary; fails unless every
+/// picked test passed. `filtered` is how many tests the filters left out.
 pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
     let start = Instant::now();
     if picked.is_empty() {
@@ -38,27 +39,42 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
             _ => results.push(SuiteResult::new(pick)),
         }
     }
-    let mut package = None;
+    let mut package = picked
+        .iter()
+        .any(|p| p.suite.package)
+        .then(PackageBuild::start);
+    let mut guests: Vec<Guest> = Vec::new();
     let mut boots = 0;
-    for kernel in kernels(picked) {
-        let mut guest = Guest::new(kernel);
+    for setup in setups(picked) {
+        let guest = match guests.iter().position(|g| g.kernel == setup.0) {
+            Some(at) => &mut guests[at],
+            None => {
+                guests.push(Guest::new(setup.0));
+                guests
+                    .last_mut()
+                    .unwrap_or_else(|| unreachable!("just pushed"))
+            }
+        };
         loop {
             let waiting: Vec<Picked> = picked
                 .iter()
-                .filter(|p| kernel_of(p.suite) == kernel)
+                .filter(|p| setup_of(p.suite) == setup)
                 .filter(|p| suite_result(&results, p.suite).state == State::Waiting)
                 .copied()
                 .collect();
             if waiting.is_empty() {
                 break;
             }
-            let progress = match guest.boot(&waiting, &mut package, &mut results) {
-                Ok(progress) => progress,
-                Err(e) => {
+            let deb = match (&mut package, setup.1) {
+                (Some(build), true) => build.wait().map(Some),
+                _ => Ok(None),
+            };
+            let progress = deb
+                .and_then(|deb| guest.boot(&waiting, deb.as_deref(), &mut results))
+                .unwrap_or_else(|e| {
                     println!("lab: FAILED: {e:#}");
                     false
-                }
-            };
+                });
             boots += 1;
             if !progress {
                 for p in &waiting {
@@ -70,9 +86,7 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
             }
         }
     }
-    if let Some(dir) = package.as_deref().and_then(Path::parent) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    drop(package);
     summary(&results, boots, filtered, start.elapsed())
 }
 
@@ -146,16 +160,23 @@ fn kernel_of(suite: &Suite) -> Kernel {
     chosen.map_or(suite.kernel, Kernel::Suite)
 }
 
-/// The kernels `picked` needs, in the order of their first suite.
-fn kernels(picked: &[Picked]) -> Vec<Kernel> {
-    let mut kernels = Vec::new();
+/// A guest setup: the kernel it boots, and whether it installs the package.
+type Setup = (Kernel, bool);
+
+fn setup_of(suite: &Suite) -> Setup {
+    (kernel_of(suite), suite.package)
+}
+
+/// The guest setups `picked` needs, in the order of their first suite.
+fn setups(picked: &[Picked]) -> Vec<Setup> {
+    let mut setups = Vec::new();
     for pick in picked {
-        let kernel = kernel_of(pick.suite);
-        if !kernels.contains(&kernel) {
-            kernels.push(kernel);
+        let setup = setup_of(pick.suite);
+        if !setups.contains(&setup) {
+            setups.push(setup);
         }
     }
-    kernels
+    setups
 }
 
 /// A suite's budget: its own, or `LAB_TIMEOUT` seconds.
@@ -218,35 +239,28 @@ impl Guest {
         Ok(())
     }
 
-    /// Boots a guest that runs `picked` (all of this kernel's suites not yet run), builds the
-    /// package first if one of them installs it, and records what the guest reported in
-    /// `results`. True when the guest started a suite (a guest that stops early is then worth
-    /// booting again for the suites it did not start).
+    /// Boots a guest that runs `picked` (the suites of one setup not yet run), with `package`
+    /// for it to install, and records what the guest reported in `results`. True when the guest
+    /// started a suite (a guest that stops early is then worth booting again for the suites it
+    /// did not start).
     fn boot(
         &mut self,
         picked: &[Picked],
-        package: &mut Option<PathBuf>,
+        package: Option<&Path>,
         results: &mut [SuiteResult],
     ) -> anyhow::Result<bool> {
         self.build()?;
-        if package.is_none() && picked.iter().any(|p| p.suite.package) {
-            let start = Instant::now();
-            let deb = build_package(&self.dir.join(format!("package-{}", std::process::id())))?;
-            println!(
-                "lab: package {} built in {}",
-                deb.display(),
-                secs(start.elapsed())
-            );
-            *package = Some(deb);
-        }
         let names: Vec<String> = picked.iter().map(Picked::name).collect();
-        let script = self.script(&names, package.as_deref())?;
+        let script = self.script(&names, package)?;
         let _remove_script = super::RemoveOnDrop::new(&script);
         let script_arg = script.to_str().filter(|s| !s.contains(char::is_whitespace));
         let script_arg = script_arg.ok_or_else(|| {
             anyhow::anyhow!("the lab needs a path without spaces: {}", script.display())
         })?;
-        let label = self.label();
+        let label = match package {
+            Some(_) => format!("{} +deb", self.label()),
+            None => self.label(),
+        };
         for p in picked {
             suite_result_mut(results, p.suite).guest = label.clone();
         }
@@ -643,22 +657,77 @@ fn target_dir(exe: &Path) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")))
 }
 
-/// The .deb of the binary under test, built into `dir` by the packaging code itself (`cargo
-/// xtask deb --binary`); returns its path.
+/// The .deb of the binary under test, built by the packaging code itself (`cargo xtask deb
+/// --binary`) in a thread of its own at the lowest CPU priority, so that the guests that do not
+/// install it run meanwhile; removed when dropped.
+struct PackageBuild {
+    dir: PathBuf,
+    building: Option<std::thread::JoinHandle<anyhow::Result<(PathBuf, Duration)>>>,
+    built: Option<PathBuf>,
+}
+
+impl PackageBuild {
+    fn start() -> Self {
+        let exe = std::env::current_exe().unwrap_or_default();
+        let dir = target_dir(&exe).join(format!("lab-package-{}", std::process::id()));
+        let out = dir.clone();
+        let building = std::thread::spawn(move || {
+            let start = Instant::now();
+            build_package(&out).map(|deb| (deb, start.elapsed()))
+        });
+        PackageBuild {
+            dir,
+            building: Some(building),
+            built: None,
+        }
+    }
+
+    /// The .deb, once built (waits for the build).
+    fn wait(&mut self) -> anyhow::Result<PathBuf> {
+        if let Some(building) = self.building.take() {
+            let (deb, took) = building
+                .join()
+                .map_err(|_| anyhow::anyhow!("the package build panicked"))??;
+            println!(
+                "lab: package {} built in {} (at the lowest CPU priority, beside the guests)",
+                deb.display(),
+                secs(took)
+            );
+            self.built = Some(deb);
+        }
+        self.built
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("the package build failed (above)"))
+    }
+}
+
+impl Drop for PackageBuild {
+    fn drop(&mut self) {
+        if let Some(building) = self.building.take() {
+            let _ = building.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Builds the .deb into `dir` (`nice -n 19 cargo xtask deb --binary PRFENCE --out DIR`); returns
+/// its path. Its output is shown only when it fails: it runs while a guest's console is shown.
 fn build_package(dir: &Path) -> anyhow::Result<PathBuf> {
-    let out = Command::new(env!("CARGO"))
+    let out = Command::new("nice")
+        .args(["-n", "19"])
+        .arg(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["xtask", "deb", "--binary", super::PRFENCE, "--out"])
         .arg(dir)
-        .stderr(Stdio::inherit())
         .output()
         .map_err(|e| anyhow::anyhow!("cannot run cargo xtask deb: {e}"))?;
     anyhow::ensure!(
         out.status.success(),
-        "cargo xtask deb --binary {} failed ({}): {}",
+        "cargo xtask deb --binary {} failed ({}): {}{}",
         super::PRFENCE,
         out.status,
-        String::from_utf8_lossy(&out.stdout)
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let deb = stdout
