@@ -2,11 +2,12 @@
 //! happened, and print libtest-like lines the host parses.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::plan::{self, Suite, TestFn};
-use super::{residue, secs, topology};
+use super::{WORK, residue, secs, topology};
 
 /// True only inside the lab guest: the marker env var AND the lab's kernel command line. Teardown
 /// removes iSCSI records and configfs objects, so it must never run on a real host.
@@ -121,15 +122,22 @@ pub fn run(suites: &'static [Suite], names: &[String]) -> ExitCode {
     }
 }
 
-/// Runs one test, then tears down whatever topology is left (the topology's Drop already did;
-/// this also catches anything a test leaked) and checks that the test left nothing else behind
-/// ([`residue`]); returns its verdict and how long it took.
+/// Runs one test in an empty [`WORK`] directory, then tears down whatever topology is left (the
+/// topology's Drop already did; this also catches anything a test leaked), removes [`WORK`], and
+/// checks that the test left nothing else behind ([`residue`]); returns its verdict and how long
+/// it took.
 fn run_one(test: TestFn) -> (Result<(), String>, Duration) {
+    let work = Path::new(WORK);
+    let _ = std::fs::remove_dir_all(work);
+    if let Err(e) = std::fs::create_dir_all(work) {
+        return (Err(format!("mkdir {WORK}: {e}")), Duration::ZERO);
+    }
     let before = residue::Snapshot::take();
     let start = Instant::now();
     let outcome = catch_unwind(AssertUnwindSafe(test));
     let teardown = topology::teardown_all();
     let took = start.elapsed();
+    let _ = std::fs::remove_dir_all(work);
     let left = before.compare();
     let mut why = Vec::new();
     match outcome {

@@ -38,6 +38,10 @@ use std::process::ExitCode;
 
 /// The prfence binary under test (also `fence_pr` through a link named so).
 pub const PRFENCE: &str = env!("CARGO_BIN_EXE_prfence");
+/// The running test's scratch space on the guest's tmpfs (configs, logs, status and state files):
+/// the guest runner makes it empty before each test and removes it after, so that nothing a test
+/// writes there is found by the next.
+pub const WORK: &str = "/run/lab-work";
 /// The installed prfence (in a suite with [`plan::Suite::package`]).
 pub const INSTALLED_PRFENCE: &str = "/usr/sbin/prfence";
 /// The installed fence agent: the package's link to [`INSTALLED_PRFENCE`].

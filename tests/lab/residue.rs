@@ -107,7 +107,9 @@ fn processes() -> BTreeSet<Process> {
 }
 
 /// Mounts, files under /run and the target's state directories, block devices, iSCSI sessions,
-/// LIO's and nvmet's configfs objects, cgroups and nftables tables, one line each.
+/// LIO's and nvmet's configfs objects, cgroups and nftables tables, one line each. What a tool
+/// or a module makes once, on first use, and keeps (a directory, iscsiadm's lock file, a fabric's
+/// own configfs attributes) is not a test's state.
 fn things() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -131,18 +133,30 @@ fn things() -> BTreeSet<String> {
     for (dir, what) in [
         ("/sys/block", "block device"),
         ("/sys/class/iscsi_session", "iSCSI session"),
-        ("/sys/kernel/config/target/core", "LIO backstore"),
-        ("/sys/kernel/config/target/iscsi", "LIO iSCSI target"),
-        ("/sys/kernel/config/target/loopback", "LIO loopback target"),
         ("/sys/kernel/config/nvmet/subsystems", "nvmet subsystem"),
         ("/sys/kernel/config/nvmet/ports", "nvmet port"),
         ("/sys/kernel/config/nvmet/hosts", "nvmet host"),
+    ] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            all.insert(format!("{what} {}", entry.path().display()));
+        }
+    }
+    // LIO's objects as teardown knows them: targets (iqn., naa. names) and backstores (HBAs)
+    for (dir, what) in [
+        ("/sys/kernel/config/target/iscsi", "LIO iSCSI target"),
+        ("/sys/kernel/config/target/loopback", "LIO loopback target"),
+        ("/sys/kernel/config/target/core", "LIO backstore"),
         ("/sys/fs/cgroup", "cgroup"),
     ] {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if dir != "/sys/fs/cgroup" || path.is_dir() {
-                all.insert(format!("{what} {}", path.display()));
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let object = match what {
+                "LIO backstore" => name != "alua",
+                "cgroup" => true,
+                _ => name.contains('.'),
+            };
+            if object && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                all.insert(format!("{what} {}", entry.path().display()));
             }
         }
     }
@@ -158,13 +172,20 @@ fn things() -> BTreeSet<String> {
     all
 }
 
-/// Every file and directory under `dir`, `depth` levels deep (symlinks not followed).
+/// Every file (not directory) under `dir`, `depth` levels deep (symlinks not followed; the lock
+/// files tools keep, `*.lock` and /run/lock, left out).
 fn files(dir: &Path, depth: usize, all: &mut BTreeSet<String>) {
+    if dir == Path::new("/run/lock") {
+        return;
+    }
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
-        all.insert(format!("file {}", path.display()));
-        if depth > 1 && entry.file_type().is_ok_and(|t| t.is_dir()) {
-            files(&path, depth - 1, all);
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if depth > 1 {
+                files(&path, depth - 1, all);
+            }
+        } else if path.extension().is_none_or(|e| e != "lock") {
+            all.insert(format!("file {}", path.display()));
         }
     }
 }

@@ -22,8 +22,9 @@ use anyhow::{Context, bail, ensure};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::WORK;
 use crate::agent::{
-    Agent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook, watch_config,
+    Agent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
 };
 /// Set (to "DEVICE NODE STOPFILE") when this binary runs as a writer.
 const WRITER_ENV: &str = "LAB_AGENT_WRITER";

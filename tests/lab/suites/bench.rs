@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::WORK;
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
@@ -18,7 +19,6 @@ use crate::PRFENCE;
 const LUNS: usize = 256;
 const WINDOW: Duration = Duration::from_secs(15);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
-const WORK: &str = "/run/lab-bench";
 
 pub const SUITE: Suite = Suite {
     name: "bench",
@@ -61,6 +61,7 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
     let agent = agent_cost(&devices)?;
     // fence_scsi_check as shipped: it passes at the first device that has our key (fence-agents
     // #278), so with the key everywhere each run reads one LU of the 256
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.dev", "/var/run/cluster.key"]);
     std::fs::write("/var/run/cluster.dev", devices.join("\n") + "\n")?;
     std::fs::write("/var/run/cluster.key", "a\n")?;
     let shipped = fence_scsi_check_cost("as shipped: stops at the first LU holding the key")?;
@@ -69,8 +70,6 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
     args.extend(devices[..LUNS - 1].iter().map(String::as_str));
     crate::prfence(&args)?.ok()?;
     let every_lu = fence_scsi_check_cost("reading all 256 LUs (key only on the last)")?;
-    let _ = std::fs::remove_file("/var/run/cluster.dev");
-    let _ = std::fs::remove_file("/var/run/cluster.key");
 
     let mut report = format!(
         "bench: watching {LUNS} LUNs at a 1 s interval, {} s window (TCG-emulated guest)\n",

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::WORK;
 use crate::fence_agents::{CLUSTER, derived_key};
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
@@ -20,8 +21,6 @@ use anyhow::{Context, bail, ensure};
 
 const LUNS: usize = 2;
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
-/// Where each node's logs stay after the node is gone (emptied when a cluster starts).
-const LOGS: &str = "/run/lab-cluster";
 /// How long the cluster may take to form and start everything under TCG.
 const SETTLE: Duration = Duration::from_secs(300);
 /// Split-brain rounds in CI (`LAB_SPLIT_ROUNDS` overrides it). Each round proves the same
@@ -71,8 +70,9 @@ fn netns(node: Node) -> String {
     format!("lab-{}", node.cluster_name())
 }
 
+/// Where `node`'s logs stay after the node is gone (emptied when a cluster starts).
 fn logs(node: Node) -> PathBuf {
-    Path::new(LOGS).join(node.cluster_name())
+    Path::new(WORK).join("cluster").join(node.cluster_name())
 }
 
 /// The corosync configuration both nodes use: knet between the veth addresses, no crypto (the
@@ -111,8 +111,10 @@ impl Cluster {
             t,
         };
         network()?;
-        let _ = std::fs::remove_dir_all(LOGS);
-        std::fs::create_dir_all(LOGS)?;
+        for node in Node::BOTH {
+            let _ = std::fs::remove_dir_all(logs(node));
+            std::fs::create_dir_all(logs(node))?;
+        }
         std::fs::write("/run/lab/corosync.conf", corosync_conf())?;
         let start = Instant::now();
         for node in Node::BOTH {

@@ -9,17 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::PRFENCE;
 use crate::node::{self, hex, prfence_expect, unfence};
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
+use crate::{PRFENCE, WORK};
 use anyhow::{Context, ensure};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
 /// Where each test keeps its commands' output, configs and hook stamps (tmpfs; teardown leaves it).
-const WORK: &str = "/run/lab-faults";
 /// `--timeout` given to every prfence command here: each SCSI command's bound.
 const COMMAND_TIMEOUT_S: u64 = 2;
 /// `--deadline` given to `fence`: the bound of the whole fence.

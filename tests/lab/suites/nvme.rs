@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::WORK;
 use crate::agent::{
-    Agent as NodeAgent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook,
-    watch_config,
+    Agent as NodeAgent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
 };
 use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
 use crate::node::{self, fence, hex, unfence};
