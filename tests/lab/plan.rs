@@ -51,6 +51,10 @@ pub struct Suite {
     /// The long tier: run only when asked for (`-- --ignored`, libtest's ignored tests), never
     /// in CI. Each says in its documentation what it runs longer and which CI test keeps a case.
     pub long: &'static [Test],
+    /// Reproducers of a target's known bug (README, "Target notes"): expected to fail on an
+    /// affected kernel, so never part of a tier; ignored tests that run only when a filter names
+    /// them (`-- --ignored stress::raw_preempts`).
+    pub reproducers: &'static [Test],
 }
 
 /// A test picked to run, with its suite.
@@ -126,7 +130,11 @@ impl Args {
                 .long
                 .iter()
                 .filter(|_| self.ignored || self.include_ignored);
-            for &test in ci.chain(long) {
+            let reproducers = suite
+                .reproducers
+                .iter()
+                .filter(|_| (self.ignored || self.include_ignored) && !self.filters.is_empty());
+            for &test in ci.chain(long).chain(reproducers) {
                 let pick = Picked { suite, test };
                 if self.matches(&pick.name()) {
                     picked.push(pick);
@@ -139,18 +147,16 @@ impl Args {
     }
 
     /// `--list` in libtest's format (`name: test`), which cargo-nextest reads too: every test,
-    /// or with `--ignored` the long tier's.
+    /// or with `--ignored` the ignored ones (the long tier and the reproducers).
     pub fn print_list(&self, suites: &'static [Suite]) {
-        let listing = Args {
-            include_ignored: !self.ignored,
-            ignored: self.ignored,
-            filters: self.filters.clone(),
-            skip: self.skip.clone(),
-            exact: self.exact,
-            list: true,
-        };
-        for pick in listing.select(suites).0 {
-            println!("{}: test", pick.name());
+        for suite in suites {
+            let ci = suite.tests.iter().filter(|_| !self.ignored);
+            for test in ci.chain(suite.long).chain(suite.reproducers) {
+                let pick = Picked { suite, test: *test };
+                if self.matches(&pick.name()) {
+                    println!("{}: test", pick.name());
+                }
+            }
         }
     }
 }
@@ -163,6 +169,7 @@ pub fn find(suites: &'static [Suite], name: &str) -> Option<Picked> {
         .tests
         .iter()
         .chain(suite.long)
+        .chain(suite.reproducers)
         .find(|t| t.name == test_name)?;
     Some(Picked { suite, test: *test })
 }

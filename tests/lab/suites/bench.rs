@@ -1,8 +1,8 @@
 //! What watching costs: `prfence agent` in watch mode on 256 LUNs at a 1 s interval, next to
 //! fence-agents' `fence_scsi_check` run once a second as the watchdog daemon runs it. Printed,
 //! never asserted (the guest is emulated: absolute figures are inflated, ratios are the point).
-//! Its own suite because the 256-LUN iSCSI topology alone takes about 40 s to build.
-//! Run: `cargo test --test lab_bench` (as root).
+//! The 256-LUN run is in the long tier (`cargo test --test lab -- --ignored bench::`, as root);
+//! CI runs the same jobs and checks on 16 LUNs.
 
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
@@ -16,8 +16,11 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::PRFENCE;
-const LUNS: usize = 256;
+/// The measuring window of each job (CPU per second of it).
 const WINDOW: Duration = Duration::from_secs(15);
+/// CI's run: the same jobs and checks on 16 LUNs, with a shorter window.
+const CI_LUNS: usize = 16;
+const CI_WINDOW: Duration = Duration::from_secs(5);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 
 pub const SUITE: Suite = Suite {
@@ -25,8 +28,9 @@ pub const SUITE: Suite = Suite {
     kernel: Kernel::Host,
     package: false,
     budget: Duration::from_secs(12 * 60),
-    tests: crate::tests![watch_cost_256_luns,],
-    long: &[],
+    tests: crate::tests![watch_cost_16_luns],
+    long: crate::tests![watch_cost_256_luns],
+    reproducers: &[],
 };
 
 /// CPU time and memory of one measured job.
@@ -41,8 +45,20 @@ struct Cost {
     note: String,
 }
 
+/// CI: the benchmark's jobs and checks at a small scale (the agent healthy on every LU,
+/// fence_scsi_check passing, as shipped and reading every LU), [`CI_LUNS`] LUNs and a short window.
+fn watch_cost_16_luns() -> anyhow::Result<()> {
+    watch_cost(CI_LUNS, CI_WINDOW)
+}
+
+/// Long tier: the benchmark proper, 256 LUNs (the topology alone takes 15-40 s to build, the whole
+/// run about 4 minutes under emulation).
 fn watch_cost_256_luns() -> anyhow::Result<()> {
-    let t = Topology::iscsi(LUNS)?;
+    watch_cost(256, WINDOW)
+}
+
+fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
+    let t = Topology::iscsi(luns)?;
     let devices: Vec<String> = t
         .node(Node::A)
         .devices()
@@ -53,27 +69,31 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
     args.extend(devices.iter().map(String::as_str));
     let unfence = crate::prfence(&args)?.ok()?;
     println!(
-        "bench: {LUNS} LUNs set up in {}, node A unfenced on all in {}",
+        "bench: {luns} LUNs set up in {}, node A unfenced on all in {}",
         crate::secs(t.setup_time()),
         crate::secs(unfence.elapsed)
     );
 
-    let agent = agent_cost(&devices)?;
+    let agent = agent_cost(&devices, window)?;
     // fence_scsi_check as shipped: it passes at the first device that has our key (fence-agents
     // #278), so with the key everywhere each run reads one LU of the 256
     let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.dev", "/var/run/cluster.key"]);
     std::fs::write("/var/run/cluster.dev", devices.join("\n") + "\n")?;
     std::fs::write("/var/run/cluster.key", "a\n")?;
-    let shipped = fence_scsi_check_cost("as shipped: stops at the first LU holding the key")?;
+    let shipped =
+        fence_scsi_check_cost("as shipped: stops at the first LU holding the key", window)?;
     // the same job as the agent's, reading every LU: the key only on the last one
     let mut args = vec!["unregister", "--key", "0xa"];
-    args.extend(devices[..LUNS - 1].iter().map(String::as_str));
+    args.extend(devices[..luns - 1].iter().map(String::as_str));
     crate::prfence(&args)?.ok()?;
-    let every_lu = fence_scsi_check_cost("reading all 256 LUs (key only on the last)")?;
+    let every_lu = fence_scsi_check_cost(
+        &format!("reading all {luns} LUs (key only on the last)"),
+        window,
+    )?;
 
     let mut report = format!(
-        "bench: watching {LUNS} LUNs at a 1 s interval, {} s window (TCG-emulated guest)\n",
-        WINDOW.as_secs()
+        "bench: watching {luns} LUNs at a 1 s interval, {} s window (TCG-emulated guest)\n",
+        window.as_secs()
     );
     for (name, cost) in [
         ("prfence agent (watch)", &agent),
@@ -149,7 +169,7 @@ fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
         .parse()?)
 }
 
-fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
+fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     std::fs::create_dir_all(WORK)?;
     let mut config =
         String::from("mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"5s\"\n");
@@ -209,11 +229,11 @@ fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
     let warm_up = start.elapsed();
     let ticks = clock_ticks()?;
     let (cpu0, checks0) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
-    std::thread::sleep(WINDOW);
+    std::thread::sleep(window);
     let (cpu1, checks1) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
     let cost = Cost {
         cpu: Duration::from_millis((cpu1 - cpu0) * 1000 / ticks),
-        wall: WINDOW,
+        wall: window,
         runs: checks1 - checks0,
         rss_kib: status_kib(pid, "VmRSS:")?,
         peak_kib: status_kib(pid, "VmHWM:")?,
@@ -232,7 +252,7 @@ fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
 /// fence_scsi_check started once a second (back to back when a run takes longer), as the
 /// watchdog daemon's test-binary; CPU and peak RSS of everything it ran, from the children's
 /// rusage of a small Python driver (fence_scsi_check is Python too).
-fn fence_scsi_check_cost(what: &str) -> anyhow::Result<Cost> {
+fn fence_scsi_check_cost(what: &str, window: Duration) -> anyhow::Result<Cost> {
     let driver = format!(
         r#"
 import resource, subprocess, time
@@ -250,7 +270,7 @@ while time.monotonic() < end:
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(r.ru_utime + r.ru_stime, r.ru_maxrss, runs, failed, longest, time.monotonic() - begin)
 "#,
-        window = WINDOW.as_secs()
+        window = window.as_secs()
     );
     let run = crate::run("python3", ["-c", &driver])?.ok()?;
     let fields: Vec<&str> = run.stdout.split_whitespace().collect();

@@ -38,6 +38,7 @@ pub const SUITE: Suite = Suite {
     budget: Duration::from_secs(45 * 60),
     tests: crate::tests![fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi],
     long: crate::tests![fence_pr_cluster_with_twenty_split_brain_rounds],
+    reproducers: &[],
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,8 +23,9 @@ pub const SUITE: Suite = Suite {
     kernel: Kernel::Host,
     package: false,
     budget: Duration::from_secs(4 * 60),
-    tests: crate::tests![phantom_write_fenced,],
+    tests: crate::tests![phantom_write_fenced],
     long: &[],
+    reproducers: &[],
 };
 
 /// Prints each event with the time since the demo started.

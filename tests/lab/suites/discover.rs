@@ -23,6 +23,7 @@ pub const SUITE: Suite = Suite {
         partition_is_refused_with_its_disk_named,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 fn hctls(lu: &Lu) -> Vec<String> {

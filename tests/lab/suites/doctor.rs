@@ -26,6 +26,7 @@ pub const SUITE: Suite = Suite {
         relogin_orphan_is_found,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 const KEY_A: &str = "0xa";

@@ -51,6 +51,7 @@ pub const SUITE: Suite = Suite {
         only_cap_sys_rawio_is_needed,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 // ----- processes with a bound -----

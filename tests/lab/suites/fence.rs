@@ -37,6 +37,7 @@ pub const SUITE: Suite = Suite {
         fence_pr_versus_fence_scsi_wall_time,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 /// The `lu` of every LU report whose `ok` is false.

@@ -48,6 +48,7 @@ pub const SUITE: Suite = Suite {
         privileges_reads_need_the_group_changes_need_cap_sys_admin,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 /// `prfence args… [--json] devices…` as `node`, requiring exit status `code`.

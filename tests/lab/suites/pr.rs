@@ -34,6 +34,7 @@ pub const SUITE: Suite = Suite {
         sixteen_luns_in_argument_order,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 /// The six reservation types: SPC code and prfence's name.

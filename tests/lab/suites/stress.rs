@@ -22,7 +22,8 @@ pub const SUITE: Suite = Suite {
     package: false,
     budget: Duration::from_secs(60 * 60),
     tests: &[],
-    long: crate::tests![mutual_fence, raw_preempts],
+    long: crate::tests![mutual_fence],
+    reproducers: crate::tests![raw_preempts],
 };
 
 fn env_or(name: &str, default: &str) -> String {

@@ -18,6 +18,7 @@ pub const SUITE: Suite = Suite {
         targetcli_iscsi_two_nodes,
     ],
     long: &[],
+    reproducers: &[],
 };
 
 fn sg_persist(args: &[&str], device: &std::path::Path) -> anyhow::Result<crate::Run> {
