@@ -99,17 +99,20 @@ struct Cluster {
     agent: Agent,
     nodes: [Option<Child>; 2],
     t: Topology,
+    /// Dropped last, once the nodes and their namespaces are gone.
+    _installed: Installed,
 }
 
 impl Cluster {
     fn start(agent: Agent) -> anyhow::Result<Self> {
         let t = Topology::iscsi(LUNS)?;
         t.settle()?;
-        install(agent)?;
+        let installed = install(agent)?;
         let mut cluster = Cluster {
             agent,
             nodes: [None, None],
             t,
+            _installed: installed,
         };
         network()?;
         for node in Node::BOTH {
@@ -359,6 +362,20 @@ impl Cluster {
                     tail.len(),
                     tail.join("\n")
                 );
+                if file == "pacemaker.log" {
+                    // how the fencer took the device, which a tail of repeated failures hides
+                    let device: Vec<&str> = text
+                        .lines()
+                        .filter(|l| l.contains("pacemaker-fenced") && l.contains("storage-fence"))
+                        .take(20)
+                        .collect();
+                    println!(
+                        "---- {} (the fencer's first {} lines on storage-fence)\n{}",
+                        path.display(),
+                        device.len(),
+                        device.join("\n")
+                    );
+                }
             }
             if let Ok(run) = self.in_node(node, "cat /run/prfence/status.json") {
                 println!(
@@ -616,14 +633,49 @@ impl Drop for Cluster {
     }
 }
 
+/// What a cluster adds to the guest besides its nodes, taken away when dropped: the counter's OCF
+/// agent, and the cgroup2 and `/run/netns` mounts when the cluster made them.
+struct Installed {
+    ocf: PathBuf,
+    cgroup_mounted: bool,
+    netns_mounted: bool,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.ocf.join("counter"));
+        let _ = std::fs::remove_dir(&self.ocf);
+        // `ip netns add` made /run/netns a mount of its own
+        if self.netns_mounted {
+            let _ = crate::run("umount", ["/run/netns"]);
+        }
+        if self.cgroup_mounted {
+            let _ = crate::run("umount", ["/sys/fs/cgroup"]);
+        }
+    }
+}
+
+/// Whether `path` is a mount point.
+fn is_mount(path: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(path))
+}
+
 /// Puts the counter agent where the controller looks for OCF agents and mounts cgroup2 for the
 /// freezer (fence_pr is the package's, installed before the suite ran). The guest's root is a
 /// tmpfs overlay: nothing reaches the host.
-fn install(agent: Agent) -> anyhow::Result<()> {
+fn install(agent: Agent) -> anyhow::Result<Installed> {
     let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
+    let installed = Installed {
+        ocf: ocf.to_path_buf(),
+        cgroup_mounted: !is_mount("/sys/fs/cgroup"),
+        netns_mounted: !is_mount("/run/netns"),
+    };
     std::fs::create_dir_all(ocf)?;
     std::fs::copy(format!("{SOURCES}/ocf-counter"), ocf.join("counter"))?;
-    if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+    if installed.cgroup_mounted {
         crate::run("mount", ["-t", "cgroup2", "none", "/sys/fs/cgroup"])?.ok()?;
     }
     for tool in [
@@ -640,7 +692,7 @@ fn install(agent: Agent) -> anyhow::Result<()> {
             "the lab needs {tool} (tests/lab/host-tools.sh installs it)"
         );
     }
-    Ok(())
+    Ok(installed)
 }
 
 /// Two network namespaces joined by a veth pair with addresses that exist only in the guest.
@@ -1221,5 +1273,44 @@ fn cluster_story(split_rounds: usize) -> anyhow::Result<()> {
     let fence_scsi_times = failover(&c, victim, victim.other())?;
     report(Agent::FencePr, Node::A, fence_pr_times);
     report(Agent::FenceScsi, victim, fence_scsi_times);
+    corosync_costs(&c);
     Ok(())
+}
+
+/// What each node's corosync cost since it last started: its CPU, and how many IPC clients
+/// connected to it (corosync-cmapctl and corosync-cfgtool runs, fence agents, the node agent,
+/// Pacemaker's daemons and tools). Printed, never asserted: under emulation each client costs
+/// corosync tens of milliseconds of CPU (README, "The lab").
+fn corosync_costs(c: &Cluster) {
+    for node in Node::BOTH {
+        let script = "p=$(pidof corosync) && awk '{print $14 + $15, $22}' /proc/$p/stat && \
+                      cut -d' ' -f1 /proc/uptime && getconf CLK_TCK && \
+                      corosync-cmapctl -m stats stats.ipcs.global";
+        let Ok(run) = c.in_node(node, script) else {
+            continue;
+        };
+        let words: Vec<&str> = run.stdout.split_whitespace().collect();
+        let number = |i: usize| words.get(i).and_then(|w| w.parse::<f64>().ok());
+        let counter = |key: &str| {
+            run.stdout
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or("?")
+                .to_owned()
+        };
+        if let (Some(cpu), Some(started), Some(uptime), Some(hz)) =
+            (number(0), number(1), number(2), number(3))
+        {
+            println!(
+                "  {}'s corosync, up {:.0} s: {:.1} s of CPU, {} IPC clients come and gone, {} \
+                 connected",
+                node.cluster_name(),
+                uptime - started / hz,
+                cpu / hz,
+                counter("stats.ipcs.global.closed"),
+                counter("stats.ipcs.global.active")
+            );
+        }
+    }
 }
