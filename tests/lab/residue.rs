@@ -130,6 +130,7 @@ fn things() -> BTreeSet<String> {
     ] {
         files(Path::new(dir), 4, &mut all);
     }
+    written(Path::new(UPPER), Path::new("/"), &mut all);
     for (dir, what) in [
         ("/sys/block", "block device"),
         ("/sys/class/iscsi_session", "iSCSI session"),
@@ -175,7 +176,7 @@ fn things() -> BTreeSet<String> {
 /// Every file (not directory) under `dir`, `depth` levels deep (symlinks not followed; the lock
 /// files tools keep, `*.lock` and /run/lock, left out).
 fn files(dir: &Path, depth: usize, all: &mut BTreeSet<String>) {
-    if dir == Path::new("/run/lock") {
+    if dir == Path::new("/run/lock") || dir == Path::new(UPPER) {
         return;
     }
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -186,6 +187,36 @@ fn files(dir: &Path, depth: usize, all: &mut BTreeSet<String>) {
             }
         } else if path.extension().is_none_or(|e| e != "lock") {
             all.insert(format!("file {}", path.display()));
+        }
+    }
+}
+
+/// The guest's writes to its root (the host's, read-only): the overlay's upper layer, which the
+/// guest's init shows here.
+const UPPER: &str = "/run/lab-upper";
+
+/// Every file the guest wrote to its root, as the path it has there and when it was last written
+/// (a file written again is new).
+fn written(upper: &Path, shown: &Path, all: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(upper).into_iter().flatten().flatten() {
+        let path = shown.join(entry.file_name());
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        if meta.is_dir() {
+            written(&entry.path(), &path, all);
+        } else {
+            let at = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            all.insert(format!(
+                "file {} (written at {}.{:09})",
+                path.display(),
+                at.as_secs(),
+                at.subsec_nanos()
+            ));
         }
     }
 }
