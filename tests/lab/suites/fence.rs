@@ -20,7 +20,9 @@ use serde_json::Value;
 
 /// Enough LUs for a fan-out behind the arbiter, few enough for TCG.
 const LUNS: usize = 8;
-const RACE_ROUNDS: usize = 20;
+/// Mutual-fence rounds in CI (`LAB_RACE_ROUNDS` overrides it); the long tier's
+/// `stress::mutual_fence` runs the same race 500 times.
+const RACE_ROUNDS: usize = 10;
 
 pub const SUITE: Suite = Suite {
     name: "fence",
@@ -195,9 +197,10 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// P2: A and B fence each other at the same moment over 8 LUs, 20 times (`LAB_RACE_ROUNDS` and
-/// `LAB_RACE_LUNS` change that; `lab_stress` runs hundreds): every round exactly one exits 0 and
-/// the other 4, and the target shows that one survivor alone on every LU.
+/// P2: A and B fence each other at the same moment over 8 LUs, [`RACE_ROUNDS`] times
+/// (`LAB_RACE_ROUNDS` and `LAB_RACE_LUNS` change that; `stress::mutual_fence` runs hundreds):
+/// every round exactly one exits 0 and the other 4, and the target shows that one survivor alone
+/// on every LU.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
     let rounds = crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
     let luns = crate::env_count("LAB_RACE_LUNS", LUNS)?;

@@ -24,7 +24,10 @@ use serde_json::Value;
 
 /// Several namespaces, so the arbiter (the first by identifier) has others behind it.
 const NAMESPACES: usize = 4;
-const RACE_ROUNDS: usize = 20;
+/// Mutual-fence rounds in CI; the long tier runs [`LONG_RACE_ROUNDS`] (`LAB_RACE_ROUNDS`
+/// overrides either).
+const RACE_ROUNDS: usize = 10;
+const LONG_RACE_ROUNDS: usize = 20;
 /// NVMe's reservation type codes as the target reports them.
 const NVME_WRITE_EXCLUSIVE_REG_ONLY: u8 = 3;
 /// What a fence from the holder leaves on nvmet: prfence preempts under the all-registrants twin
@@ -47,7 +50,7 @@ pub const SUITE: Suite = Suite {
         lease_takeover_refuses_the_frozen_holder,
         privileges_reads_need_the_group_changes_need_cap_sys_admin,
     ],
-    long: &[],
+    long: crate::tests![mutual_fence_race_twenty_rounds],
     reproducers: &[],
 };
 
@@ -359,11 +362,20 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// P2 on NVMe: A and B unfence, then fence each other at the same moment, 20 times: every round
-/// one exits 0 and the other 4, and the target shows that one alone on every namespace.
+/// P2 on NVMe: A and B unfence, then fence each other at the same moment, [`RACE_ROUNDS`] times:
+/// every round one exits 0 and the other 4, and the target shows that one alone on every
+/// namespace.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
+    mutual_fence_race(crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?)
+}
+
+/// Long tier: the same race, [`LONG_RACE_ROUNDS`] times (about 6 s a round under emulation).
+fn mutual_fence_race_twenty_rounds() -> anyhow::Result<()> {
+    mutual_fence_race(crate::env_count("LAB_RACE_ROUNDS", LONG_RACE_ROUNDS)?)
+}
+
+fn mutual_fence_race(rounds: usize) -> anyhow::Result<()> {
     let t = NvmeTopology::new(NAMESPACES)?;
-    let rounds = crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
     let mut winners: BTreeMap<char, usize> = BTreeMap::new();
     let mut times = Vec::new();
     let mut twin_rounds = 0;
