@@ -363,14 +363,20 @@ impl Cluster {
                     tail.join("\n")
                 );
                 if file == "pacemaker.log" {
-                    // how the fencer took the device, which a tail of repeated failures hides
+                    // how the fencer took the device (its agent's metadata first), which a
+                    // tail of repeated failures hides
                     let device: Vec<&str> = text
                         .lines()
-                        .filter(|l| l.contains("pacemaker-fenced") && l.contains("storage-fence"))
+                        .filter(|l| {
+                            l.contains("pacemaker-fenced")
+                                && ["storage-fence", "metadata", self.agent.name()]
+                                    .iter()
+                                    .any(|w| l.contains(w))
+                        })
                         .take(20)
                         .collect();
                     println!(
-                        "---- {} (the fencer's first {} lines on storage-fence)\n{}",
+                        "---- {} (the fencer's first {} lines on the device and its agent)\n{}",
                         path.display(),
                         device.len(),
                         device.join("\n")
