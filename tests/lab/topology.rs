@@ -983,10 +983,13 @@ fn begin() -> anyhow::Result<Instant> {
     Ok(Instant::now())
 }
 
-/// Runs one targetcli session reading `script` on stdin.
+/// Runs one targetcli session reading `script` on stdin. targetcli keeps its preferences, history
+/// and log in `~/.targetcli`: its home is the test's scratch directory, so none of it outlives
+/// the test.
 fn targetcli(script: &str) -> anyhow::Result<super::Run> {
     let mut cmd = std::process::Command::new("targetcli");
-    cmd.stdin(std::process::Stdio::piped())
+    cmd.env("HOME", super::WORK)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let start = Instant::now();
