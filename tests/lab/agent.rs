@@ -11,10 +11,8 @@ use anyhow::{Context, bail, ensure};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::PRFENCE;
+use super::{PRFENCE, WORK};
 
-/// Scratch space on the guest's tmpfs (configs, status files, logs, epoch files).
-pub const WORK: &str = "/run/lab-agent";
 /// The agent's exit status when fenced (its default `self_fence.exit_status`).
 pub const FENCED_EXIT: i32 = 86;
 

@@ -6,9 +6,13 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 
 use super::{Node, Run};
+
+/// The cluster's name, in the fake cmapctl's answers and in the lab cluster's corosync.conf;
+/// fence_scsi's keys (and fence_pr's, key_value=id) hash it.
+pub const CLUSTER: &str = "lab";
 
 /// The fake `corosync-cmapctl` both agents ask for the cluster name and the nodelist (node1 id 1,
 /// node2 id 2), under /run/lab so teardown removes it.
@@ -16,23 +20,17 @@ pub fn fake_cmapctl() -> anyhow::Result<PathBuf> {
     let path = PathBuf::from("/run/lab/corosync-cmapctl");
     std::fs::write(
         &path,
-        "#!/bin/sh\ncase \"$1\" in\n\
-         totem.cluster_name) echo 'totem.cluster_name (str) = lab' ;;\n\
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n\
+         totem.cluster_name) echo 'totem.cluster_name (str) = {CLUSTER}' ;;\n\
          nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
 nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
 nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
-         *) exit 1 ;;\nesac\n",
+         *) exit 1 ;;\nesac\n"
+        ),
     )?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     Ok(path)
-}
-
-/// The cluster node name a lab node plays.
-pub fn cluster_name(node: Node) -> &'static str {
-    match node {
-        Node::A => "node1",
-        Node::B => "node2",
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +52,7 @@ pub fn run(
     devices: &[PathBuf],
 ) -> anyhow::Result<Run> {
     let devices: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
-    let target_name = cluster_name(target);
+    let target_name = target.cluster_name();
     let stdin = format!(
         "action={action}\nnodename={target_name}\nport={target_name}\nplug={target_name}\n\
          devices={}\ncorosync_cmap_path=/run/lab/corosync-cmapctl\n",
@@ -111,15 +109,19 @@ pub fn expect(
     run(which, node, action, target, devices)?.exited_with(code)
 }
 
-/// fence_scsi's key for `node` (key_value=id): the first 4 hex digits of md5(cluster name), then
-/// the node's position in corosync's nodelist (`nodelist.node.<N>.name`, not its nodeid) as 4
-/// decimal digits, read as hex. Computed here with md5sum, independently of both agents.
+/// fence_scsi's key for `node` (key_value=id): the first 4 hex digits of md5([`CLUSTER`]), then
+/// the node's position in corosync's nodelist (`nodelist.node.<N>.name`, not its nodeid; node1
+/// first) as 4 decimal digits, read as hex. Computed here with md5sum, independently of both
+/// agents, once per process (the cluster suite asks in its polling loops).
 pub fn derived_key(node: Node) -> anyhow::Result<u64> {
-    let md5 = super::run("sh", ["-c", "printf lab | md5sum"])?.ok()?;
-    let position = match node {
-        Node::A => 0,
-        Node::B => 1,
+    static MD5: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let md5 = match MD5.get() {
+        Some(md5) => md5,
+        None => {
+            let out = super::run("sh", ["-c", &format!("printf {CLUSTER} | md5sum")])?.ok()?;
+            MD5.get_or_init(|| out.stdout)
+        }
     };
-    let text = format!("{}{position:04}", &md5.stdout[..4]);
+    let text = format!("{}{:04}", md5.get(..4).unwrap_or_default(), node.index());
     Ok(u64::from_str_radix(&text, 16)?)
 }

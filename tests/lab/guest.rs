@@ -1,11 +1,13 @@
-//! Guest side of a lab suite: run each test, tear its topology down whatever happened, and print
-//! libtest-like lines the host parses.
+//! Guest side of a lab run: run each test the host named, tear its topology down whatever
+//! happened, and print libtest-like lines the host parses.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::{TestFn, secs, topology};
+use super::plan::{self, Suite, TestFn};
+use super::{WORK, residue, secs, topology};
 
 /// True only inside the lab guest: the marker env var AND the lab's kernel command line. Teardown
 /// removes iSCSI records and configfs objects, so it must never run on a real host.
@@ -16,7 +18,7 @@ pub fn inside() -> bool {
 
 /// Installs the .deb the host built (`LAB_PACKAGE`) as an admin would, and checks that dpkg
 /// placed the binary and the fence agent's link.
-pub fn install_package() -> anyhow::Result<()> {
+fn install_package() -> anyhow::Result<()> {
     let deb = std::env::var("LAB_PACKAGE")
         .map_err(|_| anyhow::anyhow!("LAB_PACKAGE is not set: the host built no package"))?;
     let start = Instant::now();
@@ -49,36 +51,58 @@ pub fn install_package() -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run_tests(selected: &[(&'static str, TestFn)], total: usize) -> ExitCode {
+/// Runs the tests named by `names` (`suite::test`, in the order the host gave), suite after
+/// suite, and prints what the host parses: `lab: suite NAME start`, a libtest-like line per test
+/// (`test NAME ... ok|FAILED`), `lab: suite NAME done`. A suite with [`Suite::package`] first has
+/// the package installed (once per guest). Exits 1 when a test failed.
+pub fn run(suites: &'static [Suite], names: &[String]) -> ExitCode {
     let start = Instant::now();
     watch_kernel();
-    println!("\nrunning {} tests", selected.len());
-    let mut failed = Vec::new();
-    for (name, test) in selected {
-        let test_start = Instant::now();
-        let outcome = catch_unwind(AssertUnwindSafe(test));
-        // The topology's Drop already tore it down; this also catches anything a test leaked.
-        let teardown = topology::teardown_all();
-        let verdict = match (outcome, teardown) {
-            (Ok(Ok(())), Ok(())) => Ok(()),
-            (Ok(Err(e)), _) => Err(format!("{e:#}")),
-            (Err(panic), _) => Err(panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "panicked".into())),
-            (Ok(Ok(())), Err(e)) => Err(format!("teardown failed: {e:#}")),
-        };
-        match verdict {
-            Ok(()) => println!("test {name} ... ok ({})", secs(test_start.elapsed())),
-            Err(why) => {
-                println!("---- {name} ----\n{why}");
-                println!("test {name} ... FAILED ({})", secs(test_start.elapsed()));
-                failed.push(*name);
+    let mut picked = Vec::new();
+    for name in names {
+        match plan::find(suites, name) {
+            Some(pick) => picked.push(pick),
+            None => {
+                println!("lab: FAILED: the guest knows no test {name:?}");
+                return ExitCode::FAILURE;
             }
         }
     }
-    let passed = selected.len() - failed.len();
+    println!("\nrunning {} tests", picked.len());
+    let mut failed = Vec::new();
+    let mut installed = false;
+    for group in picked.chunk_by(|a, b| std::ptr::eq(a.suite, b.suite)) {
+        let suite = group[0].suite;
+        let suite_start = Instant::now();
+        println!("lab: suite {} start", suite.name);
+        if suite.package && !installed {
+            if let Err(e) = install_package() {
+                println!("lab: FAILED: installing the package: {e:#}");
+                return ExitCode::FAILURE;
+            }
+            installed = true;
+        }
+        let mut suite_failed = 0;
+        for pick in group {
+            let name = pick.name();
+            println!("lab: test {name} start");
+            match run_one(pick.test.run) {
+                (Ok(()), took) => println!("test {name} ... ok ({})", secs(took)),
+                (Err(why), took) => {
+                    println!("---- {name} ----\n{why}");
+                    println!("test {name} ... FAILED ({})", secs(took));
+                    failed.push(name);
+                    suite_failed += 1;
+                }
+            }
+        }
+        println!(
+            "lab: suite {} done: {} passed, {suite_failed} failed in {}",
+            suite.name,
+            group.len() - suite_failed,
+            secs(suite_start.elapsed())
+        );
+    }
     if !failed.is_empty() {
         println!("\nfailures:");
         for name in &failed {
@@ -86,10 +110,9 @@ pub fn run_tests(selected: &[(&'static str, TestFn)], total: usize) -> ExitCode 
         }
     }
     println!(
-        "\ntest result: {}. {passed} passed; {} failed; 0 ignored; 0 measured; {} filtered out; finished in {}\n",
-        if failed.is_empty() { "ok" } else { "FAILED" },
+        "\nin the guest: {} passed; {} failed; finished in {}\n",
+        picked.len() - failed.len(),
         failed.len(),
-        total - selected.len(),
         secs(start.elapsed())
     );
     if failed.is_empty() {
@@ -97,6 +120,49 @@ pub fn run_tests(selected: &[(&'static str, TestFn)], total: usize) -> ExitCode 
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Runs one test in an empty [`WORK`] directory, then tears down whatever topology is left (the
+/// topology's Drop already did; this also catches anything a test leaked), removes [`WORK`], and
+/// checks that the test left nothing else behind ([`residue`]); returns its verdict and how long
+/// it took.
+fn run_one(test: TestFn) -> (Result<(), String>, Duration) {
+    let work = Path::new(WORK);
+    let _ = std::fs::remove_dir_all(work);
+    if let Err(e) = std::fs::create_dir_all(work) {
+        return (Err(format!("mkdir {WORK}: {e}")), Duration::ZERO);
+    }
+    let before = residue::Snapshot::take();
+    let start = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(test));
+    let teardown = topology::teardown_all();
+    let took = start.elapsed();
+    let _ = std::fs::remove_dir_all(work);
+    let left = before.compare();
+    let mut why = Vec::new();
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => why.push(format!("{e:#}")),
+        Err(panic) => why.push(
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "panicked".into()),
+        ),
+    }
+    if let Err(e) = teardown {
+        why.push(format!("teardown failed: {e:#}"));
+    }
+    if let Err(left) = left {
+        why.push(left);
+    }
+    let verdict = if why.is_empty() {
+        Ok(())
+    } else {
+        Err(why.join("\n"))
+    };
+    (verdict, took)
 }
 
 /// Kernel messages by which the guest kernel says a task hangs or the kernel broke.

@@ -70,7 +70,6 @@ impl Host {
 /// One namespace of the shared subsystem.
 #[derive(Debug, Clone)]
 pub struct Namespace {
-    pub index: usize,
     pub nsid: u32,
     /// nvmet's UUID for it, as sysfs shows it (`uuid.<this>` is its wwid).
     pub uuid: String,
@@ -158,7 +157,6 @@ impl NvmeTopology {
                 .trim()
                 .to_owned();
             self.namespaces.push(Namespace {
-                index,
                 nsid,
                 uuid,
                 backing,
@@ -252,14 +250,6 @@ impl NvmeTopology {
             .iter()
             .map(|d| d.display().to_string())
             .collect()
-    }
-
-    /// `host`'s controller name (`nvme2`).
-    pub fn controller(&self, host: Host) -> &str {
-        self.controllers
-            .iter()
-            .find(|(h, _, _)| *h == host)
-            .map_or("", |(_, c, _)| c.as_str())
     }
 
     /// Namespace `index`'s reservation state, read by the observer (nvme-cli, extended report).

@@ -1,118 +1,27 @@
-//! Two nodes fencing each other at the same moment, judged on the target: the fencing helpers
-//! shared by `lab_fence` (the CI race) and `lab_stress` (the long races and the raw PREEMPT races
-//! that show LIO's lock-up).
+//! Two nodes fencing each other at the same moment, judged on the target: the races of
+//! `fence` (CI's), `stress` (the long races and the raw PREEMPT races that show LIO's lock-up) and
+//! `nvme`.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
-use serde_json::Value;
 
-use super::{Node, Topology, WriteOutcome};
-
-pub use super::PRFENCE;
-
-/// Node A's key is 0xa, node B's 0xb.
-pub fn key(node: Node) -> u64 {
-    match node {
-        Node::A => 0xa,
-        Node::B => 0xb,
-    }
-}
-
-pub fn other(node: Node) -> Node {
-    match node {
-        Node::A => Node::B,
-        Node::B => Node::A,
-    }
-}
-
-pub fn hex(key: u64) -> String {
-    format!("{key:#x}")
-}
-
-/// The `prfence` command line `args… --json <node's devices>`.
-pub fn prfence_command(t: &Topology, node: Node, args: &[&str]) -> Command {
-    let mut cmd = Command::new(PRFENCE);
-    cmd.args(args).arg("--json").args(t.node(node).devices());
-    cmd
-}
-
-/// Runs prfence as `node` on all its devices; returns the run and its JSON report (Null when it
-/// printed none).
-pub fn prfence(t: &Topology, node: Node, args: &[&str]) -> anyhow::Result<(super::Run, Value)> {
-    let run = super::run_command(&mut prfence_command(t, node, args))?;
-    let report = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
-    println!(
-        "  node {}: prfence {} -> exit {} in {} ms",
-        node.letter(),
-        args.join(" "),
-        run.code(),
-        run.elapsed.as_millis()
-    );
-    Ok((run, report))
-}
-
-/// Runs prfence and requires exit status `code`.
-pub fn prfence_expect(
-    t: &Topology,
-    node: Node,
-    args: &[&str],
-    code: i32,
-) -> anyhow::Result<(super::Run, Value)> {
-    let (run, report) = prfence(t, node, args)?;
-    ensure!(
-        run.code() == code,
-        "node {}: `{}` exited {}, expected {code}:\n{}{}",
-        node.letter(),
-        run.command,
-        run.code(),
-        run.stdout,
-        run.stderr
-    );
-    Ok((run, report))
-}
-
-pub fn unfence(t: &Topology, node: Node) -> anyhow::Result<Value> {
-    let k = hex(key(node));
-    Ok(prfence_expect(t, node, &["unfence", "--key", &k], 0)?.1)
-}
-
-/// `fence --key K --victim V`, plus `--tie-break SECS` when `LAB_RACE_TIE_BREAK` is set (0 shows
-/// what the races do without it).
-pub fn fence_args(node: Node) -> Vec<String> {
-    let mut args = vec![
-        "fence".into(),
-        "--key".into(),
-        hex(key(node)),
-        "--victim".into(),
-        hex(key(other(node))),
-    ];
-    if let Ok(secs) = std::env::var("LAB_RACE_TIE_BREAK") {
-        args.extend(["--tie-break".into(), secs]);
-    }
-    args
-}
-
-/// `prfence fence` as `node` (its key, the other's as victim), requiring exit status `code`.
-pub fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
-    let args = fence_args(node);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Ok(prfence_expect(t, node, &args, code)?.1)
-}
+use super::node::{self, Nodes, hex};
+use super::{Node, PRFENCE, Topology, WriteOutcome};
 
 /// The target's verdict after a fence won by `survivor`: on every LU only its key is registered,
 /// only through its own nexuses, it holds a WERO reservation; the other node's O_DIRECT writes
 /// are refused on every LU and the survivor's accepted.
 pub fn assert_sole_survivor(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()> {
-    let loser = other(survivor);
+    let loser = survivor.other();
     for lu in t.lus() {
         let regs = lu.registrations()?;
         ensure!(
             !regs.is_empty()
                 && regs.iter().all(|r| {
-                    r.key == key(survivor) && r.initiator == t.node(survivor).initiator
+                    r.key == survivor.key() && r.initiator == t.node(survivor).initiator
                 }),
             "LU {} registrations are not node {}'s alone: {regs:?}",
             lu.index,
@@ -149,14 +58,14 @@ pub fn assert_sole_survivor(t: &Topology, survivor: Node, block: u64) -> anyhow:
 }
 
 /// Starts `args` as both nodes at the same moment and waits for both.
-fn both_at_once(
-    t: &Topology,
+pub fn both_at_once(
+    t: &impl Nodes,
     args: impl Fn(Node) -> Vec<String>,
 ) -> anyhow::Result<Vec<(Node, Output)>> {
     spawn_both(|node| {
         let args = args(node);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        prfence_command(t, node, &args)
+        node::command(t, node, &args)
     })
 }
 
@@ -242,11 +151,11 @@ fn late_preempts() -> anyhow::Result<usize> {
 pub fn mutual_fence(t: &Topology, rounds: usize) -> anyhow::Result<RaceStats> {
     let mut stats = RaceStats::default();
     for round in 1..=rounds {
-        unfence(t, Node::A)?;
-        unfence(t, Node::B)?;
+        node::unfence(t, Node::A)?;
+        node::unfence(t, Node::B)?;
         super::sh("dmesg -C")?;
         let start = Instant::now();
-        let outputs = both_at_once(t, fence_args)?;
+        let outputs = both_at_once(t, node::fence_args)?;
         let elapsed = start.elapsed();
         let late = late_preempts()?;
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
@@ -315,7 +224,7 @@ pub fn raw_preempts(t: &Topology, rounds: usize, mode: Preempts) -> anyhow::Resu
     let lu0 = |node: Node| vec![t.device(node, 0).display().to_string()];
     for round in 1..=rounds {
         for node in Node::BOTH {
-            let k = hex(key(node));
+            let k = hex(node.key());
             let mut cmd = Command::new(PRFENCE);
             cmd.args(["register", "--ignore-existing", "--key", &k])
                 .args(lu0(node));
@@ -331,8 +240,8 @@ pub fn raw_preempts(t: &Topology, rounds: usize, mode: Preempts) -> anyhow::Resu
         let mut children = Vec::new();
         for node in Node::BOTH {
             let mut cmd = Command::new(PRFENCE);
-            cmd.args(["preempt", "--key", &hex(key(node))])
-                .args(["--victim", &hex(key(other(node)))]);
+            cmd.args(["preempt", "--key", &hex(node.key())])
+                .args(["--victim", &hex(node.other().key())]);
             if mode.abort(node) {
                 cmd.arg("--abort");
             }
@@ -351,8 +260,8 @@ pub fn raw_preempts(t: &Topology, rounds: usize, mode: Preempts) -> anyhow::Resu
         let elapsed = start.elapsed();
         let keys: Vec<u64> = t.lu(0).registrations()?.iter().map(|r| r.key).collect();
         let winner = match keys.as_slice() {
-            [k] if *k == key(Node::A) => Node::A,
-            [k] if *k == key(Node::B) => Node::B,
+            [k] if *k == Node::A.key() => Node::A,
+            [k] if *k == Node::B.key() => Node::B,
             _ => bail!(
                 "round {round}: the target kept {keys:x?}, not one of the two keys:{}",
                 exits(&outputs)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 
-use super::{read_file, run, secs, write_file};
+use super::{Node, read_file, run, secs, write_file};
 
 /// The unit of the write probe and of [`Topology::read_block`]: 4 KiB, aligned for O_DIRECT on any
 /// logical block size the lab uses.
@@ -29,35 +29,6 @@ const THIRD_IFACE: &str = "lab-c";
 const HANG_TABLE: &str = "lab_hang";
 /// How long the asynchronous SCSI scan after a login or a LUN link may take under TCG.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// One of the two initiators ("cluster nodes") of a topology.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Node {
-    A,
-    B,
-}
-
-impl Node {
-    pub const BOTH: [Node; 2] = [Node::A, Node::B];
-
-    fn index(self) -> usize {
-        match self {
-            Node::A => 0,
-            Node::B => 1,
-        }
-    }
-
-    pub fn letter(self) -> char {
-        match self {
-            Node::A => 'A',
-            Node::B => 'B',
-        }
-    }
-
-    fn lower(self) -> char {
-        self.letter().to_ascii_lowercase()
-    }
-}
 
 /// What one node sees: its initiator name (as LIO's configfs shows it) and its device paths.
 #[derive(Clone, Debug)]
@@ -1012,10 +983,13 @@ fn begin() -> anyhow::Result<Instant> {
     Ok(Instant::now())
 }
 
-/// Runs one targetcli session reading `script` on stdin.
+/// Runs one targetcli session reading `script` on stdin. targetcli keeps its preferences, history
+/// and log in `~/.targetcli`: its home is the test's scratch directory, so none of it outlives
+/// the test.
 fn targetcli(script: &str) -> anyhow::Result<super::Run> {
     let mut cmd = std::process::Command::new("targetcli");
-    cmd.stdin(std::process::Stdio::piped())
+    cmd.env("HOME", super::WORK)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let start = Instant::now();

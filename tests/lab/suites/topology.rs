@@ -1,32 +1,31 @@
 //! Smoke tests of the lab itself: each topology works, and the oracles read the target's state.
 //! Uses sg_persist (independent of prfence) to change PR state.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::time::Duration;
 
-use std::process::ExitCode;
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome};
 
-use lab::{Node, Topology, WriteOutcome};
+pub const SUITE: Suite = Suite {
+    name: "topology",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(5 * 60),
+    tests: crate::tests![
+        tcm_loop_two_nexuses,
+        iscsi_16_luns,
+        no_pr_lun,
+        targetcli_iscsi_two_nodes,
+    ],
+    long: &[],
+    reproducers: &[],
+};
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(5 * 60),
-        crate::tests![
-            tcm_loop_two_nexuses,
-            iscsi_16_luns,
-            no_pr_lun,
-            targetcli_iscsi_two_nodes
-        ],
-    )
-}
-
-fn sg_persist(args: &[&str], device: &std::path::Path) -> anyhow::Result<lab::Run> {
+fn sg_persist(args: &[&str], device: &std::path::Path) -> anyhow::Result<crate::Run> {
     let mut all: Vec<&std::ffi::OsStr> = vec!["-n".as_ref()];
     all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
     all.push(device.as_os_str());
-    lab::run("sg_persist", all)
+    crate::run("sg_persist", all)
 }
 
 /// Through LUN `lun`: A registers and reserves WERO; unregistered B is refused, A is accepted;
@@ -83,7 +82,7 @@ fn pr_smoke(t: &Topology, lun: usize) -> anyhow::Result<()> {
         WriteOutcome::Accepted,
         "registrant B under WERO"
     );
-    let block = lab::block_text(&t.read_block(Node::A, lun, 2)?);
+    let block = crate::block_text(&t.read_block(Node::A, lun, 2)?);
     assert_eq!(
         block,
         format!("write probe from node B to LUN {lun} block 2")

@@ -2,57 +2,61 @@
 //! over nvme-loop, on a newer Debian suite's kernel (Debian 12's 6.1 has neither nvme-loop nor
 //! nvmet reservations). Every verdict comes from the target: the Reservation Report a third host
 //! reads, and whether a node's O_DIRECT write is accepted. Run: `cargo test --test lab_nvme` (root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
-use lab::agent::{
-    Agent as NodeAgent, FENCED_EXIT, LeaseTimings, WORK, hook_line, lease_config, read_hook,
-    watch_config,
+use crate::WORK;
+use crate::agent::{
+    Agent as NodeAgent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
 };
-use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
-use lab::nvme::{Host, NvmeTopology, Report};
-use lab::race::{self, hex, key, other};
-use lab::{Node, WriteOutcome, Writer};
+use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::node::{self, fence, hex, unfence};
+use crate::nvme::{Host, NvmeTopology, Report};
+use crate::plan::{Kernel, Suite};
+use crate::race;
+use crate::{Node, WriteOutcome, Writer};
+use anyhow::{Context, bail, ensure};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
 /// Several namespaces, so the arbiter (the first by identifier) has others behind it.
 const NAMESPACES: usize = 4;
-const RACE_ROUNDS: usize = 20;
+/// Mutual-fence rounds in CI; the long tier runs [`LONG_RACE_ROUNDS`] (`LAB_RACE_ROUNDS`
+/// overrides either).
+const RACE_ROUNDS: usize = 10;
+const LONG_RACE_ROUNDS: usize = 20;
 /// NVMe's reservation type codes as the target reports them.
 const NVME_WRITE_EXCLUSIVE_REG_ONLY: u8 = 3;
 /// What a fence from the holder leaves on nvmet: prfence preempts under the all-registrants twin
 /// of WE-RO there, because nvmet ignores the PRKEY of a holder's PREEMPT (engine/src/nvme.rs).
 const NVME_WRITE_EXCLUSIVE_ALL_REGS: u8 = 5;
 
-fn main() -> ExitCode {
-    lab::main_with_package_on(
-        "unstable",
-        Duration::from_secs(12 * 60),
-        crate::tests![
-            the_oracle_sees_nvmet_refuse_a_preempted_host,
-            single_commands_act_on_the_namespace,
-            reports_name_hosts_and_say_what_nvme_lacks,
-            fence_refuses_the_frozen_writer,
-            mutual_fence_race_has_one_survivor,
-            fence_pr_on_off_status,
-            watch_agent_self_fences_and_never_reregisters,
-            lease_takeover_refuses_the_frozen_holder,
-            privileges_reads_need_the_group_changes_need_cap_sys_admin,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "nvme",
+    kernel: Kernel::Suite("unstable"),
+    package: true,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![
+        the_oracle_sees_nvmet_refuse_a_preempted_host,
+        single_commands_act_on_the_namespace,
+        reports_name_hosts_and_say_what_nvme_lacks,
+        fence_refuses_the_frozen_writer,
+        mutual_fence_race_has_one_survivor,
+        fence_pr_on_off_status,
+        watch_agent_self_fences_and_never_reregisters,
+        lease_takeover_refuses_the_frozen_holder,
+        privileges_reads_need_the_group_changes_need_cap_sys_admin,
+    ],
+    long: crate::tests![mutual_fence_race_twenty_rounds],
+    reproducers: &[],
+};
 
 /// `prfence args… [--json] devices…` as `node`, requiring exit status `code`.
-fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<lab::Run> {
-    lab::prfence(
+fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<crate::Run> {
+    crate::prfence(
         args.iter()
             .copied()
             .chain(devices.iter().map(String::as_str)),
@@ -77,7 +81,7 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
         ];
         all.push(format!("--namespace-id={}", ns.nsid));
         all.extend(args[1..].iter().map(|a| (*a).to_owned()));
-        lab::run("nvme", all)?.ok()?;
+        crate::run("nvme", all)?.ok()?;
         Ok(())
     };
     nvme(Node::A, &["resv-register", "--nrkey=0xa", "--rrega=0"])?;
@@ -180,7 +184,7 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
     let report = t.report(0)?;
     ensure!(report.keys().is_empty() && report.rtype == 0, "{report:?}");
     // A key that is not registered is refused, with the target's word for it.
-    let refused = lab::prfence(["reserve", "--key", "0xa", a[0].as_str()])?;
+    let refused = crate::prfence(["reserve", "--key", "0xa", a[0].as_str()])?;
     ensure!(
         refused.code() != 0 && refused.stderr.to_lowercase().contains("conflict"),
         "reserve with an unregistered key: exit {}: {}",
@@ -231,7 +235,7 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
         );
     }
 
-    let doctor = lab::prfence(
+    let doctor = crate::prfence(
         ["doctor", "--key", "0xa", "--json"]
             .into_iter()
             .chain(t.node_args(Node::A).iter().map(String::as_str)),
@@ -250,7 +254,7 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
         doctor.stderr
     );
 
-    let moved = lab::prfence([
+    let moved = crate::prfence([
         "register-move",
         "--key",
         "0xa",
@@ -275,22 +279,6 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `prfence fence` as `node` over all its namespaces, requiring exit status `code`.
-fn fence(t: &NvmeTopology, node: Node, code: i32) -> anyhow::Result<lab::Run> {
-    let (k, victim) = (hex(key(node)), hex(key(other(node))));
-    prfence_on(
-        &t.node_args(node),
-        &["fence", "--key", &k, "--victim", &victim, "--json"],
-        code,
-    )
-}
-
-fn unfence(t: &NvmeTopology, node: Node) -> anyhow::Result<()> {
-    let k = hex(key(node));
-    prfence_on(&t.node_args(node), &["unfence", "--key", &k, "--json"], 0)?;
-    Ok(())
-}
-
 /// The target's verdict after `survivor` won: on every namespace only its key is registered, by
 /// its host, and it holds a Write Exclusive reservation that lets registrants write (Registrants
 /// Only, or All Registrants after a fence from the holder); the loser's O_DIRECT writes are
@@ -306,7 +294,7 @@ fn assert_sole_survivor(
                 && report
                     .registrants
                     .iter()
-                    .all(|r| { r.key == key(survivor) && r.host == Some(Host::Node(survivor)) }),
+                    .all(|r| { r.key == survivor.key() && r.host == Some(Host::Node(survivor)) }),
             "namespace {index}: registrants are not node {}'s alone: {report:?}",
             survivor.letter()
         );
@@ -318,7 +306,7 @@ fn assert_sole_survivor(
         );
     }
     for index in 0..reports.len() {
-        let refused = t.write_probe(other(survivor), index, 2);
+        let refused = t.write_probe(survivor.other(), index, 2);
         ensure!(
             refused == WriteOutcome::Refused,
             "namespace {index}: the fenced node's write {refused:?}"
@@ -374,31 +362,29 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `fence` as both nodes at the same moment and waits for both.
-fn both_fence(t: &NvmeTopology) -> anyhow::Result<Vec<(Node, Output)>> {
-    race::spawn_both(|node| {
-        let (k, victim) = (hex(key(node)), hex(key(other(node))));
-        let mut cmd = Command::new(lab::PRFENCE);
-        cmd.args(["fence", "--key", &k, "--victim", &victim, "--json"])
-            .args(t.node_args(node));
-        cmd
-    })
+/// P2 on NVMe: A and B unfence, then fence each other at the same moment, [`RACE_ROUNDS`] times:
+/// every round one exits 0 and the other 4, and the target shows that one alone on every
+/// namespace.
+fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
+    mutual_fence_race(crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?)
 }
 
-/// P2 on NVMe: A and B unfence, then fence each other at the same moment, 20 times: every round
-/// one exits 0 and the other 4, and the target shows that one alone on every namespace.
-fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
+/// Long tier: the same race, [`LONG_RACE_ROUNDS`] times (about 6 s a round under emulation).
+fn mutual_fence_race_twenty_rounds() -> anyhow::Result<()> {
+    mutual_fence_race(crate::env_count("LAB_RACE_ROUNDS", LONG_RACE_ROUNDS)?)
+}
+
+fn mutual_fence_race(rounds: usize) -> anyhow::Result<()> {
     let t = NvmeTopology::new(NAMESPACES)?;
-    let rounds = lab::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
     let mut winners: BTreeMap<char, usize> = BTreeMap::new();
     let mut times = Vec::new();
     let mut twin_rounds = 0;
-    let mut last_winner = None;
+    let mut last_winner: Option<Node> = None;
     for round in 1..=rounds {
         // Every round from a bare namespace: A unfences first and holds WE-RO, so A's fence is a
         // holder's, the case nvmet gets wrong (engine/src/nvme.rs), and B's is a registrant's.
         if let Some(node) = last_winner {
-            let k = hex(key(node));
+            let k = hex(node.key());
             prfence_on(&t.node_args(node), &["clear", "--key", &k], 0)?;
         }
         unfence(&t, Node::A)?;
@@ -411,7 +397,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
             "round {round}: A does not hold WE-RO everywhere after the unfences"
         );
         let start = Instant::now();
-        let outputs = both_fence(&t)?;
+        let outputs = race::both_at_once(&t, node::fence_args)?;
         let elapsed = start.elapsed();
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         let why = || race::exits(&outputs);
@@ -456,7 +442,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
 /// on every namespace, `monitor` finds it there, `status` tells registered (0) from not (2), `off` of the other node removes
 /// its key everywhere and its writes are refused.
 fn fence_pr_on_off_status() -> anyhow::Result<()> {
-    let _key_stores = lab::RemoveOnDrop::all(["/run/lab/node-a", "/run/lab/node-b"]);
+    let _key_stores = crate::RemoveOnDrop::all(["/run/lab/node-a", "/run/lab/node-b"]);
     let t = NvmeTopology::new(NAMESPACES)?;
     fake_cmapctl()?;
     let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
@@ -664,7 +650,7 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
     let t = NvmeTopology::new(2)?;
     unfence(&t, Node::B)?;
     // No udev in the guest: give A's nodes what udev gives a disk (root:disk 0660).
-    let group = lab::run("getent", ["group", "disk"])?.ok()?.stdout;
+    let group = crate::run("getent", ["group", "disk"])?.ok()?.stdout;
     let disk_gid = group
         .trim()
         .split(':')
@@ -672,20 +658,20 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
         .context("no group `disk`")?
         .to_owned();
     for device in t.node_args(Node::A) {
-        lab::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
-        lab::run("chmod", ["0660", &device])?.ok()?;
+        crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
+        crate::run("chmod", ["0660", &device])?.ok()?;
     }
-    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<lab::Run> {
+    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<crate::Run> {
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534"])
             .arg(format!("--groups={disk_gid}"))
             .arg(format!("--inh-caps=-all{caps}"))
             .arg(format!("--ambient-caps=-all{caps}"))
             .arg("--")
-            .arg(lab::PRFENCE)
+            .arg(crate::PRFENCE)
             .args(args)
             .args(t.node_args(Node::A));
-        let run = lab::run_command(&mut cmd)?;
+        let run = crate::run_command(&mut cmd)?;
         println!(
             "  nobody +disk{caps}: prfence {} -> exit {}",
             args.join(" "),

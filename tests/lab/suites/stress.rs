@@ -8,24 +8,23 @@
 //! `LAB_STRESS_FABRIC` (`iscsi`, the default, or `tcm_loop`: one LU, raw_preempts only),
 //! `LAB_STRESS_PREEMPT` (raw_preempts: `both-abort`, the default, `both-plain` or `one-abort`).
 //! With `LAB_KERNEL_SUITE=unstable` the guest runs that suite's newer kernel.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod lab;
-
-use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::Topology;
+use crate::plan::{Kernel, Suite};
+use crate::race::{self, Preempts};
 use anyhow::ensure;
-use lab::Topology;
-use lab::race::{self, Preempts};
 
-fn main() -> ExitCode {
-    // 500 rounds over 8 LUs take about 15 minutes under emulation.
-    lab::main(
-        Duration::from_secs(60 * 60),
-        crate::tests![mutual_fence, raw_preempts],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "stress",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(60 * 60),
+    tests: &[],
+    long: crate::tests![mutual_fence],
+    reproducers: crate::tests![raw_preempts],
+};
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -33,8 +32,8 @@ fn env_or(name: &str, default: &str) -> String {
 
 /// `prfence fence` from both nodes at the same moment, `LAB_STRESS_ROUNDS` times over iSCSI.
 fn mutual_fence() -> anyhow::Result<()> {
-    let rounds = lab::env_count("LAB_STRESS_ROUNDS", 500)?;
-    let luns = lab::env_count("LAB_STRESS_LUNS", 8)?;
+    let rounds = crate::env_count("LAB_STRESS_ROUNDS", 500)?;
+    let luns = crate::env_count("LAB_STRESS_LUNS", 8)?;
     ensure!(
         env_or("LAB_STRESS_FABRIC", "iscsi") == "iscsi",
         "mutual_fence runs over iSCSI: on tcm_loop (Linux 6.1 and 7.2) PREEMPT AND ABORT never completes"
@@ -51,7 +50,7 @@ fn mutual_fence() -> anyhow::Result<()> {
 
 /// Bare PREEMPTs of each other's key from both nodes at once, on one LU.
 fn raw_preempts() -> anyhow::Result<()> {
-    let rounds = lab::env_count("LAB_STRESS_ROUNDS", 500)?;
+    let rounds = crate::env_count("LAB_STRESS_ROUNDS", 500)?;
     let mode = Preempts::parse(&env_or("LAB_STRESS_PREEMPT", "both-abort"))?;
     let fabric = env_or("LAB_STRESS_FABRIC", "iscsi");
     let t = match fabric.as_str() {

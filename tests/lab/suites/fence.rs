@@ -2,43 +2,45 @@
 //! item 6). Every verdict is taken from the target — LIO's configfs PR state and whether a node's
 //! O_DIRECT write is accepted — never from prfence's own report. Run: `cargo test --test lab_fence`
 //! (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::PRFENCE;
+use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::node::{fence, fence_args, hex, prfence, prfence_expect, unfence};
+use crate::plan::{Kernel, Suite};
+use crate::race::{self, assert_sole_survivor};
+use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, ensure};
-use lab::fence_agents::{self, Agent, derived_key, fake_cmapctl};
-use lab::race::{
-    self, PRFENCE, assert_sole_survivor, fence, fence_args, hex, key, other, prfence,
-    prfence_expect, unfence,
-};
-use lab::{Node, Topology, WriteOutcome, Writer};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
 /// Enough LUs for a fan-out behind the arbiter, few enough for TCG.
 const LUNS: usize = 8;
-const RACE_ROUNDS: usize = 20;
+/// Mutual-fence rounds in CI (`LAB_RACE_ROUNDS` overrides it); the long tier's
+/// `stress::mutual_fence` runs the same race 500 times.
+const RACE_ROUNDS: usize = 10;
 
-fn main() -> ExitCode {
-    lab::main_with_package(
-        Duration::from_secs(12 * 60),
-        crate::tests![
-            fence_refuses_every_write_of_the_victim,
-            mutual_fence_race_has_one_survivor,
-            commands_are_idempotent_and_converge_after_a_failure,
-            relogin_orphan_is_purged_by_unfence,
-            multipath_maps_register_and_lose_every_path,
-            fence_pr_and_fence_scsi_side_by_side,
-            fence_pr_versus_fence_scsi_wall_time,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "fence",
+    kernel: Kernel::Host,
+    package: true,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![
+        fence_refuses_every_write_of_the_victim,
+        mutual_fence_race_has_one_survivor,
+        commands_are_idempotent_and_converge_after_a_failure,
+        relogin_orphan_is_purged_by_unfence,
+        multipath_maps_register_and_lose_every_path,
+        fence_pr_and_fence_scsi_side_by_side,
+        fence_pr_versus_fence_scsi_wall_time,
+    ],
+    long: crate::tests![fence_pr_versus_fence_scsi_wall_time_16_luns],
+    reproducers: &[],
+};
 
 /// The `lu` of every LU report whose `ok` is false.
 fn failed_lus(report: &Value) -> Vec<String> {
@@ -64,7 +66,7 @@ fn verdicts(report: &Value) -> Vec<String> {
 #[derive(Debug, PartialEq, Eq)]
 struct LuState {
     registrations: Vec<String>,
-    holder: Option<lab::Holder>,
+    holder: Option<crate::Holder>,
     reservation_type: Option<u8>,
 }
 
@@ -88,7 +90,7 @@ fn snapshot(t: &Topology) -> anyhow::Result<Vec<LuState>> {
 }
 
 fn generations(t: &Topology) -> anyhow::Result<Vec<u32>> {
-    t.lus().iter().map(lab::Lu::generation).collect()
+    t.lus().iter().map(crate::Lu::generation).collect()
 }
 
 /// The LU indexes in arbiter order (by wwid, as prfence sorts them): the first is the arbiter.
@@ -140,12 +142,12 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     let mut last = 0;
     for _ in 0..LUNS + 1 {
         let line = writer.next_line(Duration::from_secs(30))?;
-        last = lab::write_number(&line)
+        last = crate::write_number(&line)
             .with_context(|| format!("node A's writer failed before the fence: {line}"))?;
     }
     writer.signal(Signal::SIGSTOP)?;
     let start = Instant::now();
-    let report = fence(&t, Node::B, 0)?;
+    let (_, report) = fence(&t, Node::B, 0)?;
     let fence_time = start.elapsed();
     ensure!(
         verdicts(&report).iter().all(|v| v == "victim_removed"),
@@ -158,7 +160,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     );
     let b_data = "node B owns this block now";
     for lun in 0..LUNS {
-        let outcome = t.write_block(Node::B, lun, 1, &lab::block_data(b_data));
+        let outcome = t.write_block(Node::B, lun, 1, &crate::block_data(b_data));
         ensure!(
             outcome == WriteOutcome::Accepted,
             "B's write to LUN {lun}: {outcome:?}"
@@ -168,7 +170,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     writer.signal(Signal::SIGCONT)?;
     let mut verdict = writer.next_line(Duration::from_secs(60))?;
     // A write that completed just before the freeze may only be reported now.
-    if lab::write_number(&verdict) == Some(last + 1) {
+    if crate::write_number(&verdict) == Some(last + 1) {
         verdict = writer.next_line(Duration::from_secs(60))?;
     }
     ensure!(
@@ -177,7 +179,7 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     );
     for lun in 0..LUNS {
         for node in Node::BOTH {
-            let text = lab::block_text(&t.read_block(node, lun, 1)?);
+            let text = crate::block_text(&t.read_block(node, lun, 1)?);
             ensure!(
                 text == b_data,
                 "LUN {lun} block 1 read by {} holds {text:?}, not B's data",
@@ -188,19 +190,20 @@ fn fence_refuses_every_write_of_the_victim() -> anyhow::Result<()> {
     assert_sole_survivor(&t, Node::B, 2)?;
 
     // P3: the fenced node asking never re-registers itself.
-    let a = hex(key(Node::A));
+    let a = hex(Node::A.key());
     prfence_expect(&t, Node::A, &["status", "--key", &a], 2)?;
     fence(&t, Node::A, 4)?;
     assert_sole_survivor(&t, Node::B, 3)?;
     Ok(())
 }
 
-/// P2: A and B fence each other at the same moment over 8 LUs, 20 times (`LAB_RACE_ROUNDS` and
-/// `LAB_RACE_LUNS` change that; `lab_stress` runs hundreds): every round exactly one exits 0 and
-/// the other 4, and the target shows that one survivor alone on every LU.
+/// P2: A and B fence each other at the same moment over 8 LUs, [`RACE_ROUNDS`] times
+/// (`LAB_RACE_ROUNDS` and `LAB_RACE_LUNS` change that; `stress::mutual_fence` runs hundreds):
+/// every round exactly one exits 0 and the other 4, and the target shows that one survivor alone
+/// on every LU.
 fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
-    let rounds = lab::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
-    let luns = lab::env_count("LAB_RACE_LUNS", LUNS)?;
+    let rounds = crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
+    let luns = crate::env_count("LAB_RACE_LUNS", LUNS)?;
     let t = Topology::iscsi(luns)?;
     t.settle()?;
     let mut stats = race::mutual_fence(&t, rounds)?;
@@ -217,7 +220,7 @@ fn mutual_fence_race_has_one_survivor() -> anyhow::Result<()> {
 fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> {
     let t = Topology::iscsi(LUNS)?;
     t.settle()?;
-    let (a, b) = (hex(key(Node::A)), hex(key(Node::B)));
+    let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
     for node in Node::BOTH {
         unfence(&t, node)?;
         let first = snapshot(&t)?;
@@ -238,10 +241,10 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         "status changed the target"
     );
 
-    let first = fence(&t, Node::B, 0)?;
+    let (_, first) = fence(&t, Node::B, 0)?;
     ensure!(verdicts(&first).iter().all(|v| v == "victim_removed"));
     let fenced = snapshot(&t)?;
-    let second = fence(&t, Node::B, 0)?;
+    let (_, second) = fence(&t, Node::B, 0)?;
     ensure!(
         verdicts(&second).iter().all(|v| v == "already_fenced"),
         "second fence verdicts {:?}",
@@ -263,7 +266,7 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         failed_lus(&report)
     );
     for lu in t.lus() {
-        let has_a = lu.registrations()?.iter().any(|r| r.key == key(Node::A));
+        let has_a = lu.registrations()?.iter().any(|r| r.key == Node::A.key());
         ensure!(
             has_a == (lu.index != broken),
             "after the partial unfence LU {} has A's key: {has_a}",
@@ -313,7 +316,7 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         failed_lus(&report)
     );
     for lu in t.lus() {
-        let has_a = lu.registrations()?.iter().any(|r| r.key == key(Node::A));
+        let has_a = lu.registrations()?.iter().any(|r| r.key == Node::A.key());
         ensure!(
             has_a == (lu.index == broken),
             "after the partial fence LU {} has A's key: {has_a}",
@@ -321,7 +324,7 @@ fn commands_are_idempotent_and_converge_after_a_failure() -> anyhow::Result<()> 
         );
     }
     dead.restore()?;
-    let report = fence(&t, Node::B, 0)?;
+    let (_, report) = fence(&t, Node::B, 0)?;
     println!("  rerun verdicts: {:?}", verdicts(&report));
     assert_sole_survivor(&t, Node::B, 3)?;
     Ok(())
@@ -422,7 +425,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
     let agent_run = |node: Node, args: &[&str], code: i32| -> anyhow::Result<Value> {
         let mut cmd = Command::new(PRFENCE);
         cmd.args(args).arg("--json").args(&maps[&node.letter()]);
-        let run = lab::run_command(&mut cmd)?;
+        let run = crate::run_command(&mut cmd)?;
         println!(
             "  node {}: prfence {} (maps) -> exit {} in {} ms",
             node.letter(),
@@ -434,7 +437,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         Ok(serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null))
     };
     for node in Node::BOTH {
-        let report = agent_run(node, &["unfence", "--key", &hex(key(node))], 0)?;
+        let report = agent_run(node, &["unfence", "--key", &hex(node.key())], 0)?;
         for lu in report["lus"].as_array().into_iter().flatten() {
             let paths = lu["paths"].as_array().map_or(0, Vec::len);
             ensure!(
@@ -449,7 +452,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         for node in Node::BOTH {
             let mut isids: Vec<&Option<String>> = regs
                 .iter()
-                .filter(|r| r.initiator == t.node(node).initiator && r.key == key(node))
+                .filter(|r| r.initiator == t.node(node).initiator && r.key == node.key())
                 .map(|r| &r.isid)
                 .collect();
             isids.sort();
@@ -463,7 +466,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         }
     }
     for map in &maps[&'A'] {
-        let before = lab::write_to(map, 1, &lab::block_data("node A through its map"));
+        let before = crate::write_to(map, 1, &crate::block_data("node A through its map"));
         ensure!(
             before == WriteOutcome::Accepted,
             "A's write through {} before the fence: {before:?}",
@@ -476,22 +479,22 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
         &[
             "fence",
             "--key",
-            &hex(key(Node::B)),
+            &hex(Node::B.key()),
             "--victim",
-            &hex(key(Node::A)),
+            &hex(Node::A.key()),
         ],
         0,
     )?;
     for lu in t.lus() {
         let regs = lu.registrations()?;
         ensure!(
-            regs.len() == 2 && regs.iter().all(|r| r.key == key(Node::B)),
+            regs.len() == 2 && regs.iter().all(|r| r.key == Node::B.key()),
             "LU {} after B fenced A: {regs:?}",
             lu.index
         );
     }
     for (lun, map) in maps[&'A'].iter().enumerate() {
-        let through_map = lab::write_to(map, 2, &lab::block_data("A after the fence"));
+        let through_map = crate::write_to(map, 2, &crate::block_data("A after the fence"));
         ensure!(
             through_map == WriteOutcome::Refused,
             "A's write through {} after the fence: {through_map:?}",
@@ -503,7 +506,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
             "A's write through its first path to LUN {lun}: {through_path:?}"
         );
     }
-    let b_map = lab::write_to(&maps[&'B'][0], 2, &lab::block_data("B after the fence"));
+    let b_map = crate::write_to(&maps[&'B'][0], 2, &crate::block_data("B after the fence"));
     ensure!(
         b_map == WriteOutcome::Accepted,
         "B's write through its map: {b_map:?}"
@@ -519,7 +522,7 @@ fn agent_expect(
     action: &str,
     target: Node,
     code: i32,
-) -> anyhow::Result<lab::Run> {
+) -> anyhow::Result<crate::Run> {
     fence_agents::expect(which, node, action, target, t.node(node).devices(), code)
 }
 
@@ -542,7 +545,7 @@ fn keys_everywhere(t: &Topology) -> anyhow::Result<Vec<u64>> {
 /// Both agents' `status` of `target`: the same answer, `code`.
 fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
     for which in [Agent::FencePr, Agent::FenceScsi] {
-        agent_expect(t, which, other(target), "status", target, code)?;
+        agent_expect(t, which, target.other(), "status", target, code)?;
     }
     Ok(())
 }
@@ -552,7 +555,7 @@ fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
 /// is fenced by the other, both ways; their `status` agree.
 fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
-    let _key_store = lab::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
     let t = Topology::iscsi(4)?;
     t.settle()?;
     fake_cmapctl()?;
@@ -611,7 +614,7 @@ fn assert_sole_survivor_key(
         );
     }
     for lun in 0..t.lus().len() {
-        let probe = t.write_probe(other(survivor), lun, block);
+        let probe = t.write_probe(survivor.other(), lun, block);
         ensure!(
             probe == WriteOutcome::Refused,
             "fenced node's write to LUN {lun}: {probe:?}"
@@ -620,13 +623,23 @@ fn assert_sole_survivor_key(
     Ok(())
 }
 
-/// Wall time of fence_pr's and fence_scsi's `off` of the same node on the same 16 LUs, each after
-/// both nodes were unfenced (by fence_pr), printed as a ratio (a measurement, never asserted).
+/// Wall time of fence_pr's and fence_scsi's `off` of the same node on the same 4 LUs, each after
+/// both nodes were unfenced (by fence_pr), printed as a ratio (a measurement, never asserted);
+/// each `off` must leave only the fencing node's key. The long tier measures 16 LUs.
 fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
-    const BENCH_LUNS: usize = 16;
+    off_wall_time(4)
+}
+
+/// Long tier: [`fence_pr_versus_fence_scsi_wall_time`] on 16 LUs (fence_scsi's `off` alone takes
+/// 25-60 s there under emulation).
+fn fence_pr_versus_fence_scsi_wall_time_16_luns() -> anyhow::Result<()> {
+    off_wall_time(16)
+}
+
+fn off_wall_time(luns: usize) -> anyhow::Result<()> {
     // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
-    let _key_store = lab::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
-    let t = Topology::iscsi(BENCH_LUNS)?;
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
+    let t = Topology::iscsi(luns)?;
     t.settle()?;
     fake_cmapctl()?;
     let kb = derived_key(Node::B)?;
@@ -640,7 +653,7 @@ fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
         times.push(run.elapsed);
     }
     println!(
-        "  off of one node on {BENCH_LUNS} LUs: fence_pr {} ms, fence_scsi {} ms: fence_scsi takes \
+        "  off of one node on {luns} LUs: fence_pr {} ms, fence_scsi {} ms: fence_scsi takes \
          {:.1}x fence_pr's time",
         times[0].as_millis(),
         times[1].as_millis(),

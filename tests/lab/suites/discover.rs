@@ -1,30 +1,30 @@
 //! Discovery against a real kernel's sysfs, in the lab guest: node A's disks over two iSCSI
 //! sessions, their sg nodes, a dm-multipath map over two paths, a partition. The host has no SCSI
 //! stack, so these are lab tests (one guest boot for the suite), never skipped.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::time::Duration;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology};
 use anyhow::{Context, ensure};
-use lab::{Node, Topology};
 use prfence::discover::{DeviceError, DiscoverError, Discovery, Lu, LuId, PathState, resolve};
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(4 * 60),
-        crate::tests![
-            node_disks_group_into_luns_sorted_by_id,
-            vpd_fallback_matches_the_kernels_wwid,
-            multipath_map_expands_and_reports_a_dead_path,
-            partition_is_refused_with_its_disk_named,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "discover",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(4 * 60),
+    tests: crate::tests![
+        node_disks_group_into_luns_sorted_by_id,
+        vpd_fallback_matches_the_kernels_wwid,
+        multipath_map_expands_and_reports_a_dead_path,
+        partition_is_refused_with_its_disk_named,
+    ],
+    long: &[],
+    reproducers: &[],
+};
 
 fn hctls(lu: &Lu) -> Vec<String> {
     let mut h: Vec<String> = lu.paths.iter().map(|p| p.hctl.clone()).collect();
@@ -164,16 +164,16 @@ fn partition_is_refused_with_its_disk_named() -> anyhow::Result<()> {
     mbr[446..462].copy_from_slice(&[0, 0, 0, 0, 0x83, 0, 0, 0, 0, 0x08, 0, 0, 0, 0x20, 0, 0]);
     mbr[510] = 0x55;
     mbr[511] = 0xaa;
-    let written = lab::write_to(&disk, 0, &{
-        let mut block = vec![0u8; lab::BLOCK_SIZE];
+    let written = crate::write_to(&disk, 0, &{
+        let mut block = vec![0u8; crate::BLOCK_SIZE];
         block[..512].copy_from_slice(&mbr);
         block
     });
     ensure!(
-        matches!(written, lab::WriteOutcome::Accepted),
+        matches!(written, crate::WriteOutcome::Accepted),
         "writing the MBR: {written:?}"
     );
-    lab::run("blockdev", ["--rereadpt", &disk.display().to_string()])?
+    crate::run("blockdev", ["--rereadpt", &disk.display().to_string()])?
         .ok()
         .context("blockdev --rereadpt")?;
     let part = PathBuf::from(format!("{}1", disk.display()));

@@ -7,35 +7,39 @@
 //! `fence_scsi` for the comparison) with `provides=unfencing`, and a counter service
 //! (tests/lab/ocf-counter) with `requires=unfencing` that writes with O_DIRECT. Every verdict comes
 //! from the target (configfs registrations and reservation) and from O_DIRECT writes, never from
-//! Pacemaker's own view. Run: `cargo test --test lab_cluster` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
+//! Pacemaker's own view. Run: `cargo test --test lab -- cluster::` (as root).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::WORK;
+use crate::fence_agents::{CLUSTER, derived_key};
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
-use lab::{Node, Topology, WriteOutcome};
 
 const LUNS: usize = 2;
 const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
-/// The cluster's name; fence_scsi's keys (and fence_pr's, key_value=id) hash it.
-const CLUSTER: &str = "lab";
-/// Where each node's logs stay after the node is gone (emptied when a cluster starts).
-const LOGS: &str = "/run/lab-cluster";
 /// How long the cluster may take to form and start everything under TCG.
 const SETTLE: Duration = Duration::from_secs(300);
-/// Split-brain rounds (`LAB_SPLIT_ROUNDS` overrides it).
-const SPLIT_ROUNDS: usize = 20;
+/// Split-brain rounds in CI (`LAB_SPLIT_ROUNDS` overrides it). Each round proves the same
+/// thing on the target (one survivor, never a split across LUs, the loser's writes refused); the
+/// long tier runs [`LONG_SPLIT_ROUNDS`] of them.
+const SPLIT_ROUNDS: usize = 3;
+/// Split-brain rounds in the long tier (`LAB_SPLIT_ROUNDS` overrides it too): the 20 rounds issue
+/// 11 asked for.
+const LONG_SPLIT_ROUNDS: usize = 20;
 
-fn main() -> std::process::ExitCode {
-    lab::main_with_package(
-        Duration::from_secs(45 * 60),
-        crate::tests![fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "cluster",
+    kernel: Kernel::Host,
+    package: true,
+    budget: Duration::from_secs(45 * 60),
+    tests: crate::tests![fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi],
+    long: crate::tests![fence_pr_cluster_with_twenty_split_brain_rounds],
+    reproducers: &[],
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Agent {
@@ -52,13 +56,6 @@ impl Agent {
     }
 }
 
-fn name(node: Node) -> &'static str {
-    match node {
-        Node::A => "node1",
-        Node::B => "node2",
-    }
-}
-
 fn address(node: Node) -> &'static str {
     match node {
         Node::A => "10.77.0.1",
@@ -66,23 +63,17 @@ fn address(node: Node) -> &'static str {
     }
 }
 
-fn other(node: Node) -> Node {
-    match node {
-        Node::A => Node::B,
-        Node::B => Node::A,
-    }
-}
-
 fn cgroup(node: Node) -> PathBuf {
-    PathBuf::from(format!("/sys/fs/cgroup/lab-{}", name(node)))
+    PathBuf::from(format!("/sys/fs/cgroup/lab-{}", node.cluster_name()))
 }
 
 fn netns(node: Node) -> String {
-    format!("lab-{}", name(node))
+    format!("lab-{}", node.cluster_name())
 }
 
+/// Where `node`'s logs stay after the node is gone (emptied when a cluster starts).
 fn logs(node: Node) -> PathBuf {
-    Path::new(LOGS).join(name(node))
+    Path::new(WORK).join("cluster").join(node.cluster_name())
 }
 
 /// The corosync configuration both nodes use: knet between the veth addresses, no crypto (the
@@ -108,28 +99,26 @@ struct Cluster {
     agent: Agent,
     nodes: [Option<Child>; 2],
     t: Topology,
-}
-
-fn index(node: Node) -> usize {
-    match node {
-        Node::A => 0,
-        Node::B => 1,
-    }
+    /// Dropped last, once the nodes and their namespaces are gone.
+    _installed: Installed,
 }
 
 impl Cluster {
     fn start(agent: Agent) -> anyhow::Result<Self> {
         let t = Topology::iscsi(LUNS)?;
         t.settle()?;
-        install(agent)?;
+        let installed = install(agent)?;
         let mut cluster = Cluster {
             agent,
             nodes: [None, None],
             t,
+            _installed: installed,
         };
         network()?;
-        let _ = std::fs::remove_dir_all(LOGS);
-        std::fs::create_dir_all(LOGS)?;
+        for node in Node::BOTH {
+            let _ = std::fs::remove_dir_all(logs(node));
+            std::fs::create_dir_all(logs(node))?;
+        }
         std::fs::write("/run/lab/corosync.conf", corosync_conf())?;
         let start = Instant::now();
         for node in Node::BOTH {
@@ -138,16 +127,16 @@ impl Cluster {
         cluster.wait_in_node("both nodes online", |c| {
             let xml = c.in_node(Node::B, "crm_mon -1 --output-as=xml")?.stdout;
             Ok(Node::BOTH.iter().all(|&n| {
-                xml.contains(&format!("name=\"{}\"", name(n)))
+                xml.contains(&format!("name=\"{}\"", n.cluster_name()))
                     && xml.split("<node ").any(|e| {
-                        e.contains(&format!("name=\"{}\"", name(n)))
+                        e.contains(&format!("name=\"{}\"", n.cluster_name()))
                             && e.contains("online=\"true\"")
                     })
             }))
         })?;
         println!(
             "  cluster of two nodes online after {}",
-            lab::secs(start.elapsed())
+            crate::secs(start.elapsed())
         );
         if agent == Agent::FencePr {
             cluster.check_installed_agent()?;
@@ -166,7 +155,7 @@ impl Cluster {
         })?;
         println!(
             "  storage-fence registered by both fencers after {}",
-            lab::secs(took)
+            crate::secs(took)
         );
         Ok(cluster)
     }
@@ -202,7 +191,7 @@ impl Cluster {
                 ),
             )?
             .ok()?;
-        let pages = lab::run(
+        let pages = crate::run(
             "sh",
             [
                 "-c",
@@ -253,26 +242,26 @@ impl Cluster {
              --fork --mount-proc bash {SOURCES}/cluster-node.sh {} {} {}",
             group.display(),
             netns(node),
-            name(node),
+            node.cluster_name(),
             logs(node).display(),
             devices.join(" ")
         );
         let child = Command::new("sh")
             .args(["-c", &script])
             .env("LAB_COROSYNC_CONF", "/run/lab/corosync.conf")
-            .env("LAB_PRFENCE", lab::INSTALLED_PRFENCE)
+            .env("LAB_PRFENCE", crate::INSTALLED_PRFENCE)
             .stdin(Stdio::null())
             .spawn()
             .context("starting a cluster node")?;
-        self.nodes[index(node)] = Some(child);
+        self.nodes[node.index()] = Some(child);
         Ok(())
     }
 
     /// The PID (in the guest's root namespace) of `node`'s PID 1.
     fn init_pid(&self, node: Node) -> anyhow::Result<u32> {
-        let child = self.nodes[index(node)]
+        let child = self.nodes[node.index()]
             .as_ref()
-            .with_context(|| format!("{} is not running", name(node)))?;
+            .with_context(|| format!("{} is not running", node.cluster_name()))?;
         let pid = child.id();
         let start = Instant::now();
         loop {
@@ -284,7 +273,7 @@ impl Cluster {
             ensure!(
                 start.elapsed() < Duration::from_secs(30),
                 "{} has no init",
-                name(node)
+                node.cluster_name()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -293,9 +282,9 @@ impl Cluster {
     /// Runs a shell command inside `node`'s namespaces. `-r -w`: the guest runs chrooted into its
     /// overlay, and entering a mount namespace alone would put the command at that namespace's
     /// root (the initramfs); the node's init has the overlay as its root.
-    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<lab::Run> {
+    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<crate::Run> {
         let pid = self.init_pid(node)?.to_string();
-        lab::run(
+        crate::run(
             "nsenter",
             [
                 "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
@@ -337,7 +326,7 @@ impl Cluster {
             }
             if start.elapsed() > limit {
                 self.dump();
-                bail!("no {what} after {}", lab::secs(limit));
+                bail!("no {what} after {}", crate::secs(limit));
             }
             std::thread::sleep(poll);
         }
@@ -373,14 +362,38 @@ impl Cluster {
                     tail.len(),
                     tail.join("\n")
                 );
+                if file == "pacemaker.log" {
+                    // how the fencer took the device (its agent's metadata first), which a
+                    // tail of repeated failures hides
+                    let device: Vec<&str> = text
+                        .lines()
+                        .filter(|l| {
+                            l.contains("pacemaker-fenced")
+                                && ["storage-fence", "metadata", self.agent.name()]
+                                    .iter()
+                                    .any(|w| l.contains(w))
+                        })
+                        .take(20)
+                        .collect();
+                    println!(
+                        "---- {} (the fencer's first {} lines on the device and its agent)\n{}",
+                        path.display(),
+                        device.len(),
+                        device.join("\n")
+                    );
+                }
             }
             if let Ok(run) = self.in_node(node, "cat /run/prfence/status.json") {
-                println!("---- {}'s agent status\n{}", name(node), run.stdout);
+                println!(
+                    "---- {}'s agent status\n{}",
+                    node.cluster_name(),
+                    run.stdout
+                );
             }
             if let Ok(run) = self.in_node(node, "crm_mon -1") {
                 println!(
                     "---- crm_mon -1 on {}\n{}{}",
-                    name(node),
+                    node.cluster_name(),
                     run.stdout,
                     run.stderr
                 );
@@ -397,7 +410,7 @@ impl Cluster {
             ensure!(
                 start.elapsed() < Duration::from_secs(30),
                 "{} never reached {want}",
-                name(node)
+                node.cluster_name()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -412,7 +425,7 @@ impl Cluster {
         }
         let _ = std::fs::write(group.join("cgroup.freeze"), "0");
         std::fs::write(group.join("cgroup.kill"), "1")?;
-        if let Some(mut child) = self.nodes[index(node)].take() {
+        if let Some(mut child) = self.nodes[node.index()].take() {
             child.wait()?;
         }
         let start = Instant::now();
@@ -423,7 +436,7 @@ impl Cluster {
             ensure!(
                 start.elapsed() < Duration::from_secs(30),
                 "{} does not die",
-                name(node)
+                node.cluster_name()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -479,11 +492,11 @@ impl Cluster {
                      iifname \"{dev}\" drop; }}\n chain output {{ type filter hook output \
                      priority 0; oifname \"{dev}\" drop; }}\n}}\n"
                 );
-                let file = format!("/run/lab/split-{}.nft", name(node));
+                let file = format!("/run/lab/split-{}.nft", node.cluster_name());
                 std::fs::write(&file, rules)?;
-                lab::run("ip", ["netns", "exec", &ns, "nft", "-f", &file])?.ok()?;
+                crate::run("ip", ["netns", "exec", &ns, "nft", "-f", &file])?.ok()?;
             } else {
-                lab::run(
+                crate::run(
                     "ip",
                     [
                         "netns",
@@ -512,13 +525,16 @@ impl Cluster {
                 .with_context(|| format!("registration of an unknown initiator {reg:?}"))?;
             keys.push((node, reg.key));
         }
-        keys.sort_by_key(|&(n, k)| (index(n), k));
+        keys.sort_by_key(|&(n, k)| (n.index(), k));
         Ok(keys)
     }
 
     /// True when every LU has exactly `nodes`' registrations, each with its derived key.
     fn registered_exactly(&self, nodes: &[Node]) -> anyhow::Result<bool> {
-        let want: Vec<(Node, u64)> = nodes.iter().map(|&n| (n, derived_key(n))).collect();
+        let want = nodes
+            .iter()
+            .map(|&n| Ok((n, derived_key(n)?)))
+            .collect::<anyhow::Result<Vec<(Node, u64)>>>()?;
         for lun in 0..LUNS {
             if self.keys(lun)? != want {
                 return Ok(false);
@@ -530,7 +546,7 @@ impl Cluster {
     /// What block 0 of the counter's LUN holds: (node name, counter).
     fn counter(&self) -> anyhow::Result<Option<(String, u64)>> {
         let block = self.t.read_block(Node::B, 0, 0)?;
-        let text = lab::block_text(&block);
+        let text = crate::block_text(&block);
         let mut words = text.split_whitespace();
         match (words.next(), words.next().and_then(|n| n.parse().ok())) {
             (Some(who), Some(n)) => Ok(Some((who.to_owned(), n))),
@@ -577,7 +593,7 @@ impl Cluster {
         let who = last.map(|(who, _)| who).unwrap_or_default();
         Node::BOTH
             .into_iter()
-            .find(|&n| name(n) == who)
+            .find(|&n| n.cluster_name() == who)
             .with_context(|| format!("the counter is written by {who:?}"))
     }
 
@@ -591,7 +607,7 @@ impl Cluster {
                 holder.initiator == self.t.node(node).initiator,
                 "LU {} is reserved by {holder:?}, not {}",
                 lu.index,
-                name(node)
+                node.cluster_name()
             );
         }
         Ok(())
@@ -615,23 +631,58 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         for node in Node::BOTH {
             if let Err(e) = self.kill(node) {
-                eprintln!("lab: cannot stop {}: {e:#}", name(node));
+                eprintln!("lab: cannot stop {}: {e:#}", node.cluster_name());
             }
             let _ = std::fs::remove_dir(cgroup(node));
-            let _ = lab::run("ip", ["netns", "del", &netns(node)]);
+            let _ = crate::run("ip", ["netns", "del", &netns(node)]);
         }
     }
+}
+
+/// What a cluster adds to the guest besides its nodes, taken away when dropped: the counter's OCF
+/// agent, and the cgroup2 and `/run/netns` mounts when the cluster made them.
+struct Installed {
+    ocf: PathBuf,
+    cgroup_mounted: bool,
+    netns_mounted: bool,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.ocf.join("counter"));
+        let _ = std::fs::remove_dir(&self.ocf);
+        // `ip netns add` made /run/netns a mount of its own
+        if self.netns_mounted {
+            let _ = crate::run("umount", ["/run/netns"]);
+        }
+        if self.cgroup_mounted {
+            let _ = crate::run("umount", ["/sys/fs/cgroup"]);
+        }
+    }
+}
+
+/// Whether `path` is a mount point.
+fn is_mount(path: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(path))
 }
 
 /// Puts the counter agent where the controller looks for OCF agents and mounts cgroup2 for the
 /// freezer (fence_pr is the package's, installed before the suite ran). The guest's root is a
 /// tmpfs overlay: nothing reaches the host.
-fn install(agent: Agent) -> anyhow::Result<()> {
+fn install(agent: Agent) -> anyhow::Result<Installed> {
     let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
+    let installed = Installed {
+        ocf: ocf.to_path_buf(),
+        cgroup_mounted: !is_mount("/sys/fs/cgroup"),
+        netns_mounted: !is_mount("/run/netns"),
+    };
     std::fs::create_dir_all(ocf)?;
     std::fs::copy(format!("{SOURCES}/ocf-counter"), ocf.join("counter"))?;
-    if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-        lab::run("mount", ["-t", "cgroup2", "none", "/sys/fs/cgroup"])?.ok()?;
+    if installed.cgroup_mounted {
+        crate::run("mount", ["-t", "cgroup2", "none", "/sys/fs/cgroup"])?.ok()?;
     }
     for tool in [
         "corosync",
@@ -643,21 +694,21 @@ fn install(agent: Agent) -> anyhow::Result<()> {
         agent.name(),
     ] {
         ensure!(
-            lab::run("sh", ["-c", &format!("command -v {tool}")])?.code() == 0,
+            crate::run("sh", ["-c", &format!("command -v {tool}")])?.code() == 0,
             "the lab needs {tool} (tests/lab/host-tools.sh installs it)"
         );
     }
-    Ok(())
+    Ok(installed)
 }
 
 /// Two network namespaces joined by a veth pair with addresses that exist only in the guest.
 fn network() -> anyhow::Result<()> {
-    lab::run("modprobe", ["veth"])?.ok()?;
+    crate::run("modprobe", ["veth"])?.ok()?;
     for node in Node::BOTH {
-        let _ = lab::run("ip", ["netns", "del", &netns(node)]);
-        lab::run("ip", ["netns", "add", &netns(node)])?.ok()?;
+        let _ = crate::run("ip", ["netns", "del", &netns(node)]);
+        crate::run("ip", ["netns", "add", &netns(node)])?.ok()?;
     }
-    lab::run(
+    crate::run(
         "ip",
         [
             "link",
@@ -677,7 +728,7 @@ fn network() -> anyhow::Result<()> {
     .ok()?;
     for (node, dev) in [(Node::A, "veth1"), (Node::B, "veth2")] {
         let ns = netns(node);
-        lab::run(
+        crate::run(
             "ip",
             [
                 "-n",
@@ -690,21 +741,10 @@ fn network() -> anyhow::Result<()> {
             ],
         )?
         .ok()?;
-        lab::run("ip", ["-n", &ns, "link", "set", dev, "up"])?.ok()?;
-        lab::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
+        crate::run("ip", ["-n", &ns, "link", "set", dev, "up"])?.ok()?;
+        crate::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
     }
     Ok(())
-}
-
-/// fence_scsi's key for `node` (key_value=id; fence_pr derives the same): the first 4 hex digits
-/// of md5(cluster name), then the node's position in corosync's nodelist as 4 decimal digits.
-/// md5("lab") starts with "5ee7"... computed here with md5sum, independently of both agents.
-fn derived_key(node: Node) -> u64 {
-    let md5 = lab::run("sh", ["-c", &format!("printf {CLUSTER} | md5sum")])
-        .expect("md5sum")
-        .stdout;
-    let text = format!("{}{:04}", &md5[..4], index(node));
-    u64::from_str_radix(&text, 16).expect("hex key")
 }
 
 /// Start-up: Pacemaker unfences both nodes (both keys on every LU, one reservation) and starts
@@ -715,7 +755,7 @@ fn start_up(c: &Cluster) -> anyhow::Result<()> {
     })?;
     println!(
         "  both keys on every LU {} after the configuration",
-        lab::secs(took)
+        crate::secs(took)
     );
     let holders: Vec<_> =
         c.t.lus()
@@ -746,7 +786,7 @@ fn start_up(c: &Cluster) -> anyhow::Result<()> {
 /// cluster's fence agent and starts the counter; the victim thawed has its writes refused; the disk
 /// holds the survivor's data. Returns (detection, fencing, start) times.
 fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> {
-    let (v, s) = (name(victim), name(survivor));
+    let (v, s) = (victim.cluster_name(), survivor.cluster_name());
     c.agents_watching()?;
     let before = c.counter()?.context("no counter before the freeze")?;
     ensure!(before.0 == v, "the counter runs on {}, not {v}", before.0);
@@ -789,7 +829,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
             c.dump();
             bail!(
                 "{s} did not take over within {} (fenced: {fenced:?})",
-                lab::secs(SETTLE)
+                crate::secs(SETTLE)
             );
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -857,7 +897,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         refused > 0,
         "{v} went down {} after the thaw without one write of its counter refused; its writes \
          since the thaw: {since_thaw:?}",
-        lab::secs(down),
+        crate::secs(down),
     );
     let late: Vec<u64> = c
         .counter_log(victim)
@@ -891,7 +931,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         "  {v} thawed: {refused} writes of its counter refused, none accepted; its agent \
          self-fenced, the node down {} after the thaw ({}); its O_DIRECT probes refused on every \
          LU; block 0 holds {later:?}",
-        lab::secs(down),
+        crate::secs(down),
         fenced_line.trim()
     );
     let detection = agent_seen;
@@ -974,18 +1014,20 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
             }
         }
         if let Some(s) = survivor {
-            let l = other(s);
+            let l = s.other();
             ensure!(
                 per_lu.iter().all(|nodes| nodes == &[s]),
                 "round {round}: after {} was fenced the keys changed: {per_lu:?}",
-                name(l)
+                l.cluster_name()
             );
             if loser_down.is_none() && c.is_down(l) {
                 loser_down = Some(now);
             }
             let counter = c.counter()?;
             match (&last_counter, &counter) {
-                (Some((w0, n0)), Some((w1, n1))) if w0 == w1 && w1 == name(s) && n1 > n0 => {
+                (Some((w0, n0)), Some((w1, n1)))
+                    if w0 == w1 && w1 == s.cluster_name() && n1 > n0 =>
+                {
                     moves += 1
                 }
                 (Some((w0, _)), Some((w1, _))) if w0 == w1 => {}
@@ -1004,13 +1046,13 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
             bail!(
                 "round {round}: no end to the split within {} (keys {per_lu:?}, survivor \
                  {survivor:?}, loser down {loser_down:?}, serving {serving:?})",
-                lab::secs(SETTLE)
+                crate::secs(SETTLE)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let (s, l) = survivor
-        .map(|s| (s, other(s)))
+        .map(|s| (s, s.other()))
         .context("the loop ends only with a survivor")?;
     c.reserved_by(s)?;
     for lun in 0..LUNS {
@@ -1018,12 +1060,12 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
         ensure!(
             probe == WriteOutcome::Refused,
             "round {round}: {}'s O_DIRECT write to LUN {lun} after the split: {probe:?}",
-            name(l)
+            l.cluster_name()
         );
     }
     // The loser's counter (if it ran there) wrote nothing the survivor's counter did not
     // overwrite: each of its accepted writes carries a smaller number than the survivor's first.
-    let this_round = |n: Node| c.counter_log(n).split_off(logs_before[index(n)]);
+    let this_round = |n: Node| c.counter_log(n).split_off(logs_before[n.index()]);
     let survivor_first = this_round(s).first().map(|&(n, _)| n);
     let loser_accepted: Vec<u64> = this_round(l)
         .into_iter()
@@ -1034,16 +1076,18 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
         ensure!(
             loser_accepted.iter().all(|&n| n < first),
             "round {round}: {} had writes {loser_accepted:?} accepted, {} started at {first}",
-            name(l),
-            name(s)
+            l.cluster_name(),
+            s.cluster_name()
         );
     }
     let run = c.in_node(s, "crm_mon -1")?;
     ensure!(
-        run.stdout
-            .contains(&format!("(ocf:lab:counter):\t Started {}", name(s))),
+        run.stdout.contains(&format!(
+            "(ocf:lab:counter):\t Started {}",
+            s.cluster_name()
+        )),
         "round {round}: Pacemaker on {} does not run the counter there:\n{}",
-        name(s),
+        s.cluster_name(),
         run.stdout
     );
 
@@ -1052,7 +1096,7 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
     c.kill(l)?;
     c.boot(l)?;
     let rejoined = c.wait(
-        &format!("{}'s key back on every LU", name(l)),
+        &format!("{}'s key back on every LU", l.cluster_name()),
         SETTLE,
         |c| c.registered_exactly(&Node::BOTH),
     )?;
@@ -1066,27 +1110,27 @@ fn split_brain_round(c: &mut Cluster, round: usize) -> anyhow::Result<SplitRound
     })
 }
 
-/// `rounds` split-brain rounds (`LAB_SPLIT_ROUNDS`, default 20); prints each round and a summary.
+/// `rounds` split-brain rounds; prints each round and a summary.
 fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
     let mut wins = [0usize; 2];
     let mut lost_service = 0;
     let mut fenced = Vec::new();
     for round in 1..=rounds {
         let r = split_brain_round(c, round)?;
-        wins[index(r.survivor)] += 1;
+        wins[r.survivor.index()] += 1;
         if r.service_on != r.survivor {
             lost_service += 1;
         }
         println!(
             "  split round {round:2}: counter on {}, {} survived: loser fenced {} after the cut, \
              down {}, counter moving on {} at {}; loser unfenced {} after its restart",
-            name(r.service_on),
-            name(r.survivor),
-            lab::secs(r.fenced),
-            lab::secs(r.loser_down),
-            name(r.survivor),
-            lab::secs(r.serving),
-            lab::secs(r.rejoined)
+            r.service_on.cluster_name(),
+            r.survivor.cluster_name(),
+            crate::secs(r.fenced),
+            crate::secs(r.loser_down),
+            r.survivor.cluster_name(),
+            crate::secs(r.serving),
+            crate::secs(r.rejoined)
         );
         fenced.push(r.fenced);
     }
@@ -1100,35 +1144,35 @@ fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
          running the counter; cut -> loser fenced min {} / median {} / max {}",
         wins[0],
         wins[1],
-        lab::secs(*first),
-        lab::secs(fenced[fenced.len() / 2]),
-        lab::secs(*last)
+        crate::secs(*first),
+        crate::secs(fenced[fenced.len() / 2]),
+        crate::secs(*last)
     );
     Ok(())
 }
 
 fn report(agent: Agent, victim: Node, (detection, fencing, start): Times) {
     let total = detection.unwrap_or_default() + fencing + start;
-    let (v, s) = (name(victim), name(other(victim)));
+    let (v, s) = (victim.cluster_name(), victim.other().cluster_name());
     match detection {
         Some(d) => println!(
             "  {} failover: freeze -> service writing on {s} {} = detection {} (freeze -> \
              {} running on {s}) + fencing {} (-> {v}'s key gone from every LU) + start {} \
              (-> {s}'s first counter block on disk)",
             agent.name(),
-            lab::secs(total),
-            lab::secs(d),
+            crate::secs(total),
+            crate::secs(d),
             agent.name(),
-            lab::secs(fencing),
-            lab::secs(start)
+            crate::secs(fencing),
+            crate::secs(start)
         ),
         None => println!(
             "  {} failover: freeze -> service writing on {s} {}: detection and fencing {} \
              together (the agent's process was not caught running), start {}",
             agent.name(),
-            lab::secs(total),
-            lab::secs(fencing),
-            lab::secs(start)
+            crate::secs(total),
+            crate::secs(fencing),
+            crate::secs(start)
         ),
     }
 }
@@ -1137,10 +1181,21 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}\n")).collect()
 }
 
-/// Start-up, failover, rejoin and split-brain rounds of a fence_pr cluster; then fence_pr is
-/// replaced by fence_scsi in the running cluster (same keys, same key store) and the same failover
-/// is made again.
+/// Start-up, failover, rejoin and [`SPLIT_ROUNDS`] split-brain rounds of a fence_pr cluster;
+/// then fence_pr is replaced by fence_scsi in the running cluster (same keys, same key store) and
+/// the same failover is made again.
 fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Result<()> {
+    cluster_story(crate::env_count("LAB_SPLIT_ROUNDS", SPLIT_ROUNDS)?)
+}
+
+/// Long tier: the same story with [`LONG_SPLIT_ROUNDS`] split-brain rounds (about 45 s each under
+/// emulation). CI runs the story with [`SPLIT_ROUNDS`].
+fn fence_pr_cluster_with_twenty_split_brain_rounds() -> anyhow::Result<()> {
+    cluster_story(crate::env_count("LAB_SPLIT_ROUNDS", LONG_SPLIT_ROUNDS)?)
+}
+
+/// The cluster's story with `split_rounds` split-brain rounds.
+fn cluster_story(split_rounds: usize) -> anyhow::Result<()> {
     let mut c = Cluster::start(Agent::FencePr)?;
     start_up(&c)?;
     let fence_pr_times = failover(&c, Node::A, Node::B)?;
@@ -1157,7 +1212,7 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
     })?;
     println!(
         "  node1 restarted: unfenced by Pacemaker after {}",
-        lab::secs(took)
+        crate::secs(took)
     );
     // Where the counter runs now: Pacemaker 2.1.5 sometimes re-unfences node2 when node1 joins
     // (node2's #node-unfenced attribute is lost as node1's attrd joins), which stops the counter
@@ -1179,7 +1234,7 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
     let new_on_a = c.counter_log(Node::A).len() - attempts_before;
     println!(
         "  after the rejoin the counter runs on {} ({}; restarted node1 made {new_on_a} attempts)",
-        name(runs_on),
+        runs_on.cluster_name(),
         if runs_on == Node::B {
             "it stayed on node2"
         } else {
@@ -1189,11 +1244,11 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
     let run = c.in_node(Node::B, "crm_mon -1")?;
     println!(
         "  rejoin done {} after the restart; crm_mon -1 on node2:\n{}",
-        lab::secs(restart.elapsed()),
+        crate::secs(restart.elapsed()),
         indent(&run.stdout)
     );
 
-    split_brain(&mut c, lab::env_count("LAB_SPLIT_ROUNDS", SPLIT_ROUNDS)?)?;
+    split_brain(&mut c, split_rounds)?;
 
     // fence_scsi in place of fence_pr, as an admin swaps the agent: same resource, same params.
     c.agent = Agent::FenceScsi;
@@ -1219,10 +1274,49 @@ fn fence_pr_cluster_failover_rejoin_split_brain_then_fence_scsi() -> anyhow::Res
     let victim = c.counter_settles()?;
     println!(
         "  fence_pr replaced by fence_scsi; both keys still on every LU; counter on {}",
-        name(victim)
+        victim.cluster_name()
     );
-    let fence_scsi_times = failover(&c, victim, other(victim))?;
+    let fence_scsi_times = failover(&c, victim, victim.other())?;
     report(Agent::FencePr, Node::A, fence_pr_times);
     report(Agent::FenceScsi, victim, fence_scsi_times);
+    corosync_costs(&c);
     Ok(())
+}
+
+/// What each node's corosync cost since it last started: its CPU, and how many IPC clients
+/// connected to it (corosync-cmapctl and corosync-cfgtool runs, fence agents, the node agent,
+/// Pacemaker's daemons and tools). Printed, never asserted: under emulation each client costs
+/// corosync tens of milliseconds of CPU (README, "The lab").
+fn corosync_costs(c: &Cluster) {
+    for node in Node::BOTH {
+        let script = "p=$(pidof corosync) && awk '{print $14 + $15, $22}' /proc/$p/stat && \
+                      cut -d' ' -f1 /proc/uptime && getconf CLK_TCK && \
+                      corosync-cmapctl -m stats stats.ipcs.global";
+        let Ok(run) = c.in_node(node, script) else {
+            continue;
+        };
+        let words: Vec<&str> = run.stdout.split_whitespace().collect();
+        let number = |i: usize| words.get(i).and_then(|w| w.parse::<f64>().ok());
+        let counter = |key: &str| {
+            run.stdout
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or("?")
+                .to_owned()
+        };
+        if let (Some(cpu), Some(started), Some(uptime), Some(hz)) =
+            (number(0), number(1), number(2), number(3))
+        {
+            println!(
+                "  {}'s corosync, up {:.0} s: {:.1} s of CPU, {} IPC clients come and gone, {} \
+                 connected",
+                node.cluster_name(),
+                uptime - started / hz,
+                cpu / hz,
+                counter("stats.ipcs.global.closed"),
+                counter("stats.ipcs.global.active")
+            );
+        }
+    }
 }

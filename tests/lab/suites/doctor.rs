@@ -3,33 +3,33 @@
 //! re-login orphan. Every case checks against the target's configfs (registrations, ISIDs) and
 //! that doctor changed nothing: PRgeneration (`res_pr_generation`) is the same before and after.
 //! Run: `cargo test --test lab_doctor` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::node::unfence;
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology};
 use anyhow::{Context, ensure};
-use lab::{Node, Topology};
 use serde_json::Value;
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(10 * 60),
-        crate::tests![
-            iscsi_ready_after_unfence_not_before,
-            tcm_loop_ready_after_unfence_not_before,
-            no_pr_lun_is_not_ready,
-            multipath_map_with_one_unregistered_path,
-            relogin_orphan_is_found,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "doctor",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(10 * 60),
+    tests: crate::tests![
+        iscsi_ready_after_unfence_not_before,
+        tcm_loop_ready_after_unfence_not_before,
+        no_pr_lun_is_not_ready,
+        multipath_map_with_one_unregistered_path,
+        relogin_orphan_is_found,
+    ],
+    long: &[],
+    reproducers: &[],
+};
 
 const KEY_A: &str = "0xa";
-const KEY_B: &str = "0xb";
 
 fn generations(t: &Topology) -> anyhow::Result<Vec<u32>> {
     t.lus().iter().map(|lu| lu.generation()).collect()
@@ -41,7 +41,7 @@ fn doctor(t: &Topology, key: &str, devices: &[PathBuf], code: i32) -> anyhow::Re
     let before = generations(t)?;
     let mut args: Vec<String> = vec!["doctor".into(), "--key".into(), key.into()];
     args.extend(devices.iter().map(|d| d.display().to_string()));
-    let text = lab::prfence(&args)?;
+    let text = crate::prfence(&args)?;
     println!(
         "$ prfence {}\n{}{}",
         args.join(" "),
@@ -49,7 +49,7 @@ fn doctor(t: &Topology, key: &str, devices: &[PathBuf], code: i32) -> anyhow::Re
         text.stderr
     );
     args.insert(0, "--json".into());
-    let json = lab::prfence(&args)?;
+    let json = crate::prfence(&args)?;
     ensure!(
         text.code() == code && json.code() == code,
         "doctor exited {} (text) and {} (JSON), expected {code}:\n{}{}",
@@ -66,18 +66,6 @@ fn doctor(t: &Topology, key: &str, devices: &[PathBuf], code: i32) -> anyhow::Re
     let value = json.json()?;
     ensure!(value["ready"] == (code == 0), "{value}");
     Ok(value)
-}
-
-fn unfence(t: &Topology, node: Node, key: &str) -> anyhow::Result<()> {
-    let mut args = vec!["unfence".to_string(), "--key".into(), key.into()];
-    args.extend(
-        t.node(node)
-            .devices()
-            .iter()
-            .map(|d| d.display().to_string()),
-    );
-    lab::prfence(&args)?.ok()?;
-    Ok(())
 }
 
 fn isid_value(isid: &str) -> Option<u64> {
@@ -108,20 +96,20 @@ fn iscsi_ready_after_unfence_not_before() -> anyhow::Result<()> {
         ensure!(lu["own_key_registered"] == false, "{lu}");
         ensure!(lu["pr_supported"] == true, "{lu}");
     }
-    unfence(&t, Node::A, KEY_A)?;
-    unfence(&t, Node::B, KEY_B)?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
     let after = doctor(&t, KEY_A, &devices, 0)?;
     ensure!(after["can_fence"] == true, "{after}");
     // --config: the agent's devices and key.value give the same verdict.
     let config = std::env::temp_dir().join("prfence-doctor-agent.toml");
-    let _remove = lab::RemoveOnDrop::new(&config);
+    let _remove = crate::RemoveOnDrop::new(&config);
     let mut toml = format!("mode = \"watch\"\n[key]\nvalue = \"{KEY_A}\"\n");
     for device in &devices {
         toml.push_str(&format!("[[device]]\npath = \"{}\"\n", device.display()));
     }
     std::fs::write(&config, toml)?;
     let before = generations(&t)?;
-    let run = lab::prfence([
+    let run = crate::prfence([
         "--json".as_ref(),
         "doctor".as_ref(),
         "--config".as_ref(),
@@ -179,7 +167,7 @@ fn tcm_loop_ready_after_unfence_not_before() -> anyhow::Result<()> {
     t.settle()?;
     let devices = t.node(Node::A).devices().to_vec();
     doctor(&t, KEY_A, &devices, 1)?;
-    unfence(&t, Node::A, KEY_A)?;
+    unfence(&t, Node::A)?;
     let registered = t.lu(0).registrations()?;
     ensure!(
         registered.iter().any(|r| r.key == 0xa),
@@ -227,8 +215,8 @@ fn multipath_map_with_one_unregistered_path() -> anyhow::Result<()> {
     let map = t.multipath_map("a0", 0, &[&first, &second[0]])?;
     t.settle()?;
     let first_text = first.display().to_string();
-    lab::prfence(["register", "--key", KEY_A, &first_text])?.ok()?;
-    lab::prfence(["reserve", "--key", KEY_A, &first_text])?.ok()?;
+    crate::prfence(["register", "--key", KEY_A, &first_text])?.ok()?;
+    crate::prfence(["reserve", "--key", KEY_A, &first_text])?.ok()?;
     ensure!(t.lu(0).registrations()?.len() == 1);
     let report = doctor(&t, KEY_A, &[map], 1)?;
     let lu = &lus(&report)[0];
@@ -254,7 +242,7 @@ fn multipath_map_with_one_unregistered_path() -> anyhow::Result<()> {
 fn relogin_orphan_is_found() -> anyhow::Result<()> {
     let mut t = Topology::iscsi(1)?;
     t.settle()?;
-    unfence(&t, Node::A, KEY_A)?;
+    unfence(&t, Node::A)?;
     let initiator = t.node(Node::A).initiator.clone();
     let old: Vec<u64> = t
         .lu(0)

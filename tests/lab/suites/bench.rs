@@ -1,33 +1,37 @@
 //! What watching costs: `prfence agent` in watch mode on 256 LUNs at a 1 s interval, next to
 //! fence-agents' `fence_scsi_check` run once a second as the watchdog daemon runs it. Printed,
 //! never asserted (the guest is emulated: absolute figures are inflated, ratios are the point).
-//! Its own suite because the 256-LUN iSCSI topology alone takes about 40 s to build.
-//! Run: `cargo test --test lab_bench` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
+//! The 256-LUN run is in the long tier (`cargo test --test lab -- --ignored bench::`, as root);
+//! CI runs the same jobs and checks on 16 LUNs.
 
 use std::fmt::Write as _;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::WORK;
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology};
 use anyhow::{Context, ensure};
-use lab::{Node, Topology};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use lab::PRFENCE;
-const LUNS: usize = 256;
+use crate::PRFENCE;
+/// The measuring window of each job (CPU per second of it).
 const WINDOW: Duration = Duration::from_secs(15);
+/// CI's run: the same jobs and checks on 16 LUNs, with a shorter window.
+const CI_LUNS: usize = 16;
+const CI_WINDOW: Duration = Duration::from_secs(5);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
-const WORK: &str = "/run/lab-bench";
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(12 * 60),
-        crate::tests![watch_cost_256_luns],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "bench",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![watch_cost_16_luns],
+    long: crate::tests![watch_cost_256_luns],
+    reproducers: &[],
+};
 
 /// CPU time and memory of one measured job.
 struct Cost {
@@ -41,8 +45,20 @@ struct Cost {
     note: String,
 }
 
+/// CI: the benchmark's jobs and checks at a small scale (the agent healthy on every LU,
+/// fence_scsi_check passing, as shipped and reading every LU), [`CI_LUNS`] LUNs and a short window.
+fn watch_cost_16_luns() -> anyhow::Result<()> {
+    watch_cost(CI_LUNS, CI_WINDOW)
+}
+
+/// Long tier: the benchmark proper, 256 LUNs (the topology alone takes 15-40 s to build, the whole
+/// run about 4 minutes under emulation).
 fn watch_cost_256_luns() -> anyhow::Result<()> {
-    let t = Topology::iscsi(LUNS)?;
+    watch_cost(256, WINDOW)
+}
+
+fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
+    let t = Topology::iscsi(luns)?;
     let devices: Vec<String> = t
         .node(Node::A)
         .devices()
@@ -51,30 +67,33 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
         .collect();
     let mut args = vec!["unfence", "--key", "0xa"];
     args.extend(devices.iter().map(String::as_str));
-    let unfence = lab::prfence(&args)?.ok()?;
+    let unfence = crate::prfence(&args)?.ok()?;
     println!(
-        "bench: {LUNS} LUNs set up in {}, node A unfenced on all in {}",
-        lab::secs(t.setup_time()),
-        lab::secs(unfence.elapsed)
+        "bench: {luns} LUNs set up in {}, node A unfenced on all in {}",
+        crate::secs(t.setup_time()),
+        crate::secs(unfence.elapsed)
     );
 
-    let agent = agent_cost(&devices)?;
+    let agent = agent_cost(&devices, window)?;
     // fence_scsi_check as shipped: it passes at the first device that has our key (fence-agents
     // #278), so with the key everywhere each run reads one LU of the 256
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.dev", "/var/run/cluster.key"]);
     std::fs::write("/var/run/cluster.dev", devices.join("\n") + "\n")?;
     std::fs::write("/var/run/cluster.key", "a\n")?;
-    let shipped = fence_scsi_check_cost("as shipped: stops at the first LU holding the key")?;
+    let shipped =
+        fence_scsi_check_cost("as shipped: stops at the first LU holding the key", window)?;
     // the same job as the agent's, reading every LU: the key only on the last one
     let mut args = vec!["unregister", "--key", "0xa"];
-    args.extend(devices[..LUNS - 1].iter().map(String::as_str));
-    lab::prfence(&args)?.ok()?;
-    let every_lu = fence_scsi_check_cost("reading all 256 LUs (key only on the last)")?;
-    let _ = std::fs::remove_file("/var/run/cluster.dev");
-    let _ = std::fs::remove_file("/var/run/cluster.key");
+    args.extend(devices[..luns - 1].iter().map(String::as_str));
+    crate::prfence(&args)?.ok()?;
+    let every_lu = fence_scsi_check_cost(
+        &format!("reading all {luns} LUs (key only on the last)"),
+        window,
+    )?;
 
     let mut report = format!(
-        "bench: watching {LUNS} LUNs at a 1 s interval, {} s window (TCG-emulated guest)\n",
-        WINDOW.as_secs()
+        "bench: watching {luns} LUNs at a 1 s interval, {} s window (TCG-emulated guest)\n",
+        window.as_secs()
     );
     for (name, cost) in [
         ("prfence agent (watch)", &agent),
@@ -121,7 +140,7 @@ impl Cost {
 }
 
 fn clock_ticks() -> anyhow::Result<u64> {
-    let run = lab::run("getconf", ["CLK_TCK"])?.ok()?;
+    let run = crate::run("getconf", ["CLK_TCK"])?.ok()?;
     Ok(run.stdout.trim().parse()?)
 }
 
@@ -150,7 +169,7 @@ fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
         .parse()?)
 }
 
-fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
+fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     std::fs::create_dir_all(WORK)?;
     let mut config =
         String::from("mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"5s\"\n");
@@ -210,11 +229,11 @@ fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
     let warm_up = start.elapsed();
     let ticks = clock_ticks()?;
     let (cpu0, checks0) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
-    std::thread::sleep(WINDOW);
+    std::thread::sleep(window);
     let (cpu1, checks1) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
     let cost = Cost {
         cpu: Duration::from_millis((cpu1 - cpu0) * 1000 / ticks),
-        wall: WINDOW,
+        wall: window,
         runs: checks1 - checks0,
         rss_kib: status_kib(pid, "VmRSS:")?,
         peak_kib: status_kib(pid, "VmHWM:")?,
@@ -222,7 +241,7 @@ fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
             "{} checks of {} LUs in the window (healthy after {})",
             checks1 - checks0,
             devices.len(),
-            lab::secs(warm_up)
+            crate::secs(warm_up)
         ),
     };
     kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
@@ -233,7 +252,7 @@ fn agent_cost(devices: &[String]) -> anyhow::Result<Cost> {
 /// fence_scsi_check started once a second (back to back when a run takes longer), as the
 /// watchdog daemon's test-binary; CPU and peak RSS of everything it ran, from the children's
 /// rusage of a small Python driver (fence_scsi_check is Python too).
-fn fence_scsi_check_cost(what: &str) -> anyhow::Result<Cost> {
+fn fence_scsi_check_cost(what: &str, window: Duration) -> anyhow::Result<Cost> {
     let driver = format!(
         r#"
 import resource, subprocess, time
@@ -251,9 +270,9 @@ while time.monotonic() < end:
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(r.ru_utime + r.ru_stime, r.ru_maxrss, runs, failed, longest, time.monotonic() - begin)
 "#,
-        window = WINDOW.as_secs()
+        window = window.as_secs()
     );
-    let run = lab::run("python3", ["-c", &driver])?.ok()?;
+    let run = crate::run("python3", ["-c", &driver])?.ok()?;
     let fields: Vec<&str> = run.stdout.split_whitespace().collect();
     ensure!(fields.len() == 6, "driver said {:?}", run.stdout);
     let cpu: f64 = fields[0].parse()?;

@@ -5,28 +5,28 @@
 //! `prfence fence` over all LUNs and writes its own data. A wakes up and its next write — the
 //! phantom write — is refused by the target; the disk holds B's data. Run: `cargo test --test
 //! lab_demo` (as root). It drives prfence only, never sg_persist.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::fmt::Display;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, bail, ensure};
-use lab::{Node, Topology, WriteOutcome, Writer};
 use nix::sys::signal::Signal;
 
 const LUNS: usize = 2;
 const KEY_A: &str = "0xa";
 const KEY_B: &str = "0xb";
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(4 * 60),
-        crate::tests![phantom_write_fenced],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "demo",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(4 * 60),
+    tests: crate::tests![phantom_write_fenced],
+    long: &[],
+    reproducers: &[],
+};
 
 /// Prints each event with the time since the demo started.
 #[derive(Clone, Copy)]
@@ -41,8 +41,8 @@ impl Timeline {
     }
 
     /// Runs prfence as `who`, shows the command, its result, timing and output.
-    fn prfence(&self, who: &str, args: &[&str]) -> anyhow::Result<lab::Run> {
-        let run = lab::prfence(args)?;
+    fn prfence(&self, who: &str, args: &[&str]) -> anyhow::Result<crate::Run> {
+        let run = crate::prfence(args)?;
         self.say(
             who,
             format!(
@@ -59,7 +59,7 @@ impl Timeline {
     }
 
     /// [`Timeline::prfence`] with owned arguments (a command over a list of devices).
-    fn prfence_all(&self, who: &str, args: &[String]) -> anyhow::Result<lab::Run> {
+    fn prfence_all(&self, who: &str, args: &[String]) -> anyhow::Result<crate::Run> {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.prfence(who, &args)
     }
@@ -87,7 +87,7 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
         "lab",
         format!(
             "iSCSI target with {LUNS} LUNs ready in {}; node A sees {}, node B sees {}",
-            lab::secs(t.setup_time()),
+            crate::secs(t.setup_time()),
             a_devices.join(" "),
             b_devices.join(" ")
         ),
@@ -178,7 +178,7 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
     );
 
     let b_data = "node B took over: this block is B's";
-    match t.write_block(Node::B, 0, 0, &lab::block_data(b_data)) {
+    match t.write_block(Node::B, 0, 0, &crate::block_data(b_data)) {
         WriteOutcome::Accepted => tl.say("node B", format!("wrote \"{b_data}\" to LUN 0 block 0")),
         other => bail!("node B's write after the fence: {other:?}"),
     }
@@ -187,9 +187,9 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
     tl.say("node A", "THAWED (SIGCONT): its stale write goes out");
     // A write that had completed just before the freeze may only be reported now; any other
     // "wrote" would be a phantom write (the disk check below would see it too).
-    let frozen_at = lab::write_number(&last_write).context("the writer's last line")?;
+    let frozen_at = crate::write_number(&last_write).context("the writer's last line")?;
     let mut verdict = writer.next_line(Duration::from_secs(60))?;
-    if lab::write_number(&verdict) == Some(frozen_at + 1) {
+    if crate::write_number(&verdict) == Some(frozen_at + 1) {
         tl.say("node A", "(that write had completed before the freeze)");
         verdict = writer.next_line(Duration::from_secs(60))?;
     }
@@ -217,7 +217,7 @@ fn phantom_write_fenced() -> anyhow::Result<()> {
     );
 
     for node in Node::BOTH {
-        let text = lab::block_text(&t.read_block(node, 0, 0)?);
+        let text = crate::block_text(&t.read_block(node, 0, 0)?);
         ensure!(
             text == b_data,
             "node {} reads {text:?} from LUN 0 block 0, not B's data",

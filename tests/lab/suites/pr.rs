@@ -5,37 +5,37 @@
 //! the target lets a node read or write (the O_DIRECT probes), never prfence's own output. For the
 //! read commands, prfence's decoded JSON is also compared with sg_persist's report of the same
 //! state. Run: `cargo test --test lab_pr` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::time::Duration;
 
 use std::collections::BTreeMap;
-use std::process::ExitCode;
 
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
-use lab::{Node, Topology, WriteOutcome};
 use serde_json::Value;
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(8 * 60),
-        crate::tests![
-            register_and_key_changes_tcm_loop,
-            register_and_key_changes_iscsi,
-            register_options_iscsi,
-            every_type_access_and_ownership_tcm_loop,
-            every_type_access_and_ownership_iscsi,
-            clear_and_preempt_tcm_loop,
-            clear_and_preempt_and_abort_iscsi,
-            register_and_move_tcm_loop,
-            register_and_move_iscsi,
-            no_pr_lun_is_not_supported,
-            sixteen_luns_in_argument_order,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "pr",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(8 * 60),
+    tests: crate::tests![
+        register_and_key_changes_tcm_loop,
+        register_and_key_changes_iscsi,
+        register_options_iscsi,
+        every_type_access_and_ownership_tcm_loop,
+        every_type_access_and_ownership_iscsi,
+        clear_and_preempt_tcm_loop,
+        clear_and_preempt_and_abort_iscsi,
+        register_and_move_tcm_loop,
+        register_and_move_iscsi,
+        no_pr_lun_is_not_supported,
+        sixteen_luns_in_argument_order,
+    ],
+    long: &[],
+    reproducers: &[],
+};
 
 /// The six reservation types: SPC code and prfence's name.
 const TYPES: [(u8, &str); 6] = [
@@ -83,7 +83,7 @@ fn dev(t: &Topology, node: Node, lun: usize) -> String {
 fn prfence(args: &[&str]) -> anyhow::Result<(i32, Vec<Value>)> {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let run = lab::prfence(&all)?;
+    let run = crate::prfence(&all)?;
     let parsed = run.json()?;
     let Value::Array(results) = parsed else {
         bail!("`{}` printed {parsed}, not an array", run.command);
@@ -147,7 +147,7 @@ fn unit_attentions(result: &Value) -> Vec<String> {
 // sg_persist (sg3_utils): an independent reader of the same state
 
 fn sg_persist(flag: &str, device: &str) -> anyhow::Result<String> {
-    Ok(lab::run("sg_persist", ["-n", flag, device])?.ok()?.stdout)
+    Ok(crate::run("sg_persist", ["-n", flag, device])?.ok()?.stdout)
 }
 
 /// "  PR generation=0x2, …" → 2

@@ -2,25 +2,23 @@
 //! middle of a fence, a victim that keeps re-registering, and prfence run with CAP_SYS_RAWIO as
 //! its only privilege. Every verdict is the target's (LIO's configfs PR state, O_DIRECT writes);
 //! each test prints its measured time to verdict. Run: `cargo test --test lab_faults` (as root).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod lab;
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::node::{self, hex, prfence_expect, unfence};
+use crate::plan::{Kernel, Suite};
+use crate::{Node, Topology, WriteOutcome};
+use crate::{PRFENCE, WORK};
 use anyhow::{Context, ensure};
-use lab::race::{PRFENCE, hex, key, prfence_expect, unfence};
-use lab::{Node, Topology, WriteOutcome};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 
 /// Where each test keeps its commands' output, configs and hook stamps (tmpfs; teardown leaves it).
-const WORK: &str = "/run/lab-faults";
 /// `--timeout` given to every prfence command here: each SCSI command's bound.
 const COMMAND_TIMEOUT_S: u64 = 2;
 /// `--deadline` given to `fence`: the bound of the whole fence.
@@ -38,20 +36,23 @@ const AGENT_GRACE_MS: u64 = 6000;
 /// The agent's exit status after self-fencing.
 const FENCED_EXIT: i32 = 86;
 
-fn main() -> ExitCode {
-    lab::main(
-        Duration::from_secs(12 * 60),
-        crate::tests![
-            hung_path_every_entry_point_ends_within_its_budget,
-            reregistering_victim_is_never_reported_fenced,
-            path_lost_mid_fence_then_rerun_converges,
-            lu_removed_mid_fence_then_rerun_converges,
-            target_restart_forgets_or_keeps_pr_state,
-            unit_attention_storm_during_fence_and_watch,
-            only_cap_sys_rawio_is_needed,
-        ],
-    )
-}
+pub const SUITE: Suite = Suite {
+    name: "faults",
+    kernel: Kernel::Host,
+    package: false,
+    budget: Duration::from_secs(12 * 60),
+    tests: crate::tests![
+        hung_path_every_entry_point_ends_within_its_budget,
+        reregistering_victim_is_never_reported_fenced,
+        path_lost_mid_fence_then_rerun_converges,
+        lu_removed_mid_fence_then_rerun_converges,
+        target_restart_forgets_or_keeps_pr_state,
+        unit_attention_storm_during_fence_and_watch,
+        only_cap_sys_rawio_is_needed,
+    ],
+    long: &[],
+    reproducers: &[],
+};
 
 // ----- processes with a bound -----
 
@@ -94,18 +95,18 @@ impl Finished {
     fn describe(&self) -> String {
         let printed = self
             .printed
-            .map(|p| format!(", report printed after {}", lab::secs(p)))
+            .map(|p| format!(", report printed after {}", crate::secs(p)))
             .unwrap_or_default();
         match self.code {
             Some(code) => format!(
                 "{}: exit {code} after {}{printed}",
                 self.name,
-                lab::secs(self.elapsed)
+                crate::secs(self.elapsed)
             ),
             None => format!(
                 "{}: still running after {} (killed){printed}",
                 self.name,
-                lab::secs(self.elapsed)
+                crate::secs(self.elapsed)
             ),
         }
     }
@@ -116,8 +117,8 @@ impl Finished {
             self.code.is_some() && self.verdict_after() <= budget + SLACK,
             "{} (budget {} + {} slack)\nstdout: {}\nstderr: {}",
             self.describe(),
-            lab::secs(budget),
-            lab::secs(SLACK),
+            crate::secs(budget),
+            crate::secs(SLACK),
             self.stdout.trim(),
             tail(&self.stderr)
         );
@@ -233,22 +234,15 @@ fn prfence_cmd(args: &[&str], devices: &[PathBuf]) -> Command {
 
 /// `prfence fence` by `node` (its key, the other's as victim) with this suite's bounds.
 fn fence_cmd(t: &Topology, node: Node) -> Command {
-    let timeout = COMMAND_TIMEOUT_S.to_string();
-    let deadline = FENCE_DEADLINE_S.to_string();
-    prfence_cmd(
-        &[
-            "fence",
-            "--key",
-            &hex(key(node)),
-            "--victim",
-            &hex(key(lab::race::other(node))),
-            "--timeout",
-            &timeout,
-            "--deadline",
-            &deadline,
-        ],
-        t.node(node).devices(),
-    )
+    let mut args = node::fence_args(node);
+    args.extend([
+        "--timeout".into(),
+        COMMAND_TIMEOUT_S.to_string(),
+        "--deadline".into(),
+        FENCE_DEADLINE_S.to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    node::command(t, node, &args)
 }
 
 fn fence_budget() -> Duration {
@@ -320,14 +314,14 @@ fn nothing_reported_fenced_that_is_not(
         let verdict = lu["verdict"].as_str().unwrap_or("?").to_owned();
         if says_fenced(lu) {
             ensure!(
-                !report_keys(lu).contains(&key(victim)),
+                !report_keys(lu).contains(&victim.key()),
                 "LU {index} reported {verdict} with the victim's key in its own read-back: {lu}"
             );
             let on_target = keys_on(t, index)?;
             ensure!(
-                !on_target.contains(&key(victim)),
+                !on_target.contains(&victim.key()),
                 "LU {index} reported {verdict}, but the target still has key {:#x}: {on_target:x?}",
-                key(victim)
+                victim.key()
             );
         }
         verdicts.push((index, verdict));
@@ -338,7 +332,7 @@ fn nothing_reported_fenced_that_is_not(
 
 /// The victim's O_DIRECT writes are refused and the survivor's accepted on LUs `luns`.
 fn writes_judged(t: &Topology, survivor: Node, luns: &[usize]) -> anyhow::Result<()> {
-    let victim = lab::race::other(survivor);
+    let victim = survivor.other();
     for &lun in luns {
         let refused = t.write_probe(victim, lun, 2);
         ensure!(
@@ -370,7 +364,7 @@ fn wait_until(
         ensure!(
             start.elapsed() < within,
             "{what}: not within {}",
-            lab::secs(within)
+            crate::secs(within)
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -424,16 +418,16 @@ struct Softdog;
 impl Softdog {
     fn load() -> anyhow::Result<Softdog> {
         if Path::new("/sys/module/softdog").exists() {
-            lab::run("rmmod", ["softdog"])?.ok()?;
+            crate::run("rmmod", ["softdog"])?.ok()?;
         }
         let margin = format!("soft_margin={WATCHDOG_TIMEOUT_S}");
-        lab::run("modprobe", ["softdog", "soft_noboot=1", &margin])?.ok()?;
+        crate::run("modprobe", ["softdog", "soft_noboot=1", &margin])?.ok()?;
         Ok(Softdog)
     }
 
     /// When softdog expired, in seconds of the kernel log's clock.
     fn expiries() -> anyhow::Result<Vec<f64>> {
-        let log = lab::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
+        let log = crate::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
         Ok(log
             .lines()
             .filter(|line| line.contains(SOFTDOG_EXPIRED))
@@ -447,7 +441,7 @@ impl Softdog {
 
 impl Drop for Softdog {
     fn drop(&mut self) {
-        let _ = lab::run("rmmod", ["softdog"]);
+        let _ = crate::run("rmmod", ["softdog"]);
     }
 }
 
@@ -537,7 +531,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "agent-watch-b",
         &mut agent_cmd(
             "agent-watch-b",
-            &watch_config(&b_devices, key(Node::B), Some(&hook), true),
+            &watch_config(&b_devices, Node::B.key(), Some(&hook), true),
             false,
         )?,
     )?;
@@ -557,13 +551,13 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     )?;
     let monitor = Started::spawn(
         "monitor-b",
-        &mut fence_pr_monitor(&t, Node::B, key(Node::B))?,
+        &mut fence_pr_monitor(&t, Node::B, Node::B.key())?,
     )?;
     let once = Started::spawn(
         "agent-once-b",
         &mut agent_cmd(
             "agent-once-b",
-            &watch_config(&b_devices, key(Node::B), None, false),
+            &watch_config(&b_devices, Node::B.key(), None, false),
             true,
         )?,
     )?;
@@ -597,7 +591,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
         ensure!(
-            keys == [key(Node::A)],
+            keys == [Node::A.key()],
             "LU {lun}: after A's fence the target has keys {keys:x?}"
         );
     }
@@ -607,7 +601,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let refused = t.write_probe(Node::B, 0, 2);
     println!(
         "path released; B's first write {refused:?} after {}",
-        lab::secs(released.elapsed())
+        crate::secs(released.elapsed())
     );
     ensure!(
         refused == WriteOutcome::Refused,
@@ -619,15 +613,15 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "hung path, time to verdict (exit): A's fence {} ({}) | B: prfence keys {} ({}) | \
          fence_pr monitor ({}) | agent --once {} ({}) | running agent: exit {:?}, self-fence \
          hook {} after the hang",
-        lab::secs(fence.verdict_after()),
-        lab::secs(fence.elapsed),
-        lab::secs(keys.verdict_after()),
-        lab::secs(keys.elapsed),
-        lab::secs(monitor.elapsed),
-        lab::secs(once.verdict_after()),
-        lab::secs(once.elapsed),
+        crate::secs(fence.verdict_after()),
+        crate::secs(fence.elapsed),
+        crate::secs(keys.verdict_after()),
+        crate::secs(keys.elapsed),
+        crate::secs(monitor.elapsed),
+        crate::secs(once.verdict_after()),
+        crate::secs(once.elapsed),
         watch.code,
-        self_fenced_after.map_or("never ran".to_owned(), lab::secs),
+        self_fenced_after.map_or("never ran".to_owned(), crate::secs),
     );
     println!(
         "softdog ({WATCHDOG_TIMEOUT_S} s): first expiry {} after the hang",
@@ -673,8 +667,8 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         _ => failures.push(format!(
             "running agent: self-fence hook {:?} after the hang (budget {} + {} slack), {}\n{}",
             self_fenced_after,
-            lab::secs(watch_budget),
-            lab::secs(SLACK),
+            crate::secs(watch_budget),
+            crate::secs(SLACK),
             watch.describe(),
             tail(&watch.stderr)
         )),
@@ -700,7 +694,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
     let script = format!(
         "while :; do for d in \"$@\"; do sg_persist -n --out --register-ignore \
          --param-sark={:#x} \"$d\" >/dev/null 2>&1; done; done",
-        key(Node::B)
+        Node::B.key()
     );
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &script, "reregister"])
@@ -721,7 +715,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
             let generation = t.lu(index).generation()?;
             if says_fenced(lu) {
                 ensure!(
-                    !report_keys(lu).contains(&key(Node::B)),
+                    !report_keys(lu).contains(&Node::B.key()),
                     "round {round}: LU {index} reported {verdict} with B's key in its read-back"
                 );
                 let reported = lu["generation"].as_u64().context("no generation")?;
@@ -733,7 +727,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
                     .lu(index)
                     .registrations()?
                     .iter()
-                    .filter(|r| r.key == key(Node::B))
+                    .filter(|r| r.key == Node::B.key())
                     .map(|r| u64::from(r.generation) + 1)
                     .min();
                 ensure!(
@@ -772,7 +766,7 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
     // What the target lets a victim do that registered again after a fence: WERO admits the
     // writes of every registrant (printed: SPC's rule, not prfence's).
     for lun in 0..t.lus().len() {
-        if keys_on(&t, lun)?.contains(&key(Node::B)) {
+        if keys_on(&t, lun)?.contains(&Node::B.key()) {
             println!(
                 "  LU {lun}: B registered again after the fences; its write: {:?}",
                 t.write_probe(Node::B, lun, 4)
@@ -787,19 +781,19 @@ fn reregistering_victim_is_never_reported_fenced() -> anyhow::Result<()> {
         &[
             "fence",
             "--key",
-            &hex(key(Node::A)),
+            &hex(Node::A.key()),
             "--victim",
-            &hex(key(Node::B)),
+            &hex(Node::B.key()),
         ],
         0,
     )?;
     println!(
         "after B stopped, fence converged in {}",
-        lab::secs(start.elapsed())
+        crate::secs(start.elapsed())
     );
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
-        ensure!(keys == [key(Node::A)], "LU {lun}: keys {keys:x?}");
+        ensure!(keys == [Node::A.key()], "LU {lun}: keys {keys:x?}");
     }
     writes_judged(&t, Node::A, &[0, 1, 2, 3])
 }
@@ -820,7 +814,7 @@ fn fence_past_the_arbiter(t: &Topology, name: &str) -> anyhow::Result<(Started, 
     let arbiter = arbiter_first(t)[0];
     let fence = Started::spawn(name, &mut fence_cmd(t, Node::A))?;
     let took = wait_until(fence_budget(), "B's key gone from the arbiter", || {
-        Ok(!keys_on(t, arbiter)?.contains(&key(Node::B)))
+        Ok(!keys_on(t, arbiter)?.contains(&Node::B.key()))
     })?;
     Ok((fence, took))
 }
@@ -841,7 +835,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     let (fence, logout, arbiter_after) = std::thread::scope(|scope| {
         let logout = scope.spawn(|| t.logout(Node::A).map(|()| started.elapsed()));
         let arbiter_after = wait_until(fence_budget(), "B's key gone from the arbiter", || {
-            Ok(!keys_on(&t, arbiter)?.contains(&key(Node::B)))
+            Ok(!keys_on(&t, arbiter)?.contains(&Node::B.key()))
         })
         .ok();
         let fence = fence.finish(fence_budget() + SLACK + Duration::from_secs(5));
@@ -864,10 +858,10 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     println!(
         "A's session logged out during its fence (arbiter fenced at {:?}, session gone at {}): \
          fence exit {:?} after {}: {verdicts:?}",
-        arbiter_after.map(lab::secs),
-        lab::secs(logout_done),
+        arbiter_after.map(crate::secs),
+        crate::secs(logout_done),
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
     ensure!(
         verdicts.len() == MID_FENCE_LUNS,
@@ -889,7 +883,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     println!(
         "after the re-login, fence: exit {:?} in {}: {verdicts:?}",
         direct.code,
-        lab::secs(direct.elapsed)
+        crate::secs(direct.elapsed)
     );
     if direct.code != Some(0) {
         ensure!(
@@ -908,7 +902,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         .map(|lun| keys_on(&t, lun))
         .collect::<anyhow::Result<_>>()?;
     ensure!(
-        before.iter().all(|keys| !keys.contains(&key(Node::B))),
+        before.iter().all(|keys| !keys.contains(&Node::B.key())),
         "B's key left after the re-run: {before:x?}"
     );
     let again = Started::spawn("fence-again", &mut fence_cmd(&t, Node::A))?
@@ -924,8 +918,8 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     writes_judged(&t, Node::A, &(0..MID_FENCE_LUNS).collect::<Vec<_>>())?;
     println!(
         "path lost mid-fence: re-run after re-login converged in {}, third run {}",
-        lab::secs(rerun.elapsed),
-        lab::secs(again.elapsed)
+        crate::secs(rerun.elapsed),
+        crate::secs(again.elapsed)
     );
     Ok(())
 }
@@ -952,10 +946,10 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     println!(
         "LU {removed} removed {} into the fence (arbiter done at {}): exit {:?} after {}: \
          {verdicts:?}",
-        lab::secs(removed_at),
-        lab::secs(arbiter_after),
+        crate::secs(removed_at),
+        crate::secs(arbiter_after),
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
     ensure!(
         verdicts.len() == MID_FENCE_LUNS,
@@ -977,7 +971,7 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         let keys: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
             .map(|lun| keys_on(&t, lun))
             .collect::<anyhow::Result<_>>()?;
-        println!("  {run}: {verdicts:?} in {}", lab::secs(rerun.elapsed));
+        println!("  {run}: {verdicts:?} in {}", crate::secs(rerun.elapsed));
         if let Some(previous) = &previous {
             ensure!(
                 previous == &keys,
@@ -993,7 +987,7 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
 fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
     let timeout = COMMAND_TIMEOUT_S.to_string();
     let deadline = FENCE_DEADLINE_S.to_string();
-    let a = hex(key(Node::A));
+    let a = hex(Node::A.key());
     let devices = t.node(Node::A).devices();
     let status = Started::spawn(
         &format!("status-{label}"),
@@ -1015,7 +1009,7 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
         &format!("once-{label}"),
         &mut agent_cmd(
             &format!("once-{label}"),
-            &watch_config(devices, key(Node::A), None, false),
+            &watch_config(devices, Node::A.key(), None, false),
             true,
         )?,
     )?
@@ -1026,7 +1020,7 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
         "  after the restart ({label}): status exit {:?} in {}, agent --once exit {:?} ({}) in \
          {}, fence exit {:?} in {}",
         status.code,
-        lab::secs(status.elapsed),
+        crate::secs(status.elapsed),
         once.code,
         once.report()["state"]
             .as_str()
@@ -1040,9 +1034,9 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
             )
             .collect::<Vec<_>>()
             .join("; "),
-        lab::secs(once.elapsed),
+        crate::secs(once.elapsed),
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
     Ok([status, once, fence])
 }
@@ -1062,7 +1056,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     t.restart_target(false)?;
     println!(
         "target restarted without APTPL; sessions back in {}",
-        lab::secs(start.elapsed())
+        crate::secs(start.elapsed())
     );
     for lun in 0..2 {
         ensure!(
@@ -1091,7 +1085,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     unfence(&t, Node::A)?;
     unfence(&t, Node::B)?;
     for node in Node::BOTH {
-        let k = hex(key(node));
+        let k = hex(node.key());
         prfence_expect(
             &t,
             node,
@@ -1106,7 +1100,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     t.restart_target(true)?;
     println!(
         "target restarted with APTPL; sessions back in {}",
-        lab::secs(start.elapsed())
+        crate::secs(start.elapsed())
     );
     let after: Vec<Vec<u64>> = (0..2)
         .map(|l| keys_on(&t, l))
@@ -1130,7 +1124,7 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     fence.expect(0, fence_budget())?;
     for lun in 0..2 {
         ensure!(
-            keys_on(&t, lun)? == [key(Node::A)],
+            keys_on(&t, lun)? == [Node::A.key()],
             "LU {lun}: {:x?}",
             keys_on(&t, lun)?
         );
@@ -1193,7 +1187,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
         "UA storm: fence exit {:?} after {} with {during_fence} LU resets under way: {verdicts:?}; \
          notes: {notes:?}",
         fence.code,
-        lab::secs(fence.elapsed)
+        crate::secs(fence.elapsed)
     );
 
     let hook = PathBuf::from(format!("{WORK}/hook-storm"));
@@ -1202,7 +1196,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
         "agent-storm",
         &mut agent_cmd(
             "agent-storm",
-            &watch_config(t.node(Node::A).devices(), key(Node::A), Some(&hook), false),
+            &watch_config(t.node(Node::A).devices(), Node::A.key(), Some(&hook), false),
             false,
         )?,
     )?;
@@ -1226,8 +1220,8 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
     println!(
         "UA storm: A's agent healthy after {}, then watched {} with {during_watch} LU resets: \
          states {states:?}",
-        lab::secs(healthy_after),
-        lab::secs(WATCHED)
+        crate::secs(healthy_after),
+        crate::secs(WATCHED)
     );
     ensure!(
         !exited && !hook.exists() && !states.contains("fenced"),
@@ -1247,7 +1241,7 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
     for lun in 0..t.lus().len() {
         let keys = keys_on(&t, lun)?;
         ensure!(
-            keys.contains(&key(Node::A)) && !keys.contains(&key(Node::B)),
+            keys.contains(&Node::A.key()) && !keys.contains(&Node::B.key()),
             "LU {lun}: keys {keys:x?} after the storm"
         );
     }
@@ -1263,7 +1257,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
     t.settle()?;
     // The guest has no udev: devtmpfs leaves the nodes root:root 0600. Give A's the group and
     // mode udev's default rules give a disk (root:disk 0660).
-    let disk_gid = lab::run("getent", ["group", "disk"])?.ok()?.stdout;
+    let disk_gid = crate::run("getent", ["group", "disk"])?.ok()?.stdout;
     let disk_gid = disk_gid
         .trim()
         .split(':')
@@ -1272,11 +1266,11 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
         .to_owned();
     for device in t.node(Node::A).devices() {
         let device = device.display().to_string();
-        lab::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
-        lab::run("chmod", ["0660", &device])?.ok()?;
+        crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
+        crate::run("chmod", ["0660", &device])?.ok()?;
     }
     let as_nobody =
-        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<lab::Run> {
+        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<crate::Run> {
             let mut cmd = Command::new("setpriv");
             cmd.args(["--reuid=65534", "--regid=65534"]);
             if group {
@@ -1293,7 +1287,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
                 .arg(PRFENCE)
                 .args(args)
                 .args(t.node(node).devices());
-            let run = lab::run_command(&mut cmd)?;
+            let run = crate::run_command(&mut cmd)?;
             println!(
                 "  nobody{}{}: prfence {} -> exit {} in {} ms",
                 if group { " +disk" } else { "" },
@@ -1304,7 +1298,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
             );
             Ok(run)
         };
-    let (a, b) = (hex(key(Node::A)), hex(key(Node::B)));
+    let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
 
     // Without the capability: refused, named, and nothing changes on the target.
     for args in [vec!["keys"], vec!["unfence", "--key", &a]] {
@@ -1340,7 +1334,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
     for lun in 0..2 {
         let seen = report_keys(&report[lun]);
         ensure!(
-            seen.len() == 2 && keys_on(&t, lun)? == [key(Node::A), key(Node::B)],
+            seen.len() == 2 && keys_on(&t, lun)? == [Node::A.key(), Node::B.key()],
             "LU {lun}: keys read {seen:x?}, on the target {:x?}",
             keys_on(&t, lun)?
         );
@@ -1348,7 +1342,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
     as_nobody(true, true, &["fence", "--key", &a, "--victim", &b], Node::A)?.ok()?;
     for lun in 0..2 {
         ensure!(
-            keys_on(&t, lun)? == [key(Node::A)],
+            keys_on(&t, lun)? == [Node::A.key()],
             "LU {lun}: after the unprivileged fence the target has {:x?}",
             keys_on(&t, lun)?
         );

@@ -1,0 +1,175 @@
+//! What a lab run runs: the suites, their tests and tiers, the guests they need, and the
+//! selection the command line makes (libtest's arguments, so `cargo test` and its filters work).
+
+use std::time::Duration;
+
+/// A lab test: builds its own topology (dropping it tears it down) and returns an error or panics
+/// to fail. It must leave nothing behind: the next test (of any suite) runs in the same guest.
+pub type TestFn = fn() -> anyhow::Result<()>;
+
+/// One test of a suite.
+#[derive(Clone, Copy)]
+pub struct Test {
+    pub name: &'static str,
+    pub run: TestFn,
+}
+
+/// `crate::tests![a, b]`: the tests `a` and `b` (functions of the calling module) by their names.
+#[macro_export]
+macro_rules! tests {
+    ($($name:ident),* $(,)?) => {
+        &[$($crate::plan::Test { name: stringify!($name), run: $name }),*]
+    };
+}
+
+/// Which kernel a suite's guest boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// The kernel package of the host's own Debian release (Debian 12: Linux 6.1).
+    Host,
+    /// The newest kernel of another Debian suite (e.g. `unstable`), for a suite that needs a
+    /// newer kernel than the host's release carries (nvmet's reservations came with 6.13).
+    Suite(&'static str),
+}
+
+/// A lab suite: tests that prove one part of prfence on a target, run one after the other in a
+/// guest shared with every other suite that boots the same kernel.
+pub struct Suite {
+    /// Its name, the first part of its tests' names (`fence::mutual_fence_race_has_one_survivor`).
+    pub name: &'static str,
+    pub kernel: Kernel,
+    /// The guest installs the .deb built around the binary under test before this suite runs:
+    /// the suite tests prfence as an admin installs it (`/usr/sbin/prfence`, the `fence_pr` link
+    /// where pacemaker-fenced looks for agents, the man pages).
+    pub package: bool,
+    /// How long the suite may run in its guest (about three times its usual time under
+    /// emulation); past it the guest is stopped and the suite fails. `LAB_TIMEOUT` (seconds)
+    /// overrides it.
+    pub budget: Duration,
+    /// The tests `cargo test` runs (CI's tier).
+    pub tests: &'static [Test],
+    /// The long tier: run only when asked for (`-- --ignored`, libtest's ignored tests), never
+    /// in CI. Each says in its documentation what it runs longer and which CI test keeps a case.
+    pub long: &'static [Test],
+    /// Reproducers of a target's known bug (README, "Target notes"): expected to fail on an
+    /// affected kernel, so never part of a tier; ignored tests that run only when a filter names
+    /// them (`-- --ignored stress::raw_preempts`).
+    pub reproducers: &'static [Test],
+}
+
+/// A test picked to run, with its suite.
+#[derive(Clone, Copy)]
+pub struct Picked {
+    pub suite: &'static Suite,
+    pub test: Test,
+}
+
+impl Picked {
+    /// `suite::test`, the name filters match and results are reported under.
+    pub fn name(&self) -> String {
+        format!("{}::{}", self.suite.name, self.test.name)
+    }
+}
+
+/// The command line, as libtest takes it (`cargo test --test lab -- ARGS`).
+#[derive(Debug, Default)]
+pub struct Args {
+    pub filters: Vec<String>,
+    pub skip: Vec<String>,
+    pub exact: bool,
+    pub list: bool,
+    /// `--ignored`: the long tier only.
+    pub ignored: bool,
+    /// `--include-ignored`: both tiers.
+    pub include_ignored: bool,
+}
+
+impl Args {
+    /// Parses libtest's arguments. Options the lab has no use for (`--nocapture`,
+    /// `--test-threads N`, `--color WHEN`, `-q`…) are accepted and ignored, their values too.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Args {
+        let mut parsed = Args::default();
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--exact" => parsed.exact = true,
+                "--list" => parsed.list = true,
+                "--ignored" => parsed.ignored = true,
+                "--include-ignored" => parsed.include_ignored = true,
+                "--skip" => parsed.skip.extend(args.next()),
+                "--test-threads" | "--color" | "--format" | "--logfile" | "-Z" => {
+                    let _ = args.next();
+                }
+                _ if arg.starts_with('-') => {}
+                _ => parsed.filters.push(arg),
+            }
+        }
+        parsed
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        let hit = |f: &String| {
+            if self.exact {
+                name == f
+            } else {
+                name.contains(f.as_str())
+            }
+        };
+        (self.filters.is_empty() || self.filters.iter().any(hit)) && !self.skip.iter().any(hit)
+    }
+
+    /// The tests these arguments select, in `suites` order: CI's tier unless `--ignored` (the
+    /// long tier only) or `--include-ignored` (both); and how many of those tiers' tests the
+    /// filters left out.
+    pub fn select(&self, suites: &'static [Suite]) -> (Vec<Picked>, usize) {
+        let mut picked = Vec::new();
+        let mut filtered = 0;
+        for suite in suites {
+            let ci = suite.tests.iter().filter(|_| !self.ignored);
+            let long = suite
+                .long
+                .iter()
+                .filter(|_| self.ignored || self.include_ignored);
+            let reproducers = suite
+                .reproducers
+                .iter()
+                .filter(|_| (self.ignored || self.include_ignored) && !self.filters.is_empty());
+            for &test in ci.chain(long).chain(reproducers) {
+                let pick = Picked { suite, test };
+                if self.matches(&pick.name()) {
+                    picked.push(pick);
+                } else {
+                    filtered += 1;
+                }
+            }
+        }
+        (picked, filtered)
+    }
+
+    /// `--list` in libtest's format (`name: test`), which cargo-nextest reads too: every test,
+    /// or with `--ignored` the ignored ones (the long tier and the reproducers).
+    pub fn print_list(&self, suites: &'static [Suite]) {
+        for suite in suites {
+            let ci = suite.tests.iter().filter(|_| !self.ignored);
+            for test in ci.chain(suite.long).chain(suite.reproducers) {
+                let pick = Picked { suite, test: *test };
+                if self.matches(&pick.name()) {
+                    println!("{}: test", pick.name());
+                }
+            }
+        }
+    }
+}
+
+/// The test named `name` (`suite::test`, either tier).
+pub fn find(suites: &'static [Suite], name: &str) -> Option<Picked> {
+    let (suite_name, test_name) = name.split_once("::")?;
+    let suite = suites.iter().find(|s| s.name == suite_name)?;
+    let test = suite
+        .tests
+        .iter()
+        .chain(suite.long)
+        .chain(suite.reproducers)
+        .find(|t| t.name == test_name)?;
+    Some(Picked { suite, test: *test })
+}

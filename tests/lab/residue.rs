@@ -1,0 +1,222 @@
+//! What a test leaves behind in the guest. Suites share a guest, so a test must leave it as it
+//! found it: the runner takes a [`Snapshot`] before each test and compares it with the guest after
+//! the test and its teardown. Anything new that is still there (a process, a mount, a file under
+//! /run, a block device, an iSCSI session, a target object, a cgroup, an nftables table) fails the
+//! test; leftover processes are killed so that they cannot disturb the next one.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long processes a test stopped may take to be gone (reaped, their namespaces torn down).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The places a test can leave state in, each as a set of lines.
+#[derive(PartialEq, Eq)]
+pub struct Snapshot {
+    processes: BTreeSet<Process>,
+    things: BTreeSet<String>,
+}
+
+/// A user-space process: its pid and command line.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Process {
+    pid: i32,
+    cmdline: String,
+}
+
+impl Snapshot {
+    pub fn take() -> Snapshot {
+        Snapshot {
+            processes: processes(),
+            things: things(),
+        }
+    }
+
+    /// What is in the guest now and was not in `self`: Ok when nothing, else the list (and
+    /// the leftover processes are killed).
+    pub fn compare(&self) -> Result<(), String> {
+        let start = Instant::now();
+        let (new_processes, new_things) = loop {
+            let new_processes: Vec<Process> =
+                processes().difference(&self.processes).cloned().collect();
+            let new_things: Vec<String> = things().difference(&self.things).cloned().collect();
+            if (new_processes.is_empty() && new_things.is_empty()) || start.elapsed() > SETTLE {
+                break (new_processes, new_things);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        if new_processes.is_empty() && new_things.is_empty() {
+            return Ok(());
+        }
+        let mut left: Vec<String> = new_processes
+            .iter()
+            .map(|p| format!("process {} ({}), now killed", p.pid, p.cmdline))
+            .collect();
+        left.extend(new_things);
+        for p in &new_processes {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        Err(format!(
+            "the test left this behind in the guest (the next test would find it):\n  {}",
+            left.join("\n  ")
+        ))
+    }
+}
+
+/// Every live user-space process but this one (kernel threads are children of kthreadd, pid 2;
+/// zombies hold nothing).
+fn processes() -> BTreeSet<Process> {
+    let me = std::process::id().to_string();
+    let mut all = BTreeSet::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<i32>() else {
+            continue;
+        };
+        if name == me || pid == 1 {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'
+        let mut after = stat
+            .rsplit_once(')')
+            .map_or("", |(_, a)| a)
+            .split_whitespace();
+        let (state, ppid) = (after.next().unwrap_or(""), after.next().unwrap_or(""));
+        if state == "Z" || ppid == "2" || ppid == "0" {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        all.insert(Process {
+            pid,
+            cmdline: cmdline.join(" "),
+        });
+    }
+    all
+}
+
+/// Mounts, files under /run and the target's state directories, block devices, iSCSI sessions,
+/// LIO's and nvmet's configfs objects, cgroups and nftables tables, one line each. What a tool
+/// or a module makes once, on first use, and keeps (a directory, iscsiadm's lock file, a fabric's
+/// own configfs attributes) is not a test's state.
+fn things() -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mounts.lines() {
+        // "id parent major:minor root mount-point options … - fstype source super-options"
+        let point = line.split_whitespace().nth(4).unwrap_or("");
+        let fstype = line
+            .split_once(" - ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .unwrap_or("");
+        all.insert(format!("mount {point} ({fstype})"));
+    }
+    for dir in [
+        "/run",
+        "/etc/iscsi",
+        "/var/target/pr",
+        "/usr/lib/ocf/resource.d",
+    ] {
+        files(Path::new(dir), 4, &mut all);
+    }
+    written(Path::new(UPPER), Path::new("/"), &mut all);
+    for (dir, what) in [
+        ("/sys/block", "block device"),
+        ("/sys/class/iscsi_session", "iSCSI session"),
+        ("/sys/kernel/config/nvmet/subsystems", "nvmet subsystem"),
+        ("/sys/kernel/config/nvmet/ports", "nvmet port"),
+        ("/sys/kernel/config/nvmet/hosts", "nvmet host"),
+    ] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            all.insert(format!("{what} {}", entry.path().display()));
+        }
+    }
+    // LIO's objects as teardown knows them: targets (iqn., naa. names) and backstores (HBAs)
+    for (dir, what) in [
+        ("/sys/kernel/config/target/iscsi", "LIO iSCSI target"),
+        ("/sys/kernel/config/target/loopback", "LIO loopback target"),
+        ("/sys/kernel/config/target/core", "LIO backstore"),
+        ("/sys/fs/cgroup", "cgroup"),
+    ] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let object = match what {
+                "LIO backstore" => name != "alua",
+                "cgroup" => true,
+                _ => name.contains('.'),
+            };
+            if object && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                all.insert(format!("{what} {}", entry.path().display()));
+            }
+        }
+    }
+    if Path::new("/sys/module/nf_tables").exists()
+        && let Ok(out) = std::process::Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+    {
+        for table in String::from_utf8_lossy(&out.stdout).lines() {
+            all.insert(format!("nftables {table}"));
+        }
+    }
+    all
+}
+
+/// Every file (not directory) under `dir`, `depth` levels deep (symlinks not followed; the lock
+/// files tools keep, `*.lock` and /run/lock, left out).
+fn files(dir: &Path, depth: usize, all: &mut BTreeSet<String>) {
+    if dir == Path::new("/run/lock") || dir == Path::new(UPPER) {
+        return;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if depth > 1 {
+                files(&path, depth - 1, all);
+            }
+        } else if path.extension().is_none_or(|e| e != "lock") {
+            all.insert(format!("file {}", path.display()));
+        }
+    }
+}
+
+/// The guest's writes to its root (the host's, read-only): the overlay's upper layer, which the
+/// guest's init shows here.
+const UPPER: &str = "/run/lab-upper";
+
+/// Every file the guest wrote to its root, as the path it has there and when it was last written
+/// (a file written again is new).
+fn written(upper: &Path, shown: &Path, all: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(upper).into_iter().flatten().flatten() {
+        let path = shown.join(entry.file_name());
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        if meta.is_dir() {
+            written(&entry.path(), &path, all);
+        } else {
+            let at = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            all.insert(format!(
+                "file {} (written at {}.{:09})",
+                path.display(),
+                at.as_secs(),
+                at.subsec_nanos()
+            ));
+        }
+    }
+}

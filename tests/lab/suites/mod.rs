@@ -1,0 +1,35 @@
+//! The lab suites, one module each. A suite is a [`Suite`] constant named `SUITE`; [`ALL`] is
+//! the order they run in: the suites on the host release's kernel share one guest (those that
+//! test the installed package last, so that the others run without it), then the suites on a
+//! newer Debian suite's kernel share another.
+
+use crate::plan::Suite;
+
+pub mod agent;
+mod bench;
+mod cluster;
+mod demo;
+mod discover;
+mod doctor;
+mod faults;
+mod fence;
+mod nvme;
+mod pr;
+mod stress;
+mod topology;
+
+/// Every suite, in the order they run.
+pub const ALL: &[Suite] = &[
+    topology::SUITE,
+    demo::SUITE,
+    pr::SUITE,
+    discover::SUITE,
+    doctor::SUITE,
+    faults::SUITE,
+    agent::SUITE,
+    bench::SUITE,
+    stress::SUITE,
+    fence::SUITE,
+    cluster::SUITE,
+    nvme::SUITE,
+];
