@@ -5,7 +5,9 @@
 //!   LUs until V is explicitly unfenced. A write admitted *before* the preemption whose data
 //!   lands after the fence returned is LIO's documented in-flight case: counted, not a violation.
 //! - P2: never two nodes that have each reported the other fenced; at the end, never the LUs of
-//!   a mutual fence split between the two (each present where the other is gone).
+//!   a mutual fence split between the two (each present where the other is gone), unless a
+//!   third node's fence of one of them that reported failure left the split (it is rerun until
+//!   it converges, P4).
 //! - P3: a key removed by a successful fence is never registered again on any of its LUs until
 //!   its node is explicitly unfenced (the REGISTER that brings it back is named).
 //! - P4: fencing a node that is already fenced succeeds and changes nothing on the target.
@@ -269,6 +271,43 @@ impl Checker {
 
     /// Whether `node` ran an unfence that was still running at log index `since`, or started
     /// after it.
+    /// Whether `victim`'s key was removed from `lu` by a node other than the two of `pair`, in a
+    /// fence of `victim` that ended without success.
+    fn left_by_a_third_nodes_failed_fence(
+        &self,
+        world: &World,
+        pair: (usize, usize),
+        lu: usize,
+        victim: usize,
+    ) -> bool {
+        let log = world.log();
+        let key = world.key(victim);
+        let failed_fencers: Vec<usize> = log
+            .iter()
+            .filter_map(|e| match e {
+                SimEvent::OpEnd {
+                    node,
+                    op: Op::Fence { victim: v } | Op::Refence { victim: v },
+                    outcome,
+                    ..
+                } if *v == victim
+                    && *outcome != Outcome::Success
+                    && *node != pair.0
+                    && *node != pair.1 =>
+                {
+                    Some(*node)
+                }
+                _ => None,
+            })
+            .collect();
+        log.iter().any(|e| {
+            matches!(e, SimEvent::Command { node, lu: l, removed, .. }
+                if *l == lu
+                    && failed_fencers.contains(node)
+                    && removed.contains(&key))
+        })
+    }
+
     fn unfenced_since(&self, world: &World, node: usize, since: usize) -> bool {
         self.unfences.iter().any(|&(n, start)| {
             n == node && (start > since || !self.ended_before(world, start, since))
@@ -487,6 +526,14 @@ impl Checker {
                 .filter(kept)
                 .find(|&l| cluster.has(l, kb) && !cluster.has(l, ka));
             if let (Some(la), Some(lb)) = (a_only, b_only) {
+                // A third node's fence of one of them that did not succeed may have removed it
+                // from some LUs only: that fence reported failure and is rerun until it converges
+                // (P4). The split is then that fence's unfinished work, not the pair's.
+                if self.left_by_a_third_nodes_failed_fence(world, (a, b), lb, a)
+                    || self.left_by_a_third_nodes_failed_fence(world, (a, b), la, b)
+                {
+                    continue;
+                }
                 broken.push(format!(
                     "n{a} and n{b} fenced each other and both survived on different LUs: n{a} \
                      alone on LU{la}, n{b} alone on LU{lb}"

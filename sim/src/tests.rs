@@ -217,6 +217,39 @@ mod regressions {
         assert_ne!(ends(&run, 0), [Outcome::Success]);
     }
 
+    /// Not a split brain (the long run's seed 1065735, nvmet): n2 and n3 fence each other and
+    /// n0 fences n2 at the same time. n2 removes n3 from LU0-LU2 and learns it was fenced; n0
+    /// removes n2 from LU0, LU2 and LU3 but not LU1 (n0 holds LU1, where nvmet's PREEMPT only
+    /// changes the type) and reports failure. At the end n2 is alone on LU1 and n3 on LU3, but
+    /// both were told they are fenced, and n0's fence is rerun until it converges (P4).
+    #[test]
+    fn a_third_nodes_failed_fence_is_not_a_split_of_the_pair() {
+        let run = replay(
+            "nvmet nodes=4 lus=4 paths=2 n0:fence(n1)@1100ms n2:fence(n3)@0ms n2:fence(n1)@1000ms n3:fence(n2)@1000ms n0:fence(n2)@1000ms writer:n1 writer:n3 ppm=-1972,1751,1191,-1179 faults",
+            &[
+                0, 0, 2, 2, 0, 2, 2, 4, 2, 2, 0, 2, 2, 0, 2, 2, 0, 2, 2, 0, 2, 2, 0, 2, 0, 0, 1, 1,
+                0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 2, 1, 0, 2,
+                2, 0, 3, 3, 0, 2, 2, 0, 2, 2, 0, 2, 3, 3, 0, 2, 0, 2, 2, 0, 2, 2, 0, 2, 1, 0, 1, 1,
+                0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 3, 4, 2, 0, 4, 0, 4, 0, 1, 0, 1, 0, 3, 0, 3, 3, 3, 0, 4, 3, 0, 4, 0, 4, 0, 6,
+                0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 6, 0, 1, 0, 5, 5, 0, 5, 5, 0, 5, 5, 0, 5, 5, 0, 5,
+                5, 0, 5, 5, 2, 5, 5, 0, 5, 0, 0, 4, 0, 4, 0, 4, 0, 1, 0, 3, 0, 3, 0, 3, 0, 3, 0, 3,
+                4, 3, 0, 3, 3, 1, 3, 2, 0, 2, 0, 2, 1, 2, 0, 3, 3, 0, 3, 0, 3, 0, 3, 0, 3, 0, 5, 0,
+                5, 0, 0, 5, 0, 5, 0, 5, 0, 3, 0, 5, 4, 0, 5, 0, 5,
+            ],
+        );
+        assert_eq!(
+            ends(&run, 2),
+            [Outcome::ThisNodeFenced, Outcome::ThisNodeFenced]
+        );
+        assert_eq!(ends(&run, 3), [Outcome::ThisNodeFenced]);
+        assert!(
+            ends(&run, 0).contains(&Outcome::Failure),
+            "{:?}",
+            ends(&run, 0)
+        );
+    }
+
     /// P4: a second fence of a fenced node sent REGISTER AND IGNORE EXISTING KEY to every
     /// follower before the fix.
     #[test]
