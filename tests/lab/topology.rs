@@ -634,6 +634,42 @@ impl Topology {
         Ok(HungPath { released: false })
     }
 
+    /// Delays node `node`'s iSCSI requests to its own portal by `delay` (netem on the loopback
+    /// device, only packets to that portal), until the guard is dropped: every command of that
+    /// path reaches the target `delay` late, in order, and is answered. Keep `delay` under
+    /// open-iscsi's NOP-Out timeout (5 s), or the session is dropped. Needs
+    /// [`Topology::iscsi_second_portal`] and node B.
+    pub fn delay_path(&self, node: Node, delay: Duration) -> anyhow::Result<DelayedPath> {
+        ensure!(
+            node == Node::B && self.portal_b != PORTAL,
+            "only node B of an iscsi_second_portal topology has a path of its own to delay"
+        );
+        let (address, port) = self
+            .portal_b
+            .split_once(':')
+            .context("portal without a port")?;
+        for module in ["sch_prio", "sch_netem", "cls_u32"] {
+            run("modprobe", [module])?.ok()?;
+        }
+        let delay_ms = format!("{}ms", delay.as_millis());
+        // Every other packet goes to band 2 (priomap all 1), never through the netem band.
+        let script = [
+            "qdisc add dev lo root handle 1: prio bands 3 priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"
+                .to_owned(),
+            format!("qdisc add dev lo parent 1:3 handle 30: netem delay {delay_ms} limit 100000"),
+            format!(
+                "filter add dev lo parent 1: protocol ip prio 1 u32 match ip dst {address}/32 \
+                 match ip dport {port} 0xffff flowid 1:3"
+            ),
+        ];
+        let guard = DelayedPath { released: false };
+        for line in script {
+            let args: Vec<&str> = line.split_whitespace().collect();
+            run("tc", args)?.ok()?;
+        }
+        Ok(guard)
+    }
+
     /// Removes LUN `lun` from the target as an admin would: unmapped from both nodes' ACLs and
     /// its port unlinked (configfs). The LU's backstore and PR state stay; the initiators' disks
     /// stay until they notice (LOGICAL UNIT NOT SUPPORTED).
@@ -705,7 +741,9 @@ impl Topology {
 
     /// Logs node `node` in a second time, through another open-iscsi iface with the same
     /// initiator name: a second I_T nexus (same IQN, another ISID), i.e. a second path to every
-    /// LU for dm-multipath. Returns that session's disks in LUN order.
+    /// LU for dm-multipath. A node with a portal of its own ([`Topology::iscsi_second_portal`])
+    /// logs in through the first portal, so this path stays when its own is hung or delayed.
+    /// Returns that session's disks in LUN order.
     pub fn second_session(&self, node: Node) -> anyhow::Result<Vec<PathBuf>> {
         ensure!(
             self.kind != Kind::TcmLoop,
@@ -714,8 +752,8 @@ impl Topology {
         let iface = second_iface(node);
         new_iface(&iface, &iscsi_initiator(node))?;
         let target = format!("{IQN}:target");
+        let portal = PORTAL;
         for action in ["new", "login"] {
-            let portal = self.portal(node);
             let mut args = vec!["-m", "node", "-T", &target, "-p", portal, "-I", &iface];
             if action == "new" {
                 args.extend(["-o", "new"]);
@@ -894,6 +932,33 @@ fn new_iface(iface: &str, initiator: &str) -> anyhow::Result<()> {
         initiator,
     ];
     run("iscsiadm", update)?.ok()?;
+    Ok(())
+}
+
+/// A path delayed by [`Topology::delay_path`]; dropping it takes the delay away.
+pub struct DelayedPath {
+    released: bool,
+}
+
+impl DelayedPath {
+    pub fn release(mut self) -> anyhow::Result<()> {
+        self.released = true;
+        release_delay()
+    }
+}
+
+impl Drop for DelayedPath {
+    fn drop(&mut self) {
+        if !self.released
+            && let Err(e) = release_delay()
+        {
+            eprintln!("lab: {e:#}");
+        }
+    }
+}
+
+fn release_delay() -> anyhow::Result<()> {
+    run("tc", ["qdisc", "del", "dev", "lo", "root"])?.ok()?;
     Ok(())
 }
 
@@ -1292,6 +1357,14 @@ pub fn teardown_all() -> anyhow::Result<()> {
     if Path::new("/sys/module/nf_tables").exists()
         && run("nft", ["list", "table", "ip", HANG_TABLE]).is_ok_and(|r| r.code() == 0)
         && let Err(e) = release_hang()
+    {
+        errors.push(e.to_string());
+    }
+    // and so would a delayed one: the netem qdisc on lo, if a test left it
+    if Path::new("/sys/module/sch_netem").exists()
+        && run("tc", ["qdisc", "show", "dev", "lo"])
+            .is_ok_and(|r| r.code() == 0 && r.stdout.contains("netem"))
+        && let Err(e) = release_delay()
     {
         errors.push(e.to_string());
     }

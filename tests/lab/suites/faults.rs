@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::node::{self, hex, prfence_expect, unfence};
 use crate::plan::{Kernel, Suite};
-use crate::{Node, Topology, WriteOutcome};
+use crate::{Node, Topology, WriteOutcome, block_data, write_to};
 use crate::{PRFENCE, WORK};
 use anyhow::{Context, ensure};
 use nix::sys::signal::{Signal, killpg};
@@ -49,6 +49,7 @@ pub const SUITE: Suite = Suite {
         target_restart_forgets_or_keeps_pr_state,
         unit_attention_storm_during_fence_and_watch,
         only_cap_sys_rawio_is_needed,
+        a_slow_fencer_never_undoes_a_third_nodes_fence,
     ],
     long: &[],
     reproducers: &[],
@@ -1348,4 +1349,154 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
         );
     }
     writes_judged(&t, Node::A, &[0, 1])
+}
+
+/// Issue 19's window on the real target, with three initiators. B fences A and wins the arbiter,
+/// but its commands to the other LUs are delayed (netem, [`SLOW_FENCER_DELAY`]); meanwhile C
+/// fences B and returns. B's late fan-out must not bring B back: from C's success on, B's key is
+/// on no LU (P3), every write B issues is refused (P1), and B's fence ends "this node was fenced"
+/// (exit 4). Before the fix, B's first follower command was REGISTER AND IGNORE EXISTING KEY.
+fn a_slow_fencer_never_undoes_a_third_nodes_fence() -> anyhow::Result<()> {
+    const LUNS: usize = 4;
+    let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
+    let c = "0xc";
+    let t = Topology::iscsi_second_portal(LUNS)?;
+    t.settle()?;
+    // B's second session goes through the first portal: its path to the arbiter, never delayed.
+    let b_first_portal = t.second_session(Node::B)?;
+    let c_devices = t.third_initiator()?;
+    unfence(&t, Node::A)?; // A holds every LU
+    let b_own = t.node(Node::B).devices().to_vec();
+    let b_all: Vec<PathBuf> = b_own.iter().chain(&b_first_portal).cloned().collect();
+    expect_exit(&mut prfence_cmd(&["unfence", "--key", &b], &b_all), 0)?;
+    expect_exit(&mut prfence_cmd(&["unfence", "--key", c], &c_devices), 0)?;
+    let order = arbiter_first(&t);
+    let (arbiter, followers) = (order[0], &order[1..]);
+    let mut b_devices = vec![b_first_portal[arbiter].clone()];
+    b_devices.extend(followers.iter().map(|&f| b_own[f].clone()));
+
+    let delayed = t.delay_path(Node::B, SLOW_FENCER_DELAY)?;
+    let bounds = ["--tie-break", "0", "--timeout", "30", "--deadline", "60"];
+    let mut args = vec!["fence", "--key", &b, "--victim", &a];
+    args.extend(bounds);
+    let mut b_fence = Started::spawn("fence-by-b", &mut prfence_cmd(&args, &b_devices))?;
+    let b_won = wait_until(
+        Duration::from_secs(20),
+        "A's key gone from the arbiter",
+        || Ok(!keys_on(&t, arbiter)?.contains(&Node::A.key())),
+    )?;
+    let mut args = vec!["fence", "--key", c, "--victim", &b];
+    args.extend(bounds);
+    let c_fence = Started::spawn("fence-by-c", &mut prfence_cmd(&args, &c_devices))?
+        .finish(Duration::from_secs(70))?;
+    c_fence.expect(0, Duration::from_secs(60))?;
+    let c_returned = Instant::now();
+    // The window is open only while B's delayed commands have not reached the other LUs: B
+    // preempts A there first, so A's key still on each of them says they have not.
+    for &lun in followers {
+        ensure!(
+            keys_on(&t, lun)?.contains(&Node::A.key()),
+            "the window was missed: B's delayed commands reached LU {lun} before C's fence \
+             returned ({} after B won the arbiter, B's path delayed {}); raise the delay",
+            crate::secs(b_won + c_fence.elapsed),
+            crate::secs(SLOW_FENCER_DELAY)
+        );
+    }
+    for lun in 0..LUNS {
+        let keys = keys_on(&t, lun)?;
+        ensure!(
+            !keys.contains(&Node::B.key()),
+            "LU {lun}: C's fence of B returned 0, the target has keys {keys:x?}"
+        );
+    }
+    println!(
+        "B won the arbiter {} after its start; C's fence of B returned 0 {} later, with B's \
+         commands to the other {} LUs still on their way ({} each)",
+        crate::secs(b_won),
+        crate::secs(c_fence.elapsed),
+        followers.len(),
+        crate::secs(SLOW_FENCER_DELAY)
+    );
+
+    // B writes to every other LU through its delayed path now: each write reaches the target
+    // after B's own delayed commands. Meanwhile the target is read until B's fence ends.
+    let (writes, back) = std::thread::scope(|scope| -> anyhow::Result<_> {
+        let writers: Vec<_> = followers
+            .iter()
+            .map(|&lun| {
+                let device = b_own[lun].clone();
+                let data = block_data(&format!("B, after C fenced it, to LU {lun}"));
+                scope.spawn(move || (lun, write_to(&device, 7, &data)))
+            })
+            .collect();
+        let mut back = None;
+        while b_fence.poll(Duration::from_secs(90))?.is_none() {
+            for lun in 0..LUNS {
+                if back.is_none() && keys_on(&t, lun)?.contains(&Node::B.key()) {
+                    back = Some((lun, c_returned.elapsed()));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let writes: Vec<(usize, WriteOutcome)> = writers
+            .into_iter()
+            .map(|w| w.join().map_err(|_| anyhow::anyhow!("a writer panicked")))
+            .collect::<Result<_, _>>()?;
+        Ok((writes, back))
+    })?;
+    let b_fence = b_fence.finish(Duration::from_secs(90))?;
+    delayed.release()?;
+    if let Some((lun, after)) = back {
+        anyhow::bail!(
+            "B's key was registered again on LU {lun} {} after C's fence of B returned \
+             (P3)\n{}",
+            crate::secs(after),
+            b_fence.stdout.trim()
+        );
+    }
+    for (lun, outcome) in &writes {
+        ensure!(
+            *outcome == WriteOutcome::Refused,
+            "LU {lun}: B's write issued after C's fence of B returned: {outcome:?} (P1)"
+        );
+    }
+    b_fence.expect(4, Duration::from_secs(60))?;
+    for lun in 0..LUNS {
+        let keys = keys_on(&t, lun)?;
+        ensure!(
+            !keys.contains(&Node::B.key()),
+            "LU {lun}: after B's fence ended the target has keys {keys:x?}"
+        );
+        let probe = write_to(&b_first_portal[lun], 7, &block_data("B, at the end"));
+        ensure!(
+            probe == WriteOutcome::Refused,
+            "LU {lun}: B's write through its other session: {probe:?}"
+        );
+    }
+    println!(
+        "B's {} writes after C's fence refused; B's key on no LU at any read until B's fence \
+         ended: exit 4, {} after it started",
+        writes.len(),
+        crate::secs(b_fence.elapsed)
+    );
+    Ok(())
+}
+
+/// How late node B's commands through its own portal reach the target in
+/// [`a_slow_fencer_never_undoes_a_third_nodes_fence`]: long enough for C's whole fence, short of
+/// open-iscsi's NOP-Out timeout (5 s), which would drop the session.
+const SLOW_FENCER_DELAY: Duration = Duration::from_secs(4);
+
+/// Runs `cmd`, requiring exit status `code`.
+fn expect_exit(cmd: &mut Command, code: i32) -> anyhow::Result<()> {
+    let run = crate::run_command(cmd)?;
+    ensure!(
+        run.code() == code,
+        "`{}` exited {}, expected {code}:\n{}{}",
+        run.command,
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    Ok(())
 }
