@@ -1461,13 +1461,13 @@ fn a_slow_fencer_never_undoes_a_third_nodes_fence() -> anyhow::Result<()> {
         );
     }
     b_fence.expect(4, Duration::from_secs(60))?;
-    for lun in 0..LUNS {
+    for (lun, path) in b_first_portal.iter().enumerate() {
         let keys = keys_on(&t, lun)?;
         ensure!(
             !keys.contains(&Node::B.key()),
             "LU {lun}: after B's fence ended the target has keys {keys:x?}"
         );
-        let probe = write_to(&b_first_portal[lun], 7, &block_data("B, at the end"));
+        let probe = write_to(path, 7, &block_data("B, at the end"));
         ensure!(
             probe == WriteOutcome::Refused,
             "LU {lun}: B's write through its other session: {probe:?}"
