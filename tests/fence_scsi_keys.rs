@@ -159,7 +159,7 @@ impl Sandbox {
     }
 }
 
-fn our_key_for(req: &fence_agent::AgentRequest, cmapctl: &Path) -> String {
+fn our_key_for(req: &fence_agent::FencePrRequest, cmapctl: &Path) -> String {
     assert_eq!(req.options.corosync_cmap_path, cmapctl);
     let key = req
         .target_key(|arg| {

@@ -48,10 +48,6 @@ pub use crate::keys::KeyError;
 use crate::keys::{self, KeyScheme};
 pub use options::InputMode;
 
-/// The old name of [`FencePrRequest`], kept only for `tests/fence_scsi_keys.rs` until it is
-/// switched (that suite is owned elsewhere); "agent" alone means the node agent.
-#[doc(hidden)]
-pub type AgentRequest = FencePrRequest;
 use options::{RawOptions, RawValue};
 
 /// Fence Agent API actions fence_pr performs. `reboot` is not one of them.
