@@ -388,17 +388,18 @@ mod tests {
 
     #[test]
     fn output_beyond_the_cap_is_truncated_without_hanging() {
+        // "Without hanging": a hang would end in TimedOut at the bound, not in the errors below
+        // (a timed assertion instead failed on a loaded CI host: 10.7 s for the two runs).
         let sh = Path::new(SH);
-        let t = Instant::now();
         let script = "head -c 3000000 /dev/zero";
-        let e = run_bounded(sh, ["-c", script], Some(Duration::from_secs(10))).unwrap_err();
+        let e = run_bounded(sh, ["-c", script], Some(Duration::from_secs(60))).unwrap_err();
         assert!(
             matches!(e, RunError::OutputTooLarge { limit: STDOUT_CAP }),
             "{e}"
         );
         assert!(e.to_string().contains("truncated"), "{e}");
         let script = "head -c 1000000 /dev/zero | tr '\\0' x >&2; exit 2";
-        let e = run_bounded(sh, ["-c", script], None).unwrap_err();
+        let e = run_bounded(sh, ["-c", script], Some(Duration::from_secs(60))).unwrap_err();
         match e {
             RunError::Failed { stderr, .. } => {
                 assert!(stderr.len() < STDERR_CAP + 100, "{}", stderr.len());
@@ -407,6 +408,5 @@ mod tests {
             }
             other => panic!("{other}"),
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
 }
