@@ -5,7 +5,8 @@
 //!   LUs until V is explicitly unfenced. A write admitted *before* the preemption whose data
 //!   lands after the fence returned is LIO's documented in-flight case: counted, not a violation.
 //! - P2: never two nodes that have each reported the other fenced; at the end, never the LUs of
-//!   a mutual fence split between the two (each present where the other is gone), unless a
+//!   a mutual fence (both registered on every LU when it began) split between the two (each
+//!   present where the other is gone), unless a
 //!   third node's fence of one of them that reported failure left the split (it is rerun until
 //!   it converges, P4).
 //! - P3: a key removed by a successful fence is never registered again on any of its LUs until
@@ -57,6 +58,9 @@ pub struct Checker {
     /// (fence A→B, fence B→A) pairs that overlapped, with the log index where the first of
     /// them started.
     mutual: Vec<(usize, usize, usize)>,
+    /// Per fence start (log index): whether its node and its victim were both registered on
+    /// every LU then.
+    shared_at_start: Vec<(usize, bool)>,
     /// Every unfence: (node, log index of its start).
     unfences: Vec<(usize, usize)>,
     /// LUs whose PR state a power cycle wiped, and the log index when.
@@ -78,6 +82,7 @@ impl Checker {
             fenced: Vec::new(),
             started: Vec::new(),
             mutual: Vec::new(),
+            shared_at_start: Vec::new(),
             unfences: Vec::new(),
             forgot: Vec::new(),
             refence_before: Vec::new(),
@@ -148,13 +153,28 @@ impl Checker {
                         self.unfences.push((node, index));
                     }
                     Op::Fence { victim } => {
-                        // A fence of us by our victim that is still running: a mutual fence.
+                        let (ours, theirs) = (world.key(node), world.key(victim));
+                        let shared = {
+                            let cluster = world.cluster();
+                            (0..cluster.lus.len())
+                                .all(|l| cluster.has(l, ours) && cluster.has(l, theirs))
+                        };
+                        self.shared_at_start.push((index, shared));
+                        // A fence of us by our victim that is still running: a mutual fence. P2's
+                        // end-state rule is about nodes fencing each other over the same LUs:
+                        // both registered on every LU when the first of the two started (not so
+                        // after an unfence that failed part-way, which says to rerun it).
                         let other = self.started.iter().flatten().find(|s| {
                             s.node == victim
                                 && s.op == Op::Fence { victim: node }
                                 && !self.ended(world, s.at)
                         });
-                        if let Some(other) = other {
+                        if let Some(other) = other
+                            && self
+                                .shared_at_start
+                                .iter()
+                                .any(|&(at, shared)| at == other.at && shared)
+                        {
                             self.mutual
                                 .push((node.min(victim), node.max(victim), other.at));
                         }

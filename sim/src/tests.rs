@@ -250,6 +250,36 @@ mod regressions {
         );
     }
 
+    /// The long run's seed 1544648 (lease, LIO, 4 paths): the holder's renew 3 -> 4 got NOT READY
+    /// on one path and was not applied there, then the holder froze; the standby took over by
+    /// preempting key 4 only, which left key 3 on that path; the holder woke, retried its renew
+    /// there and registered the preempted key 4 again (P3). The standby now preempts every older
+    /// key of the holder's node first, so the retry is refused.
+    #[test]
+    fn a_lease_takeover_leaves_no_older_key_of_the_holder() {
+        let (scenario, run) = explore::random_run(1_544_648);
+        assert!(!run.failed(), "{}", explore::report(&scenario, &[], &run));
+        let older_preempted = run.log.iter().any(|e| {
+            matches!(e, SimEvent::Command { label, what, removed, .. }
+                if label.starts_with("n1 lease")
+                    && what.starts_with("PREEMPT AND ABORT")
+                    && removed.contains(&prfence_engine::pr::Key::new(0x0001_0000_0000_0003)))
+        });
+        assert!(older_preempted, "{}", explore::timeline(&run));
+    }
+
+    /// The long run's seed 1089296 (nvmet): n1's unfence raced n0's fence of it and failed on
+    /// one LU ("rerun it"); n1 then fenced n0 without being registered there. The split that
+    /// followed is not two nodes fencing each other over the same LUs (P2's rule): n1's fence
+    /// reported failure and n0's "this node was fenced".
+    #[test]
+    fn a_fence_from_a_partly_unfenced_node_is_not_a_mutual_fence() {
+        let (scenario, run) = explore::random_run(1_089_296);
+        assert!(!run.failed(), "{}", explore::report(&scenario, &[], &run));
+        assert_eq!(ends(&run, 1)[..2], [Outcome::Failure, Outcome::Failure]);
+        assert_eq!(ends(&run, 0).last(), Some(&Outcome::ThisNodeFenced));
+    }
+
     /// P4: a second fence of a fenced node sent REGISTER AND IGNORE EXISTING KEY to every
     /// follower before the fix.
     #[test]

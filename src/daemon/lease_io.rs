@@ -18,6 +18,7 @@ use prfence_engine::runtime::{self, Finished};
 
 use super::failure::CommandFailure;
 use super::lease::LeaseCompletion;
+use crate::keys::LeaseKey;
 use crate::pr::{Key, PrInAction, PrOut, PrOutAction, ReservationType};
 use crate::transport::{Command, CommandError, ErrorKind, PrTransport};
 
@@ -181,12 +182,56 @@ pub fn preempt<P: LeasePaths>(
     rtype: ReservationType,
 ) -> LeaseCompletion {
     tracing::warn!(lu = %paths.lu(), %victim, "the holder's key has not changed for a lease: preempting it");
+    // Every other key of the holder's node first: an older epoch left on a path that a renew did
+    // not reach (NOT READY, a lost answer). Left there, the holder's retry of that renew would
+    // register the preempted key again on that path (P3; found by the simulation, seed 1544648).
+    // Removed before the takeover, that retry is refused (its nexus is no longer registered).
+    if let Err(e) = preempt_older_epochs(paths, own, victim, rtype) {
+        return LeaseCompletion::Preempt(Err(CommandFailure::of(&e)));
+    }
     let done = first_live(
         paths,
         Command::PrOut(PrOutAction::PreemptAndAbort),
         move |t| t.pr_out(&PrOut::preempt_and_abort(own, victim, rtype)),
     );
     LeaseCompletion::Preempt(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
+}
+
+/// PREEMPT AND ABORT of each key of `victim`'s node other than `victim` itself, as READ KEYS
+/// lists them. A key that is gone meanwhile (RESERVATION CONFLICT) is what was wanted.
+fn preempt_older_epochs<P: LeasePaths>(
+    paths: &P,
+    own: Key,
+    victim: Key,
+    rtype: ReservationType,
+) -> Result<(), CommandError> {
+    let Some(node) = LeaseKey::decode(victim).map(LeaseKey::node) else {
+        return Ok(());
+    };
+    let keys = first_live(paths, Command::PrIn(PrInAction::ReadKeys), |t| {
+        t.read_keys()
+    })?;
+    let mut older: Vec<Key> = keys
+        .keys
+        .into_iter()
+        .filter(|&k| k != victim && LeaseKey::decode(k).is_some_and(|l| l.node() == node))
+        .collect();
+    older.sort_unstable();
+    older.dedup();
+    for key in older {
+        tracing::warn!(lu = %paths.lu(), %key, "preempting an older key of the holder's node");
+        let done = first_live(
+            paths,
+            Command::PrOut(PrOutAction::PreemptAndAbort),
+            move |t| t.pr_out(&PrOut::preempt_and_abort(own, key, rtype)),
+        );
+        match done {
+            Ok(_) => {}
+            Err(e) if e.kind == ErrorKind::ReservationConflict => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// RESERVE on the first live path (no reservation for a lease).
