@@ -5,13 +5,13 @@
 //! Facts (fence_scsi 4.12.1 and fence-agents HEAD): the files are `<stem>.key` and `<stem>.dev`
 //! with stem `STORE_PATH` = `${localstatedir}/run/cluster` since commit c2c72887 (2021), i.e.
 //! `/var/run/cluster.key` and `/var/run/cluster.dev`; older releases used the stem
-//! `/var/run/cluster/fence_scsi`, which the default store still reads a key from when
-//! `/var/run/cluster.key` is absent (a node switched from such a release, whose last `on` was
-//! fence_scsi's; `/var/run` is a tmpfs, so that key is from this boot). `.key` holds one line, the key in lowercase hex without `0x`
-//! or leading zeros, rewritten by every `on`; readers take the first line, trimmed and
-//! lowercased. `.dev` holds one device path per line as given in `devices`, appended by `on` when
-//! no line starts with that path followed by whitespace; readers take the non-empty trimmed
-//! lines. The parent directory is created when missing.
+//! `/var/run/cluster/fence_scsi`. The default store still reads the key from there when
+//! `/var/run/cluster.key` is absent: a node whose last `on` was such a release's fence_scsi
+//! (`/run` is usually a tmpfs, so that key is from this boot). `.key` holds one line, the key
+//! in lowercase hex without `0x` or leading zeros, rewritten by every `on`; readers take the
+//! first line, trimmed and lowercased. `.dev` holds one device path per line as given in
+//! `devices`, appended by `on` when no line starts with that path followed by whitespace;
+//! readers take the non-empty trimmed lines. The parent directory is created when missing.
 //!
 //! Both files are replaced whole through [`crate::atomic_file::write_atomic`] (unique temporary,
 //! no symlink followed, fsync, rename); `.dev` is read, checked and rewritten under an exclusive
