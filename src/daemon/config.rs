@@ -186,11 +186,36 @@ pub struct Settings {
     /// Prometheus endpoint; `None` serves no metrics.
     pub metrics_listen: Option<SocketAddr>,
     pub log: LogSettings,
-    /// Send sd_notify READY/STOPPING/WATCHDOG (needs `Type=notify` in the unit).
-    pub sd_notify: bool,
+    /// Whether to send sd_notify READY/STOPPING/WATCHDOG (`Type=notify` in the unit).
+    pub sd_notify: SdNotify,
     /// Remove our registrations on SIGTERM. Off by default: a restart must not look like, or
     /// race with, being fenced.
     pub unregister_on_exit: bool,
+}
+
+/// `[systemd] notify`: set in the file, or unset and then on exactly when `NOTIFY_SOCKET` is
+/// set (by systemd, for a `Type=notify` unit such as the packaged one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdNotify {
+    FollowNotifySocket,
+    On,
+    Off,
+}
+
+impl SdNotify {
+    /// Whether the agent notifies, given whether `NOTIFY_SOCKET` is set ([`notify_socket_set`]).
+    pub fn enabled(self, notify_socket_set: bool) -> bool {
+        match self {
+            SdNotify::FollowNotifySocket => notify_socket_set,
+            SdNotify::On => true,
+            SdNotify::Off => false,
+        }
+    }
+}
+
+/// Whether the value of `NOTIFY_SOCKET` names a socket: set and not empty.
+pub fn notify_socket_set(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| !v.is_empty())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,7 +474,11 @@ impl Settings {
             watchdog,
             metrics_listen,
             log,
-            sd_notify: raw.systemd.and_then(|s| s.notify).unwrap_or(false),
+            sd_notify: match raw.systemd.and_then(|s| s.notify) {
+                None => SdNotify::FollowNotifySocket,
+                Some(true) => SdNotify::On,
+                Some(false) => SdNotify::Off,
+            },
             unregister_on_exit: raw.unregister_on_exit,
         };
         settings.check_timing()?;
@@ -486,11 +515,16 @@ impl Settings {
         }
     }
 
-    /// With `[systemd] notify`, the unit's `WatchdogSec=` (`watchdog_sec`) must exceed the
-    /// longest gap between two checks' ends ([`feed_gap`]): WATCHDOG=1 is sent once per check.
-    pub fn check_service_watchdog(&self, watchdog_sec: Duration) -> Result<(), ConfigError> {
+    /// When the agent notifies systemd (`notifying`), the unit's `WatchdogSec=` (`watchdog_sec`)
+    /// must exceed the longest gap between two checks' ends ([`feed_gap`]): WATCHDOG=1 is sent
+    /// once per check.
+    pub fn check_service_watchdog(
+        &self,
+        watchdog_sec: Duration,
+        notifying: bool,
+    ) -> Result<(), ConfigError> {
         let gap = feed_gap(self.check_interval, self.command_timeout);
-        if self.sd_notify && watchdog_sec <= gap {
+        if notifying && watchdog_sec <= gap {
             return Err(ConfigError::Timing {
                 rule: format!(
                     "the unit's WatchdogSec ({watchdog_sec:?}) must exceed check_interval + the \
@@ -1276,28 +1310,50 @@ margin = "2s"
 
     #[test]
     fn the_service_watchdog_must_outlast_a_check() {
-        let notify = "[systemd]\nnotify = true\n";
-        let s = Settings::from_toml_str(&format!("{WATCH}{notify}")).unwrap();
-        s.check_service_watchdog(UNIT_WATCHDOG_SEC).unwrap();
+        let s = Settings::from_toml_str(WATCH).unwrap();
+        s.check_service_watchdog(UNIT_WATCHDOG_SEC, true).unwrap();
         let e = s
-            .check_service_watchdog(Duration::from_millis(8600))
+            .check_service_watchdog(Duration::from_millis(8600), true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("WatchdogSec") && e.contains("8.6s"), "{e}");
-        s.check_service_watchdog(Duration::from_millis(8601))
+        s.check_service_watchdog(Duration::from_millis(8601), true)
             .unwrap();
         // A long interval the packaged unit would kill the agent for.
         let slow = Settings::from_toml_str(&format!(
-            "check_interval = \"30s\"\n{WATCH}[watch]\ngrace = \"1m\"\npath_audit = \"1m\"\n{notify}"
-        ))
-        .unwrap();
-        assert!(slow.check_service_watchdog(UNIT_WATCHDOG_SEC).is_err());
-        // Without sd_notify nothing feeds systemd's watchdog, and nothing is checked.
-        let quiet = Settings::from_toml_str(&format!(
             "check_interval = \"30s\"\n{WATCH}[watch]\ngrace = \"1m\"\npath_audit = \"1m\"\n"
         ))
         .unwrap();
-        quiet.check_service_watchdog(UNIT_WATCHDOG_SEC).unwrap();
+        assert!(
+            slow.check_service_watchdog(UNIT_WATCHDOG_SEC, true)
+                .is_err()
+        );
+        // Without sd_notify nothing feeds systemd's watchdog, and nothing is checked.
+        slow.check_service_watchdog(UNIT_WATCHDOG_SEC, false)
+            .unwrap();
+    }
+
+    #[test]
+    fn sd_notify_follows_notify_socket_unless_set() {
+        let notify = |systemd: &str| {
+            Settings::from_toml_str(&format!("{WATCH}{systemd}"))
+                .unwrap()
+                .sd_notify
+        };
+        assert_eq!(notify(""), SdNotify::FollowNotifySocket);
+        assert_eq!(notify("[systemd]\n"), SdNotify::FollowNotifySocket);
+        assert_eq!(notify("[systemd]\nnotify = true\n"), SdNotify::On);
+        assert_eq!(notify("[systemd]\nnotify = false\n"), SdNotify::Off);
+        let socket = |value: Option<&str>| notify_socket_set(value.map(std::ffi::OsStr::new));
+        assert!(socket(Some("/run/systemd/notify")));
+        assert!(socket(Some("@abstract")));
+        assert!(!socket(Some("")));
+        assert!(!socket(None));
+        // Unset: on under a Type=notify unit, off elsewhere; set: as set.
+        assert!(SdNotify::FollowNotifySocket.enabled(true));
+        assert!(!SdNotify::FollowNotifySocket.enabled(false));
+        assert!(SdNotify::On.enabled(false));
+        assert!(!SdNotify::Off.enabled(true));
     }
 
     #[test]

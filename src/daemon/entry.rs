@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::agent::{
     Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM, RunEnd,
 };
-use super::config::{ModeSettings, Settings, UNIT_WATCHDOG_SEC};
+use super::config::{ModeSettings, Settings, UNIT_WATCHDOG_SEC, notify_socket_set};
 use super::key::resolve_key;
 use super::lease_loop::LeaseDriver;
 use super::lock;
@@ -36,13 +36,17 @@ pub fn service_watchdog() -> Duration {
         .map_or(UNIT_WATCHDOG_SEC, Duration::from_micros)
 }
 
-/// Reads and validates the configuration file.
-pub fn load_settings(path: &Path) -> Result<Settings, String> {
+/// Reads and validates the configuration file. `notify_socket_set`: whether `NOTIFY_SOCKET` is
+/// set ([`notify_socket_set`]), which decides an unset `[systemd] notify`.
+pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let settings =
         Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     settings
-        .check_service_watchdog(service_watchdog())
+        .check_service_watchdog(
+            service_watchdog(),
+            settings.sd_notify.enabled(notify_socket_set),
+        )
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(settings)
 }
@@ -54,7 +58,11 @@ pub fn agent_main(
     once: bool,
     status_file: Option<PathBuf>,
 ) -> u8 {
-    let settings = match load_settings(config) {
+    // --check-config (the unit's ExecStartPre=, which systemd may run without NOTIFY_SOCKET)
+    // judges the file as the unit's main process will run: with NOTIFY_SOCKET set.
+    let socket_set =
+        check_config || notify_socket_set(std::env::var_os("NOTIFY_SOCKET").as_deref());
+    let settings = match load_settings(config, socket_set) {
         Ok(settings) => settings,
         Err(e) => {
             eprintln!("prfence agent: {e}");
@@ -118,6 +126,7 @@ pub fn agent_main(
         once,
         status_file,
         log,
+        socket_set,
     ));
     // A command hung in the kernel must not hold up the exit (and a fenced node must go).
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -170,6 +179,7 @@ async fn serve(
     once: bool,
     status_file: Option<PathBuf>,
     log: Option<LogHandle>,
+    notify_socket_set: bool,
 ) -> u8 {
     let host: Arc<dyn Host> = Arc::new(SystemHost::new());
     let key = match &settings.mode {
@@ -195,7 +205,7 @@ async fn serve(
         ModeSettings::Lease(_) => None,
     };
     let (sender, receiver) = mpsc::unbounded_channel();
-    let notifier = if settings.sd_notify && !once {
+    let notifier = if settings.sd_notify.enabled(notify_socket_set) && !once {
         Notifier::from_env()
     } else {
         Notifier::disabled()
@@ -230,7 +240,7 @@ async fn serve(
             }
         }
     }
-    if let Err(e) = forward_signals(sender, config) {
+    if let Err(e) = forward_signals(sender, config, notify_socket_set) {
         tracing::error!(error = %e, "cannot install signal handlers");
         return EXIT_FAILURE;
     }
@@ -242,7 +252,11 @@ async fn serve(
 }
 
 /// SIGHUP re-reads `config` (a bad file is logged and ignored); SIGTERM and SIGINT stop.
-fn forward_signals(sender: mpsc::UnboundedSender<Control>, config: PathBuf) -> std::io::Result<()> {
+fn forward_signals(
+    sender: mpsc::UnboundedSender<Control>,
+    config: PathBuf,
+    notify_socket_set: bool,
+) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -250,7 +264,7 @@ fn forward_signals(sender: mpsc::UnboundedSender<Control>, config: PathBuf) -> s
     tokio::spawn(async move {
         loop {
             let control = tokio::select! {
-                _ = hangup.recv() => match load_settings(&config) {
+                _ = hangup.recv() => match load_settings(&config, notify_socket_set) {
                     Ok(settings) => Control::Reload(Box::new(settings)),
                     Err(e) => {
                         tracing::error!(error = %e, "SIGHUP: configuration not reloaded");

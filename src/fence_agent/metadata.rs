@@ -65,7 +65,8 @@ const fn param(
 
 const PLUG_DESC: &str = "Name of the node to fence or unfence; its reservation key is derived \
 from it as fence_scsi does. Ignored when key is set.";
-const SUPPRESS_DESC: &str = "Do not log errors (for the watchdog check before Pacemaker starts).";
+const SUPPRESS_DESC: &str = "Accepted for compatibility and ignored: fence_scsi uses it to stay \
+     quiet about a missing device list in 'monitor', which fence_pr does not read.";
 const DEBUG_DESC: &str = "Write debug information to this file.";
 
 /// In fence_scsi's order (fence-agents sorts by its `order` field, then name).
@@ -234,7 +235,7 @@ const PARAMS: &[Param] = &[
         "--plug-separator=[char]",
         Content::String,
         Some(","),
-        "Separator between several names in plug.",
+        "Accepted for compatibility and ignored: a request names one node.",
     ),
     param(
         "delay",
@@ -284,14 +285,15 @@ const PARAMS: &[Param] = &[
         "--stonith-status-sleep=[seconds]",
         Content::Second,
         Some("1"),
-        "Seconds between status checks while fencing.",
+        "Accepted for compatibility and ignored: fence_pr does not poll the status after 'off' \
+         (the action reads its result back itself).",
     ),
     param(
         "retry_on",
         "--retry-on=[attempts]",
         Content::Integer,
         Some("1"),
-        "Attempts for 'on'.",
+        "Accepted for compatibility and ignored: fence_pr runs 'on' once.",
     ),
     param(
         "corosync_cmap_path",
@@ -487,6 +489,34 @@ mod tests {
             "validate-all",
         ] {
             assert!(xml.contains(&format!("<action name=\"{a}\" />")), "{a}");
+        }
+    }
+
+    /// Options fence_pr accepts but does not act on (fence_agent::build says why for each) say
+    /// so, so an admin does not tune them expecting an effect.
+    #[test]
+    fn options_without_an_effect_say_they_are_ignored() {
+        let ignored = [
+            "readonly",
+            "suppress-errors",
+            "suppress_errors",
+            "plug_separator",
+            "login_timeout",
+            "shell_timeout",
+            "stonith_status_sleep",
+            "retry_on",
+            "sg_persist_path",
+            "sg_turs_path",
+        ];
+        for name in ignored {
+            let p = PARAMS.iter().find(|p| p.name == name);
+            assert!(
+                p.is_some_and(|p| p.shortdesc.starts_with("Accepted for")),
+                "{name}: {p:?}"
+            );
+        }
+        for p in PARAMS.iter().filter(|p| !ignored.contains(&p.name)) {
+            assert!(!p.shortdesc.starts_with("Accepted for"), "{}", p.name);
         }
     }
 

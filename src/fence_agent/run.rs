@@ -62,7 +62,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::metadata::metadata_xml;
-use super::store::{DEFAULT_STEM, KeyStore};
+use super::store::KeyStore;
 use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, Resolution};
 use crate::host::{Host, SystemHost};
@@ -93,13 +93,14 @@ impl FenceNode {
         FenceNode { host, store }
     }
 
-    /// The real node. The store is fence_scsi's (`/var/run/cluster.key`/`.dev`) unless
-    /// [`STORE_ENV`] is set.
+    /// The real node. The store is fence_scsi's (`/var/run/cluster.key`/`.dev`, the key also
+    /// read from `/var/run/cluster/fence_scsi.key` when that is absent) unless [`STORE_ENV`]
+    /// names another stem.
     pub fn from_environment() -> FenceNode {
-        let stem = std::env::var_os(STORE_ENV)
+        let store = std::env::var_os(STORE_ENV)
             .filter(|s| !s.is_empty())
-            .map_or_else(|| PathBuf::from(DEFAULT_STEM), PathBuf::from);
-        FenceNode::new(Arc::new(SystemHost::new()), KeyStore::new(stem))
+            .map_or_else(KeyStore::default, KeyStore::new);
+        FenceNode::new(Arc::new(SystemHost::new()), store)
     }
 
     /// Output of `corosync-cmapctl <arg>` (with `options.corosync_cmap_path`).
@@ -594,11 +595,18 @@ fn list_status(
 fn stored_key(system: &FenceNode, why: &str) -> Result<Key, Failed> {
     match system.store().read_key().map_err(Failed::from)? {
         Some(key) => Ok(Key::new(key)),
-        None => Err(Failed(format!(
-            "Failed: Cannot open file \"{}\": this node has no key ({why}); it is written by \
-             `on` (unfencing), which Pacemaker runs when the node joins",
-            system.store().key_path().display()
-        ))),
+        None => {
+            let legacy = system
+                .store()
+                .legacy_key_path()
+                .map(|p| format!(" (nor \"{}\")", p.display()))
+                .unwrap_or_default();
+            Err(Failed(format!(
+                "Failed: Cannot open file \"{}\"{legacy}: this node has no key ({why}); it is \
+                 written by `on` (unfencing), which Pacemaker runs when the node joins",
+                system.store().key_path().display()
+            )))
+        }
     }
 }
 

@@ -5,11 +5,13 @@
 //! Facts (fence_scsi 4.12.1 and fence-agents HEAD): the files are `<stem>.key` and `<stem>.dev`
 //! with stem `STORE_PATH` = `${localstatedir}/run/cluster` since commit c2c72887 (2021), i.e.
 //! `/var/run/cluster.key` and `/var/run/cluster.dev`; older releases used the stem
-//! `/var/run/cluster/fence_scsi`. `.key` holds one line, the key in lowercase hex without `0x`
-//! or leading zeros, rewritten by every `on`; readers take the first line, trimmed and
-//! lowercased. `.dev` holds one device path per line as given in `devices`, appended by `on` when
-//! no line starts with that path followed by whitespace; readers take the non-empty trimmed
-//! lines. The parent directory is created when missing.
+//! `/var/run/cluster/fence_scsi`. The default store still reads the key from there when
+//! `/var/run/cluster.key` is absent: a node whose last `on` was such a release's fence_scsi
+//! (`/run` is usually a tmpfs, so that key is from this boot). `.key` holds one line, the key
+//! in lowercase hex without `0x` or leading zeros, rewritten by every `on`; readers take the
+//! first line, trimmed and lowercased. `.dev` holds one device path per line as given in
+//! `devices`, appended by `on` when no line starts with that path followed by whitespace;
+//! readers take the non-empty trimmed lines. The parent directory is created when missing.
 //!
 //! Both files are replaced whole through [`crate::atomic_file::write_atomic`] (unique temporary,
 //! no symlink followed, fsync, rename); `.dev` is read, checked and rewritten under an exclusive
@@ -54,26 +56,50 @@ pub enum StoreError {
     },
 }
 
-/// The `.key`/`.dev` pair under one stem.
+/// The `.key`/`.dev` pair under one stem, and optionally an older stem whose `.key` is read
+/// when this one has none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyStore {
     stem: PathBuf,
+    legacy: Option<PathBuf>,
 }
 
 impl Default for KeyStore {
+    /// fence_scsi's store, falling back to the pre-2021 one for reading the key.
     fn default() -> Self {
-        KeyStore::new(DEFAULT_STEM)
+        KeyStore::new(DEFAULT_STEM).with_legacy(LEGACY_STEM)
     }
 }
 
 impl KeyStore {
     /// A store whose files are `<stem>.key` and `<stem>.dev`.
     pub fn new(stem: impl Into<PathBuf>) -> KeyStore {
-        KeyStore { stem: stem.into() }
+        KeyStore {
+            stem: stem.into(),
+            legacy: None,
+        }
+    }
+
+    /// Also reads the key from `<legacy>.key` when `<stem>.key` does not exist. Writes always go
+    /// to `<stem>`.
+    pub fn with_legacy(self, legacy: impl Into<PathBuf>) -> KeyStore {
+        KeyStore {
+            legacy: Some(legacy.into()),
+            ..self
+        }
     }
 
     pub fn key_path(&self) -> PathBuf {
         self.with_suffix(".key")
+    }
+
+    /// `<legacy>.key`, if this store has a legacy stem.
+    pub fn legacy_key_path(&self) -> Option<PathBuf> {
+        self.legacy.as_ref().map(|legacy| {
+            let mut path = legacy.clone().into_os_string();
+            path.push(".key");
+            PathBuf::from(path)
+        })
     }
 
     pub fn dev_path(&self) -> PathBuf {
@@ -118,9 +144,26 @@ impl KeyStore {
         write_atomic(&path, text.as_bytes(), MODE_DEFAULT).map_err(Self::write_error(&path))
     }
 
-    /// This node's key as recorded by `on` (of fence_pr or fence_scsi); `None` if never written.
+    /// This node's key as recorded by `on` (of fence_pr or fence_scsi): from `<stem>.key`, or
+    /// when that does not exist from the legacy stem's; `None` if neither exists.
     pub fn read_key(&self) -> Result<Option<u64>, StoreError> {
-        let path = self.key_path();
+        if let Some(key) = Self::read_key_at(self.key_path())? {
+            return Ok(Some(key));
+        }
+        let Some(legacy) = self.legacy_key_path() else {
+            return Ok(None);
+        };
+        let key = Self::read_key_at(legacy.clone())?;
+        if key.is_some() {
+            tracing::info!(
+                path = %legacy.display(),
+                "key read from the store of fence-agents before 2021"
+            );
+        }
+        Ok(key)
+    }
+
+    fn read_key_at(path: PathBuf) -> Result<Option<u64>, StoreError> {
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -219,11 +262,61 @@ mod tests {
         let store = KeyStore::default();
         assert_eq!(store.key_path(), Path::new("/var/run/cluster.key"));
         assert_eq!(store.dev_path(), Path::new("/var/run/cluster.dev"));
-        let legacy = KeyStore::new(LEGACY_STEM);
         assert_eq!(
-            legacy.key_path(),
-            Path::new("/var/run/cluster/fence_scsi.key")
+            store.legacy_key_path().as_deref(),
+            Some(Path::new("/var/run/cluster/fence_scsi.key"))
         );
+        assert_eq!(KeyStore::new(DEFAULT_STEM).legacy_key_path(), None);
+    }
+
+    /// fence_scsi before c2c72887 kept the key in `<run>/cluster/fence_scsi.key`.
+    fn with_legacy(dir: &Path, store: KeyStore) -> (PathBuf, KeyStore) {
+        let legacy = dir.join("run").join("cluster").join("fence_scsi");
+        let store = store.with_legacy(&legacy);
+        fs::create_dir_all(dir.join("run").join("cluster")).unwrap();
+        (legacy.with_extension("key"), store)
+    }
+
+    #[test]
+    fn the_legacy_key_is_read_when_the_current_one_is_absent() {
+        let (dir, store) = temp_store("legacy");
+        let (legacy_key, store) = with_legacy(&dir, store);
+        assert_eq!(store.read_key().unwrap(), None);
+        fs::write(&legacy_key, "6c9d0001\n").unwrap();
+        assert_eq!(store.read_key().unwrap(), Some(0x6c9d_0001));
+        // A store without a legacy stem does not look there.
+        assert_eq!(
+            KeyStore::new(dir.join("run").join("cluster"))
+                .read_key()
+                .unwrap(),
+            None
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_current_key_wins_and_writes_never_go_to_the_legacy_store() {
+        let (dir, store) = temp_store("legacy-current");
+        let (legacy_key, store) = with_legacy(&dir, store);
+        fs::write(&legacy_key, "6c9d0001\n").unwrap();
+        store.write_key(0x0abc_0002).unwrap();
+        assert_eq!(store.read_key().unwrap(), Some(0x0abc_0002));
+        assert_eq!(fs::read_to_string(&legacy_key).unwrap(), "6c9d0001\n");
+        assert_eq!(fs::read_to_string(store.key_path()).unwrap(), "abc0002\n");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_bad_legacy_key_is_an_error_naming_its_file() {
+        let (dir, store) = temp_store("legacy-bad");
+        let (legacy_key, store) = with_legacy(&dir, store);
+        fs::write(&legacy_key, "not a key\n").unwrap();
+        let e = store.read_key().unwrap_err();
+        assert!(
+            matches!(&e, StoreError::BadKey { path, .. } if *path == legacy_key),
+            "{e:?}"
+        );
+        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -358,6 +358,33 @@ fn off_without_a_stored_key_or_against_itself_fails_untouched() {
 }
 
 #[test]
+fn off_and_monitor_find_the_key_fence_scsi_kept_before_2021() {
+    let cluster = Cluster::new(1);
+    let mut a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 1);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    // node1 was unfenced by an older fence_scsi: its key is only in <run>/cluster/fence_scsi.key.
+    let legacy = a._dir.path().join("cluster").join("fence_scsi");
+    std::fs::create_dir_all(a._dir.path().join("cluster")).unwrap();
+    std::fs::rename(a.store.key_path(), legacy.with_extension("key")).unwrap();
+    let off = |s: &ModelSystem| {
+        agent(
+            s,
+            &format!("action=off\nport=node2\ndevices={}\n", s.devices()),
+        )
+    };
+    // A store without the legacy stem finds no key to preempt with.
+    let (exit, err) = off(&a);
+    assert_eq!(exit, FencePrExit::Error, "{err}");
+    a.store = a.store.clone().with_legacy(&legacy);
+    let monitor = agent(&a, &format!("action=monitor\ndevices={}\n", a.devices()));
+    assert_eq!(monitor.0, FencePrExit::Success, "{}", monitor.1);
+    assert_eq!(off(&a).0, FencePrExit::Success);
+    assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
+}
+
+#[test]
 fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
     let cluster = Cluster::new(2);
     let a = cluster.node("node1", 1);
