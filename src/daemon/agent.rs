@@ -18,7 +18,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -109,66 +108,6 @@ pub struct Agent {
     stop_feeding: bool,
     /// Descriptors held for the self-fence, released when it starts.
     reserve: DescriptorReserve,
-    /// The hook's own thread; an error if it could not be started (then the hook gets a new
-    /// thread when it runs).
-    hook_thread: Result<HookThread, String>,
-}
-
-/// The self-fence hook's own thread, started with the agent. The hook never waits for a thread of
-/// tokio's shared blocking pool, where every hung path holds one: a storage outage is exactly
-/// when the self-fence runs.
-pub(super) struct HookThread {
-    requests: std::sync::mpsc::Sender<HookRequest>,
-}
-
-type HookResult = Result<Vec<u8>, crate::process::RunError>;
-type HookRequest = (
-    Vec<String>,
-    Duration,
-    tokio::sync::oneshot::Sender<HookResult>,
-);
-
-impl HookThread {
-    /// Starts the thread; `run` runs one hook (argv, timeout) to its end or its timeout.
-    pub(super) fn start(
-        run: impl Fn(&[String], Duration) -> HookResult + Send + 'static,
-    ) -> std::io::Result<HookThread> {
-        let (requests, incoming) = std::sync::mpsc::channel::<HookRequest>();
-        std::thread::Builder::new()
-            .name("self-fence".to_owned())
-            .spawn(move || {
-                for (argv, timeout, reply) in incoming {
-                    // The agent may have stopped waiting; nothing else to tell.
-                    let _ = reply.send(run(&argv, timeout));
-                }
-            })?;
-        Ok(HookThread { requests })
-    }
-
-    /// Runs the hook on the thread and waits for its result.
-    pub(super) async fn run(
-        &self,
-        argv: Vec<String>,
-        timeout: Duration,
-    ) -> Result<HookResult, String> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.requests
-            .send((argv, timeout, reply))
-            .map_err(|_| "the self-fence thread is gone".to_owned())?;
-        answer
-            .await
-            .map_err(|_| "the self-fence thread ended without an answer".to_owned())
-    }
-}
-
-/// Runs a hook's argv through `host`, bounded by `timeout`.
-fn run_hook(host: &dyn Host, argv: &[String], timeout: Duration) -> HookResult {
-    let (program, args) = argv
-        .split_first()
-        .map_or((Path::new(""), &[][..]), |(p, a)| {
-            (Path::new(p.as_str()), a)
-        });
-    host.run_bounded(program, args, Some(timeout))
 }
 
 /// Descriptors kept open from the start (on /dev/null) and closed when the self-fence starts, so
@@ -220,16 +159,6 @@ impl Agent {
             shown.watchdog.state = WatchdogState::NotArmed;
             lock(&metrics).set_watchdog(WatchdogState::NotArmed);
         }
-        let hook_thread = {
-            let host = Arc::clone(&options.host);
-            HookThread::start(move |argv, timeout| run_hook(host.as_ref(), argv, timeout)).map_err(
-                |e| {
-                    tracing::warn!(error = %e, "cannot start the self-fence thread; the hook \
-                    will start one when it runs");
-                    e.to_string()
-                },
-            )
-        };
         Agent {
             exec: Arc::new(Executor::new(
                 Arc::clone(&options.host),
@@ -250,7 +179,6 @@ impl Agent {
             fenced: false,
             stop_feeding: false,
             reserve: DescriptorReserve::take(DescriptorReserve::SIZE),
-            hook_thread,
         }
     }
 
@@ -398,18 +326,16 @@ impl Agent {
             let argv = argv.clone();
             let timeout = actions.command_timeout;
             let shown = argv.join(" ");
-            let ran = match &self.hook_thread {
-                Ok(thread) => thread.run(argv, timeout).await,
-                Err(_) => {
-                    let host = Arc::clone(&self.host);
-                    match HookThread::start(move |argv, timeout| {
-                        run_hook(host.as_ref(), argv, timeout)
-                    }) {
-                        Ok(thread) => thread.run(argv, timeout).await,
-                        Err(e) => Err(format!("cannot start a thread for it: {e}")),
-                    }
-                }
-            };
+            let host = Arc::clone(&self.host);
+            let ran = tokio::task::spawn_blocking(move || {
+                let (program, args) = argv
+                    .split_first()
+                    .map_or((Path::new(""), &[][..]), |(p, a)| {
+                        (Path::new(p.as_str()), a)
+                    });
+                host.run_bounded(program, args, Some(timeout))
+            })
+            .await;
             steps.hook = match ran {
                 Ok(Ok(_)) => {
                     tracing::info!(command = %shown, "self-fence command done");
