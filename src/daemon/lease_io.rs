@@ -9,8 +9,9 @@
 //!   `to`. A path that refuses every `from` key lost its registration (re-login) or was
 //!   preempted; if no path took `to`, READ KEYS tells which (no `from` key left on the LU:
 //!   preempted). Then READ RESERVATION: the lease holds only if it shows `to`.
-//! - Preempt / reserve: PREEMPT AND ABORT / RESERVE on the first live path, which becomes the
-//!   reservation holder's nexus.
+//! - Preempt: READ KEYS, PREEMPT AND ABORT of each older key of the holder's node (a path a renew
+//!   did not reach), then of the holder's key, on the first live path, which becomes the
+//!   reservation holder's nexus. Reserve: RESERVE there.
 
 use std::sync::Arc;
 
