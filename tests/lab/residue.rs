@@ -51,7 +51,23 @@ impl Snapshot {
         }
         let mut left: Vec<String> = new_processes
             .iter()
-            .map(|p| format!("process {} ({}), now killed", p.pid, p.cmdline))
+            .map(|p| {
+                let stat =
+                    std::fs::read_to_string(format!("/proc/{}/stat", p.pid)).unwrap_or_default();
+                let state_ppid: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map_or("", |(_, a)| a)
+                    .split_whitespace()
+                    .take(2)
+                    .collect();
+                format!(
+                    "process {} ({}), state {} parent {}, now killed",
+                    p.pid,
+                    p.cmdline,
+                    state_ppid.first().unwrap_or(&"?"),
+                    state_ppid.get(1).unwrap_or(&"?")
+                )
+            })
             .collect();
         left.extend(new_things);
         for p in &new_processes {
