@@ -607,18 +607,23 @@ impl Topology {
         }
     }
 
+    /// The address and port of node `node`'s own portal: only node B of an
+    /// [`Topology::iscsi_second_portal`] topology has one, which its faults can target alone.
+    fn own_portal(&self, node: Node) -> anyhow::Result<(&'static str, &'static str)> {
+        ensure!(
+            node == Node::B && self.portal_b != PORTAL,
+            "only node B of an iscsi_second_portal topology has a path of its own"
+        );
+        self.portal_b
+            .split_once(':')
+            .context("portal without a port")
+    }
+
     /// Hangs node `node`'s iSCSI path: every packet of its session is dropped silently on
     /// arrival (nftables in the guest), so its commands get no answer, no reset and no error,
     /// until the guard is dropped. Needs [`Topology::iscsi_second_portal`] and node B.
-    pub fn hang_path(&self, node: Node) -> anyhow::Result<HungPath> {
-        ensure!(
-            node == Node::B && self.portal_b != PORTAL,
-            "only node B of an iscsi_second_portal topology has a path of its own to hang"
-        );
-        let (address, port) = self
-            .portal_b
-            .split_once(':')
-            .context("portal without a port")?;
+    pub fn hang_path(&self, node: Node) -> anyhow::Result<PathFault> {
+        let (address, port) = self.own_portal(node)?;
         run("modprobe", ["nf_tables"])?.ok()?;
         // The input hook, not output: a drop on output fails the sender's send (EPERM), which
         // is an error the initiator sees, not a hang.
@@ -631,7 +636,10 @@ impl Topology {
         let script = Path::new(BACKING).join("hang.nft");
         write_file(&script, &rules)?;
         run("nft", ["-f", &script.display().to_string()])?.ok()?;
-        Ok(HungPath { released: false })
+        Ok(PathFault {
+            undo: release_hang,
+            released: false,
+        })
     }
 
     /// Delays node `node`'s iSCSI requests to its own portal by `delay` (netem on the loopback
@@ -639,15 +647,8 @@ impl Topology {
     /// path reaches the target `delay` late, in order, and is answered. Keep `delay` under
     /// open-iscsi's NOP-Out timeout (5 s), or the session is dropped. Needs
     /// [`Topology::iscsi_second_portal`] and node B.
-    pub fn delay_path(&self, node: Node, delay: Duration) -> anyhow::Result<DelayedPath> {
-        ensure!(
-            node == Node::B && self.portal_b != PORTAL,
-            "only node B of an iscsi_second_portal topology has a path of its own to delay"
-        );
-        let (address, port) = self
-            .portal_b
-            .split_once(':')
-            .context("portal without a port")?;
+    pub fn delay_path(&self, node: Node, delay: Duration) -> anyhow::Result<PathFault> {
+        let (address, port) = self.own_portal(node)?;
         for module in ["sch_prio", "sch_netem", "cls_u32"] {
             run("modprobe", [module])?.ok()?;
         }
@@ -662,7 +663,10 @@ impl Topology {
                  match ip dport {port} 0xffff flowid 1:3"
             ),
         ];
-        let guard = DelayedPath { released: false };
+        let guard = PathFault {
+            undo: release_delay,
+            released: false,
+        };
         for line in script {
             let args: Vec<&str> = line.split_whitespace().collect();
             run("tc", args)?.ok()?;
@@ -935,22 +939,24 @@ fn new_iface(iface: &str, initiator: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A path delayed by [`Topology::delay_path`]; dropping it takes the delay away.
-pub struct DelayedPath {
+/// A fault on one path ([`Topology::hang_path`], [`Topology::delay_path`]); dropping it undoes
+/// the fault.
+pub struct PathFault {
+    undo: fn() -> anyhow::Result<()>,
     released: bool,
 }
 
-impl DelayedPath {
+impl PathFault {
     pub fn release(mut self) -> anyhow::Result<()> {
         self.released = true;
-        release_delay()
+        (self.undo)()
     }
 }
 
-impl Drop for DelayedPath {
+impl Drop for PathFault {
     fn drop(&mut self) {
         if !self.released
-            && let Err(e) = release_delay()
+            && let Err(e) = (self.undo)()
         {
             eprintln!("lab: {e:#}");
         }
@@ -960,28 +966,6 @@ impl Drop for DelayedPath {
 fn release_delay() -> anyhow::Result<()> {
     run("tc", ["qdisc", "del", "dev", "lo", "root"])?.ok()?;
     Ok(())
-}
-
-/// A path hung by [`Topology::hang_path`]; dropping it lets the packets through again.
-pub struct HungPath {
-    released: bool,
-}
-
-impl HungPath {
-    pub fn release(mut self) -> anyhow::Result<()> {
-        self.released = true;
-        release_hang()
-    }
-}
-
-impl Drop for HungPath {
-    fn drop(&mut self) {
-        if !self.released
-            && let Err(e) = release_hang()
-        {
-            eprintln!("lab: {e:#}");
-        }
-    }
 }
 
 fn release_hang() -> anyhow::Result<()> {
