@@ -112,8 +112,9 @@ pub struct FencingDevices {
     pub deadline: Duration,
     /// Every LU: its paths (/dev/sdX, /dev/sgN), its dm-multipath map (/dev/dm-N,
     /// /dev/mapper/NAME), or an NVMe namespace (/dev/nvmeXnY; with native NVMe multipath, the
-    /// head). A device that vanished is reported as a dead path; a partition, an LVM volume or a
-    /// disk that is neither SCSI nor NVMe is a usage error.
+    /// head). A device that vanished is reported as a dead path (`fence` then sends nothing: it
+    /// could be the arbiter); a partition, an LVM volume or a disk that is neither SCSI nor NVMe
+    /// is a usage error.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
 }

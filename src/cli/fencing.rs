@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
-use crate::discover::DeviceError;
 use crate::host::Host;
 use crate::ops::{
     self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, targets,
@@ -36,10 +35,21 @@ pub fn execute(
         FencingCommand::Unfence(d) | FencingCommand::Status(d) => (&d.devices, d.key, d.deadline),
         FencingCommand::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
     };
-    // Devices that vanished become dead paths of node-local LUs (never the arbiter); devices the
-    // admin must replace (a partition, an LVM volume, a virtio disk) are a usage error.
+    // Devices that vanished become node-local LUs: status and unfence report them as dead paths,
+    // fence sends nothing while one is present (the arbiter could not be named, P2); devices
+    // the admin must replace (a partition, an LVM volume, a virtio disk) are a usage error.
+    let resolving = std::time::Instant::now();
     let resolution = match host.resolve_each(devices) {
-        Ok(resolution) => resolution,
+        Ok(resolution) => {
+            tracing::debug!(
+                "{} devices resolved to {} LUs and {} unidentified in {:?}",
+                devices.len(),
+                resolution.lus.len(),
+                resolution.unidentified.len(),
+                resolving.elapsed()
+            );
+            resolution
+        }
         Err(e) => {
             eprintln!("prfence: {e}");
             return ExitStatus::Usage;
@@ -50,29 +60,6 @@ pub fn execute(
             "prfence: warning: {}; handled as a dead path",
             unknown.error
         );
-    }
-    // fence with several devices and not one left to identify because they vanished (e.g. their
-    // session logged out as the command started): no arbiter can be named (P2) and nothing is
-    // sent. That is a failure of the storage; devices that exist but have no identifier stay the
-    // engine's usage error.
-    if matches!(action, FencingCommand::Fence(_))
-        && resolution.lus.is_empty()
-        && resolution.unidentified.len() > 1
-        && resolution
-            .unidentified
-            .iter()
-            .all(|u| !matches!(u.error, DeviceError::NoIdentity { .. }))
-    {
-        eprintln!(
-            "prfence: none of the {} devices can be identified any more (gone or unreadable): \
-             nothing was sent; check the sessions (iscsiadm -m session, multipath -ll) and run \
-             again",
-            resolution.unidentified.len()
-        );
-        if json {
-            println!("{}", serde_json::json!({ "outcome": "failure", "lus": [] }));
-        }
-        return ExitStatus::Failure;
     }
     let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
     let limits = Limits {

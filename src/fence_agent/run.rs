@@ -46,8 +46,9 @@
 //! [`MIN_ENGINE_DEADLINE`], so a long `delay` needs a longer Pacemaker timeout (warned).
 //!
 //! Devices: `devices`, resolved by discovery (a dm-multipath map stands for its paths; a device
-//! that vanished is a dead path of a node-local LU and does not stop the others; a partition, an
-//! LVM volume or a non-SCSI disk fails the request). No `devices`: the PVs of clustered or shared
+//! that vanished is a node-local LU: a dead path for on, status and monitor, while off sends
+//! nothing, as the arbiter could not be named; a partition, an LVM volume or a non-SCSI disk
+//! fails the request). No `devices`: the PVs of clustered or shared
 //! VGs (`vgs_path`), as fence_scsi. `mpath_register_method=multi` (default) uses every path of
 //! each LU; `single` uses one path per LU (the first live one), so registration and reservation
 //! go through that path only and a dead path fails the LU. `readonly` changes nothing: devices

@@ -288,6 +288,12 @@ pub enum DeviceError {
     )]
     NotScsi { device: PathBuf, name: String },
     #[error(
+        "{} ({name}) is being removed: its SCSI device has already left sysfs (a session logout \
+         or a LUN removal under way); check the sessions (iscsiadm -m session, multipath -ll)",
+        device.display()
+    )]
+    Removing { device: PathBuf, name: String },
+    #[error(
         "{} ({name}) is one controller's path of an NVMe multipath namespace; reservations go \
          through the multipath head: give {}",
         device.display(), head.display()
@@ -349,7 +355,8 @@ impl DeviceError {
     /// The device could not be identified because it (or its sysfs entry) is gone or unreadable,
     /// or the target gives no LU designator: nothing an admin configured wrongly. The lenient
     /// resolution ([`Discovery::resolve_each`]) keeps such a device as a node-local LU, which
-    /// the engine handles as a dead path and never makes the arbiter. Every other error (a
+    /// the engine handles as a dead path (a fence of several LUs sends nothing while one is
+    /// present: it could be the arbiter). Every other error (a
     /// partition, a non-multipath dm device, a non-SCSI disk, a broken map, an identifier
     /// collision) needs the admin to change what is given.
     pub fn is_unidentifiable(&self) -> bool {
@@ -360,6 +367,7 @@ impl DeviceError {
                 | Self::Sysfs { .. }
                 | Self::NoPaths { .. }
                 | Self::NoIdentity { .. }
+                | Self::Removing { .. }
         )
     }
 }
@@ -398,6 +406,20 @@ fn join(errors: &[DeviceError]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Whether `device` (a disk's `device` link) resolves to a SCSI device directory, named by its
+/// host:channel:target:lun.
+fn is_hctl_dir(device: &Path) -> bool {
+    std::fs::canonicalize(device).is_ok_and(|dir| {
+        dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+            let parts: Vec<&str> = n.split(':').collect();
+            parts.len() == 4
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
 }
 
 /// Resolves `devices` on this system (`/sys`, `/dev`); see [`Discovery::resolve`].
@@ -628,6 +650,14 @@ impl Discovery {
             _ => {}
         }
         if !block.join("device/scsi_device").is_dir() {
+            // The kernel removes a SCSI device's own class entries before its disk: in between,
+            // a disk whose parent is still named H:C:T:L is a SCSI path on its way out.
+            if is_hctl_dir(&block.join("device")) {
+                return Err(DeviceError::Removing {
+                    device: given.to_owned(),
+                    name: name.to_owned(),
+                });
+            }
             return Err(DeviceError::NotScsi {
                 device: given.to_owned(),
                 name: name.to_owned(),

@@ -557,6 +557,12 @@ fn refusals_name_the_device_and_what_to_do() {
         t.sys().join("class/block/vda"),
     )
     .unwrap();
+    symlink(
+        "../../../virtio1",
+        t.sys()
+            .join("devices/pci0000:00/0000:00:04.0/virtio1/block/vda/device"),
+    )
+    .unwrap();
     fs::write(t.dev("vda"), "").unwrap();
     fs::write(t.dev("null"), "").unwrap();
     let e = errors(t.discovery().resolve(&[
@@ -719,6 +725,28 @@ fn unidentified_devices_become_node_local_dead_lus() {
     assert_eq!(lus[1].paths.len(), 1);
     let single = crate::ops::targets(&r, true, &open);
     assert_eq!(single[0].paths.len(), 1);
+}
+
+#[test]
+fn a_scsi_disk_being_removed_is_unidentified_not_a_usage_error() {
+    // A logout removes the SCSI device's class entry (`device/scsi_device`) before its disk.
+    let t = Tree::lab();
+    fs::remove_dir_all(
+        t.sys()
+            .join("devices/platform/host0/session1/target0:0:0/0:0:0:0/scsi_device"),
+    )
+    .unwrap();
+    let r = t
+        .discovery()
+        .resolve_each(&[t.dev("sdb"), t.dev("sdc")])
+        .unwrap();
+    assert_eq!(r.lus.len(), 1);
+    assert_eq!(r.unidentified.len(), 1);
+    let e = &r.unidentified[0].error;
+    assert!(matches!(e, DeviceError::Removing { .. }), "{e}");
+    assert!(e.to_string().contains("being removed"), "{e}");
+    let e = errors(t.discovery().resolve(&[t.dev("sdb")]));
+    assert!(matches!(e[0], DeviceError::Removing { .. }), "{}", e[0]);
 }
 
 const NS_WWID: &str = "uuid.6b1a9c64-39a4-4a4e-9d4c-1e0b4f2d7a01";

@@ -224,6 +224,9 @@ pub fn fence_observed<T: PrTransport + 'static>(
         until: runtime::now() + limits.deadline,
     };
     let mut tally = Tally::new(observer, lus.len());
+    if let Some(report) = run.arbiter_uncertain(&mut tally) {
+        return Ok(report);
+    }
     let arbiter_report = run.arbiter_alone(limits.tie_break, &mut tally);
     if !arbiter_report.ok {
         return Ok(run.arbiter_not_won(arbiter_report, &mut tally));
@@ -250,13 +253,7 @@ fn fence_lus<T: PrTransport>(
     if own == victim {
         return Err(RequestError::SameKey(own));
     }
-    let lus = prepare(lus, own)?;
-    // P2: normalize() put every identified LU first; if even the first is node-local, nodes may
-    // disagree on the arbiter.
-    if lus.len() > 1 && lus.first().is_some_and(|a| super::is_node_local_id(&a.id)) {
-        return Err(RequestError::NoArbiterIdentity(lus.len()));
-    }
-    Ok(lus)
+    prepare(lus, own)
 }
 
 /// One fence under way: the keys, the arbiter and the other LUs, the overall deadline.
@@ -296,6 +293,60 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                 Verdict::Failed,
                 None,
             )
+        })
+    }
+
+    /// P2: with several LUs, every one must be identified. A node-local LU (a device whose
+    /// designator could not be read here: gone as the command started, or an LU without one)
+    /// may be the LU with the lowest identifier, which the other nodes make the arbiter; fencing
+    /// the rest under another arbiter could leave the LUs split between two nodes. Nothing is
+    /// sent: the node-local LUs are reported failed, the others skipped, untouched.
+    fn arbiter_uncertain(&self, tally: &mut Tally<'_, '_>) -> Option<Report> {
+        let all = || std::iter::once(self.arbiter).chain(self.followers);
+        let unidentified: Vec<&str> = all()
+            .filter(|lu| super::is_node_local_id(&lu.id))
+            .map(|lu| lu.id.as_str())
+            .collect();
+        if self.followers.is_empty() || unidentified.is_empty() {
+            return None;
+        }
+        let lus = all()
+            .map(|lu| {
+                let report = if super::is_node_local_id(&lu.id) {
+                    LuReport::bare(
+                        &lu.id,
+                        &devices(lu),
+                        Verdict::Failed,
+                        Some(
+                            "not identified on this node (its VPD page 83h designator could not \
+                             be read: the device is gone, or the LU has none); other nodes may \
+                             make this LU the arbiter"
+                                .to_owned(),
+                        ),
+                    )
+                } else {
+                    LuReport::bare(
+                        &lu.id,
+                        &devices(lu),
+                        Verdict::Skipped,
+                        Some("not touched: the arbiter cannot be named".to_owned()),
+                    )
+                };
+                tally.tell(&report, Arc::ptr_eq(lu, self.arbiter), None);
+                report
+            })
+            .collect();
+        Some(Report {
+            command: "fence",
+            outcome: Outcome::Failure,
+            summary: format!(
+                "nothing was sent: {} could not be identified, so the arbiter (the LU with the \
+                 lowest identifier, the same on every node) cannot be named; check the sessions \
+                 and paths (iscsiadm -m session, multipath -ll, lsblk) and run again, or leave \
+                 the device out of the devices given",
+                unidentified.join(", ")
+            ),
+            lus,
         })
     }
 

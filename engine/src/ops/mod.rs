@@ -101,13 +101,6 @@ pub enum RequestError {
     ZeroKey,
     #[error("the own key and the victim key are the same ({0}); keys cannot be same")]
     SameKey(Key),
-    /// P2: with several LUs the arbiter must be named the same on every node.
-    #[error(
-        "none of the {0} LUs has an identifier (VPD page 83h designator), so other nodes could \
-         pick a different arbiter LU and both nodes could survive; name devices whose \
-         identifier can be read (/dev/sdX, /dev/sgN), or fence one LU at a time"
-    )]
-    NoArbiterIdentity(usize),
 }
 
 /// What became of one LU.
@@ -289,7 +282,8 @@ pub fn is_node_local_id(id: &str) -> bool {
 
 /// Sorts by LU identifier and merges targets that name the same LU (callers' order and grouping
 /// are not trusted: the arbiter must be the same LU on every node, P2). Node-local identifiers
-/// sort after every designator, so one unidentifiable device cannot become the arbiter.
+/// sort after every designator, so one unidentifiable device cannot become the arbiter (and a
+/// fence refuses to name one while any is present: `FenceRun::arbiter_uncertain`).
 fn normalize<T: PrTransport>(mut lus: Vec<LuTarget<T>>) -> Result<Vec<LuTarget<T>>, RequestError> {
     if lus.is_empty() {
         return Err(RequestError::NoLus);

@@ -76,9 +76,9 @@ fn chosen_paths(lu: &Lu, single_path: bool) -> Vec<&Path> {
 }
 
 /// The engine's targets for `resolution`, each path opened by `open` on its first command. An
-/// unidentified device becomes an LU of its own named by its absolute path: the engine sorts such
-/// LUs last and never makes one the arbiter (`ops::is_node_local_id`); if it cannot be opened it
-/// is a dead path in the report.
+/// unidentified device becomes an LU of its own named by its absolute path (`ops::is_node_local_id`):
+/// a dead path in the report if it cannot be opened; a fence of several LUs refuses to name an
+/// arbiter while one is present.
 pub fn targets<T: PrTransport>(
     resolution: &Resolution,
     single_path: bool,

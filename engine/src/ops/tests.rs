@@ -419,26 +419,58 @@ fn the_arbiter_is_chosen_by_identifier_not_by_argument_order() {
 }
 
 #[test]
-fn a_device_path_id_is_never_the_arbiter_and_all_of_them_are_refused() {
-    let f = two_nodes(2, 1);
-    let mut targets = f.targets(0);
-    // LU 0's identifier could not be read on this node: it is named by its device path.
-    for t in &mut targets {
-        if t.id == lu_id(0) {
-            t.id = "/dev/sdq".to_string();
+fn a_fence_with_an_unidentified_device_sends_nothing() {
+    // Node 0 cannot read LU 0's identifier (its device vanished as the command started), so LU 0
+    // is named by its device path here while node 1 makes LU 0 its arbiter. Were node 0 to fence
+    // under LU 1 instead, a mutual fence could leave LU 0 with node 1 and the others with node 0
+    // (P2). Node 0 sends nothing and says which device; node 1's fence is whole.
+    let f = two_nodes(3, 1);
+    let before = f.snapshot();
+    let rename = |targets: &mut Vec<LuTarget<ModelPath>>, which: &[usize]| {
+        for t in targets.iter_mut() {
+            if let Some(lu) = which.iter().find(|&&lu| t.id == lu_id(lu)) {
+                t.id = format!("/dev/sdq{lu}");
+            }
         }
-    }
-    let report = fence(targets, A, B, limits()).unwrap();
-    assert_eq!(ids(&report), [lu_id(1).as_str(), "/dev/sdq"]);
-    assert_eq!(report.outcome, Outcome::Success);
+    };
     let mut targets = f.targets(0);
-    for (i, t) in targets.iter_mut().enumerate() {
-        t.id = format!("/dev/sd{i}");
-    }
+    rename(&mut targets, &[0]);
+    let report = fence(targets, A, B, limits()).unwrap();
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert_eq!(ids(&report), [lu_id(1).as_str(), &lu_id(2), "/dev/sdq0"]);
+    let verdicts: Vec<Verdict> = report.lus.iter().map(|r| r.verdict).collect();
     assert_eq!(
-        fence(targets, A, B, limits()).unwrap_err(),
-        RequestError::NoArbiterIdentity(2)
+        verdicts,
+        [Verdict::Skipped, Verdict::Skipped, Verdict::Failed],
+        "{report:#?}"
     );
+    assert!(report.summary.contains("/dev/sdq0"), "{}", report.summary);
+    assert_eq!(f.snapshot(), before, "a command was sent");
+
+    // No device identified at all: no arbiter either, nothing sent.
+    let mut targets = f.targets(0);
+    rename(&mut targets, &[0, 1, 2]);
+    let report = fence(targets, A, B, limits()).unwrap();
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert!(report.lus.iter().all(|r| r.verdict == Verdict::Failed));
+    assert_eq!(f.snapshot(), before, "a command was sent");
+
+    // One LU alone needs no arbiter: a device named by its path is fenced.
+    let mut targets = f.targets(0);
+    targets.retain(|t| t.id == lu_id(2));
+    rename(&mut targets, &[2]);
+    let report = fence(targets, A, B, limits()).unwrap();
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert!(f.has(2, A) && !f.has(2, B));
+
+    let report = f.fence(1, B, A);
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert_eq!(
+        report.lus[2].verdict,
+        Verdict::ThisNodeFenced,
+        "{report:#?}"
+    );
+    assert!((0..2).all(|lu| f.has(lu, B) && !f.has(lu, A)));
 }
 
 #[test]

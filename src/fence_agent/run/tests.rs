@@ -502,12 +502,14 @@ fn aptpl_and_single_path_registration() {
 }
 
 #[test]
-fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
+fn a_vanished_device_stops_off_before_anything_is_sent() {
     let cluster = Cluster::new(1);
     let a = cluster.node("node1", 1);
     let b = cluster.node("node2", 1);
     assert_eq!(on(&a, "node1").0, FencePrExit::Success);
     assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let mut both = vec![scsi_key(0), scsi_key(1)];
+    both.sort();
     let (code, _) = agent(
         &a,
         &format!(
@@ -515,8 +517,17 @@ fn a_vanished_device_does_not_stop_fencing_the_identified_lus() {
             a.devices()
         ),
     );
-    // The vanished device cannot be verified, so the run fails, but the real LU is fenced.
+    // The vanished device could be the LU other nodes make the arbiter (P2): nothing is sent.
     assert_eq!(code, FencePrExit::Error);
+    let mut keys = cluster.keys(0);
+    keys.sort();
+    assert_eq!(keys, both);
+    // Without it, the same request fences.
+    let (code, _) = agent(
+        &a,
+        &format!("action=off\nport=node2\ndevices={}\n", a.devices()),
+    );
+    assert_eq!(code, FencePrExit::Success);
     assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
 }
 
