@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::node::{self, hex, prfence_expect, unfence};
+use crate::node::{self, Nodes, hex, prfence_expect, unfence};
 use crate::plan::{Kernel, Suite};
 use crate::{Node, Topology, WriteOutcome, block_data, write_to};
 use crate::{PRFENCE, WORK};
@@ -110,6 +110,17 @@ impl Finished {
                 crate::secs(self.elapsed)
             ),
         }
+    }
+
+    /// [`Self::describe`] with what the command printed: for a failure whose cause is in its
+    /// messages (a report missing, an unexpected exit).
+    fn describe_with_output(&self) -> String {
+        format!(
+            "{}\nstdout: {}\nstderr: {}",
+            self.describe(),
+            self.stdout.trim(),
+            tail(&self.stderr)
+        )
     }
 
     /// Requires exit status `code` and the verdict within `budget` (plus [`SLACK`]).
@@ -305,11 +316,18 @@ fn says_fenced(lu: &Value) -> bool {
 /// report's own read-back agrees. Returns the per-LU verdicts (by LU index) for the log.
 fn nothing_reported_fenced_that_is_not(
     t: &Topology,
-    report: &Value,
+    finished: &Finished,
     victim: Node,
 ) -> anyhow::Result<Vec<(usize, String)>> {
+    let report = &finished.report();
     let mut verdicts = Vec::new();
-    for lu in report["lus"].as_array().context("no `lus` in the report")? {
+    let lus = report["lus"].as_array().with_context(|| {
+        format!(
+            "no `lus` in the report: {}",
+            finished.describe_with_output()
+        )
+    })?;
+    for lu in lus {
         let index = lu_index(t, lu["lu"].as_str().unwrap_or_default())
             .with_context(|| format!("in {report}"))?;
         let verdict = lu["verdict"].as_str().unwrap_or("?").to_owned();
@@ -820,46 +838,91 @@ fn fence_past_the_arbiter(t: &Topology, name: &str) -> anyhow::Result<(Started, 
     Ok((fence, took))
 }
 
-/// A's only iSCSI session logs out while its fence fans out: each LU gets a verdict, none is
-/// called fenced that is not; after a re-login a re-run fences every LU, and a third run finds
-/// nothing to change (P4).
+/// The fencing node's only iSCSI session is logged out just before its fence: the devices it
+/// names are gone, so it sends nothing (one of them could be the arbiter the other node uses,
+/// P2) and names them. Logged in and unfenced again, its session logs out while its fence fans
+/// out past the arbiter: each LU gets a verdict, none is called fenced that is not; after a
+/// re-login a re-run fences every LU, and a third run finds nothing to change (P4). The fencer
+/// is node B, whose portal of its own can be slowed down to hold the fan-out open.
 fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
-    let mut t = Topology::iscsi(MID_FENCE_LUNS)?;
+    const FENCER: Node = Node::B;
+    const VICTIM: Node = Node::A;
+    let mut t = Topology::iscsi_second_portal(MID_FENCE_LUNS)?;
     t.settle()?;
-    unfence(&t, Node::A)?;
-    unfence(&t, Node::B)?;
-    // The logout starts with the fence: it waits for the commands under way, then ends the
-    // session (~1.5 s under TCG), while the fence is past its arbiter (~1.2 s) and fans out.
+    unfence(&t, FENCER)?;
+    unfence(&t, VICTIM)?;
+    let gone = t.devices_of(FENCER);
+    let before: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
+        .map(|lun| keys_on(&t, lun))
+        .collect::<anyhow::Result<_>>()?;
+    t.logout(FENCER)?;
+    let vanished = Started::spawn(
+        "fence-vanished",
+        fence_cmd(&t, FENCER).env("PRFENCE_LOG", "prfence=debug"),
+    )?
+    .finish(fence_budget() + SLACK)?;
+    vanished.expect(1, fence_budget())?;
+    let after: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
+        .map(|lun| keys_on(&t, lun))
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(
+        before == after,
+        "a fence naming vanished devices changed keys: {before:x?} -> {after:x?}"
+    );
+    let report = vanished.report();
+    ensure!(
+        report["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("nothing was sent")
+                && gone.iter().all(|d| s.contains(&d.display().to_string()))),
+        "the summary must say nothing was sent and name every vanished device: {}",
+        vanished.describe_with_output()
+    );
+    println!(
+        "devices gone before the fence: exit 1 in {}, nothing sent: {}",
+        crate::secs(vanished.elapsed),
+        report["summary"].as_str().unwrap_or_default()
+    );
+    t.login(FENCER)?;
+    unfence(&t, FENCER)?;
+
+    // Every request on the fencer's path arrives PATH_DELAY late, so its fan-out (a few
+    // commands per LU) lasts about a second; the logout starts once the arbiter is fenced and
+    // ends the session after the commands under way, while the other LUs are being fenced.
+    const PATH_DELAY: Duration = Duration::from_millis(250);
+    let delay = t.delay_path(FENCER, PATH_DELAY)?;
     let arbiter = arbiter_first(&t)[0];
-    let fence = Started::spawn("fence-logout", &mut fence_cmd(&t, Node::A))?;
+    let fence = Started::spawn("fence-logout", &mut fence_cmd(&t, FENCER))?;
     let started = fence.start;
-    let (fence, logout, arbiter_after) = std::thread::scope(|scope| {
-        let logout = scope.spawn(|| t.logout(Node::A).map(|()| started.elapsed()));
-        let arbiter_after = wait_until(fence_budget(), "B's key gone from the arbiter", || {
-            Ok(!keys_on(&t, arbiter)?.contains(&Node::B.key()))
-        })
-        .ok();
+    let arbiter_after = wait_until(
+        fence_budget(),
+        "the victim's key gone from the arbiter",
+        || Ok(!keys_on(&t, arbiter)?.contains(&VICTIM.key())),
+    )?;
+    let (fence, logout) = std::thread::scope(|scope| {
+        let logout = scope.spawn(|| t.logout(FENCER).map(|()| started.elapsed()));
         let fence = fence.finish(fence_budget() + SLACK + Duration::from_secs(5));
-        (fence, logout.join(), arbiter_after)
+        (fence, logout.join())
     });
+    delay.release()?;
     let fence = fence?;
     let logout_done = logout.map_err(|_| anyhow::anyhow!("logout thread panicked"))??;
     ensure!(
         fence.code.is_some() && fence.elapsed <= fence_budget() + SLACK,
         "{}",
-        fence.describe()
+        fence.describe_with_output()
     );
-    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)
-        .with_context(|| fence.describe())?;
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence, VICTIM)?;
     for lu in fence.report()["lus"].as_array().into_iter().flatten() {
         if let Some(error) = lu["error"].as_str() {
             println!("  {}: {error}", lu["lu"].as_str().unwrap_or("?"));
         }
     }
     println!(
-        "A's session logged out during its fence (arbiter fenced at {:?}, session gone at {}): \
-         fence exit {:?} after {}: {verdicts:?}",
-        arbiter_after.map(crate::secs),
+        "the fencer's session logged out during its fence (requests {} late; arbiter fenced at \
+         {}, session gone at {}): fence exit {:?} after {}: {verdicts:?}",
+        crate::secs(PATH_DELAY),
+        crate::secs(arbiter_after),
         crate::secs(logout_done),
         fence.code,
         crate::secs(fence.elapsed)
@@ -868,19 +931,26 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         verdicts.len() == MID_FENCE_LUNS,
         "a verdict per LU expected, got {verdicts:?}"
     );
+    // "skipped" means untouched: the victim is still registered there.
+    for (lu, verdict) in &verdicts {
+        ensure!(
+            verdict != "skipped" || keys_on(&t, *lu)?.contains(&VICTIM.key()),
+            "LU {lu} reported skipped, but the victim's key is gone there"
+        );
+    }
 
-    // The re-login is a new I_T nexus, registered nowhere; A's key is on the LUs through the
-    // old one. `fence` never registers on the arbiter (P2, P3): if the arbiter still had B's
+    // The re-login is a new I_T nexus, registered nowhere; the fencer's key is on the LUs through the
+    // old one. `fence` never registers on the arbiter (P2, P3): if the arbiter still had the victim's
     // key, the re-run must fail there, touch nothing, and say to unfence first.
-    t.login(Node::A)?;
-    let direct = Started::spawn("fence-relogin", &mut fence_cmd(&t, Node::A))?
+    t.login(FENCER)?;
+    let direct = Started::spawn("fence-relogin", &mut fence_cmd(&t, FENCER))?
         .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
     ensure!(
         direct.code.is_some() && direct.verdict_after() <= fence_budget() + SLACK,
         "{}",
-        direct.describe()
+        direct.describe_with_output()
     );
-    let verdicts = nothing_reported_fenced_that_is_not(&t, &direct.report(), Node::B)?;
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &direct, VICTIM)?;
     println!(
         "after the re-login, fence: exit {:?} in {}: {verdicts:?}",
         direct.code,
@@ -893,20 +963,20 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
             direct.stdout
         );
         // the documented recovery: unfence registers the new nexus (our key is still there)
-        unfence(&t, Node::A)?;
+        unfence(&t, FENCER)?;
     }
-    let rerun = Started::spawn("fence-rerun", &mut fence_cmd(&t, Node::A))?
+    let rerun = Started::spawn("fence-rerun", &mut fence_cmd(&t, FENCER))?
         .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
     rerun.expect(0, fence_budget())?;
-    nothing_reported_fenced_that_is_not(&t, &rerun.report(), Node::B)?;
+    nothing_reported_fenced_that_is_not(&t, &rerun, VICTIM)?;
     let before: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
         .map(|lun| keys_on(&t, lun))
         .collect::<anyhow::Result<_>>()?;
     ensure!(
-        before.iter().all(|keys| !keys.contains(&Node::B.key())),
-        "B's key left after the re-run: {before:x?}"
+        before.iter().all(|keys| !keys.contains(&VICTIM.key())),
+        "the victim's key left after the re-run: {before:x?}"
     );
-    let again = Started::spawn("fence-again", &mut fence_cmd(&t, Node::A))?
+    let again = Started::spawn("fence-again", &mut fence_cmd(&t, FENCER))?
         .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
     again.expect(0, fence_budget())?;
     let after: Vec<Vec<u64>> = (0..MID_FENCE_LUNS)
@@ -916,7 +986,7 @@ fn path_lost_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         before == after,
         "a third fence changed keys: {before:x?} -> {after:x?}"
     );
-    writes_judged(&t, Node::A, &(0..MID_FENCE_LUNS).collect::<Vec<_>>())?;
+    writes_judged(&t, FENCER, &(0..MID_FENCE_LUNS).collect::<Vec<_>>())?;
     println!(
         "path lost mid-fence: re-run after re-login converged in {}, third run {}",
         crate::secs(rerun.elapsed),
@@ -941,9 +1011,9 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
     ensure!(
         fence.code.is_some() && fence.elapsed <= fence_budget() + SLACK,
         "{}",
-        fence.describe()
+        fence.describe_with_output()
     );
-    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)?;
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence, Node::B)?;
     println!(
         "LU {removed} removed {} into the fence (arbiter done at {}): exit {:?} after {}: \
          {verdicts:?}",
@@ -962,7 +1032,7 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
         let rerun = Started::spawn(run, &mut fence_cmd(&t, Node::A))?
             .finish(fence_budget() + SLACK + Duration::from_secs(5))?;
         rerun.expect(1, fence_budget())?;
-        let verdicts = nothing_reported_fenced_that_is_not(&t, &rerun.report(), Node::B)?;
+        let verdicts = nothing_reported_fenced_that_is_not(&t, &rerun, Node::B)?;
         for &(lun, ref verdict) in &verdicts {
             ensure!(
                 (lun == removed) != matches!(verdict.as_str(), "victim_removed" | "already_fenced"),
@@ -1174,9 +1244,9 @@ fn unit_attention_storm_during_fence_and_watch() -> anyhow::Result<()> {
     ensure!(
         fence.code.is_some() && fence.verdict_after() <= fence_budget() + SLACK,
         "{}",
-        fence.describe()
+        fence.describe_with_output()
     );
-    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence.report(), Node::B)?;
+    let verdicts = nothing_reported_fenced_that_is_not(&t, &fence, Node::B)?;
     let notes: Vec<String> = fence.report()["lus"]
         .as_array()
         .into_iter()
