@@ -571,7 +571,8 @@ fn simpler_scenarios(s: &Scenario) -> Vec<Scenario> {
             c.lus -= 1;
             c.happenings.retain(|(_, h)| match h {
                 crate::world::Happening::Relogin { lu, .. }
-                | crate::world::Happening::PowerCycle { lu } => *lu < c.lus,
+                | crate::world::Happening::PowerCycle { lu }
+                | crate::world::Happening::Vanish { lu, .. } => *lu < c.lus,
                 _ => true,
             });
         });

@@ -115,6 +115,24 @@ impl Scenario {
                     },
                 ];
                 s.writers = vec![0, 1];
+                // Drawn last, so the seeds of the other families keep their scenarios.
+                if s.lus > 1 && rng.chance(1, 4) {
+                    // Node 0's devices of one LU (mostly the arbiter) vanish before or during
+                    // its fence: it cannot identify that LU, so it must not fence the others
+                    // under another arbiter (P2).
+                    let lu = if rng.chance(2, 3) {
+                        0
+                    } else {
+                        rng.below(s.lus)
+                    };
+                    let at = if rng.chance(1, 2) {
+                        0
+                    } else {
+                        rng.below(1500) as Nanos * MS
+                    };
+                    s.happenings = vec![(at, Happening::Vanish { node: 0, lu })];
+                    s.actions[0].at = MS;
+                }
             }
             "ring" => {
                 // A fences B; C fences A while A's fence is still fanning out (issue 19).
@@ -328,6 +346,7 @@ impl fmt::Display for Scenario {
                 Happening::PowerCycle { lu } => write!(f, " powercycle:l{lu}@{}", at_ms(*t))?,
                 Happening::Pause { node } => write!(f, " pause:n{node}@{}", at_ms(*t))?,
                 Happening::Resume { node } => write!(f, " resume:n{node}@{}", at_ms(*t))?,
+                Happening::Vanish { node, lu } => write!(f, " vanish:n{node}/l{lu}@{}", at_ms(*t))?,
             }
         }
         let ppm: Vec<String> = self.ppm.iter().map(ToString::to_string).collect();
@@ -444,7 +463,7 @@ impl FromStr for Scenario {
                 _ if word.starts_with("quiet@") => {
                     s.quiet_after = Some(time(word.trim_start_matches("quiet@"))?)
                 }
-                "relogin" | "powercycle" | "pause" | "resume" => {
+                "relogin" | "powercycle" | "pause" | "resume" | "vanish" => {
                     let (what, at) = value
                         .split_once('@')
                         .ok_or_else(|| ParseError(format!("`{word}` needs @TIME")))?;
@@ -464,6 +483,15 @@ impl FromStr for Scenario {
                         "powercycle" => Happening::PowerCycle {
                             lu: number(what.trim_start_matches('l'), "lu")?,
                         },
+                        "vanish" => {
+                            let (n, l) = what
+                                .split_once('/')
+                                .ok_or_else(|| ParseError(format!("`{word}`: nN/lL")))?;
+                            Happening::Vanish {
+                                node: node(n)?,
+                                lu: number(l.trim_start_matches('l'), "lu")?,
+                            }
+                        }
                         "pause" => Happening::Pause { node: node(what)? },
                         _ => Happening::Resume { node: node(what)? },
                     };

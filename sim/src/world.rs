@@ -148,6 +148,13 @@ pub enum Happening {
     Resume {
         node: usize,
     },
+    /// The node's devices of the LU vanish (a logout, a LUN removed): its discovery can no longer
+    /// identify the LU, so an operation started from here on names it by a device path, and every
+    /// command through those paths fails at once.
+    Vanish {
+        node: usize,
+        lu: usize,
+    },
 }
 
 impl std::fmt::Display for Happening {
@@ -164,6 +171,12 @@ impl std::fmt::Display for Happening {
             }
             Happening::Pause { node } => write!(f, "n{node} paused"),
             Happening::Resume { node } => write!(f, "n{node} resumes"),
+            Happening::Vanish { node, lu } => {
+                write!(
+                    f,
+                    "n{node}'s devices of LU{lu} vanish (unidentifiable, dead)"
+                )
+            }
         }
     }
 }
@@ -182,6 +195,8 @@ pub struct World {
     pub policy: Policy,
     /// The keys of the nodes, by node.
     pub keys: Vec<Key>,
+    /// (node, LU) whose devices vanished ([`Happening::Vanish`]).
+    vanished: Mutex<Vec<(usize, usize)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,7 +214,13 @@ impl World {
             holders: Mutex::new(Vec::new()),
             policy,
             keys,
+            vanished: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether node `node`'s devices of LU `lu` vanished.
+    pub fn vanished(&self, node: usize, lu: usize) -> bool {
+        lock(&self.vanished).contains(&(node, lu))
     }
 
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
@@ -227,8 +248,23 @@ impl World {
         *lock(&self.ops_running)
     }
 
-    /// Node `node`'s view of the LUs: every path a gated device.
+    /// Node `node`'s view of the LUs: every path a gated device. An LU whose devices vanished
+    /// is named by its first device path, as the CLI's discovery names a device it cannot
+    /// identify (`ops::targets`).
     pub fn targets(self: &Arc<Self>, node: usize) -> Vec<LuTarget<Arc<dyn PrTransport>>> {
+        let mut targets = self.paths_of(node);
+        for (n, lu) in lock(&self.vanished).iter().copied() {
+            if let Some(target) = targets
+                .iter_mut()
+                .find(|t| n == node && t.id == Cluster::lu_id(lu))
+            {
+                target.id = Cluster::device(node, lu, 0);
+            }
+        }
+        targets
+    }
+
+    fn paths_of(self: &Arc<Self>, node: usize) -> Vec<LuTarget<Arc<dyn PrTransport>>> {
         let cluster = self.cluster();
         cluster.targets(node, |spec| -> Arc<dyn PrTransport> {
             let gate = Gate {
@@ -392,6 +428,7 @@ impl World {
             Happening::PowerCycle { lu } => self.cluster().power_cycle(lu),
             Happening::Pause { node } => self.sim.set_paused(node, true),
             Happening::Resume { node } => self.sim.set_paused(node, false),
+            Happening::Vanish { node, lu } => lock(&self.vanished).push((node, lu)),
         }
         self.record(SimEvent::Injected {
             time: self.sim.now(),
@@ -590,6 +627,12 @@ impl ScsiDevice for Gate {
         data: DataTransfer<'_>,
         timeout: Duration,
     ) -> Result<Completion, sg_io::Error> {
+        if self.world.vanished(self.node, self.lu) {
+            return Err(sg_io::Error::Open {
+                path: self.device.clone(),
+                source: std::io::Error::from_raw_os_error(ENOENT),
+            });
+        }
         let what = describe_cdb(cdb, &data);
         let device = self.device.clone();
         self.gated(
@@ -629,6 +672,17 @@ fn nix_eio() -> i32 {
     5
 }
 
+/// ENOENT: the errno of an open of a device node that vanished.
+const ENOENT: i32 = 2;
+
+fn vanished_nvme(fake: &Fake, ioctl: &'static str) -> nvme_io::Error {
+    nvme_io::Error::Ioctl {
+        path: fake.path.clone(),
+        ioctl,
+        source: std::io::Error::from_raw_os_error(ENOENT),
+    }
+}
+
 /// The kernel's NVMe I/O timeout (`nvme_core.io_timeout`, 30 s by default): the block PR ioctls
 /// take no timeout of their own, so this is when one comes back failed from a dead path.
 const KERNEL_IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -642,6 +696,9 @@ impl NvmeGate {
         call: impl FnOnce(&Fake) -> Result<R, nvme_io::Error>,
     ) -> Result<R, nvme_io::Error> {
         let fake = &self.fake;
+        if self.gate.world.vanished(self.gate.node, self.gate.lu) {
+            return Err(vanished_nvme(fake, ioctl));
+        }
         self.gate.gated(
             what,
             Some(KERNEL_IO_TIMEOUT),
@@ -666,6 +723,9 @@ impl NvmeGate {
         call: impl FnOnce(&Fake) -> Result<NvmeCompletion, nvme_io::Error>,
     ) -> Result<NvmeCompletion, nvme_io::Error> {
         let fake = &self.fake;
+        if self.gate.world.vanished(self.gate.node, self.gate.lu) {
+            return Err(vanished_nvme(fake, ioctl));
+        }
         self.gate.gated(
             format!(
                 "{ioctl} opcode {:#04x} cdw10 {:#x}",
