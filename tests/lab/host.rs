@@ -76,6 +76,17 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
                     false
                 });
             boots += 1;
+            // A kernel that failed in its own boot (an oops under TCG, before the lab's init
+            // ran anything) is booted once more per setup; it says so, and a second such boot
+            // fails the suites.
+            if !progress && std::mem::take(&mut guest.failed_in_boot) && !guest.booted_again {
+                guest.booted_again = true;
+                println!(
+                    "lab: the guest's kernel failed in its own boot, before any test: booting it \
+                     once more"
+                );
+                continue;
+            }
             if !progress {
                 for p in &waiting {
                     let r = suite_result_mut(&mut results, p.suite);
@@ -192,6 +203,10 @@ struct Guest {
     kernel: Kernel,
     dir: PathBuf,
     built: bool,
+    /// The last boot ended in kernel trouble before the guest was ready.
+    failed_in_boot: bool,
+    /// It was booted once more after such a boot.
+    booted_again: bool,
 }
 
 impl Guest {
@@ -205,6 +220,8 @@ impl Guest {
             kernel,
             dir,
             built: false,
+            failed_in_boot: false,
+            booted_again: false,
         }
     }
 
@@ -357,6 +374,7 @@ impl Guest {
                 println!("guest console: {line}");
             }
         }
+        self.failed_in_boot = report.ready.is_none() && report.trouble.is_some();
         let why = if let Some(trouble) = &report.trouble {
             format!(
                 "the guest kernel reported {:?} after {}; the run was stopped within {} of it. \
