@@ -1089,7 +1089,8 @@ impl World {
             grace: Duration::from_secs(20),
             missing_confirmations: 2,
             heal: true,
-            path_audit: Duration::from_secs(60),
+            // The opt-in periodic probe too, so that more of its PR OUTs meet other nodes' fences.
+            path_audit: Some(Duration::from_secs(60)),
         };
         let start = runtime::now();
         let mut state =
@@ -1123,6 +1124,7 @@ impl World {
                             },
                             paths,
                             paths_changed: false,
+                            generation: keys.generation,
                         })
                     }
                     None => Err(prfence::daemon::failure::CommandFailure::Unreachable),

@@ -251,8 +251,9 @@ pub struct WatchModeSettings {
     /// Purge orphaned registrations of our key where one atomic command can (never registers:
     /// a path without a registration needs `prfence unfence`, P3).
     pub heal: bool,
-    /// Probe every path's registration at least this often (the key count can hide an orphan).
-    pub path_audit: Duration,
+    /// Also probe every path's registration this often while all looks right; `None` ("off",
+    /// the default): only on a change (`watch::WatchState`), since a probe is a PR OUT.
+    pub path_audit: Option<Duration>,
 }
 
 /// Where our own key comes from in watch mode.
@@ -552,11 +553,13 @@ impl Settings {
                         watch.grace, self.check_interval
                     ));
                 }
-                if watch.path_audit < self.check_interval {
+                if let Some(path_audit) = watch.path_audit
+                    && path_audit < self.check_interval
+                {
                     return rule(format!(
-                        "watch.path_audit ({:?}) must be at least check_interval ({:?}): paths \
-                         are audited as part of a check",
-                        watch.path_audit, self.check_interval
+                        "watch.path_audit ({path_audit:?}) must be at least check_interval \
+                         ({:?}), or \"off\": paths are audited as part of a check",
+                        self.check_interval
                     ));
                 }
                 if self.command_timeout >= watch.grace {
@@ -796,7 +799,10 @@ fn validate_watch(
         grace: duration_field("watch.grace", grace.as_deref(), "20s")?,
         missing_confirmations,
         heal: heal.unwrap_or(true),
-        path_audit: duration_field("watch.path_audit", path_audit.as_deref(), "1m")?,
+        path_audit: match path_audit.as_deref() {
+            None | Some("off") => None,
+            Some(text) => Some(duration_field("watch.path_audit", Some(text), "off")?),
+        },
     })
 }
 
@@ -1084,7 +1090,7 @@ margin = "2s"
         let c = s.watch_config(Key::new(7)).unwrap();
         assert_eq!(
             (c.own_key, c.grace, c.path_audit),
-            (Key::new(7), w.grace, Duration::from_secs(60))
+            (Key::new(7), w.grace, None)
         );
         assert!(s.lease_config().is_none());
         assert_eq!(s.self_fence.exit_status, Some(DEFAULT_FENCED_EXIT_STATUS));

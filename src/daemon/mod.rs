@@ -44,9 +44,11 @@
 //!   read for `grace` (measured from its last good read) counts as fenced, because a node cut
 //!   off from its storage must stop as surely as a preempted one. The grace must span at least
 //!   one check, and a hung command must be noticed within it.
-//! - `watch.path_audit ≥ check_interval`: every path's registration is probed at start, when a
-//!   path changes, and at least this often, because a re-login orphan can hide behind the old
-//!   nexus's registration in the key count.
+//! - `watch.path_audit ≥ check_interval` when set (default "off"): every path's registration is
+//!   probed at start, when a path changes, when the count of our registrations changes, every
+//!   minute while a path is found unregistered, and this often besides. A probe is a PR OUT (a
+//!   same-key REGISTER), which on LIO can cross another node's PREEMPT, so none is sent in a
+//!   healthy steady state unless asked for.
 //! - `watchdog.timeout > check_interval + check_budget`, where `check_budget = 3 ×
 //!   (command_timeout + 200 ms)` (`config::check_budget`): the watchdog is fed once a check
 //!   ends while not fenced (also during the grace, or the watchdog would cut it short), and a

@@ -3,10 +3,15 @@
 //!
 //! Per tick the caller reads the keys of every LU (one READ KEYS through a read-only open) and
 //! feeds them to [`WatchState::tick`]. Per-path registration is only probed when the decision
-//! asks for it ([`LuVerdict::InspectPaths`]): when our key is listed fewer times than the LU has
-//! paths, when discovery saw the path set change, and once per `path_audit` (first at start).
+//! asks for it ([`LuVerdict::InspectPaths`]): at start, when discovery saw the path set change
+//! (an iSCSI re-login is a new session), when the LU's PRgeneration or the number of times our
+//! key is listed changed (someone's PR OUT: `prfence unfence`'s repair, another node's
+//! registration), every [`DEGRADED_RECHECK`] while the last probe found a path
+//! unregistered (to see `prfence unfence`'s repair), and once per `path_audit` if one is set.
 //! The count alone can miss an orphan: after an iSCSI re-login the old nexus's registration
-//! stays on the target, so the count still matches while the new nexus has none.
+//! stays on the target, so the count still matches while the new nexus has none. A probe is a
+//! PERSISTENT RESERVE OUT (`ops::probe_registration`), and a PR OUT of the victim's can cross a
+//! PREEMPT on LIO (README, "Target notes"); so a healthy node in a steady state sends none.
 //!
 //! The verdicts, in the order they are decided for one LU:
 //! - our key missing from the LU on `missing_confirmations` reads in a row: **fenced**. One LU is
@@ -68,6 +73,10 @@ pub struct LuKeys {
     pub paths: Option<Vec<ProbedPath>>,
     /// Discovery saw a path appear, vanish or log in again since the previous tick.
     pub paths_changed: bool,
+    /// The LU's PRgeneration as READ KEYS gave it: every PR OUT that changes something bumps it
+    /// (ours included), so a change since the previous tick means someone registered,
+    /// unregistered, reserved or preempted.
+    pub generation: u32,
 }
 
 /// One LU's result for this tick.
@@ -174,9 +183,13 @@ pub struct WatchConfig {
     pub grace: Duration,
     pub missing_confirmations: u32,
     pub heal: bool,
-    /// Probe every path at least this often even if the key count looks right.
-    pub path_audit: Duration,
+    /// Also probe every path this often while all looks right (`None`: only on a change).
+    pub path_audit: Option<Duration>,
 }
+
+/// How often the paths of an LU are probed again while the last probe found one unregistered:
+/// the repair (`prfence unfence`) may not change the key count (the orphan it purges counted).
+pub const DEGRADED_RECHECK: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 struct LuState {
@@ -186,6 +199,11 @@ struct LuState {
     missing_reads: u32,
     /// When per-path registration was last reported; `None`: not yet in this run.
     last_audit: Option<Instant>,
+    /// How many times our key was listed when the paths were last probed.
+    audited_count: Option<usize>,
+    /// The PRgeneration of the previous tick; `None` right after a probe, whose own REGISTERs
+    /// bump it (the next tick takes the new value without probing again).
+    generation: Option<u32>,
     /// The paths the last probe found without our registration. The key count cannot show
     /// them (an orphan of an earlier session counts as one), so they are reported until the
     /// next probe finds them registered (after `prfence unfence`).
@@ -212,6 +230,8 @@ impl WatchState {
                 last_error: None,
                 missing_reads: 0,
                 last_audit: None,
+                audited_count: None,
+                generation: None,
                 unregistered: Vec::new(),
             })
             .collect();
@@ -330,11 +350,19 @@ fn judge(
     }
     lu.missing_reads = 0;
     let Some(paths) = keys.paths else {
-        let audit_due = lu
-            .last_audit
-            .is_none_or(|at| now.saturating_duration_since(at) >= config.path_audit);
+        let audit_due = match lu.last_audit {
+            None => true,
+            Some(at) => {
+                let since = now.saturating_duration_since(at);
+                config.path_audit.is_some_and(|every| since >= every)
+                    || (!lu.unregistered.is_empty() && since >= DEGRADED_RECHECK)
+            }
+        };
+        let count_changed = lu.audited_count != Some(registered_paths);
+        let generation_changed = lu.generation.is_some_and(|g| g != keys.generation);
+        lu.generation = Some(keys.generation);
         return Verdict::Lu(
-            if registered_paths < keys.path_count || keys.paths_changed || audit_due {
+            if count_changed || generation_changed || keys.paths_changed || audit_due {
                 LuVerdict::InspectPaths {
                     unregistered: lu.unregistered.clone(),
                 }
@@ -349,6 +377,8 @@ fn judge(
         );
     };
     lu.last_audit = Some(now);
+    lu.audited_count = Some(registered_paths);
+    lu.generation = None;
     let orphans: Vec<PathId> = paths
         .into_iter()
         .filter(|p| !p.registered)
@@ -379,7 +409,7 @@ mod tests {
             grace: Duration::from_secs(10),
             missing_confirmations: 2,
             heal: true,
-            path_audit: Duration::from_secs(3600),
+            path_audit: None,
         }
     }
 
@@ -394,6 +424,7 @@ mod tests {
                     registered: true,
                 }]),
                 paths_changed: false,
+                generation: 0,
             }),
         }
     }
@@ -404,6 +435,28 @@ mod tests {
         let d = w.tick(t0, names.iter().map(|n| all_registered(n)));
         assert!(d.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy), "{d:?}");
         w
+    }
+
+    /// LU "a" probed: `paths` unregistered, "sdb" registered; our key listed twice.
+    fn obs_unregistered(paths: &[PathId]) -> Observation {
+        let mut probed = vec![ProbedPath {
+            path: PathId("sdb".into()),
+            registered: true,
+        }];
+        probed.extend(paths.iter().map(|p| ProbedPath {
+            path: p.clone(),
+            registered: false,
+        }));
+        Observation {
+            lu: lu("a"),
+            result: Ok(LuKeys {
+                keys: vec![OURS, OURS],
+                path_count: 2,
+                paths: Some(probed),
+                paths_changed: false,
+                generation: 0,
+            }),
+        }
     }
 
     fn lu(name: &str) -> LuName {
@@ -418,6 +471,7 @@ mod tests {
                 path_count,
                 paths: None,
                 paths_changed: false,
+                generation: 0,
             }),
         }
     }
@@ -443,7 +497,7 @@ mod tests {
         let mut w = two_lus(t0);
         let d = w.tick(
             at(t0, 1),
-            [keys("a", &[OURS, OURS, THEIRS], 2), keys("b", &[OURS], 1)],
+            [keys("a", &[OURS, THEIRS], 1), keys("b", &[OURS], 1)],
         );
         assert_eq!(
             d.lus,
@@ -545,6 +599,7 @@ mod tests {
                 keys: vec![OURS, THEIRS],
                 path_count: 2,
                 paths_changed: false,
+                generation: 0,
                 paths: Some(vec![
                     ProbedPath {
                         path: PathId("sdb".into()),
@@ -680,27 +735,80 @@ mod tests {
     }
 
     #[test]
-    fn paths_are_audited_at_start_on_change_and_periodically() {
+    fn paths_are_probed_at_start_and_on_a_change_only() {
         let t0 = Instant::now();
         let mut w = WatchState::new(config(), [lu("a")], t0);
         // The count looks right, but nothing was audited yet in this run.
         assert_eq!(w.tick(at(t0, 1), [keys("a", &[OURS], 1)]).lus[0].1, INSPECT);
         w.tick(at(t0, 2), [all_registered("a")]);
-        assert_eq!(
-            w.tick(at(t0, 3), [keys("a", &[OURS], 1)]).lus[0].1,
-            LuVerdict::Healthy
-        );
+        // Steady and healthy: no probe (a PR OUT) for a day.
+        for secs in (3..86_400).step_by(997) {
+            assert_eq!(
+                w.tick(at(t0, secs), [keys("a", &[OURS], 1)]).lus[0].1,
+                LuVerdict::Healthy
+            );
+        }
         let mut changed = keys("a", &[OURS], 1);
         if let Ok(k) = &mut changed.result {
             k.paths_changed = true;
         }
-        assert_eq!(w.tick(at(t0, 4), [changed]).lus[0].1, INSPECT);
+        assert_eq!(w.tick(at(t0, 86_401), [changed]).lus[0].1, INSPECT);
+        w.tick(at(t0, 86_402), [all_registered("a")]);
+        // Our key listed once more or once less than at the last probe.
         assert_eq!(
-            w.tick(at(t0, 3601), [keys("a", &[OURS], 1)]).lus[0].1,
+            w.tick(at(t0, 86_403), [keys("a", &[OURS, OURS], 1)]).lus[0].1,
+            INSPECT
+        );
+    }
+
+    #[test]
+    fn a_pr_out_seen_in_the_generation_asks_for_one_probe() {
+        let t0 = Instant::now();
+        let mut w = audited(config(), &["a"], t0);
+        let at_generation = |g: u32| {
+            let mut o = keys("a", &[OURS], 1);
+            if let Ok(k) = &mut o.result {
+                k.generation = g;
+            }
+            o
+        };
+        // The first read after the start-up probe takes the generation its REGISTERs left.
+        assert_eq!(
+            w.tick(at(t0, 1), [at_generation(5)]).lus[0].1,
             LuVerdict::Healthy
         );
         assert_eq!(
-            w.tick(at(t0, 3602), [keys("a", &[OURS], 1)]).lus[0].1,
+            w.tick(at(t0, 2), [at_generation(5)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        // Someone's PR OUT (an unfence, another node's registration): probe once.
+        assert_eq!(w.tick(at(t0, 3), [at_generation(6)]).lus[0].1, INSPECT);
+        w.tick(at(t0, 4), [all_registered("a")]);
+        // Our probe bumped it again: taken, not probed for.
+        assert_eq!(
+            w.tick(at(t0, 5), [at_generation(7)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        assert_eq!(
+            w.tick(at(t0, 6), [at_generation(7)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+    }
+
+    #[test]
+    fn a_periodic_audit_runs_only_when_configured() {
+        let t0 = Instant::now();
+        let config = WatchConfig {
+            path_audit: Some(Duration::from_secs(3600)),
+            ..config()
+        };
+        let mut w = audited(config, &["a"], t0);
+        assert_eq!(
+            w.tick(at(t0, 3599), [keys("a", &[OURS], 1)]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        assert_eq!(
+            w.tick(at(t0, 3600), [keys("a", &[OURS], 1)]).lus[0].1,
             INSPECT
         );
     }
@@ -738,13 +846,39 @@ mod tests {
             LuVerdict::Orphaned { paths: sdc.clone() }
         );
         assert_eq!(
-            w.tick(at(t0, 3602), [count_only.clone()]).lus[0].1,
+            w.tick(at(t0, 61), [count_only.clone()]).lus[0].1,
+            LuVerdict::Orphaned { paths: sdc.clone() }
+        );
+        // Degraded: probed again every DEGRADED_RECHECK, a backstop to the generation.
+        assert_eq!(
+            w.tick(at(t0, 62), [count_only.clone()]).lus[0].1,
+            LuVerdict::InspectPaths {
+                unregistered: sdc.clone()
+            }
+        );
+        w.tick(at(t0, 63), [obs_unregistered(&sdc)]);
+        assert_eq!(
+            w.tick(at(t0, 64), [count_only.clone()]).lus[0].1,
+            LuVerdict::Orphaned { paths: sdc.clone() }
+        );
+        // `prfence unfence` registered sdc and purged the orphan: the count is the same, the
+        // generation is not, so the paths are probed at once, and the probe clears it.
+        let mut repaired = count_only.clone();
+        if let Ok(k) = &mut repaired.result {
+            k.generation = 9;
+        }
+        assert_eq!(
+            w.tick(at(t0, 65), [repaired]).lus[0].1,
             LuVerdict::InspectPaths { unregistered: sdc }
         );
-        // `prfence unfence` registered sdc: the next probe clears it.
-        w.tick(at(t0, 3603), [all_registered("a")]);
+        w.tick(at(t0, 66), [obs_unregistered(&[])]);
         assert_eq!(
-            w.tick(at(t0, 3604), [count_only]).lus[0].1,
+            w.tick(at(t0, 67), [count_only.clone()]).lus[0].1,
+            LuVerdict::Healthy
+        );
+        // Healthy again: no more probes.
+        assert_eq!(
+            w.tick(at(t0, 67 + 3600), [count_only]).lus[0].1,
             LuVerdict::Healthy
         );
     }

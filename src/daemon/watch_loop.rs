@@ -186,6 +186,7 @@ fn observations(
                     path_count: lu.registrations_expected(),
                     paths: check.registrations.clone(),
                     paths_changed: paths_changed(lu, check),
+                    generation: keys.generation,
                 }),
                 Err(e) => Err(CommandFailure::of(e)),
             },

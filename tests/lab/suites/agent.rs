@@ -946,12 +946,39 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         std::slice::from_ref(&link),
         "0xa",
         500,
-        "grace = \"20s\"\npath_audit = \"1s\"",
+        "grace = \"20s\"",
         "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
         "",
     );
     let mut agent = Agent::start("relogin-a", &config)?;
     agent.wait_state("healthy", Duration::from_secs(60))?;
+    let lu_verdict = |agent: &Agent| {
+        agent
+            .status()
+            .and_then(|s| s["lus"][0]["verdict"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    // The start-up probe done (the LU's own verdict healthy), the agent sends no PR OUT while
+    // healthy and steady (a path probe is a same-key REGISTER, which bumps the LU's
+    // PRgeneration): 6 checks, the generation unchanged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lu_verdict(&agent) != "healthy" {
+        ensure!(
+            Instant::now() < deadline,
+            "LU verdict {:?}, not healthy, 10 s after the agent armed:\n{}",
+            lu_verdict(&agent),
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let generation = t.lu(0).generation()?;
+    std::thread::sleep(Duration::from_secs(3));
+    ensure!(
+        t.lu(0).generation()? == generation,
+        "the healthy agent sent a PR OUT in 3 s: PRgeneration {generation} -> {}:\n{}",
+        t.lu(0).generation()?,
+        agent.log_tail()
+    );
     let isid_of_a = |t: &Topology| -> anyhow::Result<Vec<(Option<String>, u64)>> {
         Ok(t.lu(0)
             .registrations()?
@@ -976,14 +1003,8 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         t.device(Node::A, 0).display()
     );
     // The count of A's key (one orphan, one path) looks right; only the path probe (at the path
-    // change, then every audit, 1 s) shows the new nexus unregistered. From then on the agent
-    // stays degraded, naming the path, and registers nothing.
-    let lu_verdict = |agent: &Agent| {
-        agent
-            .status()
-            .and_then(|s| s["lus"][0]["verdict"].as_str().map(str::to_owned))
-            .unwrap_or_default()
-    };
+    // change) shows the new nexus unregistered. From then on the agent stays degraded, naming
+    // the path, and registers nothing.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !lu_verdict(&agent).starts_with("paths without our registration") {
         ensure!(
@@ -995,8 +1016,15 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         std::thread::sleep(Duration::from_millis(20));
     }
     let reported = relogin_at.elapsed();
+    // Degraded, it probes again only when something changes or a minute has passed.
+    let degraded_generation = t.lu(0).generation()?;
     let watch_until = Instant::now() + Duration::from_secs(6);
     while Instant::now() < watch_until {
+        ensure!(
+            t.lu(0).generation()? == degraded_generation,
+            "the degraded agent sent a PR OUT with nothing changed:\n{}",
+            agent.log_tail()
+        );
         let regs = isid_of_a(&t)?;
         ensure!(
             regs == after_login,
@@ -1012,8 +1040,8 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         std::thread::sleep(Duration::from_millis(100));
     }
     println!(
-        "agent degraded, naming the path, {} after the re-login, and for 6 s (6 path audits) \
-         after: the orphan unchanged, nothing registered",
+        "agent degraded, naming the path, {} after the re-login, and for 6 s after: the orphan \
+         unchanged, nothing registered, no PR OUT (PRgeneration {degraded_generation})",
         crate::secs(reported)
     );
 
