@@ -363,6 +363,12 @@ pub fn to_text(diagnosis: &Diagnosis) -> String {
             }
         );
     }
+    let _ = writeln!(
+        out,
+        "LU set: {} (must be the same on every node: nodes that name other LUs can pick another \
+         arbiter)",
+        diagnosis.lu_set
+    );
     for lu in &diagnosis.lus {
         lu_text(&mut out, lu);
     }

@@ -35,6 +35,7 @@ use super::status::{
 use super::status_file;
 use super::watchdog::Watchdog;
 use crate::host::Host;
+use crate::ops::LuSet;
 use crate::pr::{Key, PrOut, PrOutAction};
 use crate::transport::Command;
 
@@ -284,6 +285,10 @@ impl Agent {
     /// Publishes the status (file, endpoint) after a check.
     pub(super) fn publish(&self) {
         lock(&self.metrics).set_blocked_paths(self.table.blocked_paths());
+        {
+            let mut status = lock(&self.status);
+            status.lu_set = LuSet::of(status.lus.iter().map(|lu| lu.id.as_deref()));
+        }
         if let Some(path) = &self.status_file {
             let status = lock(&self.status).clone();
             if let Err(e) = status_file::write(path, &status) {

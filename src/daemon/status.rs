@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::ops::LuSet;
+
 /// What the agent is doing, node-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -126,6 +128,9 @@ pub struct Status {
     /// Checks (ticks) done since start.
     pub checks: u64,
     pub lus: Vec<LuStatus>,
+    /// The LUs as this node identified them, to compare with the other nodes' (P2: the same
+    /// LUs everywhere, or nodes can pick different arbiters).
+    pub lu_set: LuSet,
     pub watchdog: WatchdogStatus,
     /// Each self-fence step's result, once fenced.
     pub self_fence: Option<SelfFenceSteps>,
@@ -150,6 +155,7 @@ impl Status {
                     lease_key: None,
                 })
                 .collect(),
+            lu_set: LuSet::of(lus.iter().map(|_| None)),
             watchdog: WatchdogStatus {
                 state: WatchdogState::NotConfigured,
                 error: None,

@@ -26,6 +26,7 @@ mod drive;
 mod fence;
 mod heal;
 mod lu;
+mod lu_set;
 mod probe;
 mod status;
 mod targets;
@@ -43,6 +44,7 @@ use crate::pr::{Key, ReservationType};
 use crate::transport::PrTransport;
 
 pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
+pub use lu_set::LuSet;
 pub use probe::probe_registration;
 pub use targets::{OpenPath, Opener, targets};
 

@@ -471,13 +471,29 @@ impl Cluster {
     }
 
     /// Waits until both nodes' agents watch their registrations (state `healthy`): only then can
-    /// an agent notice its node being fenced.
+    /// an agent notice its node being fenced. Both must watch the same LUs (P2: nodes that name
+    /// other LUs can pick another arbiter): their published LU sets are compared.
     fn agents_watching(&self) -> anyhow::Result<Duration> {
-        self.wait("both agents healthy (watching their keys)", SETTLE, |c| {
+        let took = self.wait("both agents healthy (watching their keys)", SETTLE, |c| {
             Ok(Node::BOTH
                 .iter()
                 .all(|&n| c.agent_state(n).as_deref() == Some("healthy")))
-        })
+        })?;
+        let sets: Vec<serde_json::Value> = Node::BOTH
+            .iter()
+            .map(|&n| {
+                let run = self.in_node(n, "cat /run/prfence/status.json")?;
+                let status: serde_json::Value = serde_json::from_str(&run.stdout)?;
+                Ok(status["lu_set"].clone())
+            })
+            .collect::<anyhow::Result<_>>()?;
+        anyhow::ensure!(
+            sets[0] == sets[1] && sets[0]["count"] == 2 && sets[0]["unidentified"] == 0,
+            "the two agents watch different LU sets: {} and {}",
+            sets[0],
+            sets[1]
+        );
+        Ok(took)
     }
 
     /// Cuts (or restores) the link between the two nodes, both ways: each node's packets to and

@@ -30,6 +30,7 @@ pub const SUITE: Suite = Suite {
 };
 
 const KEY_A: &str = "0xa";
+const KEY_B: &str = "0xb";
 
 fn generations(t: &Topology) -> anyhow::Result<Vec<u32>> {
     t.lus().iter().map(|lu| lu.generation()).collect()
@@ -100,6 +101,28 @@ fn iscsi_ready_after_unfence_not_before() -> anyhow::Result<()> {
     unfence(&t, Node::B)?;
     let after = doctor(&t, KEY_A, &devices, 0)?;
     ensure!(after["can_fence"] == true, "{after}");
+    // P2's precondition, compared across nodes: B names the same two LUs through other device
+    // nodes, in another order, and gets A's fingerprint and arbiter; one LU less is another set.
+    let mut b_devices = t.node(Node::B).devices().to_vec();
+    b_devices.reverse();
+    let from_b = doctor(&t, KEY_B, &b_devices, 0)?;
+    let arbiter = t.lus().iter().map(|lu| lu.wwid.clone()).min();
+    ensure!(
+        after["lu_set"] == from_b["lu_set"]
+            && after["lu_set"]["count"] == 2
+            && after["lu_set"]["unidentified"] == 0
+            && after["lu_set"]["arbiter"].as_str() == arbiter.as_deref(),
+        "A's LU set {} and B's {} (arbiter {arbiter:?})",
+        after["lu_set"],
+        from_b["lu_set"]
+    );
+    let one_less = doctor(&t, KEY_B, &b_devices[..1], 0)?;
+    ensure!(
+        one_less["lu_set"]["fingerprint"] != after["lu_set"]["fingerprint"]
+            && one_less["lu_set"]["count"] == 1,
+        "one LU less, the same LU set: {}",
+        one_less["lu_set"]
+    );
     // --config: the agent's devices and key.value give the same verdict.
     let config = std::env::temp_dir().join("prfence-doctor-agent.toml");
     let _remove = crate::RemoveOnDrop::new(&config);

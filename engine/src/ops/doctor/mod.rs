@@ -230,6 +230,8 @@ pub struct Diagnosis {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub can_fence: Option<bool>,
     pub summary: String,
+    /// The LUs as this node names them, to compare with the other nodes (P2).
+    pub lu_set: super::LuSet,
     pub lus: Vec<LuDiagnosis>,
 }
 
@@ -274,6 +276,7 @@ pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
         ready,
         can_fence,
         summary,
+        lu_set: super::LuSet::of(lus.iter().map(|l| Some(l.lu.as_str()))),
         lus,
     }
 }
