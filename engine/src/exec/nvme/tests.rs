@@ -690,6 +690,50 @@ mod engine {
     }
 
     #[test]
+    fn doctor_names_a_host_id_shared_with_another_node() {
+        use crate::ops::doctor::{DoctorPath, PathFacts, TargetKind, doctor};
+        let namespaces = vec![Arc::new(Mutex::new(Namespace::default()))];
+        // Two nodes with one host id: the second's unfence takes over the first's registration.
+        ops::unfence(targets(&namespaces, 0xaa), A, limits()).unwrap();
+        ops::unfence(targets(&namespaces, 0xaa), B, limits()).unwrap();
+        assert_eq!(
+            namespaces[0].lock().unwrap().registrants,
+            vec![([0xaa; 16], 0xb)]
+        );
+        let lus = targets(&namespaces, 0xaa)
+            .into_iter()
+            .map(|lu| LuTarget {
+                id: lu.id,
+                paths: lu
+                    .paths
+                    .into_iter()
+                    .map(|transport| DoctorPath {
+                        transport,
+                        facts: PathFacts {
+                            nvme_host_id: Some("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa".to_string()),
+                            target: Some(TargetKind::Unknown),
+                            ..PathFacts::default()
+                        },
+                    })
+                    .collect(),
+            })
+            .collect::<Vec<_>>();
+        let diagnosis = doctor(lus, Some(A), Duration::from_secs(10)).unwrap();
+        assert!(!diagnosis.ready, "{diagnosis:?}");
+        let findings: Vec<String> = diagnosis.lus[0]
+            .findings
+            .iter()
+            .map(|f| format!("{} {}", f.message, f.remedy))
+            .collect();
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.contains("share this host id") && f.contains("/etc/nvme/hostid")),
+            "{findings:#?}"
+        );
+    }
+
+    #[test]
     fn unfence_fence_and_status_work_on_nvme() {
         let namespaces: Vec<_> = (0..2)
             .map(|_| Arc::new(Mutex::new(Namespace::default())))

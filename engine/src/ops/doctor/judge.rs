@@ -464,6 +464,23 @@ fn paths_registered_with_own_key(ev: &Evidence<'_>) -> Vec<Finding> {
                 ))
             } else {
                 let other = path.registered_key.filter(|k| *k != own)?;
+                // NVMe registers a host, by host id: two nodes that share one (a cloned
+                // /etc/nvme/hostid) are one registrant to the target, whose key is the last
+                // one either registered, and a fence between them removes nothing (P1).
+                if let Some(host) = &path.facts.nvme_host_id {
+                    return Some(problem(
+                        format!(
+                            "path {}: this node's NVMe host id {host} is registered with {other}, \
+                             not {own}; if {other} is another node's key, the two nodes share \
+                             this host id and the target takes them for one host: a fence \
+                             between them cannot remove either",
+                            path.device
+                        ),
+                        "give every node its own host id (/etc/nvme/hostid, e.g. from \
+                         `uuidgen`; `nvme show-hostnqn` for the NQN), reconnect, then run \
+                         `prfence unfence` on each node",
+                    ));
+                }
                 Some(problem(
                     format!("path {} is registered with {other}, not {own}", path.device),
                     "check which key this node should use; `prfence unfence` with the right key \
