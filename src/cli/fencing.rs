@@ -57,7 +57,8 @@ pub fn execute(
     };
     for unknown in &resolution.unidentified {
         eprintln!(
-            "prfence: warning: {}; handled as a dead path",
+            "prfence: warning: {}; not identified: a dead path (fence sends nothing while it \
+             is named: it could be the arbiter)",
             unknown.error
         );
     }

@@ -342,8 +342,22 @@ fn lu_targets(
         system.resolve(&options.devices).map_err(Failed::from)?
     };
     for unknown in &resolution.unidentified {
-        tracing::warn!("{}; handled as a dead path", unknown.error);
+        tracing::warn!(
+            "{}; not identified: a dead path for on, status and monitor, and off sends nothing \
+             while it is named (it could be the arbiter)",
+            unknown.error
+        );
     }
+    // For comparing nodes after the fact (P2: every node must name the same LUs).
+    let ids: Vec<String> = resolution.lus.iter().map(|lu| lu.id.to_string()).collect();
+    tracing::info!(
+        "LU set: {}",
+        crate::ops::LuSet::of(
+            ids.iter()
+                .map(|id| Some(id.as_str()))
+                .chain(resolution.unidentified.iter().map(|_| None))
+        )
+    );
     let mut given: HashMap<String, Vec<PathBuf>> = HashMap::new();
     for lu in &resolution.lus {
         let names = given.entry(lu.id.to_string()).or_default();
