@@ -3,6 +3,8 @@
 //! wiring, and the metrics endpoint's server task. The services both modes share ([`Agent`]) are
 //! in [`super::agent`].
 
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use tokio::sync::mpsc;
 use super::agent::{
     Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM, RunEnd,
 };
-use super::config::{ModeSettings, Settings, UNIT_WATCHDOG_SEC, notify_socket_set};
+use super::config::{
+    ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_file_trust, notify_socket_set,
+};
 use super::key::resolve_key;
 use super::lease_loop::LeaseDriver;
 use super::lock;
@@ -37,9 +41,10 @@ pub fn service_watchdog() -> Duration {
 }
 
 /// Reads and validates the configuration file. `notify_socket_set`: whether `NOTIFY_SOCKET` is
-/// set ([`notify_socket_set`]), which decides an unset `[systemd] notify`.
+/// set ([`notify_socket_set`]), which decides an unset `[systemd] notify`. A file that someone
+/// other than root and our own user can write is refused ([`check_file_trust`]).
 pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = read_trusted(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let settings =
         Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     settings
@@ -49,6 +54,23 @@ pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, S
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(settings)
+}
+
+/// Reads `path` once its owner and mode are known to be safe, both taken from the open file
+/// (fstat), so the file judged is the file read.
+fn read_trusted(path: &Path) -> Result<String, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    check_file_trust(
+        path,
+        meta.mode(),
+        meta.uid(),
+        nix::unistd::geteuid().as_raw(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text)
 }
 
 /// `prfence agent`: the process entry point. Returns the exit status.

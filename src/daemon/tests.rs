@@ -891,6 +891,47 @@ fn check_config_refuses_what_start_refuses() {
     assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
 }
 
+/// `self_fence.command` runs as root from the configuration file: a file that group or others
+/// can write is refused at load (start, SIGHUP, --check-config), naming the file and the fix.
+#[test]
+fn a_config_file_others_can_write_is_refused() {
+    use super::agent::EXIT_CONFIG;
+    use super::entry::{agent_main, load_settings};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    let watch = "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n";
+    std::fs::write(&config, watch).unwrap();
+    let chmod = |mode: u32| {
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    for mode in [0o600, 0o644, 0o640, 0o400] {
+        chmod(mode);
+        assert!(load_settings(&config, false).is_ok(), "{mode:o}");
+    }
+    for (mode, shown) in [
+        (0o666, "0666"),
+        (0o664, "0664"),
+        (0o646, "0646"),
+        (0o622, "0622"),
+    ] {
+        chmod(mode);
+        let e = load_settings(&config, false).unwrap_err();
+        let path = config.display().to_string();
+        assert!(e.starts_with(&format!("{path}: ")), "{e}");
+        assert!(e.contains(shown), "{e}");
+        assert!(e.contains(&format!("chmod go-w {path}")), "{e}");
+        assert_eq!(agent_main(&config, true, false, None), EXIT_CONFIG);
+    }
+    // Another unprivileged user could rewrite it too (only root can hand a file away).
+    chmod(0o600);
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&config, Some(4242), None).unwrap();
+        let e = load_settings(&config, false).unwrap_err();
+        assert!(e.contains("uid 4242") && e.contains("chown root"), "{e}");
+    }
+}
+
 /// Like [`start_with_sys`], with a status file.
 fn start_with_status_file(
     settings: Settings,
