@@ -91,6 +91,14 @@ pub fn agent_main(
             return EXIT_CONFIG;
         }
     };
+    // PRFENCE_LOG stands in for log.level, so it is judged with the file: --check-config (the
+    // unit's ExecStartPre=, same environment) must refuse what the start would.
+    if let Err(e) =
+        super::logging::env_override(std::env::var_os(super::logging::LOG_ENV).as_deref())
+    {
+        eprintln!("prfence agent: {e}");
+        return EXIT_CONFIG;
+    }
     // What the configuration names on this host, checked the same way for --check-config and
     // for a start: a watchdog that is missing (1) or is no watchdog (2), or a self-fence program
     // that cannot run (2), stops both. --once opens no watchdog and runs no self-fence, so it
