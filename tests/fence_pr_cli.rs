@@ -285,3 +285,38 @@ fn prfence_refuses_bad_arguments_as_usage_errors() {
     assert_eq!(code(&out), 2, "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("1025 devices given; at most 1024"));
 }
+
+/// `PRFENCE_LOG` overrides the agent's `log.level`: `--check-config` (the unit's ExecStartPre=,
+/// run with the same environment) refuses a bad one as a start would, and ignores it unset or
+/// empty.
+#[test]
+fn prfence_agent_check_config_judges_prfence_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n",
+    )
+    .unwrap();
+    let check = |log: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_prfence"));
+        command
+            .args(["agent", "--check-config", "--config"])
+            .arg(&config)
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("PRFENCE_LOG");
+        if let Some(log) = log {
+            command.env("PRFENCE_LOG", log);
+        }
+        command.output().unwrap()
+    };
+    for fine in [None, Some(""), Some("debug"), Some("info,prfence=trace")] {
+        let out = check(fine);
+        assert_eq!(code(&out), 0, "{fine:?}: {}", text(&out.stderr));
+    }
+    let out = check(Some("prfence=loud"));
+    assert_eq!(code(&out), 2, "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("PRFENCE_LOG=\"prfence=loud\""), "{stderr}");
+    assert!(stderr.contains("unset it"), "{stderr}");
+}

@@ -10,13 +10,13 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Mode of files whose readers are other users (fence_scsi's key store, the status file): what
-/// `File::create` gives, `0666` less the umask.
+/// Mode of files whose readers are other users (fence_scsi's key store): what `File::create`
+/// gives, `0666` less the umask.
 pub const MODE_DEFAULT: u32 = 0o666;
 
 /// How many unique names are tried before giving up (each collision is someone else's file).
@@ -28,12 +28,30 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// file's permission bits, applied at creation (less the umask). Errors keep their kind and say
 /// which step failed.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, bytes, mode, false)
+}
+
+/// Like [`write_atomic`], but the new file gets exactly `mode`, whatever the umask: for a file
+/// other users must read while the process runs under a strict umask (a unit's `UMask=0077`).
+/// The mode is set on the temporary file, so no reader ever sees the file with another mode.
+pub fn write_atomic_exact_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, bytes, mode, true)
+}
+
+fn replace(path: &Path, bytes: &[u8], mode: u32, exact: bool) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
     let (temporary, file) = create_temporary(path, dir, mode)?;
-    let written = write_and_rename(file, bytes, &temporary, path);
+    let written = if exact {
+        // fchmod on the open descriptor: the umask only applies at creation.
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(|e| step(e, "set the mode of", &temporary))
+    } else {
+        Ok(())
+    }
+    .and_then(|()| write_and_rename(file, bytes, &temporary, path));
     if written.is_err() {
         // Best effort: the error that matters is the one returned.
         let _ = fs::remove_file(&temporary);
@@ -128,6 +146,20 @@ mod tests {
             fs::metadata(&path).unwrap().permissions().mode(),
             reference.permissions().mode()
         );
+    }
+
+    #[test]
+    fn exact_mode_is_not_narrowed_by_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        // 0664 is outside what the usual umask (022) or a unit's 077 lets through.
+        write_atomic_exact_mode(&path, b"x", 0o664).unwrap();
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o664
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"x");
+        assert_eq!(entries(dir.path()), ["f"]);
     }
 
     #[test]

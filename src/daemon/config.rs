@@ -35,6 +35,62 @@ fn field_error(field: impl Into<String>, problem: impl Into<String>) -> ConfigEr
     }
 }
 
+/// Why a configuration file is not trusted: `self_fence.command` runs from it as root, so
+/// whoever can change the file can run anything as root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UntrustedFile {
+    #[error(
+        "mode {mode:04o} lets {who} write it, and self_fence.command runs from it as root; run \
+         `chmod go-w {path}` (or `chmod 0600 {path}`)"
+    )]
+    Writable {
+        path: String,
+        mode: u32,
+        who: &'static str,
+    },
+    #[error(
+        "owned by uid {owner}, neither root nor the agent's uid {running}: that user could change \
+         what runs as self_fence.command; run `chown root: {path}` and `chmod 0600 {path}`"
+    )]
+    ForeignOwner {
+        path: String,
+        owner: u32,
+        running: u32,
+    },
+}
+
+/// Whether the configuration file `path` (its `mode` and `owner` uid, from the open file) may be
+/// trusted by an agent running as uid `running`: nobody but root and the agent's own user may be
+/// able to write it. Group and others may read it (0644 is fine: the file holds no secret).
+pub fn check_file_trust(
+    path: &Path,
+    mode: u32,
+    owner: u32,
+    running: u32,
+) -> Result<(), UntrustedFile> {
+    let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (true, true) => Some("group and others"),
+        (true, false) => Some("its group"),
+        (false, true) => Some("others"),
+        (false, false) => None,
+    };
+    if let Some(who) = who {
+        return Err(UntrustedFile::Writable {
+            path: path.display().to_string(),
+            mode: mode & 0o7777,
+            who,
+        });
+    }
+    if owner != 0 && owner != running {
+        return Err(UntrustedFile::ForeignOwner {
+            path: path.display().to_string(),
+            owner,
+            running,
+        });
+    }
+    Ok(())
+}
+
 /// Parses `"500ms"`, `"2s"`, `"1m"`, `"1h"`: a whole number followed by a unit. A bare number is
 /// refused because its unit would be a guess.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -1052,6 +1108,52 @@ margin = "2s"
         match Settings::from_toml_str(text) {
             Err(ConfigError::Field { field, .. }) => field,
             other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_others_can_write_or_another_user_owns_is_not_trusted() {
+        let path = Path::new("/etc/prfence/agent.toml");
+        let check = |mode, owner, running| check_file_trust(path, mode, owner, running);
+        // Root's file and the agent's own, readable or not by others.
+        for mode in [0o600, 0o644, 0o640, 0o400, 0o444, 0o100_644, 0o4755] {
+            assert_eq!(check(mode, 0, 0), Ok(()), "{mode:o}");
+            assert_eq!(check(mode, 1000, 1000), Ok(()), "{mode:o}");
+            assert_eq!(check(mode, 0, 1000), Ok(()), "{mode:o}");
+        }
+        for (mode, who) in [
+            (0o664, "its group"),
+            (0o620, "its group"),
+            (0o646, "others"),
+            (0o602, "others"),
+            (0o666, "group and others"),
+            (0o100_666, "group and others"),
+        ] {
+            let e = check(mode, 0, 0).unwrap_err();
+            assert_eq!(
+                e,
+                UntrustedFile::Writable {
+                    path: path.display().to_string(),
+                    mode: mode & 0o7777,
+                    who
+                }
+            );
+            let text = e.to_string();
+            assert!(text.contains(&format!("mode {:04o} lets {who} write it", mode & 0o7777)));
+            assert!(
+                text.contains("`chmod go-w /etc/prfence/agent.toml`"),
+                "{text}"
+            );
+        }
+        // Another user's file: refused for root and for anyone else.
+        for running in [0, 1000] {
+            let e = check(0o600, 4242, running).unwrap_err();
+            assert!(matches!(e, UntrustedFile::ForeignOwner { owner: 4242, .. }));
+            assert!(
+                e.to_string()
+                    .contains("`chown root: /etc/prfence/agent.toml`"),
+                "{e}"
+            );
         }
     }
 

@@ -3,6 +3,8 @@
 //! wiring, and the metrics endpoint's server task. The services both modes share ([`Agent`]) are
 //! in [`super::agent`].
 
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use tokio::sync::mpsc;
 use super::agent::{
     Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM, RunEnd,
 };
-use super::config::{ModeSettings, Settings, UNIT_WATCHDOG_SEC, notify_socket_set};
+use super::config::{
+    ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_file_trust, notify_socket_set,
+};
 use super::key::resolve_key;
 use super::lease_loop::LeaseDriver;
 use super::lock;
@@ -37,9 +41,10 @@ pub fn service_watchdog() -> Duration {
 }
 
 /// Reads and validates the configuration file. `notify_socket_set`: whether `NOTIFY_SOCKET` is
-/// set ([`notify_socket_set`]), which decides an unset `[systemd] notify`.
+/// set ([`notify_socket_set`]), which decides an unset `[systemd] notify`. A file that someone
+/// other than root and our own user can write is refused ([`check_file_trust`]).
 pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = read_trusted(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let settings =
         Settings::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     settings
@@ -49,6 +54,23 @@ pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, S
         )
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(settings)
+}
+
+/// Reads `path` once its owner and mode are known to be safe, both taken from the open file
+/// (fstat), so the file judged is the file read.
+fn read_trusted(path: &Path) -> Result<String, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    check_file_trust(
+        path,
+        meta.mode(),
+        meta.uid(),
+        nix::unistd::geteuid().as_raw(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text)
 }
 
 /// `prfence agent`: the process entry point. Returns the exit status.
@@ -69,9 +91,18 @@ pub fn agent_main(
             return EXIT_CONFIG;
         }
     };
+    // PRFENCE_LOG stands in for log.level, so it is judged with the file: --check-config (the
+    // unit's ExecStartPre=, same environment) must refuse what the start would.
+    if let Err(e) =
+        super::logging::env_override(std::env::var_os(super::logging::LOG_ENV).as_deref())
+    {
+        eprintln!("prfence agent: {e}");
+        return EXIT_CONFIG;
+    }
     // What the configuration names on this host, checked the same way for --check-config and
-    // for a start: a watchdog that is missing (1) or is no watchdog (2) stops both. --once opens
-    // no watchdog, so it still looks at the LUs.
+    // for a start: a watchdog that is missing (1) or is no watchdog (2), or a self-fence program
+    // that cannot run (2), stops both. --once opens no watchdog and runs no self-fence, so it
+    // still looks at the LUs.
     if !once
         && let Err(status) = check_host(config, &settings, Path::new("/dev"), Path::new("/sys"))
     {
@@ -155,12 +186,17 @@ pub async fn once(mut agent: Agent, key: Option<Key>) -> u8 {
 }
 
 /// The checks of the configuration against this host that `--check-config` and a start share:
-/// the watchdog must resolve to a watchdog device under `dev` ([`check_device`]). Prints the
-/// problem and returns the exit status: [`EXIT_FAILURE`] when it cannot be resolved (the driver
-/// may not be loaded yet), [`EXIT_CONFIG`] when it is something else.
+/// the watchdog must resolve to a watchdog device under `dev` ([`check_device`]), and
+/// `self_fence.command` must name a program we can execute ([`check_self_fence_program`]).
+/// Prints the problem and returns the exit status: [`EXIT_FAILURE`] when the watchdog cannot be
+/// resolved (the driver may not be loaded yet), [`EXIT_CONFIG`] for the rest.
 ///
 /// [`check_device`]: super::watchdog::check_device
 pub fn check_host(config: &Path, settings: &Settings, dev: &Path, sys: &Path) -> Result<(), u8> {
+    if let Err(e) = check_self_fence_program(settings) {
+        eprintln!("prfence agent: {}: {e}", config.display());
+        return Err(EXIT_CONFIG);
+    }
     if let Some(watchdog) = &settings.watchdog
         && let Err(e) = super::watchdog::check_device(&watchdog.device, dev, sys)
     {
@@ -171,6 +207,64 @@ pub fn check_host(config: &Path, settings: &Settings, dev: &Path, sys: &Path) ->
         });
     }
     Ok(())
+}
+
+/// Why `self_fence.command`'s program cannot be run. Found at start rather than when the node is
+/// fenced, where the failure would only be logged.
+#[derive(Debug, thiserror::Error)]
+pub enum SelfFenceProgramError {
+    #[error("self_fence.command: {program} does not exist; install it or correct the path")]
+    Missing { program: String },
+    #[error("self_fence.command: {program} cannot be examined ({error}); correct the path")]
+    Inaccessible {
+        program: String,
+        error: std::io::Error,
+    },
+    #[error(
+        "self_fence.command: {program} is not a regular file; name the program itself (argv[0])"
+    )]
+    NotAFile { program: String },
+    #[error(
+        "self_fence.command: {program} (mode {mode:04o}) cannot be executed by the agent \
+         ({error}); run `chmod 0755 {program}` or name another program"
+    )]
+    NotExecutable {
+        program: String,
+        mode: u32,
+        error: nix::Error,
+    },
+}
+
+/// Checks that `self_fence.command`'s program (an absolute path, as the configuration requires)
+/// is a regular file this process may execute. access(2) answers as execve(2) will: with our
+/// uid and capabilities, and refusing a `noexec` mount.
+pub fn check_self_fence_program(settings: &Settings) -> Result<(), SelfFenceProgramError> {
+    let Some(program) = settings.self_fence.command.as_ref().and_then(|a| a.first()) else {
+        return Ok(());
+    };
+    let shown = program.clone();
+    let meta = match std::fs::metadata(program) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(SelfFenceProgramError::Missing { program: shown });
+        }
+        Err(error) => {
+            return Err(SelfFenceProgramError::Inaccessible {
+                program: shown,
+                error,
+            });
+        }
+    };
+    if !meta.is_file() {
+        return Err(SelfFenceProgramError::NotAFile { program: shown });
+    }
+    nix::unistd::access(Path::new(program), nix::unistd::AccessFlags::X_OK).map_err(|error| {
+        SelfFenceProgramError::NotExecutable {
+            program: shown,
+            mode: meta.mode() & 0o7777,
+            error,
+        }
+    })
 }
 
 async fn serve(
@@ -251,6 +345,14 @@ async fn serve(
     outcome.exit_status()
 }
 
+/// What SIGHUP reads: [`load_settings`], and a `self_fence.command` that can run, since a new
+/// hook takes effect at once (watchdog changes wait for a restart, so it is not looked at).
+pub(super) fn reload_settings(config: &Path, notify_socket_set: bool) -> Result<Settings, String> {
+    let settings = load_settings(config, notify_socket_set)?;
+    check_self_fence_program(&settings).map_err(|e| format!("{}: {e}", config.display()))?;
+    Ok(settings)
+}
+
 /// SIGHUP re-reads `config` (a bad file is logged and ignored); SIGTERM and SIGINT stop.
 fn forward_signals(
     sender: mpsc::UnboundedSender<Control>,
@@ -264,7 +366,7 @@ fn forward_signals(
     tokio::spawn(async move {
         loop {
             let control = tokio::select! {
-                _ = hangup.recv() => match load_settings(&config, notify_socket_set) {
+                _ = hangup.recv() => match reload_settings(&config, notify_socket_set) {
                     Ok(settings) => Control::Reload(Box::new(settings)),
                     Err(e) => {
                         tracing::error!(error = %e, "SIGHUP: configuration not reloaded");

@@ -131,8 +131,7 @@ fn route(head: &str, exposed: &Exposed) -> (&'static str, &'static str, String) 
             ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
         }
         (Some("GET"), Some("/status")) => {
-            let body = serde_json::to_string_pretty(&*lock(&exposed.status))
-                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            let body = lock(&exposed.status).to_json();
             ("200 OK", "application/json", body + "\n")
         }
         (Some("GET"), _) => (

@@ -2,6 +2,7 @@
 //! journal adds, and a `<N>` syslog priority prefix that journald turns into the entry's
 //! priority; SYSLOG_IDENTIFIER comes from the unit), or JSON lines. The level is reloadable.
 
+use std::ffi::OsStr;
 use std::fmt;
 
 use tracing::{Event, Level, Subscriber};
@@ -24,11 +25,32 @@ impl LogHandle {
     }
 }
 
+/// The environment variable that overrides `log.level`.
+pub const LOG_ENV: &str = "PRFENCE_LOG";
+
+/// The filter [`LOG_ENV`] asks for, given its `value`: `None` when unset or empty, which leaves
+/// `log.level` in charge (an empty value is how a unit's `Environment=PRFENCE_LOG=` clears it).
+/// `--check-config` and a start both call this, so a value that a start would refuse is refused
+/// before the unit's ExecStart= runs.
+pub fn env_override(value: Option<&OsStr>) -> Result<Option<EnvFilter>, String> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let fix = "unset it, or use a level (error, warn, info, debug, trace) or directives such as \
+               \"info,prfence=debug\"";
+    let Some(directive) = value.to_str() else {
+        return Err(format!("{LOG_ENV}={value:?} is not UTF-8; {fix}"));
+    };
+    EnvFilter::try_new(directive)
+        .map(Some)
+        .map_err(|e| format!("{LOG_ENV}={directive:?} is not a tracing filter ({e}); {fix}"))
+}
+
 /// Installs the global subscriber. `PRFENCE_LOG`, if set, overrides `log.level`.
 pub fn init(settings: &LogSettings) -> Result<LogHandle, String> {
-    let filter = match std::env::var("PRFENCE_LOG") {
-        Ok(directive) => EnvFilter::try_new(&directive).map_err(|e| format!("PRFENCE_LOG: {e}"))?,
-        Err(_) => EnvFilter::try_new(&settings.level)
+    let filter = match env_override(std::env::var_os(LOG_ENV).as_deref())? {
+        Some(filter) => filter,
+        None => EnvFilter::try_new(&settings.level)
             .map_err(|e| format!("log.level {:?}: {e}", settings.level))?,
     };
     let (filter, handle) = reload::Layer::new(filter);
@@ -86,5 +108,34 @@ where
         };
         writer.write_str(priority)?;
         self.0.format_event(ctx, writer, event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
+    use super::*;
+
+    #[test]
+    fn prfence_log_is_judged_only_when_set() {
+        let judge = |value: &[u8]| env_override(Some(OsStr::from_bytes(value)));
+        assert!(env_override(None).unwrap().is_none());
+        assert!(judge(b"").unwrap().is_none());
+        for fine in [
+            &b"debug"[..],
+            b"info,prfence=trace",
+            b"prfence::daemon=debug",
+        ] {
+            assert!(judge(fine).unwrap().is_some(), "{fine:?}");
+        }
+        let e = judge(b"prfence=loud").unwrap_err();
+        assert!(
+            e.starts_with("PRFENCE_LOG=\"prfence=loud\" is not a tracing filter"),
+            "{e}"
+        );
+        assert!(e.contains("unset it"), "{e}");
+        let e = judge(b"debug\xff").unwrap_err();
+        assert!(e.contains("is not UTF-8; unset it"), "{e}");
     }
 }

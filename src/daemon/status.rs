@@ -165,6 +165,24 @@ impl Status {
     }
 
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| error_json(&e.to_string()))
+    }
+}
+
+/// The document shown in place of the status when it cannot be serialized: `{"error": …}`,
+/// built by serde_json so that quotes, backslashes and newlines in the error stay valid JSON.
+pub fn error_json(error: &str) -> String {
+    serde_json::json!({ "error": error }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_document_is_json_whatever_the_error_says() {
+        let error = "key \"0xabc\" is not\nvalid at C:\\path\t\u{1}";
+        let document: serde_json::Value = serde_json::from_str(&error_json(error)).unwrap();
+        assert_eq!(document, serde_json::json!({ "error": error }));
     }
 }

@@ -891,6 +891,110 @@ fn check_config_refuses_what_start_refuses() {
     assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
 }
 
+/// `self_fence.command` runs as root from the configuration file: a file that group or others
+/// can write is refused at load (start, SIGHUP, --check-config), naming the file and the fix.
+#[test]
+fn a_config_file_others_can_write_is_refused() {
+    use super::agent::EXIT_CONFIG;
+    use super::entry::{agent_main, load_settings};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    let watch = "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n";
+    std::fs::write(&config, watch).unwrap();
+    let chmod = |mode: u32| {
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    for mode in [0o600, 0o644, 0o640, 0o400] {
+        chmod(mode);
+        assert!(load_settings(&config, false).is_ok(), "{mode:o}");
+    }
+    for (mode, shown) in [
+        (0o666, "0666"),
+        (0o664, "0664"),
+        (0o646, "0646"),
+        (0o622, "0622"),
+    ] {
+        chmod(mode);
+        let e = load_settings(&config, false).unwrap_err();
+        let path = config.display().to_string();
+        assert!(e.starts_with(&format!("{path}: ")), "{e}");
+        assert!(e.contains(shown), "{e}");
+        assert!(e.contains(&format!("chmod go-w {path}")), "{e}");
+        assert_eq!(agent_main(&config, true, false, None), EXIT_CONFIG);
+    }
+    // Another unprivileged user could rewrite it too (only root can hand a file away).
+    chmod(0o600);
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::chown(&config, Some(4242), None).unwrap();
+        let e = load_settings(&config, false).unwrap_err();
+        assert!(e.contains("uid 4242") && e.contains("chown root"), "{e}");
+    }
+}
+
+/// A self-fence program that is missing or cannot be executed would only show when the node is
+/// fenced: `--check-config` and a start refuse it.
+#[test]
+fn a_self_fence_program_that_cannot_run_is_refused() {
+    use super::agent::EXIT_CONFIG;
+    use super::entry::{agent_main, check_host, check_self_fence_program, reload_settings};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    let program = dir.path().join("stop-my-app");
+    std::fs::write(&program, "#!/bin/sh\nexit 0\n").unwrap();
+    let with_command = |argv0: &Path| {
+        format!(
+            "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nvalue = \"0xabc\"\n\
+             [self_fence]\ncommand = [{:?}, \"--now\"]\n",
+            argv0.display().to_string()
+        )
+    };
+    let check = |argv0: &Path| {
+        std::fs::write(&config, with_command(argv0)).unwrap();
+        agent_main(&config, true, false, None)
+    };
+    let chmod = |mode: u32| {
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    chmod(0o755);
+    assert_eq!(check(&program), 0);
+    assert_eq!(check(Path::new("/bin/sh")), 0);
+    for bad in [
+        dir.path().join("missing"),
+        dir.path().to_path_buf(),
+        PathBuf::from("/nonexistent/stop-my-app"),
+    ] {
+        assert_eq!(check(&bad), EXIT_CONFIG, "{}", bad.display());
+    }
+    // Not executable, for root too (execve needs an x bit whoever runs it).
+    chmod(0o644);
+    assert_eq!(check(&program), EXIT_CONFIG);
+    let settings = Settings::from_toml_str(&with_command(&program)).unwrap();
+    let e = check_self_fence_program(&settings).unwrap_err().to_string();
+    let shown = program.display().to_string();
+    assert!(
+        e.starts_with(&format!("self_fence.command: {shown} (mode 0644)")),
+        "{e}"
+    );
+    assert!(e.contains(&format!("`chmod 0755 {shown}`")), "{e}");
+    let missing = Settings::from_toml_str(&with_command(Path::new("/nonexistent/x"))).unwrap();
+    let e = check_self_fence_program(&missing).unwrap_err().to_string();
+    assert!(e.contains("/nonexistent/x does not exist"), "{e}");
+    // A start goes through the same check, and a SIGHUP keeps the running hook.
+    let (dev, sys) = (dir.path().join("dev"), dir.path().join("sys"));
+    assert_eq!(check_host(&config, &settings, &dev, &sys), Err(EXIT_CONFIG));
+    std::fs::write(&config, with_command(&program)).unwrap();
+    let e = reload_settings(&config, false).unwrap_err();
+    assert!(
+        e.starts_with(&format!("{}: self_fence.command: ", config.display())),
+        "{e}"
+    );
+    chmod(0o700);
+    assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
+    assert!(reload_settings(&config, false).is_ok());
+}
+
 /// Like [`start_with_sys`], with a status file.
 fn start_with_status_file(
     settings: Settings,
