@@ -253,14 +253,17 @@ impl World {
     /// identify (`ops::targets`).
     pub fn targets(self: &Arc<Self>, node: usize) -> Vec<LuTarget<Arc<dyn PrTransport>>> {
         let mut targets = self.paths_of(node);
-        for (n, lu) in lock(&self.vanished).iter().copied() {
-            if let Some(target) = targets
-                .iter_mut()
-                .find(|t| n == node && t.id == Cluster::lu_id(lu))
-            {
+        let vanished = lock(&self.vanished);
+        for lu in vanished
+            .iter()
+            .filter(|(n, _)| *n == node)
+            .map(|(_, lu)| *lu)
+        {
+            if let Some(target) = targets.iter_mut().find(|t| t.id == Cluster::lu_id(lu)) {
                 target.id = Cluster::device(node, lu, 0);
             }
         }
+        drop(vanished);
         targets
     }
 

@@ -642,34 +642,40 @@ mod engine {
             .collect()
     }
 
+    /// NvmetHost 0xaa's view for doctor, its paths saying this node's host id is `host`.
+    fn doctor_lus(
+        namespaces: &[Arc<Mutex<Namespace>>],
+        host: &str,
+    ) -> Vec<LuTarget<crate::ops::doctor::DoctorPath<NvmePr<Fake>>>> {
+        use crate::ops::doctor::{DoctorPath, PathFacts, TargetKind};
+        targets(namespaces, 0xaa)
+            .into_iter()
+            .map(|lu| LuTarget {
+                id: lu.id,
+                paths: lu
+                    .paths
+                    .into_iter()
+                    .map(|transport| DoctorPath {
+                        transport,
+                        facts: PathFacts {
+                            nvme_host_id: Some(host.to_string()),
+                            target: Some(TargetKind::Unknown),
+                            ..PathFacts::default()
+                        },
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     #[test]
     fn doctor_matches_an_nvme_path_to_its_host_registration() {
-        use crate::ops::doctor::{DoctorPath, PathFacts, PathRegistration, TargetKind, doctor};
+        use crate::ops::doctor::{PathRegistration, doctor};
         let namespaces = vec![Arc::new(Mutex::new(Namespace::default()))];
         for (id, key) in [(0xaa, A), (0xbb, B)] {
             ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
         }
-        let facts = |host: &str| PathFacts {
-            nvme_host_id: Some(host.to_string()),
-            target: Some(TargetKind::Unknown),
-            ..PathFacts::default()
-        };
-        let lus = |host: &str| {
-            targets(&namespaces, 0xaa)
-                .into_iter()
-                .map(|lu| LuTarget {
-                    id: lu.id,
-                    paths: lu
-                        .paths
-                        .into_iter()
-                        .map(|transport| DoctorPath {
-                            transport,
-                            facts: facts(host),
-                        })
-                        .collect(),
-                })
-                .collect::<Vec<_>>()
-        };
+        let lus = |host: &str| doctor_lus(&namespaces, host);
         let ours = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa";
         let diagnosis = doctor(lus(ours), Some(A), Duration::from_secs(10)).unwrap();
         let path = &diagnosis.lus[0].paths[0];
@@ -691,7 +697,7 @@ mod engine {
 
     #[test]
     fn doctor_names_a_host_id_shared_with_another_node() {
-        use crate::ops::doctor::{DoctorPath, PathFacts, TargetKind, doctor};
+        use crate::ops::doctor::doctor;
         let namespaces = vec![Arc::new(Mutex::new(Namespace::default()))];
         // Two nodes with one host id: the second's unfence takes over the first's registration.
         ops::unfence(targets(&namespaces, 0xaa), A, limits()).unwrap();
@@ -700,24 +706,7 @@ mod engine {
             namespaces[0].lock().unwrap().registrants,
             vec![([0xaa; 16], 0xb)]
         );
-        let lus = targets(&namespaces, 0xaa)
-            .into_iter()
-            .map(|lu| LuTarget {
-                id: lu.id,
-                paths: lu
-                    .paths
-                    .into_iter()
-                    .map(|transport| DoctorPath {
-                        transport,
-                        facts: PathFacts {
-                            nvme_host_id: Some("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa".to_string()),
-                            target: Some(TargetKind::Unknown),
-                            ..PathFacts::default()
-                        },
-                    })
-                    .collect(),
-            })
-            .collect::<Vec<_>>();
+        let lus = doctor_lus(&namespaces, "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa");
         let diagnosis = doctor(lus, Some(A), Duration::from_secs(10)).unwrap();
         assert!(!diagnosis.ready, "{diagnosis:?}");
         let findings: Vec<String> = diagnosis.lus[0]
