@@ -73,3 +73,63 @@ fn metadata_is_byte_identical_to_the_pinned_copy() {
     let pinned = std::fs::read_to_string(fixture("fence_pr-metadata.xml")).unwrap();
     assert_eq!(metadata_xml("fence_pr"), pinned);
 }
+
+/// The `<shortdesc>` of parameter `name` in the metadata Pacemaker and `pcs stonith describe`
+/// read.
+fn shortdesc(xml: &str, name: &str) -> String {
+    let start = xml
+        .find(&format!("<parameter name=\"{name}\""))
+        .unwrap_or_else(|| panic!("no parameter {name}"));
+    let block = &xml[start..];
+    let block = &block[..block.find("</parameter>").unwrap()];
+    let open = "<shortdesc lang=\"en\">";
+    let text = &block[block.find(open).unwrap() + open.len()..];
+    text[..text.find("</shortdesc>").unwrap()].to_owned()
+}
+
+/// Issue 21: retry_on, stonith_status_sleep and suppress_errors were documented as doing
+/// something; fence_pr validates and drops them (fence_agent::build). What an admin reads in the
+/// metadata must say they have no effect, and the options that act must not say so.
+#[test]
+fn options_that_do_nothing_say_so_in_the_metadata() {
+    let xml = metadata_xml("fence_pr");
+    for name in [
+        "retry_on",
+        "stonith_status_sleep",
+        "suppress_errors",
+        "suppress-errors",
+        "plug_separator",
+    ] {
+        let text = shortdesc(&xml, name);
+        assert!(
+            text.starts_with("Accepted for compatibility and ignored"),
+            "{name}: {text}"
+        );
+    }
+    for name in [
+        "login_timeout",
+        "shell_timeout",
+        "readonly",
+        "sg_persist_path",
+        "sg_turs_path",
+    ] {
+        let text = shortdesc(&xml, name);
+        assert!(text.starts_with("Accepted for"), "{name}: {text}");
+    }
+    for name in [
+        "delay",
+        "power_timeout",
+        "power_wait",
+        "aptpl",
+        "devices",
+        "key",
+        "key_value",
+        "mpath_register_method",
+        "corosync_cmap_path",
+        "vgs_path",
+    ] {
+        let text = shortdesc(&xml, name);
+        assert!(!text.contains("Accepted for"), "{name}: {text}");
+        assert!(!text.contains("ignored"), "{name}: {text}");
+    }
+}
