@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::pr::{Key, ReservationType, TransportId};
 
-/// Exit statuses, shown in `--help` and the README.
+/// Exit statuses, shown in `--help` and in docs/cli.md.
 pub const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  every device succeeded; fence, unfence: every LU verified; status: the key is

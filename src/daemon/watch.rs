@@ -11,7 +11,7 @@
 //! The count alone can miss an orphan: after an iSCSI re-login the old nexus's registration
 //! stays on the target, so the count still matches while the new nexus has none. A probe is a
 //! PERSISTENT RESERVE OUT (`ops::probe_registration`), and a PR OUT of the victim's can cross a
-//! PREEMPT on LIO (README, "Target notes"); so a healthy node in a steady state sends none.
+//! PREEMPT on LIO (docs/target-notes.md); so a healthy node in a steady state sends none.
 //!
 //! The verdicts, in the order they are decided for one LU:
 //! - our key missing from the LU on `missing_confirmations` reads in a row: **fenced**. One LU is

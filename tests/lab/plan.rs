@@ -51,7 +51,7 @@ pub struct Suite {
     /// The long tier: run only when asked for (`-- --ignored`, libtest's ignored tests), never
     /// in CI. Each says in its documentation what it runs longer and which CI test keeps a case.
     pub long: &'static [Test],
-    /// Reproducers of a target's known bug (README, "Target notes"): expected to fail on an
+    /// Reproducers of a target's known bug (docs/target-notes.md): expected to fail on an
     /// affected kernel, so never part of a tier; ignored tests that run only when a filter names
     /// them (`-- --ignored stress::raw_preempts`).
     pub reproducers: &'static [Test],

@@ -130,7 +130,7 @@ impl RaceStats {
 
 /// What LIO 6.1 logs when it runs a PREEMPT [AND ABORT] from a nexus that is no longer
 /// registered: the loser of a race preempted after all, the two fences crossed on the arbiter
-/// (when LIO can lock up, README's Target notes). A loser's PREEMPT that a unit attention stops
+/// (when LIO can lock up, docs/target-notes.md). A loser's PREEMPT that a unit attention stops
 /// first never gets there, so this sees only crossings that reached the PR code.
 const LATE_PREEMPT: &str = "Unable to locate PR_REGISTERED *pr_reg for PREEMPT";
 

@@ -78,7 +78,8 @@ mod tests {
     use super::*;
 
     /// The committed pages and completions are what the code generates now: change the CLI, the
-    /// fence_pr metadata, the example config or README's timing rules, then run `cargo xtask docs`.
+    /// fence_pr metadata, the example config or the timing rules of docs/agent.md, then run
+    /// `cargo xtask docs`.
     #[test]
     fn committed_docs_are_fresh() {
         let dir = workspace().join("packaging/generated");

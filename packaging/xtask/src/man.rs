@@ -278,7 +278,7 @@ fn timing_rules(readme: &str) -> anyhow::Result<Vec<[String; 3]>> {
 
 fn agent_toml(root: &Path) -> anyhow::Result<String> {
     let example = std::fs::read_to_string(root.join("packaging/prfence-agent.toml"))?;
-    let readme = std::fs::read_to_string(root.join("README.md"))?;
+    let readme = std::fs::read_to_string(root.join("docs/agent.md"))?;
     let (preamble, settings) = settings(&example);
     let mut page = header("prfence-agent.toml", "5", "File Formats Manual");
     let _ = writeln!(page, ".SH NAME");
@@ -398,7 +398,7 @@ mod tests {
                 s.name
             );
         }
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let readme = std::fs::read_to_string(root.join("docs/agent.md")).unwrap();
         assert!(timing_rules(&readme).unwrap().len() >= 10);
     }
 

@@ -1302,7 +1302,7 @@ fn cluster_story(split_rounds: usize) -> anyhow::Result<()> {
 /// What each node's corosync cost since it last started: its CPU, and how many IPC clients
 /// connected to it (corosync-cmapctl and corosync-cfgtool runs, fence agents, the node agent,
 /// Pacemaker's daemons and tools). Printed, never asserted: under emulation each client costs
-/// corosync tens of milliseconds of CPU (README, "The lab").
+/// corosync tens of milliseconds of CPU (TESTING.md, "The lab").
 fn corosync_costs(c: &Cluster) {
     for node in Node::BOTH {
         let script = "p=$(pidof corosync) && awk '{print $14 + $15, $22}' /proc/$p/stat && \

@@ -642,8 +642,8 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What README says an admin needs on NVMe: an unprivileged user in the device's group reads keys
-/// and the reservation (Linux 6.19 allows the IOC_PR_READ_* ioctls on a read-only open); changing
+/// What docs/nvme.md says an admin needs on NVMe: an unprivileged user in the device's group reads
+/// keys and the reservation (Linux 6.19 allows the IOC_PR_READ_* ioctls on a read-only open); changing
 /// a reservation needs CAP_SYS_ADMIN (CAP_SYS_RAWIO, which SCSI needs, is not enough) and is
 /// refused, named, with nothing changed on the target; with CAP_SYS_ADMIN `unfence` works.
 fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Result<()> {

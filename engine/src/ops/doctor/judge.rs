@@ -595,7 +595,7 @@ fn preempt_and_abort_support(paths: &[PathReply]) -> PreemptAndAbort {
             supported: Some(false),
             basis: format!(
                 "{basis}; known behaviour: LIO over tcm_loop never completes it (the command \
-                 waits for itself; README \"Target notes\")"
+                 waits for itself; docs/target-notes.md)"
             ),
         }
     } else if !kinds.is_empty() && kinds.iter().all(|k| *k == TargetKind::LioIscsi) {

@@ -25,8 +25,8 @@ use super::{LuTarget, RequestError, normalize};
 pub use gather::{LuReplies, PathReply, ReadError, gather};
 pub use judge::judge;
 
-/// What the target is, as far as its PREEMPT AND ABORT behaviour is known (README "Target
-/// notes"): REPORT CAPABILITIES has no field for it, and doctor never sends it.
+/// What the target is, as far as its PREEMPT AND ABORT behaviour is known
+/// (docs/target-notes.md): REPORT CAPABILITIES has no field for it, and doctor never sends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetKind {
