@@ -41,6 +41,23 @@ fn gzip(path: &Path) -> anyhow::Result<()> {
     run(Command::new("gzip").args(["-9nf"]).arg(path)).map(drop)
 }
 
+/// The Markdown files of `docs/`, sorted, so the package lists them in a stable order.
+fn doc_pages(root: &Path) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    let mut pages = Vec::new();
+    for entry in std::fs::read_dir(root.join("docs")).context("reading docs/")? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if entry.file_type()?.is_file() && Path::new(&name).extension().is_some_and(|e| e == "md") {
+            pages.push(name);
+        }
+    }
+    pages.sort();
+    if pages.is_empty() {
+        bail!("docs/ has no .md page to ship");
+    }
+    Ok(pages)
+}
+
 fn install(from: &Path, to: &Path, mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     if let Some(parent) = to.parent() {
@@ -120,6 +137,12 @@ fn stage(root: &Path, binary: &Binary, stage: &Path, unit_dir: &str) -> anyhow::
     install(&pkg.join("copyright"), &doc.join("copyright"), 0o644)?;
     install(&root.join("README.md"), &doc.join("README.md"), 0o644)?;
     gzip(&doc.join("README.md"))?;
+    // The admin documentation README points to (docs/<task>.md), under the same relative path.
+    for page in doc_pages(root)? {
+        let to = doc.join("docs").join(&page);
+        install(&root.join("docs").join(&page), &to, 0o644)?;
+        gzip(&to)?;
+    }
     install(&pkg.join("changelog"), &doc.join("changelog"), 0o644)?;
     gzip(&doc.join("changelog"))?;
     for (path, content) in crate::generated()? {
@@ -231,7 +254,7 @@ pub fn deb(root: &Path, binary: &Binary, out: Option<&Path>) -> anyhow::Result<P
         0o644,
     )?;
     // The unit is installed but neither enabled nor started: the agent needs a configuration
-    // naming this node's devices and key first (README: "The node agent").
+    // naming this node's devices and key first (docs/agent.md).
     write(
         &debian.join("postinst"),
         b"#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then\n\tsystemctl --system daemon-reload >/dev/null || true\nfi\n",
