@@ -979,6 +979,28 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         t.lu(0).generation()?,
         agent.log_tail()
     );
+    // `--once` beside it is read-only too: READ KEYS only, the generation unchanged.
+    let once = crate::run(
+        crate::PRFENCE,
+        [
+            "agent",
+            "--config",
+            &format!("{}/relogin-a.toml", crate::WORK),
+            "--once",
+        ],
+    )?;
+    ensure!(
+        once.code() == 0 && t.lu(0).generation()? == generation,
+        "agent --once: exit {}, PRgeneration {generation} -> {}:\n{}{}",
+        once.code(),
+        t.lu(0).generation()?,
+        once.stdout,
+        once.stderr
+    );
+    println!(
+        "healthy agent: no PR OUT in 3 s; `agent --once` beside it: exit 0, no PR OUT \
+         (PRgeneration {generation})"
+    );
     let isid_of_a = |t: &Topology| -> anyhow::Result<Vec<(Option<String>, u64)>> {
         Ok(t.lu(0)
             .registrations()?
