@@ -302,9 +302,11 @@ pub struct AgentArgs {
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check_config: bool,
-    /// Look once at every LU (every path probed), print the status as JSON and exit. Changes
-    /// nothing but PRgeneration (the probe re-states our key on each path) and runs no
-    /// self-fence action.
+    /// Look once at every LU, print the status as JSON and exit. Read-only: READ KEYS only, no
+    /// PERSISTENT RESERVE OUT, no watchdog opened, no self-fence action. The paths count as
+    /// registered when our key is listed once per path: an earlier session's leftover
+    /// registration can stand in for a path that has none, which `prfence doctor` (READ FULL
+    /// STATUS, also read-only) tells apart.
     #[arg(long, conflicts_with = "check_config")]
     pub once: bool,
     /// Write the status as JSON to FILE after every check (atomically replaced).

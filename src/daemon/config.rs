@@ -365,9 +365,10 @@ pub struct WatchdogSettings {
     /// The device's timeout, which the agent checks at start (sysfs) because it cannot set
     /// it: the node resets this long after the last feed.
     pub timeout: Duration,
-    /// Disarm the watchdog (magic close, 'V') when stopped cleanly by SIGTERM. Off: the node
-    /// resets `timeout` after the agent stops, unless something else feeds it. Never done when
-    /// fenced.
+    /// Disarm the watchdog (magic close, 'V') when stopped cleanly by SIGTERM (default on, so
+    /// that `systemctl stop`, `restart` and an orderly reboot, which stops the agent after
+    /// Pacemaker, reset nothing). Off: the node resets `timeout` after any stop, unless something
+    /// else feeds it. Never done when fenced; a crash or SIGKILL leaves it armed either way.
     pub magic_close: bool,
 }
 
@@ -950,7 +951,7 @@ fn validate_watchdog(raw: RawWatchdog) -> Result<WatchdogSettings, ConfigError> 
     Ok(WatchdogSettings {
         device: PathBuf::from(raw.device),
         timeout,
-        magic_close: raw.magic_close.unwrap_or(false),
+        magic_close: raw.magic_close.unwrap_or(true),
     })
 }
 
@@ -1473,6 +1474,33 @@ margin = "2s"
             .expect("the unit sets WatchdogSec");
         let value = line.trim_start_matches("WatchdogSec=");
         assert_eq!(parse_duration(value), Ok(UNIT_WATCHDOG_SEC), "{line}");
+    }
+
+    /// A reboot or `systemctl stop pacemaker` must stop the cluster's resources while the agent
+    /// still watches and feeds the watchdog, and the agent must then stop disarming it: the
+    /// unit starts before Pacemaker (so stops after it) and the packaged default disarms.
+    #[test]
+    fn the_packaged_unit_stops_the_agent_after_pacemaker_and_disarms() {
+        let unit = include_str!("../../packaging/prfence-agent.service");
+        let values = |key: &str| -> Vec<String> {
+            unit.lines()
+                .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .flat_map(|v| v.split_whitespace().map(str::to_owned))
+                .collect()
+        };
+        assert!(values("Before").contains(&"pacemaker.service".to_owned()));
+        assert!(values("After").contains(&"corosync.service".to_owned()));
+        assert!(!values("After").contains(&"pacemaker.service".to_owned()));
+        // Ordering only: a failed pacemaker or corosync must not stop the agent.
+        for dependency in ["Requires", "BindsTo", "PartOf"] {
+            assert!(values(dependency).is_empty(), "{dependency}=");
+        }
+        let packaged = include_str!("../../packaging/prfence-agent.toml");
+        let unset = packaged.replace("magic_close = true", "");
+        for text in [packaged, &unset] {
+            let settings = Settings::from_toml_str(text).expect("the packaged config parses");
+            assert!(settings.watchdog.is_some_and(|w| w.magic_close));
+        }
     }
 
     #[test]

@@ -644,6 +644,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
             receiver,
         )
     };
+    let generation = lock(&lu).generation();
     assert_eq!(super::entry::once(agent(&storage), Some(KA)).await, 0);
     storage.path("/dev/mapper/lu0", "naa.0", &lu, a2, "/dev/sd1", "session2");
     assert_eq!(
@@ -651,6 +652,8 @@ async fn once_reports_an_orphan_and_heals_nothing() {
         super::agent::EXIT_ONCE_PROBLEM
     );
     assert_eq!(lock(&lu).registered_key(a2), None);
+    // Read-only: no PERSISTENT RESERVE OUT (a path probe would bump the PRgeneration).
+    assert_eq!(lock(&lu).generation(), generation, "--once sent a PR OUT");
 }
 
 /// A watchdog "device" (a plain file) with its sysfs timeout, wired into watch settings.
@@ -1265,14 +1268,31 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
         receiver,
     );
     let (status, metrics) = (agent.status(), agent.metrics());
+    // The longest a check gets: READ KEYS and then every path probed (start, a path change).
+    let mut agent = agent;
     let started = std::time::Instant::now();
-    // --once: one check with every path probed (the longest a check gets).
+    let probed = runtime.block_on(async {
+        let until = agent.check_deadline();
+        agent.table.refresh(&agent.host, until).await;
+        let probe = vec![true; agent.table.lus.len()];
+        super::watch_loop::check_all(&agent.exec, &agent.table, KA, &probe, until).await
+    });
+    let took = started.elapsed();
+    println!(
+        "one probing check of 4 LUs (11 paths), 6 paths hung for {HANG:?}: {took:?} (budget \
+         {budget:?})"
+    );
+    assert!(
+        took <= budget + Duration::from_secs(1),
+        "{took:?} > budget {budget:?}"
+    );
+    assert_eq!(probed.len(), 4, "one result per LU");
+    // --once: READ KEYS only, bounded the same way.
+    let started = std::time::Instant::now();
     let code = runtime.block_on(super::entry::once(agent, Some(KA)));
     let took = started.elapsed();
     runtime.shutdown_background();
-    println!(
-        "one check of 4 LUs (11 paths), 6 paths hung for {HANG:?}: {took:?} (budget {budget:?})"
-    );
+    println!("--once over the same paths: {took:?}");
     assert!(
         took <= budget + Duration::from_secs(1),
         "{took:?} > budget {budget:?}"

@@ -33,7 +33,7 @@ use crate::pr::{Key, PrOutAction, ReadKeys};
 use crate::transport::{Command, CommandError, ErrorKind, Event};
 
 /// What one LU's check found.
-struct LuCheck {
+pub(super) struct LuCheck {
     keys: Result<ReadKeys, CommandError>,
     /// The target told a path its registration was preempted (2Ah/05h).
     preempted_unit_attention: bool,
@@ -104,7 +104,7 @@ async fn check_lu(
 
 /// Checks every LU concurrently until `until`; results in table order. An LU still pending then
 /// is a timed-out read (its blocked call keeps only its own thread and path busy).
-async fn check_all(
+pub(super) async fn check_all(
     exec: &Arc<Executor>,
     table: &LuTable,
     key: Key,
@@ -548,12 +548,15 @@ impl WatchDriver<'_> {
         interval_changed.then_some(interval)
     }
 
-    /// `--once`: one READ KEYS per LU and every path probed; nothing healed, nothing fenced.
+    /// `--once`: one READ KEYS per LU, no path probe (read-only); nothing healed, nothing fenced.
     pub(super) async fn once_watch(&mut self) -> bool {
         let key = self.run.key;
         let until = self.agent.check_deadline();
         self.agent.table.refresh(&self.agent.host, until).await;
-        let probe = vec![true; self.agent.table.lus.len()];
+        // Read-only: READ KEYS only. A path probe is a PERSISTENT RESERVE OUT (REGISTER key ->
+        // same key), which --once must not send; the paths are judged by how often our key is
+        // listed, and `prfence doctor` names the path when the count is short.
+        let probe = vec![false; self.agent.table.lus.len()];
         let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         let Some(config) = self.agent.settings.watch_config(key) else {
             return false;
@@ -571,8 +574,27 @@ impl WatchDriver<'_> {
         // --once judges what it reads now: no path counts as changed since an earlier check.
         let observations = observations(&self.agent.table, &checks, |_, _| false);
         let decision = judge.tick(now, observations);
+        let verdicts: Vec<(bool, String)> = decision
+            .lus
+            .iter()
+            .enumerate()
+            .map(|(index, (_, verdict))| {
+                let check = checks.get(index);
+                let error = check.and_then(|c| c.keys.as_ref().err());
+                let listed = check
+                    .and_then(|c| c.keys.as_ref().ok())
+                    .map(|k| k.keys.iter().filter(|&&k| k == key).count());
+                let paths = self
+                    .agent
+                    .table
+                    .lus
+                    .get(index)
+                    .map(|l| l.registrations_expected());
+                once_verdict(verdict, error, listed, paths.unwrap_or(0))
+            })
+            .collect();
         let watchdog_ok = self.check_watchdog_once();
-        let healthy = watchdog_ok && decision.lus.iter().all(|(_, v)| *v == LuVerdict::Healthy);
+        let healthy = watchdog_ok && verdicts.iter().all(|(ok, _)| *ok);
         {
             let mut status = lock(&self.agent.status);
             status.own_key = Some(key.to_string());
@@ -581,11 +603,8 @@ impl WatchDriver<'_> {
             } else {
                 State::Degraded
             };
-            for (index, (_, verdict)) in decision.lus.iter().enumerate() {
-                let error = checks.get(index).and_then(|c| c.keys.as_ref().err());
-                if let Some(shown) = status.lus.get_mut(index) {
-                    shown.verdict = describe(verdict, error);
-                }
+            for (shown, (_, text)) in status.lus.iter_mut().zip(verdicts) {
+                shown.verdict = text;
             }
         }
         self.finish_tick(&checks);
@@ -657,6 +676,35 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
             None => "unreadable".to_owned(),
         },
         LuVerdict::Fenced => "fenced".to_owned(),
+    }
+}
+
+/// `--once`'s verdict on one LU, read-only: without a path probe the watch core asks to inspect
+/// the paths, and --once answers from the count instead. Our key listed once per expected
+/// registration counts as every path registered; fewer is a problem `prfence doctor` (READ FULL
+/// STATUS, also read-only) pins to a path. Whether the LU is fine, and what to show.
+fn once_verdict(
+    verdict: &LuVerdict,
+    error: Option<&CommandError>,
+    listed: Option<usize>,
+    expected: usize,
+) -> (bool, String) {
+    match (verdict, listed) {
+        (LuVerdict::InspectPaths { unregistered }, Some(listed)) if unregistered.is_empty() => {
+            if listed >= expected {
+                (true, "healthy".to_owned())
+            } else {
+                (
+                    false,
+                    format!(
+                        "our key is registered {listed} time(s) for {expected} path(s): a path \
+                         lacks our registration (re-login?); `prfence doctor` names it, \
+                         `prfence unfence` on this node registers it"
+                    ),
+                )
+            }
+        }
+        _ => (*verdict == LuVerdict::Healthy, describe(verdict, error)),
     }
 }
 

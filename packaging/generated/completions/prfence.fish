@@ -150,7 +150,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand agent" -l config -d 'The
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l status-file -d 'Write the status as JSON to FILE after every check (atomically replaced)' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l check-config -d 'Validate the configuration and exit'
-complete -c prfence -n "__fish_prfence_using_subcommand agent" -l once -d 'Look once at every LU (every path probed), print the status as JSON and exit. Changes nothing but PRgeneration (the probe re-states our key on each path) and runs no self-fence action'
+complete -c prfence -n "__fish_prfence_using_subcommand agent" -l once -d 'Look once at every LU, print the status as JSON and exit. Read-only: READ KEYS only, no PERSISTENT RESERVE OUT, no watchdog opened, no self-fence action. The paths count as registered when our key is listed once per path: an earlier session\'s leftover registration can stand in for a path that has none, which `prfence doctor` (READ FULL STATUS, also read-only) tells apart'
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -s h -l help -d 'Print help'

@@ -48,6 +48,7 @@ pub const SUITE: Suite = Suite {
         fenced_node_self_fences_and_never_reregisters,
         relogin_orphan_reported_unfence_repairs_preempted_key_not,
         watchdog_stops_being_fed_once_fenced,
+        stopping_an_armed_agent_resets_only_when_it_should,
     ],
     long: crate::tests![renew_racing_takeover_fifty_rounds],
     reproducers: &[],
@@ -979,6 +980,28 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         t.lu(0).generation()?,
         agent.log_tail()
     );
+    // `--once` beside it is read-only too: READ KEYS only, the generation unchanged.
+    let once = crate::run(
+        crate::PRFENCE,
+        [
+            "agent",
+            "--config",
+            &format!("{}/relogin-a.toml", crate::WORK),
+            "--once",
+        ],
+    )?;
+    ensure!(
+        once.code() == 0 && t.lu(0).generation()? == generation,
+        "agent --once: exit {}, PRgeneration {generation} -> {}:\n{}{}",
+        once.code(),
+        t.lu(0).generation()?,
+        once.stdout,
+        once.stderr
+    );
+    println!(
+        "healthy agent: no PR OUT in 3 s; `agent --once` beside it: exit 0, no PR OUT \
+         (PRgeneration {generation})"
+    );
     let isid_of_a = |t: &Topology| -> anyhow::Result<Vec<(Option<String>, u64)>> {
         Ok(t.lu(0)
             .registrations()?
@@ -1114,31 +1137,12 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     // Above check_interval + the check's budget (3 x (command_timeout 1 s + 200 ms)) = 4.1 s,
     // the agent's own rule: a check over hung paths ends before the watchdog expires.
     const TIMEOUT_S: u64 = 5;
-    const EXPIRED: &str = "softdog: Triggered - Reboot ignored";
-    if Path::new("/sys/module/softdog").exists() {
-        crate::run("rmmod", ["softdog"])?.ok()?;
-    }
-    crate::run(
-        "modprobe",
-        [
-            "softdog",
-            "soft_noboot=1",
-            &format!("soft_margin={TIMEOUT_S}"),
-        ],
-    )?
-    .ok()?;
-    let _unload = UnloadSoftdog;
+    let _unload = load_softdog(TIMEOUT_S)?;
     let t = Topology::iscsi(1)?;
     t.settle()?;
     unfence(&t, Node::A)?;
     unfence(&t, Node::B)?;
-    let expiries = || -> anyhow::Result<usize> {
-        Ok(crate::run("dmesg", Vec::<&str>::new())?
-            .ok()?
-            .stdout
-            .matches(EXPIRED)
-            .count())
-    };
+    let expiries = softdog_expiries;
     let before = expiries()?;
     let hook = PathBuf::from(format!("{WORK}/hook-watchdog"));
     std::fs::create_dir_all(WORK)?;
@@ -1207,11 +1211,164 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Unloads softdog at the end of the watchdog test (once nothing holds the device).
+/// Loads softdog in no-reboot mode with `timeout_s`; its expiries show in dmesg as [`EXPIRED`].
+fn load_softdog(timeout_s: u64) -> anyhow::Result<UnloadSoftdog> {
+    if Path::new("/sys/module/softdog").exists() {
+        disarm_softdog();
+        crate::run("rmmod", ["softdog"])?.ok()?;
+    }
+    crate::run(
+        "modprobe",
+        [
+            "softdog",
+            "soft_noboot=1",
+            &format!("soft_margin={timeout_s}"),
+        ],
+    )?
+    .ok()?;
+    Ok(UnloadSoftdog)
+}
+
+/// What softdog in no-reboot mode logs when it expires (a real one would reset the node).
+const EXPIRED: &str = "softdog: Triggered - Reboot ignored";
+
+fn softdog_expiries() -> anyhow::Result<usize> {
+    Ok(crate::run("dmesg", Vec::<&str>::new())?
+        .ok()?
+        .stdout
+        .matches(EXPIRED)
+        .count())
+}
+
+/// Issue 21: "how do I stop the agent safely". With the packaged default (`magic_close`
+/// unset: on), SIGTERM (`systemctl stop`, `restart`, an orderly reboot's stop after Pacemaker)
+/// disarms the watchdog: no reset however long after. A restarted agent arms it again; SIGKILL
+/// (a crash, an OOM kill) leaves it armed: reset `timeout` later. With `magic_close = false`
+/// even SIGTERM ends in a reset. Each against softdog (no-reboot mode) feeding on the LIO LU.
+fn stopping_an_armed_agent_resets_only_when_it_should() -> anyhow::Result<()> {
+    const TIMEOUT_S: u64 = 5;
+    let _unload = load_softdog(TIMEOUT_S)?;
+    let t = Topology::iscsi(1)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    let config = |magic_close: Option<bool>| {
+        watch_config(
+            t.node(Node::A).devices(),
+            "0xa",
+            500,
+            "grace = \"20s\"",
+            "exit = true",
+            &format!(
+                "[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"{TIMEOUT_S}s\"\n{}",
+                magic_close
+                    .map(|m| format!("magic_close = {m}\n"))
+                    .unwrap_or_default()
+            ),
+        )
+    };
+    let armed = |magic_close: Option<bool>| -> anyhow::Result<Agent> {
+        let mut agent = Agent::start("stop-a", &config(magic_close))?;
+        agent.wait_state("healthy", Duration::from_secs(60))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while agent
+            .status()
+            .and_then(|s| s["watchdog"]["state"].as_str().map(str::to_owned))
+            != Some("ok".to_owned())
+        {
+            ensure!(
+                Instant::now() < deadline,
+                "watchdog not open 10 s after healthy:\n{}",
+                agent.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(agent)
+    };
+    // Whether softdog expires within `timeout` + 3 s of `since`.
+    let expires_after = |before: usize| -> anyhow::Result<Option<Duration>> {
+        let since = Instant::now();
+        while since.elapsed() < Duration::from_secs(TIMEOUT_S + 3) {
+            if softdog_expiries()? > before {
+                return Ok(Some(since.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(None)
+    };
+    let mut seen = Vec::new();
+    for (what, magic_close, signal, resets) in [
+        ("default, SIGTERM", None, Signal::SIGTERM, false),
+        ("default, restarted, SIGKILL", None, Signal::SIGKILL, true),
+        (
+            "magic_close = false, SIGTERM",
+            Some(false),
+            Signal::SIGTERM,
+            true,
+        ),
+    ] {
+        let mut agent = armed(magic_close)?;
+        let before = softdog_expiries()?;
+        agent.signal(signal)?;
+        let code = agent.wait_exit(Duration::from_secs(10))?;
+        let expired = expires_after(before)?;
+        ensure!(
+            expired.is_some() == resets,
+            "{what}: agent exit {code}, softdog {} within {} s of the stop (expected {}):\n{}",
+            match expired {
+                Some(after) => format!("expired after {}", crate::secs(after)),
+                None => "did not expire".to_owned(),
+            },
+            TIMEOUT_S + 3,
+            if resets { "a reset" } else { "none" },
+            agent.log_tail()
+        );
+        if signal == Signal::SIGTERM {
+            ensure!(
+                code == 0,
+                "{what}: agent exit {code}:\n{}",
+                agent.log_tail()
+            );
+        }
+        // The registration stays whatever the stop (unregister_on_exit is off).
+        ensure!(
+            keys_of(&t, 0, Node::A)? == [0xa],
+            "{what}: A's registrations after the stop: {:?}",
+            keys_of(&t, 0, Node::A)?
+        );
+        seen.push(format!(
+            "{what}: exit {code}, {}",
+            match expired {
+                Some(after) => format!("softdog expired {} later", crate::secs(after)),
+                None => format!("no expiry in {} s", TIMEOUT_S + 3),
+            }
+        ));
+    }
+    println!(
+        "armed agent stopped (softdog {TIMEOUT_S} s): {}",
+        seen.join("; ")
+    );
+    Ok(())
+}
+
+/// Stops a softdog left running by a process that closed it armed (killed, or fenced): the
+/// kernel keeps the module in use while it runs. Opening it and closing it with the magic 'V'
+/// stops it; nothing to do when it is not loaded or another process holds it.
+fn disarm_softdog() {
+    use std::io::Write;
+    if let Ok(mut device) = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/watchdog0")
+    {
+        let _ = device.write_all(b"V");
+    }
+}
+
+/// Unloads softdog at the end of a watchdog test (once nothing holds the device).
 struct UnloadSoftdog;
 
 impl Drop for UnloadSoftdog {
     fn drop(&mut self) {
+        disarm_softdog();
         let _ = crate::run("rmmod", ["softdog"]);
     }
 }
