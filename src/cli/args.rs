@@ -13,8 +13,9 @@ Exit status:
   0  every device succeeded; fence, unfence: every LU verified; status: the key is
      registered on every LU
   1  a device or LU failed, timed out or was skipped (other than only reservation
-     conflicts); status: the key is registered on some LUs only (the output says which)
-  2  usage error; status: the key is registered on no LU (\"off\", as fence_scsi)
+     conflicts); status: the key is registered on some LUs only, or an LU could not be
+     read (the output says which)
+  2  usage error; status: every LU was read and none has the key (\"off\", as fence_scsi)
   3  the only failures were reservation conflicts (another node holds the LU, or this
      path's key is not registered)
   4  fence: this node was fenced: its key is gone from the arbiter LU (the first by LU
