@@ -1,48 +1,27 @@
 //! README's quick start, run as written with the cluster-side commands (`apt-get`, `systemctl`,
 //! `pcs`) recorded instead of run, and `/etc/prfence/` moved to a scratch directory: the agent
 //! configuration it writes must pass the real `prfence agent --check-config`, and watch the key the
-//! fence device it creates registers. Running it on a cluster is the lab's part (not yet built:
-//! README says so).
+//! fence device it creates registers, in seconds and without root. The lab's cluster suite runs
+//! the same blocks on two real nodes (`cluster::quick_start_as_written`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-const README: &str = include_str!("../README.md");
-const EVERY_NODE: &str = "<!-- quick-start: every node -->";
-const ONE_NODE: &str = "<!-- quick-start: one node -->";
+#[path = "common/doc_blocks.rs"]
+#[allow(dead_code)] // each test binary uses part of it
+mod doc_blocks;
 
-/// The quick start's blocks in order: (marker, the commands of the ```sh block after it).
-fn blocks() -> Vec<(&'static str, String)> {
-    let mut blocks = Vec::new();
-    let mut lines = README.lines();
-    while let Some(line) = lines.next() {
-        let marker = match line.trim() {
-            EVERY_NODE => EVERY_NODE,
-            ONE_NODE => ONE_NODE,
-            _ => continue,
-        };
-        assert_eq!(
-            lines.next(),
-            Some("```sh"),
-            "{marker} must precede a ```sh block"
-        );
-        let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
-        blocks.push((marker, body.join("\n")));
-    }
-    blocks
+use doc_blocks::{README, Where};
+
+fn blocks() -> Result<Vec<(Where, String)>, String> {
+    doc_blocks::blocks(README, "quick-start")
 }
 
-/// The site-specific values the quick start asks to set first (the ```sh block before the first
-/// marked one).
-fn site_values() -> String {
-    let start = README
-        .find("## Quick start")
-        .expect("README has a quick start");
-    let rest = &README[start..];
-    let block = rest.find("```sh\n").expect("a block of site values") + "```sh\n".len();
-    let end = rest[block..].find("```").expect("its end");
-    rest[block..block + end].to_owned()
+fn site_values() -> Result<String, String> {
+    doc_blocks::site_values(README, "## Quick start")
 }
 
 fn write_executable(path: &Path, text: &str) {
@@ -52,9 +31,10 @@ fn write_executable(path: &Path, text: &str) {
 
 #[test]
 fn the_quick_start_configures_an_agent_that_watches_the_key_its_fence_device_registers() {
-    let blocks = blocks();
+    let blocks = blocks().unwrap();
     assert!(
-        blocks.iter().any(|(m, _)| *m == EVERY_NODE) && blocks.iter().any(|(m, _)| *m == ONE_NODE),
+        blocks.iter().any(|(w, _)| *w == Where::EveryNode)
+            && blocks.iter().any(|(w, _)| *w == Where::OneNode),
         "README's quick start has blocks for every node and for one node: {blocks:?}"
     );
     let dir = std::env::temp_dir().join(format!("prfence-quick-start-{}", std::process::id()));
@@ -88,7 +68,7 @@ fn the_quick_start_configures_an_agent_that_watches_the_key_its_fence_device_reg
     );
     let script = format!(
         "set -eu\n{}\n{}",
-        site_values(),
+        site_values().unwrap(),
         blocks
             .iter()
             .map(|(_, body)| body.as_str())
@@ -146,8 +126,10 @@ fn the_quick_start_configures_an_agent_that_watches_the_key_its_fence_device_reg
     for call in [
         "systemctl [enable] [--now] [prfence-agent]",
         "pcs [property] [set] [stonith-enabled=true]",
+        "prfence [capabilities] [/dev/mapper/mpatha] [/dev/mapper/mpathb]",
         "prfence [agent] [--config]",
         "[--once]",
+        "prfence [doctor] [--key]",
     ] {
         assert!(calls.contains(call), "{call} not run: {calls}");
     }

@@ -1,30 +1,31 @@
 #!/bin/bash
 # The lab cluster's Pacemaker configuration (tests/lab_cluster.rs), applied on one node with
 # Pacemaker's own tools, as an admin would without pcs or crmsh.
-# Usage: cluster-config.sh AGENT [device-only]   AGENT: fence_pr or fence_scsi (same parameters:
-# fence_pr is a drop-in). device-only: the fence device alone (to swap a running cluster's agent).
+# Usage: cluster-config.sh AGENT   AGENT: fence_pr (device storage-fence) or fence_scsi (device
+# scsi-fence, the name docs/pacemaker.md's migration replaces); the same parameters: fence_pr is a
+# drop-in.
 set -euo pipefail
-agent=${1:?usage: cluster-config.sh fence_pr|fence_scsi [device-only]}
+agent=${1:?usage: cluster-config.sh fence_pr|fence_scsi}
+case $agent in fence_scsi) id=scsi-fence ;; *) id=storage-fence ;; esac
 devices=/dev/disk/by-id/lab-lun0,/dev/disk/by-id/lab-lun1
 cibadmin --create --scope resources --xml-text "
-<primitive id='storage-fence' class='stonith' type='$agent'>
-  <instance_attributes id='storage-fence-params'>
-    <nvpair id='storage-fence-devices' name='devices' value='$devices'/>
-    <nvpair id='storage-fence-hosts' name='pcmk_host_list' value='node1 node2'/>
-    <nvpair id='storage-fence-delay' name='pcmk_delay_max' value='4s'/>
+<primitive id='$id' class='stonith' type='$agent'>
+  <instance_attributes id='$id-params'>
+    <nvpair id='$id-devices' name='devices' value='$devices'/>
+    <nvpair id='$id-hosts' name='pcmk_host_list' value='node1 node2'/>
+    <nvpair id='$id-delay' name='pcmk_delay_max' value='4s'/>
   </instance_attributes>
-  <meta_attributes id='storage-fence-meta'>
-    <nvpair id='storage-fence-provides' name='provides' value='unfencing'/>
+  <meta_attributes id='$id-meta'>
+    <nvpair id='$id-provides' name='provides' value='unfencing'/>
   </meta_attributes>
   <operations>
-    <op id='storage-fence-monitor' name='monitor' interval='3600s'/>
+    <op id='$id-monitor' name='monitor' interval='3600s'/>
   </operations>
 </primitive>"
 # pcmk_delay_max: each fencing waits a random 0-4 s first, so that in a split brain one side
 # usually acts first (liveness, as two-node clusters are advised to). Safety never rests on it:
 # the target lets only one PREEMPT AND ABORT win the arbiter LU, and fence_pr's tie-break keeps
 # two fences that start together from crossing.
-[ "${2:-}" != device-only ] || exit 0
 crm_attribute --type crm_config --name stonith-enabled --update true
 # fence_scsi and fence_pr cut a node off its disks: "off" is the only fencing action they have
 crm_attribute --type crm_config --name stonith-action --update off

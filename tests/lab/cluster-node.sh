@@ -5,7 +5,10 @@
 # stable names for the shared LUNs, then runs corosync and Pacemaker in the foreground.
 # Usage: cluster-node.sh NAME LOG_DIR DEVICE...   (DEVICE i becomes /dev/disk/by-id/lab-lun<i>)
 # Environment: LAB_COROSYNC_CONF (the file to install as /etc/corosync/corosync.conf), LAB_PRFENCE
-# (the prfence binary whose `agent` watches this node's registrations).
+# (the prfence binary whose `agent` watches this node's registrations), LAB_NODE_AGENT: "lab"
+# (default) runs that agent with the lab's own configuration; "units" starts instead what an admin
+# enabled (/etc/systemd/system/multi-user.target.wants) through the lab's systemctl
+# (tests/lab/bin/systemctl), as a booting node would.
 set -euo pipefail
 name=$1 logs=$2; shift 2
 conf=$(cat "$LAB_COROSYNC_CONF")   # read before /run is replaced
@@ -32,6 +35,17 @@ corosync -f >>/var/log/cluster/corosync.out 2>&1 &
 for _ in $(seq 120); do corosync-cfgtool -s >/dev/null 2>&1 && break; sleep 0.5; done
 export PCMK_logfile=/var/log/cluster/pacemaker.log PCMK_debug=no
 pacemakerd -f >>/var/log/cluster/pacemakerd.out 2>&1 &
+if [ "${LAB_NODE_AGENT:-lab}" = units ]; then
+  # Started 10 s after pacemakerd, for the reason given below.
+  (
+    sleep 10
+    for unit in /etc/systemd/system/multi-user.target.wants/prfence-agent.service; do
+      [ -e "$unit" ] && systemctl start "$(basename "$unit")"
+    done
+  ) >>/var/log/cluster/node.log 2>&1 &
+  echo "$name: corosync, pacemakerd and the enabled units started" >>/var/log/cluster/node.log
+  while :; do wait || sleep 1; done
+fi
 # The node agent in watch mode, as fence_scsi_check would run beside fence_scsi: fence_scsi's key
 # for this node (asked of corosync, like fence_pr's), every shared LUN. Once its key is gone it
 # self-fences with reboot(2), which in this PID namespace kills the namespace's init: the whole

@@ -9,7 +9,7 @@ need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio
       dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables tc:iproute2 corosync:corosync
       corosync-cmapctl:corosync pacemakerd:pacemaker cibadmin:pacemaker-cli-utils
       crm_mon:pacemaker-cli-utils dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db
-      nvme:nvme-cli)
+      nvme:nvme-cli pcs:pcs)
 missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
 ((${#missing[@]})) || exit 0
 if ((EUID != 0)); then echo "lab: missing packages ${missing[*]}: run as root (the lab installs them with apt-get)" >&2; exit 1; fi

@@ -13,6 +13,9 @@
 
 mod agent;
 mod command;
+#[path = "../common/doc_blocks.rs"]
+#[allow(dead_code)] // each test binary uses part of it
+mod doc_blocks;
 mod fence_agents;
 mod guest;
 mod host;

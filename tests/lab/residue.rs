@@ -201,10 +201,18 @@ fn files(dir: &Path, depth: usize, all: &mut BTreeSet<String>) {
             if depth > 1 {
                 files(&path, depth - 1, all);
             }
-        } else if path.extension().is_none_or(|e| e != "lock") {
+        } else if !is_lock_file(&path) {
             all.insert(format!("file {}", path.display()));
         }
     }
+}
+
+/// A lock file, which holds no state: `*.lock`, and apt's and dpkg's `lock` and `lock-frontend`.
+fn is_lock_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "lock")
+        || path
+            .file_name()
+            .is_some_and(|n| n == "lock" || n == "lock-frontend")
 }
 
 /// The guest's writes to its root (the host's, read-only): the overlay's upper layer, which the
@@ -221,6 +229,8 @@ fn written(upper: &Path, shown: &Path, all: &mut BTreeSet<String>) {
         };
         if meta.is_dir() {
             written(&entry.path(), &path, all);
+        } else if is_lock_file(&path) {
+            // apt's and dpkg's lock files, copied up when apt opens them: no state in them
         } else {
             let at = meta
                 .modified()
