@@ -3,9 +3,10 @@
 //! (tests/lab/cluster-node.sh), with its own corosync (knet over a veth link that exists only in
 //! the guest, `two_node: 1`) and Pacemaker, and its own iSCSI session (initiator) to the shared LIO
 //! LUNs under the same names on both nodes (`/dev/disk/by-id/lab-lun<i>`). Pacemaker is configured
-//! with its own tools (tests/lab/cluster-config.sh): a storage fence device (`fence_pr`, or
-//! `fence_scsi` for the comparison) with `provides=unfencing`, and a counter service
-//! (tests/lab/ocf-counter) with `requires=unfencing` that writes with O_DIRECT. Every verdict comes
+//! by README's quick start as written (pcs), or with its own tools (tests/lab/cluster-config.sh):
+//! a storage fence device (`fence_scsi`, then `fence_pr` through docs/pacemaker.md's migration)
+//! with `provides=unfencing`, and a counter service (tests/lab/ocf-counter) with
+//! `requires=unfencing` that writes with O_DIRECT. Every verdict comes
 //! from the target (configfs registrations and reservation) and from O_DIRECT writes, never from
 //! Pacemaker's own view. Run: `cargo test --test lab -- cluster::` (as root).
 
