@@ -284,10 +284,15 @@ impl Agent {
 
     /// Publishes the status (file, endpoint) after a check.
     pub(super) fn publish(&self) {
-        lock(&self.metrics).set_blocked_paths(self.table.blocked_paths());
-        {
+        let state = {
             let mut status = lock(&self.status);
             status.lu_set = LuSet::of(status.lus.iter().map(|lu| lu.id.as_deref()));
+            status.state
+        };
+        {
+            let mut metrics = lock(&self.metrics);
+            metrics.set_blocked_paths(self.table.blocked_paths());
+            metrics.set_state(state);
         }
         if let Some(path) = &self.status_file {
             let status = lock(&self.status).clone();

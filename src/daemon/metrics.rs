@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::failure::CommandFailure;
 use super::lease::Role;
-use super::status::{SelfFenceSteps, WatchdogState};
+use super::status::{SelfFenceSteps, State, WatchdogState};
 
 /// The PR command a latency or conflict belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -126,6 +126,7 @@ pub struct Metrics {
     blocked_paths: usize,
     watchdog: WatchdogState,
     self_fence: Option<SelfFenceSteps>,
+    state: State,
 }
 
 impl Metrics {
@@ -146,6 +147,7 @@ impl Metrics {
             blocked_paths: 0,
             watchdog: WatchdogState::NotConfigured,
             self_fence: None,
+            state: State::Starting,
         }
     }
 
@@ -203,6 +205,11 @@ impl Metrics {
     /// Paths whose command or open has not returned from the kernel (one thread each).
     pub fn set_blocked_paths(&mut self, count: usize) {
         self.blocked_paths = count;
+    }
+
+    /// The node-wide state the status document shows, as `prfence_state{state=…}`.
+    pub fn set_state(&mut self, state: State) {
+        self.state = state;
     }
 
     pub fn set_watchdog(&mut self, state: WatchdogState) {
@@ -303,6 +310,18 @@ impl Metrics {
             "gauge",
             "Paths whose last command or open has not returned from the kernel (each holds one thread; the path gets no other command meanwhile).",
             std::iter::once((String::new(), self.blocked_paths.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_state",
+            "gauge",
+            "The agent's state as its status document shows it (1 for the current one): watch mode is armed only once healthy or degraded; waiting_for_registration that lasts means a key nobody registers.",
+            State::ALL.iter().map(|&state| {
+                (
+                    labels(&[("state", &snake(&state))]),
+                    u8::from(state == self.state).to_string(),
+                )
+            }),
         );
         family(
             &mut out,

@@ -27,6 +27,20 @@ pub enum State {
     Stopping,
 }
 
+impl State {
+    /// Every state, in declaration order (a metric lists them all).
+    pub const ALL: [State; 8] = [
+        State::Starting,
+        State::WaitingForRegistration,
+        State::Healthy,
+        State::Degraded,
+        State::Standby,
+        State::Holder,
+        State::Fenced,
+        State::Stopping,
+    ];
+}
+
 /// The hardware watchdog, as far as the agent knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -369,12 +369,20 @@ async fn nothing_is_judged_before_our_key_is_registered() {
         State::WaitingForRegistration,
         "no fence at boot"
     );
+    // A metric shows it too, so that an agent that is never armed can be alerted on.
+    assert!(has_line(
+        &run.metrics,
+        "prfence_state{state=\"waiting_for_registration\"} 1"
+    ));
+    assert!(has_line(&run.metrics, "prfence_state{state=\"healthy\"} 0"));
     register(&lu, a, KA);
     assert!(
         wait_for(&run.status, Duration::from_secs(5), |s| s.state
             == State::Healthy)
         .await
     );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(has_line(&run.metrics, "prfence_state{state=\"healthy\"} 1"));
     run.control.send(Control::Stop).unwrap();
     assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
     assert_eq!(
