@@ -495,6 +495,52 @@ async fn reload_keeps_state_and_a_new_key_is_judged_from_now() {
     assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
 }
 
+/// Issue 23: an LU added by SIGHUP before our key is on it (the admin edits `devices` first, then
+/// unfences) is not judged until the key is there: waiting is not being fenced. The LUs judged
+/// before stay judged, and once registered the new LU is judged like them.
+#[tokio::test(start_paused = true)]
+async fn a_reload_that_adds_an_unregistered_lu_waits_for_our_key_on_it() {
+    let t = two_lus();
+    // B preempted A on lu1 long ago: lu1 carries no key of ours.
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    let run = start(
+        watch_settings(&["/dev/mapper/lu0"], ""),
+        &t.storage,
+        Some(KA),
+    );
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    let both = watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], "");
+    run.control
+        .send(Control::Reload(Box::new(both.clone())))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Degraded, "{status:?}");
+    assert!(
+        status.lus[1].verdict.starts_with("added by a reload"),
+        "{:?}",
+        status.lus[1]
+    );
+    // The admin unfences this node on the new LU: from then on it is judged.
+    let a1 = lock(&t.storage.devices)[Path::new("/dev/sd1")].nexus();
+    register(&t.lus[1], a1, KA);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
+}
+
 fn lease_settings(dir: &Path, node: u16, fenced_file: &Path) -> Settings {
     Settings::from_toml_str(&format!(
         "mode = \"lease\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\

@@ -147,6 +147,9 @@ pub enum LuVerdict {
     },
     /// This node is fenced (latched).
     Fenced,
+    /// Added by a reload and our key not yet seen on it: not judged (no fence, no unreachable
+    /// grace) until it is.
+    WaitingForRegistration,
 }
 
 impl LuVerdict {
@@ -208,6 +211,10 @@ struct LuState {
     /// them (an orphan of an earlier session counts as one), so they are reported until the
     /// next probe finds them registered (after `prfence unfence`).
     unregistered: Vec<PathId>,
+    /// Judged: our key has been seen on it. An LU added by a reload starts unjudged until our key
+    /// is registered there, as every LU does at start: a missing key on an LU nobody registered
+    /// yet is no fence.
+    armed: bool,
 }
 
 /// The watch-mode state: per LU, when it was last read well and how many reads missed our key.
@@ -222,9 +229,20 @@ impl WatchState {
     /// Starts watching `lus`. The start counts as the last good read, so an LU that never
     /// answers is declared fenced `grace` after start.
     pub fn new(config: WatchConfig, lus: impl IntoIterator<Item = LuName>, now: Instant) -> Self {
+        WatchState::with_pending(config, lus.into_iter().map(|id| (id, true)), now)
+    }
+
+    /// Starts watching `lus`, each `(name, armed)`: an LU not armed (added by a reload) is not
+    /// judged until a read shows our key on it ([`LuVerdict::WaitingForRegistration`]); from
+    /// then on it is judged like the others.
+    pub fn with_pending(
+        config: WatchConfig,
+        lus: impl IntoIterator<Item = (LuName, bool)>,
+        now: Instant,
+    ) -> Self {
         let lus = lus
             .into_iter()
-            .map(|id| LuState {
+            .map(|(id, armed)| LuState {
                 id,
                 last_good: now,
                 last_error: None,
@@ -233,6 +251,7 @@ impl WatchState {
                 audited_count: None,
                 generation: None,
                 unregistered: Vec::new(),
+                armed,
             })
             .collect();
         WatchState {
@@ -313,6 +332,15 @@ fn judge(
     result: Option<Result<LuKeys, CommandFailure>>,
     now: Instant,
 ) -> Verdict {
+    if !lu.armed {
+        match &result {
+            Some(Ok(keys)) if keys.keys.contains(&config.own_key) => {
+                lu.armed = true;
+                lu.last_good = now;
+            }
+            _ => return Verdict::Lu(LuVerdict::WaitingForRegistration),
+        }
+    }
     let keys = match result {
         Some(Ok(keys)) => keys,
         failure => {

@@ -509,6 +509,15 @@ impl WatchDriver<'_> {
             }
         };
         let devices_changed = new.devices != self.agent.settings.devices;
+        // The LUs judged before the reload (by path) stay judged; one added is judged once our
+        // key is on it, as every LU is at start.
+        let judged_before: Vec<PathBuf> = self
+            .agent
+            .settings
+            .devices
+            .iter()
+            .map(|d| d.path.clone())
+            .collect();
         let interval_changed = new.check_interval != self.agent.settings.check_interval;
         let new = self.agent.apply_common(new);
         if devices_changed || new_key != key {
@@ -527,15 +536,20 @@ impl WatchDriver<'_> {
             drop(status);
             let armed = self.run.state.is_some();
             self.run = WatchRun::new(new_key, names.len());
-            // Armed before: the new set is judged at once (no waiting for registration).
+            // Armed before: the LUs it judged are judged at once, with the new key too (a key
+            // change is the admin's act); an added LU waits for our key on it.
             if armed {
-                self.run.state = new.watch_config(new_key).map(|config| {
-                    WatchState::new(
-                        config,
-                        names.into_iter().map(LuName),
-                        Instant::now().into_std(),
-                    )
-                });
+                let lus: Vec<(LuName, bool)> = new
+                    .devices
+                    .iter()
+                    .map(|d| {
+                        let added = new_key == key && !judged_before.contains(&d.path);
+                        (LuName(d.name.clone()), !added)
+                    })
+                    .collect();
+                self.run.state = new
+                    .watch_config(new_key)
+                    .map(|config| WatchState::with_pending(config, lus, Instant::now().into_std()));
             }
         } else if let (Some(watch), Some(config)) =
             (self.run.state.as_mut(), new.watch_config(new_key))
@@ -676,6 +690,10 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
             None => "unreadable".to_owned(),
         },
         LuVerdict::Fenced => "fenced".to_owned(),
+        LuVerdict::WaitingForRegistration => "added by a reload, our key not yet on it: not \
+                                              judged until `prfence unfence` (or fence_pr's \
+                                              `on`) registers it"
+            .to_owned(),
     }
 }
 
