@@ -495,6 +495,41 @@ async fn reload_keeps_state_and_a_new_key_is_judged_from_now() {
     assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
 }
 
+/// Issue 23: an agent that is not armed says why, per LU: an LU it cannot read (here the open
+/// fails, as EMFILE or EPERM would) is no "waiting for registration", which only unfencing ends.
+#[tokio::test(start_paused = true)]
+async fn not_armed_names_the_cause_per_lu() {
+    let t = two_lus();
+    lock(&t.lus[0])
+        .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    lock(&t.storage.devices).remove(Path::new("/dev/sd1"));
+    let run = start(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        &t.storage,
+        Some(KA),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::WaitingForRegistration);
+    assert!(
+        status.lus[0].verdict.starts_with("not armed: key")
+            && status.lus[0].verdict.contains("not registered"),
+        "{:?}",
+        status.lus[0]
+    );
+    assert!(
+        status.lus[1]
+            .verdict
+            .starts_with("not armed: cannot be read")
+            && status.lus[1].verdict.contains("no such model device"),
+        "{:?}",
+        status.lus[1]
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
 /// Issue 23: an LU added by SIGHUP before our key is on it (the admin edits `devices` first, then
 /// unfences) is not judged until the key is there: waiting is not being fenced. The LUs judged
 /// before stay judged, and once registered the new LU is judged like them.

@@ -296,24 +296,76 @@ impl WatchDriver<'_> {
         self.record_checks(&checks, key, now);
 
         if self.run.state.is_none() {
-            let missing: Vec<&str> = self
-                .agent
-                .table
-                .lus
+            // Why each LU is not armed yet: not registered (waiting is normal until Pacemaker
+            // unfences this node), or unreadable, which no unfencing cures (a descriptor limit,
+            // a missing capability, a dead path) and is said at error level at once.
+            let causes: Vec<(usize, Option<String>, bool)> = checks
                 .iter()
-                .zip(&checks)
-                .filter(|(_, c)| !c.keys.as_ref().is_ok_and(|k| k.keys.contains(&key)))
-                .map(|(lu, _)| lu.name.as_str())
+                .enumerate()
+                .filter_map(|(index, check)| match &check.keys {
+                    Ok(keys) if keys.keys.contains(&key) => None,
+                    Ok(_) => Some((index, None, false)),
+                    Err(e) => Some((index, Some(e.to_string()), true)),
+                })
                 .collect();
-            if !missing.is_empty() {
-                let text = format!("waiting for key {key} on {}", missing.join(", "));
+            if !causes.is_empty() {
+                let names = |unreadable: bool| -> Vec<String> {
+                    causes
+                        .iter()
+                        .filter(|c| c.2 == unreadable)
+                        .filter_map(|c| self.agent.table.lus.get(c.0).map(|l| l.name.clone()))
+                        .collect()
+                };
+                let (unregistered, unreadable) = (names(false), names(true));
+                let mut text = String::new();
+                if !unregistered.is_empty() {
+                    text = format!("waiting for key {key} on {}", unregistered.join(", "));
+                }
+                if !unreadable.is_empty() {
+                    if !text.is_empty() {
+                        text.push_str("; ");
+                    }
+                    text.push_str(&format!("cannot read {}", unreadable.join(", ")));
+                }
                 if self.run.waiting != text {
-                    tracing::info!(
-                        "{text} (fence_pr's unfencing registers it); nothing is judged until then"
-                    );
+                    for (index, error, _) in &causes {
+                        let Some(lu) = self.agent.table.lus.get(*index) else {
+                            continue;
+                        };
+                        match error {
+                            Some(e) => tracing::error!(
+                                lu = %lu.name,
+                                error = %e,
+                                "not armed: the LU cannot be read, and no unfencing changes that"
+                            ),
+                            None => tracing::info!(
+                                lu = %lu.name,
+                                "not armed: key {key} is not registered (fence_pr's unfencing \
+                                 registers it); nothing is judged until it is on every LU"
+                            ),
+                        }
+                    }
                     self.run.waiting.clone_from(&text);
                 }
-                lock(&self.agent.status).state = State::WaitingForRegistration;
+                {
+                    let mut status = lock(&self.agent.status);
+                    status.state = State::WaitingForRegistration;
+                    for shown in &mut status.lus {
+                        shown.verdict =
+                            "not armed: key registered here, not yet on every LU".to_owned();
+                    }
+                    for (index, error, _) in &causes {
+                        if let Some(shown) = status.lus.get_mut(*index) {
+                            shown.verdict = match error {
+                                Some(e) => format!("not armed: cannot be read: {e}"),
+                                None => format!(
+                                    "not armed: key {key} not registered (fence_pr's unfencing \
+                                     registers it)"
+                                ),
+                            };
+                        }
+                    }
+                }
                 self.agent.notifier.status(&text);
                 self.agent.notifier.watchdog();
                 self.finish_tick(&checks);
