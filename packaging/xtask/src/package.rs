@@ -370,6 +370,8 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
          URL: https://example.invalid/prfence\n\n%description\n{DESCRIPTION}\n\n\
          %install\ncp -a {}/. %{{buildroot}}/\n\n\
          %post\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
+         %preun\nif [ $1 -eq 0 ] && [ -d /run/systemd/system ]; then systemctl stop prfence-agent.service >/dev/null 2>&1 || :; fi\n\n\
+         %postun\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
          %files\n%dir /etc/prfence\n{list}",
         tree.display()
     );
