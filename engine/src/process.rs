@@ -120,8 +120,9 @@ fn has_exited(pid: Pid) -> Result<bool, Errno> {
 }
 
 /// SIGKILLs the helper's process group and gives the helper [`AFTER_KILL`] to be reaped; a
-/// helper that is not dead by then is left (a zombie to be, or stuck in the kernel).
-fn kill_group(child: &mut Child, pid: Pid) -> Option<ExitStatus> {
+/// helper that is not dead by then (stuck in the kernel, as vgs on a dead device is) is handed to
+/// [`reap_later`], so that it does not stay a zombie once it dies.
+fn kill_group(mut child: Child, pid: Pid) -> Option<ExitStatus> {
     // ESRCH: everyone in the group has already exited, which is what we want.
     let _ = killpg(pid, Signal::SIGKILL);
     let until = Instant::now() + AFTER_KILL;
@@ -129,9 +130,23 @@ fn kill_group(child: &mut Child, pid: Pid) -> Option<ExitStatus> {
         match child.try_wait() {
             Ok(Some(status)) => return Some(status),
             Ok(None) if Instant::now() < until => std::thread::sleep(POLL),
-            Ok(None) | Err(_) => return None,
+            Ok(None) | Err(_) => {
+                reap_later(child);
+                return None;
+            }
         }
     }
+}
+
+/// Waits for `child` on a thread of its own, which ends when the child does: a long-running
+/// agent that timed out one helper a minute would otherwise collect a zombie each time.
+fn reap_later(mut child: Child) {
+    // Without a thread the zombie stays until the agent exits; nothing better to do.
+    let _ = std::thread::Builder::new()
+        .name("reaper".to_owned())
+        .spawn(move || {
+            let _ = child.wait();
+        });
 }
 
 /// Runs `program args…` with stdin closed, in its own process group, and returns its stdout.
@@ -194,7 +209,7 @@ where
                     deadline = Some(deadline.map_or(grace, |d| d.min(grace)));
                 }
                 Err(e) => {
-                    kill_group(&mut child, pid);
+                    kill_group(child, pid);
                     return Err(RunError::Wait(e.into()));
                 }
             }
@@ -205,7 +220,7 @@ where
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             if !exited {
-                kill_group(&mut child, pid);
+                kill_group(child, pid);
                 return Err(RunError::TimedOut(started.elapsed()));
             }
             break true;
@@ -223,17 +238,19 @@ where
         }
     };
     let status = if held_open {
-        let status = kill_group(&mut child, pid);
+        let status = kill_group(child, pid);
         // The kill closed the pipes: let the drains take in what was already written.
         await_drains(&done, open, Instant::now() + AFTER_KILL);
         tracing::warn!(
             program = %program.display(),
             "it exited but left a process holding its output open; killed its process group"
         );
-        match status {
-            Some(status) => status,
-            None => child.wait().map_err(RunError::Wait)?,
-        }
+        // The helper itself had exited: only a failing waitid leaves it unreaped here.
+        status.ok_or_else(|| {
+            RunError::Wait(std::io::Error::other(
+                "it exited but could not be reaped (reaped in the background)",
+            ))
+        })?
     } else {
         child.wait().map_err(RunError::Wait)?
     };
@@ -407,6 +424,21 @@ mod tests {
                 assert!(stderr.ends_with(&format!("(stderr truncated at {STDERR_CAP} bytes)")));
             }
             other => panic!("{other}"),
+        }
+    }
+
+    /// A child not reaped when its run gave up on it (stuck in the kernel, here merely slow to
+    /// die) is reaped once it dies: no zombie is left behind.
+    #[test]
+    fn a_child_given_up_on_is_reaped_when_it_dies() {
+        let child = Command::new(SH).args(["-c", "sleep 0.3"]).spawn().unwrap();
+        let pid = child.id();
+        reap_later(child);
+        let until = Instant::now() + Duration::from_secs(5);
+        // /proc/PID stays while the process is a zombie; it goes once reaped.
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < until, "{pid} is still a zombie or alive");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

@@ -16,13 +16,14 @@
 //! configuration or arguments, 3 `--once` found a problem, `self_fence.exit_status` (default 86)
 //! fenced.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use super::config::Settings;
 use super::executor::Executor;
+use super::hook_thread::{HookError, HookThread};
 use super::lock;
 use super::logging::LogHandle;
 use super::lu_table::{LuTable, PathHandle};
@@ -109,6 +110,8 @@ pub struct Agent {
     stop_feeding: bool,
     /// Descriptors held for the self-fence, released when it starts.
     reserve: DescriptorReserve,
+    /// The thread the self-fence hook runs on (with `self_fence.command`).
+    hook: Option<HookThread>,
 }
 
 /// Descriptors kept open from the start (on /dev/null) and closed when the self-fence starts, so
@@ -152,7 +155,11 @@ impl Agent {
         settings: Settings,
         options: AgentParts,
         control: mpsc::UnboundedReceiver<Control>,
-    ) -> Agent {
+    ) -> std::io::Result<Agent> {
+        let hook = match settings.self_fence.command {
+            Some(_) => Some(HookThread::start(Arc::clone(&options.host))?),
+            None => None,
+        };
         let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
         let metrics = Arc::new(Mutex::new(Metrics::new(names.clone())));
         let mut shown = Status::new(settings.mode.name(), &names);
@@ -160,7 +167,7 @@ impl Agent {
             shown.watchdog.state = WatchdogState::NotArmed;
             lock(&metrics).set_watchdog(WatchdogState::NotArmed);
         }
-        Agent {
+        Ok(Agent {
             exec: Arc::new(Executor::new(
                 Arc::clone(&options.host),
                 settings.command_timeout,
@@ -180,7 +187,8 @@ impl Agent {
             fenced: false,
             stop_feeding: false,
             reserve: DescriptorReserve::take(DescriptorReserve::SIZE),
-        }
+            hook,
+        })
     }
 
     pub fn metrics(&self) -> Arc<Mutex<Metrics>> {
@@ -331,36 +339,20 @@ impl Agent {
             reboot: RebootStep::Disabled,
         };
         self.show_self_fence(steps);
-        // 2. The stop hook.
-        if let Some(argv) = &actions.command {
-            let argv = argv.clone();
-            let timeout = actions.command_timeout;
+        // 2. The stop hook, on its own thread (never behind the commands hung on a dead path).
+        if let (Some(argv), Some(hook)) = (&actions.command, &self.hook) {
             let shown = argv.join(" ");
-            let host = Arc::clone(&self.host);
-            let ran = tokio::task::spawn_blocking(move || {
-                let (program, args) = argv
-                    .split_first()
-                    .map_or((Path::new(""), &[][..]), |(p, a)| {
-                        (Path::new(p.as_str()), a)
-                    });
-                host.run_bounded(program, args, Some(timeout))
-            })
-            .await;
-            steps.hook = match ran {
-                Ok(Ok(_)) => {
+            steps.hook = match hook.run(argv.clone(), actions.command_timeout).await {
+                Ok(()) => {
                     tracing::info!(command = %shown, "self-fence command done");
                     HookStep::Ok
                 }
-                Ok(Err(e)) => {
-                    tracing::error!(command = %shown, error = %e, "self-fence command failed");
-                    if matches!(e, crate::process::RunError::TimedOut(_)) {
-                        HookStep::TimedOut
-                    } else {
-                        HookStep::Failed
-                    }
+                Err(HookError::Run(crate::process::RunError::TimedOut(after))) => {
+                    tracing::error!(command = %shown, ?after, "self-fence command timed out and was killed");
+                    HookStep::TimedOut
                 }
                 Err(e) => {
-                    tracing::error!(command = %shown, error = %e, "self-fence command could not run");
+                    tracing::error!(command = %shown, error = %e, "self-fence command failed");
                     HookStep::Failed
                 }
             };

@@ -312,7 +312,13 @@ async fn serve(
         log,
     };
     let metrics_listen = settings.metrics_listen;
-    let agent = Agent::new(settings, options, receiver);
+    let agent = match Agent::new(settings, options, receiver) {
+        Ok(agent) => agent,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the self-fence thread; not starting");
+            return EXIT_FAILURE;
+        }
+    };
     if once {
         return self::once(agent, key).await;
     }

@@ -13,7 +13,8 @@
 //!
 //! The driver: [`entry`] (the process: arguments, signals, and the one place the mode is
 //! dispatched), [`agent`] (the `Agent` both modes share, without knowledge of either:
-//! self-fence, watchdog, publishing), `watch_loop` and `lease_loop` (`WatchDriver` and
+//! self-fence, watchdog, publishing; the self-fence hook runs on `hook_thread`'s own thread, never
+//! on the blocking pool that hung paths hold), `watch_loop` and `lease_loop` (`WatchDriver` and
 //! `LeaseDriver`, each with its mode's state), `heal` (the heal both run), [`key`] (our key in
 //! watch mode), [`lu_table`] (the LU table over the engine's [`crate::host::Host`]),
 //! [`executor`] (bounded command execution), [`lease_io`] (each lease action's PR commands),
@@ -21,7 +22,8 @@
 //! [`epoch_file`], [`logging`].
 //!
 //! Module graph of the driver (an arrow: "uses"; no cycle):
-//! `entry → {watch_loop, lease_loop} → {heal, key} → agent → {executor → lu_table}, status`.
+//! `entry → {watch_loop, lease_loop} → {heal, key} → agent → {executor → lu_table, hook_thread},
+//! status`.
 //!
 //! # Safety does not rest on time (P5)
 //! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
@@ -92,6 +94,7 @@ pub mod epoch_file;
 pub mod executor;
 pub mod failure;
 mod heal;
+mod hook_thread;
 pub mod http;
 pub mod key;
 pub mod lease;

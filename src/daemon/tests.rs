@@ -211,6 +211,19 @@ async fn wait_for(
     what(&lock(status))
 }
 
+/// Waits for `what` on the real clock: the self-fence hook runs on a thread of its own, which
+/// the paused test clock does not wait for (it jumps ahead while the runtime is idle).
+async fn real_wait(within: Duration, what: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if what() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    what()
+}
+
 fn hook(file: &Path) -> String {
     format!(
         "command = [\"/bin/sh\", \"-c\", \"echo fenced >> {}\"]\n",
@@ -340,6 +353,15 @@ async fn fenced_is_latched_even_if_the_key_comes_back() {
         wait_for(&run.status, Duration::from_secs(10), |s| s.state
             == State::Fenced)
         .await
+    );
+    assert!(
+        real_wait(Duration::from_secs(10), || run
+            .host
+            .reboots
+            .load(Ordering::SeqCst)
+            > 0)
+        .await,
+        "no reboot after the hook"
     );
     assert_eq!(
         run.host.reboots.load(Ordering::SeqCst),
@@ -636,9 +658,17 @@ async fn lease_takeover_when_the_holder_stalls() {
     // The holder stalls: every command it sends is lost.
     let stalled_at = Instant::now();
     lock(&lu).fail_next(n1, Injected::Timeout, 100_000);
+    // The holder's decision, on the test clock. Its hook runs on a thread of its own, which
+    // the paused clock does not wait for: the rule that bounds it is `self_fence.command_timeout
+    // < margin`, so the decision plus that timeout is when the holder has surely stopped.
     let fenced = async {
-        let outcome = first.task.await.unwrap();
-        (outcome, stalled_at.elapsed())
+        assert!(
+            wait_for(&first.status, Duration::from_secs(30), |s| s.state
+                == State::Fenced)
+            .await
+        );
+        let decided = stalled_at.elapsed() + Duration::from_secs(1);
+        (first.task.await.unwrap(), decided)
     };
     let promoted = async {
         assert!(
@@ -653,7 +683,8 @@ async fn lease_takeover_when_the_holder_stalls() {
     assert_eq!(lines(&fenced1), 1, "the stalled holder ran its hook");
     assert!(
         fenced_after < promoted_after,
-        "the holder stops ({fenced_after:?}) before the standby takes over ({promoted_after:?})"
+        "the holder stops (decision + hook timeout: {fenced_after:?}) before the standby takes \
+         over ({promoted_after:?})"
     );
     assert!(
         promoted_after <= Duration::from_secs(14),
@@ -732,6 +763,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
             },
             receiver,
         )
+        .unwrap()
     };
     let generation = lock(&lu).generation();
     assert_eq!(super::entry::once(agent(&storage), Some(KA)).await, 0);
@@ -790,7 +822,8 @@ fn start_agent(
             log: None,
         },
         receiver,
-    );
+    )
+    .unwrap();
     Running {
         status: agent.status(),
         metrics: agent.metrics(),
@@ -1175,7 +1208,8 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
                 log: None,
             },
             receiver,
-        );
+        )
+        .unwrap();
         let status = agent.status();
         (super::entry::once(agent, Some(KA)), status)
     };
@@ -1226,7 +1260,7 @@ async fn a_self_fence_records_each_step_and_a_failed_reboot_stops_the_feeding() 
         .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
     assert!(
-        wait_for(&run.status, Duration::from_secs(10), |s| s
+        real_wait(Duration::from_secs(10), || lock(&run.status)
             .self_fence
             .is_some_and(|f| f.reboot == RebootStep::Failed))
         .await
@@ -1355,7 +1389,8 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
             log: None,
         },
         receiver,
-    );
+    )
+    .unwrap();
     let (status, metrics) = (agent.status(), agent.metrics());
     // The longest a check gets: READ KEYS and then every path probed (start, a path change).
     let mut agent = agent;
