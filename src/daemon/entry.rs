@@ -312,13 +312,23 @@ async fn serve(
         log,
     };
     let metrics_listen = settings.metrics_listen;
-    let agent = match Agent::new(settings, options, receiver) {
+    let mut agent = match Agent::new(settings, options, receiver) {
         Ok(agent) => agent,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the self-fence thread; not starting");
             return EXIT_FAILURE;
         }
     };
+    // The descriptor budget, from the paths there are now (sysfs only): an agent that would run
+    // out could never read all its LUs, so never arm.
+    let until = agent.check_deadline();
+    agent.table.refresh(&agent.host, until).await;
+    let (lus, paths) = agent.table.size();
+    if let Err(e) = super::descriptors::fit(lus, paths) {
+        tracing::error!(error = %e, "not starting");
+        eprintln!("prfence agent: {e}");
+        return EXIT_CONFIG;
+    }
     if once {
         return self::once(agent, key).await;
     }

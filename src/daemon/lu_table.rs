@@ -250,6 +250,14 @@ impl LuTable {
         }
     }
 
+    /// The LUs, and their paths as last discovered (each path holds a descriptor once opened).
+    pub fn size(&self) -> (usize, usize) {
+        (
+            self.lus.len(),
+            self.lus.iter().map(|lu| lu.paths.len()).sum(),
+        )
+    }
+
     /// Paths whose command or open has not returned from the kernel (each holds one thread).
     pub fn blocked_paths(&self) -> usize {
         self.lus

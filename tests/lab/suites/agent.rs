@@ -49,6 +49,7 @@ pub const SUITE: Suite = Suite {
         relogin_orphan_reported_unfence_repairs_preempted_key_not,
         watchdog_stops_being_fed_once_fenced,
         stopping_an_armed_agent_resets_only_when_it_should,
+        a_descriptor_limit_too_small_for_the_paths_is_refused_at_start,
     ],
     long: crate::tests![renew_racing_takeover_fifty_rounds],
     reproducers: &[],
@@ -1371,4 +1372,74 @@ impl Drop for UnloadSoftdog {
         disarm_softdog();
         let _ = crate::run("rmmod", ["softdog"]);
     }
+}
+
+/// The agent counts its LUs' paths at start: under a hard descriptor limit they do not fit, it
+/// refuses to start (exit 2) naming the `LimitNOFILE=` to set; under a soft limit alone it raises
+/// that and runs.
+fn a_descriptor_limit_too_small_for_the_paths_is_refused_at_start() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    let devices = t.node(Node::A).devices().to_vec();
+    let config = watch_config(&devices, "0xa", 500, "", "reboot = false", "");
+    std::fs::create_dir_all(WORK)?;
+    let path = format!("{WORK}/descriptors.toml");
+    std::fs::write(&path, &config)?;
+    let once = |limits: String| {
+        crate::run(
+            "prlimit",
+            [
+                limits.as_str(),
+                crate::PRFENCE,
+                "agent",
+                "--config",
+                &path,
+                "--once",
+            ],
+        )
+    };
+    // The paths as the agent itself finds them (its status lists them per LU).
+    let healthy = once("--nofile=4096:4096".to_owned())?;
+    let status: serde_json::Value = serde_json::from_str(healthy.stdout.trim())
+        .with_context(|| format!("agent --once status: {}{}", healthy.stdout, healthy.stderr))?;
+    let paths: usize = status["lus"]
+        .as_array()
+        .map(|lus| {
+            lus.iter()
+                .filter_map(|lu| lu["paths"].as_array())
+                .map(Vec::len)
+                .sum()
+        })
+        .unwrap_or(0);
+    ensure!(
+        healthy.code() == 0 && paths >= devices.len(),
+        "agent --once with room: exit {}, {paths} paths:\n{}{}",
+        healthy.code(),
+        healthy.stdout,
+        healthy.stderr
+    );
+    let need = 128 + paths;
+    let refused = once(format!("--nofile={0}:{0}", need - 1))?;
+    ensure!(
+        refused.code() == 2 && refused.stderr.contains(&format!("LimitNOFILE={need}")),
+        "{paths} paths under a hard limit of {}: exit {}, expected 2 naming LimitNOFILE={need}:\n{}",
+        need - 1,
+        refused.code(),
+        refused.stderr
+    );
+    let raised = once(format!("--nofile=64:{need}"))?;
+    ensure!(
+        raised.code() == 0,
+        "{paths} paths under a soft limit of 64 (hard {need}): exit {}, expected 0:\n{}{}",
+        raised.code(),
+        raised.stdout,
+        raised.stderr
+    );
+    println!(
+        "descriptors: {paths} paths need {need}; hard limit {} refused (exit 2, names \
+         LimitNOFILE={need}); soft 64 / hard {need} raised and ran (exit 0)",
+        need - 1
+    );
+    Ok(())
 }

@@ -546,13 +546,27 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     std::fs::create_dir_all(WORK)?;
     let _ = std::fs::remove_file(&hook);
     let _softdog = Softdog::load()?;
+    // The running agent reboots when fenced, as in production, but without CAP_SYS_BOOT: its
+    // reboot request fails (logged, shown in the status) instead of resetting the guest. Its hook
+    // counts the agent's threads in uninterruptible sleep (SG_IO stuck on the hung path) beside
+    // its time stamp, so the test sees the hook ran while they were outstanding.
+    let config = watch_config(&b_devices, Node::B.key(), Some(&hook), true)
+        .replace("reboot = false", "reboot = true")
+        .replace(
+            &format!("date +%s%N > {}", hook.display()),
+            &format!(
+                "date +%s%N > {0}; grep -l '^State:[[:space:]]*D' /proc/$PPID/task/*/status \
+                 2>/dev/null | wc -l >> {0}",
+                hook.display()
+            ),
+        )
+        .replace(
+            "target = \"stderr\"",
+            "target = \"stderr\"\nformat = \"json\"",
+        );
     let watch = Started::spawn(
         "agent-watch-b",
-        &mut agent_cmd(
-            "agent-watch-b",
-            &watch_config(&b_devices, Node::B.key(), Some(&hook), true),
-            false,
-        )?,
+        &mut without_cap_sys_boot(agent_cmd("agent-watch-b", &config, false)?)?,
     )?;
     wait_until(Duration::from_secs(60), "B's agent healthy", || {
         Ok(agent_state("agent-watch-b") == "healthy")
@@ -594,11 +608,15 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         finish_all(vec![fence, keys, once, monitor, watch], cap)?
             .try_into()
             .map_err(|_| anyhow::anyhow!("five results expected"))?;
-    // when the running agent self-fenced, counted from the hang (the hook writes the time)
-    let self_fenced_after = std::fs::read_to_string(&hook)
-        .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok())
-        .map(|at| Duration::from_nanos(at.saturating_sub(hung_wall_ns)));
+    // when the running agent self-fenced, counted from the hang (the hook writes the time, then
+    // how many of the agent's threads were in uninterruptible sleep)
+    let hook_text = std::fs::read_to_string(&hook).unwrap_or_default();
+    let mut hook_lines = hook_text.lines().map(|l| l.trim().parse::<u64>().ok());
+    let hook_at_ns = hook_lines.next().flatten();
+    let hung_threads = hook_lines.next().flatten();
+    let self_fenced_after =
+        hook_at_ns.map(|at| Duration::from_nanos(at.saturating_sub(hung_wall_ns)));
+    let steps = SelfFenceTimes::from_log(&watch.stderr);
 
     // softdog must not expire before the self-fence: a check held up by the hung path must not
     // starve it (that would reset a node still inside its grace).
@@ -641,6 +659,18 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         crate::secs(once.elapsed),
         watch.code,
         self_fenced_after.map_or("never ran".to_owned(), crate::secs),
+    );
+    println!(
+        "self-fence with every path hung ({} agent threads in uninterruptible sleep at the \
+         hook): decision -> hook {} -> reboot request {} (reboot(2) {})",
+        hung_threads.map_or("?".to_owned(), |n| n.to_string()),
+        steps.after(steps.decided, hook_at_ns),
+        steps.after(steps.decided, steps.reboot_requested),
+        if steps.reboot_refused {
+            "refused: no CAP_SYS_BOOT, as arranged"
+        } else {
+            "not seen"
+        },
     );
     println!(
         "softdog ({WATCHDOG_TIMEOUT_S} s): first expiry {} after the hang",
@@ -692,12 +722,136 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             tail(&watch.stderr)
         )),
     }
+    // The self-fence never waits for storage: the hook starts, and the reboot is requested once
+    // it is done, within SELF_FENCE_STEP of the step before, with the hung calls still stuck.
+    match (steps.decided, hook_at_ns, steps.reboot_requested) {
+        (Some(decided), Some(hook_at), Some(reboot)) => {
+            let to_hook = Duration::from_nanos(hook_at.saturating_sub(decided));
+            let to_reboot = Duration::from_nanos(reboot.saturating_sub(hook_at));
+            if to_hook > SELF_FENCE_STEP || to_reboot > SELF_FENCE_STEP || reboot < hook_at {
+                failures.push(format!(
+                    "self-fence: decision -> hook {}, hook -> reboot request {} (each within {})",
+                    crate::secs(to_hook),
+                    crate::secs(to_reboot),
+                    crate::secs(SELF_FENCE_STEP)
+                ));
+            }
+            if !steps.reboot_refused {
+                failures.push("no failed reboot(2) logged: was CAP_SYS_BOOT dropped?".to_owned());
+            }
+            if hung_threads.is_none_or(|n| n == 0) {
+                failures.push(format!(
+                    "no agent thread was in uninterruptible sleep at the hook ({hung_threads:?}): \
+                     the test did not show the hook running beside hung commands"
+                ));
+            }
+        }
+        missing => failures.push(format!(
+            "self-fence steps (decision, hook, reboot request) not all seen: {missing:?}\n{}",
+            tail(&watch.stderr)
+        )),
+    }
     ensure!(
         failures.is_empty(),
         "on a hung path:\n{}",
         failures.join("\n")
     );
     Ok(())
+}
+
+/// How long each self-fence step may take after the one before (decision -> hook started,
+/// hook done -> reboot requested): process start and a status write under TCG, nothing that
+/// waits for storage.
+const SELF_FENCE_STEP: Duration = Duration::from_secs(1);
+
+/// The self-fence steps as the agent logged them (JSON log, wall-clock time stamps in ns).
+#[derive(Debug, Default)]
+struct SelfFenceTimes {
+    decided: Option<u64>,
+    reboot_requested: Option<u64>,
+    reboot_refused: bool,
+}
+
+impl SelfFenceTimes {
+    fn from_log(stderr: &str) -> SelfFenceTimes {
+        let mut times = SelfFenceTimes::default();
+        for line in stderr.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let message = event["fields"]["message"].as_str().unwrap_or_default();
+            let at = event["timestamp"].as_str().and_then(rfc3339_ns);
+            if message.starts_with("this node is fenced") {
+                times.decided = times.decided.or(at);
+            } else if message.starts_with("rebooting now") {
+                times.reboot_requested = times.reboot_requested.or(at);
+            } else if message.starts_with("reboot(2) failed") {
+                times.reboot_refused = true;
+            }
+        }
+        times
+    }
+
+    fn after(&self, from: Option<u64>, to: Option<u64>) -> String {
+        match (from, to) {
+            (Some(from), Some(to)) => crate::secs(Duration::from_nanos(to.saturating_sub(from))),
+            _ => "not seen".to_owned(),
+        }
+    }
+}
+
+/// `2026-12-03T06:40:12.123456Z` (tracing's JSON time stamps, UTC) as ns since the epoch.
+fn rfc3339_ns(text: &str) -> Option<u64> {
+    let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
+    let mut ymd = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut parts = hms.splitn(3, ':').map(|p| p.parse::<u64>().ok());
+    let (hh, mm, ss) = (parts.next()??, parts.next()??, parts.next()??);
+    let digits = fraction.get(..fraction.len().min(9))?;
+    let scale = 10u64.pow(u32::try_from(9 - digits.len()).ok()?);
+    let nanos = digits.parse::<u64>().ok()? * scale;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    Some(((days * 86_400 + hh * 3_600 + mm * 60 + ss) * 1_000_000_000) + nanos)
+}
+
+/// `cmd` run by setpriv with CAP_SYS_BOOT out of its bounding set: a reboot(2) it makes fails
+/// with EPERM instead of resetting the guest. Checked first, since a reboot that went through
+/// would end the whole lab run.
+fn without_cap_sys_boot(cmd: Command) -> anyhow::Result<Command> {
+    let probe = crate::run(
+        "setpriv",
+        [
+            "--bounding-set",
+            "-sys_boot",
+            "grep",
+            "^CapBnd",
+            "/proc/self/status",
+        ],
+    )?
+    .ok()?;
+    let mask = probe
+        .stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .context("setpriv's CapBnd")?;
+    ensure!(
+        mask & (1 << 22) == 0,
+        "setpriv did not drop CAP_SYS_BOOT (CapBnd {mask:#x})"
+    );
+    let mut wrapped = Command::new("setpriv");
+    wrapped
+        .args(["--bounding-set", "-sys_boot", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    Ok(wrapped)
 }
 
 /// Node B re-registers its key (REGISTER AND IGNORE EXISTING KEY, sg_persist in a loop on every

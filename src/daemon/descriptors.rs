@@ -1,0 +1,109 @@
+//! The agent's descriptor budget, checked at start: one descriptor per LU path (SG_IO and NVMe
+//! keep each path open) plus what the agent holds itself. An agent that runs out (EMFILE) cannot
+//! read its LUs and so cannot arm; it is better refused at start, with the number to set.
+
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+
+/// What the agent holds besides its LU paths, rounded up: the packaged unit's comment above
+/// `LimitNOFILE=` counts 87 at most (the 18 `agent::DescriptorReserve` keeps for the self-fence
+/// included).
+pub const OWN: u64 = 128;
+
+/// Descriptors needed for `paths` LU paths.
+pub fn need(paths: usize) -> u64 {
+    OWN.saturating_add(u64::try_from(paths).unwrap_or(u64::MAX))
+}
+
+/// The descriptor limit cannot hold the configured LUs' paths.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{lus} LU(s) with {paths} path(s) need {need} descriptors ({paths} + {OWN} for the agent \
+     itself), but the limit is {limit}: raise LimitNOFILE to at least {need} \
+     (`systemctl edit prfence-agent.service`, [Service] LimitNOFILE={need}), or watch fewer LUs"
+)]
+pub struct TooFewDescriptors {
+    pub lus: usize,
+    pub paths: usize,
+    pub need: u64,
+    pub limit: u64,
+}
+
+/// Checks `paths` against the soft limit, raising it up to the hard limit when that is enough
+/// (as systemd advises daemons that need many descriptors). Returns the soft limit in force.
+pub fn fit(lus: usize, paths: usize) -> Result<u64, TooFewDescriptors> {
+    let need = need(paths);
+    let too_few = |limit| TooFewDescriptors {
+        lus,
+        paths,
+        need,
+        limit,
+    };
+    // Without getrlimit nothing can be judged: the opens will say EMFILE per LU if it comes to it.
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return Ok(u64::MAX);
+    };
+    if need <= soft {
+        return Ok(soft);
+    }
+    if need > hard {
+        return Err(too_few(hard));
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, need, hard) {
+        Ok(()) => {
+            tracing::info!(from = soft, to = need, "raised the soft descriptor limit");
+            Ok(need)
+        }
+        Err(_) => Err(too_few(soft)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_need_is_the_paths_and_the_agents_own() {
+        assert_eq!(need(0), OWN);
+        // The issue's case: 1024 LUs x 4 paths do not fit the old LimitNOFILE=4096.
+        assert!(need(1024 * 4) > 4096);
+    }
+
+    /// The packaged unit's limit holds the most LUs the agent takes with 15 paths each.
+    #[test]
+    fn the_packaged_limit_fits_the_largest_configuration() {
+        let unit = include_str!("../../packaging/prfence-agent.service");
+        let limit: u64 = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("LimitNOFILE="))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("LimitNOFILE= in the unit");
+        assert!(need(crate::MAX_DEVICES * 15) <= limit, "{limit}");
+    }
+
+    /// Below the hard limit the soft one is raised; above it the start is refused, naming the
+    /// number to set. The limit is the whole test binary's: it is only ever raised here (never
+    /// lowered under a test running beside), and put back.
+    #[test]
+    fn the_soft_limit_is_raised_or_the_start_refused() {
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        let paths = |need: u64| usize::try_from(need - OWN).unwrap();
+        assert_eq!(fit(1, paths(soft)), Ok(soft), "what fits is left alone");
+        if soft < hard {
+            let raised = fit(1, paths(soft + 1));
+            let after = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+            setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+            assert_eq!(raised, Ok(soft + 1));
+            assert_eq!(after, (soft + 1, hard));
+        }
+        if hard < u64::MAX / 2 {
+            let refused = fit(3, paths(hard + 1)).unwrap_err();
+            assert_eq!(refused.limit, hard);
+            let text = refused.to_string();
+            assert!(
+                text.contains(&format!("LimitNOFILE={}", hard + 1)),
+                "{text}"
+            );
+            assert_eq!(getrlimit(Resource::RLIMIT_NOFILE).unwrap(), (soft, hard));
+        }
+    }
+}
