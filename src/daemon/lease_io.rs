@@ -9,9 +9,10 @@
 //!   `to`. A path that refuses every `from` key lost its registration (re-login) or was
 //!   preempted; if no path took `to`, READ KEYS tells which (no `from` key left on the LU:
 //!   preempted). Then READ RESERVATION: the lease holds only if it shows `to`.
-//! - Preempt: READ KEYS, PREEMPT AND ABORT of each older key of the holder's node (a path a renew
-//!   did not reach), then of the holder's key, on the first live path, which becomes the
-//!   reservation holder's nexus. Reserve: RESERVE there.
+//! - Preempt: READ KEYS; a newer key of the holder's node (a renew the standby has not seen)
+//!   ends it as a lost CAS. Otherwise PREEMPT AND ABORT of each older key of the holder's node (a
+//!   path a renew did not reach), then of the holder's key, on the first live path, which becomes
+//!   the reservation holder's nexus. Reserve: RESERVE there.
 
 use std::sync::Arc;
 
@@ -187,8 +188,15 @@ pub fn preempt<P: LeasePaths>(
     // not reach (NOT READY, a lost answer). Left there, the holder's retry of that renew would
     // register the preempted key again on that path (P3; found by the simulation, seed 1544648).
     // Removed before the takeover, that retry is refused (its nexus is no longer registered).
-    if let Err(e) = preempt_older_epochs(paths, own, victim, rtype) {
-        return LeaseCompletion::Preempt(Err(CommandFailure::of(&e)));
+    match preempt_older_epochs(paths, own, victim, rtype) {
+        Ok(Sweep::Done) => {}
+        // The holder renewed since the standby last looked: its lease runs from that renew, so
+        // this is the CAS lost, as if the PREEMPT of `victim` had found it gone.
+        Ok(Sweep::HolderRenewed(newer)) => {
+            tracing::info!(lu = %paths.lu(), %victim, %newer, "the holder renewed since it was last seen: not taking over");
+            return LeaseCompletion::Preempt(Err(CommandFailure::Conflict));
+        }
+        Err(e) => return LeaseCompletion::Preempt(Err(CommandFailure::of(&e))),
     }
     let done = first_live(
         paths,
@@ -198,24 +206,48 @@ pub fn preempt<P: LeasePaths>(
     LeaseCompletion::Preempt(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
 }
 
-/// PREEMPT AND ABORT of each key of `victim`'s node other than `victim` itself, as READ KEYS
-/// lists them. A key that is gone meanwhile (RESERVATION CONFLICT) is what was wanted.
+/// What the sweep before a takeover found.
+#[derive(Debug, PartialEq, Eq)]
+enum Sweep {
+    /// Every older key of the holder's node is gone (or there was none).
+    Done,
+    /// A key of the holder's node newer than the victim is registered: a renew landed after
+    /// the standby's last read.
+    HolderRenewed(Key),
+}
+
+/// PREEMPT AND ABORT of each key of `victim`'s node with an older epoch than `victim`, as READ
+/// KEYS lists them; nothing if a newer one is listed (epochs only grow, so it is a renew the
+/// standby has not seen, and preempting it would take the LU from a holder inside its lease).
+/// A key that is gone meanwhile (RESERVATION CONFLICT) is what was wanted.
 fn preempt_older_epochs<P: LeasePaths>(
     paths: &P,
     own: Key,
     victim: Key,
     rtype: ReservationType,
-) -> Result<(), CommandError> {
-    let Some(node) = LeaseKey::decode(victim).map(LeaseKey::node) else {
-        return Ok(());
+) -> Result<Sweep, CommandError> {
+    let Some(victim_lease) = LeaseKey::decode(victim) else {
+        return Ok(Sweep::Done);
     };
     let keys = first_live(paths, Command::PrIn(PrInAction::ReadKeys), |t| {
         t.read_keys()
     })?;
-    let mut older: Vec<Key> = keys
+    let of_holder: Vec<(LeaseKey, Key)> = keys
         .keys
         .into_iter()
-        .filter(|&k| k != victim && LeaseKey::decode(k).is_some_and(|l| l.node() == node))
+        .filter_map(|k| LeaseKey::decode(k).map(|l| (l, k)))
+        .filter(|(l, _)| l.node() == victim_lease.node())
+        .collect();
+    if let Some((_, newer)) = of_holder
+        .iter()
+        .find(|(l, _)| l.epoch() > victim_lease.epoch())
+    {
+        return Ok(Sweep::HolderRenewed(*newer));
+    }
+    let mut older: Vec<Key> = of_holder
+        .into_iter()
+        .filter(|(l, _)| l.epoch() < victim_lease.epoch())
+        .map(|(_, k)| k)
         .collect();
     older.sort_unstable();
     older.dedup();
@@ -232,7 +264,7 @@ fn preempt_older_epochs<P: LeasePaths>(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(Sweep::Done)
 }
 
 /// RESERVE on the first live path (no reservation for a lease).
@@ -242,4 +274,125 @@ pub fn reserve<P: LeasePaths>(paths: &P, own: Key, rtype: ReservationType) -> Le
         t.pr_out(&PrOut::reserve(own, rtype))
     });
     LeaseCompletion::Reserve(done.map(|_| ()).map_err(|e| CommandFailure::of(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::exec::ScsiPr;
+    use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks, iscsi_initiator};
+    use crate::transport::Policy;
+
+    const TYPE: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
+
+    fn key(node: u16, epoch: u64) -> Key {
+        LeaseKey::new(std::num::NonZeroU16::new(node).unwrap(), epoch)
+            .unwrap()
+            .key()
+    }
+
+    /// One path per node to one modelled LIO LU.
+    struct Model {
+        lu: Arc<Mutex<ModelLu>>,
+        path: ScsiPr<ModelDevice>,
+    }
+
+    impl LeasePaths for Model {
+        fn live(&self) -> usize {
+            1
+        }
+        fn run<T, F>(&self, _index: usize, _command: Command, f: F) -> Result<T, CommandError>
+        where
+            T: Send + 'static,
+            F: FnOnce(&dyn PrTransport) -> Result<T, CommandError> + Send + 'static,
+        {
+            f(&self.path)
+        }
+        fn none(&self, command: Command) -> CommandError {
+            CommandError::without_completion(
+                std::path::Path::new("lu0"),
+                command,
+                ErrorKind::Open,
+                "no path",
+            )
+        }
+        fn lu(&self) -> &str {
+            "lu0"
+        }
+    }
+
+    fn node(lu: &Arc<Mutex<ModelLu>>, name: &str) -> (Nexus, Model) {
+        let nexus = lu.lock().unwrap().connect(iscsi_initiator(name, "0x1"), 1);
+        let device = ModelDevice::new(Arc::clone(lu), nexus, format!("/dev/{name}"));
+        let path = ScsiPr::new(device, Policy::default());
+        (
+            nexus,
+            Model {
+                lu: Arc::clone(lu),
+                path,
+            },
+        )
+    }
+
+    /// The lab's flaky round: the holder's renew 1:5 -> 1:6 lands after the standby last read
+    /// the reservation (1:5), before its takeover. The sweep must not preempt 1:6 as an "other
+    /// key of the holder's node": the holder's lease runs from that renew. The takeover ends as
+    /// a lost CAS and the holder keeps the LU.
+    #[test]
+    fn a_renew_the_standby_has_not_seen_stops_the_takeover() {
+        let lu = Arc::new(Mutex::new(ModelLu::new(Quirks::lio())));
+        let (holder, _) = node(&lu, "node1");
+        let (standby, paths) = node(&lu, "node2");
+        {
+            let mut lu = lu.lock().unwrap();
+            lu.pr_out(holder, &PrOut::register_ignore(key(1, 5)))
+                .unwrap();
+            lu.pr_out(holder, &PrOut::reserve(key(1, 5), TYPE)).unwrap();
+            lu.pr_out(standby, &PrOut::register_ignore(key(2, 100)))
+                .unwrap();
+            // The renew the standby has not seen.
+            lu.pr_out(holder, &PrOut::register(key(1, 5), key(1, 6)))
+                .unwrap();
+        }
+        let done = preempt(&paths, key(2, 100), key(1, 5), TYPE);
+        assert_eq!(
+            done,
+            LeaseCompletion::Preempt(Err(CommandFailure::Conflict))
+        );
+        let lu = paths.lu.lock().unwrap();
+        assert_eq!(lu.registered_key(holder), Some(key(1, 6)));
+        assert!(
+            lu.is_holder(holder),
+            "the holder inside its lease lost the LU"
+        );
+    }
+
+    /// An older epoch left on a path stays swept before the takeover (P3), and the takeover
+    /// goes through.
+    #[test]
+    fn an_older_epoch_is_swept_and_the_stale_holder_preempted() {
+        let lu = Arc::new(Mutex::new(ModelLu::new(Quirks::lio())));
+        let (holder, _) = node(&lu, "node1");
+        let (holder_second_path, _) = node(&lu, "node1b");
+        let (standby, paths) = node(&lu, "node2");
+        {
+            let mut lu = lu.lock().unwrap();
+            lu.pr_out(holder, &PrOut::register_ignore(key(1, 5)))
+                .unwrap();
+            lu.pr_out(holder, &PrOut::reserve(key(1, 5), TYPE)).unwrap();
+            // A path the last renew did not reach still carries epoch 4.
+            lu.pr_out(holder_second_path, &PrOut::register_ignore(key(1, 4)))
+                .unwrap();
+            lu.pr_out(standby, &PrOut::register_ignore(key(2, 100)))
+                .unwrap();
+        }
+        let done = preempt(&paths, key(2, 100), key(1, 5), TYPE);
+        assert_eq!(done, LeaseCompletion::Preempt(Ok(())));
+        let lu = paths.lu.lock().unwrap();
+        assert_eq!(lu.registered_key(holder), None);
+        assert_eq!(lu.registered_key(holder_second_path), None);
+        assert!(lu.is_holder(standby));
+    }
 }
