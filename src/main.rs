@@ -23,8 +23,19 @@ fn init_tracing(verbosity: u8) {
         1 => "prfence=debug",
         _ => "prfence=trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PRFENCE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // Unset or empty: the default. Set but invalid: said, not silently ignored (the agent
+    // refuses to start on it; a one-shot command goes on with the default).
+    let filter = match std::env::var("PRFENCE_LOG") {
+        Ok(text) if !text.is_empty() => tracing_subscriber::EnvFilter::try_new(&text)
+            .unwrap_or_else(|e| {
+                eprintln!(
+                    "prfence: PRFENCE_LOG={text:?} is not a tracing filter ({e}); logging at \
+                     {default:?} instead"
+                );
+                tracing_subscriber::EnvFilter::new(default)
+            }),
+        _ => tracing_subscriber::EnvFilter::new(default),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -57,6 +57,17 @@ pub enum UntrustedFile {
         owner: u32,
         running: u32,
     },
+    #[error(
+        "it is in directory {dir} (mode {mode:04o}, uid {owner}), where {who} can replace it, and \
+         self_fence.command runs from it as root; keep the file in a directory only root (or \
+         the agent's user) can write, e.g. /etc/prfence, or run `chmod go-w {dir}`"
+    )]
+    ReplaceableIn {
+        dir: String,
+        mode: u32,
+        owner: u32,
+        who: &'static str,
+    },
 }
 
 /// Whether the configuration file `path` (its `mode` and `owner` uid, from the open file) may be
@@ -89,6 +100,41 @@ pub fn check_file_trust(
         });
     }
     Ok(())
+}
+
+/// Whether a directory on the configuration file's path (its `mode` and `owner` uid) lets
+/// someone other than root and the agent's uid `running` replace the file: a rename over it needs
+/// only write access to the directory. A sticky directory (/tmp) lets only the file's owner do
+/// that, so it is trusted when root or `running` owns it.
+pub fn check_dir_trust(
+    dir: &Path,
+    mode: u32,
+    owner: u32,
+    running: u32,
+) -> Result<(), UntrustedFile> {
+    let trusted_owner = owner == 0 || owner == running;
+    let sticky = mode & 0o1000 != 0;
+    let who = if !trusted_owner {
+        Some("its owner")
+    } else if sticky {
+        None
+    } else {
+        match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (true, true) => Some("group and others"),
+            (true, false) => Some("its group"),
+            (false, true) => Some("others"),
+            (false, false) => None,
+        }
+    };
+    match who {
+        Some(who) => Err(UntrustedFile::ReplaceableIn {
+            dir: dir.display().to_string(),
+            mode: mode & 0o7777,
+            owner,
+            who,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Parses `"500ms"`, `"2s"`, `"1m"`, `"1h"`: a whole number followed by a unit. A bare number is
@@ -1057,6 +1103,14 @@ fn validate_log(raw: Option<RawLog>) -> Result<LogSettings, ConfigError> {
         }
     };
     let level = level.unwrap_or_else(|| "info".to_owned());
+    // An empty filter turns logging off: the self-fence and every error would go unlogged.
+    if level.trim().is_empty() {
+        return Err(field_error(
+            "log.level",
+            "is empty; leave it out for \"info\", or name a level (error, warn, info, debug, \
+             trace)",
+        ));
+    }
     // The parser start and SIGHUP use (logging.rs), so --check-config refuses what they would.
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
         return Err(field_error(
@@ -1109,6 +1163,42 @@ margin = "2s"
         match Settings::from_toml_str(text) {
             Err(ConfigError::Field { field, .. }) => field,
             other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_not_trusted() {
+        let dir = Path::new("/srv/conf");
+        let check = |mode, owner, running| check_dir_trust(dir, mode, owner, running);
+        for (mode, owner, running) in [
+            (0o755, 0, 0),
+            (0o700, 1000, 1000),
+            (0o755, 0, 1000),
+            // /tmp: sticky, root's
+            (0o1777, 0, 0),
+            (0o41777, 0, 1000),
+        ] {
+            assert_eq!(check(mode, owner, running), Ok(()), "{mode:o} {owner}");
+        }
+        for (mode, owner, running, who) in [
+            (0o775, 0, 0, "its group"),
+            (0o757, 0, 0, "others"),
+            (0o777, 0, 0, "group and others"),
+            (0o755, 1000, 0, "its owner"),
+            (0o1777, 1000, 0, "its owner"),
+        ] {
+            let e = check(mode, owner, running).unwrap_err();
+            assert_eq!(
+                e,
+                UntrustedFile::ReplaceableIn {
+                    dir: dir.display().to_string(),
+                    mode: mode & 0o7777,
+                    owner,
+                    who
+                },
+                "{mode:o} {owner}"
+            );
+            assert!(e.to_string().contains("/srv/conf"), "{e}");
         }
     }
 
@@ -1588,17 +1678,13 @@ margin = "2s"
 
     #[test]
     fn log_level_is_parsed_as_start_parses_it() {
-        for good in ["info", "debug", "prfence=trace", "warn,prfence=debug", ""] {
+        for good in ["info", "debug", "prfence=trace", "warn,prfence=debug"] {
             let s =
                 Settings::from_toml_str(&format!("{WATCH}[log]\nlevel = \"{good}\"\n")).unwrap();
             assert_eq!(s.log.level, good);
             assert!(tracing_subscriber::EnvFilter::try_new(good).is_ok());
         }
-        for bad in ["prfence=loud", "info,=", "[{"] {
-            assert!(
-                tracing_subscriber::EnvFilter::try_new(bad).is_err(),
-                "{bad}"
-            );
+        for bad in ["prfence=loud", "info,=", "[{", "", " "] {
             let e =
                 Settings::from_toml_str(&format!("{WATCH}[log]\nlevel = \"{bad}\"\n")).unwrap_err();
             assert!(

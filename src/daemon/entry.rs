@@ -15,7 +15,7 @@ use super::agent::{
     Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM, RunEnd,
 };
 use super::config::{
-    ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_file_trust, notify_socket_set,
+    ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_dir_trust, check_file_trust, notify_socket_set,
 };
 use super::key::resolve_key;
 use super::lease_loop::LeaseDriver;
@@ -57,17 +57,18 @@ pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, S
 }
 
 /// Reads `path` once its owner and mode are known to be safe, both taken from the open file
-/// (fstat), so the file judged is the file read.
+/// (fstat), so the file judged is the file read, and once no directory on its real path (links
+/// resolved) lets anyone else replace it.
 fn read_trusted(path: &Path) -> Result<String, String> {
+    let running = nix::unistd::geteuid().as_raw();
     let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
-    check_file_trust(
-        path,
-        meta.mode(),
-        meta.uid(),
-        nix::unistd::geteuid().as_raw(),
-    )
-    .map_err(|e| e.to_string())?;
+    check_file_trust(path, meta.mode(), meta.uid(), running).map_err(|e| e.to_string())?;
+    let real = std::fs::canonicalize(path).map_err(|e| e.to_string())?;
+    for dir in real.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        check_dir_trust(dir, meta.mode(), meta.uid(), running).map_err(|e| e.to_string())?;
+    }
     let mut text = String::new();
     file.read_to_string(&mut text).map_err(|e| e.to_string())?;
     Ok(text)

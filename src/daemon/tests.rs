@@ -1054,7 +1054,23 @@ fn a_config_file_others_can_write_is_refused() {
         std::os::unix::fs::chown(&config, Some(4242), None).unwrap();
         let e = load_settings(&config, false).unwrap_err();
         assert!(e.contains("uid 4242") && e.contains("chown root"), "{e}");
+        std::os::unix::fs::chown(&config, Some(0), None).unwrap();
     }
+    // A safe file in a directory others can write can be replaced by a rename: refused too,
+    // naming the directory, also when reached through a symbolic link.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = load_settings(&config, false).unwrap_err();
+    let shown = dir.path().display().to_string();
+    assert!(
+        e.contains(&format!("directory {shown} (mode 0777")) && e.contains("/etc/prfence"),
+        "{e}"
+    );
+    let safe = tempfile::tempdir().unwrap();
+    let link = safe.path().join("agent.toml");
+    std::os::unix::fs::symlink(&config, &link).unwrap();
+    assert!(load_settings(&link, false).unwrap_err().contains(&shown));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    assert!(load_settings(&config, false).is_ok(), "a sticky directory");
 }
 
 /// A self-fence program that is missing or cannot be executed would only show when the node is
