@@ -481,6 +481,28 @@ fn paths_registered_with_own_key(ev: &Evidence<'_>) -> Vec<Finding> {
                          `prfence unfence` on each node",
                     ));
                 }
+                // iSCSI registers an initiator port (name and ISID): two nodes with one cloned
+                // initiator name and open-iscsi's default ISIDs are one registrant, as above.
+                if let Some(name) = &path.facts.initiator {
+                    return Some(problem(
+                        format!(
+                            "path {}: this node's initiator port ({name}{}) is registered with \
+                             {other}, not {own}; if {other} is another node's key, the two \
+                             nodes share this initiator name and the target takes them for \
+                             one initiator: a fence between them cannot remove either",
+                            path.device,
+                            path.facts
+                                .isid
+                                .as_deref()
+                                .map(|isid| format!(", ISID {isid}"))
+                                .unwrap_or_default()
+                        ),
+                        "give every node its own initiator name \
+                         (/etc/iscsi/initiatorname.iscsi, e.g. from `iscsi-iname`), log in \
+                         again, then run `prfence unfence` on each node; if the key is this \
+                         node's old one, `prfence unfence` with the right key replaces it",
+                    ));
+                }
                 Some(problem(
                     format!("path {} is registered with {other}, not {own}", path.device),
                     "check which key this node should use; `prfence unfence` with the right key \

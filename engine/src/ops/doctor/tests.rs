@@ -310,3 +310,32 @@ fn no_reservation_and_a_dead_path_are_reported() {
     );
     assert_eq!(lu.preempt_and_abort.supported, None);
 }
+
+/// Two nodes with one cloned initiator name (and open-iscsi's default ISID) are one initiator
+/// port to the target: this node's path carries the other node's key, and doctor says why a
+/// fence between them would remove nothing.
+#[test]
+fn a_cloned_initiator_name_is_named() {
+    let s = Setup::new(Quirks::lio(), &["23d000001"]);
+    // The other node, through the same initiator port, registered last.
+    s.out(s.a[0], &PrOut::register_ignore(B));
+    s.out(s.a[0], &PrOut::reserve(B, FENCING_TYPE));
+    let d = s.doctor(
+        s.paths(&s.a, &[Some("23d000001")], TargetKind::LioIscsi),
+        Some(A),
+    );
+    assert!(!d.ready);
+    let p = problems(&d);
+    assert!(
+        p.iter()
+            .any(|m| m.contains("iqn.2026-11.lab:nodea, ISID 23d000001")
+                && m.contains("share this initiator name")),
+        "{p:?}"
+    );
+    let fixes: Vec<&str> = d.lus[0]
+        .findings
+        .iter()
+        .map(|f| f.remedy.as_str())
+        .collect();
+    assert!(fixes.iter().any(|f| f.contains("iscsi-iname")), "{fixes:?}");
+}
