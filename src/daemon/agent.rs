@@ -34,7 +34,7 @@ use super::status::{
     WatchdogStep,
 };
 use super::status_file;
-use super::watchdog::Watchdog;
+use super::watchdog::{Pinned, Watchdog};
 use crate::host::Host;
 use crate::ops::LuSet;
 use crate::pr::{Key, PrOut, PrOutAction};
@@ -87,6 +87,9 @@ pub struct AgentParts {
     /// `/sys` on a node; the watchdog's timeout is read below it.
     pub sys_root: PathBuf,
     pub log: Option<LogHandle>,
+    /// The watchdog as checked at start ([`super::watchdog::pin`]); `None` opens
+    /// `watchdog.device` as configured (unit tests' stand-in files).
+    pub watchdog_pin: Option<Pinned>,
 }
 
 /// A running agent: settings, devices and everything the loops share.
@@ -101,6 +104,7 @@ pub struct Agent {
     status_file: Option<PathBuf>,
     pub(super) sys_root: PathBuf,
     watchdog: Option<Watchdog>,
+    watchdog_pin: Option<Pinned>,
     log: Option<LogHandle>,
     pub(super) control: mpsc::UnboundedReceiver<Control>,
     /// Latched once the self-fence actions ran.
@@ -182,6 +186,7 @@ impl Agent {
             status_file: options.status_file,
             sys_root: options.sys_root,
             watchdog: None,
+            watchdog_pin: options.watchdog_pin,
             log: options.log,
             control,
             fenced: false,
@@ -208,8 +213,11 @@ impl Agent {
     /// shown as a degraded watchdog (status, metrics) and returned.
     pub(super) fn open_watchdog(&mut self) -> Result<(), String> {
         if let (Some(settings), None) = (&self.settings.watchdog, &self.watchdog) {
-            let watchdog = match Watchdog::open(&settings.device, settings.timeout, &self.sys_root)
-            {
+            let (device, expect) = match &self.watchdog_pin {
+                Some(pin) => (pin.path.as_path(), Some(pin.id)),
+                None => (settings.device.as_path(), None),
+            };
+            let watchdog = match Watchdog::open(device, settings.timeout, &self.sys_root, expect) {
                 Ok(watchdog) => watchdog,
                 Err(e) => {
                     let e = e.to_string();

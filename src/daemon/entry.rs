@@ -23,6 +23,7 @@ use super::lock;
 use super::logging::LogHandle;
 use super::notify::Notifier;
 use super::watch_loop::WatchDriver;
+use super::watchdog::Pinned;
 use crate::host::{Host, SystemHost};
 use crate::pr::Key;
 
@@ -104,11 +105,14 @@ pub fn agent_main(
     // for a start: a watchdog that is missing (1) or is no watchdog (2), or a self-fence program
     // that cannot run (2), stops both. --once opens no watchdog and runs no self-fence, so it
     // still looks at the LUs.
-    if !once
-        && let Err(status) = check_host(config, &settings, Path::new("/dev"), Path::new("/sys"))
-    {
-        return status;
-    }
+    let watchdog_pin = if once {
+        None
+    } else {
+        match check_host(config, &settings, Path::new("/dev"), Path::new("/sys")) {
+            Ok(pin) => pin,
+            Err(status) => return status,
+        }
+    };
     if check_config {
         println!(
             "{}: valid ({} mode, {} device(s), check every {:?}, each check within {:?}, \
@@ -159,6 +163,7 @@ pub fn agent_main(
         status_file,
         log,
         socket_set,
+        watchdog_pin,
     ));
     // A command hung in the kernel must not hold up the exit (and a fenced node must go).
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -192,22 +197,32 @@ pub async fn once(mut agent: Agent, key: Option<Key>) -> u8 {
 /// Prints the problem and returns the exit status: [`EXIT_FAILURE`] when the watchdog cannot be
 /// resolved (the driver may not be loaded yet), [`EXIT_CONFIG`] for the rest.
 ///
+/// Returns the watchdog as checked ([`Pinned`]), which is the one the agent will open.
+///
 /// [`check_device`]: super::watchdog::check_device
-pub fn check_host(config: &Path, settings: &Settings, dev: &Path, sys: &Path) -> Result<(), u8> {
+pub fn check_host(
+    config: &Path,
+    settings: &Settings,
+    dev: &Path,
+    sys: &Path,
+) -> Result<Option<Pinned>, u8> {
     if let Err(e) = check_self_fence_program(settings) {
         eprintln!("prfence agent: {}: {e}", config.display());
         return Err(EXIT_CONFIG);
     }
-    if let Some(watchdog) = &settings.watchdog
-        && let Err(e) = super::watchdog::check_device(&watchdog.device, dev, sys)
-    {
-        eprintln!("prfence agent: {}: {e}", config.display());
-        return Err(match e {
-            super::watchdog::WatchdogError::NotAWatchdog { .. } => EXIT_CONFIG,
-            _ => EXIT_FAILURE,
-        });
+    let Some(watchdog) = &settings.watchdog else {
+        return Ok(None);
+    };
+    match super::watchdog::pin(&watchdog.device, dev, sys) {
+        Ok(pin) => Ok(Some(pin)),
+        Err(e) => {
+            eprintln!("prfence agent: {}: {e}", config.display());
+            Err(match e {
+                super::watchdog::WatchdogError::NotAWatchdog { .. } => EXIT_CONFIG,
+                _ => EXIT_FAILURE,
+            })
+        }
     }
-    Ok(())
 }
 
 /// Why `self_fence.command`'s program cannot be run. Found at start rather than when the node is
@@ -275,6 +290,7 @@ async fn serve(
     status_file: Option<PathBuf>,
     log: Option<LogHandle>,
     notify_socket_set: bool,
+    watchdog_pin: Option<Pinned>,
 ) -> u8 {
     let host: Arc<dyn Host> = Arc::new(SystemHost::new());
     let key = match &settings.mode {
@@ -311,6 +327,7 @@ async fn serve(
         status_file,
         sys_root: PathBuf::from("/sys"),
         log,
+        watchdog_pin,
     };
     let metrics_listen = settings.metrics_listen;
     let mut agent = match Agent::new(settings, options, receiver) {

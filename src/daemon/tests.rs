@@ -760,6 +760,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
                 status_file: None,
                 sys_root: PathBuf::from("/nonexistent"),
                 log: None,
+                watchdog_pin: None,
             },
             receiver,
         )
@@ -820,6 +821,7 @@ fn start_agent(
             status_file,
             sys_root: sys,
             log: None,
+            watchdog_pin: None,
         },
         receiver,
     )
@@ -1013,7 +1015,7 @@ fn check_config_refuses_what_start_refuses() {
         assert_eq!(check_host(&config, &settings, &dev, &sys), Err(EXIT_CONFIG));
     }
     settings.watchdog = None;
-    assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
+    assert!(check_host(&config, &settings, &dev, &sys).is_ok());
 }
 
 /// `self_fence.command` runs as root from the configuration file: a file that group or others
@@ -1132,7 +1134,7 @@ fn a_self_fence_program_that_cannot_run_is_refused() {
         "{e}"
     );
     chmod(0o700);
-    assert_eq!(check_host(&config, &settings, &dev, &sys), Ok(()));
+    assert!(check_host(&config, &settings, &dev, &sys).is_ok());
     assert!(reload_settings(&config, false).is_ok());
 }
 
@@ -1222,6 +1224,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
                 status_file: None,
                 sys_root: dir.path().join("sys"),
                 log: None,
+                watchdog_pin: None,
             },
             receiver,
         )
@@ -1403,6 +1406,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
             status_file: None,
             sys_root: PathBuf::from("/nonexistent"),
             log: None,
+            watchdog_pin: None,
         },
         receiver,
     )

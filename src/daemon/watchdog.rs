@@ -50,6 +50,11 @@ pub enum WatchdogError {
         resolved: String,
         problem: String,
     },
+    #[error(
+        "{device} is no longer the device checked when the agent started (replaced, or the \
+         watchdogs renumbered); check watchdog.device and restart the agent"
+    )]
+    Replaced { device: String },
     #[error("{device}: feeding the watchdog failed: {source}")]
     Write {
         device: String,
@@ -171,6 +176,47 @@ pub fn check_device(device: &Path, dev: &Path, sys: &Path) -> Result<PathBuf, Wa
     Ok(facts.resolved)
 }
 
+/// Which file a path named at start (device, inode and, for a device node, its numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    rdev: u64,
+}
+
+impl FileId {
+    fn of(metadata: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            rdev: metadata.rdev(),
+        }
+    }
+}
+
+/// The watchdog as checked at start: its resolved path and which file that was. The agent opens
+/// the watchdog only later (opening starts it), and opens this one: a link or a renumbered
+/// /dev/watchdogN may name another file by then, and the feed must never go anywhere else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    pub path: PathBuf,
+    pub id: FileId,
+}
+
+/// [`check_device`], and the file it judged, for [`Watchdog::open`] to insist on.
+pub fn pin(device: &Path, dev: &Path, sys: &Path) -> Result<Pinned, WatchdogError> {
+    let path = check_device(device, dev, sys)?;
+    let metadata = std::fs::metadata(&path).map_err(|source| WatchdogError::Resolve {
+        device: device.display().to_string(),
+        source,
+    })?;
+    Ok(Pinned {
+        id: FileId::of(&metadata),
+        path,
+    })
+}
+
 /// An open, running hardware watchdog.
 #[derive(Debug)]
 pub struct Watchdog {
@@ -180,7 +226,15 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Checks the device's timeout under `sys` (`/sys` on a node) and opens it, which starts it.
-    pub fn open(device: &Path, timeout: Duration, sys: &Path) -> Result<Watchdog, WatchdogError> {
+    /// With `expect`, the file opened must be that one ([`Pinned`]); another is closed at once
+    /// (not fed; a watchdog closed without the magic byte keeps counting, which is the reset a
+    /// node with a watchdog it cannot trust should get).
+    pub fn open(
+        device: &Path,
+        timeout: Duration,
+        sys: &Path,
+        expect: Option<FileId>,
+    ) -> Result<Watchdog, WatchdogError> {
         check_timeout(device, timeout, sys)?;
         let file = OpenOptions::new()
             .write(true)
@@ -189,6 +243,17 @@ impl Watchdog {
                 device: device.display().to_string(),
                 source,
             })?;
+        if let Some(expect) = expect {
+            let opened = file.metadata().map_err(|source| WatchdogError::Open {
+                device: device.display().to_string(),
+                source,
+            })?;
+            if FileId::of(&opened) != expect {
+                return Err(WatchdogError::Replaced {
+                    device: device.display().to_string(),
+                });
+            }
+        }
         Ok(Watchdog {
             file,
             device: device.to_path_buf(),
@@ -238,8 +303,13 @@ mod tests {
     #[test]
     fn feeds_and_disarms_with_the_magic_byte() {
         let (dir, device) = fake("10\n");
-        let mut w =
-            Watchdog::open(&device, Duration::from_secs(10), &dir.path().join("sys")).unwrap();
+        let mut w = Watchdog::open(
+            &device,
+            Duration::from_secs(10),
+            &dir.path().join("sys"),
+            None,
+        )
+        .unwrap();
         w.feed().unwrap();
         w.feed().unwrap();
         w.disarm().unwrap();
@@ -249,8 +319,13 @@ mod tests {
     #[test]
     fn dropping_never_writes_the_magic_byte() {
         let (dir, device) = fake("10");
-        let mut w =
-            Watchdog::open(&device, Duration::from_secs(10), &dir.path().join("sys")).unwrap();
+        let mut w = Watchdog::open(
+            &device,
+            Duration::from_secs(10),
+            &dir.path().join("sys"),
+            None,
+        )
+        .unwrap();
         w.feed().unwrap();
         drop(w);
         assert_eq!(std::fs::read(&device).unwrap(), b"1");
@@ -339,11 +414,39 @@ mod tests {
         }
     }
 
+    /// The file checked at start is the one opened: another file at that path is refused and
+    /// never fed.
+    #[test]
+    fn a_watchdog_replaced_since_start_is_refused() {
+        let (dir, device) = fake("10");
+        let sys = dir.path().join("sys");
+        let id = FileId::of(&std::fs::metadata(&device).unwrap());
+        let mut w = Watchdog::open(&device, Duration::from_secs(10), &sys, Some(id)).unwrap();
+        w.feed().unwrap();
+        drop(w);
+        // Another file renamed over it (made while the first exists, so another inode).
+        let other = dir.path().join("other");
+        std::fs::write(&other, "").unwrap();
+        std::fs::rename(&other, &device).unwrap();
+        let e = Watchdog::open(&device, Duration::from_secs(10), &sys, Some(id)).unwrap_err();
+        assert!(matches!(e, WatchdogError::Replaced { .. }), "{e}");
+        assert_eq!(
+            std::fs::read(&device).unwrap(),
+            b"",
+            "the other file was not fed"
+        );
+    }
+
     #[test]
     fn a_device_timeout_other_than_configured_is_refused() {
         let (dir, device) = fake("60");
-        let e =
-            Watchdog::open(&device, Duration::from_secs(10), &dir.path().join("sys")).unwrap_err();
+        let e = Watchdog::open(
+            &device,
+            Duration::from_secs(10),
+            &dir.path().join("sys"),
+            None,
+        )
+        .unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("60 s") && text.contains("soft_margin=10"),
