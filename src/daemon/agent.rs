@@ -18,6 +18,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -371,6 +372,9 @@ impl Agent {
             steps.reboot = RebootStep::Requested;
             self.show_self_fence(steps);
             tracing::error!("rebooting now, without sync");
+            // The log's own thread gets a moment to pass the reason on; a stalled journal
+            // costs at most this.
+            super::logging::flush(Duration::from_millis(100));
             let e = self.host.reboot_now();
             tracing::error!(error = %e, "reboot(2) failed (CAP_SYS_BOOT missing?)");
             steps.reboot = RebootStep::Failed;

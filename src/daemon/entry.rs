@@ -167,6 +167,8 @@ pub fn agent_main(
     ));
     // A command hung in the kernel must not hold up the exit (and a fenced node must go).
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // Nor a stalled journal: its last lines get a second.
+    super::logging::flush(Duration::from_secs(1));
     status
 }
 

@@ -4,8 +4,14 @@
 
 use std::ffi::OsStr;
 use std::fmt;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
@@ -46,6 +52,124 @@ pub fn env_override(value: Option<&OsStr>) -> Result<Option<EnvFilter>, String> 
         .map_err(|e| format!("{LOG_ENV}={directive:?} is not a tracing filter ({e}); {fix}"))
 }
 
+/// Log lines waiting for the writer thread at most; past it lines are dropped and counted.
+const QUEUE_LINES: usize = 4096;
+
+/// Log lines go to stderr from a thread of their own through a bounded queue: a stalled journald
+/// (its stream socket full) then blocks that thread, never the agent's two runtime workers, which
+/// check the LUs and feed the watchdog; a reset for a slow journal would be a surprise. A full
+/// queue drops lines and counts them; the count is written once the writer catches up.
+#[derive(Clone)]
+pub struct LineQueue {
+    lines: SyncSender<Vec<u8>>,
+    state: Arc<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Queued and not yet written.
+    pending: AtomicUsize,
+    /// Dropped since the writer last said so.
+    dropped: AtomicU64,
+}
+
+impl LineQueue {
+    /// Starts the writer thread, writing into `sink`.
+    pub fn start(sink: impl Write + Send + 'static) -> std::io::Result<LineQueue> {
+        let (lines, incoming) = std::sync::mpsc::sync_channel(QUEUE_LINES);
+        let state = Arc::new(QueueState::default());
+        let shared = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("log-writer".to_owned())
+            .spawn(move || write_lines(&incoming, sink, &shared))?;
+        Ok(LineQueue { lines, state })
+    }
+
+    /// Waits up to `within` for the queued lines to be written (before an exit or a reboot).
+    pub fn flush(&self, within: Duration) {
+        let until = Instant::now() + within;
+        while self.state.pending.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Lines dropped and not yet reported.
+    #[cfg(test)]
+    fn dropped(&self) -> u64 {
+        self.state.dropped.load(Ordering::SeqCst)
+    }
+
+    fn send(&self, line: Vec<u8>) {
+        self.state.pending.fetch_add(1, Ordering::SeqCst);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.lines.try_send(line)
+        {
+            self.state.pending.fetch_sub(1, Ordering::SeqCst);
+            self.state.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn write_lines(incoming: &Receiver<Vec<u8>>, mut sink: impl Write, state: &QueueState) {
+    for line in incoming {
+        let dropped = state.dropped.swap(0, Ordering::SeqCst);
+        if dropped > 0 {
+            // A write error has nowhere to go: the line is lost either way.
+            let _ = writeln!(
+                sink,
+                "<4>prfence agent: {dropped} log line(s) dropped: the log's reader (journald) \
+                 did not keep up"
+            );
+        }
+        let _ = sink.write_all(&line);
+        state.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One event's formatted text, queued whole when the formatter is done with it.
+pub struct QueuedLine {
+    text: Vec<u8>,
+    queue: LineQueue,
+}
+
+impl Write for QueuedLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.text.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for QueuedLine {
+    fn drop(&mut self) {
+        if !self.text.is_empty() {
+            self.queue.send(std::mem::take(&mut self.text));
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for LineQueue {
+    type Writer = QueuedLine;
+    fn make_writer(&'a self) -> QueuedLine {
+        QueuedLine {
+            text: Vec::new(),
+            queue: self.clone(),
+        }
+    }
+}
+
+/// The agent's log queue, once [`init`] ran.
+static QUEUE: OnceLock<LineQueue> = OnceLock::new();
+
+/// Waits up to `within` for queued log lines to reach stderr (nothing to do before [`init`]).
+pub fn flush(within: Duration) {
+    if let Some(queue) = QUEUE.get() {
+        queue.flush(within);
+    }
+}
+
 /// Installs the global subscriber. `PRFENCE_LOG`, if set, overrides `log.level`.
 pub fn init(settings: &LogSettings) -> Result<LogHandle, String> {
     let filter = match env_override(std::env::var_os(LOG_ENV).as_deref())? {
@@ -54,12 +178,12 @@ pub fn init(settings: &LogSettings) -> Result<LogHandle, String> {
             .map_err(|e| format!("log.level {:?}: {e}", settings.level))?,
     };
     let (filter, handle) = reload::Layer::new(filter);
+    let queue = LineQueue::start(std::io::stderr())
+        .map_err(|e| format!("cannot start the log writer thread: {e}"))?;
+    // A second init fails at try_init below, as before; the first queue stays the one flushed.
+    let _ = QUEUE.set(queue.clone());
     let output: Box<dyn Layer<_> + Send + Sync> = match (settings.json, settings.target) {
-        (true, _) => Box::new(
-            tracing_subscriber::fmt::layer()
-                .json()
-                .with_writer(std::io::stderr),
-        ),
+        (true, _) => Box::new(tracing_subscriber::fmt::layer().json().with_writer(queue)),
         (false, LogTarget::Journald) => Box::new(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
@@ -69,12 +193,12 @@ pub fn init(settings: &LogSettings) -> Result<LogHandle, String> {
                         .with_ansi(false)
                         .without_time(),
                 ))
-                .with_writer(std::io::stderr),
+                .with_writer(queue),
         ),
         (false, LogTarget::Stderr) => Box::new(
             tracing_subscriber::fmt::layer()
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_writer(std::io::stderr),
+                .with_writer(queue),
         ),
     };
     tracing_subscriber::registry()
@@ -116,6 +240,59 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
 
     use super::*;
+
+    /// A reader that stopped reading (a stalled journald: its socket, here a pipe, full) blocks
+    /// the writer thread only: 10 000 lines are queued or dropped without waiting, the drops are
+    /// counted, and once the reader reads again the count is written.
+    #[test]
+    fn a_stalled_reader_never_blocks_the_logging_thread() {
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        let queue = LineQueue::start(std::fs::File::from(writer)).unwrap();
+        let logging = {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                for n in 0..10_000 {
+                    let mut line = queue.make_writer();
+                    writeln!(line, "line {n} {}", "x".repeat(100)).unwrap();
+                }
+            })
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while !logging.is_finished() {
+            assert!(
+                Instant::now() < until,
+                "logging blocked behind the stalled reader"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            queue.dropped() > 0,
+            "10 000 lines fit a 64 KiB pipe and the queue?"
+        );
+        // The reader reads again: the drop count is said, then later lines pass.
+        let mut text = String::new();
+        let mut reader = std::fs::File::from(reader);
+        let reading = std::thread::spawn(move || {
+            let _ = std::io::Read::read_to_string(&mut reader, &mut text);
+            text
+        });
+        queue.flush(Duration::from_secs(10));
+        writeln!(queue.make_writer(), "after").unwrap();
+        queue.flush(Duration::from_secs(10));
+        logging.join().unwrap();
+        // The last sender gone, the writer thread ends and closes the pipe: the reader sees EOF.
+        drop(queue);
+        let text = reading.join().unwrap();
+        assert!(
+            text.contains("log line(s) dropped"),
+            "no drop count written"
+        );
+        assert!(
+            text.ends_with("after\n"),
+            "{}",
+            &text[text.len().saturating_sub(200)..]
+        );
+    }
 
     #[test]
     fn prfence_log_is_judged_only_when_set() {
