@@ -212,6 +212,12 @@ pub fn check_host(
         eprintln!("prfence agent: {}: {e}", config.display());
         return Err(EXIT_CONFIG);
     }
+    if let ModeSettings::Lease(lease) = &settings.mode
+        && let Err(e) = check_state_file(&lease.state_file)
+    {
+        eprintln!("prfence agent: {}: {e}", config.display());
+        return Err(EXIT_FAILURE);
+    }
     let Some(watchdog) = &settings.watchdog else {
         return Ok(None);
     };
@@ -251,6 +257,25 @@ pub enum SelfFenceProgramError {
         mode: u32,
         error: nix::Error,
     },
+}
+
+/// Checks that lease mode can keep its epochs in `state_file`: if the file is there it must read
+/// and parse; if its directory is there, this process must be able to write in it (the file is
+/// replaced atomically: a temporary file and a rename). A missing directory is left to the start
+/// (the packaged unit's `StateDirectory=` creates /var/lib/prfence), which fails saying so.
+pub fn check_state_file(state_file: &Path) -> Result<(), String> {
+    super::epoch_file::read(state_file).map_err(|e| e.to_string())?;
+    let Some(dir) = state_file.parent().filter(|d| d.is_dir()) else {
+        return Ok(());
+    };
+    let flags = nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK;
+    nix::unistd::access(dir, flags).map_err(|e| {
+        format!(
+            "lease.state_file {}: cannot write in {} ({e}); the agent keeps its key epochs there",
+            state_file.display(),
+            dir.display()
+        )
+    })
 }
 
 /// Checks that `self_fence.command`'s program (an absolute path, as the configuration requires)

@@ -1479,3 +1479,32 @@ fn descriptors_are_reserved_for_the_self_fence_and_released_by_it() {
     reserve.release();
     assert_eq!(reserve.held(), 0);
 }
+
+/// `--check-config` in lease mode reads the epoch state file as a start would, and checks its
+/// directory can be written (when it exists; the unit's StateDirectory= makes it at start).
+#[test]
+fn check_config_reads_the_lease_state_file() {
+    use super::entry::check_state_file;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lease-epoch");
+    assert_eq!(check_state_file(&file), Ok(()), "first start: no file yet");
+    assert_eq!(
+        check_state_file(&dir.path().join("missing/lease-epoch")),
+        Ok(()),
+        "the directory is made at start"
+    );
+    std::fs::write(&file, "42\n").unwrap();
+    assert_eq!(check_state_file(&file), Ok(()));
+    std::fs::write(&file, "forty-two\n").unwrap();
+    let e = check_state_file(&file).unwrap_err();
+    assert!(e.contains("not an epoch"), "{e}");
+    std::fs::remove_file(&file).unwrap();
+    // Root writes anywhere (CAP_DAC_OVERRIDE); an unprivileged agent is told.
+    if !nix::unistd::geteuid().is_root() {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
+        let e = check_state_file(&file).unwrap_err();
+        assert!(e.contains("cannot write in"), "{e}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+}
