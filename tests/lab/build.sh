@@ -119,14 +119,15 @@ boot="crc32c_generic virtio_pci 9pnet_virtio 9p overlay configfs target_core_mod
 # nf_tables: the faults suite hangs one node's iSCSI path by dropping its packets; sch_prio, sch_netem,
 # cls_u32: it delays one node's path; veth: the cluster suite's link
 extra="scsi_debug dm_multipath dm_round_robin softdog target_core_pscsi target_core_user nf_tables veth
-       nvmet nvme_loop nvme_fabrics nvme_core sch_prio sch_netem cls_u32"
+       nvmet nvme_loop nvme_fabrics nvme_core nvmet_tcp nvme_tcp sch_prio sch_netem cls_u32"
 # Wanted only where the kernel has them. crc32c_generic: 6.1's iSCSI target and initiator hash their
 # CRC32C digests through the crypto API (crypto_alloc_ahash("crc32c")), so without this module login
 # fails with "crypto_alloc_ahash() failed". From 6.14 both call the built-in crc32c() library and
 # the module is gone (the crypto API's crc32c became crc32c_cryptoapi); checked below.
 # nvmet, nvme_loop: lab_nvme's target and its loopback fabric (Debian 12's 6.1 builds no nvme_loop,
-# and its nvmet has no reservations: that suite runs on a newer suite's kernel, see host.rs).
-optional="crc32c_generic nvmet nvme_loop nvme_fabrics nvme_core"
+# and its nvmet has no reservations: that suite runs on a newer suite's kernel, see host.rs);
+# nvmet_tcp, nvme_tcp: the one NVMe path it hangs (a loop path cannot hang, a TCP one can).
+optional="crc32c_generic nvmet nvme_loop nvme_fabrics nvme_core nvmet_tcp nvme_tcp"
 # The closure of the wanted modules over modules.dep. Prints "missing NAME" for a wanted module that
 # is neither a module nor built in, "absent NAME" for such an optional one.
 closure=$(awk -v want="$boot $extra" -v optional=" $optional " -v builtin="$src/modules.builtin" '

@@ -189,6 +189,12 @@ impl NvmeTopology {
             .iter()
             .find(|(h, _, _)| *h == host)
             .context("controller not connected")?;
+        self.wait_for_devices(controller)
+            .with_context(|| host.tag().to_owned())
+    }
+
+    /// The block devices of `controller`, one per namespace (by UUID), once all appeared.
+    fn wait_for_devices(&self, controller: &str) -> anyhow::Result<Vec<PathBuf>> {
         let class = Path::new("/sys/class/nvme").join(controller);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -217,8 +223,7 @@ impl NvmeTopology {
             }
             ensure!(
                 Instant::now() < deadline,
-                "{} ({controller}) shows namespaces {by_uuid:?}, not all of {:?} after 20 s",
-                host.tag(),
+                "{controller} shows namespaces {by_uuid:?}, not all of {:?} after 20 s",
                 self.namespaces.iter().map(|n| &n.uuid).collect::<Vec<_>>()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -284,6 +289,97 @@ impl NvmeTopology {
     }
 }
 
+/// NVMe/TCP on loopback for [`NvmeTopology::connect_tcp`]: nvmet's port id, address, service.
+const TCP_PORT: &str = "2";
+const TCP_ADDRESS: &str = "127.0.0.1";
+const TCP_SERVICE: u16 = 4420;
+/// The nftables table of [`TcpController::hang`].
+const TCP_HANG_TABLE: &str = "lab_nvme_hang";
+
+impl NvmeTopology {
+    /// A second controller for `host`, over NVMe/TCP on loopback (the same host NQN and host ID,
+    /// so the same registrant to the target), whose packets can be dropped: nvme-loop cannot
+    /// hang, a TCP connection can. Drop it before the topology.
+    pub fn connect_tcp(&self, host: Host) -> anyhow::Result<TcpController> {
+        for module in ["nvmet_tcp", "nvme_tcp", "nf_tables"] {
+            super::run("modprobe", [module])?.ok()?;
+        }
+        let port = Path::new(NVMET).join("ports").join(TCP_PORT);
+        mkdir(&port)?;
+        let mut controller = TcpController {
+            port: port.clone(),
+            name: None,
+            devices: Vec::new(),
+        };
+        write_attr(&port.join("addr_trtype"), "tcp")?;
+        write_attr(&port.join("addr_adrfam"), "ipv4")?;
+        write_attr(&port.join("addr_traddr"), TCP_ADDRESS)?;
+        write_attr(&port.join("addr_trsvcid"), &TCP_SERVICE.to_string())?;
+        let subsystem = Path::new(NVMET).join("subsystems").join(SUBSYSTEM);
+        symlink(&subsystem, &port.join("subsystems").join(SUBSYSTEM))?;
+        let name = connect_with(&format!(
+            "transport=tcp,traddr={TCP_ADDRESS},trsvcid={TCP_SERVICE},nqn={SUBSYSTEM},\
+             hostnqn={},hostid={}",
+            host.nqn(),
+            host.host_id()
+        ))?;
+        controller.name = Some(name.clone());
+        controller.devices = self.wait_for_devices(&name)?;
+        Ok(controller)
+    }
+}
+
+/// A TCP controller of one host's; dropping it releases a hang, deletes the controller and the
+/// port.
+pub struct TcpController {
+    port: PathBuf,
+    name: Option<String>,
+    devices: Vec<PathBuf>,
+}
+
+impl TcpController {
+    /// Its block devices, in namespace order.
+    pub fn devices(&self) -> &[PathBuf] {
+        &self.devices
+    }
+
+    /// Drops every packet to and from the TCP port (nftables, input hook, so sends do not fail
+    /// with EPERM): commands on this controller get no answer, until [`release_hang`].
+    pub fn hang(&self) -> anyhow::Result<()> {
+        let rules = format!(
+            "add table ip {TCP_HANG_TABLE}\n\
+             add chain ip {TCP_HANG_TABLE} input {{ type filter hook input priority 0; }}\n\
+             add rule ip {TCP_HANG_TABLE} input tcp dport {TCP_SERVICE} drop\n\
+             add rule ip {TCP_HANG_TABLE} input tcp sport {TCP_SERVICE} drop\n"
+        );
+        let script = Path::new(BACKING_DIR).join("nvme-hang.nft");
+        fs::write(&script, rules)?;
+        super::run("nft", ["-f", &script.display().to_string()])?.ok()?;
+        Ok(())
+    }
+}
+
+/// Lets the TCP port's packets through again.
+pub fn release_hang() {
+    let _ = super::run("nft", ["delete", "table", "ip", TCP_HANG_TABLE]);
+}
+
+impl Drop for TcpController {
+    fn drop(&mut self) {
+        release_hang();
+        if let Some(name) = &self.name {
+            let _ = fs::write(
+                Path::new("/sys/class/nvme")
+                    .join(name)
+                    .join("delete_controller"),
+                "1",
+            );
+        }
+        let _ = fs::remove_file(self.port.join("subsystems").join(SUBSYSTEM));
+        let _ = fs::remove_dir(&self.port);
+    }
+}
+
 impl Drop for NvmeTopology {
     fn drop(&mut self) {
         for (_, controller, _) in &self.controllers {
@@ -339,11 +435,15 @@ fn load_modules() -> anyhow::Result<()> {
 /// connect` does; nvme-cli 2.3 refuses a second host NQN to the same subsystem as "already
 /// connected"). The kernel answers the read with `instance=N,cntlid=M`.
 fn connect(host: Host) -> anyhow::Result<String> {
-    let options = format!(
+    connect_with(&format!(
         "transport=loop,nqn={SUBSYSTEM},hostnqn={},hostid={}",
         host.nqn(),
         host.host_id()
-    );
+    ))
+}
+
+/// Writes `options` to /dev/nvme-fabrics; returns the new controller's name.
+fn connect_with(options: &str) -> anyhow::Result<String> {
     let mut fabrics = fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -24,9 +24,9 @@ const COMMAND_TIMEOUT_S: u64 = 2;
 /// `--deadline` given to `fence`: the bound of the whole fence.
 const FENCE_DEADLINE_S: u64 = 10;
 /// fence_pr's `power_timeout` (per SCSI command) in the monitor runs.
-const POWER_TIMEOUT_S: u64 = 2;
+pub(super) const POWER_TIMEOUT_S: u64 = 2;
 /// Pacemaker's default timeout for a fence device's `monitor` (the budget fence_pr works in).
-const MONITOR_BUDGET: Duration = Duration::from_secs(20);
+pub(super) const MONITOR_BUDGET: Duration = Duration::from_secs(20);
 /// Process start, discovery and report under TCG on a loaded 2-core host, on top of a budget.
 const SLACK: Duration = Duration::from_secs(3);
 /// The agent's watch settings in these tests (see `watch_config`).
@@ -58,7 +58,7 @@ pub const SUITE: Suite = Suite {
 // ----- processes with a bound -----
 
 /// A command started in its own process group, its output going to files under [`WORK`].
-struct Started {
+pub(super) struct Started {
     name: String,
     child: Child,
     stdout: PathBuf,
@@ -70,16 +70,16 @@ struct Started {
 
 /// How a [`Started`] command ended, or that it had not ended by its cap (`code` None).
 #[derive(Debug)]
-struct Finished {
-    name: String,
-    code: Option<i32>,
-    elapsed: Duration,
+pub(super) struct Finished {
+    pub(super) name: String,
+    pub(super) code: Option<i32>,
+    pub(super) elapsed: Duration,
     /// When its stdout first had something (the report), if ever. A process can print its
     /// verdict and still not exit: a thread in an uninterruptible SG_IO holds the exit until the
     /// kernel gives the command up.
-    printed: Option<Duration>,
-    stdout: String,
-    stderr: String,
+    pub(super) printed: Option<Duration>,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 impl Finished {
@@ -89,11 +89,11 @@ impl Finished {
 
     /// The time to verdict: when the report was printed, or the exit for a command that prints
     /// none (fence_pr).
-    fn verdict_after(&self) -> Duration {
+    pub(super) fn verdict_after(&self) -> Duration {
         self.printed.unwrap_or(self.elapsed)
     }
 
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let printed = self
             .printed
             .map(|p| format!(", report printed after {}", crate::secs(p)))
@@ -124,7 +124,7 @@ impl Finished {
     }
 
     /// Requires exit status `code` and the verdict within `budget` (plus [`SLACK`]).
-    fn expect(&self, code: i32, budget: Duration) -> anyhow::Result<()> {
+    pub(super) fn expect(&self, code: i32, budget: Duration) -> anyhow::Result<()> {
         ensure!(
             self.code.is_some() && self.verdict_after() <= budget + SLACK,
             "{} (budget {} + {} slack)\nstdout: {}\nstderr: {}",
@@ -158,7 +158,7 @@ fn tail(text: &str) -> String {
 }
 
 impl Started {
-    fn spawn(name: &str, cmd: &mut Command) -> anyhow::Result<Started> {
+    pub(super) fn spawn(name: &str, cmd: &mut Command) -> anyhow::Result<Started> {
         std::fs::create_dir_all(WORK)?;
         let stdout = PathBuf::from(format!("{WORK}/{name}.out"));
         let stderr = PathBuf::from(format!("{WORK}/{name}.err"));
@@ -209,7 +209,10 @@ impl Started {
 
 /// [`Started::finish`] for commands running at once, watched together so that each one's time
 /// to verdict is seen when it happens.
-fn finish_all(mut started: Vec<Started>, cap: Duration) -> anyhow::Result<Vec<Finished>> {
+pub(super) fn finish_all(
+    mut started: Vec<Started>,
+    cap: Duration,
+) -> anyhow::Result<Vec<Finished>> {
     let mut ended: Vec<Option<(Option<i32>, Duration)>> = started.iter().map(|_| None).collect();
     while ended.iter().any(Option::is_none) {
         for (one, end) in started.iter_mut().zip(ended.iter_mut()) {
@@ -499,6 +502,15 @@ fn agent_state(name: &str) -> String {
 /// `fence_pr -o monitor` as node `node`, parameters on stdin as pacemaker-fenced gives them, with
 /// the node's key store (under [`WORK`]) holding `key` as its own `on` would have left it.
 fn fence_pr_monitor(t: &Topology, node: Node, key: u64) -> anyhow::Result<Command> {
+    fence_pr_monitor_on(t.node(node).devices(), node, key)
+}
+
+/// [`fence_pr_monitor`] on `devices` (any transport), with `power_timeout` [`POWER_TIMEOUT_S`].
+pub(super) fn fence_pr_monitor_on(
+    devices: &[PathBuf],
+    node: Node,
+    key: u64,
+) -> anyhow::Result<Command> {
     std::fs::create_dir_all(WORK)?;
     let stem = format!("{WORK}/fence_pr-{}", node.letter());
     std::fs::write(format!("{stem}.key"), format!("{key:x}\n"))?;
@@ -506,12 +518,7 @@ fn fence_pr_monitor(t: &Topology, node: Node, key: u64) -> anyhow::Result<Comman
     if !link.exists() {
         std::os::unix::fs::symlink(PRFENCE, &link)?;
     }
-    let devices: Vec<String> = t
-        .node(node)
-        .devices()
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect();
+    let devices: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
     let stdin_file = PathBuf::from(format!("{stem}.stdin"));
     std::fs::write(
         &stdin_file,

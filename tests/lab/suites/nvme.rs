@@ -49,6 +49,7 @@ pub const SUITE: Suite = Suite {
         watch_agent_self_fences_and_never_reregisters,
         lease_takeover_refuses_the_frozen_holder,
         privileges_reads_need_the_group_changes_need_cap_sys_admin,
+        a_hung_tcp_path_ends_every_command_within_its_budget,
     ],
     long: crate::tests![mutual_fence_race_twenty_rounds],
     reproducers: &[],
@@ -720,5 +721,110 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
             "namespace {index} after unfence: {report:?}"
         );
     }
+    Ok(())
+}
+
+/// Issue 23 item 4: the block PR ioctls carry no timeout of their own (the kernel's NVMe I/O
+/// timeout, 30 s by default, is theirs). B's namespaces over NVMe/TCP hang (packets dropped);
+/// A fences B through its own path meanwhile. B's `prfence keys --timeout 2` and `agent --once`
+/// (command_timeout 1 s) each give their verdict within the budget they state, as on SCSI: the
+/// command runs on a thread the caller stops waiting for. The exit may follow only when the
+/// kernel gives the command up; that time is printed, not judged.
+fn a_hung_tcp_path_ends_every_command_within_its_budget() -> anyhow::Result<()> {
+    use super::faults::{
+        MONITOR_BUDGET, POWER_TIMEOUT_S, Started, fence_pr_monitor_on, finish_all,
+    };
+    const TIMEOUT_S: u64 = 2;
+    let t = NvmeTopology::new(2)?;
+    let tcp = t.connect_tcp(Host::Node(Node::B))?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let b_tcp: Vec<String> = tcp
+        .devices()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    // Before the hang, B's TCP path answers: B's key is there.
+    let keys = prfence_on(&b_tcp[..1], &["keys", "--json"], 0)?;
+    ensure!(
+        keys.stdout.contains("\"0x000000000000000b\""),
+        "B's keys through TCP before the hang: {}",
+        keys.stdout
+    );
+    let config = watch_config(
+        tcp.devices(),
+        "0xb",
+        500,
+        "grace = \"4s\"",
+        "reboot = false",
+        "",
+    );
+    std::fs::create_dir_all(WORK)?;
+    let config_path = format!("{WORK}/nvme-hung.toml");
+    std::fs::write(&config_path, &config)?;
+
+    tcp.hang()?;
+    let hung = Instant::now();
+    let timeout = TIMEOUT_S.to_string();
+    let mut keys_cmd = Command::new(crate::PRFENCE);
+    keys_cmd.args(["keys", "--json", "--timeout", &timeout, &b_tcp[0]]);
+    let mut once_cmd = Command::new(crate::PRFENCE);
+    once_cmd.args(["agent", "--config", &config_path, "--once"]);
+    let started = vec![
+        Started::spawn("nvme-keys-b", &mut keys_cmd)?,
+        Started::spawn("nvme-once-b", &mut once_cmd)?,
+        Started::spawn(
+            "nvme-monitor-b",
+            &mut fence_pr_monitor_on(tcp.devices(), Node::B, 0xb)?,
+        )?,
+    ];
+    // A's fence goes through A's own loop path, unaffected.
+    fence(&t, Node::A, 0)?;
+    let fenced_after = hung.elapsed();
+    let [keys, once, monitor]: [super::faults::Finished; 3] =
+        finish_all(started, Duration::from_secs(90))?
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("three results expected"))?;
+    crate::nvme::release_hang();
+    for (index, report) in t.reports()?.iter().enumerate() {
+        ensure!(
+            report.registers(Host::Node(Node::A)) && !report.registers(Host::Node(Node::B)),
+            "namespace {index} after A's fence: {report:?}"
+        );
+    }
+    println!(
+        "hung NVMe/TCP path: A's fence done {} after the hang; B: prfence keys verdict {} (exit \
+         {:?} after {}), agent --once verdict {} (exit {:?} after {}), fence_pr monitor \
+         (power_timeout={POWER_TIMEOUT_S}) exit {:?} after {}",
+        crate::secs(fenced_after),
+        crate::secs(keys.verdict_after()),
+        keys.code,
+        crate::secs(keys.elapsed),
+        crate::secs(once.verdict_after()),
+        once.code,
+        crate::secs(once.elapsed),
+        monitor.code,
+        crate::secs(monitor.elapsed),
+    );
+    // Pacemaker's monitor timeout: fence_pr must have exited by then.
+    monitor.expect(1, MONITOR_BUDGET)?;
+    // A single command's budget: the open, then the command, each up to --timeout. Its report
+    // says why: our deadline, or the kernel's cancel when nvme-tcp's keep-alive gave up first
+    // (both seen: keep-alive failure ~3.5 s after the hang in some runs, later in others).
+    keys.expect(1, Duration::from_secs(2 * TIMEOUT_S))?;
+    ensure!(
+        keys.printed.is_some()
+            && (keys.stdout.contains("no result within the deadline")
+                || keys.stdout.contains("cancelled by the kernel")),
+        "prfence keys does not say the device hung: {}",
+        keys.stdout
+    );
+    // --once: the check's budget, 3 × (command_timeout + 200 ms), well inside grace.
+    once.expect(3, Duration::from_millis(3 * 1200))?;
+    ensure!(
+        once.stdout.contains("\"verdict\": \"unreadable"),
+        "agent --once does not call the hung namespaces unreadable: {}",
+        once.stdout
+    );
     Ok(())
 }
