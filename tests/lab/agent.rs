@@ -28,6 +28,16 @@ pub struct Agent {
 impl Agent {
     /// Starts `prfence agent --config` with `config_text` as `name`.
     pub fn start(name: &str, config_text: &str) -> anyhow::Result<Agent> {
+        Self::start_with_caps(name, config_text, None)
+    }
+
+    /// [`Agent::start`] with only `caps` (capability names as setpriv spells them, e.g.
+    /// `sys_rawio`) in its bounding set, as a unit's `CapabilityBoundingSet=` leaves root.
+    pub fn start_with_caps(
+        name: &str,
+        config_text: &str,
+        caps: Option<&[&str]>,
+    ) -> anyhow::Result<Agent> {
         std::fs::create_dir_all(WORK)?;
         let config = PathBuf::from(format!("{WORK}/{name}.toml"));
         let status_file = PathBuf::from(format!("{WORK}/{name}.status.json"));
@@ -38,7 +48,20 @@ impl Agent {
             .create(true)
             .append(true)
             .open(&log)?;
-        let child = Command::new(PRFENCE)
+        let mut command = match caps {
+            None => Command::new(PRFENCE),
+            Some(caps) => {
+                let set: Vec<String> = std::iter::once("-all".to_owned())
+                    .chain(caps.iter().map(|c| format!("+{c}")))
+                    .collect();
+                let mut command = Command::new("setpriv");
+                command
+                    .args(["--bounding-set", &set.join(","), "--"])
+                    .arg(PRFENCE);
+                command
+            }
+        };
+        let child = command
             .arg("agent")
             .arg("--config")
             .arg(&config)

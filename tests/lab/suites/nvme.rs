@@ -50,6 +50,7 @@ pub const SUITE: Suite = Suite {
         lease_takeover_refuses_the_frozen_holder,
         privileges_reads_need_the_group_changes_need_cap_sys_admin,
         a_hung_tcp_path_ends_every_command_within_its_budget,
+        the_units_capabilities_watch_and_the_nvme_drop_in_changes,
     ],
     long: crate::tests![mutual_fence_race_twenty_rounds],
     reproducers: &[],
@@ -825,6 +826,63 @@ fn a_hung_tcp_path_ends_every_command_within_its_budget() -> anyhow::Result<()> 
         once.stdout.contains("\"verdict\": \"unreadable"),
         "agent --once does not call the hung namespaces unreadable: {}",
         once.stdout
+    );
+    Ok(())
+}
+
+/// Issue 23 item 2: the packaged unit leaves the agent CAP_SYS_RAWIO and CAP_SYS_BOOT only. On
+/// NVMe that is enough to watch (reading keys needs no capability from 6.19), not to change a
+/// reservation; the documented drop-in adds CAP_SYS_ADMIN. Shown with `unregister_on_exit`, the
+/// one PR OUT a watching agent sends on its own: under the unit's set the key stays on the target
+/// after the stop (and the log says why), under the drop-in's it is gone.
+fn the_units_capabilities_watch_and_the_nvme_drop_in_changes() -> anyhow::Result<()> {
+    const UNIT: &[&str] = &["sys_rawio", "sys_boot"];
+    const DROP_IN: &[&str] = &["sys_rawio", "sys_boot", "sys_admin"];
+    let t = NvmeTopology::new(2)?;
+    let config = format!(
+        "unregister_on_exit = true\n{}",
+        watch_config(
+            t.devices(Host::Node(Node::A)),
+            "0xa",
+            500,
+            "",
+            "reboot = false",
+            ""
+        )
+    );
+    let mut left = Vec::new();
+    for (name, caps) in [("nvme-caps-unit", UNIT), ("nvme-caps-drop-in", DROP_IN)] {
+        unfence(&t, Node::A)?;
+        let mut agent = NodeAgent::start_with_caps(name, &config, Some(caps))?;
+        agent.wait_state("healthy", Duration::from_secs(60))?;
+        agent.signal(Signal::SIGTERM)?;
+        let code = agent.wait_exit(Duration::from_secs(20))?;
+        let registered: Vec<bool> = t
+            .reports()?
+            .iter()
+            .map(|r| r.registers(Host::Node(Node::A)))
+            .collect();
+        println!(
+            "  {name} ({}): healthy, stopped with exit {code}; A registered after the stop: \
+             {registered:?}",
+            caps.join(" ")
+        );
+        left.push((name, code, registered, agent.log_tail()));
+    }
+    let (_, _, under_unit, unit_log) = &left[0];
+    ensure!(
+        under_unit.iter().all(|&r| r),
+        "under the unit's capabilities the unregistration should have been refused: {under_unit:?}"
+    );
+    ensure!(
+        unit_log.contains("CAP_SYS_ADMIN") || unit_log.contains("Operation not permitted"),
+        "the refused unregistration is not explained in the log:\n{unit_log}"
+    );
+    let (_, code, under_drop_in, log) = &left[1];
+    ensure!(
+        *code == 0 && under_drop_in.iter().all(|&r| !r),
+        "with the drop-in's CAP_SYS_ADMIN the stop should unregister: exit {code}, registered \
+         {under_drop_in:?}\n{log}"
     );
     Ok(())
 }
