@@ -12,7 +12,8 @@ use crate::ops::LuSet;
 pub enum State {
     Starting,
     /// Watch mode: our key is not yet on every LU (fence_pr's unfencing registers it); nothing
-    /// is judged and the watchdog is not opened until it is.
+    /// is judged and the watchdog is not opened until it is. An LU that cannot be read before
+    /// arming shows `Degraded` instead (the LU's verdict names the error).
     WaitingForRegistration,
     /// Watch mode: our key is on every LU and every path.
     Healthy,

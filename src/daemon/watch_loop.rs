@@ -349,7 +349,13 @@ impl WatchDriver<'_> {
                 }
                 {
                     let mut status = lock(&self.agent.status);
-                    status.state = State::WaitingForRegistration;
+                    // Waiting is for a key only unfencing brings; an LU that cannot be read is
+                    // a fault to look at (alerts and `--once` treat degraded as one).
+                    status.state = if unreadable.is_empty() {
+                        State::WaitingForRegistration
+                    } else {
+                        State::Degraded
+                    };
                     for shown in &mut status.lus {
                         shown.verdict =
                             "not armed: key registered here, not yet on every LU".to_owned();

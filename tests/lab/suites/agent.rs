@@ -50,6 +50,7 @@ pub const SUITE: Suite = Suite {
         watchdog_stops_being_fed_once_fenced,
         stopping_an_armed_agent_resets_only_when_it_should,
         a_descriptor_limit_too_small_for_the_paths_is_refused_at_start,
+        an_agent_without_cap_sys_rawio_says_why_it_cannot_arm,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -1474,5 +1475,46 @@ fn a_descriptor_limit_too_small_for_the_paths_is_refused_at_start() -> anyhow::R
          LimitNOFILE={need}); soft 64 / hard {need} raised and ran (exit 0)",
         need - 1
     );
+    Ok(())
+}
+
+/// Issue 23 item 2: an agent that cannot read its LUs says why, per LU, instead of waiting for a
+/// key. Without CAP_SYS_RAWIO (a unit whose capabilities were narrowed too far) SG_IO's PERSISTENT
+/// RESERVE IN is refused with EPERM: `--once` exits 3 naming it, and a running agent stays
+/// `not armed`, its status naming the LU as unreadable with the error, never `waiting` for a key.
+fn an_agent_without_cap_sys_rawio_says_why_it_cannot_arm() -> anyhow::Result<()> {
+    let t = Topology::iscsi(1)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    let devices = t.node(Node::A).devices().to_vec();
+    let config = watch_config(&devices, "0xa", 500, "", "reboot = false", "");
+    let mut agent = Agent::start_with_caps("no-rawio", &config, Some(&["sys_boot"]))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let verdict = loop {
+        let verdict = agent
+            .status()
+            .and_then(|s| s["lus"][0]["verdict"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        if verdict.contains("cannot be read") || Instant::now() >= deadline {
+            break verdict;
+        }
+        if let Some(code) = agent.exited() {
+            bail!("agent exited {code}:\n{}", agent.log_tail());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let state = agent.state();
+    agent.signal(Signal::SIGTERM)?;
+    let _ = agent.wait_exit(Duration::from_secs(20));
+    ensure!(
+        verdict.contains("cannot be read") && verdict.contains("not permitted"),
+        "without CAP_SYS_RAWIO the LU's verdict is {verdict:?} (state {state:?}):\n{}",
+        agent.log_tail()
+    );
+    ensure!(
+        state != "healthy" && !state.contains("waiting"),
+        "state {state:?} with an unreadable LU"
+    );
+    println!("  without CAP_SYS_RAWIO: state {state:?}, LU verdict {verdict:?}");
     Ok(())
 }
