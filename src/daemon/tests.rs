@@ -533,7 +533,11 @@ async fn not_armed_names_the_cause_per_lu() {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let status = lock(&run.status).clone();
-    assert_eq!(status.state, State::Degraded, "an unreadable LU is no wait for a key");
+    assert_eq!(
+        status.state,
+        State::Degraded,
+        "an unreadable LU is no wait for a key"
+    );
     assert!(
         status.lus[0].verdict.starts_with("not armed: key")
             && status.lus[0].verdict.contains("not registered"),
