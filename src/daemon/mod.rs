@@ -5,7 +5,8 @@
 //! signals, the watchdog fd, sd_notify, logging and the metrics endpoint, and does nothing but
 //! carry out what the core decides.
 //!
-//! - [`config`]: the TOML file, validated into [`config::Settings`], timing rules included.
+//! - [`config`]: the TOML file, validated into [`config::Settings`], timing rules included;
+//!   [`config_reference`]: every setting with its default, for the man page (tested against it).
 //! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr.
 //! - [`lease`]: lease mode, active/passive failover without a cluster manager.
 //! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
@@ -90,6 +91,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod config_reference;
 pub mod descriptors;
 pub mod entry;
 pub mod epoch_file;

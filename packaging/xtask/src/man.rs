@@ -1,7 +1,9 @@
 //! Man pages, each generated from the thing it documents:
 //! - `prfence(8)` and `prfence-<command>(8)` from the CLI definition (clap_mangen);
 //! - `fence_pr(8)` from the agent's own metadata XML, as fence-agents makes its pages;
-//! - `prfence-agent.toml(5)` from the commented example configuration and README's timing rules.
+//! - `prfence-agent.toml(5)` from the parser's own reference table
+//!   (`prfence::daemon::config_reference`, tested against the parser) and docs/agent.md's timing
+//!   rules.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,23 +26,115 @@ pub fn pages(root: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
     Ok(pages)
 }
 
-fn render(man: Man) -> anyhow::Result<Vec<u8>> {
+/// A clap page: clap_mangen's sections, the after-help text split into its own sections (an
+/// "Exit status:" paragraph becomes EXIT STATUS, "Signals:" SIGNALS), then `extra` sections.
+fn render(cmd: &clap::Command, extra: &[(&str, String)]) -> anyhow::Result<Vec<u8>> {
+    let man = Man::new(cmd.clone()).section("8").date("");
     let mut buf = Vec::new();
-    man.section("8").date("").render(&mut buf)?;
-    Ok(buf)
+    man.render_title(&mut buf)?;
+    man.render_name_section(&mut buf)?;
+    man.render_synopsis_section(&mut buf)?;
+    man.render_description_section(&mut buf)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut buf)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut buf)?;
+    }
+    let mut page = String::from_utf8(buf)?;
+    if let Some(after) = cmd.get_after_help() {
+        for paragraph in after.to_string().split("\n\n") {
+            let (title, body) = match paragraph.split_once('\n') {
+                Some((first, rest)) if first == "Exit status:" => ("EXIT STATUS", rest.to_owned()),
+                _ if paragraph.starts_with("Signals:") => (
+                    "SIGNALS",
+                    paragraph.trim_start_matches("Signals:").trim().to_owned(),
+                ),
+                _ => ("NOTES", paragraph.to_owned()),
+            };
+            let _ = writeln!(page, ".SH {title}");
+            if title == "EXIT STATUS" {
+                // "  N  text" lines, text continued on lines indented further.
+                for line in body.lines() {
+                    let trimmed = line.trim_start();
+                    let (code, text) = trimmed.split_once(' ').unwrap_or((trimmed, ""));
+                    if line.len() - trimmed.len() <= 2 && code.chars().all(|c| c.is_ascii_digit()) {
+                        let _ = writeln!(page, ".TP\n.B {code}\n{}", escape(text.trim()));
+                    } else {
+                        let _ = writeln!(page, "{}", escape(trimmed));
+                    }
+                }
+            } else {
+                let _ = writeln!(
+                    page,
+                    "{}",
+                    escape(&body.split_whitespace().collect::<Vec<_>>().join(" "))
+                );
+            }
+        }
+    }
+    for (title, body) in extra {
+        let _ = writeln!(page, ".SH {title}\n{body}");
+    }
+    Ok(page.into_bytes())
 }
 
+/// The commands the EXAMPLES of prfence(8) show (each parsed by the CLI in a test).
+const PRFENCE_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "What is registered and who holds the reservation:",
+        "prfence status --key 0x8a3c5f0000000001 /dev/mapper/mpatha /dev/mapper/mpathb",
+    ),
+    (
+        "Is this node ready to fence (its key on every path, the LU set)?",
+        "prfence doctor --key 0x8a3c5f0000000001 /dev/mapper/mpatha /dev/mapper/mpathb",
+    ),
+    (
+        "Unfence this node (register its key on every path):",
+        "prfence unfence --key 0x8a3c5f0000000001 /dev/mapper/mpatha /dev/mapper/mpathb",
+    ),
+    (
+        "Fence another node by its key, as JSON:",
+        "prfence fence --key 0x8a3c5f0000000001 --victim 0x8a3c5f0000000002 --json /dev/mapper/mpatha /dev/mapper/mpathb",
+    ),
+    ("The keys on one LU:", "prfence keys /dev/mapper/mpatha"),
+];
+
+fn examples(list: &[(&str, &str)]) -> String {
+    let mut body = String::new();
+    for (what, command) in list {
+        let _ = writeln!(
+            body,
+            ".PP\n{}\n.PP\n.RS\n.nf\n{}\n.fi\n.RE",
+            escape(what),
+            escape(command)
+        );
+    }
+    body
+}
+
+const LOG_ENVIRONMENT: &str = ".TP\n.B PRFENCE_LOG\nA tracing filter (a level such as \\fBdebug\\fR, or directives \
+such as \\fBinfo,prfence=trace\\fR) replacing the default log level; an invalid one is said on \
+stderr.";
+
 fn prfence_pages() -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
-    let mut cmd = Cli::command();
+    // No `help` subcommand on the pages: it has no page of its own (`--help` is on each).
+    let mut cmd = Cli::command().disable_help_subcommand(true);
     cmd.build();
+    let see_also = "\\fBprfence\\-agent\\fR(8), \\fBprfence\\-agent.toml\\fR(5), \\fBfence_pr\\fR(8), \
+                    \\fBsg_persist\\fR(8), \\fBmpathpersist\\fR(8)";
     let mut pages = vec![(
         PathBuf::from("man/prfence.8"),
-        render(Man::new(cmd.clone()))?,
+        render(
+            &cmd,
+            &[
+                ("ENVIRONMENT", LOG_ENVIRONMENT.to_owned()),
+                ("EXAMPLES", examples(PRFENCE_EXAMPLES)),
+                ("SEE ALSO", see_also.to_owned()),
+            ],
+        )?,
     )];
-    for sub in cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
-    {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
         // clap names are &'static str without its `string` feature, which would also change the
         // prfence binary's clap when the workspace is built together; a build tool may leak.
         let name: &'static str = Box::leak(format!("prfence-{}", sub.get_name()).into_boxed_str());
@@ -48,12 +142,70 @@ fn prfence_pages() -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
             .clone()
             .name(name)
             .bin_name(format!("prfence {}", sub.get_name()));
+        let extra: Vec<(&str, String)> = if sub.get_name() == "agent" {
+            agent_sections()
+        } else {
+            vec![("SEE ALSO", "\\fBprfence\\fR(8)".to_owned())]
+        };
         pages.push((
             PathBuf::from(format!("man/{name}.8")),
-            render(Man::new(page))?,
+            render(&page, &extra)?,
         ));
     }
     Ok(pages)
+}
+
+/// FILES, ENVIRONMENT, EXAMPLES and SEE ALSO of prfence-agent(8).
+fn agent_sections() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "FILES",
+            ".TP\n.B /etc/prfence/agent.toml\nThe configuration, \\fBprfence\\-agent.toml\\fR(5); \
+             root's, not writable by group or others.\n\
+             .TP\n.B /run/prfence/status.json\nThe status the packaged unit has the agent write \
+             (\\fB\\-\\-status\\-file\\fR), replaced after every check.\n\
+             .TP\n.B /var/lib/prfence/lease\\-epoch\nLease mode's highest key epoch \
+             (\\fBlease.state_file\\fR).\n\
+             .TP\n.B /usr/lib/systemd/system/prfence\\-agent.service\nThe packaged unit \
+             (/lib/systemd/system on Debian 12).\n\
+             .TP\n.B /usr/share/doc/prfence/examples/agent.toml\nA commented example configuration."
+                .to_owned(),
+        ),
+        (
+            "ENVIRONMENT",
+            format!(
+                "{LOG_ENVIRONMENT} It is checked with the configuration (\\fB\\-\\-check\\-config\\fR \
+                 refuses an invalid one).\n\
+                 .TP\n.B NOTIFY_SOCKET\nSet by systemd for a Type=notify unit: with \
+                 \\fB[systemd] notify\\fR unset, sd_notify is on when it is set.\n\
+                 .TP\n.B WATCHDOG_USEC\\fR, \\fBWATCHDOG_PID\nThe unit's WatchdogSec= as systemd \
+                 passes it; the timing rules check a check's budget against it."
+            ),
+        ),
+        (
+            "EXAMPLES",
+            examples(&[
+                (
+                    "Check a configuration as a start would (the unit's ExecStartPre=):",
+                    "prfence agent --config /etc/prfence/agent.toml --check-config",
+                ),
+                (
+                    "Look at every LU once, read-only, and print the status (exit 0: healthy):",
+                    "prfence agent --config /etc/prfence/agent.toml --once",
+                ),
+                (
+                    "What the running agent sees:",
+                    "curl -s http://127.0.0.1:9464/status",
+                ),
+            ]),
+        ),
+        (
+            "SEE ALSO",
+            "\\fBprfence\\-agent.toml\\fR(5), \\fBprfence\\fR(8), \\fBfence_pr\\fR(8), \
+             \\fBsystemd.service\\fR(5), \\fBsd_notify\\fR(3)"
+                .to_owned(),
+        ),
+    ]
 }
 
 /// What each action does, for the ACTIONS section (the metadata names them only).
@@ -190,6 +342,7 @@ fn fence_pr() -> anyhow::Result<String> {
     Ok(page)
 }
 
+#[cfg(test)]
 /// One setting of the example configuration: its section, name, example value and the comment
 /// above or beside it.
 struct Setting {
@@ -199,6 +352,7 @@ struct Setting {
     text: Vec<String>,
 }
 
+#[cfg(test)]
 /// Reads the example: `# comment` lines describe the next `key = value` (or `[section]`); a
 /// comment after a value describes that value; commented-out optional settings stay in the text
 /// of the setting that follows them, as in the file.
@@ -277,9 +431,10 @@ fn timing_rules(readme: &str) -> anyhow::Result<Vec<[String; 3]>> {
 }
 
 fn agent_toml(root: &Path) -> anyhow::Result<String> {
-    let example = std::fs::read_to_string(root.join("packaging/prfence-agent.toml"))?;
-    let readme = std::fs::read_to_string(root.join("docs/agent.md"))?;
-    let (preamble, settings) = settings(&example);
+    use prfence::daemon::config_reference::{
+        Default, LEASE_EXAMPLE, SECTIONS, SETTINGS, WATCH_EXAMPLE,
+    };
+    let agent_doc = std::fs::read_to_string(root.join("docs/agent.md"))?;
     let mut page = header("prfence-agent.toml", "5", "File Formats Manual");
     let _ = writeln!(page, ".SH NAME");
     let _ = writeln!(
@@ -292,53 +447,50 @@ fn agent_toml(root: &Path) -> anyhow::Result<String> {
     let _ = writeln!(
         page,
         "\\fBprfence agent \\-\\-config\\fR \\fIFILE\\fR reads this TOML file; \
-         \\fBprfence agent \\-\\-check\\-config\\fR checks it with the rules that start uses. \
-         The settings below, with their example values, are those of the commented example \
-         installed under /usr/share/doc/prfence."
+         \\fBprfence agent \\-\\-check\\-config\\fR checks it with the rules a start uses. \
+         Unknown or misspelt settings are errors, never ignored. Durations are a whole number \
+         with a unit: \"500ms\", \"2s\", \"1m\", \"1h\". SIGHUP re-reads the file. \
+         self_fence.command runs as root from it, so the agent refuses a file that group or \
+         others can write, that another user owns, or that sits in a directory others can \
+         write: keep it root's, 0600.\n\
+         .PP\n\
+         Safety never rests on the timings: the storage target refuses the writes of a node \
+         whose key was preempted, whatever any clock says. The timings decide how fast a fenced \
+         node notices and stops (watch mode), and that a stalled lease holder stops before a \
+         standby takes over (lease mode)."
     );
-    for line in preamble.iter().skip(1) {
-        if line.is_empty() {
-            let _ = writeln!(page, ".PP");
-        } else {
-            let _ = writeln!(page, "{}", inline(line));
-        }
-    }
-    let mut current = None::<String>;
-    for s in &settings {
-        if current.as_deref() != Some(s.section.as_str()) {
-            current = Some(s.section.clone());
-            let title = if s.section.is_empty() {
-                "TOP-LEVEL SETTINGS".to_owned()
-            } else {
-                s.section.clone()
+    for section in SECTIONS {
+        let title = match section.section {
+            "" => "TOP-LEVEL SETTINGS".to_owned(),
+            "device" => "[[device]]".to_owned(),
+            other => format!("[{other}]"),
+        };
+        let _ = writeln!(page, ".SH {}", escape(&title));
+        let _ = writeln!(page, "{}", inline(section.text));
+        for setting in SETTINGS.iter().filter(|s| s.section == section.section) {
+            let default = match setting.default {
+                Default::Required => "required".to_owned(),
+                Default::Value(value) => format!("default {value}"),
+                Default::Otherwise(text) => format!("default: {text}"),
             };
-            let _ = writeln!(page, ".SH {}", escape(&title));
-        }
-        if s.name.is_empty() {
-            for line in &s.text {
-                let _ = writeln!(page, "{}", inline(line));
-            }
-            let _ = writeln!(page, ".PP");
-            continue;
-        }
-        let _ = writeln!(
-            page,
-            ".TP\n\\fB{}\\fR = {}",
-            escape(&s.name),
-            escape(&s.value)
-        );
-        for line in &s.text {
-            let _ = writeln!(page, "{}", inline(line));
+            let _ = writeln!(
+                page,
+                ".TP\n\\fB{}\\fR = \\fI{}\\fR\n({}; {})\n.br\n{}",
+                escape(setting.name),
+                escape(setting.value),
+                escape(&default),
+                setting.modes.text(),
+                inline(setting.text)
+            );
         }
     }
     let _ = writeln!(page, ".SH TIMING RULES");
     let _ = writeln!(
         page,
         "The agent refuses to start on a configuration that breaks one of these rules, and says \
-         which. Safety never rests on them: the storage target refuses a preempted node's \
-         writes whatever any clock says."
+         which."
     );
-    for [mode, rule, why] in timing_rules(&readme)? {
+    for [mode, rule, why] in timing_rules(&agent_doc)? {
         let _ = writeln!(
             page,
             ".TP\n{} ({} mode)\n{}",
@@ -346,6 +498,38 @@ fn agent_toml(root: &Path) -> anyhow::Result<String> {
             escape(&mode),
             inline(&why)
         );
+    }
+    let _ = writeln!(page, ".SH FILES");
+    let _ = writeln!(
+        page,
+        ".TP\n.B /etc/prfence/agent.toml\nThe packaged unit's configuration.\n\
+         .TP\n.B /usr/share/doc/prfence/examples/agent.toml\nA commented example.\n\
+         .TP\n.B /var/lib/prfence/lease\\-epoch\nThe default lease.state_file.\n\
+         .TP\n.B /var/run/cluster.key\nfence_pr's key store (this node's key after its \
+         unfencing), as fence_scsi keeps it."
+    );
+    let _ = writeln!(page, ".SH ENVIRONMENT");
+    let _ = writeln!(
+        page,
+        ".TP\n.B PRFENCE_LOG\nSet and not empty, replaces log.level (checked with the file).\n\
+         .TP\n.B NOTIFY_SOCKET\nWith [systemd] notify unset, sd_notify is on when it is set."
+    );
+    let _ = writeln!(page, ".SH EXAMPLES");
+    for (what, example) in [
+        (
+            "Watch mode beside Pacemaker and fence_pr (created without key_value):",
+            WATCH_EXAMPLE,
+        ),
+        (
+            "Lease mode, two nodes (node_id 2 on the other):",
+            LEASE_EXAMPLE,
+        ),
+    ] {
+        let _ = writeln!(page, ".PP\n{}\n.PP\n.RS\n.nf", escape(what));
+        for line in example.lines() {
+            let _ = writeln!(page, "{}", escape(line));
+        }
+        let _ = writeln!(page, ".fi\n.RE");
     }
     let _ = writeln!(page, ".SH SEE ALSO");
     let _ = writeln!(
@@ -378,28 +562,161 @@ mod tests {
         }
     }
 
+    /// The config page shows every setting of the parser's reference table with its default,
+    /// every setting of the shipped example file (so the example names nothing the parser
+    /// lacks), every table, and the timing rules.
     #[test]
-    fn every_example_setting_and_timing_rule_is_on_the_config_page() {
+    fn every_setting_default_and_timing_rule_is_on_the_config_page() {
+        use prfence::daemon::config_reference::{Default, SECTIONS, SETTINGS};
         let root = crate::workspace();
         let page = agent_toml(&root).unwrap();
+        for setting in SETTINGS {
+            let entry = format!("\\fB{}\\fR = \\fI", escape(setting.name));
+            let at = page
+                .find(&format!(".SH {}", section_title(setting.section)))
+                .unwrap_or_else(|| panic!("no section for {}", setting.name));
+            assert!(page[at..].contains(&entry), "{} missing", setting.name);
+            if let Default::Value(value) = setting.default {
+                assert!(
+                    page.contains(&format!("default {}", escape(value))),
+                    "{}: default {value} missing",
+                    setting.name
+                );
+            }
+        }
+        assert_eq!(SECTIONS.len(), 10);
         let example = std::fs::read_to_string(root.join("packaging/prfence-agent.toml")).unwrap();
         let (_, settings) = settings(&example);
         let named: Vec<&Setting> = settings.iter().filter(|s| !s.name.is_empty()).collect();
         assert!(named.len() >= 25, "only {} settings found", named.len());
-        // [systemd] notify is best left unset, so the example only describes it.
-        assert!(
-            page.contains("notify = true | false"),
-            "[systemd] notify missing"
-        );
         for s in named {
+            let section = s.section.trim_matches(|c| c == '[' || c == ']');
             assert!(
-                page.contains(&format!("\\fB{}\\fR = ", escape(&s.name))),
-                "{} missing",
+                SETTINGS
+                    .iter()
+                    .any(|d| d.section == section && d.name == s.name),
+                "the example's [{section}] {} is not a setting",
                 s.name
             );
         }
-        let readme = std::fs::read_to_string(root.join("docs/agent.md")).unwrap();
-        assert!(timing_rules(&readme).unwrap().len() >= 10);
+        let agent_doc = std::fs::read_to_string(root.join("docs/agent.md")).unwrap();
+        let rules = timing_rules(&agent_doc).unwrap();
+        assert!(rules.len() >= 10);
+        for [_, rule, _] in rules {
+            assert!(page.contains(&inline(&rule)), "timing rule {rule} missing");
+        }
+    }
+
+    fn section_title(section: &str) -> String {
+        match section {
+            "" => escape("TOP-LEVEL SETTINGS"),
+            "device" => escape("[[device]]"),
+            other => escape(&format!("[{other}]")),
+        }
+    }
+
+    /// No page shows a comment where a setting should be, or one setting's text under another:
+    /// every `.TP` tag line of the config page is one setting.
+    #[test]
+    fn the_config_page_is_not_garbled() {
+        let page = agent_toml(&crate::workspace()).unwrap();
+        let tags: Vec<&str> = page
+            .lines()
+            .zip(page.lines().skip(1))
+            .filter(|(l, _)| *l == ".TP")
+            .map(|(_, tag)| tag)
+            .collect();
+        assert!(tags.len() > 40, "{}", tags.len());
+        for tag in tags {
+            assert!(!tag.contains('#'), "a comment in a tag line: {tag}");
+        }
+    }
+
+    /// Every page a page points to (`\fBname\fR(N)`) is generated here or is another
+    /// package's page.
+    #[test]
+    fn every_page_referenced_exists() {
+        const ELSEWHERE: &[&str] = &[
+            "fence_scsi(8)",
+            "stonith_admin(8)",
+            "pcs(8)",
+            "sg_persist(8)",
+            "mpathpersist(8)",
+            "systemd.service(5)",
+            "sd_notify(3)",
+        ];
+        let pages = pages(&crate::workspace()).unwrap();
+        let names: Vec<String> = pages
+            .iter()
+            .filter_map(|(p, _)| p.file_name()?.to_str())
+            .filter_map(|f| f.rsplit_once('.'))
+            .map(|(name, section)| format!("{}({section})", name.replace('-', "\\-")))
+            .collect();
+        for (path, content) in &pages {
+            let text = String::from_utf8_lossy(content);
+            for piece in text.split("\\fB").skip(1) {
+                let Some((name, rest)) = piece.split_once("\\fR(") else {
+                    continue;
+                };
+                let Some(section) = rest.split(')').next() else {
+                    continue;
+                };
+                if section.len() != 1 || name.contains(' ') {
+                    continue;
+                }
+                let reference = format!("{name}({section})");
+                assert!(
+                    names.contains(&reference)
+                        || ELSEWHERE.contains(&reference.replace("\\-", "-").as_str()),
+                    "{} refers to {reference}, which no package has",
+                    path.display()
+                );
+            }
+        }
+    }
+
+    /// The commands the EXAMPLES show are valid prfence command lines.
+    #[test]
+    fn the_example_commands_parse() {
+        use clap::Parser;
+        for (_, command) in PRFENCE_EXAMPLES {
+            let argv: Vec<&str> = command.split_whitespace().collect();
+            if let Err(e) = Cli::try_parse_from(&argv) {
+                panic!("{command}: {e}");
+            }
+        }
+    }
+
+    /// prfence-agent(8)'s EXIT STATUS lists the codes the agent's constants hold.
+    #[test]
+    fn the_agent_page_lists_its_exit_statuses() {
+        use prfence::daemon::agent::{EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM};
+        use prfence::daemon::config::DEFAULT_FENCED_EXIT_STATUS;
+        let pages = prfence_pages().unwrap();
+        let (_, page) = pages
+            .iter()
+            .find(|(p, _)| p.ends_with("prfence-agent.8"))
+            .unwrap();
+        let page = String::from_utf8_lossy(page);
+        let status = &page[page.find(".SH EXIT STATUS").expect("EXIT STATUS")..];
+        for code in [
+            0,
+            EXIT_FAILURE,
+            EXIT_CONFIG,
+            EXIT_ONCE_PROBLEM,
+            DEFAULT_FENCED_EXIT_STATUS,
+        ] {
+            assert!(
+                status.contains(&format!(".B {code}\n")),
+                "exit {code} missing"
+            );
+        }
+        for section in ["FILES", "ENVIRONMENT", "EXAMPLES", "SEE ALSO"] {
+            assert!(
+                page.contains(&format!(".SH {section}")),
+                "{section} missing"
+            );
+        }
     }
 
     #[test]
