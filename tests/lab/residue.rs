@@ -246,3 +246,57 @@ fn written(upper: &Path, shown: &Path, all: &mut BTreeSet<String>) {
         }
     }
 }
+
+/// The times of every file the guest has written to its root so far (the overlay's upper layer).
+/// A test that reinstalls the lab's package (the same files again) puts them back afterwards, so
+/// that the next test finds the guest's root as it was: same files, same times.
+pub struct WrittenTimes(
+    Vec<(
+        std::path::PathBuf,
+        nix::sys::time::TimeSpec,
+        nix::sys::time::TimeSpec,
+    )>,
+);
+
+impl WrittenTimes {
+    pub fn take() -> WrittenTimes {
+        let mut all = Vec::new();
+        collect_times(Path::new(UPPER), Path::new("/"), &mut all);
+        WrittenTimes(all)
+    }
+
+    /// Sets each file's access and modification times back (the file itself, not a link's target).
+    pub fn restore(&self) {
+        use nix::sys::stat::{UtimensatFlags, utimensat};
+        for (path, atime, mtime) in &self.0 {
+            let _ = utimensat(None, path, atime, mtime, UtimensatFlags::NoFollowSymlink);
+        }
+    }
+}
+
+fn collect_times(
+    upper: &Path,
+    shown: &Path,
+    all: &mut Vec<(
+        std::path::PathBuf,
+        nix::sys::time::TimeSpec,
+        nix::sys::time::TimeSpec,
+    )>,
+) {
+    use std::os::unix::fs::MetadataExt;
+    for entry in std::fs::read_dir(upper).into_iter().flatten().flatten() {
+        let path = shown.join(entry.file_name());
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        if meta.is_dir() {
+            collect_times(&entry.path(), &path, all);
+        } else {
+            all.push((
+                path,
+                nix::sys::time::TimeSpec::new(meta.atime(), meta.atime_nsec()),
+                nix::sys::time::TimeSpec::new(meta.mtime(), meta.mtime_nsec()),
+            ));
+        }
+    }
+}

@@ -1247,7 +1247,7 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
 }
 
 /// Loads softdog in no-reboot mode with `timeout_s`; its expiries show in dmesg as [`EXPIRED`].
-fn load_softdog(timeout_s: u64) -> anyhow::Result<UnloadSoftdog> {
+pub(super) fn load_softdog(timeout_s: u64) -> anyhow::Result<UnloadSoftdog> {
     if Path::new("/sys/module/softdog").exists() {
         disarm_softdog();
         crate::run("rmmod", ["softdog"])?.ok()?;
@@ -1267,7 +1267,7 @@ fn load_softdog(timeout_s: u64) -> anyhow::Result<UnloadSoftdog> {
 /// What softdog in no-reboot mode logs when it expires (a real one would reset the node).
 const EXPIRED: &str = "softdog: Triggered - Reboot ignored";
 
-fn softdog_expiries() -> anyhow::Result<usize> {
+pub(super) fn softdog_expiries() -> anyhow::Result<usize> {
     Ok(crate::run("dmesg", Vec::<&str>::new())?
         .ok()?
         .stdout
@@ -1399,7 +1399,7 @@ fn disarm_softdog() {
 }
 
 /// Unloads softdog at the end of a watchdog test (once nothing holds the device).
-struct UnloadSoftdog;
+pub(super) struct UnloadSoftdog;
 
 impl Drop for UnloadSoftdog {
     fn drop(&mut self) {

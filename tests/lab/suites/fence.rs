@@ -37,6 +37,7 @@ pub const SUITE: Suite = Suite {
         multipath_maps_register_and_lose_every_path,
         fence_pr_and_fence_scsi_side_by_side,
         fence_pr_versus_fence_scsi_wall_time,
+        package_upgrade_keeps_and_removal_stops_an_armed_agent,
     ],
     long: crate::tests![fence_pr_versus_fence_scsi_wall_time_16_luns],
     reproducers: &[],
@@ -658,6 +659,278 @@ fn off_wall_time(luns: usize) -> anyhow::Result<()> {
         times[0].as_millis(),
         times[1].as_millis(),
         times[1].as_secs_f64() / times[0].as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The packaged unit, its maintainer scripts and an armed agent: what `systemctl` does here is the
+/// lab's stand-in (tests/lab/bin/systemctl runs the unit's own ExecStartPre=/ExecStart= lines and
+/// stops with SIGTERM), reached by dpkg's scripts through deb-systemd-invoke, as on a node, once
+/// /run/systemd/system exists.
+const STAND_IN_BIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/bin");
+const CONFFILE: &str = "/etc/prfence/agent.toml";
+const UNIT_STATUS: &str = "/run/prfence/status.json";
+/// softdog's timeout here (no-reboot mode: an expiry is logged, the guest lives on).
+const PKG_WATCHDOG_S: u64 = 5;
+
+/// Puts the admin's configuration back, removes what the test made, and reinstalls the package,
+/// whatever happened; the files dpkg wrote again get their times back (the same package, the
+/// same files: the next test finds the guest as it was).
+struct PackageScene {
+    conffile: Option<Vec<u8>>,
+    made_systemd_dir: bool,
+    times: crate::residue::WrittenTimes,
+}
+
+impl Drop for PackageScene {
+    fn drop(&mut self) {
+        let _ = systemctl(&["stop", "prfence-agent.service"]);
+        if let Ok(deb) = std::env::var("LAB_PACKAGE") {
+            let _ = with_stand_in("dpkg", &["-i", "--force-confold", &deb]);
+        }
+        match &self.conffile {
+            Some(text) => {
+                let _ = std::fs::write(CONFFILE, text);
+            }
+            None => {
+                let _ = std::fs::remove_file(CONFFILE);
+            }
+        }
+        let _ = std::fs::remove_file("/var/log/cluster/prfence-agent.log");
+        let _ = std::fs::remove_file(UNIT_STATUS);
+        let _ = std::fs::remove_dir("/run/prfence");
+        let _ = std::fs::remove_dir("/run/lab-systemctl");
+        if self.made_systemd_dir {
+            let _ = std::fs::remove_dir("/run/systemd/system");
+            let _ = std::fs::remove_dir("/run/systemd");
+        }
+        self.times.restore();
+    }
+}
+
+/// Runs a command with the stand-in systemctl first on PATH, as dpkg's scripts would find it. A
+/// host whose /usr/sbin/policy-rc.d forbids service actions (a container image's, seen through
+/// the guest's root) would keep deb-systemd-invoke from acting: in a mount namespace of the
+/// command's own, one that allows them is bound over it (gone when the command ends).
+fn with_stand_in(program: &str, args: &[&str]) -> anyhow::Result<crate::Run> {
+    let path = format!(
+        "{STAND_IN_BIN}:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = if Path::new("/usr/sbin/policy-rc.d").exists() {
+        std::fs::create_dir_all(crate::WORK)?;
+        let allow = format!("{}/policy-rc.d-allow", crate::WORK);
+        std::fs::write(&allow, "#!/bin/sh\nexit 0\n")?;
+        std::fs::set_permissions(&allow, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount --bind {allow} /usr/sbin/policy-rc.d && exec \"$0\" \"$@\""
+            ))
+            .arg(program)
+            .args(args);
+        command
+    } else {
+        let mut command = Command::new(program);
+        command.args(args);
+        command
+    };
+    let out = command
+        .env("PATH", path)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    Ok(crate::Run {
+        command: format!("{program} {}", args.join(" ")),
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: Duration::ZERO,
+    })
+}
+
+fn systemctl(args: &[&str]) -> anyhow::Result<crate::Run> {
+    with_stand_in("systemctl", args)
+}
+
+/// The running agent's pid, by its command line (the unit's ExecStart=).
+fn agent_pid() -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(Result::ok)
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains("prfence agent --config /etc/prfence/agent.toml --status-file"))
+                .then_some(pid)
+        })
+}
+
+fn unit_state() -> (String, String) {
+    let status: Value = std::fs::read_to_string(UNIT_STATUS)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    (
+        status["state"].as_str().unwrap_or_default().to_owned(),
+        status["watchdog"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+/// Starts the packaged unit and waits until its agent is healthy with the watchdog armed.
+fn start_armed() -> anyhow::Result<u32> {
+    let _ = std::fs::remove_file(UNIT_STATUS);
+    let started = systemctl(&["start", "prfence-agent.service"])?;
+    ensure!(
+        started.status.success(),
+        "systemctl start: {}{}",
+        started.stdout,
+        started.stderr
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (state, watchdog) = unit_state();
+        if state == "healthy" && watchdog == "ok" {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the unit's agent is {state:?} with the watchdog {watchdog:?} after 60 s:\n{}",
+            std::fs::read_to_string("/var/log/cluster/prfence-agent.log").unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    agent_pid().context("no agent process")
+}
+
+/// Issue 23 item 3: a package upgrade leaves an armed agent running (same process, watchdog fed,
+/// the admin's conffile kept); removing the package stops it cleanly, which disarms the watchdog
+/// (magic_close, the default: no expiry); with magic_close off the same removal resets the node
+/// a watchdog timeout later, as docs/operations.md says.
+fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()> {
+    use super::agent::{load_softdog, softdog_expiries};
+    let deb = std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?;
+    let t = Topology::iscsi(1)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    let made_systemd_dir = !Path::new("/run/systemd/system").exists();
+    let _scene = PackageScene {
+        conffile: std::fs::read(CONFFILE).ok(),
+        made_systemd_dir,
+        times: crate::residue::WrittenTimes::take(),
+    };
+    std::fs::create_dir_all("/run/systemd/system")?;
+    std::fs::create_dir_all("/var/log/cluster")?;
+    let _softdog = load_softdog(PKG_WATCHDOG_S)?;
+    let config = |magic_close: bool| {
+        format!(
+            "mode = \"watch\"\ncheck_interval = \"500ms\"\ncommand_timeout = \"1s\"\n\
+             [[device]]\npath = \"{}\"\n[key]\nvalue = \"0xa\"\n[self_fence]\nreboot = false\n\
+             [watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"{PKG_WATCHDOG_S}s\"\n\
+             magic_close = {magic_close}\n[log]\ntarget = \"stderr\"\n",
+            t.device(Node::A, 0).display()
+        )
+    };
+    let write_config = |text: &str| -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(CONFFILE, text)?;
+        std::fs::set_permissions(CONFFILE, std::fs::Permissions::from_mode(0o600))?;
+        Ok(())
+    };
+    let admin = config(true);
+    write_config(&admin)?;
+
+    // 1. Upgrade (the same .deb again, as dpkg runs an upgrade's scripts) of an armed agent.
+    let pid = start_armed()?;
+    let expiries = softdog_expiries()?;
+    let upgraded = with_stand_in("dpkg", &["-i", "--force-confold", &deb])?;
+    ensure!(
+        upgraded.status.success(),
+        "dpkg -i: {}{}",
+        upgraded.stdout,
+        upgraded.stderr
+    );
+    std::thread::sleep(Duration::from_secs(PKG_WATCHDOG_S + 2));
+    let after_upgrade = (agent_pid(), unit_state(), softdog_expiries()?);
+    ensure!(
+        after_upgrade.0 == Some(pid)
+            && after_upgrade.1 == ("healthy".to_owned(), "ok".to_owned())
+            && after_upgrade.2 == expiries,
+        "after the upgrade: agent {:?} (was {pid}), state {:?}, softdog expiries {} (were {expiries})",
+        after_upgrade.0,
+        after_upgrade.1,
+        after_upgrade.2
+    );
+    ensure!(
+        std::fs::read_to_string(CONFFILE)? == admin,
+        "the upgrade changed the admin's {CONFFILE}"
+    );
+
+    // 2. Removal with magic_close (the default): a clean stop, the watchdog disarmed.
+    let removing = Instant::now();
+    let removed = with_stand_in("dpkg", &["-r", "prfence"])?;
+    let stop_took = removing.elapsed();
+    ensure!(
+        removed.status.success(),
+        "dpkg -r: {}{}",
+        removed.stdout,
+        removed.stderr
+    );
+    let log = std::fs::read_to_string("/var/log/cluster/prfence-agent.log").unwrap_or_default();
+    ensure!(
+        agent_pid().is_none() && log.contains("prfence-agent exited with status 0"),
+        "after dpkg -r the agent {:?} still runs, or did not exit 0:\n{log}\ndpkg -r said: {}{}",
+        agent_pid(),
+        removed.stdout,
+        removed.stderr
+    );
+    std::thread::sleep(Duration::from_secs(PKG_WATCHDOG_S + 3));
+    let after_remove = softdog_expiries()?;
+    ensure!(
+        after_remove == expiries,
+        "softdog expired after a removal with magic_close on ({after_remove} expiries, were \
+         {expiries}): the stop did not disarm it"
+    );
+
+    // 3. The same with magic_close = false: the removal's stop resets the node (an expiry).
+    let reinstalled = with_stand_in("dpkg", &["-i", "--force-confold", &deb])?;
+    ensure!(
+        reinstalled.status.success(),
+        "dpkg -i: {}",
+        reinstalled.stderr
+    );
+    write_config(&config(false))?;
+    start_armed()?;
+    let stopped_at = Instant::now();
+    let removed = with_stand_in("dpkg", &["-r", "prfence"])?;
+    ensure!(removed.status.success(), "dpkg -r: {}", removed.stderr);
+    let deadline = stopped_at + Duration::from_secs(PKG_WATCHDOG_S + 5);
+    let reset_after = loop {
+        if softdog_expiries()? > expiries {
+            break Some(stopped_at.elapsed());
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    println!(
+        "package: upgrade of an armed agent: same process, still healthy and armed, no expiry in \
+         {} s, conffile kept; dpkg -r stopped it in {} (exit 0), no expiry in {} s; with \
+         magic_close = false dpkg -r led to a softdog expiry {} later ({PKG_WATCHDOG_S} s timeout)",
+        PKG_WATCHDOG_S + 2,
+        crate::secs(stop_took),
+        PKG_WATCHDOG_S + 3,
+        reset_after.map_or("never".to_owned(), crate::secs)
+    );
+    ensure!(
+        reset_after.is_some(),
+        "with magic_close = false the removal did not reset the node within {} s",
+        PKG_WATCHDOG_S + 5
     );
     Ok(())
 }
