@@ -93,8 +93,9 @@ pub const SECTIONS: &[SectionDoc] = &[
     },
     SectionDoc {
         section: "watchdog",
-        text: "A hardware watchdog, fed once per check while healthy. Optional in watch mode \
-               (opened once our key is on every LU), required by lease mode at start. The agent \
+        text: "A hardware watchdog, fed once per check while healthy. Optional in both modes. \
+               Watch mode opens it once our key is on every LU (a failure shows degraded and is \
+               retried); lease mode opens it at start and does not start if it cannot. The agent \
                does not program the device: its own timeout (module parameter, e.g. softdog \
                soft_margin=, iTCO_wdt heartbeat=) must equal `timeout`, which the agent checks in \
                /sys/class/watchdog at start.",

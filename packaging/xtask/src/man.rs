@@ -166,8 +166,8 @@ fn agent_sections() -> Vec<(&'static str, String)> {
              (\\fB\\-\\-status\\-file\\fR), replaced after every check.\n\
              .TP\n.B /var/lib/prfence/lease\\-epoch\nLease mode's highest key epoch \
              (\\fBlease.state_file\\fR).\n\
-             .TP\n.B /usr/lib/systemd/system/prfence\\-agent.service\nThe packaged unit \
-             (/lib/systemd/system on Debian 12).\n\
+             .TP\n.B /usr/lib/systemd/system/prfence\\-agent.service\nThe .rpm's unit \
+             (the .deb installs it in /lib/systemd/system).\n\
              .TP\n.B /usr/share/doc/prfence/examples/agent.toml\nA commented example configuration."
                 .to_owned(),
         ),
