@@ -13,5 +13,5 @@ pub mod fence_agent;
 #[cfg(test)]
 pub use prfence_engine::spc_model;
 pub use prfence_engine::{
-    MAX_DEVICES, atomic_file, discover, exec, host, keys, ops, pr, process, transport,
+    MAX_DEVICES, atomic_file, discover, exec, hints, host, keys, ops, pr, process, transport,
 };

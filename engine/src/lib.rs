@@ -12,6 +12,7 @@
 pub mod atomic_file;
 pub mod discover;
 pub mod exec;
+pub mod hints;
 pub mod host;
 pub mod keys;
 pub mod ops;

@@ -8,14 +8,15 @@ use crate::host::Host;
 use crate::ops::{OpenPath, Opener};
 use crate::transport::{CommandError, Hinted, Policy, PrTransport};
 
-use super::hints::hint;
-
 /// An opened path (or its open error) whose errors carry the CLI's hints, so the engine's report
 /// says what to do in terms of `prfence`'s flags.
 pub fn with_cli_hints<T>(opened: Result<T, CommandError>) -> Result<Hinted<T>, CommandError> {
     opened
-        .map(|inner| Hinted { inner, hints: hint })
-        .map_err(|e| e.hinted(hint))
+        .map(|inner| Hinted {
+            inner,
+            hints: crate::hints::cli,
+        })
+        .map_err(|e| e.hinted(crate::hints::cli))
 }
 
 /// A path the CLI runs the engine on: opened on its first command, its errors with the CLI's

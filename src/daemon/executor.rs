@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::lock;
 use super::lu_table::PathHandle;
 use super::metrics::{self, Metrics};
+use crate::hints;
 use crate::host::Host;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
 use crate::transport::{
@@ -203,7 +204,7 @@ impl Executor {
                 m.record_conflict(label);
             }
         }
-        result.map_err(|e| e.hinted(hint))
+        result.map_err(|e| e.hinted(hints::node_agent))
     }
 
     /// Opens `paths` (those that can be) for a heal by the `ops` engine, which runs its own
@@ -235,12 +236,12 @@ impl Executor {
                 Ok(Ok(Ok(transport))) => opened.push(OpenedPath {
                     transport: Hinted {
                         inner: transport,
-                        hints: hint,
+                        hints: hints::node_agent,
                     },
                     _heal: Arc::clone(&guard),
                 }),
                 Ok(Ok(Err((path, error)))) => {
-                    let error = (*error).hinted(hint);
+                    let error = (*error).hinted(hints::node_agent);
                     tracing::warn!(%path, %error, "cannot open the path");
                 }
                 Ok(Err(join)) => tracing::warn!(error = %join, "a path's open failed"),
@@ -321,50 +322,6 @@ impl PrTransport for OpenedPath {
     }
 }
 
-/// The agent's advice for a failed command, in terms of its configuration.
-pub fn hint(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::ReservationConflict => {
-            "another initiator holds the reservation, or this path's key is not registered \
-             (was this node fenced?)"
-        }
-        ErrorKind::NotSupported => {
-            "the LU does not implement persistent reservations; list only PR-capable LUs in \
-             devices"
-        }
-        ErrorKind::InvalidField => {
-            "the target rejected a field: the service action, reservation type or flag is \
-             unsupported, or does not match the LU's state"
-        }
-        ErrorKind::UnitAttention => {
-            "the LU kept reporting unit attentions (resets or state changes); check the target's \
-             logs if it persists"
-        }
-        ErrorKind::NotReady => {
-            "the LU is not ready; LIO also answers NOT READY for PR OUT from an unregistered \
-             path and when its <dbroot>/pr directory is missing"
-        }
-        ErrorKind::Timeout => {
-            "no answer within command_timeout; the path may be dead: check the session \
-             (iscsiadm -m session, multipath -ll, nvme list-subsys) or raise command_timeout"
-        }
-        ErrorKind::Transport => {
-            "the path failed below the reservation protocol (no device, link down, host adapter \
-             or NVMe controller error); check the session or controller and the device node"
-        }
-        ErrorKind::Open => {
-            "the device node could not be opened or used: it must exist, and the agent needs \
-             root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only \
-             the first)"
-        }
-        ErrorKind::Malformed => {
-            "the target returned persistent-reservation data that does not parse; capture it \
-             with `sg_persist -H` (NVMe: `nvme resv-report -e`) and report it"
-        }
-        ErrorKind::Failed => "the command failed; the sense data or NVMe status says why",
-    }
-}
-
 /// The error for an LU with no running path.
 pub fn no_live_path(device: &Path, paths: &[PathHandle], command: Command) -> CommandError {
     let states: Vec<String> = paths
@@ -391,7 +348,7 @@ pub fn no_live_path(device: &Path, paths: &[PathHandle], command: Command) -> Co
             format!("no running path ({})", states.join(", "))
         },
     )
-    .hinted(hint)
+    .hinted(hints::node_agent)
 }
 
 fn metric_command(command: Command) -> Option<metrics::CommandKind> {
@@ -489,7 +446,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().ends_with(". Hint: the device node could not be opened or used: it must exist, and the agent needs root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only the first)"), "{e}");
-        assert!(hint(ErrorKind::Timeout).contains("raise command_timeout"));
+        assert!(hints::node_agent(ErrorKind::Timeout).contains("raise command_timeout"));
         let guard = exec.begin_heal("naa.1").unwrap();
         assert!(exec.open_paths(&[path], guard).await.is_empty());
     }

@@ -196,51 +196,9 @@ impl<T: PrTransport> PrTransport for FencePrPath<T> {
             }
             other => other,
         };
-        self.inner.execute(request).map_err(|e| e.hinted(hint))
-    }
-}
-
-/// fence_pr's advice for a failed command, in terms of its parameters.
-fn hint(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::ReservationConflict => {
-            "another initiator holds the reservation, or this path's key is not registered (was \
-             this node fenced?); compare the keys with action=list-status"
-        }
-        ErrorKind::NotSupported => {
-            "the LU does not implement persistent reservations (LIO: attrib/emulate_pr=0; \
-             hypervisor disks need PR pass-through; NVMe namespaces need reservation support); \
-             list only PR-capable devices in devices="
-        }
-        ErrorKind::InvalidField => {
-            "the target rejected a field: the service action, reservation type or flag is \
-             unsupported, or does not match the LU's state"
-        }
-        ErrorKind::UnitAttention => {
-            "the LU kept reporting unit attentions (resets or state changes); retry, and check \
-             the target's logs if it persists"
-        }
-        ErrorKind::NotReady => {
-            "the LU is not ready; LIO also answers NOT READY for PR OUT from an unregistered \
-             path and when its <dbroot>/pr directory is missing"
-        }
-        ErrorKind::Timeout => {
-            "no answer within the command timeout; the path may be dead: check the session \
-             (iscsiadm -m session, multipath -ll, nvme list-subsys) or raise power_timeout"
-        }
-        ErrorKind::Transport => {
-            "the path failed below the reservation protocol (no device, link down, host adapter \
-             or NVMe controller error); check the session or controller and the device node"
-        }
-        ErrorKind::Open => {
-            "the device node could not be opened or used: it must exist, and fence_pr must run \
-             as root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe)"
-        }
-        ErrorKind::Malformed => {
-            "the target returned persistent-reservation data that does not parse; capture it \
-             with `sg_persist -H` (NVMe: `nvme resv-report -e`) and report it"
-        }
-        ErrorKind::Failed => "the command failed; the sense data or NVMe status says why",
+        self.inner
+            .execute(request)
+            .map_err(|e| e.hinted(crate::hints::fence_pr))
     }
 }
 
