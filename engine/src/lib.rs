@@ -5,7 +5,8 @@
 //! implementations, SCSI and NVMe, side by side: retry and classification policy) → `pr` (the
 //! pure codec, its own crate) → `sg-io` and `nvme-io` (the ioctls). `discover` finds the paths
 //! and LUs the operations run on (a leaf: sysfs in, LUs out); `process` runs bounded helpers;
-//! `keys` derives every scheme's reservation keys; `atomic_file` is how every file is written;
+//! `keys` derives every scheme's reservation keys; `hints` is what each front end advises per
+//! kind of failure; `atomic_file` is how every file is written;
 //! `runtime` is the engine's clock, sleeps and threads; `host` is the node as the front ends use
 //! it (discovery, opening paths, corosync, helpers, sleep, reboot).
 
