@@ -854,6 +854,13 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
         upgraded.stdout,
         upgraded.stderr
     );
+    // dpkg replaced the binary under the running agent (so the upgrade did happen to it).
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    ensure!(
+        exe.to_string_lossy().ends_with("(deleted)"),
+        "the agent's binary {} was not replaced by the upgrade",
+        exe.display()
+    );
     std::thread::sleep(Duration::from_secs(PKG_WATCHDOG_S + 2));
     let after_upgrade = (agent_pid(), unit_state(), softdog_expiries()?);
     ensure!(
