@@ -45,7 +45,7 @@ fn render(cmd: &clap::Command, extra: &[(&str, String)]) -> anyhow::Result<Vec<u
     if let Some(after) = cmd.get_after_help() {
         for paragraph in after.to_string().split("\n\n") {
             let (title, body) = match paragraph.split_once('\n') {
-                Some((first, rest)) if first == "Exit status:" => ("EXIT STATUS", rest.to_owned()),
+                Some(("Exit status:", rest)) => ("EXIT STATUS", rest.to_owned()),
                 _ if paragraph.starts_with("Signals:") => (
                     "SIGNALS",
                     paragraph.trim_start_matches("Signals:").trim().to_owned(),
@@ -342,68 +342,22 @@ fn fence_pr() -> anyhow::Result<String> {
     Ok(page)
 }
 
+/// The settings the example configuration sets, as (table, name): `[watch]` or `[[device]]` as
+/// written, "" at the top; commented-out lines are prose, not settings.
 #[cfg(test)]
-/// One setting of the example configuration: its section, name, example value and the comment
-/// above or beside it.
-struct Setting {
-    section: String,
-    name: String,
-    value: String,
-    text: Vec<String>,
-}
-
-#[cfg(test)]
-/// Reads the example: `# comment` lines describe the next `key = value` (or `[section]`); a
-/// comment after a value describes that value; commented-out optional settings stay in the text
-/// of the setting that follows them, as in the file.
-fn settings(example: &str) -> (Vec<String>, Vec<Setting>) {
-    let mut preamble = Vec::new();
+fn example_settings(example: &str) -> Vec<(String, String)> {
     let mut settings = Vec::new();
     let mut section = String::new();
-    let mut comment: Vec<String> = Vec::new();
-    let mut seen_setting = false;
-    for line in example.lines() {
-        let line = line.trim();
-        if line.is_empty() {
-            if !seen_setting {
-                preamble.append(&mut comment);
-            }
-            comment.clear();
-            continue;
-        }
+    for line in example.lines().map(str::trim) {
         if line.starts_with('[') {
-            // As written: `[watch]`, or `[[device]]` for a table that repeats.
             section = line.to_owned();
-            settings.push(Setting {
-                section: section.clone(),
-                name: String::new(),
-                value: String::new(),
-                text: std::mem::take(&mut comment),
-            });
-            seen_setting = true;
-            continue;
-        }
-        if let Some(c) = line.strip_prefix('#') {
-            comment.push(c.strip_prefix(' ').unwrap_or(c).to_owned());
-            continue;
-        }
-        if let Some((name, rest)) = line.split_once('=') {
-            let (value, beside) = match rest.split_once(" #") {
-                Some((v, c)) => (v.trim(), Some(c.trim())),
-                None => (rest.trim(), None),
-            };
-            let mut text = std::mem::take(&mut comment);
-            text.extend(beside.map(str::to_owned));
-            settings.push(Setting {
-                section: section.clone(),
-                name: name.trim().to_owned(),
-                value: value.to_owned(),
-                text,
-            });
-            seen_setting = true;
+        } else if !line.starts_with('#')
+            && let Some((name, _)) = line.split_once('=')
+        {
+            settings.push((section.clone(), name.trim().to_owned()));
         }
     }
-    (preamble, settings)
+    settings
 }
 
 /// README's "Timing rules" table: (mode, rule, why) rows.
@@ -586,17 +540,15 @@ mod tests {
         }
         assert_eq!(SECTIONS.len(), 10);
         let example = std::fs::read_to_string(root.join("packaging/prfence-agent.toml")).unwrap();
-        let (_, settings) = settings(&example);
-        let named: Vec<&Setting> = settings.iter().filter(|s| !s.name.is_empty()).collect();
+        let named = example_settings(&example);
         assert!(named.len() >= 25, "only {} settings found", named.len());
-        for s in named {
-            let section = s.section.trim_matches(|c| c == '[' || c == ']');
+        for (section, name) in named {
+            let section = section.trim_matches(|c| c == '[' || c == ']');
             assert!(
                 SETTINGS
                     .iter()
-                    .any(|d| d.section == section && d.name == s.name),
-                "the example's [{section}] {} is not a setting",
-                s.name
+                    .any(|d| d.section == section && d.name == name),
+                "the example's [{section}] {name} is not a setting"
             );
         }
         let agent_doc = std::fs::read_to_string(root.join("docs/agent.md")).unwrap();
