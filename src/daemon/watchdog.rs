@@ -300,16 +300,21 @@ mod tests {
         (dir, device)
     }
 
-    #[test]
-    fn feeds_and_disarms_with_the_magic_byte() {
-        let (dir, device) = fake("10\n");
-        let mut w = Watchdog::open(
-            &device,
+    /// [`fake`]'s watchdog opened with a 10 s timeout, no identity pinned.
+    fn open_fake(dir: &tempfile::TempDir, device: &Path) -> Watchdog {
+        Watchdog::open(
+            device,
             Duration::from_secs(10),
             &dir.path().join("sys"),
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn feeds_and_disarms_with_the_magic_byte() {
+        let (dir, device) = fake("10\n");
+        let mut w = open_fake(&dir, &device);
         w.feed().unwrap();
         w.feed().unwrap();
         w.disarm().unwrap();
@@ -319,13 +324,7 @@ mod tests {
     #[test]
     fn dropping_never_writes_the_magic_byte() {
         let (dir, device) = fake("10");
-        let mut w = Watchdog::open(
-            &device,
-            Duration::from_secs(10),
-            &dir.path().join("sys"),
-            None,
-        )
-        .unwrap();
+        let mut w = open_fake(&dir, &device);
         w.feed().unwrap();
         drop(w);
         assert_eq!(std::fs::read(&device).unwrap(), b"1");

@@ -222,26 +222,16 @@ const UPPER: &str = "/run/lab-upper";
 /// Every file the guest wrote to its root, as the path it has there and when it was last written
 /// (a file written again is new).
 fn written(upper: &Path, shown: &Path, all: &mut BTreeSet<String>) {
-    for entry in std::fs::read_dir(upper).into_iter().flatten().flatten() {
-        let path = shown.join(entry.file_name());
-        let Ok(meta) = entry.metadata() else {
-            continue;
-        };
-        if meta.is_dir() {
-            written(&entry.path(), &path, all);
-        } else if is_lock_file(&path) {
-            // apt's and dpkg's lock files, copied up when apt opens them: no state in them
-        } else {
-            let at = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .unwrap_or_default();
+    let mut files = Vec::new();
+    collect_times(upper, shown, &mut files);
+    for (path, _, mtime) in files {
+        // apt's and dpkg's lock files, copied up when apt opens them: no state in them
+        if !is_lock_file(&path) {
             all.insert(format!(
                 "file {} (written at {}.{:09})",
                 path.display(),
-                at.as_secs(),
-                at.subsec_nanos()
+                mtime.tv_sec(),
+                mtime.tv_nsec()
             ));
         }
     }
