@@ -347,7 +347,7 @@ impl fmt::Display for TransportDetail {
 }
 
 /// A command that failed on one device: which, what, how, and what the target said.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandError {
     pub device: PathBuf,
     pub command: Command,
@@ -357,7 +357,8 @@ pub struct CommandError {
     /// The completion behind the failure; None when there was none (open, ioctl, decode).
     pub transport: Option<TransportDetail>,
     /// A suggestion for the operator, set by the front end that shows the error
-    /// ([`CommandError::hinted`]); the engine and the transports never set one.
+    /// ([`CommandError::hinted`], on reports `advise`); the engine and the transports never set
+    /// one.
     pub hint: Option<&'static str>,
 }
 
@@ -395,8 +396,14 @@ impl CommandError {
 
     /// The error with the front end's hint for its kind (a hint already given is kept).
     pub fn hinted(mut self, hints: Hints) -> Self {
-        self.hint.get_or_insert_with(|| hints(self.kind));
+        self.advise(hints);
         self
+    }
+
+    /// Gives the error the front end's hint for its kind, in place (a hint already given is
+    /// kept).
+    pub fn advise(&mut self, hints: Hints) {
+        self.hint.get_or_insert_with(|| hints(self.kind));
     }
 
     /// The command's status in words, if a completion came back.
@@ -427,28 +434,6 @@ impl fmt::Display for CommandError {
 }
 
 impl std::error::Error for CommandError {}
-
-/// A path whose errors carry a front end's [`Hints`]: each front end wraps the paths it opens, so
-/// whatever the engine reports from them speaks of that front end's flags or settings.
-#[derive(Debug)]
-pub struct Hinted<T> {
-    pub inner: T,
-    pub hints: Hints,
-}
-
-impl<T: PrTransport> PrTransport for Hinted<T> {
-    fn device(&self) -> &Path {
-        self.inner.device()
-    }
-    fn protocol(&self) -> Protocol {
-        self.inner.protocol()
-    }
-    fn execute(&self, request: PrRequest<'_>) -> Result<Reply, CommandError> {
-        self.inner
-            .execute(request)
-            .map_err(|e| e.hinted(self.hints))
-    }
-}
 
 /// Per-command limits every transport honours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -168,6 +168,8 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
     let result = doctor::doctor(lus, key, args.deadline);
     match result {
         Ok(diagnosis) => {
+            // The failed reads in the CLI's words, now that they are shown.
+            let diagnosis = diagnosis.advised(crate::hints::cli);
             let status = exit_status(&diagnosis);
             if json {
                 println!("{}", json_with_exit(&diagnosis, status));

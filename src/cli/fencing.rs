@@ -115,9 +115,14 @@ fn print_report(report: &Report, json: bool) {
     }
 }
 
-/// The report as JSON, with the exit status added.
+/// The report as JSON, with the exit status added and the engine's failures in the CLI's words.
 pub fn to_json(report: &Report) -> serde_json::Value {
-    json_with_exit(report, exit_status(report.outcome))
+    json_with_exit(&advised(report), exit_status(report.outcome))
+}
+
+/// The report as the CLI shows it: every failed command with the CLI's advice.
+fn advised(report: &Report) -> Report {
+    report.clone().advised(crate::hints::cli)
 }
 
 fn key_list(keys: &[Key]) -> String {
@@ -174,7 +179,9 @@ fn lu_text(out: &mut String, lu: &LuReport) {
     }
 }
 
+/// The report in words, the engine's failures in the CLI's words.
 pub fn to_text(report: &Report) -> String {
+    let report = advised(report);
     let mut out = format!("{}: {}\n", report.command, report.summary);
     for lu in &report.lus {
         lu_text(&mut out, lu);

@@ -19,8 +19,7 @@ use crate::hints;
 use crate::host::Host;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
 use crate::transport::{
-    Command, CommandError, ErrorKind, Event, Hinted, Policy, PrAnswer, PrRequest, PrTransport,
-    Reply,
+    Command, CommandError, ErrorKind, Event, Policy, PrAnswer, PrRequest, PrTransport, Reply,
 };
 
 /// Runs PR commands on paths: bounded, on the blocking pool, with latency and conflict metrics.
@@ -234,10 +233,7 @@ impl Executor {
         for open in opens {
             match tokio::time::timeout_at(until, open).await {
                 Ok(Ok(Ok(transport))) => opened.push(OpenedPath {
-                    transport: Hinted {
-                        inner: transport,
-                        hints: hints::node_agent,
-                    },
+                    transport,
                     _heal: Arc::clone(&guard),
                 }),
                 Ok(Ok(Err((path, error)))) => {
@@ -305,10 +301,10 @@ impl Executor {
     }
 }
 
-/// An opened path as the `ops` engine owns it: the agent's device, whose errors carry the
-/// agent's hints, holding its heal's guard.
+/// An opened path as the `ops` engine owns it: the agent's device, holding its heal's guard.
+/// (The engine's report gets the agent's hints where the heal is logged.)
 pub struct OpenedPath {
-    transport: Hinted<Arc<dyn PrTransport>>,
+    transport: Arc<dyn PrTransport>,
     /// Dropped with the engine's last use of the path, after its blocking work returned.
     _heal: Arc<HealGuard>,
 }

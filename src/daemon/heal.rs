@@ -46,12 +46,28 @@ pub(super) async fn heal_lu(
     let report = tokio::task::spawn_blocking(move || ops::heal(lus, key, limits))
         .await
         .map_err(|e| format!("the heal's thread failed: {e}"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        // The engine's failures in the agent's words, as they are logged and counted here.
+        .advised(crate::hints::node_agent);
     report
         .lus
         .into_iter()
         .next()
         .ok_or_else(|| "the heal reported no LU".to_owned())
+}
+
+/// The report's notes, as one log field.
+fn notes(report: &ops::LuReport) -> String {
+    let notes: Vec<String> = report.notes.iter().map(ToString::to_string).collect();
+    notes.join("; ")
+}
+
+/// The report's error, or `otherwise`.
+fn error_or(report: &ops::LuReport, otherwise: &str) -> String {
+    report
+        .error
+        .as_ref()
+        .map_or_else(|| otherwise.to_owned(), ToString::to_string)
 }
 
 /// Logs a heal's result and counts it.
@@ -64,25 +80,29 @@ pub(super) fn report_heal(
         Ok(report) => match report.verdict {
             ops::Verdict::Healed => {
                 lock(metrics).record_heal(lu);
-                tracing::warn!(%lu, notes = %report.notes.join("; "), "registrations healed");
+                tracing::warn!(%lu, notes = %notes(report), "registrations healed");
             }
             ops::Verdict::Intact => tracing::info!(%lu, "registrations intact"),
             ops::Verdict::PathsUnregistered => {
-                if report.notes.iter().any(|n| n.starts_with("purged")) {
+                if report
+                    .notes
+                    .iter()
+                    .any(|n| n.to_string().starts_with("purged"))
+                {
                     lock(metrics).record_heal(lu);
                 }
                 tracing::warn!(
-                    %lu, error = report.error.as_deref().unwrap_or("-"),
-                    notes = %report.notes.join("; "),
+                    %lu, error = %error_or(report, "-"),
+                    notes = %notes(report),
                     "paths without our registration: run `prfence unfence` on this node"
                 );
             }
             ops::Verdict::ThisNodeFenced => tracing::error!(
-                %lu, error = report.error.as_deref().unwrap_or("our key is gone"),
+                %lu, error = %error_or(report, "our key is gone"),
                 "heal found our key preempted; nothing re-registered (P3)"
             ),
             verdict => tracing::error!(
-                %lu, %verdict, error = report.error.as_deref().unwrap_or("-"), "heal failed"
+                %lu, %verdict, error = %error_or(report, "-"), "heal failed"
             ),
         },
         Err(e) => tracing::error!(%lu, error = %e, "heal failed"),

@@ -196,9 +196,7 @@ impl<T: PrTransport> PrTransport for FencePrPath<T> {
             }
             other => other,
         };
-        self.inner
-            .execute(request)
-            .map_err(|e| e.hinted(crate::hints::fence_pr))
+        self.inner.execute(request)
     }
 }
 
@@ -357,6 +355,14 @@ fn lu_targets(
 }
 
 /// Logs the engine's evidence: failures as errors, dead paths as warnings, the rest below.
+/// The engine's report as fence_pr shows it (logs, `monitor`'s problems): every failed command
+/// with fence_pr's advice, in terms of its own parameters.
+fn shown(result: Result<Report, ops::RequestError>) -> Result<Report, Failed> {
+    Ok(result
+        .map_err(Failed::from)?
+        .advised(crate::hints::fence_pr))
+}
+
 fn log_report(report: &Report) {
     for lu in &report.lus {
         if lu.ok {
@@ -371,7 +377,7 @@ fn log_report(report: &Report) {
                 lu.lu,
                 lu.verdict,
                 lu.error
-                    .as_deref()
+                    .as_ref()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default()
             );
@@ -388,7 +394,10 @@ fn log_report(report: &Report) {
                     } else {
                         "failed"
                     },
-                    path.error.as_deref().unwrap_or("")
+                    path.error
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
                 );
             }
         }
@@ -494,7 +503,7 @@ fn status_of(
     started: Instant,
 ) -> Result<Report, Failed> {
     let targets = lu_targets(options, system, false)?;
-    let report = ops::status(targets.lus, key, limits(started)).map_err(Failed::from)?;
+    let report = shown(ops::status(targets.lus, key, limits(started)))?;
     log_report(&report);
     Ok(report)
 }
@@ -596,7 +605,7 @@ fn unfence(
     system.store().write_key(key.get()).map_err(Failed::from)?;
     let targets = lu_targets(options, system, options.aptpl)?;
     let given = targets.given;
-    let report = ops::unfence(targets.lus, key, limits(started)).map_err(Failed::from)?;
+    let report = shown(ops::unfence(targets.lus, key, limits(started)))?;
     log_report(&report);
     for lu in report.lus.iter().filter(|lu| lu.ok) {
         for device in given.get(&lu.lu).into_iter().flatten() {
@@ -626,7 +635,7 @@ fn fence(
     let own = stored_key(system, "needed to preempt the victim")?;
     super::check_not_self(victim.get(), own.get()).map_err(Failed::from)?;
     let targets = lu_targets(options, system, false)?;
-    let report = ops::fence(targets.lus, own, victim, limits(started)).map_err(Failed::from)?;
+    let report = shown(ops::fence(targets.lus, own, victim, limits(started)))?;
     log_report(&report);
     match report.outcome {
         Outcome::Success => {
@@ -678,12 +687,14 @@ fn capabilities_problem<T: PrTransport>(lu: &LuTarget<T>) -> Option<Result<Strin
                 };
             }
             Err(e) if matches!(e.kind, ErrorKind::NotSupported) => {
+                let e = e.hinted(crate::hints::fence_pr);
                 return Some(Err(format!(
                     "{} has no persistent reservations: {e}",
                     lu.id
                 )));
             }
             Err(e) if matches!(e.kind, ErrorKind::InvalidField) => {
+                let e = e.hinted(crate::hints::fence_pr);
                 return Some(Ok(format!(
                     "{}: REPORT CAPABILITIES is not supported ({e}); READ KEYS decides",
                     lu.id
@@ -710,7 +721,7 @@ fn monitor(
     // the engine's status pass and under the same deadline: a probe still blocked then (a hung
     // path) only costs a warning, since the status pass says whether the LU answers.
     let pending = spawn_capability_probes(&targets.lus);
-    let report = ops::status(targets.lus, own, limits).map_err(Failed::from)?;
+    let report = shown(ops::status(targets.lus, own, limits))?;
     let caps = collect_capability_probes(pending, until);
     let mut problems: Vec<String> = Vec::new();
     for found in caps.into_iter().flatten() {
@@ -805,7 +816,9 @@ fn monitor_problem(lu: &LuReport, own: Key) -> Option<String> {
             "{} unreachable ({}): {}",
             lu.lu,
             lu.verdict,
-            lu.error.as_deref().unwrap_or("no path answered")
+            lu.error
+                .as_ref()
+                .map_or_else(|| "no path answered".to_string(), ToString::to_string)
         )),
     }
 }
@@ -819,7 +832,9 @@ fn degraded_warning(lu: &LuReport) {
             format!(
                 "{} ({})",
                 p.device,
-                p.error.as_deref().unwrap_or("no answer")
+                p.error
+                    .as_ref()
+                    .map_or_else(|| "no answer".to_string(), ToString::to_string)
             )
         })
         .collect();

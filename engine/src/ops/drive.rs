@@ -116,7 +116,7 @@ where
                     ),
                 ),
             };
-            let report = LuReport::bare(&lu.id, &devices(lu), verdict, Some(error));
+            let report = LuReport::bare(&lu.id, &devices(lu), verdict, Some(error.into()));
             tell(&report, runtime::now().saturating_duration_since(started));
             report
         })
@@ -321,7 +321,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                             "not identified on this node (its VPD page 83h designator could not \
                              be read: the device is gone, or the LU has none); other nodes may \
                              make this LU the arbiter"
-                                .to_owned(),
+                                .into(),
                         ),
                     )
                 } else {
@@ -329,7 +329,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                         &lu.id,
                         &devices(lu),
                         Verdict::Skipped,
-                        Some("not touched: the arbiter cannot be named".to_owned()),
+                        Some("not touched: the arbiter cannot be named".into()),
                     )
                 };
                 tally.tell(&report, Arc::ptr_eq(lu, self.arbiter), None);
@@ -378,9 +378,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                 &lu.id,
                 &devices(lu),
                 Verdict::Skipped,
-                Some(format!(
-                    "not touched: the arbiter LU {arbiter} did not succeed"
-                )),
+                Some(format!("not touched: the arbiter LU {arbiter} did not succeed").into()),
             );
             tally.tell(&skipped, false, None);
             skipped
@@ -442,10 +440,13 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         if let Some(arbiter_report) = reports.first_mut() {
             arbiter_report.ok = false;
             arbiter_report.verdict = Verdict::ThisNodeFenced;
-            arbiter_report.notes.push(format!(
-                "{} was preempted here after this node fenced the LU",
-                self.own
-            ));
+            arbiter_report.notes.push(
+                format!(
+                    "{} was preempted here after this node fenced the LU",
+                    self.own
+                )
+                .into(),
+            );
         }
         Report {
             command: "fence",
@@ -462,10 +463,12 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     fn note_unreadable(&self, reports: &mut [LuReport], failed: LuReport) {
         if let Some(arbiter_report) = reports.first_mut() {
             arbiter_report.ok = false;
-            arbiter_report.notes.push(format!(
-                "could not re-read the arbiter after the fan-out: {}",
-                failed.error.unwrap_or_default()
-            ));
+            let first = "could not re-read the arbiter after the fan-out";
+            arbiter_report.notes.push(match failed.error {
+                // The re-read's own failure, kept as data: advised where the report is shown.
+                Some(failure) => failure.prefixed(first),
+                None => format!("{first}: ").into(),
+            });
         }
     }
 

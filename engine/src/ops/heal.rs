@@ -52,7 +52,8 @@ fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, 
                 devices.join(", "),
                 if devices.len() == 1 { "has" } else { "have" },
                 if devices.len() == 1 { "it" } else { "them" },
-            ),
+            )
+            .into(),
         });
     }
     Ok(if purged {

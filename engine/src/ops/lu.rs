@@ -4,24 +4,26 @@
 use crate::pr::{Key, PrOut, ReadKeys, ReadReservation};
 use crate::transport::{CommandError, ErrorKind, PrTransport};
 
-use super::{FENCING_TYPE, LuReport, LuTarget, PathReport, PathUse, ReservationView, Verdict};
+use super::{
+    FENCING_TYPE, Failure, LuReport, LuTarget, PathReport, PathUse, ReservationView, Verdict,
+};
 
 /// Why work on a LU stopped early: the verdict and what to tell the operator.
 #[derive(Debug)]
 pub(super) struct Stop {
     pub verdict: Verdict,
-    pub message: String,
+    pub message: Failure,
 }
 
 impl Stop {
-    pub fn failed(message: impl Into<String>) -> Self {
+    pub fn failed(message: impl Into<Failure>) -> Self {
         Stop {
             verdict: Verdict::Failed,
             message: message.into(),
         }
     }
 
-    pub fn fenced(message: impl Into<String>) -> Self {
+    pub fn fenced(message: impl Into<Failure>) -> Self {
         Stop {
             verdict: Verdict::ThisNodeFenced,
             message: message.into(),
@@ -31,7 +33,7 @@ impl Stop {
 
 impl From<CommandError> for Stop {
     fn from(e: CommandError) -> Self {
-        Stop::failed(e.to_string())
+        Stop::failed(e)
     }
 }
 
@@ -136,7 +138,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         }
     }
 
-    fn mark(&mut self, index: usize, state: PathUse, error: Option<String>) {
+    fn mark(&mut self, index: usize, state: PathUse, error: Option<Failure>) {
         if let Some(path) = self.paths.get_mut(index) {
             // A path that failed once stays reported as failed even if a later read worked.
             if path.state == PathUse::Unused || state != PathUse::Ok {
@@ -156,8 +158,8 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
     ) -> Result<R, CommandError> {
         match &result {
             Ok(_) => self.mark(index, PathUse::Ok, None),
-            Err(e) if is_dead(e.kind) => self.mark(index, PathUse::Dead, Some(e.to_string())),
-            Err(e) => self.mark(index, PathUse::Failed, Some(e.to_string())),
+            Err(e) if is_dead(e.kind) => self.mark(index, PathUse::Dead, Some(e.clone().into())),
+            Err(e) => self.mark(index, PathUse::Failed, Some(e.clone().into())),
         }
         result
     }
@@ -200,7 +202,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
             }
         }
         Err(match last {
-            Some(e) => Stop::failed(format!("no path answered; the last error: {e}")),
+            Some(e) => Stop::failed(Failure::after("no path answered; the last error", e)),
             None => Stop::failed("every path is dead"),
         })
     }
@@ -242,7 +244,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
             }
             if !self.full_status_refused {
                 return Err(match last {
-                    Some(e) => Stop::failed(format!("no path answered; the last error: {e}")),
+                    Some(e) => Stop::failed(Failure::after("no path answered; the last error", e)),
                     None => Stop::failed("every path is dead"),
                 });
             }
@@ -366,8 +368,8 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
             return Ok(());
         }
         Err(Stop::failed(match last_error {
-            Some(e) => format!("could not create a reservation: {e}"),
-            None => "could not create a reservation: no live registered path".to_string(),
+            Some(e) => Failure::after("could not create a reservation", e),
+            None => "could not create a reservation: no live registered path".into(),
         }))
     }
 
@@ -433,6 +435,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
                 ));
             }
         }
+        let notes = self.notes.into_iter().map(Failure::from).collect();
         LuReport {
             lu: self.target.id.clone(),
             ok: error.is_none() && ok_verdicts.contains(&verdict),
@@ -451,7 +454,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
                     key: r.key,
                     rtype: r.rtype,
                 }),
-            notes: self.notes,
+            notes,
             error,
         }
     }

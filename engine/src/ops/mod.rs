@@ -23,6 +23,7 @@
 
 pub mod doctor;
 mod drive;
+mod failure;
 mod fence;
 mod heal;
 mod lu;
@@ -41,9 +42,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::pr::{Key, ReservationType};
-use crate::transport::PrTransport;
+use crate::transport::{Hints, PrTransport};
 
 pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
+pub use failure::Failure;
 pub use lu_set::LuSet;
 pub use probe::probe_registration;
 pub use targets::{OpenPath, Opener, targets};
@@ -175,7 +177,7 @@ pub struct PathReport {
     pub state: PathUse,
     /// The last error on this path, in full.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 /// The reservation as the target reported it at the end.
@@ -198,13 +200,21 @@ pub struct LuReport {
     pub reservation: Option<ReservationView>,
     pub generation: Option<u32>,
     /// What happened on the way: fallbacks, dead paths, orphans.
-    pub notes: Vec<String>,
+    pub notes: Vec<Failure>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 impl LuReport {
-    fn bare(lu: &str, devices: &[String], verdict: Verdict, error: Option<String>) -> Self {
+    /// Gives every failed command in the report `hints`' advice (see [`Failure::advise`]).
+    pub fn advise(&mut self, hints: Hints) {
+        let paths = self.paths.iter_mut().filter_map(|p| p.error.as_mut());
+        for failure in paths.chain(&mut self.notes).chain(self.error.as_mut()) {
+            failure.advise(hints);
+        }
+    }
+
+    fn bare(lu: &str, devices: &[String], verdict: Verdict, error: Option<Failure>) -> Self {
         LuReport {
             lu: lu.to_string(),
             ok: false,
@@ -274,6 +284,17 @@ pub struct Report {
     /// For people: what the outcome means and what to do.
     pub summary: String,
     pub lus: Vec<LuReport>,
+}
+
+impl Report {
+    /// The report with every failed command given `hints`' advice: what a front end does
+    /// before it shows the report.
+    pub fn advised(mut self, hints: Hints) -> Self {
+        for lu in &mut self.lus {
+            lu.advise(hints);
+        }
+        self
+    }
 }
 
 /// An identifier that is a device path (a caller's fallback when the LU's designator could not be

@@ -5,7 +5,7 @@ use crate::transport::PrTransport;
 
 use super::heal::{Orphans, find_orphans, preempt_own_key};
 use super::lu::{LuWork, Stop};
-use super::{LuReport, LuTarget, Verdict};
+use super::{Failure, LuReport, LuTarget, Verdict};
 
 /// P3: the only operation that registers a key without proof that it is still present. It is an
 /// explicit admin or cluster action (Pacemaker's "on"), never taken automatically.
@@ -42,7 +42,10 @@ fn register_everywhere<T: PrTransport>(
     }
     if registered.is_empty() {
         return Err(match first_error {
-            Some(e) => Stop::failed(format!("could not register {own} on any path: {e}")),
+            Some(e) => Stop::failed(Failure::after(
+                format!("could not register {own} on any path"),
+                e,
+            )),
             None => Stop::failed("every path is dead"),
         });
     }

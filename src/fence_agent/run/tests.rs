@@ -608,7 +608,12 @@ fn fence_pr_hints_in_terms_of_its_own_parameters() {
         inner: Arc::new(OpenPath::new(Path::new("/dev/sdq"), open)),
         aptpl: false,
     };
-    let e = path.read_keys().unwrap_err();
+    let lus = vec![LuTarget {
+        id: "naa.6001405aaaa".to_owned(),
+        paths: vec![path],
+    }];
+    let report = shown(crate::ops::status(lus, Key::new(0xa), Limits::default())).unwrap();
+    let e = report.lus[0].paths[0].error.as_ref().unwrap();
     assert!(e.to_string().ends_with("or raise power_timeout"), "{e}");
     assert!(!e.to_string().contains("--timeout"), "{e}");
 }

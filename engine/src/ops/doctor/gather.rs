@@ -1,25 +1,23 @@
 //! Reading one LU, PR IN only: the I/O half of doctor.
 
-use serde::Serialize;
-
 use crate::pr::{Capabilities, FullStatus, ReadKeys, ReadReservation};
 use crate::transport::{CommandError, ErrorKind, PrTransport};
 
 use super::{DoctorPath, PathFacts};
-use crate::ops::LuTarget;
+use crate::ops::{Failure, LuTarget};
 
-/// A PR IN command that failed: how, and the full error text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A PR IN command that failed: how, and the failure itself (the command's error kept as data).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadError {
     pub kind: ErrorKind,
-    pub message: String,
+    pub message: Failure,
 }
 
 impl From<CommandError> for ReadError {
     fn from(e: CommandError) -> Self {
         ReadError {
             kind: e.kind,
-            message: e.to_string(),
+            message: e.into(),
         }
     }
 }
@@ -82,7 +80,7 @@ pub(super) fn unread<T: PrTransport>(target: &LuTarget<DoctorPath<T>>, why: &str
                 facts: p.facts.clone(),
                 keys: Err(ReadError {
                     kind: ErrorKind::Timeout,
-                    message: why.to_owned(),
+                    message: why.into(),
                 }),
             })
             .collect(),

@@ -2,8 +2,8 @@
 //! rule of [`RULES`] says what it finds, in the order the findings are shown.
 
 use crate::keys::LeaseKey;
-use crate::ops::FENCING_TYPE;
 use crate::ops::lu::is_dead;
+use crate::ops::{FENCING_TYPE, Failure};
 use crate::pr::{FullStatus, Key, ReadKeys, ReadReservation};
 use crate::transport::ErrorKind;
 
@@ -230,26 +230,26 @@ fn refusal(e: &ReadError) -> Support {
     }
 }
 
-fn problem(message: String, remedy: impl Into<String>) -> Finding {
+fn problem(message: impl Into<Failure>, remedy: impl Into<String>) -> Finding {
     Finding {
         severity: Severity::Problem,
-        message,
+        message: message.into(),
         remedy: remedy.into(),
     }
 }
 
-fn warning(message: String, remedy: impl Into<String>) -> Finding {
+fn warning(message: impl Into<Failure>, remedy: impl Into<String>) -> Finding {
     Finding {
         severity: Severity::Warning,
-        message,
+        message: message.into(),
         remedy: remedy.into(),
     }
 }
 
-fn info(message: String) -> Finding {
+fn info(message: impl Into<Failure>) -> Finding {
     Finding {
         severity: Severity::Info,
-        message,
+        message: message.into(),
         remedy: String::new(),
     }
 }
@@ -265,11 +265,12 @@ fn pr_support(ev: &Evidence<'_>) -> Vec<Finding> {
              pass-through)",
         )],
         None => vec![problem(
-            format!(
-                "no path answered: {}",
-                ev.first_error
-                    .map_or("the LU has no paths", |e| e.message.as_str())
-            ),
+            ev.first_error
+                .map_or_else(
+                    || Failure::from("the LU has no paths"),
+                    |e| e.message.clone(),
+                )
+                .prefixed("no path answered"),
             "check the sessions and devices (iscsiadm -m session, multipath -ll)",
         )],
         Some(true) => Vec::new(),
@@ -288,16 +289,15 @@ fn unreachable_paths(ev: &Evidence<'_>) -> Vec<Finding> {
         .filter_map(|p| {
             let e = p.keys.as_ref().err()?;
             Some(problem(
-                format!(
-                    "path {} is not reachable{}: {}",
+                e.message.clone().prefixed(format!(
+                    "path {} is not reachable{}",
                     p.device,
                     p.facts
                         .not_running
                         .as_ref()
                         .map(|s| format!(" (state {s})"))
                         .unwrap_or_default(),
-                    e.message
-                ),
+                )),
                 if reachable > 0 {
                     "fencing goes through the other paths, but this path will not carry the key \
                      when it returns: repair it, then run `prfence unfence`"
@@ -316,7 +316,7 @@ fn capabilities(ev: &Evidence<'_>) -> Vec<Finding> {
     }
     let finding = match &ev.replies.capabilities {
         Some(Err(e)) => Some(warning(
-            format!("REPORT CAPABILITIES failed: {}", e.message),
+            e.message.clone().prefixed("REPORT CAPABILITIES failed"),
             "ALL_TG_PT, APTPL, SIP and the supported types are unknown; prfence needs none of \
              them, but check the target's documentation",
         )),
@@ -344,7 +344,7 @@ fn capabilities(ev: &Evidence<'_>) -> Vec<Finding> {
 fn full_status(ev: &Evidence<'_>) -> Vec<Finding> {
     match &ev.replies.full_status {
         Some(Err(e)) if ev.pr_works() => vec![warning(
-            format!("READ FULL STATUS failed: {}", e.message),
+            e.message.clone().prefixed("READ FULL STATUS failed"),
             "which path carries the key and orphaned registrations cannot be checked",
         )],
         _ => Vec::new(),

@@ -18,9 +18,9 @@ use serde::Serialize;
 
 use crate::pr::{Capabilities, Key, ReservationType, Scope, TransportId};
 use crate::runtime::{self, Finished};
-use crate::transport::{CommandError, ErrorKind, PrRequest, PrTransport, Reply};
+use crate::transport::{CommandError, ErrorKind, Hints, PrRequest, PrTransport, Reply};
 
-use super::{LuTarget, RequestError, normalize};
+use super::{Failure, LuTarget, RequestError, normalize};
 
 pub use gather::{LuReplies, PathReply, ReadError, gather};
 pub use judge::judge;
@@ -103,7 +103,8 @@ pub enum Severity {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     pub severity: Severity,
-    pub message: String,
+    /// What was found; a failed command kept as data, advised by the front end that shows it.
+    pub message: Failure,
     /// What to do; empty for information.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub remedy: String,
@@ -135,7 +136,7 @@ pub struct PathDiagnosis {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unmatched: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 /// Whether a path's initiator port has a registration, as READ FULL STATUS shows.
@@ -233,6 +234,20 @@ pub struct Diagnosis {
     /// The LUs as this node names them, to compare with the other nodes (P2).
     pub lu_set: super::LuSet,
     pub lus: Vec<LuDiagnosis>,
+}
+
+impl Diagnosis {
+    /// The diagnosis with every failed command given `hints`' advice: what a front end does
+    /// before it shows it.
+    pub fn advised(mut self, hints: Hints) -> Self {
+        for lu in &mut self.lus {
+            let paths = lu.paths.iter_mut().filter_map(|p| p.error.as_mut());
+            for failure in paths.chain(lu.findings.iter_mut().map(|f| &mut f.message)) {
+                failure.advise(hints);
+            }
+        }
+        self
+    }
 }
 
 /// The overall verdict over judged LUs (the first is the arbiter). Pure.

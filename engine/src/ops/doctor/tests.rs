@@ -91,7 +91,7 @@ fn problems(d: &Diagnosis) -> Vec<String> {
         .iter()
         .flat_map(|l| &l.findings)
         .filter(|f| f.severity == Severity::Problem)
-        .map(|f| f.message.clone())
+        .map(|f| f.message.to_string())
         .collect()
 }
 
@@ -259,7 +259,8 @@ fn tcm_loop_warns_about_preempt_and_abort_but_is_ready() {
         d.lus[0]
             .findings
             .iter()
-            .any(|f| f.severity == Severity::Warning && f.message.contains("PREEMPT AND ABORT"))
+            .any(|f| f.severity == Severity::Warning
+                && f.message.to_string().contains("PREEMPT AND ABORT"))
     );
 }
 
@@ -301,7 +302,7 @@ fn no_reservation_and_a_dead_path_are_reported() {
     assert!(
         lu.findings
             .iter()
-            .any(|f| f.message.starts_with("no reservation"))
+            .any(|f| f.message.to_string().starts_with("no reservation"))
     );
     assert!(
         problems(&d)
