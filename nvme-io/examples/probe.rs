@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nvme_io::{BlockDevice, DataTransfer, NvmeCommand, PrType};
+use nvme_io::{BlockDevice, NvmeCommand, NvmeDataTransfer, PrType};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const KEY: u64 = 0x4e56;
@@ -68,7 +68,7 @@ fn report(ns: &BlockDevice, nsid: u32, eds: bool) {
         cdw11: u32::from(eds),
         ..NvmeCommand::default()
     };
-    match ns.io_passthru(&cmd, DataTransfer::FromDevice(&mut buf), TIMEOUT) {
+    match ns.io_passthru(&cmd, NvmeDataTransfer::FromDevice(&mut buf), TIMEOUT) {
         Ok(done) => {
             let (header, descriptor) = if eds { (64, 64) } else { (24, 24) };
             let regctl = usize::from(u16::from_le_bytes([buf[5], buf[6]]));
@@ -98,7 +98,7 @@ fn identify(ns: &BlockDevice, nsid: u32) {
         nsid,
         ..NvmeCommand::default()
     };
-    match ns.admin_passthru(&cmd, DataTransfer::FromDevice(&mut buf), TIMEOUT) {
+    match ns.admin_passthru(&cmd, NvmeDataTransfer::FromDevice(&mut buf), TIMEOUT) {
         Ok(done) => println!(
             "  Identify Namespace: status {}; RESCAP {:#04x}",
             done.status, buf[31]
@@ -107,7 +107,7 @@ fn identify(ns: &BlockDevice, nsid: u32) {
     }
 }
 
-fn step<T: std::fmt::Debug>(ns: &BlockDevice, what: &str, result: Result<T, nvme_io::Error>) {
+fn step<T: std::fmt::Debug>(ns: &BlockDevice, what: &str, result: Result<T, nvme_io::NvmeError>) {
     match result {
         Ok(outcome) => println!("  {what}: {outcome:?}"),
         Err(e) => println!("  {what}: {e}"),
@@ -138,7 +138,7 @@ fn cycle(ns: &BlockDevice, nsid: u32) {
     step(
         ns,
         "passthrough unregister (RREGA=1)",
-        ns.io_passthru(&unregister, DataTransfer::ToDevice(&data), TIMEOUT),
+        ns.io_passthru(&unregister, NvmeDataTransfer::ToDevice(&data), TIMEOUT),
     );
     step(
         ns,
@@ -153,7 +153,7 @@ fn cycle(ns: &BlockDevice, nsid: u32) {
                 cdw10: 1 | 1 << 3,
                 ..unregister
             },
-            DataTransfer::ToDevice(&data),
+            NvmeDataTransfer::ToDevice(&data),
             TIMEOUT,
         ),
     );

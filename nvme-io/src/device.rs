@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::ioctl::{self, Data, Passthru, PrType, Queue};
-use crate::{Error, NvmeStatus, PrStatus};
+use crate::{NvmeError, NvmeStatus, PrStatus};
 
 /// The most keys IOC_PR_READ_KEYS accepts in one call (`PR_KEYS_MAX`); more is EINVAL.
 pub const PR_KEYS_MAX: usize = 65536;
@@ -30,14 +30,14 @@ pub struct BlockDevice {
 /// The data phase of a passthrough command. Its direction must match the opcode's (bits 1:0 of
 /// an NVMe opcode: 01b host to controller, 10b controller to host).
 #[derive(Debug)]
-pub enum DataTransfer<'a> {
+pub enum NvmeDataTransfer<'a> {
     None,
     ToDevice(&'a [u8]),
     FromDevice(&'a mut [u8]),
 }
 
 /// One NVMe command for passthrough: the opcode, the namespace and command dwords 10-15. The
-/// data pointer and length come from the [`DataTransfer`].
+/// data pointer and length come from the [`NvmeDataTransfer`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct NvmeCommand {
     pub opcode: u8,
@@ -95,13 +95,13 @@ fn pr_result<T>(status: u32, value: T) -> PrResult<T> {
 
 impl BlockDevice {
     /// Opens `path` read-only, non-blocking and close-on-exec.
-    pub fn open(path: impl AsRef<Path>) -> Result<BlockDevice, Error> {
+    pub fn open(path: impl AsRef<Path>) -> Result<BlockDevice, NvmeError> {
         let path = path.as_ref();
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-            .map_err(|source| Error::Open {
+            .map_err(|source| NvmeError::Open {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -115,8 +115,8 @@ impl BlockDevice {
         &self.path
     }
 
-    fn ioctl_error(&self, ioctl: &'static str) -> impl FnOnce(io::Error) -> Error + '_ {
-        move |source| Error::Ioctl {
+    fn ioctl_error(&self, ioctl: &'static str) -> impl FnOnce(io::Error) -> NvmeError + '_ {
+        move |source| NvmeError::Ioctl {
             path: self.path.clone(),
             ioctl,
             source,
@@ -126,7 +126,7 @@ impl BlockDevice {
     fn pr_out<A: ioctl::PrOutArg + ioctl::PrOutStruct>(
         &self,
         arg: &A,
-    ) -> Result<PrResult<()>, Error> {
+    ) -> Result<PrResult<()>, NvmeError> {
         let status = ioctl::pr_out(self.fd.as_fd(), arg).map_err(self.ioctl_error(A::NAME))?;
         Ok(pr_result(status, ()))
     }
@@ -134,7 +134,12 @@ impl BlockDevice {
     /// IOC_PR_REGISTER: register `new` replacing `old` (0: not registered yet). With
     /// `ignore_key`, the device does not check `old`. On NVMe this is Reservation Register with
     /// RREGA = `old != 0` ? replace : register; it cannot unregister (use passthrough).
-    pub fn pr_register(&self, old: u64, new: u64, ignore_key: bool) -> Result<PrResult<()>, Error> {
+    pub fn pr_register(
+        &self,
+        old: u64,
+        new: u64,
+        ignore_key: bool,
+    ) -> Result<PrResult<()>, NvmeError> {
         self.pr_out(&ioctl::PrRegistration {
             old_key: old,
             new_key: new,
@@ -148,7 +153,7 @@ impl BlockDevice {
     }
 
     /// IOC_PR_RESERVE.
-    pub fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, Error> {
+    pub fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, NvmeError> {
         self.pr_out(&ioctl::Reserve(ioctl::PrReservationArg {
             key,
             rtype: rtype.code(),
@@ -157,7 +162,7 @@ impl BlockDevice {
     }
 
     /// IOC_PR_RELEASE.
-    pub fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, Error> {
+    pub fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, NvmeError> {
         self.pr_out(&ioctl::Release(ioctl::PrReservationArg {
             key,
             rtype: rtype.code(),
@@ -173,7 +178,7 @@ impl BlockDevice {
         new: u64,
         rtype: PrType,
         abort: bool,
-    ) -> Result<PrResult<()>, Error> {
+    ) -> Result<PrResult<()>, NvmeError> {
         let arg = ioctl::PrPreempt {
             old_key: old,
             new_key: new,
@@ -188,7 +193,7 @@ impl BlockDevice {
     }
 
     /// IOC_PR_CLEAR.
-    pub fn pr_clear(&self, key: u64) -> Result<PrResult<()>, Error> {
+    pub fn pr_clear(&self, key: u64) -> Result<PrResult<()>, NvmeError> {
         self.pr_out(&ioctl::PrClear {
             key,
             flags: 0,
@@ -198,9 +203,9 @@ impl BlockDevice {
 
     /// IOC_PR_READ_KEYS into `keys` (at most [`PR_KEYS_MAX`] entries). Kernels without it
     /// (before about 6.19) fail with ENOTTY or EOPNOTSUPP.
-    pub fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, Error> {
+    pub fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, NvmeError> {
         if keys.len() > PR_KEYS_MAX {
-            return Err(Error::InvalidRequest {
+            return Err(NvmeError::InvalidRequest {
                 reason: format!(
                     "a key buffer of {} entries; the kernel takes at most {PR_KEYS_MAX}",
                     keys.len()
@@ -219,7 +224,7 @@ impl BlockDevice {
     }
 
     /// IOC_PR_READ_RESERVATION. Kernels without it fail with ENOTTY or EOPNOTSUPP.
-    pub fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, Error> {
+    pub fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, NvmeError> {
         let out = ioctl::pr_read_reservation(self.fd.as_fd())
             .map_err(self.ioctl_error("IOC_PR_READ_RESERVATION"))?;
         Ok(pr_result(
@@ -234,7 +239,7 @@ impl BlockDevice {
 
     /// NVME_IOCTL_ID: the namespace id of this block device. Fails with ENOTTY on a device that
     /// is not an NVMe namespace.
-    pub fn nsid(&self) -> Result<u32, Error> {
+    pub fn nsid(&self) -> Result<u32, NvmeError> {
         ioctl::nvme_nsid(self.fd.as_fd()).map_err(self.ioctl_error("NVME_IOCTL_ID"))
     }
 
@@ -243,9 +248,9 @@ impl BlockDevice {
     pub fn io_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, Error> {
+    ) -> Result<NvmeCompletion, NvmeError> {
         self.passthru(Queue::Io, command, data, timeout)
     }
 
@@ -253,9 +258,9 @@ impl BlockDevice {
     pub fn admin_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, Error> {
+    ) -> Result<NvmeCompletion, NvmeError> {
         self.passthru(Queue::Admin, command, data, timeout)
     }
 
@@ -263,20 +268,20 @@ impl BlockDevice {
         &self,
         queue: Queue,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, Error> {
+    ) -> Result<NvmeCompletion, NvmeError> {
         let timeout_ms = timeout_millis(timeout)?;
         let host_to_controller = command.opcode & 0x01 != 0;
         // The kernel writes into the buffer exactly when opcode bit 0 is clear; a borrowed
         // `&[u8]` must never be written, so the direction is checked before the ioctl.
         let data = match data {
-            DataTransfer::None => Data::None,
-            DataTransfer::ToDevice([]) | DataTransfer::FromDevice([]) => Data::None,
-            DataTransfer::ToDevice(buf) if host_to_controller => Data::ToDevice(buf),
-            DataTransfer::FromDevice(buf) if !host_to_controller => Data::FromDevice(buf),
-            DataTransfer::ToDevice(_) | DataTransfer::FromDevice(_) => {
-                return Err(Error::InvalidRequest {
+            NvmeDataTransfer::None => Data::None,
+            NvmeDataTransfer::ToDevice([]) | NvmeDataTransfer::FromDevice([]) => Data::None,
+            NvmeDataTransfer::ToDevice(buf) if host_to_controller => Data::ToDevice(buf),
+            NvmeDataTransfer::FromDevice(buf) if !host_to_controller => Data::FromDevice(buf),
+            NvmeDataTransfer::ToDevice(_) | NvmeDataTransfer::FromDevice(_) => {
+                return Err(NvmeError::InvalidRequest {
                     reason: format!(
                         "opcode {:#04x} transfers {}, the buffer goes the other way",
                         command.opcode,
@@ -295,7 +300,7 @@ impl BlockDevice {
         };
         let len = data_len(&data);
         if u32::try_from(len).is_err() {
-            return Err(Error::InvalidRequest {
+            return Err(NvmeError::InvalidRequest {
                 reason: format!("a data buffer of {len} bytes exceeds u32::MAX"),
             });
         }
@@ -334,11 +339,11 @@ fn data_len(data: &Data<'_>) -> usize {
     }
 }
 
-fn timeout_millis(timeout: Duration) -> Result<u32, Error> {
+fn timeout_millis(timeout: Duration) -> Result<u32, NvmeError> {
     let millis = timeout.as_nanos().div_ceil(1_000_000);
     match u32::try_from(millis) {
         // 0 would mean "the driver's default timeout" to the kernel.
-        Ok(0) | Err(_) => Err(Error::InvalidRequest {
+        Ok(0) | Err(_) => Err(NvmeError::InvalidRequest {
             reason: format!(
                 "timeout {timeout:?}: it must be between 1 ms and {} ms",
                 u32::MAX
@@ -418,21 +423,25 @@ mod tests {
             ..NvmeCommand::default()
         };
         let err = device
-            .io_passthru(&report, DataTransfer::ToDevice(&[0; 16]), second)
+            .io_passthru(&report, NvmeDataTransfer::ToDevice(&[0; 16]), second)
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+        assert!(matches!(err, NvmeError::InvalidRequest { .. }), "{err:?}");
         let register = NvmeCommand {
             opcode: 0x0d,
             ..NvmeCommand::default()
         };
         let err = device
-            .io_passthru(&register, DataTransfer::FromDevice(&mut [0; 16]), second)
+            .io_passthru(
+                &register,
+                NvmeDataTransfer::FromDevice(&mut [0; 16]),
+                second,
+            )
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+        assert!(matches!(err, NvmeError::InvalidRequest { .. }), "{err:?}");
         let err = device
-            .io_passthru(&register, DataTransfer::None, Duration::ZERO)
+            .io_passthru(&register, NvmeDataTransfer::None, Duration::ZERO)
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidRequest { .. }), "{err:?}");
+        assert!(matches!(err, NvmeError::InvalidRequest { .. }), "{err:?}");
     }
 
     #[test]
@@ -452,7 +461,7 @@ mod tests {
         let mut too_many = vec![0u64; PR_KEYS_MAX + 1];
         assert!(matches!(
             device.pr_read_keys(&mut too_many),
-            Err(Error::InvalidRequest { .. })
+            Err(NvmeError::InvalidRequest { .. })
         ));
     }
 
@@ -460,6 +469,6 @@ mod tests {
     fn device_can_be_shared_across_threads() {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<BlockDevice>();
-        send_sync::<Error>();
+        send_sync::<NvmeError>();
     }
 }

@@ -6,7 +6,7 @@
 //! says what came back. Its unsafe code is confined to the `ioctl` module, one block per ioctl.
 //!
 //! Three outcomes, kept apart in the types:
-//! - the kernel refused or could not deliver the request (`-1`/errno): [`Error`];
+//! - the kernel refused or could not deliver the request (`-1`/errno): [`NvmeError`];
 //! - the device answered with an error: [`PrStatus`] (block PR ioctls) or [`NvmeStatus`]
 //!   (passthrough), inside `Ok`;
 //! - success.
@@ -31,7 +31,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use device::{
-    BlockDevice, DataTransfer, NvmeCommand, NvmeCompletion, PR_KEYS_MAX, PrKeys, PrReservation,
+    BlockDevice, NvmeCommand, NvmeCompletion, NvmeDataTransfer, PR_KEYS_MAX, PrKeys, PrReservation,
     PrResult,
 };
 pub use ioctl::PrType;
@@ -40,7 +40,7 @@ pub use status::{NvmeStatus, PrStatus};
 /// Why a request did not reach the device, or the kernel refused it. A request the device
 /// answered, even with an error, is `Ok` with a [`PrStatus`] or [`NvmeStatus`].
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum NvmeError {
     #[error("cannot open {}: {source}{}", path.display(), device::open_hint(.source))]
     Open { path: PathBuf, source: io::Error },
     #[error("{ioctl} on {} failed: {source}{}", path.display(), device::ioctl_hint(.ioctl, .source))]
@@ -54,12 +54,14 @@ pub enum Error {
     InvalidRequest { reason: String },
 }
 
-impl Error {
+impl NvmeError {
     /// The errno behind an open or ioctl failure.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Open { source, .. } | Error::Ioctl { source, .. } => source.raw_os_error(),
-            Error::InvalidRequest { .. } => None,
+            NvmeError::Open { source, .. } | NvmeError::Ioctl { source, .. } => {
+                source.raw_os_error()
+            }
+            NvmeError::InvalidRequest { .. } => None,
         }
     }
 }

@@ -662,8 +662,8 @@ pub struct NvmeGate {
     gate: Gate,
 }
 
-fn lost(fake: &Fake, ioctl: &'static str) -> nvme_io::Error {
-    nvme_io::Error::Ioctl {
+fn lost(fake: &Fake, ioctl: &'static str) -> nvme_io::NvmeError {
+    nvme_io::NvmeError::Ioctl {
         path: fake.path.clone(),
         ioctl,
         source: std::io::Error::from_raw_os_error(nix_eio()),
@@ -678,8 +678,8 @@ fn nix_eio() -> i32 {
 /// ENOENT: the errno of an open of a device node that vanished.
 const ENOENT: i32 = 2;
 
-fn vanished_nvme(fake: &Fake, ioctl: &'static str) -> nvme_io::Error {
-    nvme_io::Error::Ioctl {
+fn vanished_nvme(fake: &Fake, ioctl: &'static str) -> nvme_io::NvmeError {
+    nvme_io::NvmeError::Ioctl {
         path: fake.path.clone(),
         ioctl,
         source: std::io::Error::from_raw_os_error(ENOENT),
@@ -696,8 +696,8 @@ impl NvmeGate {
         &self,
         ioctl: &'static str,
         what: String,
-        call: impl FnOnce(&Fake) -> Result<R, nvme_io::Error>,
-    ) -> Result<R, nvme_io::Error> {
+        call: impl FnOnce(&Fake) -> Result<R, nvme_io::NvmeError>,
+    ) -> Result<R, nvme_io::NvmeError> {
         let fake = &self.fake;
         if self.gate.world.vanished(self.gate.node, self.gate.lu) {
             return Err(vanished_nvme(fake, ioctl));
@@ -723,8 +723,8 @@ impl NvmeGate {
         ioctl: &'static str,
         command: &NvmeCommand,
         timeout: Duration,
-        call: impl FnOnce(&Fake) -> Result<NvmeCompletion, nvme_io::Error>,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+        call: impl FnOnce(&Fake) -> Result<NvmeCompletion, nvme_io::NvmeError>,
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         let fake = &self.fake;
         if self.gate.world.vanished(self.gate.node, self.gate.lu) {
             return Err(vanished_nvme(fake, ioctl));
@@ -747,7 +747,7 @@ impl NvmeGate {
                 }
             },
             || {
-                Err(nvme_io::Error::Ioctl {
+                Err(nvme_io::NvmeError::Ioctl {
                     path: fake.path.clone(),
                     ioctl,
                     source: std::io::Error::from_raw_os_error(110),
@@ -767,21 +767,21 @@ impl NvmeDevice for NvmeGate {
         old: u64,
         new: u64,
         ignore: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         self.block(
             "IOC_PR_REGISTER",
             format!("IOC_PR_REGISTER old {old:#x} new {new:#x} ignore {ignore}"),
             |f| f.pr_register(old, new, ignore),
         )
     }
-    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError> {
         self.block(
             "IOC_PR_RESERVE",
             format!("IOC_PR_RESERVE key {key:#x} type {}", rtype.code()),
             |f| f.pr_reserve(key, rtype),
         )
     }
-    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError> {
         self.block(
             "IOC_PR_RELEASE",
             format!("IOC_PR_RELEASE key {key:#x} type {}", rtype.code()),
@@ -794,7 +794,7 @@ impl NvmeDevice for NvmeGate {
         new: u64,
         rtype: PrType,
         abort: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         self.block(
             "IOC_PR_PREEMPT",
             format!(
@@ -805,32 +805,32 @@ impl NvmeDevice for NvmeGate {
             |f| f.pr_preempt(old, new, rtype, abort),
         )
     }
-    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::NvmeError> {
         self.block("IOC_PR_CLEAR", format!("IOC_PR_CLEAR key {key:#x}"), |f| {
             f.pr_clear(key)
         })
     }
-    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::Error> {
+    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::NvmeError> {
         self.block("IOC_PR_READ_KEYS", "IOC_PR_READ_KEYS".to_owned(), |f| {
             f.pr_read_keys(keys)
         })
     }
-    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::Error> {
+    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::NvmeError> {
         self.block(
             "IOC_PR_READ_RESERVATION",
             "IOC_PR_READ_RESERVATION".to_owned(),
             Fake::pr_read_reservation,
         )
     }
-    fn nsid(&self) -> Result<u32, nvme_io::Error> {
+    fn nsid(&self) -> Result<u32, nvme_io::NvmeError> {
         self.fake.nsid()
     }
     fn io_passthru(
         &self,
         command: &NvmeCommand,
-        data: nvme_io::DataTransfer<'_>,
+        data: nvme_io::NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         self.passthru("NVME_IOCTL_IO_CMD", command, timeout, |f| {
             f.io_passthru(command, data, timeout)
         })
@@ -838,9 +838,9 @@ impl NvmeDevice for NvmeGate {
     fn admin_passthru(
         &self,
         command: &NvmeCommand,
-        data: nvme_io::DataTransfer<'_>,
+        data: nvme_io::NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         self.passthru("NVME_IOCTL_ADMIN_CMD", command, timeout, |f| {
             f.admin_passthru(command, data, timeout)
         })

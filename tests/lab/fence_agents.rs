@@ -34,7 +34,7 @@ nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Agent {
+pub enum FenceAgent {
     FencePr,
     FenceScsi,
 }
@@ -45,7 +45,7 @@ pub enum Agent {
 /// (/var/run/cluster.key), so the acting node's own key is written there first, as its own `on`
 /// would have left it on a real node.
 pub fn run(
-    agent: Agent,
+    agent: FenceAgent,
     node: Node,
     action: &str,
     target: Node,
@@ -59,7 +59,7 @@ pub fn run(
         devices.join(",")
     );
     let mut cmd = match agent {
-        Agent::FencePr => {
+        FenceAgent::FencePr => {
             // the package's link, where pacemaker-fenced finds agents
             let mut cmd = Command::new(super::INSTALLED_FENCE_PR);
             cmd.env(
@@ -68,9 +68,9 @@ pub fn run(
             );
             cmd
         }
-        Agent::FenceScsi => Command::new("fence_scsi"),
+        FenceAgent::FenceScsi => Command::new("fence_scsi"),
     };
-    if agent == Agent::FenceScsi && action == "off" {
+    if agent == FenceAgent::FenceScsi && action == "off" {
         let own = derived_key(node)?;
         std::fs::write("/var/run/cluster.key", format!("{own:x}\n"))?;
     }
@@ -99,7 +99,7 @@ pub fn run(
 }
 
 pub fn expect(
-    which: Agent,
+    which: FenceAgent,
     node: Node,
     action: &str,
     target: Node,

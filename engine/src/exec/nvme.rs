@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use nvme_io::{
-    BlockDevice, DataTransfer, NvmeCommand, NvmeCompletion, NvmeStatus, PR_KEYS_MAX, PrKeys,
+    BlockDevice, NvmeCommand, NvmeCompletion, NvmeDataTransfer, NvmeStatus, PR_KEYS_MAX, PrKeys,
     PrReservation, PrResult, PrStatus, PrType,
 };
 
@@ -53,32 +53,32 @@ pub trait NvmeDevice: Send + Sync {
         old: u64,
         new: u64,
         ignore_key: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error>;
-    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error>;
-    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error>;
+    ) -> Result<PrResult<()>, nvme_io::NvmeError>;
+    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError>;
+    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError>;
     fn pr_preempt(
         &self,
         old: u64,
         new: u64,
         rtype: PrType,
         abort: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error>;
-    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::Error>;
-    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::Error>;
-    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::Error>;
-    fn nsid(&self) -> Result<u32, nvme_io::Error>;
+    ) -> Result<PrResult<()>, nvme_io::NvmeError>;
+    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::NvmeError>;
+    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::NvmeError>;
+    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::NvmeError>;
+    fn nsid(&self) -> Result<u32, nvme_io::NvmeError>;
     fn io_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error>;
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError>;
     fn admin_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error>;
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError>;
 }
 
 impl NvmeDevice for BlockDevice {
@@ -90,13 +90,13 @@ impl NvmeDevice for BlockDevice {
         old: u64,
         new: u64,
         ignore_key: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         BlockDevice::pr_register(self, old, new, ignore_key)
     }
-    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError> {
         BlockDevice::pr_reserve(self, key, rtype)
     }
-    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError> {
         BlockDevice::pr_release(self, key, rtype)
     }
     fn pr_preempt(
@@ -105,35 +105,35 @@ impl NvmeDevice for BlockDevice {
         new: u64,
         rtype: PrType,
         abort: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         BlockDevice::pr_preempt(self, old, new, rtype, abort)
     }
-    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::NvmeError> {
         BlockDevice::pr_clear(self, key)
     }
-    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::Error> {
+    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::NvmeError> {
         BlockDevice::pr_read_keys(self, keys)
     }
-    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::Error> {
+    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::NvmeError> {
         BlockDevice::pr_read_reservation(self)
     }
-    fn nsid(&self) -> Result<u32, nvme_io::Error> {
+    fn nsid(&self) -> Result<u32, nvme_io::NvmeError> {
         BlockDevice::nsid(self)
     }
     fn io_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         BlockDevice::io_passthru(self, command, data, timeout)
     }
     fn admin_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         BlockDevice::admin_passthru(self, command, data, timeout)
     }
 }
@@ -329,7 +329,7 @@ impl<D: NvmeDevice> NvmePr<D> {
     /// refusal means for us. ENOTTY and EOPNOTSUPP (the kernel or the device lacks the
     /// operation) are `NotSupported` without a transport detail, which the reads take as the
     /// cue to fall back to passthrough.
-    fn errno(&self, command: Command, via: Via, error: &nvme_io::Error) -> CommandError {
+    fn errno(&self, command: Command, via: Via, error: &nvme_io::NvmeError) -> CommandError {
         let (kind, why) = match error.raw_os_error() {
             Some(nix::libc::ENOTTY | nix::libc::EOPNOTSUPP) => (
                 ErrorKind::NotSupported,
@@ -354,7 +354,7 @@ impl<D: NvmeDevice> NvmePr<D> {
                 ErrorKind::Transport,
                 "cancelled by the kernel (a command timeout, a controller reset or a signal); it may or may not have run",
             ),
-            None if matches!(error, nvme_io::Error::InvalidRequest { .. }) => {
+            None if matches!(error, nvme_io::NvmeError::InvalidRequest { .. }) => {
                 (ErrorKind::Failed, "the request could not be built")
             }
             _ => (
@@ -364,7 +364,7 @@ impl<D: NvmeDevice> NvmePr<D> {
         };
         // nvme-io's own hint would repeat `why`; name the ioctl and the errno, then say why.
         let what = match error {
-            nvme_io::Error::Ioctl { ioctl, source, .. } => format!("{ioctl}: {source}"),
+            nvme_io::NvmeError::Ioctl { ioctl, source, .. } => format!("{ioctl}: {source}"),
             other => other.to_string(),
         };
         self.error(command, kind, format!("{what}; {why}"), None)
@@ -375,7 +375,7 @@ impl<D: NvmeDevice> NvmePr<D> {
         &self,
         command: Command,
         ioctl: &'static str,
-        outcome: Result<PrResult<T>, nvme_io::Error>,
+        outcome: Result<PrResult<T>, nvme_io::NvmeError>,
     ) -> Result<T, CommandError> {
         let status = match outcome {
             Ok(Ok(value)) => return Ok(value),
@@ -409,7 +409,7 @@ impl<D: NvmeDevice> NvmePr<D> {
         &self,
         command: Command,
         what: &str,
-        outcome: Result<NvmeCompletion, nvme_io::Error>,
+        outcome: Result<NvmeCompletion, nvme_io::NvmeError>,
     ) -> Step<(), NvmeStatus> {
         let status = match outcome {
             Ok(done) if done.status.is_success() => return Step::Done(()),
@@ -464,7 +464,7 @@ impl<D: NvmeDevice> NvmePr<D> {
         &self,
         command: Command,
         what: &str,
-        mut send: impl FnMut() -> Result<NvmeCompletion, nvme_io::Error>,
+        mut send: impl FnMut() -> Result<NvmeCompletion, nvme_io::NvmeError>,
         mut on_not_ready: impl FnMut() -> Result<bool, CommandError>,
     ) -> Result<bool, CommandError> {
         let retried = retry_not_ready(
@@ -534,7 +534,7 @@ impl<D: NvmeDevice> NvmePr<D> {
                 || {
                     self.device.io_passthru(
                         &cmd,
-                        DataTransfer::FromDevice(&mut buffer),
+                        NvmeDataTransfer::FromDevice(&mut buffer),
                         self.policy.timeout,
                     )
                 },
@@ -732,7 +732,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             || {
                 self.device.admin_passthru(
                     &cmd,
-                    DataTransfer::FromDevice(&mut identify),
+                    NvmeDataTransfer::FromDevice(&mut identify),
                     self.policy.timeout,
                 )
             },
@@ -914,8 +914,11 @@ impl<D: NvmeDevice> NvmePr<D> {
             command,
             "Reservation Register (unregister)",
             || {
-                self.device
-                    .io_passthru(&cmd, DataTransfer::ToDevice(&data), self.policy.timeout)
+                self.device.io_passthru(
+                    &cmd,
+                    NvmeDataTransfer::ToDevice(&data),
+                    self.policy.timeout,
+                )
             },
             || {
                 let keys = self.read_keys()?;

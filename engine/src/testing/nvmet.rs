@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nvme_io::{
-    DataTransfer, NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult,
+    NvmeCommand, NvmeCompletion, NvmeDataTransfer, NvmeStatus, PrKeys, PrReservation, PrResult,
     PrStatus, PrType,
 };
 
@@ -310,7 +310,7 @@ impl Fake {
         &self,
         what: &'static str,
         op: impl FnOnce(&mut Namespace) -> NvmetAnswer,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         match self.fault() {
             Some(NvmetFault::Errno(errno)) => return Err(self.errno(what, errno)),
             Some(NvmetFault::Status(status)) => return Ok(Err(status)),
@@ -326,8 +326,8 @@ impl Fake {
         }
     }
 
-    fn errno(&self, ioctl: &'static str, errno: i32) -> nvme_io::Error {
-        nvme_io::Error::Ioctl {
+    fn errno(&self, ioctl: &'static str, errno: i32) -> nvme_io::NvmeError {
+        nvme_io::NvmeError::Ioctl {
             path: self.path.clone(),
             ioctl,
             source: std::io::Error::from_raw_os_error(errno),
@@ -348,19 +348,19 @@ impl NvmeDevice for Fake {
         old: u64,
         new: u64,
         ignore: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         let host = self.host;
         self.block("IOC_PR_REGISTER", |ns| {
             ns.register(host, if old != 0 { 2 } else { 0 }, ignore, old, new)
         })
     }
-    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_reserve(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError> {
         let host = self.host;
         self.block("IOC_PR_RESERVE", |ns| {
             ns.acquire(host, 0, u8::try_from(rtype.code()).unwrap(), key, 0)
         })
     }
-    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_release(&self, key: u64, rtype: PrType) -> Result<PrResult<()>, nvme_io::NvmeError> {
         let host = self.host;
         self.block("IOC_PR_RELEASE", |ns| {
             ns.release(host, 0, u8::try_from(rtype.code()).unwrap(), key)
@@ -372,7 +372,7 @@ impl NvmeDevice for Fake {
         new: u64,
         rtype: PrType,
         abort: bool,
-    ) -> Result<PrResult<()>, nvme_io::Error> {
+    ) -> Result<PrResult<()>, nvme_io::NvmeError> {
         let host = self.host;
         let name = if abort {
             "IOC_PR_PREEMPT_ABORT"
@@ -389,11 +389,11 @@ impl NvmeDevice for Fake {
             )
         })
     }
-    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::Error> {
+    fn pr_clear(&self, key: u64) -> Result<PrResult<()>, nvme_io::NvmeError> {
         let host = self.host;
         self.block("IOC_PR_CLEAR", |ns| ns.release(host, 1, 0, key))
     }
-    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::Error> {
+    fn pr_read_keys(&self, keys: &mut [u64]) -> Result<PrResult<PrKeys>, nvme_io::NvmeError> {
         if !self.kernel.read_ioctls {
             return Err(self.errno("IOC_PR_READ_KEYS", nix::libc::ENOTTY));
         }
@@ -411,7 +411,7 @@ impl NvmeDevice for Fake {
             num_keys: u32::try_from(ns.registrants.len()).unwrap(),
         }))
     }
-    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::Error> {
+    fn pr_read_reservation(&self) -> Result<PrResult<PrReservation>, nvme_io::NvmeError> {
         if !self.kernel.read_ioctls {
             return Err(self.errno("IOC_PR_READ_RESERVATION", nix::libc::EOPNOTSUPP));
         }
@@ -428,15 +428,15 @@ impl NvmeDevice for Fake {
             rtype: u32::from(ns.rtype),
         }))
     }
-    fn nsid(&self) -> Result<u32, nvme_io::Error> {
+    fn nsid(&self) -> Result<u32, nvme_io::NvmeError> {
         Ok(1)
     }
     fn io_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         _timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         let done = |status| Ok(NvmeCompletion { status, result: 0 });
         match self.fault() {
             Some(NvmetFault::Errno(errno)) => return Err(self.errno("NVME_IOCTL_IO_CMD", errno)),
@@ -451,7 +451,7 @@ impl NvmeDevice for Fake {
         };
         let mut ns = self.ns.lock().unwrap();
         match (command.opcode, data) {
-            (codec::RESERVATION_REGISTER, DataTransfer::ToDevice(d)) => {
+            (codec::RESERVATION_REGISTER, NvmeDataTransfer::ToDevice(d)) => {
                 let rrega = u8::try_from(command.cdw10 & 7).unwrap();
                 let iekey = command.cdw10 & 8 != 0;
                 ns.log.push((self.host, format!("Register RREGA={rrega}")));
@@ -463,7 +463,7 @@ impl NvmeDevice for Fake {
                     le64(d, 8),
                 )))
             }
-            (codec::RESERVATION_REPORT, DataTransfer::FromDevice(buf)) => {
+            (codec::RESERVATION_REPORT, NvmeDataTransfer::FromDevice(buf)) => {
                 let asked = if command.cdw11 & 1 == 0 {
                     ReportFormat::Basic
                 } else {
@@ -491,11 +491,11 @@ impl NvmeDevice for Fake {
     fn admin_passthru(
         &self,
         command: &NvmeCommand,
-        data: DataTransfer<'_>,
+        data: NvmeDataTransfer<'_>,
         _timeout: Duration,
-    ) -> Result<NvmeCompletion, nvme_io::Error> {
+    ) -> Result<NvmeCompletion, nvme_io::NvmeError> {
         assert_eq!((command.opcode, command.cdw10), (codec::IDENTIFY, 0));
-        let DataTransfer::FromDevice(buf) = data else {
+        let NvmeDataTransfer::FromDevice(buf) = data else {
             panic!("Identify reads");
         };
         buf[31] = self.kernel.rescap;

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::PRFENCE;
-use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{fence, fence_args, hex, prfence, prfence_expect, unfence};
 use crate::plan::{Kernel, Suite};
 use crate::race::{self, assert_sole_survivor};
@@ -518,7 +518,7 @@ fn multipath_maps_register_and_lose_every_path() -> anyhow::Result<()> {
 /// Runs `which` as lab node `node` on all its devices, requiring exit status `code`.
 fn agent_expect(
     t: &Topology,
-    which: Agent,
+    which: FenceAgent,
     node: Node,
     action: &str,
     target: Node,
@@ -545,7 +545,7 @@ fn keys_everywhere(t: &Topology) -> anyhow::Result<Vec<u64>> {
 
 /// Both agents' `status` of `target`: the same answer, `code`.
 fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
-    for which in [Agent::FencePr, Agent::FenceScsi] {
+    for which in [FenceAgent::FencePr, FenceAgent::FenceScsi] {
         agent_expect(t, which, target.other(), "status", target, code)?;
     }
     Ok(())
@@ -563,8 +563,8 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
 
     // A unfenced by fence_scsi, B by fence_pr: the target shows exactly the keys derived here.
-    agent_expect(&t, Agent::FenceScsi, Node::A, "on", Node::A, 0)?;
-    agent_expect(&t, Agent::FencePr, Node::B, "on", Node::B, 0)?;
+    agent_expect(&t, FenceAgent::FenceScsi, Node::A, "on", Node::A, 0)?;
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
     let keys = keys_everywhere(&t)?;
     ensure!(
         keys == [ka, kb],
@@ -573,17 +573,17 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     statuses_agree(&t, Node::A, 0)?;
     statuses_agree(&t, Node::B, 0)?;
     // fence_pr fences the node fence_scsi unfenced.
-    agent_expect(&t, Agent::FencePr, Node::B, "off", Node::A, 0)?;
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "off", Node::A, 0)?;
     ensure!(keys_everywhere(&t)? == [kb], "after fence_pr's off");
     assert_sole_survivor_key(&t, Node::B, kb, 2)?;
     statuses_agree(&t, Node::A, 2)?;
     statuses_agree(&t, Node::B, 0)?;
 
     // The reverse: A unfenced by fence_pr, B by fence_scsi, fence_scsi fences B.
-    agent_expect(&t, Agent::FencePr, Node::A, "on", Node::A, 0)?;
-    agent_expect(&t, Agent::FenceScsi, Node::B, "on", Node::B, 0)?;
+    agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 0)?;
+    agent_expect(&t, FenceAgent::FenceScsi, Node::B, "on", Node::B, 0)?;
     ensure!(keys_everywhere(&t)? == [ka, kb], "after both on again");
-    agent_expect(&t, Agent::FenceScsi, Node::A, "off", Node::B, 0)?;
+    agent_expect(&t, FenceAgent::FenceScsi, Node::A, "off", Node::B, 0)?;
     ensure!(keys_everywhere(&t)? == [ka], "after fence_scsi's off");
     assert_sole_survivor_key(&t, Node::A, ka, 3)?;
     statuses_agree(&t, Node::B, 2)?;
@@ -645,10 +645,10 @@ fn off_wall_time(luns: usize) -> anyhow::Result<()> {
     fake_cmapctl()?;
     let kb = derived_key(Node::B)?;
     let mut times = Vec::new();
-    for which in [Agent::FencePr, Agent::FenceScsi] {
+    for which in [FenceAgent::FencePr, FenceAgent::FenceScsi] {
         // Only `off` is measured; fence_pr unfences for both (fence_scsi's `on` is slow too).
-        agent_expect(&t, Agent::FencePr, Node::A, "on", Node::A, 0)?;
-        agent_expect(&t, Agent::FencePr, Node::B, "on", Node::B, 0)?;
+        agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 0)?;
+        agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
         let run = agent_expect(&t, which, Node::B, "off", Node::A, 0)?;
         ensure!(keys_everywhere(&t)? == [kb], "after {which:?}'s off");
         times.push(run.elapsed);

@@ -12,7 +12,7 @@ use crate::WORK;
 use crate::agent::{
     Agent as NodeAgent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
 };
-use crate::fence_agents::{self, Agent, derived_key, fake_cmapctl};
+use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{self, fence, hex, unfence};
 use crate::nvme::{Host, NvmeTopology, Report};
 use crate::plan::{Kernel, Suite};
@@ -450,7 +450,14 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
     let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
     let devices = |node: Node| -> Vec<PathBuf> { t.devices(Host::Node(node)).to_vec() };
     let agent = |node: Node, action: &str, target: Node, code: i32| {
-        fence_agents::expect(Agent::FencePr, node, action, target, &devices(node), code)
+        fence_agents::expect(
+            FenceAgent::FencePr,
+            node,
+            action,
+            target,
+            &devices(node),
+            code,
+        )
     };
     agent(Node::A, "status", Node::A, 2)?;
     agent(Node::A, "on", Node::A, 0)?;
