@@ -19,6 +19,7 @@ mod doc_blocks;
 mod fence_agents;
 mod guest;
 mod host;
+mod kernel_log;
 mod node;
 mod nvme;
 mod plan;

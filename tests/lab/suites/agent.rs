@@ -1177,8 +1177,8 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     t.settle()?;
     unfence(&t, Node::A)?;
     unfence(&t, Node::B)?;
-    let expiries = softdog_expiries;
-    let before = expiries()?;
+    let before = crate::kernel_log::mark()?;
+    let expiries = || softdog_expiries_since(before);
     let hook = PathBuf::from(format!("{WORK}/hook-watchdog"));
     std::fs::create_dir_all(WORK)?;
     let _ = std::fs::remove_file(&hook);
@@ -1201,14 +1201,14 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
         agent.log_tail()
     );
     ensure!(
-        expiries()? == before,
+        expiries()? == 0,
         "softdog expired while the agent was healthy (not fed?)"
     );
     fence(&t, Node::B, 0)?;
     let fenced_at = now_ns();
     let deadline = Instant::now() + Duration::from_secs(TIMEOUT_S + 15);
     let expired_at = loop {
-        if expiries()? > before {
+        if expiries()? > 0 {
             break now_ns();
         }
         ensure!(
@@ -1267,12 +1267,10 @@ pub(super) fn load_softdog(timeout_s: u64) -> anyhow::Result<UnloadSoftdog> {
 /// What softdog in no-reboot mode logs when it expires (a real one would reset the node).
 const EXPIRED: &str = "softdog: Triggered - Reboot ignored";
 
-pub(super) fn softdog_expiries() -> anyhow::Result<usize> {
-    Ok(crate::run("dmesg", Vec::<&str>::new())?
-        .ok()?
-        .stdout
-        .matches(EXPIRED)
-        .count())
+/// How often softdog expired since `mark` (by kernel log sequence number: a count of lines in
+/// `dmesg` stays the same across a new expiry once the ring buffer drops an old one).
+pub(super) fn softdog_expiries_since(mark: crate::kernel_log::Mark) -> anyhow::Result<usize> {
+    crate::kernel_log::count_since(mark, EXPIRED)
 }
 
 /// Issue 21: "how do I stop the agent safely". With the packaged default (`magic_close`
@@ -1320,10 +1318,10 @@ fn stopping_an_armed_agent_resets_only_when_it_should() -> anyhow::Result<()> {
         Ok(agent)
     };
     // Whether softdog expires within `timeout` + 3 s of `since`.
-    let expires_after = |before: usize| -> anyhow::Result<Option<Duration>> {
+    let expires_after = |before: crate::kernel_log::Mark| -> anyhow::Result<Option<Duration>> {
         let since = Instant::now();
         while since.elapsed() < Duration::from_secs(TIMEOUT_S + 3) {
-            if softdog_expiries()? > before {
+            if softdog_expiries_since(before)? > 0 {
                 return Ok(Some(since.elapsed()));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -1342,7 +1340,7 @@ fn stopping_an_armed_agent_resets_only_when_it_should() -> anyhow::Result<()> {
         ),
     ] {
         let mut agent = armed(magic_close)?;
-        let before = softdog_expiries()?;
+        let before = crate::kernel_log::mark()?;
         agent.signal(signal)?;
         let code = agent.wait_exit(Duration::from_secs(10))?;
         let expired = expires_after(before)?;

@@ -812,7 +812,7 @@ fn start_armed() -> anyhow::Result<u32> {
 /// (magic_close, the default: no expiry); with magic_close off the same removal resets the node
 /// a watchdog timeout later, as docs/operations.md says.
 fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()> {
-    use super::agent::{load_softdog, softdog_expiries};
+    use super::agent::{load_softdog, softdog_expiries_since};
     let deb = std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?;
     let t = Topology::iscsi(1)?;
     t.settle()?;
@@ -846,7 +846,8 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
 
     // 1. Upgrade (the same .deb again, as dpkg runs an upgrade's scripts) of an armed agent.
     let pid = start_armed()?;
-    let expiries = softdog_expiries()?;
+    let before = crate::kernel_log::mark()?;
+    let expiries = 0;
     let upgraded = with_stand_in("dpkg", &["-i", "--force-confold", &deb])?;
     ensure!(
         upgraded.status.success(),
@@ -862,7 +863,7 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
         exe.display()
     );
     std::thread::sleep(Duration::from_secs(PKG_WATCHDOG_S + 2));
-    let after_upgrade = (agent_pid(), unit_state(), softdog_expiries()?);
+    let after_upgrade = (agent_pid(), unit_state(), softdog_expiries_since(before)?);
     ensure!(
         after_upgrade.0 == Some(pid)
             && after_upgrade.1 == ("healthy".to_owned(), "ok".to_owned())
@@ -896,7 +897,7 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
         removed.stderr
     );
     std::thread::sleep(Duration::from_secs(PKG_WATCHDOG_S + 3));
-    let after_remove = softdog_expiries()?;
+    let after_remove = softdog_expiries_since(before)?;
     ensure!(
         after_remove == expiries,
         "softdog expired after a removal with magic_close on ({after_remove} expiries, were \
@@ -917,7 +918,7 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
     ensure!(removed.status.success(), "dpkg -r: {}", removed.stderr);
     let deadline = stopped_at + Duration::from_secs(PKG_WATCHDOG_S + 5);
     let reset_after = loop {
-        if softdog_expiries()? > expiries {
+        if softdog_expiries_since(before)? > expiries {
             break Some(stopped_at.elapsed());
         }
         if Instant::now() >= deadline {
