@@ -16,6 +16,8 @@ pub struct Mark(u64);
 #[derive(Debug, Clone)]
 pub struct Record {
     pub seq: u64,
+    /// When, in microseconds of the kernel log's clock (since boot).
+    pub micros: u64,
     pub text: String,
 }
 
@@ -45,9 +47,11 @@ pub fn records() -> anyhow::Result<Vec<Record>> {
 /// `prio,seq,usec,flags[,…];text` (continuation lines after it are ignored).
 fn parse(record: &str) -> Option<Record> {
     let (head, text) = record.split_once(';')?;
-    let seq = head.split(',').nth(1)?.parse().ok()?;
+    let mut fields = head.split(',').skip(1);
+    let seq = fields.next()?.parse().ok()?;
+    let micros = fields.next()?.parse().ok()?;
     let text = text.lines().next().unwrap_or_default().to_owned();
-    Some(Record { seq, text })
+    Some(Record { seq, micros, text })
 }
 
 /// The newest record now: what comes after it is new.

@@ -134,16 +134,6 @@ impl RaceStats {
 /// first never gets there, so this sees only crossings that reached the PR code.
 const LATE_PREEMPT: &str = "Unable to locate PR_REGISTERED *pr_reg for PREEMPT";
 
-/// How many PREEMPTs from unregistered nexuses the guest kernel logged since `dmesg -C`.
-fn late_preempts() -> anyhow::Result<usize> {
-    let log = super::sh("dmesg")?;
-    Ok(log
-        .stdout
-        .lines()
-        .filter(|l| l.contains(LATE_PREEMPT))
-        .count())
-}
-
 /// P2: A and B unfence, then fence each other at the same moment, `rounds` times: every round
 /// exactly one exits 0 and the other 4, the target shows that one survivor alone on every LU, and
 /// the target ran no PREEMPT from a nexus that had already lost its registration (the tie-break
@@ -153,11 +143,12 @@ pub fn mutual_fence(t: &Topology, rounds: usize) -> anyhow::Result<RaceStats> {
     for round in 1..=rounds {
         node::unfence(t, Node::A)?;
         node::unfence(t, Node::B)?;
-        super::sh("dmesg -C")?;
+        let mark = crate::kernel_log::mark()?;
         let start = Instant::now();
         let outputs = both_at_once(t, node::fence_args)?;
         let elapsed = start.elapsed();
-        let late = late_preempts()?;
+        // PREEMPTs from unregistered nexuses the guest kernel logged during the round
+        let late = crate::kernel_log::count_since(mark, LATE_PREEMPT)?;
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         let winner = match (code(0), code(1)) {
             (0, 4) => Node::A,

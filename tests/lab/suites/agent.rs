@@ -1230,7 +1230,7 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
         ms_between(fenced_at, expired_at)
     );
     // The last feed was at most one check (and its command) before the self-fence; expiry comes
-    // `timeout` after it. Seen by polling dmesg every 100 ms.
+    // `timeout` after it. Seen by polling the kernel log every 100 ms.
     let min = (TIMEOUT_S * 1000 - check_ms - 1000) as f64;
     let max = (TIMEOUT_S * 1000 + 1000) as f64;
     ensure!(
@@ -1246,7 +1246,7 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loads softdog in no-reboot mode with `timeout_s`; its expiries show in dmesg as [`EXPIRED`].
+/// Loads softdog in no-reboot mode with `timeout_s`; its expiries show in the kernel log as [`EXPIRED`].
 pub(super) fn load_softdog(timeout_s: u64) -> anyhow::Result<UnloadSoftdog> {
     if Path::new("/sys/module/softdog").exists() {
         disarm_softdog();

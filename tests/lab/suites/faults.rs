@@ -449,14 +449,10 @@ impl Softdog {
 
     /// When softdog expired, in seconds of the kernel log's clock.
     fn expiries() -> anyhow::Result<Vec<f64>> {
-        let log = crate::run("dmesg", Vec::<&str>::new())?.ok()?.stdout;
-        Ok(log
-            .lines()
-            .filter(|line| line.contains(SOFTDOG_EXPIRED))
-            .filter_map(|line| {
-                let stamp = line.trim_start_matches('[').split(']').next()?;
-                stamp.trim().parse().ok()
-            })
+        Ok(crate::kernel_log::records()?
+            .iter()
+            .filter(|r| r.text.contains(SOFTDOG_EXPIRED))
+            .map(|r| r.micros as f64 / 1e6)
             .collect())
     }
 }
