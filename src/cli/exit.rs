@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::transport::{CommandError, ErrorKind};
 
-/// The process exit status of an admin command (see [`super::args::EXIT_STATUS_HELP`]).
+/// The process exit status of an admin command (see `args::EXIT_STATUS_HELP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     Success,

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod timing;
+
 use super::lease::LeaseConfig;
 use super::watch::WatchConfig;
 use crate::keys::KeyScheme;
@@ -642,124 +644,12 @@ impl Settings {
         Ok(())
     }
 
-    /// The timing rules (see the `daemon` module docs for why each exists). None of them is
-    /// needed for safety, which rests on the target; they keep the agent from fencing itself
-    /// needlessly and make a stalled holder stop before a standby takes over.
+    /// The timing rules the file alone decides, in the table's order ([`timing::TIMING_RULES`],
+    /// which says why each exists); the first one broken is the refusal.
     fn check_timing(&self) -> Result<(), ConfigError> {
-        let rule = |rule: String| Err(ConfigError::Timing { rule });
-        match &self.mode {
-            ModeSettings::Watch(watch) => {
-                if watch.grace < self.check_interval {
-                    return rule(format!(
-                        "watch.grace ({:?}) must be at least check_interval ({:?}): the grace \
-                         must cover at least one check, or a single slow read fences the node",
-                        watch.grace, self.check_interval
-                    ));
-                }
-                if let Some(path_audit) = watch.path_audit
-                    && path_audit < self.check_interval
-                {
-                    return rule(format!(
-                        "watch.path_audit ({path_audit:?}) must be at least check_interval \
-                         ({:?}), or \"off\": paths are audited as part of a check",
-                        self.check_interval
-                    ));
-                }
-                if self.command_timeout >= watch.grace {
-                    return rule(format!(
-                        "command_timeout ({:?}) must be below watch.grace ({:?}): an \
-                         unreachable target is only noticed when a command times out",
-                        self.command_timeout, watch.grace
-                    ));
-                }
-                if let Some(wd) = &self.watchdog {
-                    let gap = feed_gap(self.check_interval, self.command_timeout);
-                    if wd.timeout <= gap {
-                        return rule(format!(
-                            "watchdog.timeout ({:?}) must exceed check_interval + the check's \
-                             budget ({CHECK_SLOTS} x (command_timeout + 200ms)) = {gap:?}: the \
-                             watchdog is fed once a check ends, and a check over hung paths \
-                             takes its whole budget, so a shorter timeout resets a node that is \
-                             still registered",
-                            wd.timeout
-                        ));
-                    }
-                }
-            }
-            ModeSettings::Lease(lease) => {
-                if lease.renew < MIN_CHECK_INTERVAL {
-                    return rule(format!(
-                        "lease.renew ({:?}) must be at least 100ms: each renew is a PR OUT on \
-                         every path of every LU, and faster renewal only loads the target",
-                        lease.renew
-                    ));
-                }
-                if lease.renew.saturating_mul(2) >= lease.lease {
-                    return rule(format!(
-                        "lease.renew ({:?}) must be below lease.lease / 2 ({:?}): the holder \
-                         needs a second renew attempt before its lease runs out",
-                        lease.renew,
-                        lease.lease / 2
-                    ));
-                }
-                if lease.margin.is_zero() || lease.margin >= lease.lease - lease.renew {
-                    return rule(format!(
-                        "lease.margin ({:?}) must be above 0 and below lease.lease - lease.renew \
-                         ({:?}): the holder self-fences at lease - margin after its last good \
-                         renew, which must leave room for the next renew",
-                        lease.margin,
-                        lease.lease - lease.renew
-                    ));
-                }
-                let drift_allowance = lease
-                    .lease
-                    .mul_f64(2.0 * f64::from(lease.clock_drift_ppm) / 1_000_000.0);
-                if lease.margin < drift_allowance {
-                    return rule(format!(
-                        "lease.margin ({:?}) must be at least 2 x clock_drift_ppm x lease \
-                         ({drift_allowance:?}): with clocks running up to {} ppm apart, the \
-                         holder's lease - margin must end before the standby's lease does",
-                        lease.margin, lease.clock_drift_ppm
-                    ));
-                }
-                if self.command_timeout > lease.renew {
-                    return rule(format!(
-                        "command_timeout ({:?}) must not exceed lease.renew ({:?}): one renew \
-                         must end before the next is due",
-                        self.command_timeout, lease.renew
-                    ));
-                }
-                if self.check_interval.saturating_mul(2) > lease.lease {
-                    return rule(format!(
-                        "check_interval ({:?}) must be at most lease.lease / 2 ({:?}): a \
-                         standby samples the holder's key at least twice per lease",
-                        self.check_interval,
-                        lease.lease / 2
-                    ));
-                }
-                if let Some(command) = &self.self_fence.command
-                    && self.self_fence.command_timeout >= lease.margin
-                {
-                    return rule(format!(
-                        "self_fence.command_timeout ({:?}) must be below lease.margin ({:?}): \
-                         the hook ({:?}) runs at lease - margin and must be done before a \
-                         standby may take over",
-                        self.self_fence.command_timeout, lease.margin, command[0]
-                    ));
-                }
-                if let Some(wd) = &self.watchdog {
-                    let busy =
-                        wd.timeout + lease.renew + self.command_timeout + self.check_interval;
-                    if busy > lease.lease - lease.margin {
-                        return rule(format!(
-                            "watchdog.timeout + lease.renew + command_timeout + check_interval \
-                             ({busy:?}) must not exceed lease.lease - lease.margin ({:?}): the \
-                             holder stops feeding the watchdog when its lease has less than \
-                             watchdog.timeout left, and a healthy holder must renew before that",
-                            lease.lease - lease.margin
-                        ));
-                    }
-                }
+        for rule in timing::TIMING_RULES {
+            if let timing::Enforced::Check(check) = rule.enforced {
+                check(self).map_err(|rule| ConfigError::Timing { rule })?;
             }
         }
         Ok(())

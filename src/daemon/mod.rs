@@ -41,44 +41,22 @@
 //! (registration belongs to fence_pr's unfencing) and heals a path only while our key is still
 //! on the LU; lease mode makes every key from a fresh, never-reused epoch.
 //!
-//! # Timing rules: watch mode
-//! - `check_interval` (100 ms..1 h): one READ KEYS per LU per interval through a read-only open.
-//!   The detection delay of a fence is about `check_interval × missing_confirmations`.
-//! - `watch.grace ≥ check_interval` and `command_timeout < watch.grace`: an LU that cannot be
-//!   read for `grace` (measured from its last good read) counts as fenced, because a node cut
-//!   off from its storage must stop as surely as a preempted one. The grace must span at least
-//!   one check, and a hung command must be noticed within it.
-//! - `watch.path_audit ≥ check_interval` when set (default "off"): every path's registration is
-//!   probed at start, when a path changes, when the count of our registrations changes, every
-//!   minute while a path is found unregistered, and this often besides. A probe is a PR OUT (a
-//!   same-key REGISTER), which on LIO can cross another node's PREEMPT, so none is sent in a
-//!   healthy steady state unless asked for.
-//! - `watchdog.timeout > check_interval + check_budget`, where `check_budget = 3 ×
-//!   (command_timeout + 200 ms)` (`config::check_budget`): the watchdog is fed once a check
-//!   ends while not fenced (also during the grace, or the watchdog would cut it short), and a
-//!   check over hung paths ends only at its budget. With `[systemd] notify`, the unit's
-//!   `WatchdogSec` must exceed the same sum (WATCHDOG=1 is sent once per check).
-//!
-//! # Timing rules: lease mode
-//! Let ρ be the largest rate error of a node's monotonic clock against true time
-//! (`clock_drift_ppm`; a crystal is within 100 ppm, the default allows 1000).
-//! - `100 ms ≤ renew < lease / 2`: the holder gets a second attempt before its lease is over;
-//!   each renew is a PR OUT on every path, so faster only loads the target.
-//! - `0 < margin < lease − renew`: the holder self-fences `lease − margin` after the *send* time
-//!   of its last successful renew; the room left must allow the next renew.
-//! - `margin ≥ 2·ρ·lease`: the holder's deadline, `lease − margin` on its clock, is at most
+//! # Timing rules
+//! One table, [`config::timing::TIMING_RULES`]: each rule, why it exists and where it is
+//! enforced; `Settings` runs its checks in the table's order, docs/agent.md shows it (a test
+//! compares) and prfence-agent.toml(5) is generated from it. Two derivations the table only
+//! states:
+//! - watch mode: the watchdog is fed once a check ends while not fenced (also during the grace,
+//!   or the watchdog would cut it short), and a check over hung paths ends only at its budget
+//!   ([`config::check_budget`]), so the watchdog's timeout and the unit's `WatchdogSec` must
+//!   exceed `check_interval` plus that budget.
+//! - lease mode, `margin ≥ 2·ρ·lease` with ρ the largest rate error of a node's monotonic clock
+//!   against true time (`clock_drift_ppm`; a crystal is within 100 ppm, the default allows
+//!   1000): the holder's deadline, `lease − margin` on its clock, is at most
 //!   `(lease − margin)/(1 − ρ)` true seconds; a standby preempts no earlier than `lease/(1 + ρ)`
-//!   true seconds after it saw the key change, which is after the holder sent that renew.
-//!   The margin must also cover the driver's wake-up lateness and the self-fence action's run
-//!   time, so in practice choose seconds, not the milliseconds this formula gives.
-//! - `command_timeout ≤ renew`: one renew ends before the next is due (one command at a time).
-//! - `check_interval ≤ lease / 2`: a standby samples the key at least twice per lease. Sampling
-//!   late only delays a takeover; it never makes one early.
-//! - `self_fence.command_timeout < margin`: the stop hook is done before a standby may act.
-//! - `watchdog.timeout + renew + command_timeout + check_interval ≤ lease − margin`: a holder
-//!   stops feeding the watchdog once its lease has less than `watchdog.timeout` left, so a hung
-//!   agent is reset by the hardware before the lease ends; a healthy holder renews in time to
-//!   never hit that point.
+//!   true seconds after it saw the key change, which is after the holder sent that renew. The
+//!   margin must also cover the driver's wake-up lateness and the self-fence action's run time,
+//!   so in practice choose seconds, not the milliseconds this formula gives.
 //!
 //! What the admin must still ensure: the service is stopped with the agent (`PartOf=` the agent's
 //! unit), as a restarted holder's lease counts from the restart, not from its previous renew;

@@ -24,7 +24,7 @@ fn workspace() -> PathBuf {
 
 /// Every generated file: its path under the output directory and its content.
 pub fn generated() -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
-    let mut files = man::pages(&workspace())?;
+    let mut files = man::pages()?;
     files.extend(completions::scripts()?);
     Ok(files)
 }

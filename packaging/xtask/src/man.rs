@@ -2,13 +2,13 @@
 //! - `prfence(8)` and `prfence-<command>(8)` from the CLI definition (clap_mangen);
 //! - `fence_pr(8)` from the agent's own metadata XML, as fence-agents makes its pages;
 //! - `prfence-agent.toml(5)` from the parser's own reference table
-//!   (`prfence::daemon::config_reference`, tested against the parser) and docs/agent.md's timing
-//!   rules.
+//!   (`prfence::daemon::config_reference`, tested against the parser) and the agent's timing
+//!   rules (`prfence::daemon::config::timing`, which the agent checks).
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::CommandFactory;
 use clap_mangen::Man;
 use prfence::cli::Cli;
@@ -16,12 +16,12 @@ use prfence::fence_agent::metadata::metadata_xml;
 
 use crate::roff::{escape, header, inline};
 
-pub fn pages(root: &Path) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
+pub fn pages() -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
     let mut pages = prfence_pages()?;
     pages.push((PathBuf::from("man/fence_pr.8"), fence_pr()?.into_bytes()));
     pages.push((
         PathBuf::from("man/prfence-agent.toml.5"),
-        agent_toml(root)?.into_bytes(),
+        agent_toml()?.into_bytes(),
     ));
     Ok(pages)
 }
@@ -360,35 +360,11 @@ fn example_settings(example: &str) -> Vec<(String, String)> {
     settings
 }
 
-/// README's "Timing rules" table: (mode, rule, why) rows.
-fn timing_rules(readme: &str) -> anyhow::Result<Vec<[String; 3]>> {
-    let start = readme
-        .find("### Timing rules")
-        .context("README.md has no \"### Timing rules\" section")?;
-    let rows: Vec<[String; 3]> = readme[start..]
-        .lines()
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2)
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
-            match cells.as_slice() {
-                [mode, rule, why] => Some([(*mode).into(), (*rule).into(), (*why).into()]),
-                _ => None,
-            }
-        })
-        .collect();
-    if rows.is_empty() {
-        bail!("README.md's timing rules table is empty");
-    }
-    Ok(rows)
-}
-
-fn agent_toml(root: &Path) -> anyhow::Result<String> {
+fn agent_toml() -> anyhow::Result<String> {
+    use prfence::daemon::config::timing::{TIMING_RULES, TimingRule};
     use prfence::daemon::config_reference::{
         Default, LEASE_EXAMPLE, SECTIONS, SETTINGS, WATCH_EXAMPLE,
     };
-    let agent_doc = std::fs::read_to_string(root.join("docs/agent.md"))?;
     let mut page = header("prfence-agent.toml", "5", "File Formats Manual");
     let _ = writeln!(page, ".SH NAME");
     let _ = writeln!(
@@ -444,13 +420,19 @@ fn agent_toml(root: &Path) -> anyhow::Result<String> {
         "The agent refuses to start on a configuration that breaks one of these rules, and says \
          which."
     );
-    for [mode, rule, why] in timing_rules(&agent_doc)? {
+    for TimingRule {
+        modes: mode,
+        rule,
+        why,
+        ..
+    } in TIMING_RULES
+    {
         let _ = writeln!(
             page,
             ".TP\n{} ({} mode)\n{}",
-            inline(&rule),
-            escape(&mode),
-            inline(&why)
+            inline(rule),
+            escape(mode),
+            inline(why)
         );
     }
     let _ = writeln!(page, ".SH FILES");
@@ -523,7 +505,7 @@ mod tests {
     fn every_setting_default_and_timing_rule_is_on_the_config_page() {
         use prfence::daemon::config_reference::{Default, SECTIONS, SETTINGS};
         let root = crate::workspace();
-        let page = agent_toml(&root).unwrap();
+        let page = agent_toml().unwrap();
         for setting in SETTINGS {
             let entry = format!("\\fB{}\\fR = \\fI", escape(setting.name));
             let at = page
@@ -551,11 +533,14 @@ mod tests {
                 "the example's [{section}] {name} is not a setting"
             );
         }
-        let agent_doc = std::fs::read_to_string(root.join("docs/agent.md")).unwrap();
-        let rules = timing_rules(&agent_doc).unwrap();
+        let rules = prfence::daemon::config::timing::TIMING_RULES;
         assert!(rules.len() >= 10);
-        for [_, rule, _] in rules {
-            assert!(page.contains(&inline(&rule)), "timing rule {rule} missing");
+        for rule in rules {
+            assert!(
+                page.contains(&inline(rule.rule)),
+                "timing rule {} missing",
+                rule.rule
+            );
         }
     }
 
@@ -571,7 +556,7 @@ mod tests {
     /// every `.TP` tag line of the config page is one setting.
     #[test]
     fn the_config_page_is_not_garbled() {
-        let page = agent_toml(&crate::workspace()).unwrap();
+        let page = agent_toml().unwrap();
         let tags: Vec<&str> = page
             .lines()
             .zip(page.lines().skip(1))
@@ -597,7 +582,7 @@ mod tests {
             "systemd.service(5)",
             "sd_notify(3)",
         ];
-        let pages = pages(&crate::workspace()).unwrap();
+        let pages = pages().unwrap();
         let names: Vec<String> = pages
             .iter()
             .filter_map(|(p, _)| p.file_name()?.to_str())
@@ -679,7 +664,10 @@ mod tests {
             .filter(|s| s.get_name() != "help")
         {
             let file = format!("man/prfence-{}.8", sub.get_name());
-            assert!(pages.iter().any(|(p, _)| p == Path::new(&file)), "{file}");
+            assert!(
+                pages.iter().any(|(p, _)| p == std::path::Path::new(&file)),
+                "{file}"
+            );
         }
     }
 }
@@ -690,7 +678,7 @@ mod render_tests {
     #[test]
     fn every_page_renders_without_warnings() {
         let dir = tempfile_dir();
-        for (path, content) in super::pages(&crate::workspace()).unwrap() {
+        for (path, content) in super::pages().unwrap() {
             let file = dir.join(path.file_name().unwrap());
             std::fs::write(&file, content).unwrap();
             let out = std::process::Command::new("man")
