@@ -9,9 +9,9 @@ pub mod cli;
 pub mod daemon;
 pub mod fence_agent;
 
-/// The SPC target model: only for tests (the engine's `test-support` feature).
-#[cfg(test)]
-pub use prfence_engine::spc_model;
 pub use prfence_engine::{
     MAX_DEVICES, atomic_file, discover, exec, hints, host, keys, ops, pr, process, transport,
 };
+/// The target models and the model host: only for tests (the engine's `test-support` feature).
+#[cfg(test)]
+pub use prfence_engine::{spc_model, testing};

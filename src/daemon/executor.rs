@@ -369,65 +369,14 @@ mod tests {
 
     use super::*;
     use crate::daemon::lu_table::PathSpec;
-    use crate::discover::DiscoverError;
+    use crate::testing::ModelHost;
     use crate::transport::Protocol;
-
-    /// Every device is missing.
-    struct Missing;
-
-    impl Host for Missing {
-        fn resolve(&self, _devices: &[PathBuf]) -> Result<Vec<crate::discover::Lu>, DiscoverError> {
-            Err(DiscoverError::NothingToFence)
-        }
-        fn resolve_each(
-            &self,
-            _devices: &[PathBuf],
-        ) -> Result<crate::discover::Resolution, DiscoverError> {
-            Err(DiscoverError::NothingToFence)
-        }
-        fn resolve_lvm_each(
-            &self,
-            _vgs: &Path,
-            _timeout: Option<Duration>,
-        ) -> Result<crate::discover::Resolution, DiscoverError> {
-            Err(DiscoverError::NothingToFence)
-        }
-        fn open(&self, dev: &Path, _policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-            Err(CommandError::without_completion(
-                dev,
-                Command::Open,
-                ErrorKind::Open,
-                "No such file or directory (os error 2)",
-            ))
-        }
-        fn cmapctl(
-            &self,
-            _cmapctl: &Path,
-            _arg: &str,
-            _timeout: Option<Duration>,
-        ) -> Result<String, crate::keys::KeyError> {
-            unreachable!("the executor asks no corosync")
-        }
-        fn run_bounded(
-            &self,
-            _program: &Path,
-            _args: &[String],
-            _timeout: Option<Duration>,
-        ) -> Result<Vec<u8>, crate::process::RunError> {
-            unreachable!("the executor runs no helper")
-        }
-        fn sleep(&self, _duration: Duration) {
-            unreachable!("the executor does not sleep")
-        }
-        fn reboot_now(&self) -> std::io::Error {
-            unreachable!("the executor does not reboot")
-        }
-    }
 
     #[tokio::test]
     async fn the_agent_hints_in_terms_of_its_own_settings() {
         let metrics = Arc::new(Mutex::new(Metrics::new(Vec::new())));
-        let exec = Executor::new(Arc::new(Missing), Duration::from_secs(1), metrics);
+        // A node where every device is missing.
+        let exec = Executor::new(Arc::new(ModelHost::new()), Duration::from_secs(1), metrics);
         let path = PathHandle::new(PathSpec {
             dev: PathBuf::from("/dev/sdq"),
             name: "sdq".to_string(),

@@ -34,16 +34,11 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-    use std::sync::Arc;
-
     use super::*;
     use crate::daemon::config::{ModeSettings, Settings};
-    use crate::discover::{DiscoverError, Lu, Resolution};
     use crate::fence_agent::{self, Environment};
     use crate::keys::KeyError;
-    use crate::process::RunError;
-    use crate::transport::{CommandError, Policy, PrTransport};
+    use crate::testing::ModelHost;
 
     const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
     const CMAP_NODES: &str = "nodelist.local_node_pos (u32) = 1\n\
@@ -60,46 +55,12 @@ mod tests {
         }
     }
 
-    /// Node `node2` of a cluster: its name and its corosync; nothing else is asked of it.
-    struct Node2;
-
-    impl Host for Node2 {
-        fn resolve(&self, _: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
-            unreachable!()
-        }
-        fn resolve_each(&self, _: &[PathBuf]) -> Result<Resolution, DiscoverError> {
-            unreachable!()
-        }
-        fn resolve_lvm_each(
-            &self,
-            _: &Path,
-            _: Option<Duration>,
-        ) -> Result<Resolution, DiscoverError> {
-            unreachable!()
-        }
-        fn open(&self, _: &Path, _: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-            unreachable!()
-        }
-        fn cmapctl(&self, _: &Path, arg: &str, _: Option<Duration>) -> Result<String, KeyError> {
-            cmap(arg)
-        }
-        fn run_bounded(
-            &self,
-            _: &Path,
-            _: &[String],
-            _: Option<Duration>,
-        ) -> Result<Vec<u8>, RunError> {
-            unreachable!()
-        }
-        fn hostname(&self) -> std::io::Result<String> {
-            Ok("node2".to_owned())
-        }
-        fn sleep(&self, _: Duration) {
-            unreachable!()
-        }
-        fn reboot_now(&self) -> std::io::Error {
-            unreachable!()
-        }
+    /// Node `node2` of a cluster: its name and its corosync.
+    fn node2() -> ModelHost {
+        let host = ModelHost::new().with_hostname("node2");
+        host.set_corosync("totem.cluster_name", CMAP_NAME);
+        host.set_corosync("nodelist", CMAP_NODES);
+        host
     }
 
     /// The packaged agent configuration watches the key that fence_pr, created with no key
@@ -111,7 +72,7 @@ mod tests {
         let ModeSettings::Watch(watch) = settings.mode else {
             panic!("the packaged configuration is in watch mode")
         };
-        let agent = resolve_key(&watch.key, Duration::from_secs(1), &Node2).unwrap();
+        let agent = resolve_key(&watch.key, Duration::from_secs(1), &node2()).unwrap();
         let unfence = fence_agent::parse::<&str>(
             &[],
             Some("action=on\nport=node2\nnodename=node2\ndevices=/dev/mapper/mpatha\n"),

@@ -2,9 +2,7 @@
 //! storage, tokio's paused clock (time jumps to the next timer whenever every task waits, so a
 //! 10 s lease takes milliseconds).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,155 +14,61 @@ use super::config::Settings;
 use super::lock;
 use super::notify::Notifier;
 use super::status::{State, Status};
-use crate::discover::{self, DiscoverError, IscsiSession, LuId, PathInfo, PathState, Resolution};
-use crate::exec::ScsiPr;
+use crate::discover::{IscsiSession, LuId, PathInfo, PathState};
 use crate::host::Host;
-use crate::keys::KeyError;
 use crate::pr::{Key, PrOut, ReservationType};
-use crate::process::RunError;
 use crate::spc_model::{Injected, ModelDevice, ModelLu, Nexus, Quirks};
-use crate::transport::{Command, CommandError, ErrorKind, Policy, PrTransport, Protocol};
+use crate::testing::ModelHost;
+use crate::transport::Protocol;
 
 const KA: Key = Key::new(0xa1);
 const KB: Key = Key::new(0xb2);
 const WERO: ReservationType = ReservationType::WriteExclusiveRegistrantsOnly;
 
-/// Discovery and devices backed by model LUs; tests change them as sysfs would change.
-#[derive(Default)]
-struct ModelStorage {
-    lus: Mutex<HashMap<PathBuf, discover::Lu>>,
-    devices: Mutex<HashMap<PathBuf, ModelDevice>>,
+/// Adds (or replaces, a re-login) a path `dev` of the configured `device` on `host`, reaching
+/// `lu` as `nexus` through iSCSI session `session`.
+fn path(
+    host: &ModelHost,
+    device: &str,
+    id: &str,
+    lu: &Arc<Mutex<ModelLu>>,
+    nexus: Nexus,
+    dev: &str,
+    session: &str,
+) {
+    let path = PathInfo {
+        dev: PathBuf::from(dev),
+        given: PathBuf::from(device),
+        name: dev.trim_start_matches("/dev/").to_owned(),
+        protocol: Protocol::Scsi,
+        hctl: String::new(),
+        state: PathState::Running,
+        transport: Some(IscsiSession {
+            session: session.to_owned(),
+            target: String::new(),
+            initiator: String::new(),
+            iface: None,
+            tpgt: None,
+            isid: None,
+        }),
+    };
+    host.attach(
+        LuId::from_wwid(id).unwrap(),
+        path,
+        ModelDevice::new(Arc::clone(lu), nexus, dev),
+    );
 }
 
-impl ModelStorage {
-    /// Adds (or replaces) a path `dev` of the configured `device`, reaching `lu` as `nexus`.
-    fn path(
-        &self,
-        device: &str,
-        id: &str,
-        lu: &Arc<Mutex<ModelLu>>,
-        nexus: Nexus,
-        dev: &str,
-        session: &str,
-    ) {
-        let path = PathInfo {
-            dev: PathBuf::from(dev),
-            given: PathBuf::from(device),
-            name: dev.trim_start_matches("/dev/").to_owned(),
-            protocol: Protocol::Scsi,
-            hctl: String::new(),
-            state: PathState::Running,
-            transport: Some(IscsiSession {
-                session: session.to_owned(),
-                target: String::new(),
-                initiator: String::new(),
-                iface: None,
-                tpgt: None,
-                isid: None,
-            }),
-        };
-        let mut lus = lock(&self.lus);
-        let entry = lus
-            .entry(PathBuf::from(device))
-            .or_insert_with(|| discover::Lu {
-                id: LuId::from_wwid(id).unwrap(),
-                paths: Vec::new(),
-            });
-        entry.paths.retain(|p| p.dev != path.dev);
-        entry.paths.push(path);
-        lock(&self.devices).insert(
-            PathBuf::from(dev),
-            ModelDevice::new(Arc::clone(lu), nexus, dev),
-        );
-    }
+/// Path `dev` of /dev/mapper/lu0 (LU `naa.0`) on `host`, reaching `lu` as `nexus`.
+fn lu0_path(host: &ModelHost, lu: &Arc<Mutex<ModelLu>>, nexus: Nexus, dev: &str, session: &str) {
+    path(host, "/dev/mapper/lu0", "naa.0", lu, nexus, dev, session);
 }
 
-/// The node of one agent: discovery and devices from its [`ModelStorage`], reboots counted,
-/// the self-fence hook run for real; no corosync.
-struct RecordingHost {
-    storage: Arc<ModelStorage>,
-    reboots: AtomicUsize,
-}
-
-impl RecordingHost {
-    fn on(storage: &Arc<ModelStorage>) -> RecordingHost {
-        RecordingHost {
-            storage: Arc::clone(storage),
-            reboots: AtomicUsize::new(0),
-        }
-    }
-}
-
-impl Host for RecordingHost {
-    fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<discover::Lu>, DiscoverError> {
-        let lus = lock(&self.storage.lus);
-        devices
-            .iter()
-            .map(|device| {
-                lus.get(device)
-                    .cloned()
-                    .ok_or(DiscoverError::NothingToFence)
-            })
-            .collect()
-    }
-
-    fn resolve_each(&self, _devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
-        unreachable!("the agent resolves strictly")
-    }
-
-    fn resolve_lvm_each(
-        &self,
-        _vgs: &Path,
-        _timeout: Option<Duration>,
-    ) -> Result<Resolution, DiscoverError> {
-        unreachable!("the agent does no LVM autodiscovery")
-    }
-
-    fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        let device = lock(&self.storage.devices)
-            .get(dev)
-            .cloned()
-            .ok_or_else(|| {
-                CommandError::without_completion(
-                    dev,
-                    Command::Open,
-                    ErrorKind::Open,
-                    "no such model device",
-                )
-            })?;
-        Ok(Arc::new(ScsiPr::new(device, policy)))
-    }
-
-    fn cmapctl(
-        &self,
-        cmapctl: &Path,
-        arg: &str,
-        _timeout: Option<Duration>,
-    ) -> Result<String, KeyError> {
-        Err(KeyError::Cmapctl {
-            path: cmapctl.display().to_string(),
-            arg: arg.to_owned(),
-            reason: "no corosync in the test host".to_owned(),
-        })
-    }
-
-    fn run_bounded(
-        &self,
-        program: &Path,
-        args: &[String],
-        timeout: Option<Duration>,
-    ) -> Result<Vec<u8>, RunError> {
-        crate::process::run_bounded(program, args, timeout)
-    }
-
-    fn sleep(&self, _duration: Duration) {
-        unreachable!("the agent sleeps on tokio's clock")
-    }
-
-    fn reboot_now(&self) -> std::io::Error {
-        self.reboots.fetch_add(1, Ordering::SeqCst);
-        std::io::Error::other("test host does not reboot")
-    }
+/// A node with one path to `lu` (as nexus `nexus`): /dev/sd0 of /dev/mapper/lu0.
+fn one_path_node(lu: &Arc<Mutex<ModelLu>>, nexus: Nexus) -> Arc<ModelHost> {
+    let node = Arc::new(ModelHost::new());
+    lu0_path(&node, lu, nexus, "/dev/sd0", "session1");
+    node
 }
 
 use crate::spc_model::iscsi_initiator as iscsi;
@@ -188,10 +92,10 @@ struct Running {
     control: mpsc::UnboundedSender<Control>,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Mutex<super::metrics::Metrics>>,
-    host: Arc<RecordingHost>,
+    host: Arc<ModelHost>,
 }
 
-fn start(settings: Settings, storage: &Arc<ModelStorage>, key: Option<Key>) -> Running {
+fn start(settings: Settings, storage: &Arc<ModelHost>, key: Option<Key>) -> Running {
     start_with_sys(settings, storage, PathBuf::from("/nonexistent"), key)
 }
 
@@ -254,13 +158,13 @@ fn lines(file: &Path) -> usize {
 
 /// Two LUs, node A registered on both through one path each, node B registered too.
 struct TwoLus {
-    storage: Arc<ModelStorage>,
+    storage: Arc<ModelHost>,
     lus: [Arc<Mutex<ModelLu>>; 2],
     b: [Nexus; 2],
 }
 
 fn two_lus() -> TwoLus {
-    let storage = Arc::new(ModelStorage::default());
+    let storage = Arc::new(ModelHost::new());
     let lus = [model_lu(), model_lu()];
     let mut b = Vec::new();
     for (i, lu) in lus.iter().enumerate() {
@@ -270,7 +174,8 @@ fn two_lus() -> TwoLus {
         register(lu, nb, KB);
         b.push(nb);
         let name = format!("lu{i}");
-        storage.path(
+        path(
+            &storage,
             &format!("/dev/mapper/{name}"),
             &format!("naa.{i}"),
             lu,
@@ -324,11 +229,7 @@ async fn watch_fences_when_the_key_leaves_any_lu_and_runs_the_hook() {
             .render(Instant::now().into_std())
             .contains("prfence_fenced 1")
     );
-    assert_eq!(
-        run.host.reboots.load(Ordering::SeqCst),
-        0,
-        "reboot is off by default"
-    );
+    assert_eq!(run.host.reboots(), 0, "reboot is off by default");
 }
 
 #[tokio::test(start_paused = true)]
@@ -355,21 +256,12 @@ async fn fenced_is_latched_even_if_the_key_comes_back() {
         .await
     );
     assert!(
-        real_wait(Duration::from_secs(10), || run
-            .host
-            .reboots
-            .load(Ordering::SeqCst)
-            > 0)
-        .await,
+        real_wait(Duration::from_secs(10), || run.host.reboots() > 0).await,
         "no reboot after the hook"
     );
-    assert_eq!(
-        run.host.reboots.load(Ordering::SeqCst),
-        1,
-        "reboot asked for once"
-    );
+    assert_eq!(run.host.reboots(), 1, "reboot asked for once");
     // Someone registers our key again: the agent stays fenced and runs nothing again (P3).
-    let a0 = lock(&t.storage.devices)[Path::new("/dev/sd0")].nexus();
+    let a0 = t.storage.device(Path::new("/dev/sd0")).unwrap().nexus();
     register(&t.lus[0], a0, KA);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(lock(&run.status).state, State::Fenced);
@@ -380,10 +272,10 @@ async fn fenced_is_latched_even_if_the_key_comes_back() {
 
 #[tokio::test(start_paused = true)]
 async fn nothing_is_judged_before_our_key_is_registered() {
-    let storage = Arc::new(ModelStorage::default());
+    let storage = Arc::new(ModelHost::new());
     let lu = model_lu();
     let a = connect(&lu, "nodea", "0x1");
-    storage.path("/dev/mapper/lu0", "naa.0", &lu, a, "/dev/sd0", "session1");
+    lu0_path(&storage, &lu, a, "/dev/sd0", "session1");
     let run = start(watch_settings(&["/dev/mapper/lu0"], ""), &storage, Some(KA));
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(
@@ -424,7 +316,7 @@ async fn an_unreachable_lu_fences_after_the_grace() {
             == State::Healthy)
         .await
     );
-    let a1 = lock(&t.storage.devices)[Path::new("/dev/sd1")].nexus();
+    let a1 = t.storage.device(Path::new("/dev/sd1")).unwrap().nexus();
     lock(&t.lus[1]).fail_next(a1, Injected::TransportDown, 1000);
     let lost_at = Instant::now();
     assert!(
@@ -446,14 +338,14 @@ async fn a_relogin_orphan_is_found_by_the_audit_and_left_to_unfence() {
     // still matches the path count and only the per-path probe shows the new nexus unregistered.
     // The agent never registers it (P3: a fence could land between any read and a REGISTER):
     // the LU stays degraded, naming the path, until an explicit unfence registers it.
-    let storage = Arc::new(ModelStorage::default());
+    let storage = Arc::new(ModelHost::new());
     let lu = model_lu();
     let a1 = connect(&lu, "nodea", "0x1");
     let a2 = connect(&lu, "nodea", "0x2");
     register(&lu, a1, KA);
     register(&lu, a2, KA);
-    storage.path("/dev/mapper/lu0", "naa.0", &lu, a1, "/dev/sd0", "session1");
-    storage.path("/dev/mapper/lu0", "naa.0", &lu, a2, "/dev/sd1", "session2");
+    lu0_path(&storage, &lu, a1, "/dev/sd0", "session1");
+    lu0_path(&storage, &lu, a2, "/dev/sd1", "session2");
     let run = start(watch_settings(&["/dev/mapper/lu0"], ""), &storage, Some(KA));
     assert!(
         wait_for(&run.status, Duration::from_secs(10), |s| s.state
@@ -462,7 +354,7 @@ async fn a_relogin_orphan_is_found_by_the_audit_and_left_to_unfence() {
     );
 
     let a3 = lock(&lu).relogin(a2, "0x3");
-    storage.path("/dev/mapper/lu0", "naa.0", &lu, a3, "/dev/sd1", "session3");
+    lu0_path(&storage, &lu, a3, "/dev/sd1", "session3");
     assert_eq!(lock(&lu).registered_key(a3), None);
     assert!(
         wait_for(&run.status, Duration::from_secs(10), |s| s.state
@@ -525,7 +417,7 @@ async fn not_armed_names_the_cause_per_lu() {
     lock(&t.lus[0])
         .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
-    lock(&t.storage.devices).remove(Path::new("/dev/sd1"));
+    t.storage.unplug(Path::new("/dev/sd1"));
     let run = start(
         watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
         &t.storage,
@@ -589,7 +481,7 @@ async fn a_reload_that_adds_an_unregistered_lu_waits_for_our_key_on_it() {
         status.lus[1]
     );
     // The admin unfences this node on the new LU: from then on it is judged.
-    let a1 = lock(&t.storage.devices)[Path::new("/dev/sd1")].nexus();
+    let a1 = t.storage.device(Path::new("/dev/sd1")).unwrap().nexus();
     register(&t.lus[1], a1, KA);
     assert!(
         wait_for(&run.status, Duration::from_secs(10), |s| s.state
@@ -621,10 +513,8 @@ async fn lease_takeover_when_the_holder_stalls() {
     let n1 = connect(&lu, "node1", "0x1");
     let n2 = connect(&lu, "node2", "0x1");
     // Each node sees the LU as its own device with its own nexus.
-    let node1 = Arc::new(ModelStorage::default());
-    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
-    let node2 = Arc::new(ModelStorage::default());
-    node2.path("/dev/mapper/lu0", "naa.0", &lu, n2, "/dev/sd0", "session1");
+    let node1 = one_path_node(&lu, n1);
+    let node2 = one_path_node(&lu, n2);
     let fenced1 = dir.path().join("fenced1");
     let fenced2 = dir.path().join("fenced2");
 
@@ -713,8 +603,7 @@ async fn a_preempted_holder_fences_at_its_next_renew() {
     let lu = model_lu();
     let n1 = connect(&lu, "node1", "0x1");
     let other = connect(&lu, "admin", "0x1");
-    let node1 = Arc::new(ModelStorage::default());
-    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
+    let node1 = one_path_node(&lu, n1);
     let fenced1 = dir.path().join("fenced1");
     let first = start(lease_settings(dir.path(), 1, &fenced1), &node1, None);
     assert!(
@@ -748,18 +637,18 @@ async fn a_preempted_holder_fences_at_its_next_renew() {
 
 #[tokio::test(start_paused = true)]
 async fn once_reports_an_orphan_and_heals_nothing() {
-    let storage = Arc::new(ModelStorage::default());
+    let storage = Arc::new(ModelHost::new());
     let lu = model_lu();
     let a1 = connect(&lu, "nodea", "0x1");
     let a2 = connect(&lu, "nodea", "0x2");
     register(&lu, a1, KA);
-    storage.path("/dev/mapper/lu0", "naa.0", &lu, a1, "/dev/sd0", "session1");
-    let agent = |storage: &Arc<ModelStorage>| {
+    lu0_path(&storage, &lu, a1, "/dev/sd0", "session1");
+    let agent = |storage: &Arc<ModelHost>| {
         let (_control, receiver) = mpsc::unbounded_channel();
         Agent::new(
             watch_settings(&["/dev/mapper/lu0"], ""),
             AgentParts {
-                host: Arc::new(RecordingHost::on(storage)),
+                host: Arc::clone(storage) as Arc<dyn Host>,
                 notifier: Notifier::disabled(),
                 status_file: None,
                 sys_root: PathBuf::from("/nonexistent"),
@@ -772,7 +661,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
     };
     let generation = lock(&lu).generation();
     assert_eq!(super::entry::once(agent(&storage), Some(KA)).await, 0);
-    storage.path("/dev/mapper/lu0", "naa.0", &lu, a2, "/dev/sd1", "session2");
+    lu0_path(&storage, &lu, a2, "/dev/sd1", "session2");
     assert_eq!(
         super::entry::once(agent(&storage), Some(KA)).await,
         super::agent::EXIT_ONCE_PROBLEM
@@ -800,7 +689,7 @@ fn with_watchdog(mut settings: Settings, dir: &Path, magic_close: bool) -> (Sett
 
 fn start_with_sys(
     settings: Settings,
-    storage: &Arc<ModelStorage>,
+    storage: &Arc<ModelHost>,
     sys: PathBuf,
     key: Option<Key>,
 ) -> Running {
@@ -810,13 +699,13 @@ fn start_with_sys(
 /// Starts the agent on the model storage with `sys` as its sysfs root.
 fn start_agent(
     settings: Settings,
-    storage: &Arc<ModelStorage>,
+    storage: &Arc<ModelHost>,
     sys: PathBuf,
     key: Option<Key>,
     status_file: Option<PathBuf>,
 ) -> Running {
     let (control, receiver) = mpsc::unbounded_channel();
-    let host = Arc::new(RecordingHost::on(storage));
+    let host = Arc::clone(storage);
     let agent = Agent::new(
         settings,
         AgentParts {
@@ -938,8 +827,7 @@ async fn a_reload_with_another_lease_keeps_the_running_lease_and_the_status_file
     let dir = tempfile::tempdir().unwrap();
     let lu = model_lu();
     let n1 = connect(&lu, "node1", "0x1");
-    let node1 = Arc::new(ModelStorage::default());
-    node1.path("/dev/mapper/lu0", "naa.0", &lu, n1, "/dev/sd0", "session1");
+    let node1 = one_path_node(&lu, n1);
     let fenced = dir.path().join("fenced");
     let run = start(lease_settings(dir.path(), 1, &fenced), &node1, None);
     assert!(
@@ -1145,7 +1033,7 @@ fn a_self_fence_program_that_cannot_run_is_refused() {
 /// Like [`start_with_sys`], with a status file.
 fn start_with_status_file(
     settings: Settings,
-    storage: &Arc<ModelStorage>,
+    storage: &Arc<ModelHost>,
     sys: PathBuf,
     key: Option<Key>,
     status_file: PathBuf,
@@ -1223,7 +1111,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
         let agent = Agent::new(
             settings,
             AgentParts {
-                host: Arc::new(RecordingHost::on(&t.storage)),
+                host: Arc::clone(&t.storage) as Arc<dyn Host>,
                 notifier: Notifier::disabled(),
                 status_file: None,
                 sys_root: dir.path().join("sys"),
@@ -1288,7 +1176,7 @@ async fn a_self_fence_records_each_step_and_a_failed_reboot_stops_the_feeding() 
             .is_some_and(|f| f.reboot == RebootStep::Failed))
         .await
     );
-    assert_eq!(run.host.reboots.load(Ordering::SeqCst), 1);
+    assert_eq!(run.host.reboots(), 1);
     assert_eq!(
         lock(&run.status).self_fence,
         Some(SelfFenceSteps {
@@ -1354,7 +1242,7 @@ async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
             .render(Instant::now().into_std())
             .contains("prfence_watchdog_up")
     );
-    assert_eq!(run.host.reboots.load(Ordering::SeqCst), 0);
+    assert_eq!(run.host.reboots(), 0);
 }
 
 /// A check over hung paths ends within its budget (config::check_budget), on the real clock: the
@@ -1362,7 +1250,7 @@ async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
 #[test]
 fn a_check_over_hung_paths_ends_within_its_budget() {
     const HANG: Duration = Duration::from_secs(30);
-    let storage = Arc::new(ModelStorage::default());
+    let storage = Arc::new(ModelHost::new());
     let mut devices = Vec::new();
     let mut lus = Vec::new();
     // Four LUs. LU 0: its first of two paths hangs (failover to the second); LU 1: all five
@@ -1380,7 +1268,8 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
                 lock(&lu).fail_next(nexus, Injected::Hang(HANG), 1000);
             }
             let dev = format!("/dev/sd{i}{p}");
-            storage.path(
+            path(
+                &storage,
                 &device,
                 &format!("naa.{i}"),
                 &lu,
@@ -1405,7 +1294,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let agent = Agent::new(
         settings,
         AgentParts {
-            host: Arc::new(RecordingHost::on(&storage)),
+            host: Arc::clone(&storage) as Arc<dyn Host>,
             notifier: Notifier::disabled(),
             status_file: None,
             sys_root: PathBuf::from("/nonexistent"),

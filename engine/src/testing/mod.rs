@@ -5,8 +5,12 @@
 //! - [`crate::spc_model`]: one SCSI logical unit's persistent reservations (SPC-4, LIO's quirks
 //!   as switches).
 //! - [`nvmet`]: one NVMe namespace's reservations as Linux nvmet keeps them.
+//! - [`Cluster`]: N nodes × M LUs × paths over either model.
+//! - [`ModelHost`]: the one `Host` double, a node whose storage is model devices.
 
 pub mod cluster;
+pub mod host;
 pub mod nvmet;
 
 pub use cluster::{Cluster, ClusterPath, Medium, Port, TargetModel};
+pub use host::ModelHost;

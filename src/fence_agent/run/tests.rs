@@ -1,16 +1,17 @@
 //! The agent's actions on SPC-model LUs (`ScsiPr<ModelDevice>`, LIO quirks) through the real
-//! engine, with corosync, discovery, the key store and sleeping faked by [`ModelSystem`] (its
-//! [`ModelHost`] and a store in a temporary directory).
+//! engine, with corosync, discovery, the key store and sleeping faked by [`ModelSystem`] (the
+//! shared [`ModelHost`] and a store in a temporary directory).
 
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::discover::{DeviceError, Lu, LuId, PathInfo, PathState as SysfsState, Unidentified};
+use crate::discover::{LuId, PathInfo, PathState as SysfsState};
 use crate::exec::ScsiPr;
 use crate::fence_agent::{Environment, parse};
 use crate::keys::{self, NativeKey};
 use crate::pr::{PrOut, TransportId};
 use crate::spc_model::{ModelDevice, ModelLu, Nexus, Quirks};
+use crate::testing::ModelHost;
 use crate::transport::Protocol;
 
 const CMAP_NAME: &str = "totem.cluster_name (str) = lab\n";
@@ -30,115 +31,13 @@ struct ModelPathSpec {
     nexus: Nexus,
 }
 
-/// One node's view: its paths to the shared LUs, its own key store, a fake corosync.
+/// One node's view: its paths to the shared LUs (on its [`ModelHost`], which also answers for
+/// corosync and records sleeps), its own key store.
 struct ModelSystem {
-    lus: Arc<Vec<Arc<Mutex<ModelLu>>>>,
     paths: Vec<ModelPathSpec>,
+    host: Arc<ModelHost>,
     store: KeyStore,
     _dir: tempfile::TempDir,
-    slept: Arc<Mutex<Vec<Duration>>>,
-    nodelist: String,
-}
-
-/// The [`Host`] of a [`ModelSystem`] as it is at one request: its paths, its corosync answers,
-/// its sleeps recorded.
-struct ModelHost {
-    lus: Arc<Vec<Arc<Mutex<ModelLu>>>>,
-    paths: Vec<ModelPathSpec>,
-    slept: Arc<Mutex<Vec<Duration>>>,
-    nodelist: String,
-}
-
-impl Host for ModelHost {
-    fn cmapctl(
-        &self,
-        _cmapctl: &Path,
-        arg: &str,
-        _timeout: Option<Duration>,
-    ) -> Result<String, KeyError> {
-        match arg {
-            "totem.cluster_name" => Ok(CMAP_NAME.to_owned()),
-            "nodelist" => Ok(self.nodelist.clone()),
-            other => panic!("unexpected cmapctl query {other}"),
-        }
-    }
-    fn resolve(&self, _devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
-        unreachable!("fence_pr resolves leniently")
-    }
-    fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {
-        let mut lus: Vec<Lu> = Vec::new();
-        let mut unidentified = Vec::new();
-        for device in devices {
-            let Some(spec) = self.paths.iter().find(|p| &p.dev == device) else {
-                unidentified.push(Unidentified {
-                    device: device.clone(),
-                    error: DeviceError::NotFound {
-                        device: device.clone(),
-                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
-                    },
-                });
-                continue;
-            };
-            let path = PathInfo {
-                dev: spec.dev.clone(),
-                given: device.clone(),
-                name: spec.dev.display().to_string(),
-                protocol: Protocol::Scsi,
-                hctl: format!("{}:0:0:{}", spec.nexus_index(), spec.lu),
-                state: SysfsState::Running,
-                transport: None,
-            };
-            let id = LuId::from_vpd_pg83(&designator(spec.lu)).unwrap();
-            match lus.iter_mut().find(|l| l.id == id) {
-                Some(lu) => lu.paths.push(path),
-                None => lus.push(Lu {
-                    id,
-                    paths: vec![path],
-                }),
-            }
-        }
-        lus.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(Resolution { lus, unidentified })
-    }
-    fn resolve_lvm_each(
-        &self,
-        _vgs: &Path,
-        _timeout: Option<Duration>,
-    ) -> Result<Resolution, DiscoverError> {
-        Err(DiscoverError::NothingToFence)
-    }
-    fn open(&self, device: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError> {
-        // A device that vanished: the open fails as on a real system.
-        let Some(spec) = self.paths.iter().find(|p| p.dev == device) else {
-            return Err(CommandError::without_completion(
-                device,
-                crate::transport::Command::Open,
-                ErrorKind::Open,
-                "No such file or directory",
-            ));
-        };
-        Ok(Arc::new(ScsiPr::new(
-            ModelDevice::new(Arc::clone(&self.lus[spec.lu]), spec.nexus, &spec.dev),
-            Policy {
-                not_ready_backoff: Duration::from_millis(1),
-                ..policy
-            },
-        )))
-    }
-    fn run_bounded(
-        &self,
-        _program: &Path,
-        _args: &[String],
-        _timeout: Option<Duration>,
-    ) -> Result<Vec<u8>, crate::process::RunError> {
-        unreachable!("fence_pr runs its helpers through cmapctl and LVM discovery")
-    }
-    fn sleep(&self, duration: Duration) {
-        self.slept.lock().unwrap().push(duration);
-    }
-    fn reboot_now(&self) -> std::io::Error {
-        unreachable!("fence_pr never reboots")
-    }
 }
 
 impl ModelPathSpec {
@@ -198,14 +97,30 @@ impl Cluster {
                 });
             }
         }
+        let host = ModelHost::new().with_not_ready_backoff(Duration::from_millis(1));
+        host.set_corosync("totem.cluster_name", CMAP_NAME);
+        host.set_corosync("nodelist", CMAP_NODES);
+        for spec in &specs {
+            host.attach(
+                LuId::from_vpd_pg83(&designator(spec.lu)).unwrap(),
+                PathInfo {
+                    dev: spec.dev.clone(),
+                    given: spec.dev.clone(),
+                    name: spec.dev.display().to_string(),
+                    protocol: Protocol::Scsi,
+                    hctl: format!("{}:0:0:{}", spec.nexus_index(), spec.lu),
+                    state: SysfsState::Running,
+                    transport: None,
+                },
+                ModelDevice::new(Arc::clone(&self.lus[spec.lu]), spec.nexus, &spec.dev),
+            );
+        }
         let dir = tempfile::tempdir().unwrap();
         ModelSystem {
-            lus: Arc::clone(&self.lus),
             paths: specs,
+            host: Arc::new(host),
             store: KeyStore::new(dir.path().join("cluster")),
             _dir: dir,
-            slept: Arc::new(Mutex::new(Vec::new())),
-            nodelist: CMAP_NODES.to_owned(),
         }
     }
 
@@ -223,15 +138,7 @@ impl Cluster {
 impl ModelSystem {
     /// fence_pr's view of this node now.
     fn fence_node(&self) -> FenceNode {
-        FenceNode::new(
-            Arc::new(ModelHost {
-                lus: Arc::clone(&self.lus),
-                paths: self.paths.clone(),
-                slept: Arc::clone(&self.slept),
-                nodelist: self.nodelist.clone(),
-            }),
-            self.store.clone(),
-        )
+        FenceNode::new(Arc::clone(&self.host) as Arc<dyn Host>, self.store.clone())
     }
 
     fn devices(&self) -> String {
@@ -307,7 +214,7 @@ fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     assert_eq!(code, FencePrExit::Success, "{out}");
     assert_eq!(out, "Success: Powered OFF\n");
     assert_eq!(
-        *a.slept.lock().unwrap(),
+        a.host.slept(),
         vec![Duration::from_secs(3), Duration::from_secs(1)],
         "delay before, power_wait after"
     );
@@ -534,7 +441,7 @@ fn a_vanished_device_stops_off_before_anything_is_sent() {
 #[test]
 fn list_prints_every_corosync_node_and_list_status_their_state() {
     let cluster = Cluster::new(1);
-    let mut a = cluster.node("node1", 1);
+    let a = cluster.node("node1", 1);
     assert_eq!(on(&a, "node1").0, FencePrExit::Success);
     assert_eq!(
         agent(&a, "action=list\n"),
@@ -550,7 +457,7 @@ fn list_prints_every_corosync_node_and_list_status_their_state() {
             "node1,node1,ON\nnode2,node2,OFF\n".into()
         )
     );
-    a.nodelist = String::new();
+    a.host.set_corosync("nodelist", "");
     assert_eq!(agent(&a, "action=list\n").0, FencePrExit::Error);
 }
 
