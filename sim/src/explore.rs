@@ -293,7 +293,13 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
         })
         .collect();
     let sim = Sim::new(nodes);
-    let world = World::new(Arc::clone(&sim), cluster, keys, policy(Some(scenario)));
+    let world = World::new(
+        Arc::clone(&sim),
+        cluster,
+        keys,
+        policy(Some(scenario)),
+        scenario.tie_break.map(Duration::from_nanos),
+    );
     for (id, action) in scenario.actions.iter().copied().enumerate() {
         let w = Arc::clone(&world);
         let label: Arc<str> = Arc::from(format!("n{} {}", action.node, action.op));

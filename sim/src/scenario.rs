@@ -52,6 +52,8 @@ pub struct Scenario {
     pub timeouts: bool,
     /// From this true time on, no more faults or timeouts (a rerun after a partial failure).
     pub quiet_after: Option<Nanos>,
+    /// Fences wait this fixed tie-break (`tiebreak=1000ms`) instead of the measured one.
+    pub tie_break: Option<Nanos>,
 }
 
 /// The scenario families a random run draws from, each aimed at a kind of race.
@@ -90,6 +92,7 @@ impl Scenario {
             faults: rng.chance(1, 3),
             timeouts: rng.chance(1, 4),
             quiet_after: None,
+            tie_break: None,
         };
         // A start offset around the tie-break (1 s), where the two fences' steps interleave.
         let offset = |rng: &mut Rng| match rng.below(6) {
@@ -363,6 +366,9 @@ impl fmt::Display for Scenario {
         if let Some(at) = self.quiet_after {
             write!(f, " quiet@{}", at_ms(at))?;
         }
+        if let Some(wait) = self.tie_break {
+            write!(f, " tiebreak={}", at_ms(wait))?;
+        }
         Ok(())
     }
 }
@@ -443,6 +449,7 @@ impl FromStr for Scenario {
             faults: false,
             timeouts: false,
             quiet_after: None,
+            tie_break: None,
         };
         for word in words {
             let (key, value) = word.split_once(['=', ':']).unwrap_or((word, ""));
@@ -460,6 +467,7 @@ impl FromStr for Scenario {
                 "clock-stops" => s.clock_stops = true,
                 "faults" => s.faults = true,
                 "timeouts" => s.timeouts = true,
+                "tiebreak" => s.tie_break = Some(time(value)?),
                 _ if word.starts_with("quiet@") => {
                     s.quiet_after = Some(time(word.trim_start_matches("quiet@"))?)
                 }

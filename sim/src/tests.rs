@@ -137,7 +137,13 @@ fn bare_world() -> Arc<World> {
     };
     let cluster = Cluster::new(TargetModel::Scsi(Quirks::lio()), 1, &[1, 1]);
     let keys = vec![explore::node_key(0), explore::node_key(1)];
-    World::new(Sim::new(vec![node; 2]), cluster, keys, Default::default())
+    World::new(
+        Sim::new(vec![node; 2]),
+        cluster,
+        keys,
+        Default::default(),
+        None,
+    )
 }
 
 fn ends(run: &Run, node: usize) -> Vec<Outcome> {
@@ -195,7 +201,8 @@ fn two_survivors_are_caught() {
 }
 
 /// The counterexamples the simulation found before the fixes, replayed: each schedule still
-/// drives the same race, which now breaks nothing.
+/// drives the same race, which now breaks nothing. They were recorded when every fence waited a
+/// fixed 1 s tie-break, so they replay with `tiebreak=1000ms` (an admin's `--tie-break 1`).
 mod regressions {
     use super::*;
 
@@ -212,7 +219,7 @@ mod regressions {
     #[test]
     fn a_follower_never_registers_behind_a_third_nodes_fence() {
         let run = replay(
-            "lio nodes=3 lus=2 paths=1 n0:fence(n1)@0ms n2:fence(n0)@0ms",
+            "lio nodes=3 lus=2 paths=1 n0:fence(n1)@0ms n2:fence(n0)@0ms tiebreak=1000ms",
             &[0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1],
         );
         assert_eq!(ends(&run, 2), [Outcome::Success]);
@@ -229,7 +236,7 @@ mod regressions {
     #[test]
     fn heal_never_registers_behind_a_fence() {
         let run = replay(
-            "lio nodes=2 lus=1 paths=2 n0:heal@100ms n1:fence(n0)@100ms relogin:n0/l0/p1@0ms",
+            "lio nodes=2 lus=1 paths=2 n0:heal@100ms n1:fence(n0)@100ms relogin:n0/l0/p1@0ms tiebreak=1000ms",
             &[0, 0, 0, 0, 1, 0, 0, 1],
         );
         assert_eq!(ends(&run, 1), [Outcome::Success]);
@@ -244,7 +251,7 @@ mod regressions {
     #[test]
     fn a_third_nodes_failed_fence_is_not_a_split_of_the_pair() {
         let run = replay(
-            "nvmet nodes=4 lus=4 paths=2 n0:fence(n1)@1100ms n2:fence(n3)@0ms n2:fence(n1)@1000ms n3:fence(n2)@1000ms n0:fence(n2)@1000ms writer:n1 writer:n3 ppm=-1972,1751,1191,-1179 faults",
+            "nvmet nodes=4 lus=4 paths=2 n0:fence(n1)@1100ms n2:fence(n3)@0ms n2:fence(n1)@1000ms n3:fence(n2)@1000ms n0:fence(n2)@1000ms writer:n1 writer:n3 ppm=-1972,1751,1191,-1179 faults tiebreak=1000ms",
             &[
                 0, 0, 2, 2, 0, 2, 2, 4, 2, 2, 0, 2, 2, 0, 2, 2, 0, 2, 2, 0, 2, 2, 0, 2, 0, 0, 1, 1,
                 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 2, 1, 0, 2,
@@ -304,7 +311,7 @@ mod regressions {
     #[test]
     fn a_repeated_fence_changes_nothing() {
         let run = replay(
-            "lio nodes=2 lus=2 paths=1 n0:fence(n1)@0ms n0:refence(n1)@200000ms",
+            "lio nodes=2 lus=2 paths=1 n0:fence(n1)@0ms n0:refence(n1)@200000ms tiebreak=1000ms",
             &[],
         );
         assert_eq!(ends(&run, 0), [Outcome::Success, Outcome::Success]);

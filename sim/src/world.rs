@@ -197,6 +197,8 @@ pub struct World {
     pub keys: Vec<Key>,
     /// (node, LU) whose devices vanished ([`Happening::Vanish`]).
     vanished: Mutex<Vec<(usize, usize)>>,
+    /// A fence's fixed tie-break (`--tie-break SECS`); None: measured, the product's default.
+    tie_break: Option<Duration>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -204,7 +206,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl World {
-    pub fn new(sim: Arc<Sim>, cluster: Cluster, keys: Vec<Key>, policy: Policy) -> Arc<World> {
+    pub fn new(
+        sim: Arc<Sim>,
+        cluster: Cluster,
+        keys: Vec<Key>,
+        policy: Policy,
+        tie_break: Option<Duration>,
+    ) -> Arc<World> {
         Arc::new(World {
             sim,
             cluster: Mutex::new(cluster),
@@ -215,6 +223,7 @@ impl World {
             policy,
             keys,
             vanished: Mutex::new(Vec::new()),
+            tie_break,
         })
     }
 
@@ -303,7 +312,13 @@ impl World {
             op,
         });
         let own = self.key(node);
-        let limits = prfence_engine::ops::Limits::default();
+        let limits = prfence_engine::ops::Limits {
+            tie_break: match self.tie_break {
+                Some(wait) => prfence_engine::ops::TieBreak::Fixed(wait),
+                None => prfence_engine::ops::TieBreak::measured_from_now(),
+            },
+            ..prfence_engine::ops::Limits::default()
+        };
         let targets = self.targets(node);
         let result = match op {
             Op::Unfence => prfence_engine::ops::unfence(targets, own, limits),

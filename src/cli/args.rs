@@ -125,11 +125,13 @@ pub struct Fence {
     /// The key of the node to fence.
     #[arg(long, value_parser = parse_nonzero_key)]
     pub victim: Key,
-    /// Seconds the node with the greater key waits on the arbiter LU, while both keys are
-    /// registered there, before it preempts: in a mutual fence the smaller key goes first, so two
-    /// PREEMPTs never cross on one LU (they can lock up an LIO target). 0 turns the wait off.
-    #[arg(long, value_name = "SECS", value_parser = parse_tie_break, default_value = "1")]
-    pub tie_break: Duration,
+    /// How long the node with the greater key waits on the arbiter LU, while both keys are
+    /// registered there, before it looks again and preempts: in a mutual fence the smaller key
+    /// goes first, so two PREEMPTs never cross on one LU (they can lock up an LIO target).
+    /// `auto`: twice what this fence took to the arbiter's first answer, at most 1 s (the other
+    /// node needs about as long to reach its PREEMPT). SECS: that long; 0 turns the wait off.
+    #[arg(long, value_name = "auto|SECS", value_parser = parse_tie_break, default_value = "auto")]
+    pub tie_break: TieBreakArg,
     #[command(flatten)]
     pub target: FencingDevices,
 }
@@ -410,19 +412,29 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
-fn parse_tie_break(s: &str) -> Result<Duration, String> {
+/// `--tie-break`: measured by the fence itself, or a fixed number of seconds (0: off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieBreakArg {
+    Auto,
+    Seconds(Duration),
+}
+
+fn parse_tie_break(s: &str) -> Result<TieBreakArg, String> {
+    if s.trim() == "auto" {
+        return Ok(TieBreakArg::Auto);
+    }
     let wait = parse_seconds(s)?;
     // Exactly 0 turns the wait off; a tiny non-zero wait would be off by accident.
     if wait.is_zero() && s.trim().parse::<f64>().is_ok_and(|secs| secs == 0.0) {
-        return Ok(Duration::ZERO);
+        return Ok(TieBreakArg::Seconds(Duration::ZERO));
     }
     if wait < MIN_TIME || wait.as_secs_f64() > MAX_TIE_BREAK_SECS {
         return Err(format!(
-            "the tie-break wait must be 0 (off) or 0.001 to {MAX_TIE_BREAK_SECS} seconds; \
+            "the tie-break wait must be auto, 0 (off) or 0.001 to {MAX_TIE_BREAK_SECS} seconds; \
              {s:?} is outside"
         ));
     }
-    Ok(wait)
+    Ok(TieBreakArg::Seconds(wait))
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
@@ -469,11 +481,13 @@ mod tests {
 
     #[test]
     fn tie_break_is_off_or_1_ms_to_a_minute() {
-        assert_eq!(parse_tie_break("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_tie_break("0.0"), Ok(Duration::ZERO));
-        assert_eq!(parse_tie_break("1"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_tie_break("0.001"), Ok(Duration::from_millis(1)));
-        assert_eq!(parse_tie_break("60"), Ok(Duration::from_secs(60)));
+        let secs = |d| Ok(TieBreakArg::Seconds(d));
+        assert_eq!(parse_tie_break("auto"), Ok(TieBreakArg::Auto));
+        assert_eq!(parse_tie_break("0"), secs(Duration::ZERO));
+        assert_eq!(parse_tie_break("0.0"), secs(Duration::ZERO));
+        assert_eq!(parse_tie_break("1"), secs(Duration::from_secs(1)));
+        assert_eq!(parse_tie_break("0.001"), secs(Duration::from_millis(1)));
+        assert_eq!(parse_tie_break("60"), secs(Duration::from_secs(60)));
         for bad in ["-0", "0.0000000001", "60.5", "inf", "NaN", "-1", ""] {
             assert!(parse_tie_break(bad).is_err(), "{bad:?} accepted");
         }

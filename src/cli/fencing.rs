@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use crate::host::Host;
 use crate::ops::{
-    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, targets,
+    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, TieBreak,
+    targets,
 };
 use crate::pr::Key;
 use crate::transport::Policy;
 
-use super::args::{Fence, FencingDevices};
+use super::args::{Fence, FencingDevices, TieBreakArg};
 use super::exit::{ExitStatus, json_with_exit};
 use super::paths::{CliPath, opener};
 use super::progress::{print_progress, show_progress};
@@ -39,6 +40,8 @@ pub fn execute(
     // fence sends nothing while one is present (the arbiter could not be named, P2); devices
     // the admin must replace (a partition, an LVM volume, a virtio disk) are a usage error.
     let resolving = std::time::Instant::now();
+    // Where a measured tie-break starts counting: the fence's own start, discovery included.
+    let started = std::time::Instant::now();
     let resolution = match host.resolve_each(devices) {
         Ok(resolution) => {
             tracing::debug!(
@@ -66,8 +69,15 @@ pub fn execute(
     let limits = Limits {
         deadline,
         tie_break: match &action {
-            FencingCommand::Fence(f) => f.tie_break,
-            FencingCommand::Unfence(_) | FencingCommand::Status(_) => ops::TIE_BREAK,
+            FencingCommand::Fence(f) => match f.tie_break {
+                TieBreakArg::Auto => TieBreak::Measured {
+                    since: started,
+                    cap: ops::TIE_BREAK_CAP,
+                },
+                TieBreakArg::Seconds(wait) if wait.is_zero() => TieBreak::Off,
+                TieBreakArg::Seconds(wait) => TieBreak::Fixed(wait),
+            },
+            FencingCommand::Unfence(_) | FencingCommand::Status(_) => TieBreak::Off,
         },
     };
     // Progress goes to stderr, so the report on stdout stays what scripts parse.

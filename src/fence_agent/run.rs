@@ -68,7 +68,7 @@ use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, Resolution};
 use crate::host::{Host, SystemHost};
 use crate::keys::{KeyError, Nodelist};
-use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, Verdict};
+use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, TieBreak, Verdict};
 use crate::ops::{OpenPath, Opener, targets};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
@@ -631,11 +631,21 @@ fn fence(
         tracing::info!("Delay {} second(s) before fencing", options.delay.as_secs());
         system.sleep(options.delay);
     }
+    // A measured tie-break counts this fence's own work (corosync, discovery, the arbiter's first
+    // answer), not the deliberate delay.
+    let working = Instant::now();
     let victim = Corosync::new(system, options).key_of(request)?;
     let own = stored_key(system, "needed to preempt the victim")?;
     super::check_not_self(victim.get(), own.get()).map_err(Failed::from)?;
     let targets = lu_targets(options, system, false)?;
-    let report = shown(ops::fence(targets.lus, own, victim, limits(started)))?;
+    let limits = Limits {
+        tie_break: TieBreak::Measured {
+            since: working,
+            cap: ops::TIE_BREAK_CAP,
+        },
+        ..limits(started)
+    };
+    let report = shown(ops::fence(targets.lus, own, victim, limits))?;
     log_report(&report);
     match report.outcome {
         Outcome::Success => {

@@ -16,7 +16,8 @@ use super::lu::LuWork;
 use super::status::status_lu;
 use super::unfence::unfence_lu;
 use super::{
-    Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, Verdict, normalize,
+    Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, TieBreak, Verdict,
+    normalize,
 };
 
 fn check_key(key: Key) -> Result<(), RequestError> {
@@ -277,7 +278,7 @@ enum Reread {
 
 impl<T: PrTransport + 'static> FenceRun<'_, T> {
     /// P2: the arbiter is fenced alone, before any other LU is touched ([`fence_arbiter`]).
-    fn arbiter_alone(&self, tie_break: Duration, tally: &mut Tally<'_, '_>) -> LuReport {
+    fn arbiter_alone(&self, tie_break: TieBreak, tally: &mut Tally<'_, '_>) -> LuReport {
         let (own, victim) = (self.own, self.victim);
         fan_out(
             std::slice::from_ref(self.arbiter),

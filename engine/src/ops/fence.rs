@@ -1,12 +1,10 @@
 //! fence: remove the victim's key from every LU, the arbiter first and alone.
 
-use std::time::Duration;
-
 use crate::pr::Key;
 use crate::transport::PrTransport;
 
 use super::lu::{LuState, LuWork, Preempted, Stop};
-use super::{LuReport, LuTarget, Verdict};
+use super::{LuReport, LuTarget, TieBreak, Verdict};
 
 const FENCE_OK: &[Verdict] = &[Verdict::VictimRemoved, Verdict::AlreadyFenced];
 
@@ -17,13 +15,13 @@ const FENCE_OK: &[Verdict] = &[Verdict::VictimRemoved, Verdict::AlreadyFenced];
 /// could then preempt the winner.
 ///
 /// A mutual fence must not send two PREEMPTs to the arbiter at once (they can lock up LIO, see
-/// [`super::TIE_BREAK`]): while both keys are registered, the node with the greater key waits
+/// [`TieBreak`]): while both keys are registered, the node with the greater key waits
 /// `tie_break` and reads again before it preempts.
 pub(super) fn fence_arbiter<T: PrTransport>(
     target: &LuTarget<T>,
     own: Key,
     victim: Key,
-    tie_break: Duration,
+    tie_break: TieBreak,
 ) -> LuReport {
     let mut work = LuWork::new(target);
     let result = arbiter_steps(&mut work, own, victim, tie_break);
@@ -34,16 +32,21 @@ fn arbiter_steps<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
     victim: Key,
-    tie_break: Duration,
+    tie_break: TieBreak,
 ) -> Result<Verdict, Stop> {
     let (_, mut state) = work.read_state()?;
-    if state.has(own) && state.has(victim) && own > victim && !tie_break.is_zero() {
+    let wait = tie_break.wait(crate::runtime::now());
+    if state.has(own) && state.has(victim) && own > victim && !wait.is_zero() {
         work.notes.push(format!(
-            "both keys registered on the arbiter: waited {} s for {victim} (the smaller key) to \
-             fence first, then read the LU again (tie-break)",
-            tie_break.as_secs_f64()
+            "both keys registered on the arbiter: waited {:.3} s for {victim} (the smaller key) \
+             to fence first, then read the LU again (tie-break{})",
+            wait.as_secs_f64(),
+            match tie_break {
+                TieBreak::Measured { .. } => ": twice this fence's time to the arbiter's answer",
+                TieBreak::Off | TieBreak::Fixed(_) => "",
+            }
         ));
-        crate::runtime::sleep(tie_break);
+        crate::runtime::sleep(wait);
         (_, state) = work.read_state()?;
     }
     if !state.has(own) {

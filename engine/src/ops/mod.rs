@@ -37,7 +37,7 @@ mod unfence;
 mod tests;
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -70,26 +70,64 @@ pub struct Limits {
     /// timed out. The per-command timeout is the transport's own (see [`crate::transport::Policy`]).
     pub deadline: Duration,
     /// fence: how long the node with the greater key waits on the arbiter LU, when both its own
-    /// and the victim's key are registered there, before it preempts (see [`TIE_BREAK`]).
-    pub tie_break: Duration,
+    /// and the victim's key are registered there, before it reads again and preempts.
+    pub tie_break: TieBreak,
 }
 
-/// The default tie-break of a mutual fence. Two nodes preempting each other on one LU at the same
-/// moment can lock up an LIO target (every Linux kernel up to 7.2 at least: the PREEMPT spins,
-/// holding the LU's reservation lock, until the other node's PERSISTENT RESERVE OUT lets go of
-/// its registration, and that command waits for the same lock). So in a mutual fence the node
-/// with the smaller key goes first and the other waits this long, then looks again: by then it
-/// finds itself preempted and sends nothing. Only liveness rests on the wait: the target alone
-/// decides who is fenced (P2, P5). It covers the other node's start-up and its arbiter steps
-/// with a wide margin even under emulation, and is far below a fence timeout.
-pub const TIE_BREAK: Duration = Duration::from_secs(1);
+/// The tie-break of a mutual fence. Two nodes preempting each other on one LU at the same moment
+/// can lock up an LIO target (every Linux kernel up to 7.2 at least: the PREEMPT spins, holding
+/// the LU's reservation lock, until the other node's PERSISTENT RESERVE OUT lets go of its
+/// registration, and that command waits for the same lock). So while both keys are registered on
+/// the arbiter, the node with the smaller key goes first and the other waits, then looks again:
+/// by then it finds itself preempted and sends nothing. Only liveness rests on the wait: the
+/// target alone decides who is fenced (P2, P5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieBreak {
+    /// No wait (tests of a single fencer; the lab's reproduction of the lock-up).
+    Off,
+    /// This long, whatever this fence took (an admin's `--tie-break SECS`).
+    Fixed(Duration),
+    /// Twice what this fence took from `since` (its start: process start, after any deliberate
+    /// delay) to the arbiter's first answer, at most `cap`. The other node of a mutual fence runs
+    /// the same steps to reach its PREEMPT, so it needs about that long too: twice covers a start
+    /// up to that much later or a node up to about three times slower, and a fence of a dead peer
+    /// on fast storage waits milliseconds instead of [`TIE_BREAK_CAP`].
+    Measured { since: Instant, cap: Duration },
+}
+
+/// The longest tie-break a measured one takes (and the wait before measured tie-breaks existed):
+/// it covers the other node's start-up and its arbiter steps with a wide margin even under
+/// emulation, and is far below a fence timeout.
+pub const TIE_BREAK_CAP: Duration = Duration::from_secs(1);
+
+impl TieBreak {
+    /// Measured from now (the engine call's start), at most [`TIE_BREAK_CAP`].
+    pub fn measured_from_now() -> Self {
+        TieBreak::Measured {
+            since: crate::runtime::now(),
+            cap: TIE_BREAK_CAP,
+        }
+    }
+
+    /// The wait, decided when the arbiter first answered (`now`).
+    pub fn wait(self, now: Instant) -> Duration {
+        match self {
+            TieBreak::Off => Duration::ZERO,
+            TieBreak::Fixed(wait) => wait,
+            TieBreak::Measured { since, cap } => now
+                .saturating_duration_since(since)
+                .saturating_mul(2)
+                .min(cap),
+        }
+    }
+}
 
 impl Default for Limits {
     fn default() -> Self {
         // Below Pacemaker's default pcmk_off_timeout of 60 s, so we report before fenced gives up.
         Limits {
             deadline: Duration::from_secs(50),
-            tie_break: TIE_BREAK,
+            tie_break: TieBreak::measured_from_now(),
         }
     }
 }

@@ -36,7 +36,7 @@ pub(in crate::ops) fn quick() -> Policy {
 fn hung_lu_limits() -> Limits {
     Limits {
         deadline: Duration::from_secs(2),
-        tie_break: Duration::ZERO,
+        tie_break: TieBreak::Off,
     }
 }
 
@@ -44,13 +44,13 @@ fn hung_lu_limits() -> Limits {
 fn limits() -> Limits {
     Limits {
         deadline: Duration::from_secs(20),
-        tie_break: Duration::ZERO,
+        tie_break: TieBreak::Off,
     }
 }
 
 fn limits_with_tie_break(tie_break: Duration) -> Limits {
     Limits {
-        tie_break,
+        tie_break: TieBreak::Fixed(tie_break),
         ..limits()
     }
 }
@@ -337,6 +337,55 @@ fn the_greater_key_waits_then_fences_a_peer_that_did_not_act() {
     .unwrap();
     assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
     assert_eq!(tie_break_notes(&report), 1);
+    assert!((0..2).all(|lu| f.has(lu, B) && !f.has(lu, A)));
+}
+
+/// The default tie-break is measured: twice what the fence took from its start to the arbiter's
+/// first answer, at most its cap; a fixed one is what it says, and off is none.
+#[test]
+fn a_measured_tie_break_is_twice_the_time_to_the_arbiter_at_most_the_cap() {
+    let since = std::time::Instant::now();
+    let measured = TieBreak::Measured {
+        since,
+        cap: TIE_BREAK_CAP,
+    };
+    assert_eq!(
+        measured.wait(since + Duration::from_millis(30)),
+        Duration::from_millis(60)
+    );
+    assert_eq!(
+        measured.wait(since + Duration::from_millis(499)),
+        Duration::from_millis(998)
+    );
+    assert_eq!(measured.wait(since + Duration::from_secs(3)), TIE_BREAK_CAP);
+    assert_eq!(
+        TieBreak::Fixed(Duration::from_secs(2)).wait(since),
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        TieBreak::Off.wait(since + Duration::from_secs(1)),
+        Duration::ZERO
+    );
+}
+
+/// A fence with the default (measured) tie-break: the greater key still waits, reads again and
+/// fences a peer that did not act, and says how long it waited.
+#[test]
+fn the_greater_key_waits_a_measured_tie_break_by_default() {
+    let f = two_nodes(2, 1);
+    let report = fence(f.targets(1), B, A, Limits::default()).unwrap();
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert_eq!(tie_break_notes(&report), 1, "{report:#?}");
+    let note = report.lus[0]
+        .notes
+        .iter()
+        .map(ToString::to_string)
+        .find(|n| n.contains("tie-break"))
+        .unwrap();
+    assert!(
+        note.contains("twice this fence's time to the arbiter's answer"),
+        "{note}"
+    );
     assert!((0..2).all(|lu| f.has(lu, B) && !f.has(lu, A)));
 }
 

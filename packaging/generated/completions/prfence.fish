@@ -133,7 +133,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand unfence" -l json -d 'Pri
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l victim -d 'The key of the node to fence' -r
-complete -c prfence -n "__fish_prfence_using_subcommand fence" -l tie-break -d 'Seconds the node with the greater key waits on the arbiter LU, while both keys are registered there, before it preempts: in a mutual fence the smaller key goes first, so two PREEMPTs never cross on one LU (they can lock up an LIO target). 0 turns the wait off' -r
+complete -c prfence -n "__fish_prfence_using_subcommand fence" -l tie-break -d 'How long the node with the greater key waits on the arbiter LU, while both keys are registered there, before it looks again and preempts: in a mutual fence the smaller key goes first, so two PREEMPTs never cross on one LU (they can lock up an LIO target). `auto`: twice what this fence took to the arbiter\'s first answer, at most 1 s (the other node needs about as long to reach its PREEMPT). SECS: that long; 0 turns the wait off' -r
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l key -d 'This node\'s key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l deadline -d 'Overall deadline in seconds for all LUs together; LUs still pending are reported as timed out (default 50, below Pacemaker\'s 60 s fence timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l timeout -d 'Per-command timeout in seconds (default 10)' -r

@@ -626,7 +626,7 @@ mod engine {
     fn limits() -> Limits {
         Limits {
             deadline: Duration::from_secs(20),
-            tie_break: Duration::ZERO,
+            tie_break: crate::ops::TieBreak::Off,
         }
     }
 
