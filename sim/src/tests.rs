@@ -243,6 +243,19 @@ mod regressions {
         assert_ne!(ends(&run, 0), [Outcome::Success]);
     }
 
+    /// Found while trying to save a command (issue 24): with the arbiter verified only by its
+    /// read after the fan-out, not right after its PREEMPT, both nodes of a mutual fence on
+    /// nvmet fanned out (a holder's PREEMPT there leaves the victim registered until the
+    /// compensating one runs) and each ended alone on other LUs: P2 broken. The arbiter is
+    /// verified before any other LU is touched; this schedule must stay safe.
+    #[test]
+    fn the_arbiter_is_verified_before_the_fan_out() {
+        replay(
+            "nvmet nodes=2 lus=3 paths=1 n0:fence(n1)@0ms n1:fence(n0)@0ms writer:n0 writer:n1 ppm=0,0 clock-stops",
+            &[2, 0, 2, 3, 0, 1, 0, 3, 0, 0, 1, 1, 0, 4, 5, 5, 0, 0, 3],
+        );
+    }
+
     /// Not a split brain (the long run's seed 1065735, nvmet): n2 and n3 fence each other and
     /// n0 fences n2 at the same time. n2 removes n3 from LU0-LU2 and learns it was fenced; n0
     /// removes n2 from LU0, LU2 and LU3 but not LU1 (n0 holds LU1, where nvmet's PREEMPT only

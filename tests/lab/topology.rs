@@ -165,6 +165,15 @@ impl Lu {
         Ok(Some(code))
     }
 
+    /// How many commands the LU has received from every initiator since it was created
+    /// (`statistics/scsi_lu/num_cmds`, LIO's own counter).
+    pub fn commands(&self) -> anyhow::Result<u64> {
+        let text = read_file(self.backstore.join("statistics/scsi_lu/num_cmds"))?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("bad num_cmds {text:?}"))
+    }
+
     /// PRgeneration (`pr/res_pr_generation`). LIO does not bump it on unregister.
     pub fn generation(&self) -> anyhow::Result<u32> {
         let text = self.pr_file("res_pr_generation")?;

@@ -38,6 +38,7 @@ pub const SUITE: Suite = Suite {
         fence_pr_and_fence_scsi_side_by_side,
         fence_pr_versus_fence_scsi_wall_time,
         package_upgrade_keeps_and_removal_stops_an_armed_agent,
+        commands_per_lu_at_the_minimum,
     ],
     long: crate::tests![fence_pr_versus_fence_scsi_wall_time_16_luns],
     reproducers: &[],
@@ -940,5 +941,88 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
         "with magic_close = false the removal did not reset the node within {} s",
         PKG_WATCHDOG_S + 5
     );
+    Ok(())
+}
+
+/// Every LU's command counter (LIO's `num_cmds`), in LU order.
+fn command_counts(t: &Topology) -> anyhow::Result<Vec<u64>> {
+    t.lus().iter().map(crate::topology::Lu::commands).collect()
+}
+
+/// What one operation cost each LU, counted by the target: LIO's `num_cmds` after minus before.
+fn commands_of(t: &Topology, run: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<Vec<u64>> {
+    let before = command_counts(t)?;
+    run()?;
+    let after = command_counts(t)?;
+    Ok(after.iter().zip(&before).map(|(a, b)| a - b).collect())
+}
+
+/// Issue 24: the fewest SCSI commands per LU, counted on LIO's own counters with one path per
+/// LU: `status` at most 2 per LU; `fence` at most 3 on each LU but the arbiter (READ FULL
+/// STATUS, PREEMPT AND ABORT, READ FULL STATUS to verify) and 4 on the arbiter (the same, then
+/// the read after the fan-out: was this node fenced meanwhile?), one more for the greater key
+/// (its tie-break read). The arbiter is verified before the fan-out, not only by the read after
+/// it: on a target that did not remove the victim (nvmet's holder PREEMPT) the two nodes would
+/// otherwise both fan out (the simulation found that split). What the target saw is the proof:
+/// every command the kernel sent for the operation counts, retries and unit attentions included.
+fn commands_per_lu_at_the_minimum() -> anyhow::Result<()> {
+    let t = Topology::iscsi(4)?;
+    t.settle()?;
+    let arbiter = by_wwid(&t)[0];
+    let mut seen = Vec::new();
+    for (fencer, victim) in [(Node::A, Node::B), (Node::B, Node::A)] {
+        unfence(&t, Node::A)?;
+        unfence(&t, Node::B)?;
+        t.settle()?;
+        let key = hex(fencer.key());
+        let status = commands_of(&t, || {
+            prfence_expect(&t, fencer, &["status", "--key", &key], 0).map(drop)
+        })?;
+        let fenced = commands_of(&t, || fence(&t, fencer, 0).map(drop))?;
+        for lun in 0..t.lus().len() {
+            ensure!(
+                !t.lu(lun)
+                    .registrations()?
+                    .iter()
+                    .any(|r| r.key == victim.key()),
+                "LU {lun}: the victim's key survived the fence"
+            );
+        }
+        let followers: Vec<u64> = (0..fenced.len())
+            .filter(|&i| i != arbiter)
+            .map(|i| fenced[i])
+            .collect();
+        println!(
+            "  commands per LU (LIO num_cmds), node {} ({}) fences node {}: status {status:?}; \
+             fence: arbiter {}, other LUs {followers:?}",
+            fencer.letter(),
+            if fencer.key() < victim.key() {
+                "smaller key"
+            } else {
+                "greater key: tie-break read included"
+            },
+            victim.letter(),
+            fenced[arbiter],
+        );
+        seen.push((fencer, status, fenced[arbiter], followers));
+    }
+    for (fencer, status, arbiter, followers) in seen {
+        ensure!(
+            status.iter().all(|&n| n <= 2),
+            "node {}: status took {status:?} commands per LU (at most 2)",
+            fencer.letter()
+        );
+        let arbiter_most = if fencer.key() < fencer.other().key() {
+            4
+        } else {
+            5
+        };
+        ensure!(
+            arbiter <= arbiter_most && followers.iter().all(|&n| n <= 3),
+            "node {}: fence took {arbiter} commands on the arbiter (at most {arbiter_most}) and \
+             {followers:?} on the other LUs (at most 3 each)",
+            fencer.letter()
+        );
+    }
     Ok(())
 }
