@@ -28,15 +28,22 @@ pub(super) fn fence_arbiter<T: PrTransport>(
     work.finish(result, FENCE_OK)
 }
 
+/// The reads that decide (is our key here, is the victim's) are READ KEYS: they may cross the
+/// other node's PREEMPT in a mutual fence, and on LIO a READ FULL STATUS crossing a PREEMPT can
+/// crash the target (Linux 7.2 in the lab: it walks the registrations with their lock dropped,
+/// and the PREEMPT frees the next one); READ KEYS walks them under the lock. Once our PREEMPT
+/// has run here the victim can no longer change this LU, so the verifying look is READ FULL
+/// STATUS, as on every LU.
 fn arbiter_steps<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
     victim: Key,
     tie_break: TieBreak,
 ) -> Result<Verdict, Stop> {
-    let (_, mut state) = work.read_state()?;
+    let (_, mut keys) = work.read_keys_any()?;
+    let has = |keys: &crate::pr::ReadKeys, key: Key| keys.keys.contains(&key);
     let wait = tie_break.wait(crate::runtime::now());
-    if state.has(own) && state.has(victim) && own > victim && !wait.is_zero() {
+    if has(&keys, own) && has(&keys, victim) && own > victim && !wait.is_zero() {
         work.notes.push(format!(
             "both keys registered on the arbiter: waited {:.3} s for {victim} (the smaller key) \
              to fence first, then read the LU again (tie-break{})",
@@ -47,16 +54,31 @@ fn arbiter_steps<T: PrTransport>(
             }
         ));
         crate::runtime::sleep(wait);
-        (_, state) = work.read_state()?;
+        (_, keys) = work.read_keys_any()?;
     }
-    if !state.has(own) {
+    if !has(&keys, own) {
         return Err(Stop::fenced(format!(
             "own key {own} is not registered on the arbiter LU: this node was fenced (it lost the \
              race, or was preempted earlier); if this node was never registered, run `prfence \
              unfence` first. No LU was touched"
         )));
     }
-    remove_victim(work, own, victim, &state)
+    let (verdict, proven) = if has(&keys, victim) {
+        preempt_from_a_registered_path(work, own, victim)?
+    } else {
+        work.notes.push(format!(
+            "victim key {victim} was not registered (P4: already fenced)"
+        ));
+        (Verdict::AlreadyFenced, None)
+    };
+    // The look that verifies (P1), and shows whether a reservation exists.
+    let (_, state) = work.read_state()?;
+    if state.has(own) && !state.has(victim) && !state.reserved() {
+        reserve_and_verify(work, own, victim, proven)?;
+    } else {
+        work.check(&state, own, Some(victim), true)?;
+    }
+    Ok(verdict)
 }
 
 /// The steps after a read that found our key on the LU, the same on the arbiter and the other
@@ -82,15 +104,27 @@ fn remove_victim<T: PrTransport>(
         (Verdict::AlreadyFenced, None)
     };
     if !state.reserved() {
-        // Only paths registered with our key can reserve. The one the preemption went through
-        // is proven registered; the others are tried after it (an unregistered one is refused
-        // without effect, but LIO refuses with NOT READY, which costs the policy's retries).
-        let mut candidates: Vec<usize> = proven.into_iter().collect();
-        candidates.extend(work.live_paths().into_iter().filter(|&i| Some(i) != proven));
-        work.ensure_reservation(own, &candidates)?;
+        reserve_and_verify(work, own, victim, proven)?;
+    } else {
+        work.verify(own, Some(victim), true)?;
     }
-    work.verify(own, Some(victim), true)?;
     Ok(verdict)
+}
+
+/// No reservation exists: create one with our key, then verify (P1). Only paths registered with
+/// our key can reserve. The one the preemption went through (`proven`) is; the others are tried
+/// after it (an unregistered one is refused without effect, but LIO refuses with NOT READY,
+/// which costs the policy's retries).
+fn reserve_and_verify<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    victim: Key,
+    proven: Option<usize>,
+) -> Result<(), Stop> {
+    let mut candidates: Vec<usize> = proven.into_iter().collect();
+    candidates.extend(work.live_paths().into_iter().filter(|&i| Some(i) != proven));
+    work.ensure_reservation(own, &candidates)?;
+    work.verify(own, Some(victim), true)
 }
 
 /// Tries each live path until one that is registered with our key carries the preemption;
