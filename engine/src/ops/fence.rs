@@ -81,9 +81,9 @@ fn arbiter_steps<T: PrTransport>(
     Ok(verdict)
 }
 
-/// The steps after a read that found our key on the LU, the same on the arbiter and the other
-/// LUs: preempt the victim if it is registered, create a reservation if none existed, and
-/// verify with one more read (P1). A read that found nothing to change is the verification.
+/// The steps on an LU other than the arbiter, after a read that found our key there: preempt the
+/// victim if it is registered, create a reservation if none existed, and verify with one more
+/// read (P1). A read that found nothing to change is the verification.
 fn remove_victim<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
