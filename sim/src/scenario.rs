@@ -94,7 +94,8 @@ impl Scenario {
             quiet_after: None,
             tie_break: None,
         };
-        // A start offset around the tie-break (1 s), where the two fences' steps interleave.
+        // A start offset from none to around the longest tie-break (1 s, the cap of the measured
+        // one), where the two fences' steps interleave.
         let offset = |rng: &mut Rng| match rng.below(6) {
             0 => 0,
             1 => 200 * MS,
