@@ -20,7 +20,7 @@
 //!     Ok(read) => println!("generation {}, {} keys", read.generation, read.num_keys),
 //!     Err(status) => eprintln!("READ KEYS failed: {status}"),
 //! }
-//! # Ok::<(), nvme_io::Error>(())
+//! # Ok::<(), nvme_io::NvmeError>(())
 //! ```
 
 mod device;
