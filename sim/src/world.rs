@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use nvme_io::{NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult, PrType};
+use prfence_engine::discover::LuId;
 use prfence_engine::exec::{NvmeDevice, NvmePr, ScsiDevice, ScsiPr};
 use prfence_engine::ops::LuTarget;
 use prfence_engine::pr::Key;
@@ -269,7 +270,7 @@ impl World {
             .map(|(_, lu)| *lu)
         {
             if let Some(target) = targets.iter_mut().find(|t| t.id == Cluster::lu_id(lu)) {
-                target.id = Cluster::device(node, lu, 0);
+                target.id = LuId::NodeLocal(Cluster::device(node, lu, 0).into());
             }
         }
         drop(vanished);
@@ -944,7 +945,7 @@ impl World {
                 .map(|t| {
                     Arc::new(SimPaths {
                         paths: t.paths,
-                        lu: t.id,
+                        lu: t.id.to_string(),
                     })
                 })
                 .collect()
@@ -1111,8 +1112,11 @@ impl World {
             path_audit: Some(Duration::from_secs(60)),
         };
         let start = runtime::now();
-        let mut state =
-            WatchState::new(config, targets.iter().map(|t| LuName(t.id.clone())), start);
+        let mut state = WatchState::new(
+            config,
+            targets.iter().map(|t| LuName(t.id.to_string())),
+            start,
+        );
         let mut inspect = vec![true; targets.len()];
         while runtime::now() < start + LEASE_HORIZON {
             let mut observations = Vec::new();
@@ -1148,7 +1152,7 @@ impl World {
                     None => Err(prfence::daemon::failure::CommandFailure::Unreachable),
                 };
                 observations.push(Observation {
-                    lu: LuName(lu.id.clone()),
+                    lu: LuName(lu.id.to_string()),
                     result,
                 });
             }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::daemon::config::{KeySpec, ModeSettings, Settings};
-use crate::discover::{PathInfo, PathSysfs};
+use crate::discover::{LuId, PathInfo, PathSysfs};
 use crate::host::Host;
 use crate::ops::doctor::{
     self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
@@ -140,7 +140,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         .lus
         .iter()
         .map(|lu| LuTarget {
-            id: lu.id.to_string(),
+            id: lu.id.clone(),
             paths: lu
                 .paths
                 .iter()
@@ -154,10 +154,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
     for unknown in &resolution.unidentified {
         eprintln!("prfence: warning: {}", unknown.error);
         lus.push(LuTarget {
-            id: std::path::absolute(&unknown.device)
-                .unwrap_or_else(|_| unknown.device.clone())
-                .display()
-                .to_string(),
+            id: LuId::node_local(&unknown.device),
             paths: vec![DoctorPath {
                 transport: OpenPath::new(&unknown.device, Arc::clone(&open)),
                 facts: PathFacts::default(),

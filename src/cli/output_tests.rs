@@ -371,7 +371,7 @@ fn engine_report(command: &'static str, outcome: Outcome) -> Report {
         summary: "a summary for people".to_string(),
         lus: vec![
             LuReport {
-                lu: "naa.6001405aaaa".to_string(),
+                lu: "naa.6001405aaaa".into(),
                 ok: true,
                 verdict: Verdict::VictimRemoved,
                 paths: vec![
@@ -406,7 +406,7 @@ fn engine_report(command: &'static str, outcome: Outcome) -> Report {
                 error: None,
             },
             LuReport {
-                lu: "naa.6001405bbbb".to_string(),
+                lu: "naa.6001405bbbb".into(),
                 ok: false,
                 verdict: Verdict::Failed,
                 paths: vec![],
@@ -417,7 +417,7 @@ fn engine_report(command: &'static str, outcome: Outcome) -> Report {
                 error: Some("it broke".into()),
             },
             LuReport {
-                lu: "/dev/sdf".to_string(),
+                lu: "/dev/sdf".into(),
                 ok: false,
                 verdict: Verdict::Skipped,
                 paths: vec![],
@@ -497,7 +497,7 @@ fn engine_reports_carry_the_cli_hints_the_transport_no_longer_gives() {
     let lu = Arc::new(Mutex::new(lu));
     let path = ScsiPr::new(ModelDevice::new(lu, nexus, DEV), Policy::default());
     let targets = vec![LuTarget {
-        id: "naa.6001405aaaa".to_string(),
+        id: "naa.6001405aaaa".into(),
         paths: vec![path],
     }];
     let report = crate::ops::status(targets, Key::new(0xa), Limits::default()).unwrap();
@@ -564,7 +564,7 @@ fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
         },
     };
     let lus = vec![LuTarget {
-        id: "naa.6001405aaaa".to_string(),
+        id: "naa.6001405aaaa".into(),
         paths: vec![
             path(a1, "/dev/sdb", "23d000001"),
             path(a2, "/dev/sdc", "23d000002"),

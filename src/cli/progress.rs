@@ -43,7 +43,7 @@ mod tests {
 
     fn report(lu: &str, verdict: Verdict) -> LuReport {
         LuReport {
-            lu: lu.to_string(),
+            lu: lu.into(),
             ok: true,
             verdict,
             paths: Vec::new(),

@@ -303,7 +303,7 @@ impl Agent {
     pub(super) fn publish(&self) {
         let state = {
             let mut status = lock(&self.status);
-            status.lu_set = LuSet::of(status.lus.iter().map(|lu| lu.id.as_deref()));
+            status.lu_set = LuSet::of(status.lus.iter().map(|lu| lu.id.clone()));
             status.state
         };
         {

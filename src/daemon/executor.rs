@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::lock;
 use super::lu_table::PathHandle;
 use super::metrics::{self, Metrics};
+use crate::discover::LuId;
 use crate::hints;
 use crate::host::Host;
 use crate::pr::{PrInAction, PrOutAction, ReadKeys};
@@ -28,14 +29,14 @@ pub struct Executor {
     policy: Policy,
     metrics: Arc<Mutex<Metrics>>,
     /// LUs with a heal under way (its blocking work may outlive the check that started it).
-    healing: Arc<Mutex<HashSet<String>>>,
+    healing: Arc<Mutex<HashSet<LuId>>>,
 }
 
 /// An LU's heal mark, held by every path the heal opened: it is cleared when the heal's last
 /// blocking call returns, not when the check that started it stops waiting.
 pub struct HealGuard {
-    healing: Arc<Mutex<HashSet<String>>>,
-    lu: String,
+    healing: Arc<Mutex<HashSet<LuId>>>,
+    lu: LuId,
 }
 
 impl Drop for HealGuard {
@@ -68,13 +69,11 @@ impl Executor {
     }
 
     /// Marks `lu` as being healed; `None` while a previous heal of it is still under way.
-    pub fn begin_heal(&self, lu: &str) -> Option<HealGuard> {
-        lock(&self.healing)
-            .insert(lu.to_owned())
-            .then(|| HealGuard {
-                healing: Arc::clone(&self.healing),
-                lu: lu.to_owned(),
-            })
+    pub fn begin_heal(&self, lu: &LuId) -> Option<HealGuard> {
+        lock(&self.healing).insert(lu.clone()).then(|| HealGuard {
+            healing: Arc::clone(&self.healing),
+            lu: lu.clone(),
+        })
     }
 
     /// Runs `f` on `path`'s device. `command` names the (first) command for errors and metrics.
@@ -392,7 +391,7 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().ends_with(". Hint: the device node could not be opened or used: it must exist, and the agent needs root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only the first)"), "{e}");
         assert!(hints::node_agent(ErrorKind::Timeout).contains("raise command_timeout"));
-        let guard = exec.begin_heal("naa.1").unwrap();
+        let guard = exec.begin_heal(&"naa.1".into()).unwrap();
         assert!(exec.open_paths(&[path], guard).await.is_empty());
     }
 }

@@ -8,6 +8,7 @@ use super::executor::Executor;
 use super::lock;
 use super::lu_table::PathHandle;
 use super::metrics::Metrics;
+use crate::discover::LuId;
 use crate::ops;
 use crate::pr::Key;
 
@@ -17,7 +18,7 @@ use crate::pr::Key;
 /// the LU's live paths; bounded by a few command timeouts per path.
 pub(super) async fn heal_lu(
     exec: &Executor,
-    lu_id: String,
+    lu_id: LuId,
     paths: &[PathHandle],
     key: Key,
 ) -> Result<ops::LuReport, String> {

@@ -34,6 +34,7 @@ use super::lock;
 use super::lu_table::PathHandle;
 use super::metrics::CommandResult;
 use super::status::State;
+use crate::discover::LuId;
 use crate::pr::{Key, PrInAction, ReservationType};
 use crate::transport::{Command, CommandError};
 
@@ -49,7 +50,7 @@ struct Job {
     metrics: Arc<std::sync::Mutex<super::metrics::Metrics>>,
     lu: String,
     /// The LU identifier for the `ops` engine.
-    id: String,
+    id: LuId,
     device: PathBuf,
     paths: Vec<PathHandle>,
     rtype: ReservationType,
@@ -262,7 +263,7 @@ impl<'a> LeaseDriver<'a> {
             id: lu
                 .id
                 .clone()
-                .unwrap_or_else(|| lu.device.display().to_string()),
+                .unwrap_or_else(|| LuId::node_local(&lu.device)),
             device: lu.device.clone(),
             paths: lu.paths.clone(),
             rtype: self.rtype,

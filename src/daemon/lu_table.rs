@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::config::DeviceSettings;
 use super::status::PathStatus;
-use crate::discover::DiscoverError;
+use crate::discover::{DiscoverError, LuId};
 use crate::host::Host;
 use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};
@@ -38,7 +38,7 @@ pub struct PathSpec {
 /// One LU: its identifier (the same on every node) and this node's paths to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LuSpec {
-    pub id: String,
+    pub id: LuId,
     pub paths: Vec<PathSpec>,
 }
 
@@ -51,7 +51,7 @@ pub fn discover_lu(host: &dyn Host, device: &Path) -> Result<LuSpec, DiscoverErr
         .next()
         .ok_or(DiscoverError::NothingToFence)?;
     Ok(LuSpec {
-        id: lu.id.to_string(),
+        id: lu.id,
         paths: lu
             .paths
             .into_iter()
@@ -145,7 +145,7 @@ pub struct LuEntry {
     /// The configured device.
     pub device: PathBuf,
     /// The LU identifier from the first successful discovery.
-    pub id: Option<String>,
+    pub id: Option<LuId>,
     pub paths: Vec<PathHandle>,
     /// A path appeared, vanished, changed state or session at the last refresh.
     pub paths_changed: bool,
@@ -268,7 +268,7 @@ impl LuTable {
     }
 
     /// Two configured devices must not be the same LU: its paths would be counted twice.
-    pub fn duplicate(&self) -> Option<(String, String, String)> {
+    pub fn duplicate(&self) -> Option<(String, String, LuId)> {
         for (i, a) in self.lus.iter().enumerate() {
             for b in &self.lus[i + 1..] {
                 if let (Some(x), Some(y)) = (&a.id, &b.id)

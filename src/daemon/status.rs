@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::discover::LuId;
 use crate::ops::LuSet;
 
 /// What the agent is doing, node-wide.
@@ -123,7 +124,7 @@ pub struct LuStatus {
     /// The configured name.
     pub name: String,
     /// The LU identifier, once discovered.
-    pub id: Option<String>,
+    pub id: Option<LuId>,
     /// The last verdict (watch) or role (lease), in words.
     pub verdict: String,
     /// The keys listed by the last good READ KEYS.
@@ -170,7 +171,7 @@ impl Status {
                     lease_key: None,
                 })
                 .collect(),
-            lu_set: LuSet::of(lus.iter().map(|_| None)),
+            lu_set: LuSet::of(lus.iter().map(|_| None::<LuId>)),
             watchdog: WatchdogStatus {
                 state: WatchdogState::NotConfigured,
                 error: None,

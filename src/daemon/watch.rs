@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 pub use super::failure::CommandFailure;
 use crate::pr::Key;
 
-/// The name of one LU in the agent's reports: the configured device name, or its VPD 83h
-/// designator (not to be confused with `discover::LuId`, which is only the designator).
+/// The name of one LU in the agent's reports: the configured device name, or its identifier's
+/// text (a report's label; the identifier itself, which orders LUs, is `discover::LuId`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LuName(pub String);
 

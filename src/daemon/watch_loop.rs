@@ -28,6 +28,7 @@ use super::watch::{
     CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath, WatchConfig,
     WatchState,
 };
+use crate::discover::LuId;
 use crate::ops::probe_registration;
 use crate::pr::{Key, PrOutAction, ReadKeys};
 use crate::transport::{Command, CommandError, ErrorKind, Event};
@@ -434,7 +435,7 @@ impl WatchDriver<'_> {
                 let id = lu
                     .id
                     .clone()
-                    .unwrap_or_else(|| lu.device.display().to_string());
+                    .unwrap_or_else(|| LuId::node_local(&lu.device));
                 let (exec, paths, metrics) = (
                     Arc::clone(&self.agent.exec),
                     lu.paths.clone(),

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 use super::metadata::metadata_xml;
 use super::store::KeyStore;
 use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, Resolution};
+use crate::discover::{DiscoverError, LuId, Resolution};
 use crate::host::{Host, SystemHost};
 use crate::keys::{KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, TieBreak, Verdict};
@@ -204,7 +204,7 @@ impl<T: PrTransport> PrTransport for FencePrPath<T> {
 /// (what `on` records in the `.dev` file).
 struct Targets<T> {
     lus: Vec<LuTarget<FencePrPath<T>>>,
-    given: HashMap<String, Vec<PathBuf>>,
+    given: HashMap<LuId, Vec<PathBuf>>,
 }
 
 /// Executes `request` (help and version are the caller's: they print before logging starts).
@@ -305,18 +305,19 @@ fn lu_targets(
         );
     }
     // For comparing nodes after the fact (P2: every node must name the same LUs).
-    let ids: Vec<String> = resolution.lus.iter().map(|lu| lu.id.to_string()).collect();
     tracing::info!(
         "LU set: {}",
         crate::ops::LuSet::of(
-            ids.iter()
-                .map(|id| Some(id.as_str()))
+            resolution
+                .lus
+                .iter()
+                .map(|lu| Some(lu.id.clone()))
                 .chain(resolution.unidentified.iter().map(|_| None))
         )
     );
-    let mut given: HashMap<String, Vec<PathBuf>> = HashMap::new();
+    let mut given: HashMap<LuId, Vec<PathBuf>> = HashMap::new();
     for lu in &resolution.lus {
-        let names = given.entry(lu.id.to_string()).or_default();
+        let names = given.entry(lu.id.clone()).or_default();
         for path in &lu.paths {
             if !names.contains(&path.given) {
                 names.push(path.given.clone());
@@ -758,7 +759,7 @@ fn monitor(
 /// A REPORT CAPABILITIES probe per LU, each on a thread of its own (not joined: a hung path
 /// keeps only its own thread); the LU's identifier and the receiver of its result.
 type CapabilityProbe = (
-    String,
+    LuId,
     Result<Receiver<Option<Result<String, String>>>, String>,
 );
 

@@ -54,34 +54,101 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// A logical unit's identifier as Linux formats it (`naa.…`, `eui.…`, `t10.…`, or a SCSI name
-/// string). Ordered by the bytes of that string.
+/// A logical unit's identifier. A designator (VPD page 83h, as Linux formats it: `naa.…`,
+/// `eui.…`, `t10.…`, `uuid.…`, or a SCSI name string) names the LU alike on every node; when none
+/// could be read, the device's absolute path names it, but only on this node: another node may
+/// call the same LU something else, so such an LU can never be the arbiter (P2).
+///
+/// Ordered designators first, each kind by its text: the arbiter is the first LU, so one
+/// unidentifiable device never becomes it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LuId(String);
+pub enum LuId {
+    /// The LU's designator, the same on every node.
+    Designator(Box<str>),
+    /// An absolute device path, standing in for a designator that could not be read.
+    NodeLocal(Box<str>),
+}
 
 impl LuId {
-    /// The identifier text.
+    /// The identifier text: the designator, or the device path.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match self {
+            LuId::Designator(text) | LuId::NodeLocal(text) => text,
+        }
+    }
+
+    /// Whether this names the LU only on this node (a device path, not a designator).
+    pub fn is_node_local(&self) -> bool {
+        matches!(self, LuId::NodeLocal(_))
+    }
+
+    /// The node-local identifier of `device`: its absolute path (relative to `/` if the
+    /// working directory cannot be read).
+    pub fn node_local(device: &Path) -> Self {
+        let path = std::path::absolute(device).unwrap_or_else(|_| Path::new("/").join(device));
+        LuId::NodeLocal(path.display().to_string().into())
     }
 
     /// The identifier in a sysfs `wwid` file's text (`naa.6001405…`): trailing newline, NULs
     /// and blanks dropped; `None` if nothing is left.
     pub fn from_wwid(text: &str) -> Option<Self> {
         let id = text.trim_end_matches(['\n', '\0', ' ']);
-        (!id.is_empty()).then(|| Self(id.to_owned()))
+        (!id.is_empty()).then(|| LuId::Designator(id.into()))
     }
 
     /// The LU designator of a VPD page 83h image (as in sysfs `vpd_pg83`), formatted like the
     /// kernel's `wwid`. What discovery uses when `wwid` is missing.
     pub fn from_vpd_pg83(page: &[u8]) -> Option<Self> {
-        vpd::lu_designator(page).map(Self)
+        vpd::lu_designator(page).map(|id| LuId::Designator(id.into()))
+    }
+}
+
+/// An identifier as prfence prints it: text beginning with `/` is a device path (no designator
+/// format begins so), anything else a designator.
+impl From<String> for LuId {
+    fn from(text: String) -> Self {
+        if text.starts_with('/') {
+            LuId::NodeLocal(text.into())
+        } else {
+            LuId::Designator(text.into())
+        }
+    }
+}
+
+impl From<&str> for LuId {
+    fn from(text: &str) -> Self {
+        LuId::from(text.to_owned())
+    }
+}
+
+impl PartialEq<str> for LuId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<String> for LuId {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for LuId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
 impl fmt::Display for LuId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
+    }
+}
+
+/// Reports show the identifier's text.
+impl serde::Serialize for LuId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -711,7 +778,7 @@ impl Discovery {
         // map's LU; slaves naming different LUs mean a broken map.
         let mut ids: Vec<String> = found
             .iter()
-            .filter_map(|f| f.id.as_ref().map(|id| id.0.clone()))
+            .filter_map(|f| f.id.as_ref().map(|id| id.as_str().to_owned()))
             .collect();
         ids.sort();
         ids.dedup();
@@ -724,7 +791,7 @@ impl Discovery {
         }
         if let Some(id) = ids.pop() {
             for f in &mut found {
-                f.id.get_or_insert_with(|| LuId(id.clone()));
+                f.id.get_or_insert_with(|| LuId::Designator(id.as_str().into()));
             }
         }
         Ok(found)
@@ -821,9 +888,15 @@ impl Discovery {
             let uuid = text("uuid")
                 .map(|u| u.trim().to_ascii_lowercase())
                 .filter(|u| hex("uuid").is_some_and(|h| Some(h) != nguid) && !u.is_empty());
-            uuid.map(|u| LuId(format!("uuid.{u}")))
-                .or_else(|| nguid.map(|h| LuId(format!("eui.{}", h.to_ascii_lowercase()))))
-                .or_else(|| hex("eui").map(|h| LuId(format!("eui.{}", h.to_ascii_lowercase()))))
+            uuid.map(|u| LuId::Designator(format!("uuid.{u}").into()))
+                .or_else(|| {
+                    nguid
+                        .map(|h| LuId::Designator(format!("eui.{}", h.to_ascii_lowercase()).into()))
+                })
+                .or_else(|| {
+                    hex("eui")
+                        .map(|h| LuId::Designator(format!("eui.{}", h.to_ascii_lowercase()).into()))
+                })
         });
         let nsid = text("nsid")
             .map(|n| n.trim().to_owned())

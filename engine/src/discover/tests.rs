@@ -721,7 +721,7 @@ fn unidentified_devices_become_node_local_dead_lus() {
     assert_eq!(lus.len(), 2);
     assert_eq!(lus[0].id, LUN0);
     assert_eq!(lus[0].paths.len(), 2);
-    assert!(crate::ops::is_node_local_id(&lus[1].id));
+    assert!(lus[1].id.is_node_local());
     assert_eq!(lus[1].paths.len(), 1);
     let single = crate::ops::targets(&r, true, &open);
     assert_eq!(single[0].paths.len(), 1);

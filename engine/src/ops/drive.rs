@@ -305,7 +305,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     fn arbiter_uncertain(&self, tally: &mut Tally<'_, '_>) -> Option<Report> {
         let all = || std::iter::once(self.arbiter).chain(self.followers);
         let unidentified: Vec<&str> = all()
-            .filter(|lu| super::is_node_local_id(&lu.id))
+            .filter(|lu| lu.id.is_node_local())
             .map(|lu| lu.id.as_str())
             .collect();
         if self.followers.is_empty() || unidentified.is_empty() {
@@ -313,7 +313,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         }
         let lus = all()
             .map(|lu| {
-                let report = if super::is_node_local_id(&lu.id) {
+                let report = if lu.id.is_node_local() {
                     LuReport::bare(
                         &lu.id,
                         &devices(lu),

@@ -176,7 +176,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
     ) -> Result<R, CommandError> {
         let Some(path) = self.path(index) else {
             return Err(CommandError::without_completion(
-                std::path::Path::new(&self.target.id),
+                std::path::Path::new(self.target.id.as_str()),
                 crate::transport::Command::Open,
                 ErrorKind::Open,
                 format!("no path number {index}"),

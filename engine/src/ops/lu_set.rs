@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::is_node_local_id;
+use crate::discover::LuId;
 
 /// The LU set as seen by this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -24,13 +24,13 @@ pub struct LuSet {
 
 impl LuSet {
     /// The set of `ids` (`None`: not discovered yet); duplicates count once.
-    pub fn of<'a>(ids: impl IntoIterator<Item = Option<&'a str>>) -> LuSet {
-        let mut identified: Vec<&str> = Vec::new();
+    pub fn of<I: Into<LuId>>(ids: impl IntoIterator<Item = Option<I>>) -> LuSet {
+        let mut identified: Vec<String> = Vec::new();
         let mut unidentified = 0;
         for id in ids {
-            match id {
-                Some(id) if !is_node_local_id(id) => identified.push(id),
-                _ => unidentified += 1,
+            match id.map(Into::into) {
+                Some(LuId::Designator(id)) => identified.push(id.into()),
+                Some(LuId::NodeLocal(_)) | None => unidentified += 1,
             }
         }
         identified.sort_unstable();
@@ -49,7 +49,7 @@ impl LuSet {
         }
         LuSet {
             count: identified.len() + unidentified,
-            arbiter: identified.first().map(|id| (*id).to_owned()),
+            arbiter: identified.first().cloned(),
             fingerprint: format!("{hash:016x}"),
             unidentified,
         }
@@ -111,6 +111,6 @@ mod tests {
         assert_eq!(set.arbiter.as_deref(), Some("naa.2"));
         assert_eq!(set.fingerprint, LuSet::of([Some("naa.2")]).fingerprint);
         assert!(set.to_string().contains("2 not identified"), "{set}");
-        assert_eq!(LuSet::of([None]).arbiter, None);
+        assert_eq!(LuSet::of([None::<&str>]).arbiter, None);
     }
 }

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::discover::LuId;
 use crate::pr::{Key, ReservationType};
 use crate::transport::{Hints, PrTransport};
 
@@ -59,7 +60,7 @@ pub const FENCING_TYPE: ReservationType = ReservationType::WriteExclusiveRegistr
 pub struct LuTarget<T> {
     /// The LU's identifier (VPD page 83h designator, e.g. `naa.6001405…`). LUs are ordered by it,
     /// so every node picks the same arbiter.
-    pub id: String,
+    pub id: LuId,
     pub paths: Vec<T>,
 }
 
@@ -138,7 +139,7 @@ pub enum RequestError {
     #[error("no logical units given; name at least one device")]
     NoLus,
     #[error("LU {lu} has no paths")]
-    NoPaths { lu: String },
+    NoPaths { lu: LuId },
     #[error("key 0 means \"no key\" in SPC; use a non-zero key")]
     ZeroKey,
     #[error("the own key and the victim key are the same ({0}); keys cannot be same")]
@@ -229,7 +230,7 @@ pub struct ReservationView {
 /// The verdict for one LU plus the evidence: which paths, what the target said afterwards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LuReport {
-    pub lu: String,
+    pub lu: LuId,
     pub ok: bool,
     pub verdict: Verdict,
     pub paths: Vec<PathReport>,
@@ -252,9 +253,9 @@ impl LuReport {
         }
     }
 
-    fn bare(lu: &str, devices: &[String], verdict: Verdict, error: Option<Failure>) -> Self {
+    fn bare(lu: &LuId, devices: &[String], verdict: Verdict, error: Option<Failure>) -> Self {
         LuReport {
-            lu: lu.to_string(),
+            lu: lu.clone(),
             ok: false,
             verdict,
             paths: devices
@@ -335,21 +336,15 @@ impl Report {
     }
 }
 
-/// An identifier that is a device path (a caller's fallback when the LU's designator could not be
-/// read) names the LU only on this node: another node may call the same LU something else.
-pub fn is_node_local_id(id: &str) -> bool {
-    id.starts_with('/')
-}
-
 /// Sorts by LU identifier and merges targets that name the same LU (callers' order and grouping
 /// are not trusted: the arbiter must be the same LU on every node, P2). Node-local identifiers
-/// sort after every designator, so one unidentifiable device cannot become the arbiter (and a
-/// fence refuses to name one while any is present: `FenceRun::arbiter_uncertain`).
+/// sort after every designator ([`LuId`]'s order), so one unidentifiable device cannot become the
+/// arbiter (and a fence refuses to name one while any is present: `FenceRun::arbiter_uncertain`).
 fn normalize<T: PrTransport>(mut lus: Vec<LuTarget<T>>) -> Result<Vec<LuTarget<T>>, RequestError> {
     if lus.is_empty() {
         return Err(RequestError::NoLus);
     }
-    lus.sort_by(|a, b| (is_node_local_id(&a.id), &a.id).cmp(&(is_node_local_id(&b.id), &b.id)));
+    lus.sort_by(|a, b| a.id.cmp(&b.id));
     let mut merged: Vec<LuTarget<T>> = Vec::with_capacity(lus.len());
     for lu in lus {
         match merged.last_mut() {

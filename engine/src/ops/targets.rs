@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::discover::{Lu, Resolution};
+use crate::discover::{Lu, LuId, Resolution};
 use crate::transport::{CommandError, PrRequest, PrTransport, Reply};
 
 use super::LuTarget;
@@ -76,7 +76,7 @@ fn chosen_paths(lu: &Lu, single_path: bool) -> Vec<&Path> {
 }
 
 /// The engine's targets for `resolution`, each path opened by `open` on its first command. An
-/// unidentified device becomes an LU of its own named by its absolute path (`ops::is_node_local_id`):
+/// unidentified device becomes an LU of its own named by its absolute path ([`LuId::NodeLocal`]):
 /// a dead path in the report if it cannot be opened; a fence of several LUs refuses to name an
 /// arbiter while one is present.
 pub fn targets<T: PrTransport>(
@@ -89,7 +89,7 @@ pub fn targets<T: PrTransport>(
         .lus
         .iter()
         .map(|lu| LuTarget {
-            id: lu.id.to_string(),
+            id: lu.id.clone(),
             paths: chosen_paths(lu, single_path)
                 .into_iter()
                 .map(open_path)
@@ -97,10 +97,7 @@ pub fn targets<T: PrTransport>(
         })
         .collect();
     for unknown in &resolution.unidentified {
-        let id = std::path::absolute(&unknown.device)
-            .unwrap_or_else(|_| Path::new("/").join(&unknown.device))
-            .display()
-            .to_string();
+        let id = LuId::node_local(&unknown.device);
         // The same vanished device given twice is one path.
         if lus.iter().any(|lu| lu.id == id) {
             continue;

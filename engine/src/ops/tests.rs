@@ -479,7 +479,7 @@ fn a_fence_with_an_unidentified_device_sends_nothing() {
     let rename = |targets: &mut Vec<LuTarget<ModelPath>>, which: &[usize]| {
         for t in targets.iter_mut() {
             if let Some(lu) = which.iter().find(|&&lu| t.id == lu_id(lu)) {
-                t.id = format!("/dev/sdq{lu}");
+                t.id = format!("/dev/sdq{lu}").into();
             }
         }
     };
@@ -751,7 +751,7 @@ struct Told {
 impl Told {
     fn of(done: &LuDone<'_>) -> Self {
         Told {
-            lu: done.report.lu.clone(),
+            lu: done.report.lu.to_string(),
             verdict: done.report.verdict,
             done: done.done,
             total: done.total,
@@ -771,7 +771,7 @@ fn check_told_once_each(told: &[Told], report: &Report) {
     );
     assert!(told.iter().all(|t| t.total == n), "{told:#?}");
     for lu in &report.lus {
-        let heard: Vec<&Told> = told.iter().filter(|t| t.lu == lu.lu).collect();
+        let heard: Vec<&Told> = told.iter().filter(|t| lu.lu == t.lu).collect();
         assert_eq!(heard.len(), 1, "{} told once: {told:#?}", lu.lu);
         assert_eq!(heard[0].verdict, lu.verdict, "{}", lu.lu);
     }
@@ -1543,7 +1543,7 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
     });
     let targets: Vec<LuTarget<crate::ops::OpenPath<ModelPath>>> = (0..3)
         .map(|lu| LuTarget {
-            id: lu_id(lu),
+            id: lu_id(lu).into(),
             paths: vec![crate::ops::OpenPath::new(
                 Path::new(&Cluster::device(0, lu, 0)),
                 Arc::clone(&open),

@@ -192,7 +192,7 @@ impl Cluster {
         (0..self.lus.len())
             .rev()
             .map(|lu| LuTarget {
-                id: Self::lu_id(lu),
+                id: Self::lu_id(lu).into(),
                 paths: (0..self.paths(lu, node))
                     .map(|path| make(self.spec(lu, node, path)))
                     .collect(),

@@ -516,7 +516,7 @@ fn fence_pr_hints_in_terms_of_its_own_parameters() {
         aptpl: false,
     };
     let lus = vec![LuTarget {
-        id: "naa.6001405aaaa".to_owned(),
+        id: "naa.6001405aaaa".into(),
         paths: vec![path],
     }];
     let report = shown(crate::ops::status(lus, Key::new(0xa), Limits::default())).unwrap();
@@ -548,7 +548,7 @@ fn capability_probes_stop_waiting_at_the_deadline() {
         ))
     });
     let target = |id: &str, dev: &str| LuTarget {
-        id: id.to_owned(),
+        id: id.into(),
         paths: vec![FencePrPath {
             inner: Arc::new(OpenPath::new(Path::new(dev), Arc::clone(&open))),
             aptpl: false,

@@ -636,7 +636,7 @@ mod engine {
             .iter()
             .enumerate()
             .map(|(i, ns)| LuTarget {
-                id: format!("uuid.0000000{i}"),
+                id: format!("uuid.0000000{i}").into(),
                 paths: vec![host(ns, id, &format!("/dev/nvme{i}n1"), NEW_KERNEL)],
             })
             .collect()

@@ -1,5 +1,6 @@
 //! Reading one LU, PR IN only: the I/O half of doctor.
 
+use crate::discover::LuId;
 use crate::pr::{Capabilities, FullStatus, ReadKeys, ReadReservation};
 use crate::transport::{CommandError, ErrorKind, PrTransport};
 
@@ -33,7 +34,7 @@ pub struct PathReply {
 /// Every reply one LU gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LuReplies {
-    pub lu: String,
+    pub lu: LuId,
     /// Per path, in the order given.
     pub paths: Vec<PathReply>,
     /// The other reads, through the first path that answered READ KEYS (None: not asked).

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::discover::LuId;
 use crate::pr::{Capabilities, Key, ReservationType, Scope, TransportId};
 use crate::runtime::{self, Finished};
 use crate::transport::{CommandError, ErrorKind, Hints, PrRequest, PrTransport, Reply};
@@ -198,7 +199,7 @@ pub struct ServiceActions {
 /// One LU, judged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LuDiagnosis {
-    pub lu: String,
+    pub lu: LuId,
     /// The first LU by identifier: the one `fence` decides on.
     pub arbiter: bool,
     pub ready: bool,
@@ -291,7 +292,7 @@ pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
         ready,
         can_fence,
         summary,
-        lu_set: super::LuSet::of(lus.iter().map(|l| Some(l.lu.as_str()))),
+        lu_set: super::LuSet::of(lus.iter().map(|l| Some(l.lu.clone()))),
         lus,
     }
 }

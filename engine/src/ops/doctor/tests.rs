@@ -77,7 +77,7 @@ impl Setup {
     fn doctor(&self, paths: Vec<Path>, own: Option<Key>) -> Diagnosis {
         let before = self.generation();
         let lus = vec![LuTarget {
-            id: "naa.6001405000000001".to_string(),
+            id: "naa.6001405000000001".into(),
             paths,
         }];
         let d = doctor(lus, own, Duration::from_secs(10)).unwrap();
