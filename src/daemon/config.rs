@@ -13,6 +13,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub mod timing;
+mod value;
+
+pub use value::parse_duration;
+use value::{ConfigDuration, KeyDerive, KeyValue, LogFormat, Mode, Parsed, PathAudit, or_default};
 
 use super::lease::LeaseConfig;
 use super::watch::WatchConfig;
@@ -139,48 +143,17 @@ pub fn check_dir_trust(
     }
 }
 
-/// Parses `"500ms"`, `"2s"`, `"1m"`, `"1h"`: a whole number followed by a unit. A bare number is
-/// refused because its unit would be a guess.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} has no unit; write e.g. \"500ms\", \"2s\", \"1m\""))?;
-    let (number, unit) = text.split_at(split);
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
-    let millis_per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" | "min" => 60_000,
-        "h" => 3_600_000,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    value
-        .checked_mul(millis_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{text:?} is too large"))
-}
-
-fn duration_field(field: &str, text: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
-    parse_duration(text.unwrap_or(default)).map_err(|problem| field_error(field, problem))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Raw file shape (serde). Unknown fields are errors: a misspelt `grace` must not silently fall
-// back to a default that changes when the node fences itself.
+// back to a default that changes when the node fences itself. Durations and words are typed
+// ([`value`]); a value that does not parse is refused by validation, naming its field.
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    mode: String,
-    check_interval: Option<String>,
-    command_timeout: Option<String>,
+    mode: Parsed<Mode>,
+    check_interval: Option<Parsed<ConfigDuration>>,
+    command_timeout: Option<Parsed<ConfigDuration>>,
     #[serde(default)]
     unregister_on_exit: bool,
     #[serde(default)]
@@ -206,28 +179,28 @@ struct RawDevice {
 #[serde(deny_unknown_fields)]
 struct RawKey {
     value: Option<String>,
-    derive: Option<String>,
+    derive: Option<Parsed<KeyDerive>>,
     node: Option<String>,
-    key_value: Option<String>,
+    key_value: Option<Parsed<KeyValue>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawWatch {
-    grace: Option<String>,
+    grace: Option<Parsed<ConfigDuration>>,
     missing_confirmations: Option<u32>,
     heal: Option<bool>,
-    path_audit: Option<String>,
+    path_audit: Option<Parsed<PathAudit>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLease {
     node_id: u32,
-    reservation: Option<String>,
-    renew: Option<String>,
-    lease: Option<String>,
-    margin: Option<String>,
+    reservation: Option<Parsed<LeaseReservation>>,
+    renew: Option<Parsed<ConfigDuration>>,
+    lease: Option<Parsed<ConfigDuration>>,
+    margin: Option<Parsed<ConfigDuration>>,
     clock_drift_ppm: Option<u32>,
     state_file: Option<String>,
 }
@@ -238,7 +211,7 @@ struct RawSelfFence {
     exit: Option<bool>,
     exit_status: Option<u8>,
     command: Option<Vec<String>>,
-    command_timeout: Option<String>,
+    command_timeout: Option<Parsed<ConfigDuration>>,
     reboot: Option<bool>,
     stop_watchdog: Option<bool>,
 }
@@ -247,7 +220,7 @@ struct RawSelfFence {
 #[serde(deny_unknown_fields)]
 struct RawWatchdog {
     device: String,
-    timeout: String,
+    timeout: Parsed<ConfigDuration>,
     magic_close: Option<bool>,
 }
 
@@ -260,8 +233,8 @@ struct RawMetrics {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLog {
-    target: Option<String>,
-    format: Option<String>,
+    target: Option<Parsed<LogTarget>>,
+    format: Option<Parsed<LogFormat>>,
     level: Option<String>,
 }
 
@@ -393,6 +366,20 @@ pub enum LeaseReservation {
     ExclusiveAccess,
 }
 
+impl std::str::FromStr for LeaseReservation {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "write-exclusive" => Ok(LeaseReservation::WriteExclusive),
+            "exclusive-access" => Ok(LeaseReservation::ExclusiveAccess),
+            other => Err(format!(
+                "{other:?} is not \"write-exclusive\" or \"exclusive-access\" (the \
+                 registrants types would let every standby write)"
+            )),
+        }
+    }
+}
+
 /// What the agent does once it decides it is fenced (in this order: stop feeding the watchdog,
 /// run the command, reboot, exit).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -432,6 +419,17 @@ pub struct LogSettings {
 pub enum LogTarget {
     Journald,
     Stderr,
+}
+
+impl std::str::FromStr for LogTarget {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "journald" => Ok(LogTarget::Journald),
+            "stderr" => Ok(LogTarget::Stderr),
+            other => Err(format!("{other:?} is not \"journald\" or \"stderr\"")),
+        }
+    }
 }
 
 /// Where `[metrics]` without `listen` serves: loopback only.
@@ -492,7 +490,8 @@ impl Settings {
     }
 
     fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
-        let check_interval = duration_field("check_interval", raw.check_interval.as_deref(), "2s")?;
+        let ConfigDuration(check_interval) =
+            or_default("check_interval", raw.check_interval, "2s")?;
         if !(MIN_CHECK_INTERVAL..=MAX_CHECK_INTERVAL).contains(&check_interval) {
             return Err(field_error(
                 "check_interval",
@@ -503,8 +502,8 @@ impl Settings {
                 ),
             ));
         }
-        let command_timeout =
-            duration_field("command_timeout", raw.command_timeout.as_deref(), "2s")?;
+        let ConfigDuration(command_timeout) =
+            or_default("command_timeout", raw.command_timeout, "2s")?;
         if command_timeout.is_zero() {
             return Err(field_error("command_timeout", "must be greater than 0"));
         }
@@ -519,8 +518,8 @@ impl Settings {
             ));
         }
         let devices = validate_devices(raw.device)?;
-        let mode = match raw.mode.as_str() {
-            "watch" => {
+        let mode = match raw.mode.get("mode")? {
+            Mode::Watch => {
                 if raw.lease.is_some() {
                     return Err(field_error(
                         "lease",
@@ -529,7 +528,7 @@ impl Settings {
                 }
                 ModeSettings::Watch(validate_watch(raw.key, raw.watch)?)
             }
-            "lease" => {
+            Mode::Lease => {
                 if raw.key.is_some() {
                     return Err(field_error(
                         "key",
@@ -546,12 +545,6 @@ impl Settings {
                     field_error("lease", "mode = \"lease\" needs a [lease] table")
                 })?;
                 ModeSettings::Lease(validate_lease(lease)?)
-            }
-            other => {
-                return Err(field_error(
-                    "mode",
-                    format!("{other:?} is not a mode; use \"watch\" or \"lease\""),
-                ));
             }
         };
         let watchdog = raw.watchdog.map(validate_watchdog).transpose()?;
@@ -733,28 +726,19 @@ fn validate_key(raw: Option<RawKey>) -> Result<KeySpec, ConfigError> {
             Ok(KeySpec::Given(key))
         }
         (None, Some(derive)) => {
-            let scheme = match (derive.as_str(), raw.key_value.as_deref()) {
-                ("native", None) => KeyScheme::Native,
-                ("native", Some(_)) => {
+            let scheme = match (derive.get("key.derive")?, raw.key_value) {
+                (KeyDerive::Native, None) => KeyScheme::Native,
+                (KeyDerive::Native, Some(_)) => {
                     return Err(field_error(
                         "key.key_value",
                         "only applies with derive = \"fence_scsi\"",
                     ));
                 }
-                ("fence_scsi", None | Some("id")) => KeyScheme::FenceScsiId,
-                ("fence_scsi", Some("hash")) => KeyScheme::FenceScsiHash,
-                ("fence_scsi", Some(other)) => {
-                    return Err(field_error(
-                        "key.key_value",
-                        format!("{other:?} is not \"id\" or \"hash\" (fence_scsi's key_value)"),
-                    ));
-                }
-                (other, _) => {
-                    return Err(field_error(
-                        "key.derive",
-                        format!("{other:?} is not \"native\" or \"fence_scsi\""),
-                    ));
-                }
+                (KeyDerive::FenceScsi, None) => KeyScheme::FenceScsiId,
+                (KeyDerive::FenceScsi, Some(key_value)) => match key_value.get("key.key_value")? {
+                    KeyValue::Id => KeyScheme::FenceScsiId,
+                    KeyValue::Hash => KeyScheme::FenceScsiHash,
+                },
             };
             if raw.node.as_deref().is_some_and(str::is_empty) {
                 return Err(field_error("key.node", "must not be empty"));
@@ -789,13 +773,10 @@ fn validate_watch(
     }
     Ok(WatchModeSettings {
         key,
-        grace: duration_field("watch.grace", grace.as_deref(), "20s")?,
+        grace: or_default::<ConfigDuration>("watch.grace", grace, "20s")?.0,
         missing_confirmations,
         heal: heal.unwrap_or(true),
-        path_audit: match path_audit.as_deref() {
-            None | Some("off") => None,
-            Some(text) => Some(duration_field("watch.path_audit", Some(text), "off")?),
-        },
+        path_audit: or_default::<PathAudit>("watch.path_audit", path_audit, "off")?.0,
     })
 }
 
@@ -813,20 +794,8 @@ fn validate_lease(raw: RawLease) -> Result<LeaseModeSettings, ConfigError> {
                 ),
             )
         })?;
-    let reservation = match raw.reservation.as_deref().unwrap_or("write-exclusive") {
-        "write-exclusive" => LeaseReservation::WriteExclusive,
-        "exclusive-access" => LeaseReservation::ExclusiveAccess,
-        other => {
-            return Err(field_error(
-                "lease.reservation",
-                format!(
-                    "{other:?} is not \"write-exclusive\" or \"exclusive-access\" (the \
-                     registrants types would let every standby write)"
-                ),
-            ));
-        }
-    };
-    let lease = duration_field("lease.lease", raw.lease.as_deref(), "15s")?;
+    let reservation = or_default("lease.reservation", raw.reservation, "write-exclusive")?;
+    let ConfigDuration(lease) = or_default("lease.lease", raw.lease, "15s")?;
     if lease.is_zero() {
         return Err(field_error("lease.lease", "must be greater than 0"));
     }
@@ -849,9 +818,9 @@ fn validate_lease(raw: RawLease) -> Result<LeaseModeSettings, ConfigError> {
     Ok(LeaseModeSettings {
         node_id,
         reservation,
-        renew: duration_field("lease.renew", raw.renew.as_deref(), "3s")?,
+        renew: or_default::<ConfigDuration>("lease.renew", raw.renew, "3s")?.0,
         lease,
-        margin: duration_field("lease.margin", raw.margin.as_deref(), "3s")?,
+        margin: or_default::<ConfigDuration>("lease.margin", raw.margin, "3s")?.0,
         clock_drift_ppm,
         state_file: PathBuf::from(state_file),
     })
@@ -877,7 +846,7 @@ fn validate_watchdog(raw: RawWatchdog) -> Result<WatchdogSettings, ConfigError> 
             ),
         ));
     }
-    let timeout = parse_duration(&raw.timeout).map_err(|p| field_error("watchdog.timeout", p))?;
+    let ConfigDuration(timeout) = raw.timeout.get("watchdog.timeout")?;
     if timeout < Duration::from_secs(1) || timeout.subsec_millis() != 0 {
         return Err(field_error(
             "watchdog.timeout",
@@ -947,11 +916,8 @@ fn validate_self_fence(
             "no action left: enable at least one of exit, command, reboot, stop_watchdog",
         ));
     }
-    let command_timeout = duration_field(
-        "self_fence.command_timeout",
-        raw.command_timeout.as_deref(),
-        "2s",
-    )?;
+    let ConfigDuration(command_timeout) =
+        or_default("self_fence.command_timeout", raw.command_timeout, "2s")?;
     if command_timeout.is_zero() {
         return Err(field_error(
             "self_fence.command_timeout",
@@ -972,26 +938,8 @@ fn validate_log(raw: Option<RawLog>) -> Result<LogSettings, ConfigError> {
         Some(l) => (l.target, l.format, l.level),
         None => (None, None, None),
     };
-    let target = match target.as_deref().unwrap_or("journald") {
-        "journald" => LogTarget::Journald,
-        "stderr" => LogTarget::Stderr,
-        other => {
-            return Err(field_error(
-                "log.target",
-                format!("{other:?} is not \"journald\" or \"stderr\""),
-            ));
-        }
-    };
-    let json = match format.as_deref().unwrap_or("text") {
-        "text" => false,
-        "json" => true,
-        other => {
-            return Err(field_error(
-                "log.format",
-                format!("{other:?} is not \"text\" or \"json\""),
-            ));
-        }
-    };
+    let target = or_default("log.target", target, "journald")?;
+    let json = or_default("log.format", format, "text")? == LogFormat::Json;
     let level = level.unwrap_or_else(|| "info".to_owned());
     // An empty filter turns logging off: the self-fence and every error would go unlogged.
     if level.trim().is_empty() {
