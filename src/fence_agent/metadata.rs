@@ -5,337 +5,14 @@
 use std::fmt::Write as _;
 
 use super::Action;
+use super::table::{Alias, OPTIONS, Param};
 
-#[derive(Debug, Clone, Copy)]
-enum Content {
-    Boolean,
-    String,
-    Second,
-    Integer,
+/// The metadata's parameters, in fence_scsi's order.
+fn params() -> Vec<&'static Param> {
+    let mut params: Vec<&'static Param> = OPTIONS.iter().flat_map(|o| o.listed).collect();
+    params.sort_by_key(|p| p.position);
+    params
 }
-
-impl Content {
-    fn as_str(self) -> &'static str {
-        match self {
-            Content::Boolean => "boolean",
-            Content::String => "string",
-            Content::Second => "second",
-            Content::Integer => "integer",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Alias {
-    None,
-    /// This name is the old spelling, kept for existing configurations.
-    Deprecated,
-    /// This name replaces the given old one.
-    Obsoletes(&'static str),
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Param {
-    name: &'static str,
-    required: bool,
-    alias: Alias,
-    getopt: &'static str,
-    content: Content,
-    default: Option<&'static str>,
-    shortdesc: &'static str,
-}
-
-const fn param(
-    name: &'static str,
-    getopt: &'static str,
-    content: Content,
-    default: Option<&'static str>,
-    shortdesc: &'static str,
-) -> Param {
-    Param {
-        name,
-        required: false,
-        alias: Alias::None,
-        getopt,
-        content,
-        default,
-        shortdesc,
-    }
-}
-
-const PLUG_DESC: &str = "Name of the node to fence or unfence; its reservation key is derived \
-from it as fence_scsi does. Ignored when key is set.";
-const SUPPRESS_DESC: &str = "Accepted for compatibility and ignored: fence_scsi uses it to stay \
-     quiet about a missing device list in 'monitor', which fence_pr does not read.";
-const DEBUG_DESC: &str = "Write debug information to this file.";
-
-/// In fence_scsi's order (fence-agents sorts by its `order` field, then name).
-const PARAMS: &[Param] = &[
-    param(
-        "action",
-        "-o, --action=[action]",
-        Content::String,
-        Some("off"),
-        "Fencing action",
-    ),
-    param(
-        "aptpl",
-        "-a, --aptpl",
-        Content::Boolean,
-        None,
-        "Register with APTPL (the registration survives a target power loss); used by 'on' only.",
-    ),
-    param(
-        "devices",
-        "-d, --devices=[devices]",
-        Content::String,
-        None,
-        "Devices to act on, separated by commas or spaces (e.g. /dev/sdc,/dev/mapper/mpatha). \
-         Each must support SCSI-3 persistent reservations, or be an NVMe namespace with \
-         reservation support.",
-    ),
-    param(
-        "key",
-        "-k, --key=[key]",
-        Content::String,
-        None,
-        "Reservation key in hex (up to 16 digits, optional 0x), unique per node. For 'on' it is the \
-         key this node registers; for 'off' the key removed from the devices. Derived from the node \
-         name when unset.",
-    ),
-    Param {
-        required: true,
-        alias: Alias::Obsoletes("port"),
-        ..param(
-            "plug",
-            "-n, --plug=[nodename]",
-            Content::String,
-            None,
-            PLUG_DESC,
-        )
-    },
-    Param {
-        required: true,
-        alias: Alias::Deprecated,
-        ..param(
-            "port",
-            "-n, --plug=[nodename]",
-            Content::String,
-            None,
-            PLUG_DESC,
-        )
-    },
-    param(
-        "mpath_register_method",
-        "--mpath-register-method=[multi|single]",
-        Content::String,
-        Some("multi"),
-        "multi: register on every path of every LU (a multipath device stands for its paths); \
-         single: register, reserve and preempt through one path per LU only (the first live one).",
-    ),
-    param(
-        "readonly",
-        "--readonly",
-        Content::Boolean,
-        None,
-        "Accepted for compatibility: fence_pr always opens devices read-only (SG_IO needs no \
-         write access, and a read-only open triggers no udev change event).",
-    ),
-    Param {
-        alias: Alias::Deprecated,
-        ..param(
-            "suppress-errors",
-            "--suppress-errors",
-            Content::Boolean,
-            None,
-            SUPPRESS_DESC,
-        )
-    },
-    Param {
-        alias: Alias::Obsoletes("suppress-errors"),
-        ..param(
-            "suppress_errors",
-            "--suppress-errors",
-            Content::Boolean,
-            None,
-            SUPPRESS_DESC,
-        )
-    },
-    param(
-        "logfile",
-        "--logfile=[file]",
-        Content::String,
-        None,
-        "Write output and errors to this file.",
-    ),
-    param(
-        "quiet",
-        "-q, --quiet",
-        Content::Boolean,
-        None,
-        "Do not log to stderr.",
-    ),
-    param(
-        "verbose",
-        "-v, --verbose",
-        Content::Boolean,
-        None,
-        "Verbose output; repeat -v for more.",
-    ),
-    param(
-        "verbose_level",
-        "--verbose-level",
-        Content::Integer,
-        None,
-        "Level of detail of the output (default: the number of -v, or 1 if verbose=1).",
-    ),
-    Param {
-        alias: Alias::Deprecated,
-        ..param(
-            "debug",
-            "-D, --debug-file=[debugfile]",
-            Content::String,
-            None,
-            DEBUG_DESC,
-        )
-    },
-    Param {
-        alias: Alias::Obsoletes("debug"),
-        ..param(
-            "debug_file",
-            "-D, --debug-file=[debugfile]",
-            Content::String,
-            None,
-            DEBUG_DESC,
-        )
-    },
-    param(
-        "version",
-        "-V, --version",
-        Content::Boolean,
-        None,
-        "Print the version and exit.",
-    ),
-    param(
-        "help",
-        "-h, --help",
-        Content::Boolean,
-        None,
-        "Print help and exit.",
-    ),
-    param(
-        "separator",
-        "-C, --separator=[char]",
-        Content::String,
-        Some(","),
-        "Separator of the columns printed by 'list' and 'list-status'.",
-    ),
-    param(
-        "plug_separator",
-        "--plug-separator=[char]",
-        Content::String,
-        Some(","),
-        "Accepted for compatibility and ignored: a request names one node.",
-    ),
-    param(
-        "delay",
-        "-H, --delay=[seconds]",
-        Content::Second,
-        Some("0"),
-        "Wait this many seconds before fencing ('off').",
-    ),
-    param(
-        "disable_timeout",
-        "--disable-timeout=[true/false]",
-        Content::String,
-        None,
-        "Bound each device command by 10 s instead of power_timeout (default: true when run by \
-         pacemaker-fenced, which enforces its own timeout).",
-    ),
-    param(
-        "login_timeout",
-        "--login-timeout=[seconds]",
-        Content::Second,
-        Some("5"),
-        "Accepted for compatibility; fence_pr logs in nowhere.",
-    ),
-    param(
-        "power_timeout",
-        "--power-timeout=[seconds]",
-        Content::Second,
-        Some("20"),
-        "Upper bound in seconds for each device command.",
-    ),
-    param(
-        "power_wait",
-        "--power-wait=[seconds]",
-        Content::Second,
-        Some("0"),
-        "Wait this many seconds after 'on' or 'off'.",
-    ),
-    param(
-        "shell_timeout",
-        "--shell-timeout=[seconds]",
-        Content::Second,
-        Some("3"),
-        "Accepted for compatibility; fence_pr runs no shell.",
-    ),
-    param(
-        "stonith_status_sleep",
-        "--stonith-status-sleep=[seconds]",
-        Content::Second,
-        Some("1"),
-        "Accepted for compatibility and ignored: fence_pr does not poll the status after 'off' \
-         (the action reads its result back itself).",
-    ),
-    param(
-        "retry_on",
-        "--retry-on=[attempts]",
-        Content::Integer,
-        Some("1"),
-        "Accepted for compatibility and ignored: fence_pr runs 'on' once.",
-    ),
-    param(
-        "corosync_cmap_path",
-        "--corosync-cmap-path=[path]",
-        Content::String,
-        Some(crate::keys::COROSYNC_CMAPCTL),
-        "Path of corosync-cmapctl, used to derive keys from the cluster name and nodelist.",
-    ),
-    param(
-        "key_value",
-        "--key-value=<id|hash|native>",
-        Content::String,
-        Some("id"),
-        "How keys are derived from node names. \"id\" (default, as fence_scsi): md5 of the cluster \
-         name and the node's position in the corosync nodelist, which can differ between nodes \
-         after a node is removed without a full cluster restart. \"hash\" (as fence_scsi): md5 of \
-         the cluster name and of the node name; stable, but only 16 bits per node. \"native\": \
-         all 64 bits, a cluster tag and the corosync nodeid; stable and collision-free, but not \
-         the keys fence_scsi uses.",
-    ),
-    param(
-        "sg_persist_path",
-        "--sg_persist-path=[path]",
-        Content::String,
-        Some("/usr/bin/sg_persist"),
-        "Accepted for fence_scsi compatibility; fence_pr issues the commands itself.",
-    ),
-    param(
-        "sg_turs_path",
-        "--sg_turs-path=[path]",
-        Content::String,
-        Some("/usr/bin/sg_turs"),
-        "Accepted for fence_scsi compatibility; fence_pr issues the commands itself.",
-    ),
-    param(
-        "vgs_path",
-        "--vgs-path=[path]",
-        Content::String,
-        Some("/sbin/vgs"),
-        "Path of vgs, used to find shared volume group devices when devices is unset.",
-    ),
-];
 
 const SHORTDESC: &str = "Fence agent for SCSI persistent reservations (fence_scsi compatible)";
 
@@ -395,7 +72,7 @@ pub fn metadata_xml(agent_name: &str) -> String {
     let _ = writeln!(xml, "<longdesc>{}</longdesc>", xml_escape(LONGDESC));
     let _ = writeln!(xml, "<vendor-url></vendor-url>");
     let _ = writeln!(xml, "<parameters>");
-    for p in PARAMS {
+    for p in params() {
         let alias = match p.alias {
             Alias::None => String::new(),
             Alias::Deprecated => " deprecated=\"1\"".to_owned(),
@@ -444,7 +121,6 @@ pub fn metadata_xml(agent_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fence_agent::options::OPTIONS;
 
     #[test]
     fn escaping() {
@@ -509,13 +185,13 @@ mod tests {
             "sg_turs_path",
         ];
         for name in ignored {
-            let p = PARAMS.iter().find(|p| p.name == name);
+            let p = params().into_iter().find(|p| p.name == name);
             assert!(
                 p.is_some_and(|p| p.shortdesc.starts_with("Accepted for")),
                 "{name}: {p:?}"
             );
         }
-        for p in PARAMS.iter().filter(|p| !ignored.contains(&p.name)) {
+        for p in params().into_iter().filter(|p| !ignored.contains(&p.name)) {
             assert!(!p.shortdesc.starts_with("Accepted for"), "{}", p.name);
         }
     }

@@ -40,6 +40,7 @@ pub mod metadata;
 mod options;
 pub mod run;
 pub mod store;
+mod table;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -389,7 +390,10 @@ pub fn parse<S: AsRef<str>>(
     build(raw, mode, env)
 }
 
+/// `key`'s value as text. Keys are the table's stdin names (a misspelt one would read as never
+/// given, so debug builds, the tests among them, check it).
 fn text<'a>(raw: &'a RawOptions, key: &str) -> Option<&'a str> {
+    debug_assert!(table::OPTIONS.iter().any(|o| o.key == key), "{key}");
     match raw.values.get(key) {
         Some(RawValue::Text(t)) => Some(t.as_str()),
         _ => None,
@@ -401,6 +405,7 @@ fn non_empty<'a>(raw: &'a RawOptions, key: &str) -> Option<&'a str> {
 }
 
 fn flag(raw: &RawOptions, key: &str) -> bool {
+    debug_assert!(table::OPTIONS.iter().any(|o| o.key == key), "{key}");
     matches!(raw.values.get(key), Some(RawValue::Flag(true)))
 }
 
@@ -644,7 +649,7 @@ pub fn render_list_status<S: AsRef<str>>(nodes: &[(S, Option<bool>)], separator:
 pub fn usage(agent_name: &str) -> String {
     let mut out =
         format!("Usage:\n\t{agent_name} [options]\n\t{agent_name} < name=value lines\nOptions:\n");
-    for o in options::OPTIONS {
+    for o in table::OPTIONS {
         let short = o.short.map(|c| format!("-{c}, ")).unwrap_or_default();
         let value = if o.takes_value { "=[value]" } else { "" };
         out.push_str(&format!(

@@ -1,83 +1,11 @@
-//! Option table and the two input forms of the Fence Agent API: `name=value` lines on stdin and
-//! the getopt command line. Names, short letters and value rules are those of fence_scsi 4.12.1
-//! (plus `mpath_register_method` from fence-agents HEAD), so a fence_scsi configuration works
+//! The two input forms of the Fence Agent API: `name=value` lines on stdin and the getopt
+//! command line, both over the option table (`table`), so a fence_scsi configuration works
 //! unchanged.
 
 use std::collections::BTreeMap;
 
 use super::FencePrError;
-
-/// One option as fence-agents' `all_opt` defines it for fence_scsi.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OptSpec {
-    /// The stdin / metadata name (fence-agents' `all_opt` key).
-    pub key: &'static str,
-    /// The long command-line name, without the leading `--`.
-    pub long: &'static str,
-    /// The short command-line letter, if fence_scsi has one.
-    pub short: Option<char>,
-    /// Whether the option takes a value (getopt `:`); otherwise it is a flag.
-    pub takes_value: bool,
-}
-
-const fn value(key: &'static str, long: &'static str, short: Option<char>) -> OptSpec {
-    OptSpec {
-        key,
-        long,
-        short,
-        takes_value: true,
-    }
-}
-
-const fn flag(key: &'static str, long: &'static str, short: Option<char>) -> OptSpec {
-    OptSpec {
-        key,
-        long,
-        short,
-        takes_value: false,
-    }
-}
-
-/// Every option fence_scsi accepts. Facts checked against /usr/sbin/fence_scsi 4.12.1 and
-/// `fence_scsi --help`: `-f` for logfile is advertised but not a getopt letter (a parse error
-/// there, so here too); `delay` is `-H` in fence_scsi only; `-C/--separator` is accepted because
-/// `port` pulls it in, although fence_scsi hides list from its metadata.
-pub(crate) const OPTIONS: &[OptSpec] = &[
-    value("action", "action", Some('o')),
-    value("port", "plug", Some('n')),
-    value("nodename", "nodename", None),
-    // Not a fence_scsi option: Pacemaker passes the target's corosync nodeid as `nodeid` (fence
-    // actions, when known); fence_scsi ignores it, the native key scheme uses it.
-    value("nodeid", "nodeid", None),
-    value("devices", "devices", Some('d')),
-    value("key", "key", Some('k')),
-    flag("aptpl", "aptpl", Some('a')),
-    flag("readonly", "readonly", None),
-    flag("suppress-errors", "suppress-errors", None),
-    value("logfile", "logfile", None),
-    value("corosync_cmap_path", "corosync-cmap-path", None),
-    value("sg_persist_path", "sg_persist-path", None),
-    value("sg_turs_path", "sg_turs-path", None),
-    value("vgs_path", "vgs-path", None),
-    value("key_value", "key-value", None),
-    value("mpath_register_method", "mpath-register-method", None),
-    flag("help", "help", Some('h')),
-    flag("version", "version", Some('V')),
-    flag("verbose", "verbose", Some('v')),
-    value("verbose_level", "verbose-level", None),
-    value("debug", "debug-file", Some('D')),
-    flag("quiet", "quiet", Some('q')),
-    value("delay", "delay", Some('H')),
-    value("power_timeout", "power-timeout", None),
-    value("shell_timeout", "shell-timeout", None),
-    value("login_timeout", "login-timeout", None),
-    value("disable_timeout", "disable-timeout", None),
-    value("power_wait", "power-wait", None),
-    value("stonith_status_sleep", "stonith-status-sleep", None),
-    value("retry_on", "retry-on", None),
-    value("plug_separator", "plug-separator", None),
-    value("separator", "separator", Some('C')),
-];
+use super::table::{OPTIONS, OptSpec};
 
 /// Where the options came from; the API says any argv means command-line mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
