@@ -18,7 +18,7 @@ use prfence_engine::transport::{Policy, PrTransport};
 use crate::check::{Checker, Violation};
 use crate::rng::Rng;
 use crate::scenario::{Scenario, Target};
-use crate::sched::{Fault, Grant, MS, Nanos, Node, Sim, Tid};
+use crate::sched::{Fault, Grant, MS, Nanos, NodeClock, Sim, Tid};
 use crate::world::{SimEvent, World};
 
 /// What a pick decides.
@@ -196,7 +196,7 @@ impl Chooser for Replay {
 }
 
 /// The result of one run.
-pub struct Run {
+pub struct ScheduleRun {
     pub violations: Vec<Violation>,
     pub picks: Vec<Pick>,
     pub log: Vec<SimEvent>,
@@ -208,7 +208,7 @@ pub struct Run {
     pub in_flight_landings: usize,
 }
 
-impl Run {
+impl ScheduleRun {
     pub fn failed(&self) -> bool {
         !self.violations.is_empty()
     }
@@ -269,7 +269,7 @@ fn unfence_all(cluster: &Cluster, keys: &[Key]) {
 }
 
 /// Runs `scenario` once, choosing with `chooser`, checking every property after every step.
-pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
+pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
     let keys: Vec<Key> = (0..scenario.nodes).map(node_key).collect();
     let cluster = Cluster::new(
         model(scenario.target),
@@ -285,7 +285,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
         unfence_all(&cluster, &keys);
     }
     let nodes = (0..scenario.nodes)
-        .map(|n| Node {
+        .map(|n| NodeClock {
             clock: 0,
             ppm: scenario.ppm.get(n).copied().unwrap_or(0),
             paused: false,
@@ -401,7 +401,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
     }
     sim.tear_down();
     let log = world.log().clone();
-    Run {
+    ScheduleRun {
         violations: checker.violations,
         picks,
         log,
@@ -414,7 +414,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> Run {
 }
 
 /// The scenario and schedule of random run number `seed`.
-pub fn random_run(seed: u64) -> (Scenario, Run) {
+pub fn random_run(seed: u64) -> (Scenario, ScheduleRun) {
     let mut rng = Rng::new(seed);
     let scenario = Scenario::draw(&mut rng);
     let run = if seed.is_multiple_of(2) {
@@ -430,7 +430,7 @@ pub fn random_run(seed: u64) -> (Scenario, Run) {
 pub struct Exhaustive {
     pub schedules: usize,
     pub complete: bool,
-    pub failure: Option<(Vec<usize>, Run)>,
+    pub failure: Option<(Vec<usize>, ScheduleRun)>,
 }
 
 pub fn exhaustive(scenario: &Scenario, limit: usize) -> Exhaustive {
@@ -477,13 +477,17 @@ pub fn exhaustive(scenario: &Scenario, limit: usize) -> Exhaustive {
 /// Makes a failing run smaller while it keeps breaking the same property: fewer LUs, paths,
 /// nodes' actions, writers and faults, then simpler picks. Returns the smallest scenario and
 /// picks found, and their run.
-pub fn shrink(scenario: &Scenario, picks: &[usize], budget: usize) -> (Scenario, Vec<usize>, Run) {
-    let property = |run: &Run| run.violations.first().map(|v| v.property);
+pub fn shrink(
+    scenario: &Scenario,
+    picks: &[usize],
+    budget: usize,
+) -> (Scenario, Vec<usize>, ScheduleRun) {
+    let property = |run: &ScheduleRun| run.violations.first().map(|v| v.property);
     let mut best = (scenario.clone(), picks.to_vec());
     let mut best_run = run(&best.0, &mut Replay::new(best.1.clone()));
     let target = property(&best_run);
     let mut tries = 0;
-    let still_fails = |s: &Scenario, p: &[usize], tries: &mut usize| -> Option<Run> {
+    let still_fails = |s: &Scenario, p: &[usize], tries: &mut usize| -> Option<ScheduleRun> {
         *tries += 1;
         let r = run(s, &mut Replay::new(p.to_vec()));
         (r.failed() && property(&r) == target).then_some(r)
@@ -597,7 +601,7 @@ fn simpler_scenarios(s: &Scenario) -> Vec<Scenario> {
 }
 
 /// The run as a timeline a person can read: time, node, what, the target's answer.
-pub fn timeline(run: &Run) -> String {
+pub fn timeline(run: &ScheduleRun) -> String {
     let marked: Vec<usize> = run.violations.iter().filter_map(|v| v.at).collect();
     let mut out = String::new();
     for (i, event) in run.log.iter().enumerate() {
@@ -698,7 +702,7 @@ fn keys(keys: &[Key]) -> String {
 
 /// A failing run as a bug report: the property, the scenario and schedule with the command that
 /// replays them, and the timeline.
-pub fn report(scenario: &Scenario, picks: &[usize], run: &Run) -> String {
+pub fn report(scenario: &Scenario, picks: &[usize], run: &ScheduleRun) -> String {
     let mut out = String::new();
     for v in &run.violations {
         out.push_str(&format!("{} broken: {}\n", v.property, v.message));

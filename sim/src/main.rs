@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use prfence_sim::explore::{self, Replay, Run};
+use prfence_sim::explore::{self, Replay, ScheduleRun};
 use prfence_sim::rng::Rng;
 use prfence_sim::scenario::Scenario;
 
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
 
 /// Random run number `seed`, from one family when `family` is given (a family's name, or a
 /// scenario's text form: random schedules of that one scenario).
-fn seeded(seed: u64, family: Option<&str>) -> (Scenario, Run) {
+fn seeded(seed: u64, family: Option<&str>) -> (Scenario, ScheduleRun) {
     match family {
         None => explore::random_run(seed),
         Some(text) if text.contains(' ') => {
@@ -110,7 +110,7 @@ fn run(args: &[String]) -> ExitCode {
     let tally: Arc<Mutex<std::collections::BTreeMap<String, (u64, u64)>>> = Arc::default();
     let next = Arc::new(AtomicU64::new(first));
     let stop = Arc::new(AtomicBool::new(false));
-    let found: Arc<Mutex<Option<(u64, Scenario, Run)>>> = Arc::new(Mutex::new(None));
+    let found: Arc<Mutex<Option<(u64, Scenario, ScheduleRun)>>> = Arc::new(Mutex::new(None));
     let totals = Arc::new(Mutex::new((0u64, 0u64, 0u64, 0u64, 0u64)));
     let started = Instant::now();
     let workers: Vec<_> = (0..jobs)

@@ -100,7 +100,7 @@ pub struct Pending {
 
 /// A node's clock and whether it runs.
 #[derive(Debug, Clone)]
-pub struct Node {
+pub struct NodeClock {
     /// The node's monotonic clock, in nanoseconds since the start.
     pub clock: Nanos,
     /// How fast its clock runs: parts per million off true time.
@@ -111,7 +111,7 @@ pub struct Node {
     pub clock_stops_when_paused: bool,
 }
 
-impl Node {
+impl NodeClock {
     fn advance(&mut self, true_ns: Nanos) {
         if self.paused && self.clock_stops_when_paused {
             return;
@@ -181,7 +181,7 @@ fn pooled(job: Job) -> Result<(), String> {
 
 pub struct Core {
     pub threads: Vec<Thread>,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<NodeClock>,
     pub pending: Vec<Pending>,
     /// True time since the start.
     pub now: Nanos,
@@ -239,7 +239,7 @@ pub struct Sim {
 }
 
 impl Sim {
-    pub fn new(nodes: Vec<Node>) -> Arc<Sim> {
+    pub fn new(nodes: Vec<NodeClock>) -> Arc<Sim> {
         Arc::new_cyclic(|this| Sim {
             core: Mutex::new(Core {
                 threads: Vec::new(),

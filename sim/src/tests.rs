@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::check::Checker;
-use crate::explore::{self, Replay, Run};
+use crate::explore::{self, Replay, ScheduleRun};
 use crate::scenario::Scenario;
 use crate::world::{Outcome, SimEvent, World};
 
@@ -16,7 +16,7 @@ use crate::world::{Outcome, SimEvent, World};
 /// on two), and it leaves the other CPU to what CI builds beside the tests.
 fn random_schedules(first: u64, count: u64) -> (u64, u64) {
     let next = Arc::new(AtomicU64::new(first));
-    let failure: Arc<Mutex<Option<(Scenario, Run)>>> = Arc::default();
+    let failure: Arc<Mutex<Option<(Scenario, ScheduleRun)>>> = Arc::default();
     let steps = Arc::new(AtomicU64::new(0));
     let jobs = 1;
     let workers: Vec<_> = (0..jobs)
@@ -126,10 +126,10 @@ fn a_run_is_a_pure_function_of_its_seed() {
 
 /// Two nodes and one LU on LIO, nothing running: for feeding the checker a log by hand.
 fn bare_world() -> Arc<World> {
-    use crate::sched::{Node, Sim};
+    use crate::sched::{NodeClock, Sim};
     use prfence_engine::spc_model::Quirks;
     use prfence_engine::testing::{Cluster, TargetModel};
-    let node = Node {
+    let node = NodeClock {
         clock: 0,
         ppm: 0,
         paused: false,
@@ -146,7 +146,7 @@ fn bare_world() -> Arc<World> {
     )
 }
 
-fn ends(run: &Run, node: usize) -> Vec<Outcome> {
+fn ends(run: &ScheduleRun, node: usize) -> Vec<Outcome> {
     run.log
         .iter()
         .filter_map(|e| match e {
@@ -206,7 +206,7 @@ fn two_survivors_are_caught() {
 mod regressions {
     use super::*;
 
-    fn replay(scenario: &str, picks: &[usize]) -> Run {
+    fn replay(scenario: &str, picks: &[usize]) -> ScheduleRun {
         let scenario: Scenario = scenario.parse().unwrap();
         let run = explore::run(&scenario, &mut Replay::new(picks.to_vec()));
         assert!(!run.failed(), "{}", explore::report(&scenario, picks, &run));

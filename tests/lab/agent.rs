@@ -17,7 +17,7 @@ use super::{PRFENCE, WORK};
 pub const FENCED_EXIT: i32 = 86;
 
 /// A running `prfence agent`, with its status file and log.
-pub struct Agent {
+pub struct AgentProcess {
     name: String,
     status_file: PathBuf,
     log: PathBuf,
@@ -25,19 +25,19 @@ pub struct Agent {
     exit: Option<i32>,
 }
 
-impl Agent {
+impl AgentProcess {
     /// Starts `prfence agent --config` with `config_text` as `name`.
-    pub fn start(name: &str, config_text: &str) -> anyhow::Result<Agent> {
+    pub fn start(name: &str, config_text: &str) -> anyhow::Result<AgentProcess> {
         Self::start_with_caps(name, config_text, None)
     }
 
-    /// [`Agent::start`] with only `caps` (capability names as setpriv spells them, e.g.
+    /// [`AgentProcess::start`] with only `caps` (capability names as setpriv spells them, e.g.
     /// `sys_rawio`) in its bounding set, as a unit's `CapabilityBoundingSet=` leaves root.
     pub fn start_with_caps(
         name: &str,
         config_text: &str,
         caps: Option<&[&str]>,
-    ) -> anyhow::Result<Agent> {
+    ) -> anyhow::Result<AgentProcess> {
         std::fs::create_dir_all(WORK)?;
         let config = PathBuf::from(format!("{WORK}/{name}.toml"));
         let status_file = PathBuf::from(format!("{WORK}/{name}.status.json"));
@@ -72,7 +72,7 @@ impl Agent {
             .process_group(0)
             .spawn()
             .context("starting prfence agent")?;
-        Ok(Agent {
+        Ok(AgentProcess {
             name: name.to_owned(),
             status_file,
             log,
@@ -168,7 +168,7 @@ impl Agent {
     }
 }
 
-impl Drop for Agent {
+impl Drop for AgentProcess {
     fn drop(&mut self) {
         if self.exited().is_none() {
             let _ = kill(self.pid(), Signal::SIGCONT);

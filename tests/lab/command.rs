@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// What an external command did: its status, output and how long it took.
 #[derive(Debug)]
-pub struct Run {
+pub struct CommandRun {
     pub command: String,
     pub status: ExitStatus,
     pub stdout: String,
@@ -16,7 +16,7 @@ pub struct Run {
     pub elapsed: Duration,
 }
 
-impl Run {
+impl CommandRun {
     /// The exit code, or -1 when a signal killed it.
     pub fn code(&self) -> i32 {
         self.status.code().unwrap_or(-1)
@@ -64,13 +64,13 @@ impl Run {
 
 /// Runs `prfence args…` to completion: the one way lab suites run it (wrap it to print timelines or
 /// parse JSON).
-pub fn prfence<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> anyhow::Result<Run> {
+pub fn prfence<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> anyhow::Result<CommandRun> {
     run(super::PRFENCE, args)
 }
 
 /// Runs `program args…` to completion and captures everything (e.g. `lab::run("sg_persist",
 /// ["-k", dev])`).
-pub fn run<I, S>(program: impl AsRef<OsStr>, args: I) -> anyhow::Result<Run>
+pub fn run<I, S>(program: impl AsRef<OsStr>, args: I) -> anyhow::Result<CommandRun>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -81,7 +81,7 @@ where
 }
 
 /// [`run`] for a prepared [`Command`] (env, cwd…).
-pub fn run_command(cmd: &mut Command) -> anyhow::Result<Run> {
+pub fn run_command(cmd: &mut Command) -> anyhow::Result<CommandRun> {
     let command = std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|a| a.to_string_lossy().into_owned())
@@ -91,7 +91,7 @@ pub fn run_command(cmd: &mut Command) -> anyhow::Result<Run> {
     let out = cmd
         .output()
         .map_err(|e| anyhow::anyhow!("cannot run `{command}`: {e}"))?;
-    Ok(Run {
+    Ok(CommandRun {
         command,
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -101,7 +101,7 @@ pub fn run_command(cmd: &mut Command) -> anyhow::Result<Run> {
 }
 
 /// Runs a shell command line in the guest, failing on a non-zero status.
-pub fn sh(script: &str) -> anyhow::Result<Run> {
+pub fn sh(script: &str) -> anyhow::Result<CommandRun> {
     run("sh", ["-c", script])?.ok()
 }
 

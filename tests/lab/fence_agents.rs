@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
-use super::{Node, Run};
+use super::{CommandRun, Node};
 
 /// The cluster's name, in the fake cmapctl's answers and in the lab cluster's corosync.conf;
 /// fence_scsi's keys (and fence_pr's, key_value=id) hash it.
@@ -39,6 +39,23 @@ pub enum FenceAgent {
     FenceScsi,
 }
 
+impl FenceAgent {
+    pub fn name(self) -> &'static str {
+        match self {
+            FenceAgent::FencePr => "fence_pr",
+            FenceAgent::FenceScsi => "fence_scsi",
+        }
+    }
+
+    /// The id of its fence device (tests/lab/cluster-config.sh, docs/pacemaker.md's migration).
+    pub fn device(self) -> &'static str {
+        match self {
+            FenceAgent::FencePr => "storage-fence",
+            FenceAgent::FenceScsi => "scsi-fence",
+        }
+    }
+}
+
 /// Runs `agent` as lab node `node` the way pacemaker-fenced does: parameters on stdin, one
 /// `name=value` a line, env PCMK_service=pacemaker-fenced. `target` is the node acted on.
 /// fence_pr keeps each lab node's key store apart (FENCE_PR_STORE); fence_scsi has one store
@@ -50,7 +67,7 @@ pub fn run(
     action: &str,
     target: Node,
     devices: &[PathBuf],
-) -> anyhow::Result<Run> {
+) -> anyhow::Result<CommandRun> {
     let devices: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
     let target_name = target.cluster_name();
     let stdin = format!(
@@ -82,7 +99,7 @@ pub fn run(
     let mut child = cmd.spawn().with_context(|| format!("spawn {agent:?}"))?;
     std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, stdin.as_bytes())?;
     let out = child.wait_with_output()?;
-    let run = Run {
+    let run = CommandRun {
         command: format!("{agent:?} as node {} <<< {stdin:?}", node.letter()),
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -105,7 +122,7 @@ pub fn expect(
     target: Node,
     devices: &[PathBuf],
     code: i32,
-) -> anyhow::Result<Run> {
+) -> anyhow::Result<CommandRun> {
     run(which, node, action, target, devices)?.exited_with(code)
 }
 

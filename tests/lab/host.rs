@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::plan::{Kernel, Picked, Suite};
+use super::plan::{GuestKernel, Picked, Suite};
 use super::secs;
 
 /// Where the lab's sources live (build.sh, init).
@@ -160,7 +160,7 @@ fn suite_result_mut<'a>(results: &'a mut [SuiteResult], suite: &Suite) -> &'a mu
 
 /// The kernel a suite's guest boots: `LAB_KERNEL_SUITE` (a Debian suite) for every suite when
 /// set, else the suite's own.
-fn kernel_of(suite: &Suite) -> Kernel {
+fn kernel_of(suite: &Suite) -> GuestKernel {
     static CHOSEN: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
     let chosen = CHOSEN.get_or_init(|| {
         std::env::var("LAB_KERNEL_SUITE")
@@ -168,11 +168,11 @@ fn kernel_of(suite: &Suite) -> Kernel {
             .filter(|s| !s.is_empty())
             .map(|s| &*s.leak())
     });
-    chosen.map_or(suite.kernel, Kernel::Suite)
+    chosen.map_or(suite.kernel, GuestKernel::Suite)
 }
 
 /// A guest setup: the kernel it boots, and whether it installs the package.
-type Setup = (Kernel, bool);
+type Setup = (GuestKernel, bool);
 
 fn setup_of(suite: &Suite) -> Setup {
     (kernel_of(suite), suite.package)
@@ -200,7 +200,7 @@ fn budget(suite: &Suite) -> Duration {
 
 /// The guests of one kernel: built once (`build.sh`), booted as often as needed.
 struct Guest {
-    kernel: Kernel,
+    kernel: GuestKernel,
     dir: PathBuf,
     built: bool,
     /// The last boot ended in kernel trouble before the guest was ready.
@@ -210,11 +210,11 @@ struct Guest {
 }
 
 impl Guest {
-    fn new(kernel: Kernel) -> Self {
+    fn new(kernel: GuestKernel) -> Self {
         let exe = std::env::current_exe().unwrap_or_default();
         let dir = target_dir(&exe).join(match kernel {
-            Kernel::Host => "lab".to_owned(),
-            Kernel::Suite(suite) => format!("lab-{suite}"),
+            GuestKernel::Host => "lab".to_owned(),
+            GuestKernel::Suite(suite) => format!("lab-{suite}"),
         });
         Guest {
             kernel,
@@ -240,7 +240,7 @@ impl Guest {
         let start = Instant::now();
         let mut build = Command::new("bash");
         build.arg(format!("{LAB_SOURCES}/build.sh")).arg(&self.dir);
-        if let Kernel::Suite(suite) = self.kernel {
+        if let GuestKernel::Suite(suite) = self.kernel {
             build.env("LAB_KERNEL_SUITE", suite);
         }
         let status = build

@@ -30,11 +30,11 @@ mod topology;
 mod writer;
 
 pub use command::{
-    RemoveOnDrop, Run, env_count, prfence, read_file, run, run_command, secs, sh, write_file,
+    CommandRun, RemoveOnDrop, env_count, prfence, read_file, run, run_command, secs, sh, write_file,
 };
 pub use node::Node;
 pub use topology::{
-    BLOCK_SIZE, Holder, Lu, Topology, WriteOutcome, block_data, block_text, write_to,
+    BLOCK_SIZE, TargetHolder, TargetLu, Topology, WriteOutcome, block_data, block_text, write_to,
 };
 pub use writer::{Writer, write_number};
 

@@ -9,8 +9,8 @@ use std::process::Command;
 use anyhow::ensure;
 use serde_json::Value;
 
-use super::nvme::{Host, NvmeTopology};
-use super::{PRFENCE, Run, Topology};
+use super::nvme::{NvmeHost, NvmeTopology};
+use super::{CommandRun, PRFENCE, Topology};
 
 /// One of the two initiators ("cluster nodes") of a topology.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,7 +84,7 @@ impl Nodes for Topology {
 
 impl Nodes for NvmeTopology {
     fn devices_of(&self, node: Node) -> Vec<PathBuf> {
-        self.devices(Host::Node(node)).to_vec()
+        self.devices(NvmeHost::Node(node)).to_vec()
     }
 }
 
@@ -97,7 +97,7 @@ pub fn command(t: &impl Nodes, node: Node, args: &[&str]) -> Command {
 
 /// Runs prfence as `node` on all its devices (`--json`) and prints what it took; returns the run
 /// and its JSON report (Null when it printed none).
-pub fn prfence(t: &impl Nodes, node: Node, args: &[&str]) -> anyhow::Result<(Run, Value)> {
+pub fn prfence(t: &impl Nodes, node: Node, args: &[&str]) -> anyhow::Result<(CommandRun, Value)> {
     let run = super::run_command(&mut command(t, node, args))?;
     let report = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
     println!(
@@ -116,7 +116,7 @@ pub fn prfence_expect(
     node: Node,
     args: &[&str],
     code: i32,
-) -> anyhow::Result<(Run, Value)> {
+) -> anyhow::Result<(CommandRun, Value)> {
     let (run, report) = prfence(t, node, args)?;
     ensure!(
         run.code() == code,
@@ -153,7 +153,7 @@ pub fn fence_args(node: Node) -> Vec<String> {
 }
 
 /// `prfence fence` as `node` on all its devices ([`fence_args`]), requiring exit status `code`.
-pub fn fence(t: &impl Nodes, node: Node, code: i32) -> anyhow::Result<(Run, Value)> {
+pub fn fence(t: &impl Nodes, node: Node, code: i32) -> anyhow::Result<(CommandRun, Value)> {
     let args = fence_args(node);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     prfence_expect(t, node, &args, code)

@@ -32,19 +32,23 @@ const NAMESPACE_BYTES: u64 = 16 << 20;
 
 /// Who connects to the subsystem: the two nodes under test and the observer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Host {
+pub enum NvmeHost {
     Node(Node),
     Observer,
 }
 
-impl Host {
-    pub const ALL: [Host; 3] = [Host::Node(Node::A), Host::Node(Node::B), Host::Observer];
+impl NvmeHost {
+    pub const ALL: [NvmeHost; 3] = [
+        NvmeHost::Node(Node::A),
+        NvmeHost::Node(Node::B),
+        NvmeHost::Observer,
+    ];
 
     fn tag(self) -> &'static str {
         match self {
-            Host::Node(Node::A) => "node-a",
-            Host::Node(Node::B) => "node-b",
-            Host::Observer => "observer",
+            NvmeHost::Node(Node::A) => "node-a",
+            NvmeHost::Node(Node::B) => "node-b",
+            NvmeHost::Observer => "observer",
         }
     }
 
@@ -55,9 +59,9 @@ impl Host {
     /// The 128-bit host ID nvmet registers a host's reservations by.
     pub fn host_id(self) -> &'static str {
         match self {
-            Host::Node(Node::A) => "0a0a0a0a-0000-4000-8000-00000000000a",
-            Host::Node(Node::B) => "0b0b0b0b-0000-4000-8000-00000000000b",
-            Host::Observer => "0c0c0c0c-0000-4000-8000-00000000000c",
+            NvmeHost::Node(Node::A) => "0a0a0a0a-0000-4000-8000-00000000000a",
+            NvmeHost::Node(Node::B) => "0b0b0b0b-0000-4000-8000-00000000000b",
+            NvmeHost::Observer => "0c0c0c0c-0000-4000-8000-00000000000c",
         }
     }
 
@@ -69,7 +73,7 @@ impl Host {
 
 /// One namespace of the shared subsystem.
 #[derive(Debug, Clone)]
-pub struct Namespace {
+pub struct NvmetNamespace {
     pub nsid: u32,
     /// nvmet's UUID for it, as sysfs shows it (`uuid.<this>` is its wwid).
     pub uuid: String,
@@ -78,24 +82,24 @@ pub struct Namespace {
 
 /// One registrant in a Reservation Report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Registrant {
+pub struct NvmetRegistrant {
     pub key: u64,
     /// The registering host, if it is one of the lab's.
-    pub host: Option<Host>,
+    pub host: Option<NvmeHost>,
     /// RCSTS bit 0: holds the reservation (every registrant under an all-registrants type).
     pub holder: bool,
 }
 
 /// A namespace's reservation state as the target reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct NvmetReport {
     pub generation: u32,
     /// NVMe reservation type (1 WE, 2 EA, 3 WE-RO, 4 EA-RO, 5 WE-AR, 6 EA-AR), 0 for none.
     pub rtype: u8,
-    pub registrants: Vec<Registrant>,
+    pub registrants: Vec<NvmetRegistrant>,
 }
 
-impl Report {
+impl NvmetReport {
     pub fn keys(&self) -> Vec<u64> {
         let mut keys: Vec<u64> = self.registrants.iter().map(|r| r.key).collect();
         keys.sort_unstable();
@@ -103,7 +107,7 @@ impl Report {
     }
 
     /// The lab host that holds the reservation (the first, under an all-registrants type).
-    pub fn holder(&self) -> Option<Host> {
+    pub fn holder(&self) -> Option<NvmeHost> {
         self.registrants
             .iter()
             .find(|r| r.holder)
@@ -111,17 +115,17 @@ impl Report {
     }
 
     /// Whether `host` has a registration.
-    pub fn registers(&self, host: Host) -> bool {
+    pub fn registers(&self, host: NvmeHost) -> bool {
         self.registrants.iter().any(|r| r.host == Some(host))
     }
 }
 
 /// The subsystem, its namespaces and the three hosts' controllers; dropping it tears it all down.
 pub struct NvmeTopology {
-    namespaces: Vec<Namespace>,
-    /// Per host (in [`Host::ALL`] order): the controller name (`nvme3`) and, per namespace index,
+    namespaces: Vec<NvmetNamespace>,
+    /// Per host (in [`NvmeHost::ALL`] order): the controller name (`nvme3`) and, per namespace index,
     /// the block device.
-    controllers: Vec<(Host, String, Vec<PathBuf>)>,
+    controllers: Vec<(NvmeHost, String, Vec<PathBuf>)>,
 }
 
 impl NvmeTopology {
@@ -156,13 +160,13 @@ impl NvmeTopology {
             let uuid = fs::read_to_string(ns.join("device_uuid"))?
                 .trim()
                 .to_owned();
-            self.namespaces.push(Namespace {
+            self.namespaces.push(NvmetNamespace {
                 nsid,
                 uuid,
                 backing,
             });
         }
-        for host in Host::ALL {
+        for host in NvmeHost::ALL {
             let dir = Path::new(NVMET).join("hosts").join(host.nqn());
             mkdir(&dir)?;
             symlink(&dir, &subsystem.join("allowed_hosts").join(host.nqn()))?;
@@ -171,7 +175,7 @@ impl NvmeTopology {
         mkdir(&port)?;
         write_attr(&port.join("addr_trtype"), "loop")?;
         symlink(&subsystem, &port.join("subsystems").join(SUBSYSTEM))?;
-        for host in Host::ALL {
+        for host in NvmeHost::ALL {
             let controller = connect(host)?;
             self.controllers.push((host, controller, Vec::new()));
             let devices = self.wait_for_namespaces(host)?;
@@ -183,7 +187,7 @@ impl NvmeTopology {
     }
 
     /// The block devices of `host`'s controller, one per namespace (by UUID), once all appeared.
-    fn wait_for_namespaces(&self, host: Host) -> anyhow::Result<Vec<PathBuf>> {
+    fn wait_for_namespaces(&self, host: NvmeHost) -> anyhow::Result<Vec<PathBuf>> {
         let (_, controller, _) = self
             .controllers
             .iter()
@@ -230,19 +234,19 @@ impl NvmeTopology {
         }
     }
 
-    pub fn namespaces(&self) -> &[Namespace] {
+    pub fn namespaces(&self) -> &[NvmetNamespace] {
         &self.namespaces
     }
 
     /// `host`'s block device for namespace `index`.
-    pub fn device(&self, host: Host, index: usize) -> &Path {
+    pub fn device(&self, host: NvmeHost, index: usize) -> &Path {
         self.devices(host)
             .get(index)
             .map_or(Path::new("/dev/null"), PathBuf::as_path)
     }
 
     /// `host`'s block devices, in namespace order.
-    pub fn devices(&self, host: Host) -> &[PathBuf] {
+    pub fn devices(&self, host: NvmeHost) -> &[PathBuf] {
         self.controllers
             .iter()
             .find(|(h, _, _)| *h == host)
@@ -251,16 +255,16 @@ impl NvmeTopology {
 
     /// `node`'s devices as arguments.
     pub fn node_args(&self, node: Node) -> Vec<String> {
-        self.devices(Host::Node(node))
+        self.devices(NvmeHost::Node(node))
             .iter()
             .map(|d| d.display().to_string())
             .collect()
     }
 
     /// Namespace `index`'s reservation state, read by the observer (nvme-cli, extended report).
-    pub fn report(&self, index: usize) -> anyhow::Result<Report> {
+    pub fn report(&self, index: usize) -> anyhow::Result<NvmetReport> {
         let ns = self.namespaces.get(index).context("no such namespace")?;
-        let device = self.device(Host::Observer, index);
+        let device = self.device(NvmeHost::Observer, index);
         let run = super::run(
             "nvme",
             [
@@ -278,14 +282,18 @@ impl NvmeTopology {
     }
 
     /// Every namespace's report, in order.
-    pub fn reports(&self) -> anyhow::Result<Vec<Report>> {
+    pub fn reports(&self) -> anyhow::Result<Vec<NvmetReport>> {
         (0..self.namespaces.len()).map(|i| self.report(i)).collect()
     }
 
     /// `node`'s O_DIRECT write of a tagged block to namespace `index`.
     pub fn write_probe(&self, node: Node, index: usize, block: u64) -> WriteOutcome {
         let text = format!("node {} probe", node.letter());
-        write_to(self.device(Host::Node(node), index), block, text.as_bytes())
+        write_to(
+            self.device(NvmeHost::Node(node), index),
+            block,
+            text.as_bytes(),
+        )
     }
 }
 
@@ -300,7 +308,7 @@ impl NvmeTopology {
     /// A second controller for `host`, over NVMe/TCP on loopback (the same host NQN and host ID,
     /// so the same registrant to the target), whose packets can be dropped: nvme-loop cannot
     /// hang, a TCP connection can. Drop it before the topology.
-    pub fn connect_tcp(&self, host: Host) -> anyhow::Result<TcpController> {
+    pub fn connect_tcp(&self, host: NvmeHost) -> anyhow::Result<TcpController> {
         for module in ["nvmet_tcp", "nvme_tcp", "nf_tables"] {
             super::run("modprobe", [module])?.ok()?;
         }
@@ -394,7 +402,7 @@ impl Drop for NvmeTopology {
         let port = Path::new(NVMET).join("ports").join(PORT);
         let _ = fs::remove_file(port.join("subsystems").join(SUBSYSTEM));
         let _ = fs::remove_dir(&port);
-        for host in Host::ALL {
+        for host in NvmeHost::ALL {
             let _ = fs::remove_file(subsystem.join("allowed_hosts").join(host.nqn()));
             let _ = fs::remove_dir(Path::new(NVMET).join("hosts").join(host.nqn()));
         }
@@ -434,7 +442,7 @@ fn load_modules() -> anyhow::Result<()> {
 /// Connects `host` over nvme-loop by writing its options to /dev/nvme-fabrics (what `nvme
 /// connect` does; nvme-cli 2.3 refuses a second host NQN to the same subsystem as "already
 /// connected"). The kernel answers the read with `instance=N,cntlid=M`.
-fn connect(host: Host) -> anyhow::Result<String> {
+fn connect(host: NvmeHost) -> anyhow::Result<String> {
     connect_with(&format!(
         "transport=loop,nqn={SUBSYSTEM},hostnqn={},hostid={}",
         host.nqn(),
@@ -462,15 +470,17 @@ fn connect_with(options: &str) -> anyhow::Result<String> {
 }
 
 /// nvme-cli's `resv-report --eds -o json`.
-fn parse_report(text: &str) -> anyhow::Result<Report> {
+fn parse_report(text: &str) -> anyhow::Result<NvmetReport> {
     let json: Value = serde_json::from_str(text.trim())?;
     let number = |v: &Value, what: &str| v[what].as_u64().with_context(|| format!("no {what}"));
     let mut registrants = Vec::new();
     for entry in json["regctlext"].as_array().into_iter().flatten() {
         let host_id = entry["hostid"].as_str().unwrap_or_default().to_lowercase();
-        registrants.push(Registrant {
+        registrants.push(NvmetRegistrant {
             key: number(entry, "rkey")?,
-            host: Host::ALL.into_iter().find(|h| h.host_id_hex() == host_id),
+            host: NvmeHost::ALL
+                .into_iter()
+                .find(|h| h.host_id_hex() == host_id),
             holder: number(entry, "rcsts")? & 1 == 1,
         });
     }
@@ -478,7 +488,7 @@ fn parse_report(text: &str) -> anyhow::Result<Report> {
     if usize::try_from(regctl)? != registrants.len() {
         bail!("regctl {regctl} but {} descriptors", registrants.len());
     }
-    Ok(Report {
+    Ok(NvmetReport {
         generation: u32::try_from(number(&json, "gen")?)?,
         rtype: u8::try_from(number(&json, "rtype")?)?,
         registrants,

@@ -24,7 +24,7 @@ macro_rules! tests {
 
 /// Which kernel a suite's guest boots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kernel {
+pub enum GuestKernel {
     /// The kernel package of the host's own Debian release (Debian 12: Linux 6.1).
     Host,
     /// The newest kernel of another Debian suite (e.g. `unstable`), for a suite that needs a
@@ -37,7 +37,7 @@ pub enum Kernel {
 pub struct Suite {
     /// Its name, the first part of its tests' names (`fence::mutual_fence_race_has_one_survivor`).
     pub name: &'static str,
-    pub kernel: Kernel,
+    pub kernel: GuestKernel,
     /// The guest installs the .deb built around the binary under test before this suite runs:
     /// the suite tests prfence as an admin installs it (`/usr/sbin/prfence`, the `fence_pr` link
     /// where pacemaker-fenced looks for agents, the man pages).

@@ -51,7 +51,7 @@ impl NodeView {
 
 /// A logical unit of the topology, with the target's view of its PR state.
 #[derive(Clone, Debug)]
-pub struct Lu {
+pub struct TargetLu {
     pub index: usize,
     /// Its backstore directory under /sys/kernel/config/target/core.
     pub backstore: PathBuf,
@@ -63,7 +63,7 @@ pub struct Lu {
 
 /// One line of `pr/res_pr_registered_i_pts`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Registration {
+pub struct TargetRegistration {
     /// `iSCSI` or `loopback`.
     pub fabric: String,
     pub initiator: String,
@@ -77,19 +77,19 @@ pub struct Registration {
 
 /// `pr/res_holder`: who holds the persistent reservation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
+pub struct TargetHolder {
     pub fabric: String,
     pub initiator: String,
     pub isid: Option<String>,
 }
 
-impl Lu {
+impl TargetLu {
     fn pr_file(&self, name: &str) -> anyhow::Result<String> {
         read_file(self.backstore.join("pr").join(name))
     }
 
     /// The target's registrations for this LU (`pr/res_pr_registered_i_pts`).
-    pub fn registrations(&self) -> anyhow::Result<Vec<Registration>> {
+    pub fn registrations(&self) -> anyhow::Result<Vec<TargetRegistration>> {
         let text = self.pr_file("res_pr_registered_i_pts")?;
         let mut regs = Vec::new();
         for line in text.lines().map(str::trim) {
@@ -112,7 +112,7 @@ impl Lu {
                 .and_then(|g| u32::from_str_radix(g.trim_start_matches("0x"), 16).ok())
                 .with_context(|| format!("no PRgen in {line:?}"))?;
             let (initiator, isid) = split_isid(who);
-            regs.push(Registration {
+            regs.push(TargetRegistration {
                 fabric: fabric.to_owned(),
                 initiator,
                 isid,
@@ -124,7 +124,7 @@ impl Lu {
     }
 
     /// The reservation holder (`pr/res_holder`), None when nothing is reserved.
-    pub fn holder(&self) -> anyhow::Result<Option<Holder>> {
+    pub fn holder(&self) -> anyhow::Result<Option<TargetHolder>> {
         let text = self.pr_file("res_holder")?;
         let text = text.trim();
         if text.starts_with("No SPC-3 Reservation holder") {
@@ -138,7 +138,7 @@ impl Lu {
             .split_once(" Initiator: ")
             .with_context(|| format!("unexpected res_holder {text:?}"))?;
         let (initiator, isid) = split_isid(who.trim());
-        Ok(Some(Holder {
+        Ok(Some(TargetHolder {
             fabric: fabric.to_owned(),
             initiator,
             isid,
@@ -223,7 +223,7 @@ enum Kind {
 pub struct Topology {
     kind: Kind,
     nodes: [NodeView; 2],
-    lus: Vec<Lu>,
+    lus: Vec<TargetLu>,
     setup: Duration,
     /// The portal node B logged in through (node A always uses [`PORTAL`]).
     portal_b: &'static str,
@@ -371,7 +371,7 @@ impl Topology {
             let port = tpg.join(format!("lun/lun_{index}"));
             let backstore = linked_backstore(&port)?;
             let serial = unit_serial(&backstore)?;
-            lus.push(Lu {
+            lus.push(TargetLu {
                 index,
                 backstore,
                 serial,
@@ -434,7 +434,7 @@ impl Topology {
 
     fn login_iscsi(
         kind: Kind,
-        mut lus: Vec<Lu>,
+        mut lus: Vec<TargetLu>,
         start: Instant,
         portal_b: &'static str,
     ) -> anyhow::Result<Self> {
@@ -505,7 +505,7 @@ impl Topology {
     fn finish(
         kind: Kind,
         nodes: Vec<NodeView>,
-        lus: Vec<Lu>,
+        lus: Vec<TargetLu>,
         start: Instant,
         portal_b: &'static str,
     ) -> anyhow::Result<Self> {
@@ -576,11 +576,11 @@ impl Topology {
         self.node(node).device(lun)
     }
 
-    pub fn lus(&self) -> &[Lu] {
+    pub fn lus(&self) -> &[TargetLu] {
         &self.lus
     }
 
-    pub fn lu(&self, index: usize) -> &Lu {
+    pub fn lu(&self, index: usize) -> &TargetLu {
         &self.lus[index]
     }
 
@@ -1044,7 +1044,7 @@ fn begin() -> anyhow::Result<Instant> {
 /// Runs one targetcli session reading `script` on stdin. targetcli keeps its preferences, history
 /// and log in `~/.targetcli`: its home is the test's scratch directory, so none of it outlives
 /// the test.
-fn targetcli(script: &str) -> anyhow::Result<super::Run> {
+fn targetcli(script: &str) -> anyhow::Result<super::CommandRun> {
     let mut cmd = std::process::Command::new("targetcli");
     cmd.env("HOME", super::WORK)
         .stdin(std::process::Stdio::piped())
@@ -1056,7 +1056,7 @@ fn targetcli(script: &str) -> anyhow::Result<super::Run> {
         std::io::Write::write_all(&mut stdin, script.as_bytes()).context("feeding targetcli")?;
     }
     let out = child.wait_with_output().context("waiting for targetcli")?;
-    super::Run {
+    super::CommandRun {
         command: format!("targetcli <<EOF\n{script}\nEOF"),
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -1102,7 +1102,7 @@ fn iscsi_target(
     luns: usize,
     portal_b: &str,
     aptpl: Option<&[Vec<String>]>,
-) -> anyhow::Result<Vec<Lu>> {
+) -> anyhow::Result<Vec<TargetLu>> {
     let tpg = iscsi_tpg();
     fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
     let mut lus = Vec::new();
@@ -1179,7 +1179,7 @@ fn aptpl_records(serial: &str) -> anyhow::Result<Vec<String>> {
 
 /// Creates fileio backstore `lun<index>` with a pure-hex serial (LIO derives the NAA identifier from
 /// the serial's hex digits, so they must differ within the first 25).
-fn fileio(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
+fn fileio(index: usize, emulate_pr: bool) -> anyhow::Result<TargetLu> {
     let file = backing_file(index);
     fs::File::create(&file)
         .and_then(|f| f.set_len(LUN_BYTES))
@@ -1192,7 +1192,7 @@ fn backing_file(index: usize) -> PathBuf {
 }
 
 /// The backstore of [`fileio`] on its existing backing file.
-fn fileio_backstore(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
+fn fileio_backstore(index: usize, emulate_pr: bool) -> anyhow::Result<TargetLu> {
     let file = backing_file(index);
     let backstore = PathBuf::from(format!("{TARGET}/core/fileio_0/lun{index}"));
     fs::create_dir_all(&backstore).with_context(|| format!("mkdir {}", backstore.display()))?;
@@ -1207,7 +1207,7 @@ fn fileio_backstore(index: usize, emulate_pr: bool) -> anyhow::Result<Lu> {
     if !emulate_pr {
         write_file(backstore.join("attrib/emulate_pr"), "0")?;
     }
-    Ok(Lu {
+    Ok(TargetLu {
         index,
         backstore,
         serial,
@@ -1240,7 +1240,7 @@ fn unit_serial(backstore: &Path) -> anyhow::Result<String> {
 }
 
 /// Fills each LU's wwid from node A's disk and checks node B's disk shows the same LU.
-fn fill_wwids(lus: &mut [Lu], nodes: &[NodeView]) -> anyhow::Result<()> {
+fn fill_wwids(lus: &mut [TargetLu], nodes: &[NodeView]) -> anyhow::Result<()> {
     for lu in lus.iter_mut() {
         let mut seen = Vec::new();
         for view in nodes {

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::node::{fence, unfence};
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 use nix::sys::signal::{Signal, kill};
@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 
 use crate::WORK;
 use crate::agent::{
-    Agent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
+    AgentProcess, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
 };
 /// Set (to "DEVICE NODE STOPFILE") when this binary runs as a writer.
 const WRITER_ENV: &str = "LAB_AGENT_WRITER";
@@ -39,7 +39,7 @@ const OWN_DEADLINE: &str = "no successful renew for";
 
 pub const SUITE: Suite = Suite {
     name: "agent",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(15 * 60),
     tests: crate::tests![
@@ -335,7 +335,7 @@ fn lease_takeover_refuses_the_paused_holder() -> anyhow::Result<()> {
     let hook_a = PathBuf::from(format!("{WORK}/hook-a"));
     std::fs::create_dir_all(WORK)?;
     let _ = std::fs::remove_file(&hook_a);
-    let mut a = Agent::start(
+    let mut a = AgentProcess::start(
         "lease-a",
         &lease_config(1, t.device(Node::A, 0), timings, Some(&hook_a)),
     )?;
@@ -353,7 +353,7 @@ fn lease_takeover_refuses_the_paused_holder() -> anyhow::Result<()> {
         t.lu(0).reservation_type()? == Some(1),
         "not Write Exclusive"
     );
-    let mut b = Agent::start(
+    let mut b = AgentProcess::start(
         "lease-b",
         &lease_config(2, t.device(Node::B, 0), timings, None),
     )?;
@@ -574,8 +574,8 @@ fn renew_racing_takeover(rounds: u32) -> anyhow::Result<()> {
     };
     let start = Instant::now();
     let mut agents = [
-        Agent::start("race-a", &config(Node::A))?,
-        Agent::start("race-b", &config(Node::B))?,
+        AgentProcess::start("race-a", &config(Node::A))?,
+        AgentProcess::start("race-b", &config(Node::B))?,
     ];
     // a fixed seed: a failing round can be replayed
     let mut rng: u64 = 0x5eed_1ab0_2026_1129;
@@ -809,7 +809,7 @@ fn renew_racing_takeover(rounds: u32) -> anyhow::Result<()> {
 /// exited other than the `lost` one, the holder the last round took the LU from (e.g. a renew
 /// that timed out under load).
 fn settle_roles(
-    agents: &mut [Agent; 2],
+    agents: &mut [AgentProcess; 2],
     config: &dyn Fn(Node) -> String,
     t: &Topology,
     mut lost: Option<usize>,
@@ -829,7 +829,7 @@ fn settle_roles(
                     *restarts += 1;
                 }
                 let name = format!("race-{}", node.letter().to_ascii_lowercase());
-                *agent = Agent::start(&name, &config(node))?;
+                *agent = AgentProcess::start(&name, &config(node))?;
             }
         }
         let states = [agents[0].state(), agents[1].state()];
@@ -886,7 +886,7 @@ fn fenced_node_self_fences_and_never_reregisters() -> anyhow::Result<()> {
         &hook_line(&hook),
         "",
     );
-    let mut agent = Agent::start("fenced-a", &config)?;
+    let mut agent = AgentProcess::start("fenced-a", &config)?;
     agent.wait_state("healthy", Duration::from_secs(60))?;
     std::thread::sleep(Duration::from_secs(2));
     ensure!(
@@ -923,7 +923,7 @@ fn fenced_node_self_fences_and_never_reregisters() -> anyhow::Result<()> {
     );
 
     // A restarted agent (a unit without RestartPreventExitStatus) must not bring the key back.
-    let mut again = Agent::start("fenced-a-again", &config)?;
+    let mut again = AgentProcess::start("fenced-a-again", &config)?;
     let watch_until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < watch_until {
         for lun in 0..2 {
@@ -986,9 +986,9 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
         "",
     );
-    let mut agent = Agent::start("relogin-a", &config)?;
+    let mut agent = AgentProcess::start("relogin-a", &config)?;
     agent.wait_state("healthy", Duration::from_secs(60))?;
-    let lu_verdict = |agent: &Agent| {
+    let lu_verdict = |agent: &AgentProcess| {
         agent
             .status()
             .and_then(|s| s["lus"][0]["verdict"].as_str().map(str::to_owned))
@@ -1191,7 +1191,7 @@ fn watchdog_stops_being_fed_once_fenced() -> anyhow::Result<()> {
         &format!("exit = false\nstop_watchdog = true\n{}", hook_line(&hook)),
         &format!("[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"{TIMEOUT_S}s\""),
     );
-    let mut agent = Agent::start("watchdog-a", &config)?;
+    let mut agent = AgentProcess::start("watchdog-a", &config)?;
     agent.wait_state("healthy", Duration::from_secs(60))?;
     let healthy_for = Duration::from_secs(3 * TIMEOUT_S);
     std::thread::sleep(healthy_for);
@@ -1299,8 +1299,8 @@ fn stopping_an_armed_agent_resets_only_when_it_should() -> anyhow::Result<()> {
             ),
         )
     };
-    let armed = |magic_close: Option<bool>| -> anyhow::Result<Agent> {
-        let mut agent = Agent::start("stop-a", &config(magic_close))?;
+    let armed = |magic_close: Option<bool>| -> anyhow::Result<AgentProcess> {
+        let mut agent = AgentProcess::start("stop-a", &config(magic_close))?;
         agent.wait_state("healthy", Duration::from_secs(60))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while agent
@@ -1486,7 +1486,7 @@ fn an_agent_without_cap_sys_rawio_says_why_it_cannot_arm() -> anyhow::Result<()>
     unfence(&t, Node::A)?;
     let devices = t.node(Node::A).devices().to_vec();
     let config = watch_config(&devices, "0xa", 500, "", "reboot = false", "");
-    let mut agent = Agent::start_with_caps("no-rawio", &config, Some(&["sys_boot"]))?;
+    let mut agent = AgentProcess::start_with_caps("no-rawio", &config, Some(&["sys_boot"]))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let verdict = loop {
         let verdict = agent

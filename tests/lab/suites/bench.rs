@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::WORK;
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
 use nix::sys::signal::{Signal, kill};
@@ -25,7 +25,7 @@ const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 
 pub const SUITE: Suite = Suite {
     name: "bench",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![watch_cost_16_luns],

@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::WORK;
-use crate::fence_agents::{CLUSTER, derived_key};
-use crate::plan::{Kernel, Suite};
+use crate::fence_agents::{CLUSTER, FenceAgent, derived_key};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 
@@ -36,7 +36,7 @@ const LONG_SPLIT_ROUNDS: usize = 20;
 
 pub const SUITE: Suite = Suite {
     name: "cluster",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: true,
     budget: Duration::from_secs(45 * 60),
     tests: crate::tests![
@@ -46,29 +46,6 @@ pub const SUITE: Suite = Suite {
     long: crate::tests![fence_pr_cluster_with_twenty_split_brain_rounds],
     reproducers: &[],
 };
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Agent {
-    FencePr,
-    FenceScsi,
-}
-
-impl Agent {
-    fn name(self) -> &'static str {
-        match self {
-            Agent::FencePr => "fence_pr",
-            Agent::FenceScsi => "fence_scsi",
-        }
-    }
-
-    /// The id of its fence device (tests/lab/cluster-config.sh, docs/pacemaker.md's migration).
-    fn device(self) -> &'static str {
-        match self {
-            Agent::FencePr => "storage-fence",
-            Agent::FenceScsi => "scsi-fence",
-        }
-    }
-}
 
 /// How a node's prfence agent is started (tests/lab/cluster-node.sh, LAB_NODE_AGENT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +113,7 @@ fn corosync_conf() -> String {
 /// A running two-node cluster over a topology. Dropping it kills both nodes (cgroup.kill) and
 /// removes their namespaces; the topology then tears the target down.
 struct Cluster {
-    agent: Agent,
+    agent: FenceAgent,
     node_agent: NodeAgent,
     nodes: [Option<Child>; 2],
     t: Topology,
@@ -145,9 +122,9 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(agent: Agent) -> anyhow::Result<Self> {
+    fn start(agent: FenceAgent) -> anyhow::Result<Self> {
         let cluster = Cluster::online(agent, NodeAgent::Lab)?;
-        if agent == Agent::FencePr {
+        if agent == FenceAgent::FencePr {
             cluster.check_installed_agent()?;
         }
         cluster
@@ -171,7 +148,7 @@ impl Cluster {
     }
 
     /// Two nodes with corosync and Pacemaker running and both online, nothing configured.
-    fn online(agent: Agent, node_agent: NodeAgent) -> anyhow::Result<Self> {
+    fn online(agent: FenceAgent, node_agent: NodeAgent) -> anyhow::Result<Self> {
         let t = Topology::iscsi(LUNS)?;
         t.settle()?;
         let installed = install(agent)?;
@@ -333,7 +310,7 @@ impl Cluster {
     /// Runs a shell command inside `node`'s namespaces. `-r -w`: the guest runs chrooted into its
     /// overlay, and entering a mount namespace alone would put the command at that namespace's
     /// root (the initramfs); the node's init has the overlay as its root.
-    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<crate::Run> {
+    fn in_node(&self, node: Node, script: &str) -> anyhow::Result<crate::CommandRun> {
         let pid = self.init_pid(node)?.to_string();
         crate::run(
             "nsenter",
@@ -346,7 +323,7 @@ impl Cluster {
     /// [`Cluster::in_node`], from inside `node`'s cgroup, as everything the node itself starts:
     /// a service started by `script` (the agent) is frozen and killed with its node. Killed
     /// after [`BLOCK_LIMIT`] (exit 124): an admin's command that hangs fails the test.
-    fn in_node_cgroup(&self, node: Node, script: &str) -> anyhow::Result<crate::Run> {
+    fn in_node_cgroup(&self, node: Node, script: &str) -> anyhow::Result<crate::CommandRun> {
         let pid = self.init_pid(node)?.to_string();
         crate::run(
             "sh",
@@ -772,7 +749,7 @@ fn is_mount(path: &str) -> bool {
 /// Puts the counter agent where the controller looks for OCF agents and mounts cgroup2 for the
 /// freezer (fence_pr is the package's, installed before the suite ran). The guest's root is a
 /// tmpfs overlay: nothing reaches the host.
-fn install(agent: Agent) -> anyhow::Result<Installed> {
+fn install(agent: FenceAgent) -> anyhow::Result<Installed> {
     let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
     let installed = Installed {
         ocf: ocf.to_path_buf(),
@@ -1253,7 +1230,7 @@ fn split_brain(c: &mut Cluster, rounds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report(agent: Agent, victim: Node, (detection, fencing, start): Times) {
+fn report(agent: FenceAgent, victim: Node, (detection, fencing, start): Times) {
     let total = detection.unwrap_or_default() + fencing + start;
     let (v, s) = (victim.cluster_name(), victim.other().cluster_name());
     match detection {
@@ -1367,7 +1344,7 @@ fn quick_start_as_written() -> anyhow::Result<()> {
     let _enabled = crate::RemoveOnDrop::new(
         "/etc/systemd/system/multi-user.target.wants/prfence-agent.service",
     );
-    let mut c = Cluster::online(Agent::FencePr, NodeAgent::Units)?;
+    let mut c = Cluster::online(FenceAgent::FencePr, NodeAgent::Units)?;
     let luns: Vec<String> = (0..LUNS)
         .map(|i| format!("/dev/disk/by-id/lab-lun{i}"))
         .collect();
@@ -1481,21 +1458,21 @@ fn fence_pr_cluster_with_twenty_split_brain_rounds() -> anyhow::Result<()> {
 
 /// The cluster's story with `split_rounds` split-brain rounds.
 fn cluster_story(split_rounds: usize) -> anyhow::Result<()> {
-    let mut c = Cluster::start(Agent::FenceScsi)?;
+    let mut c = Cluster::start(FenceAgent::FenceScsi)?;
     start_up(&c)?;
     let fence_scsi_times = failover(&c, Node::A, Node::B)?;
-    report(Agent::FenceScsi, Node::A, fence_scsi_times);
+    report(FenceAgent::FenceScsi, Node::A, fence_scsi_times);
     rejoin(&mut c, Node::A)?;
 
     migrate_to_fence_pr(&mut c)?;
     let victim = c.counter_settles()?;
     let fence_pr_times = failover(&c, victim, victim.other())?;
-    report(Agent::FencePr, victim, fence_pr_times);
+    report(FenceAgent::FencePr, victim, fence_pr_times);
     rejoin(&mut c, victim)?;
 
     split_brain(&mut c, split_rounds)?;
-    report(Agent::FenceScsi, Node::A, fence_scsi_times);
-    report(Agent::FencePr, victim, fence_pr_times);
+    report(FenceAgent::FenceScsi, Node::A, fence_scsi_times);
+    report(FenceAgent::FencePr, victim, fence_pr_times);
     corosync_costs(&c);
     Ok(())
 }
@@ -1571,7 +1548,7 @@ fn migrate_to_fence_pr(c: &mut Cluster) -> anyhow::Result<()> {
     let values = format!(
         "NODES=\"node1 node2\"\nLUS=\"{}\"\nOLD={}\nOPTIONS=\"pcmk_delay_max=4s\"\n",
         luns.join(" "),
-        Agent::FenceScsi.device()
+        FenceAgent::FenceScsi.device()
     );
     ensure!(
         c.registered_exactly(&Node::BOTH)?,
@@ -1624,7 +1601,7 @@ fn migrate_to_fence_pr(c: &mut Cluster) -> anyhow::Result<()> {
             );
         }
     }
-    c.agent = Agent::FencePr;
+    c.agent = FenceAgent::FencePr;
     c.wait_in_node("fence_pr started, fence_scsi gone", |c| {
         let run = c.in_node(Node::B, "crm_mon -1")?;
         Ok(run.stdout.contains("(stonith:fence_pr):")

@@ -9,7 +9,7 @@
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, bail, ensure};
 use nix::sys::signal::Signal;
@@ -20,7 +20,7 @@ const KEY_B: &str = "0xb";
 
 pub const SUITE: Suite = Suite {
     name: "demo",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(4 * 60),
     tests: crate::tests![phantom_write_fenced],
@@ -41,7 +41,7 @@ impl Timeline {
     }
 
     /// Runs prfence as `who`, shows the command, its result, timing and output.
-    fn prfence(&self, who: &str, args: &[&str]) -> anyhow::Result<crate::Run> {
+    fn prfence(&self, who: &str, args: &[&str]) -> anyhow::Result<crate::CommandRun> {
         let run = crate::prfence(args)?;
         self.say(
             who,
@@ -59,7 +59,7 @@ impl Timeline {
     }
 
     /// [`Timeline::prfence`] with owned arguments (a command over a list of devices).
-    fn prfence_all(&self, who: &str, args: &[String]) -> anyhow::Result<crate::Run> {
+    fn prfence_all(&self, who: &str, args: &[String]) -> anyhow::Result<crate::CommandRun> {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.prfence(who, &args)
     }

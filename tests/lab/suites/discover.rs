@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use std::path::{Path, PathBuf};
 
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
 use prfence::discover::{DeviceError, DiscoverError, Discovery, Lu, LuId, PathState, resolve};
 
 pub const SUITE: Suite = Suite {
     name: "discover",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(4 * 60),
     tests: crate::tests![

@@ -8,14 +8,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::node::unfence;
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
 use serde_json::Value;
 
 pub const SUITE: Suite = Suite {
     name: "doctor",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![

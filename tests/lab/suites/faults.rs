@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::node::{self, Nodes, hex, prfence_expect, unfence};
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome, block_data, write_to};
 use crate::{PRFENCE, WORK};
 use anyhow::{Context, ensure};
@@ -38,7 +38,7 @@ const FENCED_EXIT: i32 = 86;
 
 pub const SUITE: Suite = Suite {
     name: "faults",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![
@@ -70,7 +70,7 @@ pub(super) struct Started {
 
 /// How a [`Started`] command ended, or that it had not ended by its cap (`code` None).
 #[derive(Debug)]
-pub(super) struct Finished {
+pub(super) struct Ended {
     pub(super) name: String,
     pub(super) code: Option<i32>,
     pub(super) elapsed: Duration,
@@ -82,7 +82,7 @@ pub(super) struct Finished {
     pub(super) stderr: String,
 }
 
-impl Finished {
+impl Ended {
     fn report(&self) -> Value {
         serde_json::from_str(self.stdout.trim()).unwrap_or(Value::Null)
     }
@@ -185,7 +185,7 @@ impl Started {
 
     /// Waits until it exits or `cap` has passed since its start; at the cap its process group is
     /// killed and it is left behind (a thread in an uninterruptible SG_IO keeps it from dying).
-    fn finish(self, cap: Duration) -> anyhow::Result<Finished> {
+    fn finish(self, cap: Duration) -> anyhow::Result<Ended> {
         let mut all = finish_all(vec![self], cap)?;
         all.pop().context("no result")
     }
@@ -209,10 +209,7 @@ impl Started {
 
 /// [`Started::finish`] for commands running at once, watched together so that each one's time
 /// to verdict is seen when it happens.
-pub(super) fn finish_all(
-    mut started: Vec<Started>,
-    cap: Duration,
-) -> anyhow::Result<Vec<Finished>> {
+pub(super) fn finish_all(mut started: Vec<Started>, cap: Duration) -> anyhow::Result<Vec<Ended>> {
     let mut ended: Vec<Option<(Option<i32>, Duration)>> = started.iter().map(|_| None).collect();
     while ended.iter().any(Option::is_none) {
         for (one, end) in started.iter_mut().zip(ended.iter_mut()) {
@@ -227,7 +224,7 @@ pub(super) fn finish_all(
     let mut all = Vec::new();
     for (one, end) in started.into_iter().zip(ended) {
         let (code, elapsed) = end.context("unfinished")?;
-        let finished = Finished {
+        let finished = Ended {
             name: one.name.clone(),
             code,
             elapsed,
@@ -319,7 +316,7 @@ fn says_fenced(lu: &Value) -> bool {
 /// report's own read-back agrees. Returns the per-LU verdicts (by LU index) for the log.
 fn nothing_reported_fenced_that_is_not(
     t: &Topology,
-    finished: &Finished,
+    finished: &Ended,
     victim: Node,
 ) -> anyhow::Result<Vec<(usize, String)>> {
     let report = &finished.report();
@@ -607,7 +604,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let watch_budget =
         Duration::from_millis(AGENT_CHECK_MS + AGENT_COMMAND_TIMEOUT_MS + AGENT_GRACE_MS);
     let cap = MONITOR_BUDGET + SLACK + Duration::from_secs(2);
-    let [fence, keys, once, monitor, watch]: [Finished; 5] =
+    let [fence, keys, once, monitor, watch]: [Ended; 5] =
         finish_all(vec![fence, keys, once, monitor, watch], cap)?
             .try_into()
             .map_err(|_| anyhow::anyhow!("five results expected"))?;
@@ -1212,7 +1209,7 @@ fn lu_removed_mid_fence_then_rerun_converges() -> anyhow::Result<()> {
 }
 
 /// What `status`, the agent (`--once`) and `fence` report as node A after the target restarted.
-fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Finished; 3]> {
+fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Ended; 3]> {
     let timeout = COMMAND_TIMEOUT_S.to_string();
     let deadline = FENCE_DEADLINE_S.to_string();
     let a = hex(Node::A.key());
@@ -1498,7 +1495,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
         crate::run("chmod", ["0660", &device])?.ok()?;
     }
     let as_nobody =
-        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<crate::Run> {
+        |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<crate::CommandRun> {
             let mut cmd = Command::new("setpriv");
             cmd.args(["--reuid=65534", "--regid=65534"]);
             if group {

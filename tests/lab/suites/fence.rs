@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::PRFENCE;
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{fence, fence_args, hex, prfence, prfence_expect, unfence};
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::race::{self, assert_sole_survivor};
 use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, ensure};
@@ -26,7 +26,7 @@ const RACE_ROUNDS: usize = 10;
 
 pub const SUITE: Suite = Suite {
     name: "fence",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: true,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![
@@ -68,7 +68,7 @@ fn verdicts(report: &Value) -> Vec<String> {
 #[derive(Debug, PartialEq, Eq)]
 struct LuState {
     registrations: Vec<String>,
-    holder: Option<crate::Holder>,
+    holder: Option<crate::TargetHolder>,
     reservation_type: Option<u8>,
 }
 
@@ -92,7 +92,7 @@ fn snapshot(t: &Topology) -> anyhow::Result<Vec<LuState>> {
 }
 
 fn generations(t: &Topology) -> anyhow::Result<Vec<u32>> {
-    t.lus().iter().map(crate::Lu::generation).collect()
+    t.lus().iter().map(crate::TargetLu::generation).collect()
 }
 
 /// The LU indexes in arbiter order (by wwid, as prfence sorts them): the first is the arbiter.
@@ -524,7 +524,7 @@ fn agent_expect(
     action: &str,
     target: Node,
     code: i32,
-) -> anyhow::Result<crate::Run> {
+) -> anyhow::Result<crate::CommandRun> {
     fence_agents::expect(which, node, action, target, t.node(node).devices(), code)
 }
 
@@ -713,7 +713,7 @@ impl Drop for PackageScene {
 /// host whose /usr/sbin/policy-rc.d forbids service actions (a container image's, seen through
 /// the guest's root) would keep deb-systemd-invoke from acting: in a mount namespace of the
 /// command's own, one that allows them is bound over it (gone when the command ends).
-fn with_stand_in(program: &str, args: &[&str]) -> anyhow::Result<crate::Run> {
+fn with_stand_in(program: &str, args: &[&str]) -> anyhow::Result<crate::CommandRun> {
     let path = format!(
         "{STAND_IN_BIN}:{}",
         std::env::var("PATH").unwrap_or_default()
@@ -741,7 +741,7 @@ fn with_stand_in(program: &str, args: &[&str]) -> anyhow::Result<crate::Run> {
         .env("PATH", path)
         .output()
         .with_context(|| format!("running {program}"))?;
-    Ok(crate::Run {
+    Ok(crate::CommandRun {
         command: format!("{program} {}", args.join(" ")),
         status: out.status,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -750,7 +750,7 @@ fn with_stand_in(program: &str, args: &[&str]) -> anyhow::Result<crate::Run> {
     })
 }
 
-fn systemctl(args: &[&str]) -> anyhow::Result<crate::Run> {
+fn systemctl(args: &[&str]) -> anyhow::Result<crate::CommandRun> {
     with_stand_in("systemctl", args)
 }
 
@@ -946,7 +946,10 @@ fn package_upgrade_keeps_and_removal_stops_an_armed_agent() -> anyhow::Result<()
 
 /// Every LU's command counter (LIO's `num_cmds`), in LU order.
 fn command_counts(t: &Topology) -> anyhow::Result<Vec<u64>> {
-    t.lus().iter().map(crate::topology::Lu::commands).collect()
+    t.lus()
+        .iter()
+        .map(crate::topology::TargetLu::commands)
+        .collect()
 }
 
 /// What one operation cost each LU, counted by the target: LIO's `num_cmds` after minus before.

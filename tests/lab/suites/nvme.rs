@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use crate::WORK;
 use crate::agent::{
-    Agent as NodeAgent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook, watch_config,
+    AgentProcess as NodeAgent, FENCED_EXIT, LeaseTimings, hook_line, lease_config, read_hook,
+    watch_config,
 };
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{self, fence, hex, unfence};
-use crate::nvme::{Host, NvmeTopology, Report};
-use crate::plan::{Kernel, Suite};
+use crate::nvme::{NvmeHost, NvmeTopology, NvmetReport};
+use crate::plan::{GuestKernel, Suite};
 use crate::race;
 use crate::{Node, WriteOutcome, Writer};
 use anyhow::{Context, bail, ensure};
@@ -36,7 +37,7 @@ const NVME_WRITE_EXCLUSIVE_ALL_REGS: u8 = 5;
 
 pub const SUITE: Suite = Suite {
     name: "nvme",
-    kernel: Kernel::Suite("unstable"),
+    kernel: GuestKernel::Suite("unstable"),
     package: true,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![
@@ -57,7 +58,7 @@ pub const SUITE: Suite = Suite {
 };
 
 /// `prfence args… [--json] devices…` as `node`, requiring exit status `code`.
-fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<crate::Run> {
+fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<crate::CommandRun> {
     crate::prfence(
         args.iter()
             .copied()
@@ -67,7 +68,7 @@ fn prfence_on(devices: &[String], args: &[&str], code: i32) -> anyhow::Result<cr
 }
 
 fn one(t: &NvmeTopology, node: Node, index: usize) -> Vec<String> {
-    vec![t.device(Host::Node(node), index).display().to_string()]
+    vec![t.device(NvmeHost::Node(node), index).display().to_string()]
 }
 
 /// The oracle and the target without prfence: nvme-cli registers both nodes and B preempts A.
@@ -79,7 +80,7 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
     let nvme = |node: Node, args: &[&str]| -> anyhow::Result<()> {
         let mut all = vec![
             args[0].to_owned(),
-            t.device(Host::Node(node), 0).display().to_string(),
+            t.device(NvmeHost::Node(node), 0).display().to_string(),
         ];
         all.push(format!("--namespace-id={}", ns.nsid));
         all.extend(args[1..].iter().map(|a| (*a).to_owned()));
@@ -94,7 +95,10 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
     )?;
     let before = t.report(0)?;
     ensure!(before.keys() == [0xa, 0xb], "{before:?}");
-    ensure!(before.holder() == Some(Host::Node(Node::A)), "{before:?}");
+    ensure!(
+        before.holder() == Some(NvmeHost::Node(Node::A)),
+        "{before:?}"
+    );
     ensure!(t.write_probe(Node::B, 0, 1) == WriteOutcome::Accepted);
     nvme(
         Node::B,
@@ -108,7 +112,7 @@ fn the_oracle_sees_nvmet_refuse_a_preempted_host() -> anyhow::Result<()> {
     )?;
     let after = t.report(0)?;
     ensure!(after.keys() == [0xb], "{after:?}");
-    ensure!(after.holder() == Some(Host::Node(Node::B)), "{after:?}");
+    ensure!(after.holder() == Some(NvmeHost::Node(Node::B)), "{after:?}");
     ensure!(
         after.generation > before.generation,
         "{before:?} → {after:?}"
@@ -133,7 +137,10 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
     prfence_on(&a, &["reserve", "--key", "0xa", "--type", "wero"], 0)?;
     let report = t.report(0)?;
     ensure!(report.rtype == NVME_WRITE_EXCLUSIVE_REG_ONLY, "{report:?}");
-    ensure!(report.holder() == Some(Host::Node(Node::A)), "{report:?}");
+    ensure!(
+        report.holder() == Some(NvmeHost::Node(Node::A)),
+        "{report:?}"
+    );
 
     // What prfence reads through B is what the target reports.
     let keys = prfence_on(&b, &["keys", "--json"], 0)?.json()?;
@@ -168,7 +175,10 @@ fn single_commands_act_on_the_namespace() -> anyhow::Result<()> {
     )?;
     let report = t.report(0)?;
     ensure!(report.keys() == [0xb], "{report:?}");
-    ensure!(report.holder() == Some(Host::Node(Node::B)), "{report:?}");
+    ensure!(
+        report.holder() == Some(NvmeHost::Node(Node::B)),
+        "{report:?}"
+    );
     ensure!(t.write_probe(Node::A, 0, 1) == WriteOutcome::Refused);
     ensure!(t.write_probe(Node::B, 0, 1) == WriteOutcome::Accepted);
 
@@ -211,7 +221,7 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
     println!("  full-status: {full}");
     let text = full.to_string();
     for node in Node::BOTH {
-        let id = Host::Node(node).host_id();
+        let id = NvmeHost::Node(node).host_id();
         ensure!(text.contains(id), "full-status does not name {id}: {full}");
     }
     let report = t.report(0)?;
@@ -288,21 +298,20 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
 fn assert_sole_survivor(
     t: &NvmeTopology,
     survivor: Node,
-    reports: &[Report],
+    reports: &[NvmetReport],
 ) -> anyhow::Result<()> {
     for (index, report) in reports.iter().enumerate() {
         ensure!(
             !report.registrants.is_empty()
-                && report
-                    .registrants
-                    .iter()
-                    .all(|r| { r.key == survivor.key() && r.host == Some(Host::Node(survivor)) }),
+                && report.registrants.iter().all(|r| {
+                    r.key == survivor.key() && r.host == Some(NvmeHost::Node(survivor))
+                }),
             "namespace {index}: registrants are not node {}'s alone: {report:?}",
             survivor.letter()
         );
         ensure!(
             [NVME_WRITE_EXCLUSIVE_REG_ONLY, NVME_WRITE_EXCLUSIVE_ALL_REGS].contains(&report.rtype)
-                && report.holder() == Some(Host::Node(survivor)),
+                && report.holder() == Some(NvmeHost::Node(survivor)),
             "namespace {index}: not held WE-RO or WE-AR by node {}: {report:?}",
             survivor.letter()
         );
@@ -332,7 +341,7 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
     for (index, report) in unfenced.iter().enumerate() {
         ensure!(report.keys() == [0xa, 0xb], "namespace {index}: {report:?}");
     }
-    let writer = Writer::start("A", t.devices(Host::Node(Node::A)), 3, |_| {})?;
+    let writer = Writer::start("A", t.devices(NvmeHost::Node(Node::A)), 3, |_| {})?;
     for _ in 0..NAMESPACES {
         let line = writer.next_line(Duration::from_secs(10))?;
         ensure!(
@@ -395,7 +404,7 @@ fn mutual_fence_race(rounds: usize) -> anyhow::Result<()> {
             t.reports()?
                 .iter()
                 .all(|r| r.rtype == NVME_WRITE_EXCLUSIVE_REG_ONLY
-                    && r.holder() == Some(Host::Node(Node::A))),
+                    && r.holder() == Some(NvmeHost::Node(Node::A))),
             "round {round}: A does not hold WE-RO everywhere after the unfences"
         );
         let start = Instant::now();
@@ -448,7 +457,7 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
     let t = NvmeTopology::new(NAMESPACES)?;
     fake_cmapctl()?;
     let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
-    let devices = |node: Node| -> Vec<PathBuf> { t.devices(Host::Node(node)).to_vec() };
+    let devices = |node: Node| -> Vec<PathBuf> { t.devices(NvmeHost::Node(node)).to_vec() };
     let agent = |node: Node, action: &str, target: Node, code: i32| {
         fence_agents::expect(
             FenceAgent::FencePr,
@@ -481,7 +490,7 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
                 && report
                     .registrants
                     .iter()
-                    .all(|r| r.host == Some(Host::Node(Node::B))),
+                    .all(|r| r.host == Some(NvmeHost::Node(Node::B))),
             "namespace {index} after B's off of A: {report:?}"
         );
         ensure!(
@@ -514,7 +523,7 @@ fn watch_agent_self_fences_and_never_reregisters() -> anyhow::Result<()> {
     let hook = PathBuf::from(format!("{WORK}/hook-nvme-fenced"));
     let _ = std::fs::remove_file(&hook);
     let config = watch_config(
-        t.devices(Host::Node(Node::A)),
+        t.devices(NvmeHost::Node(Node::A)),
         "0xa",
         1000,
         "grace = \"5s\"\nmissing_confirmations = 1",
@@ -540,7 +549,7 @@ fn watch_agent_self_fences_and_never_reregisters() -> anyhow::Result<()> {
     while Instant::now() < until {
         for (index, report) in t.reports()?.iter().enumerate() {
             ensure!(
-                !report.registers(Host::Node(Node::A)),
+                !report.registers(NvmeHost::Node(Node::A)),
                 "namespace {index}: A registered again (agent {}): {report:?}",
                 again.state()
             );
@@ -581,21 +590,26 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&hook_a);
     let mut a = NodeAgent::start(
         "nvme-lease-a",
-        &lease_config(1, t.device(Host::Node(Node::A), 0), timings, Some(&hook_a)),
+        &lease_config(
+            1,
+            t.device(NvmeHost::Node(Node::A), 0),
+            timings,
+            Some(&hook_a),
+        ),
     )?;
     a.wait_state("holder", Duration::from_secs(60))?;
     ensure!(
-        t.report(0)?.holder() == Some(Host::Node(Node::A)),
+        t.report(0)?.holder() == Some(NvmeHost::Node(Node::A)),
         "A is not the holder on the target: {:?}",
         t.report(0)?
     );
     let mut b = NodeAgent::start(
         "nvme-lease-b",
-        &lease_config(2, t.device(Host::Node(Node::B), 0), timings, None),
+        &lease_config(2, t.device(NvmeHost::Node(Node::B), 0), timings, None),
     )?;
     b.wait_state("standby", Duration::from_secs(60))?;
 
-    let writer = Writer::start("A", &t.devices(Host::Node(Node::A))[..1], 6, |_| {})?;
+    let writer = Writer::start("A", &t.devices(NvmeHost::Node(Node::A))[..1], 6, |_| {})?;
     for _ in 0..3 {
         let line = writer.next_line(Duration::from_secs(10))?;
         ensure!(line.starts_with("wrote "), "A's write as holder: {line}");
@@ -604,7 +618,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     a.signal(Signal::SIGSTOP)?;
     let frozen = Instant::now();
     let handover = loop {
-        if t.report(0)?.holder() == Some(Host::Node(Node::B)) {
+        if t.report(0)?.holder() == Some(NvmeHost::Node(Node::B)) {
             break frozen.elapsed();
         }
         ensure!(
@@ -616,7 +630,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     };
     let report = t.report(0)?;
     ensure!(
-        !report.registers(Host::Node(Node::A)),
+        !report.registers(NvmeHost::Node(Node::A)),
         "A's key is still registered after the takeover: {report:?}"
     );
     b.wait_state("holder", Duration::from_secs(10))?;
@@ -640,7 +654,7 @@ fn lease_takeover_refuses_the_frozen_holder() -> anyhow::Result<()> {
     );
     read_hook(&hook_a)?;
     ensure!(
-        t.report(0)?.holder() == Some(Host::Node(Node::B)),
+        t.report(0)?.holder() == Some(NvmeHost::Node(Node::B)),
         "B lost the namespace: {:?}",
         t.report(0)?
     );
@@ -670,7 +684,7 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
         crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
         crate::run("chmod", ["0660", &device])?.ok()?;
     }
-    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<crate::Run> {
+    let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<crate::CommandRun> {
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534"])
             .arg(format!("--groups={disk_gid}"))
@@ -744,7 +758,7 @@ fn a_hung_tcp_path_ends_every_command_within_its_budget() -> anyhow::Result<()> 
     };
     const TIMEOUT_S: u64 = 2;
     let t = NvmeTopology::new(2)?;
-    let tcp = t.connect_tcp(Host::Node(Node::B))?;
+    let tcp = t.connect_tcp(NvmeHost::Node(Node::B))?;
     unfence(&t, Node::A)?;
     unfence(&t, Node::B)?;
     let b_tcp: Vec<String> = tcp
@@ -789,14 +803,14 @@ fn a_hung_tcp_path_ends_every_command_within_its_budget() -> anyhow::Result<()> 
     // A's fence goes through A's own loop path, unaffected.
     fence(&t, Node::A, 0)?;
     let fenced_after = hung.elapsed();
-    let [keys, once, monitor]: [super::faults::Finished; 3] =
+    let [keys, once, monitor]: [super::faults::Ended; 3] =
         finish_all(started, Duration::from_secs(90))?
             .try_into()
             .map_err(|_| anyhow::anyhow!("three results expected"))?;
     crate::nvme::release_hang();
     for (index, report) in t.reports()?.iter().enumerate() {
         ensure!(
-            report.registers(Host::Node(Node::A)) && !report.registers(Host::Node(Node::B)),
+            report.registers(NvmeHost::Node(Node::A)) && !report.registers(NvmeHost::Node(Node::B)),
             "namespace {index} after A's fence: {report:?}"
         );
     }
@@ -849,7 +863,7 @@ fn the_units_capabilities_watch_and_the_nvme_drop_in_changes() -> anyhow::Result
     let config = format!(
         "unregister_on_exit = true\n{}",
         watch_config(
-            t.devices(Host::Node(Node::A)),
+            t.devices(NvmeHost::Node(Node::A)),
             "0xa",
             500,
             "",
@@ -867,7 +881,7 @@ fn the_units_capabilities_watch_and_the_nvme_drop_in_changes() -> anyhow::Result
         let registered: Vec<bool> = t
             .reports()?
             .iter()
-            .map(|r| r.registers(Host::Node(Node::A)))
+            .map(|r| r.registers(NvmeHost::Node(Node::A)))
             .collect();
         println!(
             "  {name} ({}): healthy, stopped with exit {code}; A registered after the stop: \

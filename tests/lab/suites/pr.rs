@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 use serde_json::Value;
 
 pub const SUITE: Suite = Suite {
     name: "pr",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(8 * 60),
     tests: crate::tests![

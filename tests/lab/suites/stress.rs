@@ -12,13 +12,13 @@
 use std::time::Duration;
 
 use crate::Topology;
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::race::{self, Preempts};
 use anyhow::ensure;
 
 pub const SUITE: Suite = Suite {
     name: "stress",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(60 * 60),
     tests: &[],

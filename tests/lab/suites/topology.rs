@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use crate::plan::{Kernel, Suite};
+use crate::plan::{GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 
 pub const SUITE: Suite = Suite {
     name: "topology",
-    kernel: Kernel::Host,
+    kernel: GuestKernel::Host,
     package: false,
     budget: Duration::from_secs(5 * 60),
     tests: crate::tests![
@@ -21,7 +21,7 @@ pub const SUITE: Suite = Suite {
     reproducers: &[],
 };
 
-fn sg_persist(args: &[&str], device: &std::path::Path) -> anyhow::Result<crate::Run> {
+fn sg_persist(args: &[&str], device: &std::path::Path) -> anyhow::Result<crate::CommandRun> {
     let mut all: Vec<&std::ffi::OsStr> = vec!["-n".as_ref()];
     all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
     all.push(device.as_os_str());
