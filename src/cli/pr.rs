@@ -1,6 +1,7 @@
 //! The single PR commands (`prfence keys | reservation | capabilities | full-status | register |
 //! unregister | reserve | release | clear | preempt | register-move`): one command on every device
-//! named, all at once under one deadline, reported in argument order.
+//! named, all at once under one deadline, reported in argument order; a PR OUT goes to the named
+//! paths of one LU one after another (see [`groups`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,9 +106,11 @@ pub fn execute(
 ) -> Option<ExitStatus> {
     let (request, devices) = request_of(command)?;
     let command = request.command();
+    let groups = groups(&request, host.as_ref(), &devices.devices);
     let request = Arc::new(request);
     let results = run_concurrently(
         &devices.devices,
+        groups,
         devices.deadline(timeout),
         command,
         move |path| perform(&request, host.as_ref(), path, policy),
@@ -152,13 +155,52 @@ fn perform(
     })
 }
 
-/// One worker thread per device; results in argument order, all by `deadline`. Workers are not
-/// joined: a device whose open or command blocks in the kernel (SCSI error recovery) keeps only
-/// its own thread and is reported as timed out at the deadline; the process exits without it.
-/// A worker the system cannot start (thread or memory limits) fails its device with an error
+/// Which devices one worker serves, one after another (indexes into `devices`): for a PR OUT,
+/// every named path of one LU, because two PR OUTs on one LU at once through two I_T nexuses
+/// crashed LIO (Linux 6.1: a CLEAR sent on both paths of an LU, list corruption in
+/// `__core_scsi3_free_registration`, docs/target-notes.md); every other device alone, reads
+/// included. A device discovery cannot place is alone too (its own command says what is wrong).
+fn groups(request: &Request, host: &dyn Host, devices: &[PathBuf]) -> Vec<Vec<usize>> {
+    let alone = || (0..devices.len()).map(|i| vec![i]).collect();
+    if !matches!(request, Request::Out(_)) || devices.len() < 2 {
+        return alone();
+    }
+    let Ok(resolution) = host.resolve_each(devices) else {
+        return alone();
+    };
+    let lu_of = |device: &PathBuf| {
+        resolution.lus.iter().position(|lu| {
+            lu.paths
+                .iter()
+                .any(|path| path.given == *device || path.dev == *device)
+        })
+    };
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of_lu: Vec<(usize, usize)> = Vec::new();
+    for (index, device) in devices.iter().enumerate() {
+        let lu = lu_of(device);
+        match lu.and_then(|lu| group_of_lu.iter().find(|(l, _)| *l == lu)) {
+            Some(&(_, group)) => groups[group].push(index),
+            None => {
+                if let Some(lu) = lu {
+                    group_of_lu.push((lu, groups.len()));
+                }
+                groups.push(vec![index]);
+            }
+        }
+    }
+    groups
+}
+
+/// One worker thread per group of devices ([`groups`]), the devices of a group one after
+/// another; results in argument order, all by `deadline`. Workers are not joined: a device whose
+/// open or command blocks in the kernel (SCSI error recovery) keeps only its own thread (and the
+/// rest of its group) and is reported as timed out at the deadline; the process exits without
+/// it. A worker the system cannot start (thread or memory limits) fails its devices with an error
 /// instead of aborting the others.
 fn run_concurrently<W>(
     devices: &[PathBuf],
+    groups: Vec<Vec<usize>>,
     deadline: Duration,
     command: Command,
     work: W,
@@ -167,23 +209,53 @@ where
     W: Fn(&Path) -> Result<Reported, CommandError> + Send + Sync + 'static,
 {
     let until = runtime::now() + deadline;
-    let finished = runtime::fan_out(devices, until, move |path| work(path), &mut |_, _, _| {});
-    devices
+    let items: Vec<Vec<PathBuf>> = groups
         .iter()
-        .zip(finished)
-        .map(|(path, finished)| match finished {
-            Finished::Done { value, .. } => value,
-            Finished::TimedOut => Err(timed_out(path, command, deadline)),
-            Finished::Panicked => Err(CommandError::without_completion(
-                path,
-                command,
-                ErrorKind::Failed,
-                "the device's worker thread panicked; nothing is known about the result: \
-                 check the device's state before rerunning",
-            )),
-            Finished::NotStarted(why) => Err(spawn_failed(path, &why)),
-        })
+        .map(|group| group.iter().map(|&i| devices[i].clone()).collect())
+        .collect();
+    let finished = runtime::fan_out(
+        &items,
+        until,
+        move |paths: &Vec<PathBuf>| paths.iter().map(|path| work(path)).collect::<Vec<_>>(),
+        &mut |_, _, _| {},
+    );
+    let mut results: Vec<Option<Result<Reported, CommandError>>> =
+        devices.iter().map(|_| None).collect();
+    for (group, finished) in groups.iter().zip(finished) {
+        match finished {
+            Finished::Done { value, .. } => {
+                for (&index, result) in group.iter().zip(value) {
+                    results[index] = Some(result);
+                }
+            }
+            other => {
+                for &index in group {
+                    let path = &devices[index];
+                    results[index] = Some(Err(match &other {
+                        Finished::NotStarted(why) => spawn_failed(path, why),
+                        Finished::TimedOut => timed_out(path, command, deadline),
+                        _ => panicked(path, command),
+                    }));
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .zip(devices)
+        .map(|(result, path)| result.unwrap_or_else(|| Err(panicked(path, command))))
         .collect()
+}
+
+/// The error of a device whose worker panicked (or, never expected, left no result).
+fn panicked(path: &Path, command: Command) -> CommandError {
+    CommandError::without_completion(
+        path,
+        command,
+        ErrorKind::Failed,
+        "the device's worker thread panicked; nothing is known about the result: check the \
+         device's state before rerunning",
+    )
 }
 
 /// The error of a device still blocked at the command's deadline.
@@ -247,6 +319,7 @@ mod tests {
         let started = Instant::now();
         let results = run_concurrently(
             &devices,
+            vec![vec![0], vec![1], vec![2]],
             deadline,
             Command::PrIn(PrInAction::ReadKeys),
             |path| {
@@ -276,5 +349,97 @@ mod tests {
             "{text}"
         );
         assert_eq!(ExitStatus::of(&results), ExitStatus::Failure);
+    }
+
+    /// Two LUs with two paths each on a model node: sdb and sdd reach `naa.0`, sdc and sde `naa.1`.
+    fn two_lus_two_paths() -> crate::testing::ModelHost {
+        use std::sync::Mutex;
+
+        use crate::discover::{LuId, PathInfo, PathState};
+        use crate::spc_model::{ModelDevice, ModelLu, Quirks, iscsi_initiator};
+
+        let host = crate::testing::ModelHost::new();
+        for (lu_index, devs) in [(0, ["/dev/sdb", "/dev/sdd"]), (1, ["/dev/sdc", "/dev/sde"])] {
+            let lu = Arc::new(Mutex::new(ModelLu::new(Quirks::lio())));
+            for (path, dev) in devs.into_iter().enumerate() {
+                let nexus = lu
+                    .lock()
+                    .unwrap()
+                    .connect(iscsi_initiator("node-a", &format!("{path}")), 1);
+                let info = PathInfo {
+                    dev: PathBuf::from(dev),
+                    given: PathBuf::from(dev),
+                    name: dev.trim_start_matches("/dev/").to_owned(),
+                    protocol: Protocol::Scsi,
+                    hctl: String::new(),
+                    state: PathState::Running,
+                    transport: None,
+                };
+                host.attach(
+                    LuId::from_wwid(&format!("naa.{lu_index}")).unwrap(),
+                    info,
+                    ModelDevice::new(Arc::clone(&lu), nexus, dev),
+                );
+            }
+        }
+        host
+    }
+
+    #[test]
+    fn a_pr_out_goes_to_the_paths_of_one_lu_one_after_another_and_reads_to_all_at_once() {
+        let host = two_lus_two_paths();
+        let devices: Vec<PathBuf> = ["/dev/sdb", "/dev/sdc", "/dev/sdd", "/dev/sde", "/dev/sdz"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let clear = Request::Out(PrOut::clear(crate::pr::Key::new(0xa)));
+        // by LU, in argument order; a device discovery does not know goes alone
+        assert_eq!(
+            groups(&clear, &host, &devices),
+            vec![vec![0, 2], vec![1, 3], vec![4]]
+        );
+        let every_alone: Vec<Vec<usize>> = (0..devices.len()).map(|i| vec![i]).collect();
+        assert_eq!(groups(&Request::ReadKeys, &host, &devices), every_alone);
+
+        // within a group no two commands overlap; results stay in argument order
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&log);
+        let results = run_concurrently(
+            &devices[..4],
+            groups(&clear, &host, &devices[..4]),
+            Duration::from_secs(10),
+            Command::PrIn(PrInAction::ReadKeys),
+            move |path| {
+                let began = Instant::now();
+                std::thread::sleep(Duration::from_millis(50));
+                record
+                    .lock()
+                    .unwrap()
+                    .push((path.to_path_buf(), began, Instant::now()));
+                Ok(Reported {
+                    outcome: render::Answer::Keys(crate::pr::ReadKeys {
+                        generation: 1,
+                        keys: Vec::new(),
+                    }),
+                    unit_attentions: Vec::new(),
+                })
+            },
+        );
+        assert_eq!(results.len(), 4);
+        assert!(results.iter().all(Result::is_ok));
+        let log = log.lock().unwrap();
+        let span = |dev: &str| {
+            log.iter()
+                .find(|(p, _, _)| p == Path::new(dev))
+                .map(|&(_, began, ended)| (began, ended))
+                .unwrap()
+        };
+        for (first, second) in [("/dev/sdb", "/dev/sdd"), ("/dev/sdc", "/dev/sde")] {
+            let (a, b) = (span(first), span(second));
+            assert!(a.1 <= b.0 || b.1 <= a.0, "{first} and {second} overlapped");
+        }
+        // the two LUs' groups ran at the same time
+        let (a, b) = (span("/dev/sdb"), span("/dev/sdc"));
+        assert!(a.0 < b.1 && b.0 < a.1, "the LUs ran one after another");
     }
 }

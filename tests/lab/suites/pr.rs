@@ -15,6 +15,9 @@ use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 use serde_json::Value;
 
+/// Rounds of [`pr_out_on_two_paths_of_one_lu`].
+const TWO_PATH_ROUNDS: usize = 10;
+
 pub const SUITE: Suite = Suite {
     name: "pr",
     kernel: GuestKernel::Host,
@@ -32,6 +35,7 @@ pub const SUITE: Suite = Suite {
         register_and_move_iscsi,
         no_pr_lun_is_not_supported,
         sixteen_luns_in_argument_order,
+        pr_out_on_two_paths_of_one_lu,
     ],
     long: &[],
     reproducers: &[],
@@ -1193,5 +1197,74 @@ fn sixteen_luns_in_argument_order() -> anyhow::Result<()> {
     // and one against sg_persist
     check_keys(&t, LUNS - 1, &a_all[LUNS - 1])?;
     check_reservation(&t, LUNS - 1, &a_all[LUNS - 1])?;
+    Ok(())
+}
+
+/// A PR OUT given both paths of one LU (node A's two iSCSI sessions to each of 16 LUs, node B
+/// registered too, A holding a reservation): `clear` and `register` send to the paths of one LU
+/// one after another. Sent at once, two CLEARs crashed LIO on Linux 6.1 (list corruption in
+/// `__core_scsi3_free_registration`, a kernel BUG: the lab stops the guest and fails the run);
+/// so the target must still answer, with nothing registered after each clear and A's key on both
+/// of its nexuses (and B's) after each register. The crash needs the two CLEARs to meet inside
+/// the target: [`TWO_PATH_ROUNDS`] rounds of 16 LUs give it many chances.
+fn pr_out_on_two_paths_of_one_lu() -> anyhow::Result<()> {
+    let t = Topology::iscsi(16)?;
+    let mut paths: Vec<String> = Vec::new();
+    for (first, second) in t
+        .node(Node::A)
+        .devices()
+        .iter()
+        .zip(t.second_session(Node::A)?)
+    {
+        paths.push(first.display().to_string());
+        paths.push(second.display().to_string());
+    }
+    let firsts: Vec<String> = paths.iter().step_by(2).cloned().collect();
+    let b_paths: Vec<String> = t
+        .node(Node::B)
+        .devices()
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
+    t.settle()?;
+    let prfence_on = |args: &[&str], devices: &[String]| -> anyhow::Result<crate::CommandRun> {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(devices.iter().map(String::as_str));
+        crate::prfence(&all)
+    };
+    for round in 0..TWO_PATH_ROUNDS {
+        prfence_on(&["register", "--key", "0xa"], &paths)?.ok()?;
+        prfence_on(&["register", "--key", "0xb"], &b_paths)?.ok()?;
+        prfence_on(&["reserve", "--key", "0xa", "--type", "wero"], &firsts)?.ok()?;
+        for lu in t.lus() {
+            let mut keys: Vec<u64> = lu.registrations()?.iter().map(|r| r.key).collect();
+            keys.sort_unstable();
+            ensure!(
+                keys == [0xa, 0xa, 0xb],
+                "round {round}, LU {}: {keys:x?}",
+                lu.index
+            );
+        }
+        // the second path of each LU finds its key gone: LIO 6.1 answers that CLEAR NOT READY
+        // and prfence's re-read shows it applied (exit 0); a target that answers RESERVATION
+        // CONFLICT makes it exit 3 (only conflicts)
+        let run = prfence_on(&["clear", "--key", "0xa"], &paths)?;
+        ensure!(
+            [0, 3].contains(&run.code()),
+            "round {round}: clear exited {}: {}{}",
+            run.code(),
+            run.stdout,
+            run.stderr
+        );
+        for lu in t.lus() {
+            let keys = lu.registrations()?;
+            ensure!(keys.is_empty(), "round {round}, LU {}: {keys:?}", lu.index);
+            ensure!(
+                lu.holder()?.is_none(),
+                "round {round}, LU {}: still reserved",
+                lu.index
+            );
+        }
+    }
     Ok(())
 }
