@@ -17,6 +17,7 @@ mod command;
 #[allow(dead_code)] // each test binary uses part of it
 mod doc_blocks;
 mod fence_agents;
+mod floor;
 mod guest;
 mod host;
 mod kernel_log;
@@ -56,6 +57,9 @@ pub const INSTALLED_FENCE_PR: &str = "/usr/sbin/fence_pr";
 /// process (see [`suites::agent::writer_main`]).
 fn main() -> ExitCode {
     if let Some(code) = suites::agent::writer_main() {
+        return code;
+    }
+    if let Some(code) = floor::floor_main() {
         return code;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();

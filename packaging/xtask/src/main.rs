@@ -6,10 +6,13 @@
 //!   out as a Debian and an RPM package in `target/packages/`.
 //! - `cargo xtask deb --binary PATH --out DIR`: the same .deb around a binary built already (the
 //!   lab installs the binary under test this way), without lintian.
+//! - `cargo xtask perf LOG`: README's performance table and `docs/performance.svg` from a lab
+//!   log of the bench suite (README, "Performance").
 
 mod completions;
 mod man;
 mod package;
+mod perf;
 mod roff;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +63,7 @@ fn main() -> anyhow::Result<()> {
             Some(Path::new(out)),
         )
         .map(|p| println!("{}", p.display())),
+        ["perf", log] => perf::run(&root, Path::new(log)),
         ["rpm"] => package::rpm(&root).map(|p| println!("{}", p.display())),
         ["packages"] => {
             let deb = package::deb(&root, &package::Binary::Release, None)?;
@@ -68,7 +72,10 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         _ => {
-            bail!("usage: cargo xtask docs [DIR] | deb [--binary PATH --out DIR] | rpm | packages")
+            bail!(
+                "usage: cargo xtask docs [DIR] | deb [--binary PATH --out DIR] | rpm | packages | \
+                 perf LOG"
+            )
         }
     }
 }

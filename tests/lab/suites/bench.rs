@@ -1,16 +1,29 @@
-//! What watching costs: `prfence agent` in watch mode on 256 LUNs at a 1 s interval, next to
-//! fence-agents' `fence_scsi_check` run once a second as the watchdog daemon runs it. Printed,
-//! never asserted (the guest is emulated: absolute figures are inflated, ratios are the point).
-//! The 256-LUN run is in the long tier (`cargo test --test lab -- --ignored bench::`, as root);
-//! CI runs the same jobs and checks on 16 LUNs.
+//! What prfence costs, next to fence-agents' fence_scsi and to the floor (bare READ KEYS through
+//! SG_IO, `crate::floor`), in the same guest and the same run. Printed, never asserted (the guest
+//! is emulated: absolute figures are inflated, ratios are the point); what each operation leaves
+//! on the target is checked, so a fast wrong answer fails.
+//!
+//! - `performance_*`: unfence, fence (both key orders) and status by fence_pr, fence_scsi and
+//!   `prfence`, and the floor, on N LUs x 1 or 2 paths. Each prints a table and `perf-data` lines
+//!   that `cargo xtask perf-plot` turns into README's table and plot (README, "Performance").
+//! - `watch_cost_*`: `prfence agent` in watch mode at a 1 s interval, next to the floor's READ KEYS
+//!   loop over the same LUs and fence-agents' `fence_scsi_check` run once a second as the watchdog
+//!   daemon runs it.
+//!
+//! CI runs both on 16 LUNs; the long tier (`cargo test --test lab -- --ignored bench::`, as root)
+//! runs the growth series (1 to 256 LUNs, 1 and 2 paths) and the watch cost on 256 LUNs.
 
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::WORK;
+use std::path::PathBuf;
+
+use super::fence::keys_everywhere;
+use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
+use crate::floor::{self, cpu_ticks, status_kib};
 use crate::plan::{GuestKernel, Suite};
-use crate::{Node, Topology};
+use crate::{CommandRun, Node, Topology, WORK};
 use anyhow::{Context, ensure};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -26,10 +39,12 @@ const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 pub const SUITE: Suite = Suite {
     name: "bench",
     kernel: GuestKernel::Host,
-    package: false,
-    budget: Duration::from_secs(12 * 60),
-    tests: crate::tests![watch_cost_16_luns],
-    long: crate::tests![watch_cost_256_luns],
+    package: true,
+    // CI's two 16-LU tests take about 3 minutes; the long tier's growth series about 20 (its
+    // 64-LU cases with fence_scsi alone about 5 each), the 256-LU watch cost 3 to 5
+    budget: Duration::from_secs(40 * 60),
+    tests: crate::tests![performance_16_luns, watch_cost_16_luns],
+    long: crate::tests![performance_growth, watch_cost_256_luns],
     reproducers: &[],
 };
 
@@ -57,6 +72,213 @@ fn watch_cost_256_luns() -> anyhow::Result<()> {
     watch_cost(256, WINDOW)
 }
 
+/// CI: the performance table on 16 LUNs, one path each (fence_scsi takes 15-60 s per operation
+/// there under emulation).
+fn performance_16_luns() -> anyhow::Result<()> {
+    performance(CI_LUNS, 1, true)
+}
+
+/// Long tier: how cost grows, 1 to 256 LUNs (the lab's largest topology) with 1 and 2 paths per
+/// LU; fence_scsi up to 64 LUNs (at 64 each of its operations takes about a minute).
+/// `LAB_PERF_LUNS` and `LAB_PERF_PATHS` (comma-separated) pick a part of the series.
+fn performance_growth() -> anyhow::Result<()> {
+    let list = |var: &str, default: &[usize]| -> anyhow::Result<Vec<usize>> {
+        match std::env::var(var) {
+            Ok(text) => text
+                .split(',')
+                .map(|n| n.trim().parse().with_context(|| format!("{var}={text:?}")))
+                .collect(),
+            Err(_) => Ok(default.to_vec()),
+        }
+    };
+    for paths in list("LAB_PERF_PATHS", &[1, 2])? {
+        for luns in list("LAB_PERF_LUNS", &[1, 16, 64, 256])? {
+            performance(luns, paths, luns <= 64)?;
+        }
+    }
+    Ok(())
+}
+
+/// The seconds an operation took, per tool.
+struct Timed {
+    op: &'static str,
+    times: Vec<(&'static str, Duration)>,
+}
+
+/// One topology of `luns` LUNs, each seen by each node through `paths` paths (1 or 2 iSCSI
+/// sessions); unfence, fence in both key orders and status by every tool, from the same state;
+/// prints the table and its `perf-data` lines.
+fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Result<()> {
+    ensure!((1..=2).contains(&paths), "1 or 2 paths per LU, not {paths}");
+    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
+    let t = Topology::iscsi(luns)?;
+    let mut devices: [Vec<PathBuf>; 2] = [Node::A, Node::B].map(|n| t.node(n).devices().to_vec());
+    if paths == 2 {
+        for node in [Node::A, Node::B] {
+            let second = t.second_session(node)?;
+            devices[node.index()].extend(second);
+        }
+    }
+    t.settle()?;
+    fake_cmapctl()?;
+    let of = |node: Node| devices[node.index()].as_slice();
+    let mut rows: Vec<Timed> = [
+        "unfence",
+        "fence, greater key",
+        "fence, smaller key",
+        "status",
+    ]
+    .into_iter()
+    .map(|op| Timed {
+        op,
+        times: Vec::new(),
+    })
+    .collect();
+
+    let agents: &[FenceAgent] = if with_fence_scsi {
+        &[FenceAgent::FencePr, FenceAgent::FenceScsi]
+    } else {
+        &[FenceAgent::FencePr]
+    };
+    for &agent in agents {
+        let name = agent.name();
+        let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
+        let on = fence_agents::expect(agent, Node::A, "on", Node::A, of(Node::A), 0)?;
+        fence_agents::expect(FenceAgent::FencePr, Node::B, "on", Node::B, of(Node::B), 0)?;
+        ensure!(keys_everywhere(&t)? == [ka, kb], "after {name}'s on");
+        let greater = fence_agents::expect(agent, Node::B, "off", Node::A, of(Node::B), 0)?;
+        ensure!(
+            keys_everywhere(&t)? == [kb],
+            "after {name}'s off by the greater key"
+        );
+        fence_agents::expect(FenceAgent::FencePr, Node::A, "on", Node::A, of(Node::A), 0)?;
+        let smaller = fence_agents::expect(agent, Node::A, "off", Node::B, of(Node::A), 0)?;
+        ensure!(
+            keys_everywhere(&t)? == [ka],
+            "after {name}'s off by the smaller key"
+        );
+        let status = fence_agents::expect(agent, Node::A, "status", Node::A, of(Node::A), 0)?;
+        for (row, run) in rows.iter_mut().zip([on, greater, smaller, status]) {
+            row.times.push((name, run.elapsed));
+        }
+        clear(of(Node::A), ka)?;
+    }
+
+    // prfence's own commands, the node's keys 0xa and 0xb
+    let prfence = |node: Node, args: &[&str]| -> anyhow::Result<CommandRun> {
+        let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        args.extend(of(node).iter().map(|d| d.display().to_string()));
+        crate::prfence(&args)?.ok()
+    };
+    let (a, b) = (
+        crate::node::hex(Node::A.key()),
+        crate::node::hex(Node::B.key()),
+    );
+    let unfence = prfence(Node::A, &["unfence", "--key", &a])?;
+    prfence(Node::B, &["unfence", "--key", &b])?;
+    let greater = prfence(Node::B, &["fence", "--key", &b, "--victim", &a])?;
+    ensure!(
+        keys_everywhere(&t)? == [0xb],
+        "after prfence fence by the greater key"
+    );
+    prfence(Node::A, &["unfence", "--key", &a])?;
+    let smaller = prfence(Node::A, &["fence", "--key", &a, "--victim", &b])?;
+    ensure!(
+        keys_everywhere(&t)? == [0xa],
+        "after prfence fence by the smaller key"
+    );
+    let status = prfence(Node::A, &["status", "--key", &a])?;
+    for (row, run) in rows.iter_mut().zip([unfence, greater, smaller, status]) {
+        row.times.push(("prfence", run.elapsed));
+    }
+    // where prfence's time goes: its READ KEYS alone (the floor's job), and starting at all
+    let best_of_3 = |args: &[&str]| -> anyhow::Result<Duration> {
+        let mut best = Duration::MAX;
+        for _ in 0..3 {
+            best = best.min(prfence(Node::A, args)?.elapsed);
+        }
+        Ok(best)
+    };
+    rows.push(Timed {
+        op: "keys",
+        times: vec![("prfence", best_of_3(&["keys"])?)],
+    });
+    let start = crate::prfence(["--version"])?.ok()?.elapsed;
+    let start = start.min(crate::prfence(["--version"])?.ok()?.elapsed);
+    rows.push(Timed {
+        op: "start (--version)",
+        times: vec![("prfence", start)],
+    });
+    // the floor: READ KEYS on every path at once, the best of three
+    let mut floors = Vec::new();
+    for _ in 0..3 {
+        let run = crate::run_command(&mut floor::command("once", of(Node::A))?)?.ok()?;
+        floors.push(run.elapsed);
+    }
+    let floor = floors.into_iter().min().context("no floor run")?;
+    clear(of(Node::A), 0xa)?;
+
+    let mut report = format!(
+        "perf: {luns} LUs x {paths} path(s) per node, iSCSI, TCG-emulated guest; seconds, one run \
+         each (floor: READ KEYS on every path at once, one process, best of 3: {:.3} s)\n",
+        floor.as_secs_f64()
+    );
+    let tools = ["fence_pr", "fence_scsi", "prfence"];
+    writeln!(
+        report,
+        "perf:   {:<20} {:>10} {:>10} {:>10}  {:>18} {:>16}",
+        "operation", tools[0], tools[1], tools[2], "fence_scsi/fence_pr", "prfence/floor"
+    )?;
+    for row in &rows {
+        let secs = |tool: &str| {
+            row.times
+                .iter()
+                .find(|(t, _)| *t == tool)
+                .map(|(_, d)| d.as_secs_f64())
+        };
+        let cell = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
+            _ => "-".to_owned(),
+        };
+        let floor = Some(floor.as_secs_f64());
+        writeln!(
+            report,
+            "perf:   {:<20} {:>10} {:>10} {:>10}  {:>18} {:>16}",
+            row.op,
+            cell(secs(tools[0])),
+            cell(secs(tools[1])),
+            cell(secs(tools[2])),
+            ratio(secs(tools[1]), secs(tools[0])),
+            ratio(secs(tools[2]), floor)
+        )?;
+        for (tool, took) in &row.times {
+            writeln!(
+                report,
+                "perf-data\t{}\t{luns}\t{paths}\t{tool}\t{:.6}",
+                row.op,
+                took.as_secs_f64()
+            )?;
+        }
+    }
+    writeln!(
+        report,
+        "perf-data\tfloor\t{luns}\t{paths}\tfloor\t{:.6}",
+        floor.as_secs_f64()
+    )?;
+    print!("{report}");
+    Ok(())
+}
+
+/// PERSISTENT RESERVE OUT CLEAR with a registered key: no registration and no reservation left,
+/// the state every tool's unfence starts from.
+fn clear(devices: &[PathBuf], key: u64) -> anyhow::Result<()> {
+    let mut args = vec!["clear".to_owned(), "--key".to_owned(), format!("{key:#x}")];
+    args.extend(devices.iter().map(|d| d.display().to_string()));
+    crate::prfence(&args)?.ok()?;
+    Ok(())
+}
+
 fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
     let t = Topology::iscsi(luns)?;
     let devices: Vec<String> = t
@@ -75,6 +297,7 @@ fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
     );
 
     let agent = agent_cost(&devices, window)?;
+    let bare = floor_loop_cost(&t, window)?;
     // fence_scsi_check as shipped: it passes at the first device that has our key (fence-agents
     // #278), so with the key everywhere each run reads one LU of the 256
     let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.dev", "/var/run/cluster.key"]);
@@ -114,6 +337,35 @@ fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
         )?;
     }
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    let agent_per_lu = agent.per_run() / luns as f64;
+    writeln!(
+        report,
+        "bench:   {:<22} CPU {:>7.3} s in {:>5.1} s, {:.3} ms per LU-check; RSS peak {:>6} KiB; {}",
+        "floor (READ KEYS loop)",
+        bare.cpu.as_secs_f64(),
+        bare.wall.as_secs_f64(),
+        1e3 * bare.per_run(),
+        bare.peak_kib,
+        bare.note
+    )?;
+    writeln!(
+        report,
+        "bench:   prfence agent / floor: CPU per LU-check {:.3} ms / {:.3} ms = x{:.2}; agent RSS \
+         {} KiB (peak {} KiB)",
+        1e3 * agent_per_lu,
+        1e3 * bare.per_run(),
+        ratio(agent_per_lu, bare.per_run()),
+        agent.rss_kib,
+        agent.peak_kib
+    )?;
+    writeln!(
+        report,
+        "perf-data\twatch CPU per LU-check\t{luns}\t1\tprfence\t{agent_per_lu:.9}\n\
+         perf-data\twatch CPU per LU-check\t{luns}\t1\tfloor\t{:.9}\n\
+         perf-data\twatch RSS KiB\t{luns}\t1\tprfence\t{}",
+        bare.per_run(),
+        agent.rss_kib
+    )?;
     for (what, other) in [("as shipped", &shipped), ("all LUs", &every_lu)] {
         writeln!(
             report,
@@ -137,36 +389,6 @@ impl Cost {
     fn per_run(&self) -> f64 {
         self.cpu.as_secs_f64() / self.runs.max(1) as f64
     }
-}
-
-fn clock_ticks() -> anyhow::Result<u64> {
-    let run = crate::run("getconf", ["CLK_TCK"])?.ok()?;
-    Ok(run.stdout.trim().parse()?)
-}
-
-/// utime + stime of a process, in clock ticks (/proc/PID/stat fields 14 and 15).
-fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // the command name may hold spaces: count fields after its closing parenthesis
-    let after = stat.rsplit_once(')').context("malformed stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // after ')' the fields start at 3 (state): utime is field 14, stime 15
-    let utime: u64 = fields[14 - 3].parse()?;
-    let stime: u64 = fields[15 - 3].parse()?;
-    Ok(utime + stime)
-}
-
-fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .with_context(|| format!("no {field} in /proc/{pid}/status"))?;
-    Ok(line
-        .split_whitespace()
-        .nth(1)
-        .context("empty field")?
-        .parse()?)
 }
 
 fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
@@ -227,7 +449,7 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let warm_up = start.elapsed();
-    let ticks = clock_ticks()?;
+    let ticks = floor::clock_ticks()?;
     let (cpu0, checks0) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
     std::thread::sleep(window);
     let (cpu1, checks1) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
@@ -247,6 +469,30 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
     child.wait()?;
     Ok(cost)
+}
+
+/// The floor's READ KEYS loop over node A's LUs for `window`: its CPU per LU-check and peak RSS,
+/// as the floor process itself read them from /proc at its end.
+fn floor_loop_cost(t: &Topology, window: Duration) -> anyhow::Result<Cost> {
+    let mode = format!("loop {}", window.as_secs());
+    let run = crate::run_command(&mut floor::command(&mode, t.node(Node::A).devices())?)?.ok()?;
+    let fields: Vec<u64> = run
+        .stdout
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("the floor said {:?}", run.stdout))?;
+    let [checks, ticks, peak] = fields[..] else {
+        anyhow::bail!("the floor said {:?}", run.stdout);
+    };
+    Ok(Cost {
+        cpu: Duration::from_millis(ticks * 1000 / floor::clock_ticks()?),
+        wall: run.elapsed,
+        runs: checks,
+        rss_kib: peak,
+        peak_kib: peak,
+        note: format!("{checks} LU-checks, one thread, devices opened once"),
+    })
 }
 
 /// fence_scsi_check started once a second (back to back when a run takes longer), as the

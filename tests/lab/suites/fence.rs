@@ -36,11 +36,10 @@ pub const SUITE: Suite = Suite {
         relogin_orphan_is_purged_by_unfence,
         multipath_maps_register_and_lose_every_path,
         fence_pr_and_fence_scsi_side_by_side,
-        fence_pr_versus_fence_scsi_wall_time,
         package_upgrade_keeps_and_removal_stops_an_armed_agent,
         commands_per_lu_at_the_minimum,
     ],
-    long: crate::tests![fence_pr_versus_fence_scsi_wall_time_16_luns],
+    long: &[],
     reproducers: &[],
 };
 
@@ -529,7 +528,7 @@ fn agent_expect(
 }
 
 /// The keys registered on every LU (must be the same set on each), sorted.
-fn keys_everywhere(t: &Topology) -> anyhow::Result<Vec<u64>> {
+pub(super) fn keys_everywhere(t: &Topology) -> anyhow::Result<Vec<u64>> {
     let mut sets = Vec::new();
     for lu in t.lus() {
         let mut keys: Vec<u64> = lu.registrations()?.iter().map(|r| r.key).collect();
@@ -622,45 +621,6 @@ fn assert_sole_survivor_key(
             "fenced node's write to LUN {lun}: {probe:?}"
         );
     }
-    Ok(())
-}
-
-/// Wall time of fence_pr's and fence_scsi's `off` of the same node on the same 4 LUs, each after
-/// both nodes were unfenced (by fence_pr), printed as a ratio (a measurement, never asserted);
-/// each `off` must leave only the fencing node's key. The long tier measures 16 LUs.
-fn fence_pr_versus_fence_scsi_wall_time() -> anyhow::Result<()> {
-    off_wall_time(4)
-}
-
-/// Long tier: [`fence_pr_versus_fence_scsi_wall_time`] on 16 LUs (fence_scsi's `off` alone takes
-/// 25-60 s there under emulation).
-fn fence_pr_versus_fence_scsi_wall_time_16_luns() -> anyhow::Result<()> {
-    off_wall_time(16)
-}
-
-fn off_wall_time(luns: usize) -> anyhow::Result<()> {
-    // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
-    let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
-    let t = Topology::iscsi(luns)?;
-    t.settle()?;
-    fake_cmapctl()?;
-    let kb = derived_key(Node::B)?;
-    let mut times = Vec::new();
-    for which in [FenceAgent::FencePr, FenceAgent::FenceScsi] {
-        // Only `off` is measured; fence_pr unfences for both (fence_scsi's `on` is slow too).
-        agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 0)?;
-        agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
-        let run = agent_expect(&t, which, Node::B, "off", Node::A, 0)?;
-        ensure!(keys_everywhere(&t)? == [kb], "after {which:?}'s off");
-        times.push(run.elapsed);
-    }
-    println!(
-        "  off of one node on {luns} LUs: fence_pr {} ms, fence_scsi {} ms: fence_scsi takes \
-         {:.1}x fence_pr's time",
-        times[0].as_millis(),
-        times[1].as_millis(),
-        times[1].as_secs_f64() / times[0].as_secs_f64()
-    );
     Ok(())
 }
 
