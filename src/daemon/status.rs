@@ -134,8 +134,15 @@ pub struct LuStatus {
     pub lease_key: Option<String>,
 }
 
+/// The status document's version (`version`, its JSON Schema's `$id`,
+/// packaging/status.schema.json): bumped when a field changes meaning or goes away; a new field
+/// does not bump it.
+pub const STATUS_VERSION: u32 = 1;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
     pub mode: &'static str,
     pub state: State,
     pub fenced_reason: Option<String>,
@@ -155,6 +162,7 @@ pub struct Status {
 impl Status {
     pub fn new(mode: &'static str, lus: &[String]) -> Status {
         Status {
+            version: STATUS_VERSION,
             mode,
             state: State::Starting,
             fenced_reason: None,

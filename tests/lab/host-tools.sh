@@ -9,14 +9,16 @@ need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio
       dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables tc:iproute2 corosync:corosync
       corosync-cmapctl:corosync pacemakerd:pacemaker cibadmin:pacemaker-cli-utils
       crm_mon:pacemaker-cli-utils dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db
-      nvme:nvme-cli pcs:pcs)
+      nvme:nvme-cli pcs:pcs promtool:prometheus)
 missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
+# the status document's schema is checked with Debian's python3 and its jsonschema module
+/usr/bin/python3 -c 'import jsonschema' 2>/dev/null || missing+=(python3-jsonschema)
 ((${#missing[@]})) || exit 0
 if ((EUID != 0)); then echo "lab: missing packages ${missing[*]}: run as root (the lab installs them with apt-get)" >&2; exit 1; fi
 exec 9>/var/lock/prfence-host-tools.lock; flock 9   # test binaries may ask at the same time
 echo "lab: installing missing packages with apt-get: ${missing[*]}" >&2
 apt-get update -qq >&2
-# Installing corosync and pacemaker must not start them on the host (the lab runs them in the guest
+# Installing corosync, pacemaker and prometheus (for promtool) must not start them on the host (the lab runs them in the guest
 # only): without a policy-rc.d of its own, the host gets one that refuses every start for the
 # duration of the install (invoke-rc.d and deb-systemd-invoke obey it).
 policy=/usr/sbin/policy-rc.d; own_policy=

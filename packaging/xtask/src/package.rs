@@ -134,9 +134,27 @@ fn stage(root: &Path, binary: &Binary, stage: &Path, unit_dir: &str) -> anyhow::
         &doc.join("examples/agent.toml"),
         0o644,
     )?;
+    // what monitoring reads: the status document's schema, and alerting rules to start from
+    install(
+        &pkg.join("status.schema.json"),
+        &stage.join("usr/share/prfence/status.schema.json"),
+        0o644,
+    )?;
+    for rules in ["prfence-alerts.yml", "prfence-alerts.test.yml"] {
+        install(
+            &pkg.join("prometheus").join(rules),
+            &doc.join("examples/prometheus").join(rules),
+            0o644,
+        )?;
+    }
     install(&pkg.join("copyright"), &doc.join("copyright"), 0o644)?;
     install(&root.join("README.md"), &doc.join("README.md"), 0o644)?;
     gzip(&doc.join("README.md"))?;
+    install(
+        &root.join("docs/performance.svg"),
+        &doc.join("docs/performance.svg"),
+        0o644,
+    )?;
     // The admin documentation README points to (docs/<task>.md), under the same relative path.
     for page in doc_pages(root)? {
         let to = doc.join("docs").join(&page);

@@ -51,6 +51,7 @@ pub const SUITE: Suite = Suite {
         stopping_an_armed_agent_resets_only_when_it_should,
         a_descriptor_limit_too_small_for_the_paths_is_refused_at_start,
         an_agent_without_cap_sys_rawio_says_why_it_cannot_arm,
+        metrics_pass_promtool_and_status_its_schema,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -1514,5 +1515,151 @@ fn an_agent_without_cap_sys_rawio_says_why_it_cannot_arm() -> anyhow::Result<()>
         "state {state:?} with an unreadable LU"
     );
     println!("  without CAP_SYS_RAWIO: state {state:?}, LU verdict {verdict:?}");
+    Ok(())
+}
+
+/// Where the agent of [`metrics_pass_promtool_and_status_its_schema`] serves.
+const METRICS_LISTEN: &str = "127.0.0.1:9464";
+/// The shipped status schema and alerting rules (packaging/), as the guest sees the source tree.
+const STATUS_SCHEMA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/status.schema.json");
+const ALERT_RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/prometheus");
+
+/// `GET path` from the agent's HTTP endpoint: the body of a 200 answer.
+fn http_get(path: &str) -> anyhow::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(METRICS_LISTEN)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {METRICS_LISTEN}\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET {path}: no header end in {answer:?}"))?;
+    ensure!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "GET {path}: {head}"
+    );
+    Ok(body.to_owned())
+}
+
+/// Prometheus's own `promtool check metrics` on a live scrape: it must pass with nothing to say
+/// (its lint warnings fail it too).
+fn promtool_check_metrics(label: &str) -> anyhow::Result<String> {
+    let metrics = http_get("/metrics")?;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("promtool (package prometheus, installed by tests/lab/host-tools.sh)")?;
+    std::io::Write::write_all(
+        &mut child.stdin.take().context("stdin")?,
+        metrics.as_bytes(),
+    )?;
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        out.status.success() && said.trim().is_empty(),
+        "{label}: promtool check metrics: {} {said}\non:\n{metrics}",
+        out.status
+    );
+    Ok(metrics)
+}
+
+/// Validates `document` against the shipped schema with Debian's python3-jsonschema (Draft
+/// 2020-12); `Err` with the validator's words when it does not conform.
+fn validate_status(document: &str, label: &str) -> anyhow::Result<()> {
+    let file = format!("{WORK}/status-{label}.json");
+    std::fs::write(&file, document)?;
+    let script = "import json, sys, jsonschema\n\
+                  schema = json.load(open(sys.argv[2]))\n\
+                  jsonschema.Draft202012Validator.check_schema(schema)\n\
+                  jsonschema.Draft202012Validator(schema).validate(json.load(open(sys.argv[1])))\n";
+    let run = crate::run("/usr/bin/python3", ["-c", script, &file, STATUS_SCHEMA])?;
+    ensure!(
+        run.status.success(),
+        "{label}: the status document does not conform to {STATUS_SCHEMA}: {}{}\n{document}",
+        run.stdout,
+        run.stderr
+    );
+    Ok(())
+}
+
+/// Issue 25: the agent's metrics pass `promtool check metrics` on a live scrape (healthy and
+/// fenced), the shipped alerting rules pass `promtool check rules` and their unit tests
+/// (`promtool test rules`), and the status document (`/status` and the status file, healthy and
+/// fenced) conforms to the shipped JSON Schema, which refuses a document with a state it does
+/// not know (so the validation can fail).
+fn metrics_pass_promtool_and_status_its_schema() -> anyhow::Result<()> {
+    for (what, args) in [
+        ("check rules", vec!["check", "rules", "prfence-alerts.yml"]),
+        (
+            "test rules",
+            vec!["test", "rules", "prfence-alerts.test.yml"],
+        ),
+    ] {
+        let run = crate::run_command(
+            std::process::Command::new("promtool")
+                .args(&args)
+                .current_dir(ALERT_RULES),
+        )?;
+        ensure!(
+            run.status.success(),
+            "promtool {what}: {}{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+
+    let t = Topology::iscsi(2)?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+    let config = watch_config(
+        t.node(Node::A).devices(),
+        "0xa",
+        500,
+        "grace = \"20s\"\nmissing_confirmations = 1",
+        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        &format!("[metrics]\nlisten = \"{METRICS_LISTEN}\""),
+    );
+    let mut agent = AgentProcess::start("metrics-a", &config)?;
+    agent.wait_state("healthy", Duration::from_secs(60))?;
+    let metrics = promtool_check_metrics("healthy")?;
+    ensure!(
+        metrics.contains("prfence_state{state=\"healthy\"} 1"),
+        "healthy metrics:\n{metrics}"
+    );
+    let served = http_get("/status")?;
+    validate_status(&served, "served-healthy")?;
+    let written = agent.status().context("no status file")?;
+    validate_status(&written.to_string(), "file-healthy")?;
+    ensure!(written["version"] == 1, "{written}");
+    // the schema is strict enough to refuse what the agent never writes
+    let mut bogus = written.clone();
+    bogus["state"] = serde_json::Value::from("bogus");
+    ensure!(
+        validate_status(&bogus.to_string(), "bogus").is_err(),
+        "the schema accepted state \"bogus\""
+    );
+
+    fence(&t, Node::B, 0)?;
+    agent.wait_state("fenced", Duration::from_secs(30))?;
+    let metrics = promtool_check_metrics("fenced")?;
+    ensure!(
+        metrics.contains("prfence_fenced 1"),
+        "fenced metrics:\n{metrics}"
+    );
+    let served = http_get("/status")?;
+    validate_status(&served, "served-fenced")?;
+    let fenced: serde_json::Value = serde_json::from_str(&served)?;
+    ensure!(fenced["self_fence"].is_object(), "{fenced}");
     Ok(())
 }
