@@ -52,6 +52,7 @@ pub const SUITE: Suite = Suite {
         a_descriptor_limit_too_small_for_the_paths_is_refused_at_start,
         an_agent_without_cap_sys_rawio_says_why_it_cannot_arm,
         metrics_pass_promtool_and_status_its_schema,
+        no_write_close_on_the_lus_so_no_udev_change_events,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -1661,5 +1662,147 @@ fn metrics_pass_promtool_and_status_its_schema() -> anyhow::Result<()> {
     validate_status(&served, "served-fenced")?;
     let fenced: serde_json::Value = serde_json::from_str(&served)?;
     ensure!(fenced["self_fence"].is_object(), "{fenced}");
+    Ok(())
+}
+
+/// How long [`no_write_close_on_the_lus_so_no_udev_change_events`] watches.
+const UDEV_WINDOW: Duration = Duration::from_secs(30);
+
+/// Issue 25 (fence-agents #284: fence_scsi's checks made udev re-read partitions and mounts fail
+/// now and then): udev emits a "change" event when a block device opened for writing is closed,
+/// which it learns from inotify's IN_CLOSE_WRITE on the device node (udev's `watch` rule). The
+/// guest runs no udevd, so the test watches the same thing udevd would: IN_CLOSE_WRITE on every
+/// LU's node of both nodes and on a mounted partition of LU 0, while the agent watches the 16 LUs
+/// every 500 ms for [`UDEV_WINDOW`], the partition is mounted and unmounted in a loop, and node A
+/// and B run prfence's reads, unfence, a PR OUT and `agent --once`. None may close a node it
+/// wrote. A control first: the lab's own read-write open and close of an LU is seen.
+fn no_write_close_on_the_lus_so_no_udev_change_events() -> anyhow::Result<()> {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+    let t = Topology::iscsi(16)?;
+    let disk = t.device(Node::A, 0).to_path_buf();
+    // one Linux partition from 1 MiB to the end (an MBR written by hand), ext4 on it
+    let sectors: u32 = crate::run("blockdev", ["--getsz", &disk.display().to_string()])?
+        .ok()?
+        .stdout
+        .trim()
+        .parse()?;
+    let mut mbr = vec![0u8; 512];
+    mbr[446..462].copy_from_slice(
+        &[
+            &[0x00, 0xff, 0xff, 0xff, 0x83, 0xff, 0xff, 0xff][..],
+            &2048u32.to_le_bytes(),
+            &(sectors - 2048).to_le_bytes(),
+        ]
+        .concat(),
+    );
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    ensure!(
+        crate::write_to(&disk, 0, &mbr) == WriteOutcome::Accepted,
+        "MBR write"
+    );
+    crate::run("blockdev", ["--rereadpt", &disk.display().to_string()])?.ok()?;
+    let partition = PathBuf::from(format!("{}1", disk.display()));
+    let start = Instant::now();
+    while !partition.exists() {
+        ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {}",
+            partition.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    crate::run("mkfs.ext4", ["-q", "-F", &partition.display().to_string()])?.ok()?;
+    crate::run("modprobe", ["ext4"])?.ok()?;
+    let mountpoint = format!("{WORK}/mnt");
+    std::fs::create_dir_all(&mountpoint)?;
+    unfence(&t, Node::A)?;
+    unfence(&t, Node::B)?;
+
+    let inotify = Inotify::init(InitFlags::IN_NONBLOCK)?;
+    let mut watched = std::collections::HashMap::new();
+    let nodes: Vec<PathBuf> = Node::BOTH
+        .iter()
+        .flat_map(|n| t.node(*n).devices().to_vec())
+        .chain([partition.clone()])
+        .collect();
+    for node in &nodes {
+        let wd = inotify.add_watch(node, AddWatchFlags::IN_CLOSE_WRITE)?;
+        watched.insert(wd, node.clone());
+    }
+    let closed_for_writing = || -> anyhow::Result<Vec<PathBuf>> {
+        let mut seen = Vec::new();
+        loop {
+            match inotify.read_events() {
+                Ok(events) => {
+                    seen.extend(events.iter().filter_map(|e| watched.get(&e.wd).cloned()))
+                }
+                Err(nix::errno::Errno::EAGAIN) => return Ok(seen),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    // the control: what udev would see from a writer
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.device(Node::B, 1))?,
+    );
+    let control = closed_for_writing()?;
+    ensure!(
+        control == [t.device(Node::B, 1).to_path_buf()],
+        "the watch did not see a read-write close: {control:?}"
+    );
+
+    let config = watch_config(
+        t.node(Node::A).devices(),
+        "0xa",
+        500,
+        "grace = \"20s\"",
+        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        "",
+    );
+    std::fs::write(format!("{WORK}/once.toml"), &config)?;
+    let mut agent = AgentProcess::start("udev-a", &config)?;
+    agent.wait_state("healthy", Duration::from_secs(60))?;
+    let (mut mounts, mut commands) = (0, 0);
+    let until = Instant::now() + UDEV_WINDOW;
+    while Instant::now() < until {
+        crate::run("mount", [&partition.display().to_string(), &mountpoint])?.ok()?;
+        crate::run("umount", [&mountpoint])?.ok()?;
+        mounts += 1;
+        let a = |args: &[&str]| crate::node::prfence(&t, Node::A, args);
+        a(&["status", "--key", "0xa"])?;
+        a(&["keys"])?;
+        a(&["full-status"])?;
+        a(&["unfence", "--key", "0xa"])?;
+        // a PR OUT on every LU: B registers its own key again (REGISTER AND IGNORE EXISTING KEY)
+        crate::node::prfence(
+            &t,
+            Node::B,
+            &["register", "--key", "0xb", "--ignore-existing"],
+        )?;
+        crate::run(
+            crate::PRFENCE,
+            ["agent", "--once", "--config", &format!("{WORK}/once.toml")],
+        )?
+        .ok()?;
+        commands += 6;
+    }
+    ensure!(agent.state() == "healthy", "the agent is {}", agent.state());
+    let seen = closed_for_writing()?;
+    println!(
+        "  {} s: {mounts} mounts and unmounts of {}, {commands} prfence commands, the agent \
+         checking 16 LUs every 500 ms: {} close(s) after writing on {} watched nodes",
+        UDEV_WINDOW.as_secs(),
+        partition.display(),
+        seen.len(),
+        nodes.len()
+    );
+    ensure!(
+        seen.is_empty(),
+        "nodes closed after writing (udev change events): {seen:?}"
+    );
     Ok(())
 }
