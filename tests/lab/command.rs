@@ -68,6 +68,19 @@ pub fn prfence<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> anyhow::Re
     run(super::PRFENCE, args)
 }
 
+/// `prfence ARGS… DEVICES…`: [`prfence`] on a device list of the caller's (another node's view,
+/// two sessions' paths).
+pub fn prfence_with_devices<D: AsRef<OsStr>>(
+    args: &[&str],
+    devices: &[D],
+) -> anyhow::Result<CommandRun> {
+    let all = args
+        .iter()
+        .map(OsStr::new)
+        .chain(devices.iter().map(AsRef::as_ref));
+    run(super::PRFENCE, all)
+}
+
 /// Runs `program args…` to completion and captures everything (e.g. `lab::run("sg_persist",
 /// ["-k", dev])`).
 pub fn run<I, S>(program: impl AsRef<OsStr>, args: I) -> anyhow::Result<CommandRun>

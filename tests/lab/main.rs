@@ -31,7 +31,8 @@ mod topology;
 mod writer;
 
 pub use command::{
-    CommandRun, RemoveOnDrop, env_count, prfence, read_file, run, run_command, secs, sh, write_file,
+    CommandRun, RemoveOnDrop, env_count, prfence, prfence_with_devices, read_file, run,
+    run_command, secs, sh, write_file,
 };
 pub use node::Node;
 pub use topology::{

@@ -44,6 +44,14 @@ impl NodeView {
         &self.devices
     }
 
+    /// [`Self::devices`] as command-line arguments.
+    pub fn device_args(&self) -> Vec<String> {
+        self.devices
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect()
+    }
+
     pub fn device(&self, lun: usize) -> &Path {
         &self.devices[lun]
     }

@@ -166,9 +166,7 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
 
     // prfence's own commands, the node's keys 0xa and 0xb
     let prfence = |node: Node, args: &[&str]| -> anyhow::Result<CommandRun> {
-        let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        args.extend(of(node).iter().map(|d| d.display().to_string()));
-        crate::prfence(&args)?.ok()
+        crate::prfence_with_devices(args, of(node))?.ok()
     };
     let (a, b) = (
         crate::node::hex(Node::A.key()),
@@ -273,20 +271,13 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
 /// PERSISTENT RESERVE OUT CLEAR with a registered key: no registration and no reservation left,
 /// the state every tool's unfence starts from.
 fn clear(devices: &[PathBuf], key: u64) -> anyhow::Result<()> {
-    let mut args = vec!["clear".to_owned(), "--key".to_owned(), format!("{key:#x}")];
-    args.extend(devices.iter().map(|d| d.display().to_string()));
-    crate::prfence(&args)?.ok()?;
+    crate::prfence_with_devices(&["clear", "--key", &format!("{key:#x}")], devices)?.ok()?;
     Ok(())
 }
 
 fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
     let t = Topology::iscsi(luns)?;
-    let devices: Vec<String> = t
-        .node(Node::A)
-        .devices()
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect();
+    let devices: Vec<String> = t.node(Node::A).device_args();
     let mut args = vec!["unfence", "--key", "0xa"];
     args.extend(devices.iter().map(String::as_str));
     let unfence = crate::prfence(&args)?.ok()?;

@@ -1220,22 +1220,13 @@ fn pr_out_on_two_paths_of_one_lu() -> anyhow::Result<()> {
         paths.push(second.display().to_string());
     }
     let firsts: Vec<String> = paths.iter().step_by(2).cloned().collect();
-    let b_paths: Vec<String> = t
-        .node(Node::B)
-        .devices()
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect();
+    let b_paths: Vec<String> = t.node(Node::B).device_args();
     t.settle()?;
-    let prfence_on = |args: &[&str], devices: &[String]| -> anyhow::Result<crate::CommandRun> {
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(devices.iter().map(String::as_str));
-        crate::prfence(&all)
-    };
     for round in 0..TWO_PATH_ROUNDS {
-        prfence_on(&["register", "--key", "0xa"], &paths)?.ok()?;
-        prfence_on(&["register", "--key", "0xb"], &b_paths)?.ok()?;
-        prfence_on(&["reserve", "--key", "0xa", "--type", "wero"], &firsts)?.ok()?;
+        crate::prfence_with_devices(&["register", "--key", "0xa"], &paths)?.ok()?;
+        crate::prfence_with_devices(&["register", "--key", "0xb"], &b_paths)?.ok()?;
+        crate::prfence_with_devices(&["reserve", "--key", "0xa", "--type", "wero"], &firsts)?
+            .ok()?;
         for lu in t.lus() {
             let mut keys: Vec<u64> = lu.registrations()?.iter().map(|r| r.key).collect();
             keys.sort_unstable();
@@ -1248,7 +1239,7 @@ fn pr_out_on_two_paths_of_one_lu() -> anyhow::Result<()> {
         // the second path of each LU finds its key gone: LIO 6.1 answers that CLEAR NOT READY
         // and prfence's re-read shows it applied (exit 0); a target that answers RESERVATION
         // CONFLICT makes it exit 3 (only conflicts)
-        let run = prfence_on(&["clear", "--key", "0xa"], &paths)?;
+        let run = crate::prfence_with_devices(&["clear", "--key", "0xa"], &paths)?;
         ensure!(
             [0, 3].contains(&run.code()),
             "round {round}: clear exited {}: {}{}",
