@@ -9,7 +9,8 @@ need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio
       dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables tc:iproute2 corosync:corosync
       corosync-cmapctl:corosync pacemakerd:pacemaker cibadmin:pacemaker-cli-utils
       crm_mon:pacemaker-cli-utils dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db
-      nvme:nvme-cli pcs:pcs promtool:prometheus)
+      nvme:nvme-cli pcs:pcs crm:crmsh multipathd:multipath-tools udevadm:udev
+      promtool:prometheus)
 missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
 # the status document's schema is checked with Debian's python3 and its jsonschema module
 /usr/bin/python3 -c 'import jsonschema' 2>/dev/null || missing+=(python3-jsonschema)

@@ -21,6 +21,7 @@ mod floor;
 mod guest;
 mod host;
 mod kernel_log;
+mod multipathd;
 mod node;
 mod nvme;
 mod plan;

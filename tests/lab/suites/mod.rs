@@ -13,6 +13,7 @@ mod discover;
 mod doctor;
 mod faults;
 mod fence;
+mod multipath;
 mod nvme;
 mod pr;
 mod stress;
@@ -30,6 +31,7 @@ pub const ALL: &[Suite] = &[
     bench::SUITE,
     stress::SUITE,
     fence::SUITE,
+    multipath::SUITE,
     cluster::SUITE,
     nvme::SUITE,
 ];
