@@ -31,7 +31,7 @@ const BLOCK_LIMIT: Duration = Duration::from_secs(180);
 /// Split-brain rounds in CI (`LAB_SPLIT_ROUNDS` overrides it). Each round proves the same
 /// thing on the target (one survivor, never a split across LUs, the loser's writes refused); the
 /// long tier runs [`LONG_SPLIT_ROUNDS`] of them.
-const SPLIT_ROUNDS: usize = 2;
+const SPLIT_ROUNDS: usize = 1;
 /// Split-brain rounds in the long tier (`LAB_SPLIT_ROUNDS` overrides it too): the 20 rounds issue
 /// 11 asked for.
 const LONG_SPLIT_ROUNDS: usize = 20;
