@@ -170,3 +170,35 @@ impl Drop for RemoveOnDrop {
         }
     }
 }
+
+/// A background process (a monitor, a log reader) killed and reaped when dropped, so a test that
+/// fails half-way leaves no process behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `path` is a mount point.
+pub fn is_mount(path: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(path))
+}
+
+/// Waits up to `within` for `child`, asked to stop, to exit; kills it after that. Reaped either way.
+pub fn reap_or_kill(child: &mut std::process::Child, within: Duration) {
+    let start = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if start.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

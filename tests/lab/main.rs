@@ -29,11 +29,12 @@ mod race;
 mod residue;
 mod suites;
 mod topology;
+mod udevd;
 mod writer;
 
 pub use command::{
-    CommandRun, RemoveOnDrop, env_count, prfence, prfence_with_devices, read_file, run,
-    run_command, secs, sh, write_file,
+    CommandRun, KillOnDrop, RemoveOnDrop, env_count, is_mount, prfence, prfence_with_devices,
+    read_file, reap_or_kill, run, run_command, secs, sh, write_file,
 };
 pub use node::Node;
 pub use topology::{

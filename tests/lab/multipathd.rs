@@ -1,22 +1,19 @@
 //! Debian's multipathd in the lab guest, over one node's paths (issue 25): what a multipath
-//! host runs. The guest normally runs no udevd; multipathd needs it (it takes only paths udev has
-//! seen, and their WWID from udev's ID_SERIAL), so a udevd runs beside it for its lifetime.
-//! Everything they write goes to tmpfs mounts over `/run/udev` and `/etc/multipath` (the
-//! configuration in `conf.d`, the wwids, bindings and prkeys files), taken away with the maps, the
-//! daemons and udev's new `/dev` links when [`Multipathd`] is dropped: the guest is left as found.
+//! host runs. It takes only paths udev has seen, with their WWID from udev's ID_SERIAL, so a
+//! [`Udevd`] runs beside it for its lifetime. What multipathd writes goes to a tmpfs over
+//! `/etc/multipath` (the configuration in `conf.d`, the wwids, bindings and prkeys files), taken
+//! away with the maps and the daemons when [`Multipathd`] is dropped: the guest is left as found.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
+use crate::udevd::Udevd;
 use crate::{TargetLu, WORK, run};
 
-const UDEV_RUN: &str = "/run/udev";
 const CONFIG_DIR: &str = "/etc/multipath";
-const UDEVD: &str = "/lib/systemd/systemd-udevd";
 /// How long the daemons may take to show every map with its paths up, under emulation.
 const SETTLE: Duration = Duration::from_secs(60);
 
@@ -49,13 +46,12 @@ pub struct Multipathd {
     maps: Vec<PathBuf>,
     /// multipath.conf's sections after `defaults`: the blacklist and the maps' aliases
     sections: String,
-    first_path: String,
     daemon: Option<Child>,
-    udevd: Option<Child>,
+    /// Stopped after the daemon and its maps.
+    udevd: Option<Udevd>,
     log: PathBuf,
-    links_before: BTreeSet<PathBuf>,
-    mounted: Vec<&'static str>,
-    made_dirs: Vec<&'static str>,
+    mounted: bool,
+    made_dir: bool,
 }
 
 impl Multipathd {
@@ -75,25 +71,18 @@ impl Multipathd {
         let mut started = Multipathd {
             maps: Vec::new(),
             sections: String::new(),
-            first_path: paths
-                .first()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
             daemon: None,
             udevd: None,
             log: PathBuf::from(format!("{WORK}/multipathd.log")),
-            links_before: links_under(Path::new("/dev")),
-            mounted: Vec::new(),
-            made_dirs: Vec::new(),
+            mounted: false,
+            made_dir: false,
         };
-        for dir in [UDEV_RUN, CONFIG_DIR] {
-            if !Path::new(dir).exists() {
-                std::fs::create_dir_all(dir)?;
-                started.made_dirs.push(dir);
-            }
-            run("mount", ["-t", "tmpfs", "lab-multipath", dir])?.ok()?;
-            started.mounted.push(dir);
+        if !Path::new(CONFIG_DIR).exists() {
+            std::fs::create_dir_all(CONFIG_DIR)?;
+            started.made_dir = true;
         }
+        run("mount", ["-t", "tmpfs", "lab-multipath", CONFIG_DIR])?.ok()?;
+        started.mounted = true;
         let names: Vec<String> = paths
             .iter()
             .map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -117,21 +106,7 @@ impl Multipathd {
         started.write_config(key)?;
 
         std::fs::create_dir_all(WORK)?;
-        let udevd_log = std::fs::File::create(format!("{WORK}/udevd.log"))?;
-        started.udevd = Some(
-            Command::new(UDEVD)
-                .env("SYSTEMD_IGNORE_CHROOT", "1")
-                .stdout(udevd_log.try_clone()?)
-                .stderr(udevd_log)
-                .spawn()
-                .context("starting systemd-udevd (tests/lab/host-tools.sh installs udev)")?,
-        );
-        let control = Path::new(UDEV_RUN).join("control");
-        wait_until("udevd's control socket", Duration::from_secs(20), || {
-            Ok(control.exists())
-        })?;
-        udevadm(&["trigger", "--action=add", "--subsystem-match=block"])?.ok()?;
-        udevadm(&["settle", "--timeout=60"])?.ok()?;
+        started.udevd = Some(Udevd::start()?);
         let log = std::fs::File::create(&started.log)?;
         started.daemon = Some(
             Command::new("multipathd")
@@ -247,15 +222,8 @@ impl Multipathd {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         // its answers to the test's own polling say nothing
         let lines: Vec<&str> = log.lines().filter(|l| !l.ends_with("(operator)")).collect();
-        let udev = crate::sh(&format!(
-            "ls {UDEV_RUN} {UDEV_RUN}/data | head -30; udevadm info --query=property \
-             --name={} 2>&1 | head -20; tail -20 {WORK}/udevd.log",
-            self.first_path
-        ))
-        .map(|r| format!("{}{}", r.stdout, r.stderr))
-        .unwrap_or_else(|e| e.to_string());
         format!(
-            "udev:\n{udev}\nmultipathd show paths:\n{}\nmultipathd show maps:\n{}\nmultipathd's log (last 80 \
+            "multipathd show paths:\n{}\nmultipathd show maps:\n{}\nmultipathd's log (last 80 \
              lines, without the test's queries):\n{}",
             show(&["show", "paths"]),
             show(&["show", "maps"]),
@@ -268,38 +236,15 @@ impl Drop for Multipathd {
     fn drop(&mut self) {
         if let Some(mut daemon) = self.daemon.take() {
             let _ = run("multipathd", ["shutdown"]);
-            let start = Instant::now();
-            while daemon.try_wait().ok().flatten().is_none() {
-                if start.elapsed() > Duration::from_secs(10) {
-                    let _ = daemon.kill();
-                    let _ = daemon.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            crate::reap_or_kill(&mut daemon, Duration::from_secs(10));
         }
         let _ = run("multipath", ["-F"]);
-        if let Some(mut udevd) = self.udevd.take() {
-            let _ = udevadm(&["control", "--exit"]);
-            let start = Instant::now();
-            while udevd.try_wait().ok().flatten().is_none() {
-                if start.elapsed() > Duration::from_secs(10) {
-                    let _ = udevd.kill();
-                    let _ = udevd.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        self.udevd = None;
+        if self.mounted {
+            let _ = run("umount", [CONFIG_DIR]);
         }
-        // udev's links (/dev/disk/by-id/…, /dev/mapper is multipath's), stale once its devices go
-        for link in links_under(Path::new("/dev")).difference(&self.links_before) {
-            let _ = std::fs::remove_file(link);
-        }
-        for dir in self.mounted.drain(..).rev() {
-            let _ = run("umount", [dir]);
-        }
-        for dir in self.made_dirs.drain(..) {
-            let _ = std::fs::remove_dir(dir);
+        if self.made_dir {
+            let _ = std::fs::remove_dir(CONFIG_DIR);
         }
         let _ = std::fs::remove_file(&self.log);
     }
@@ -308,32 +253,6 @@ impl Drop for Multipathd {
 /// The WWID multipath gives an LU: udev's ID_SERIAL, `3` and the NAA designator in hex.
 pub fn multipath_wwid(lu: &TargetLu) -> String {
     format!("3{}", lu.wwid.trim_start_matches("naa."))
-}
-
-/// udevadm as root of the guest: the guest runs chrooted into its overlay, and systemd's tools
-/// ignore most requests in a chroot unless told it is meant.
-fn udevadm(args: &[&str]) -> anyhow::Result<crate::CommandRun> {
-    crate::run_command(
-        Command::new("udevadm")
-            .args(args)
-            .env("SYSTEMD_IGNORE_CHROOT", "1"),
-    )
-}
-
-/// Every symlink under `dir`, recursively.
-fn links_under(dir: &Path) -> BTreeSet<PathBuf> {
-    let mut all = BTreeSet::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_symlink() {
-            all.insert(entry.path());
-        } else if kind.is_dir() && entry.path() != Path::new("/dev/shm") {
-            all.extend(links_under(&entry.path()));
-        }
-    }
-    all
 }
 
 /// Polls `done` every 200 ms until it holds or `limit` passes.

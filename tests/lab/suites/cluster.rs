@@ -829,14 +829,6 @@ impl Drop for Installed {
     }
 }
 
-/// Whether `path` is a mount point.
-fn is_mount(path: &str) -> bool {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(4) == Some(path))
-}
-
 /// Puts the counter agent where the controller looks for OCF agents and mounts cgroup2 for the
 /// freezer (fence_pr is the package's, installed before the suite ran). The guest's root is a
 /// tmpfs overlay: nothing reaches the host.
@@ -844,9 +836,9 @@ fn install(agent: FenceAgent) -> anyhow::Result<Installed> {
     let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
     let installed = Installed {
         ocf: ocf.to_path_buf(),
-        crmsh_log_mounted: !is_mount(CRMSH_LOG),
-        cgroup_mounted: !is_mount("/sys/fs/cgroup"),
-        netns_mounted: !is_mount("/run/netns"),
+        crmsh_log_mounted: !crate::is_mount(CRMSH_LOG),
+        cgroup_mounted: !crate::is_mount("/sys/fs/cgroup"),
+        netns_mounted: !crate::is_mount("/run/netns"),
     };
     std::fs::create_dir_all(ocf)?;
     std::fs::copy(format!("{SOURCES}/ocf-counter"), ocf.join("counter"))?;
