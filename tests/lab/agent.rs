@@ -13,6 +13,11 @@ use nix::unistd::Pid;
 
 use super::{PRFENCE, WORK};
 
+/// A `[self_fence]` table that neither exits nor resets: the agent stays up and reports `fenced`
+/// (its hook is /bin/true), for tests that read its state afterwards.
+pub const SELF_FENCE_NO_RESET: &str =
+    "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]";
+
 /// The agent's exit status when fenced (its default `self_fence.exit_status`).
 pub const FENCED_EXIT: i32 = 86;
 

@@ -986,7 +986,7 @@ fn relogin_orphan_reported_unfence_repairs_preempted_key_not() -> anyhow::Result
         "0xa",
         500,
         "grace = \"20s\"",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        crate::agent::SELF_FENCE_NO_RESET,
         "",
     );
     let mut agent = AgentProcess::start("relogin-a", &config)?;
@@ -1629,7 +1629,7 @@ fn metrics_pass_promtool_and_status_its_schema() -> anyhow::Result<()> {
         "0xa",
         500,
         "grace = \"20s\"\nmissing_confirmations = 1",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        crate::agent::SELF_FENCE_NO_RESET,
         &format!("[metrics]\nlisten = \"{METRICS_LISTEN}\""),
     );
     let mut agent = AgentProcess::start("metrics-a", &config)?;
@@ -1817,7 +1817,7 @@ fn no_write_close_on_the_lus_so_no_udev_change_events() -> anyhow::Result<()> {
         "0xa",
         500,
         "grace = \"20s\"",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        crate::agent::SELF_FENCE_NO_RESET,
         "",
     );
     std::fs::write(format!("{WORK}/once.toml"), &config)?;

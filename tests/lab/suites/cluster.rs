@@ -871,6 +871,14 @@ fn install(agent: FenceAgent) -> anyhow::Result<Installed> {
     Ok(installed)
 }
 
+/// The docs' `LUS` site value in the lab: the cluster's LUs by the names both nodes share.
+fn site_lus() -> String {
+    (0..LUNS)
+        .map(|i| format!("/dev/disk/by-id/lab-lun{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Two network namespaces joined by a veth pair with addresses that exist only in the guest.
 fn network() -> anyhow::Result<()> {
     crate::run("modprobe", ["veth"])?.ok()?;
@@ -1438,10 +1446,7 @@ fn quick_start_as_written() -> anyhow::Result<()> {
         "/etc/systemd/system/multi-user.target.wants/prfence-agent.service",
     );
     let mut c = Cluster::online(FenceAgent::FencePr, NodeAgent::Units)?;
-    let luns: Vec<String> = (0..LUNS)
-        .map(|i| format!("/dev/disk/by-id/lab-lun{i}"))
-        .collect();
-    let values = format!("NODES=\"node1 node2\"\nLUS=\"{}\"\n", luns.join(" "));
+    let values = format!("NODES=\"node1 node2\"\nLUS=\"{}\"\n", site_lus());
     let run_block = |c: &Cluster, step: usize, node: Node| -> anyhow::Result<()> {
         let body = &blocks[step].1;
         let script = format!(
@@ -1607,10 +1612,7 @@ fn set_up_with_crmsh_and_fence(c: &Cluster, old: &str) -> anyhow::Result<()> {
     c.wait_in_node(&format!("{old} gone from both fencers"), |c| {
         Ok(registered(c, old)? == [false; 2])
     })?;
-    let luns: Vec<String> = (0..LUNS)
-        .map(|i| format!("/dev/disk/by-id/lab-lun{i}"))
-        .collect();
-    let values = format!("NODES=\"node1 node2\"\nLUS=\"{}\"\n", luns.join(" "));
+    let values = format!("NODES=\"node1 node2\"\nLUS=\"{}\"\n", site_lus());
     for (_, body) in &blocks {
         let run = c.in_node_cgroup(Node::A, &format!("set -eu\n{values}{body}"))?;
         ensure!(
@@ -1731,12 +1733,9 @@ fn migrate_to_fence_pr(c: &mut Cluster, tool: ConfigTool) -> anyhow::Result<()> 
         );
     }
     c.check_installed_agent()?;
-    let luns: Vec<String> = (0..LUNS)
-        .map(|i| format!("/dev/disk/by-id/lab-lun{i}"))
-        .collect();
     let values = format!(
         "NODES=\"node1 node2\"\nLUS=\"{}\"\nOLD={}\nOPTIONS=\"pcmk_delay_max=4s\"\n",
-        luns.join(" "),
+        site_lus(),
         FenceAgent::FenceScsi.device()
     );
     ensure!(

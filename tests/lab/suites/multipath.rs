@@ -29,6 +29,8 @@ pub const SUITE: Suite = Suite {
 };
 
 const LUNS: usize = 2;
+/// Node A's sessions, each a path of every map.
+const PATHS_PER_MAP: usize = 2;
 
 /// How many registrations each node has on each LU, by key: (node, key) → count, from LIO.
 type KeySet = BTreeMap<(char, u64), usize>;
@@ -128,19 +130,14 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
         "0xa",
         500,
         "grace = \"5s\"\nmissing_confirmations = 1",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        crate::agent::SELF_FENCE_NO_RESET,
         "",
     );
     let mut agent = AgentProcess::start("multipath-a", &config)?;
     agent.wait_state("healthy", Duration::from_secs(60))?;
 
     // one path of each map down (the second session's), then B fences A
-    for disk in &second {
-        set_state(disk, "offline")?;
-    }
-    for disk in &second {
-        mp.wait_path(&name(disk), "faulty")?;
-    }
+    fail_paths(&mp, &second)?;
     crate::prfence_with_devices(
         &["fence", "--key", "0xb", "--victim", "0xa"],
         &t.node(Node::B).device_args(),
@@ -151,10 +148,7 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
 
     // the paths come back: multipathd reinstates them; A's key must stay gone
     let back = Instant::now();
-    for disk in &second {
-        set_state(disk, "running")?;
-    }
-    mp.wait_active(2)?;
+    reinstate_paths(&mp, &second)?;
     let reinstated = back.elapsed();
     // multipathd registers on a path it reinstates right then; five checker rounds more
     std::thread::sleep(Duration::from_secs(5));
@@ -176,12 +170,7 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
     drop(agent);
 
     // A unfenced explicitly while a path is down: its key goes on the live path only
-    for disk in &second {
-        set_state(disk, "offline")?;
-    }
-    for disk in &second {
-        mp.wait_path(&name(disk), "faulty")?;
-    }
+    fail_paths(&mp, &second)?;
     let unfence = crate::prfence_with_devices(&["unfence", "--key", "0xa"], &maps)?;
     println!(
         "  prfence unfence with a path of each map down: exit {}\n{}",
@@ -201,24 +190,8 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
     // only from mpathpersist (`multipathd setprstatus`), not from the target. Nor does the agent
     // (it never registers, P3): it turns degraded and names the paths; `prfence unfence`, as it
     // says, registers them.
-    for disk in &second {
-        set_state(disk, "running")?;
-    }
-    mp.wait_active(2)?;
-    agent.wait_state("degraded", Duration::from_secs(30))?;
-    std::thread::sleep(Duration::from_secs(3));
-    expect_keys(
-        &t,
-        &[(('a', 0xa), 1), (('b', 0xb), 1)],
-        "3 s after the paths came back, nobody told multipathd",
-    )?;
-    crate::prfence_with_devices(&["unfence", "--key", "0xa"], &maps)?.ok()?;
-    expect_keys(
-        &t,
-        &[(('a', 0xa), 2), (('b', 0xb), 1)],
-        "after prfence unfence with every path up",
-    )?;
-    agent.wait_state("healthy", Duration::from_secs(30))?;
+    reinstate_paths(&mp, &second)?;
+    unregistered_until_unfence(&t, &mut agent, &maps, "nobody told multipathd")?;
     println!(
         "  paths back: multipathd registered nothing on them, A's agent turned degraded naming \
          them, and `prfence unfence` registered them"
@@ -230,23 +203,15 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
         let name = name(map);
         crate::run("multipathd", ["setprstatus", "map", &name])?.ok()?;
     }
-    for disk in &second {
-        crate::prfence_with_devices(&["unregister", "--key", "0xa"], &[disk])?.ok()?;
-        set_state(disk, "offline")?;
-    }
+    crate::prfence_with_devices(&["unregister", "--key", "0xa"], &second)?.ok()?;
     expect_keys(
         &t,
         &[(('a', 0xa), 1), (('b', 0xb), 1)],
         "after the second session's registrations were removed",
     )?;
-    for disk in &second {
-        mp.wait_path(&name(disk), "faulty")?;
-    }
+    fail_paths(&mp, &second)?;
     let back = Instant::now();
-    for disk in &second {
-        set_state(disk, "running")?;
-    }
-    mp.wait_active(2)?;
+    reinstate_paths(&mp, &second)?;
     wait_keys(&t, &[(('a', 0xa), 2), (('b', 0xb), 1)]).with_context(|| {
         format!(
             "multipathd after setprstatus:\n{}\nA's agent:\n{}",
@@ -276,32 +241,11 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
 
     // without reservation_key (what README recommends): multipathd sends no PR command; a
     // path that comes back without the key stays so, the agent names it, `prfence unfence` heals
-    mp.reconfigure(ReservationKey::None, 2)?;
-    for disk in &second {
-        crate::prfence_with_devices(&["unregister", "--key", "0xa"], &[disk])?.ok()?;
-        set_state(disk, "offline")?;
-    }
-    for disk in &second {
-        mp.wait_path(&name(disk), "faulty")?;
-    }
-    for disk in &second {
-        set_state(disk, "running")?;
-    }
-    mp.wait_active(2)?;
-    agent.wait_state("degraded", Duration::from_secs(30))?;
-    std::thread::sleep(Duration::from_secs(3));
-    expect_keys(
-        &t,
-        &[(('a', 0xa), 1), (('b', 0xb), 1)],
-        "without reservation_key, 3 s after the paths came back",
-    )?;
-    crate::prfence_with_devices(&["unfence", "--key", "0xa"], &maps)?.ok()?;
-    expect_keys(
-        &t,
-        &[(('a', 0xa), 2), (('b', 0xb), 1)],
-        "without reservation_key, after prfence unfence",
-    )?;
-    agent.wait_state("healthy", Duration::from_secs(30))?;
+    mp.reconfigure(ReservationKey::None, PATHS_PER_MAP)?;
+    crate::prfence_with_devices(&["unregister", "--key", "0xa"], &second)?.ok()?;
+    fail_paths(&mp, &second)?;
+    reinstate_paths(&mp, &second)?;
+    unregistered_until_unfence(&t, &mut agent, &maps, "without reservation_key")?;
     println!(
         "  without reservation_key: the reinstated paths stayed unregistered, A's agent degraded \
          until `prfence unfence` registered them"
@@ -319,19 +263,61 @@ fn multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back() -> 
     Ok(())
 }
 
-/// Waits until every LU holds exactly `expected`; how long that took.
-fn wait_keys(t: &Topology, expected: &[((char, u64), usize)]) -> anyhow::Result<Duration> {
+/// Takes `disks` offline and waits until multipathd's checker shows each faulty.
+fn fail_paths(mp: &Multipathd, disks: &[PathBuf]) -> anyhow::Result<()> {
+    for disk in disks {
+        set_state(disk, "offline")?;
+    }
+    for disk in disks {
+        mp.wait_path(&name(disk), "faulty")?;
+    }
+    Ok(())
+}
+
+/// Brings `disks` back and waits until multipathd shows every map's paths active.
+fn reinstate_paths(mp: &Multipathd, disks: &[PathBuf]) -> anyhow::Result<()> {
+    for disk in disks {
+        set_state(disk, "running")?;
+    }
+    mp.wait_active(PATHS_PER_MAP)?;
+    Ok(())
+}
+
+/// A's second session is back without A's key and nothing registers it: A's agent turns
+/// degraded and, 3 s on, the target still has A's key on one session per LU; `prfence unfence`, as
+/// the agent says, registers it, and the agent is healthy again.
+fn unregistered_until_unfence(
+    t: &Topology,
+    agent: &mut AgentProcess,
+    maps: &[PathBuf],
+    case: &str,
+) -> anyhow::Result<()> {
+    agent.wait_state("degraded", Duration::from_secs(30))?;
+    std::thread::sleep(Duration::from_secs(3));
+    expect_keys(
+        t,
+        &[(('a', 0xa), 1), (('b', 0xb), 1)],
+        &format!("{case}, 3 s after the paths came back"),
+    )?;
+    crate::prfence_with_devices(&["unfence", "--key", "0xa"], maps)?.ok()?;
+    expect_keys(
+        t,
+        &[(('a', 0xa), 2), (('b', 0xb), 1)],
+        &format!("{case}, after prfence unfence"),
+    )?;
+    agent.wait_state("healthy", Duration::from_secs(30))
+}
+
+/// Waits up to 30 s until every LU holds exactly `expected`.
+fn wait_keys(t: &Topology, expected: &[((char, u64), usize)]) -> anyhow::Result<()> {
     let start = Instant::now();
-    loop {
-        if expect_keys(t, expected, "").is_ok() {
-            return Ok(start.elapsed());
-        }
+    while expect_keys(t, expected, "").is_err() {
         if start.elapsed() > Duration::from_secs(30) {
-            return expect_keys(t, expected, "30 s after the paths came back")
-                .map(|()| start.elapsed());
+            return expect_keys(t, expected, "30 s after the paths came back");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    Ok(())
 }
 
 /// Node A under multipathd with `reservation_key file` (what fence_mpath asks for). A registers
@@ -390,7 +376,7 @@ fn mpathpersist_and_fence_mpath_beside_prfence() -> anyhow::Result<()> {
         "0xb",
         500,
         "grace = \"5s\"\nmissing_confirmations = 1",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        crate::agent::SELF_FENCE_NO_RESET,
         "",
     );
     let mut agent = AgentProcess::start("multipath-b", &config)?;
