@@ -1667,7 +1667,7 @@ fn metrics_pass_promtool_and_status_its_schema() -> anyhow::Result<()> {
 }
 
 /// How long [`no_write_close_on_the_lus_so_no_udev_change_events`] watches.
-const UDEV_WINDOW: Duration = Duration::from_secs(20);
+const UDEV_WINDOW: Duration = Duration::from_secs(12);
 
 /// Issue 25 (fence-agents #284: fence_scsi's checks made udev re-read partitions and mounts fail
 /// now and then): udev emits a "change" event when a block device opened for writing is closed,
