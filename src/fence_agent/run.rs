@@ -207,6 +207,9 @@ struct Targets<T> {
     given: HashMap<LuId, Vec<PathBuf>>,
 }
 
+/// The devices of a run, opened.
+type OpenTargets = Targets<Arc<dyn PrTransport>>;
+
 /// Executes `request` (help and version are the caller's: they print before logging starts).
 /// Writes the action's output (metadata, list, "Success: …", "Status: …") to `out` and logs the
 /// rest through `tracing`. Returns the exit code.
@@ -281,11 +284,7 @@ fn limits(started: Instant) -> Limits {
 }
 
 /// Resolves the devices (or LVM) and opens every path.
-fn lu_targets(
-    options: &Options,
-    system: &FenceNode,
-    aptpl: bool,
-) -> Result<Targets<Arc<dyn PrTransport>>, Failed> {
+fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<OpenTargets, Failed> {
     let resolution = if options.devices.is_empty() {
         tracing::debug!(
             "no devices given: looking for PVs of clustered or shared VGs with {}",
@@ -353,6 +352,26 @@ fn lu_targets(
         }
     }
     Ok(Targets { lus, given })
+}
+
+/// The key from `key` (corosync-cmapctl) and the devices resolved and opened ([`lu_targets`]),
+/// side by side: each waits on something other than the CPU (a helper process; sysfs and device
+/// nodes), and a fence's measured tie-break counts both. Neither sends a PR command. Each result
+/// is the caller's to check, in the order it checked them when they ran one after the other.
+fn key_beside_targets(
+    options: &Options,
+    system: &FenceNode,
+    aptpl: bool,
+    key: impl FnOnce() -> Result<Key, Failed>,
+) -> (Result<Key, Failed>, Result<OpenTargets, Failed>) {
+    std::thread::scope(|scope| {
+        let targets = scope.spawn(|| lu_targets(options, system, aptpl));
+        let key = key();
+        let targets = targets
+            .join()
+            .unwrap_or_else(|_| Err(Failed("device discovery panicked".into())));
+        (key, targets)
+    })
 }
 
 /// Logs the engine's evidence: failures as errors, dead paths as warnings, the rest below.
@@ -503,7 +522,10 @@ fn status_of(
     key: Key,
     started: Instant,
 ) -> Result<Report, Failed> {
-    let targets = lu_targets(options, system, false)?;
+    status_report(lu_targets(options, system, false)?, key, started)
+}
+
+fn status_report(targets: OpenTargets, key: Key, started: Instant) -> Result<Report, Failed> {
     let report = shown(ops::status(targets.lus, key, limits(started)))?;
     log_report(&report);
     Ok(report)
@@ -515,8 +537,11 @@ fn status(
     out: &mut dyn Write,
     started: Instant,
 ) -> Result<FencePrExit, Failed> {
-    let key = Corosync::new(system, &request.options).key_of(request)?;
-    let report = status_of(&request.options, system, key, started)?;
+    let (key, targets) = key_beside_targets(&request.options, system, false, || {
+        Corosync::new(system, &request.options).key_of(request)
+    });
+    let key = key?;
+    let report = status_report(targets?, key, started)?;
     match status_verdict(&report) {
         Some(true) => {
             let missing = registered_partially(&report);
@@ -600,11 +625,14 @@ fn unfence(
     started: Instant,
 ) -> Result<FencePrExit, Failed> {
     let options = &request.options;
-    let key = Corosync::new(system, options).key_of(request)?;
+    let (key, targets) = key_beside_targets(options, system, options.aptpl, || {
+        Corosync::new(system, options).key_of(request)
+    });
+    let key = key?;
     // fence_scsi records the key before registering, so a later `off` from this node and the
     // watchdog check know it even if registration fails halfway.
     system.store().write_key(key.get()).map_err(Failed::from)?;
-    let targets = lu_targets(options, system, options.aptpl)?;
+    let targets = targets?;
     let given = targets.given;
     let report = shown(ops::unfence(targets.lus, key, limits(started)))?;
     log_report(&report);
@@ -635,10 +663,13 @@ fn fence(
     // A measured tie-break counts this fence's own work (corosync, discovery, the arbiter's first
     // answer), not the deliberate delay.
     let working = Instant::now();
-    let victim = Corosync::new(system, options).key_of(request)?;
+    let (victim, targets) = key_beside_targets(options, system, false, || {
+        Corosync::new(system, options).key_of(request)
+    });
+    let victim = victim?;
     let own = stored_key(system, "needed to preempt the victim")?;
     super::check_not_self(victim.get(), own.get()).map_err(Failed::from)?;
-    let targets = lu_targets(options, system, false)?;
+    let targets = targets?;
     let limits = Limits {
         tie_break: TieBreak::Measured {
             since: working,
