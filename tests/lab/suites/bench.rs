@@ -5,13 +5,14 @@
 //!
 //! - `performance_*`: unfence, fence (both key orders) and status by fence_pr, fence_scsi and
 //!   `prfence`, and the floor, on N LUs x 1 or 2 paths. Each prints a table and `perf-data` lines
-//!   that `cargo xtask perf-plot` turns into README's table and plot (README, "Performance").
+//!   that `cargo xtask perf` turns into README's table and plot (README, "Performance").
 //! - `watch_cost_*`: `prfence agent` in watch mode at a 1 s interval, next to the floor's READ KEYS
 //!   loop over the same LUs and fence-agents' `fence_scsi_check` run once a second as the watchdog
 //!   daemon runs it.
 //!
-//! CI runs both on 16 LUNs; the long tier (`cargo test --test lab -- --ignored bench::`, as root)
-//! runs the growth series (1 to 256 LUNs, 1 and 2 paths) and the watch cost on 256 LUNs.
+//! CI runs both on 16 LUNs (the debug build it tests); the long tier, on the release build the
+//! package ships (`cargo test --release --test lab -- --ignored bench::`, as root), runs the
+//! growth series (1 to 256 LUNs, 1 and 2 paths) and the watch cost on 256 LUNs.
 
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
@@ -97,6 +98,17 @@ fn performance_growth() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Which build of prfence (and of the floor) was measured: the profile of this lab binary, which
+/// cargo built together with them. The package ships the release build; under emulation the
+/// debug build takes 0.09-0.15 s just to start (`--version`), the release build 0.05-0.07 s.
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    }
 }
 
 /// The seconds an operation took, per tool.
@@ -217,8 +229,9 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
     clear(of(Node::A), 0xa)?;
 
     let mut report = format!(
-        "perf: {luns} LUs x {paths} path(s) per node, iSCSI, TCG-emulated guest; seconds, one run \
-         each (floor: READ KEYS on every path at once, one process, best of 3: {:.3} s)\n",
+        "perf: {luns} LUs x {paths} path(s) per node, iSCSI, TCG-emulated guest, {}; seconds, \
+         one run each (floor: READ KEYS on every path at once, one process, best of 3: {:.3} s)\n",
+        build_profile(),
         floor.as_secs_f64()
     );
     let tools = ["fence_pr", "fence_scsi", "prfence"];
@@ -306,8 +319,9 @@ fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
     )?;
 
     let mut report = format!(
-        "bench: watching {luns} LUNs at a 1 s interval, {} s window (TCG-emulated guest)\n",
-        window.as_secs()
+        "bench: watching {luns} LUNs at a 1 s interval, {} s window (TCG-emulated guest, {})\n",
+        window.as_secs(),
+        build_profile()
     );
     for (name, cost) in [
         ("prfence agent (watch)", &agent),
