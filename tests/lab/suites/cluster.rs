@@ -71,15 +71,6 @@ impl ConfigTool {
             ConfigTool::Crmsh => "crmsh-migration",
         }
     }
-
-    /// The fence_pr device's id after the migration: pcs creates a new device, crmsh changes the
-    /// fence_scsi device's agent in place.
-    fn migrated_device(self) -> &'static str {
-        match self {
-            ConfigTool::Pcs => FenceAgent::FencePr.device(),
-            ConfigTool::Crmsh => FenceAgent::FenceScsi.device(),
-        }
-    }
 }
 
 /// How a node's prfence agent is started (tests/lab/cluster-node.sh, LAB_NODE_AGENT).
@@ -1603,7 +1594,8 @@ fn cluster_story(split_rounds: usize, tier: Tier) -> anyhow::Result<()> {
     report(FenceAgent::FencePr, victim, fence_pr_times);
     corosync_costs(&c);
     if tier == Tier::Long {
-        set_up_with_crmsh_and_fence(&c, tool.migrated_device())?;
+        // crmsh's migration changed the fence_scsi device's agent in place: it keeps its id
+        set_up_with_crmsh_and_fence(&c, FenceAgent::FenceScsi.device())?;
     }
     Ok(())
 }
