@@ -336,6 +336,11 @@ pub fn query_cmapctl(
     String::from_utf8(stdout).map_err(|e| fail(format!("output is not UTF-8: {e}")))
 }
 
+/// The `corosync-cmapctl` argument that prints the cluster name.
+pub const CLUSTER_NAME_QUERY: &str = "totem.cluster_name";
+/// The `corosync-cmapctl` argument that prints the nodelist.
+pub const NODELIST_QUERY: &str = "nodelist";
+
 /// Derives the key for `node` by asking corosync through `query` (normally [`query_cmapctl`]
 /// with `corosync_cmap_path`), in fence_scsi's order: cluster name first, then the nodelist,
 /// which `hash` does not need.
@@ -344,10 +349,9 @@ pub fn derive_key_via(
     method: KeyScheme,
     mut query: impl FnMut(&str) -> Result<String, KeyError>,
 ) -> Result<u64, KeyError> {
-    let cluster =
-        parse_cluster_name(&query("totem.cluster_name")?).ok_or(KeyError::NoClusterName)?;
+    let cluster = parse_cluster_name(&query(CLUSTER_NAME_QUERY)?).ok_or(KeyError::NoClusterName)?;
     let nodelist = match method {
-        KeyScheme::FenceScsiId | KeyScheme::Native => Nodelist::parse(&query("nodelist")?),
+        KeyScheme::FenceScsiId | KeyScheme::Native => Nodelist::parse(&query(NODELIST_QUERY)?),
         KeyScheme::FenceScsiHash => Nodelist::default(),
     };
     derive_key(&cluster, &nodelist, node, method)

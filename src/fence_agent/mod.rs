@@ -591,6 +591,22 @@ impl FencePrRequest {
     /// The key this request acts on: `key` if given, else derived from the node name by
     /// `key_value`, asking corosync through `query` (normally [`keys::query_cmapctl`] with
     /// `options.corosync_cmap_path` and `options.command_timeout()`; a closure in tests).
+    /// The corosync-cmapctl queries [`FencePrRequest::target_key`] makes, so that they can run
+    /// side by side (a test pins the two together).
+    pub fn corosync_queries(&self) -> &'static [&'static str] {
+        if self.options.key.is_some() || self.options.plug.is_none() {
+            return &[];
+        }
+        match (self.options.key_value, self.options.nodeid) {
+            (KeyScheme::Native, Some(_)) | (KeyScheme::FenceScsiHash, _) => {
+                &[keys::CLUSTER_NAME_QUERY]
+            }
+            (KeyScheme::Native | KeyScheme::FenceScsiId, _) => {
+                &[keys::CLUSTER_NAME_QUERY, keys::NODELIST_QUERY]
+            }
+        }
+    }
+
     pub fn target_key(
         &self,
         mut query: impl FnMut(&str) -> Result<String, KeyError>,
@@ -604,7 +620,7 @@ impl FencePrRequest {
             .as_deref()
             .ok_or(FencePrError::TargetRequired)?;
         if let (KeyScheme::Native, Some(nodeid)) = (self.options.key_value, self.options.nodeid) {
-            let cluster = keys::parse_cluster_name(&query("totem.cluster_name")?)
+            let cluster = keys::parse_cluster_name(&query(keys::CLUSTER_NAME_QUERY)?)
                 .ok_or(KeyError::NoClusterName)?;
             return Ok(keys::NativeKey::new(&cluster, nodeid).value());
         }

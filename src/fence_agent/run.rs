@@ -67,7 +67,7 @@ use super::store::KeyStore;
 use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, LuId, Resolution};
 use crate::host::{Host, SystemHost};
-use crate::keys::{KeyError, Nodelist};
+use crate::keys::{self, KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, TieBreak, Verdict};
 use crate::ops::{OpenPath, Opener, targets};
 use crate::pr::{Key, PrOutAction};
@@ -429,10 +429,12 @@ fn log_report(report: &Report) {
 }
 
 /// Memoizes corosync queries: `list-status` derives a key per node from the same two answers.
+/// Answers are kept whether they succeeded or not, so a query asked again (or answered ahead by
+/// [`Corosync::ask_at_once`]) reports what its own run would have.
 struct Corosync<'a> {
     system: &'a FenceNode,
     options: &'a Options,
-    answers: HashMap<String, String>,
+    answers: HashMap<String, Result<String, KeyError>>,
 }
 
 impl<'a> Corosync<'a> {
@@ -446,14 +448,45 @@ impl<'a> Corosync<'a> {
 
     fn query(&mut self, arg: &str) -> Result<String, KeyError> {
         if let Some(answer) = self.answers.get(arg) {
-            return Ok(answer.clone());
+            return answer.clone();
         }
-        let answer = self.system.cmapctl(self.options, arg)?;
+        let answer = self.system.cmapctl(self.options, arg);
         self.answers.insert(arg.to_owned(), answer.clone());
-        Ok(answer)
+        answer
+    }
+
+    /// Runs the queries not answered yet side by side: each is a helper process that waits on
+    /// corosync, and the key's derivation asks them one after the other. A worker that panics
+    /// leaves its query to be run again when asked.
+    fn ask_at_once(&mut self, args: &[&str]) {
+        let missing: Vec<&str> = args
+            .iter()
+            .copied()
+            .filter(|arg| !self.answers.contains_key(*arg))
+            .collect();
+        let Some((first, rest)) = missing.split_first() else {
+            return;
+        };
+        let (system, options) = (self.system, self.options);
+        let (first_answer, rest_answers) = std::thread::scope(|scope| {
+            let workers: Vec<_> = rest
+                .iter()
+                .map(|arg| scope.spawn(move || system.cmapctl(options, arg)))
+                .collect();
+            let first_answer = system.cmapctl(options, first);
+            let rest_answers: Vec<_> = workers.into_iter().map(|w| w.join().ok()).collect();
+            (first_answer, rest_answers)
+        });
+        self.answers.insert((*first).to_owned(), first_answer);
+        for (arg, answer) in rest.iter().zip(rest_answers) {
+            if let Some(answer) = answer {
+                self.answers.insert((*arg).to_owned(), answer);
+            }
+        }
     }
 
     fn key_of(&mut self, request: &FencePrRequest) -> Result<Key, Failed> {
+        self.ask_at_once(request.corosync_queries());
         let key = request
             .target_key(|arg| self.query(arg))
             .map_err(Failed::from)?;
@@ -461,7 +494,7 @@ impl<'a> Corosync<'a> {
     }
 
     fn node_names(&mut self) -> Result<Vec<String>, Failed> {
-        let nodelist = Nodelist::parse(&self.query("nodelist").map_err(Failed::from)?);
+        let nodelist = Nodelist::parse(&self.query(keys::NODELIST_QUERY).map_err(Failed::from)?);
         let names: Vec<String> = nodelist
             .node_names()
             .into_iter()

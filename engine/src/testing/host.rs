@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::discover::{DeviceError, DiscoverError, Lu, LuId, PathInfo, Resolution, Unidentified};
@@ -33,6 +33,10 @@ struct Attached {
 pub struct ModelHost {
     paths: Mutex<Vec<Attached>>,
     corosync: Mutex<HashMap<String, String>>,
+    /// Corosync queries that must be under way at once before any is answered (0: none).
+    corosync_meeting: AtomicUsize,
+    /// Corosync queries begun, and its signal.
+    corosync_begun: (Mutex<usize>, Condvar),
     hostname: Option<String>,
     not_ready_backoff: Option<Duration>,
     slept: Mutex<Vec<Duration>>,
@@ -66,6 +70,12 @@ impl ModelHost {
     /// is an answer. Without one, the query fails as on a node without corosync.
     pub fn set_corosync(&self, arg: &str, answer: &str) {
         lock(&self.corosync).insert(arg.to_owned(), answer.to_owned());
+    }
+
+    /// From now on each corosync query waits until `n` have begun, and fails, saying so, when
+    /// they do not within 5 s: a test that queries run side by side.
+    pub fn corosync_queries_meet(&self, n: usize) {
+        self.corosync_meeting.store(n, Ordering::SeqCst);
     }
 
     /// Adds path `info` to LU `lu`, opened as `device`; a path with the same node (`info.dev`)
@@ -217,6 +227,23 @@ impl Host for ModelHost {
         arg: &str,
         _timeout: Option<Duration>,
     ) -> Result<String, KeyError> {
+        let meeting = self.corosync_meeting.load(Ordering::SeqCst);
+        if meeting > 0 {
+            let (begun, signal) = &self.corosync_begun;
+            let mut count = lock(begun);
+            *count += 1;
+            signal.notify_all();
+            let (count, wait) = signal
+                .wait_timeout_while(count, Duration::from_secs(5), |c| *c < meeting)
+                .unwrap_or_else(PoisonError::into_inner);
+            if wait.timed_out() {
+                return Err(KeyError::Cmapctl {
+                    path: cmapctl.display().to_string(),
+                    arg: arg.to_owned(),
+                    reason: format!("{count} of {meeting} queries began within 5 s"),
+                });
+            }
+        }
         lock(&self.corosync)
             .get(arg)
             .cloned()

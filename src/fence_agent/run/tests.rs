@@ -574,3 +574,41 @@ fn capability_probes_stop_waiting_at_the_deadline() {
 fn lock_lu(lu: &Mutex<ModelLu>) -> std::sync::MutexGuard<'_, ModelLu> {
     lu.lock().unwrap()
 }
+
+#[test]
+fn off_asks_corosync_for_the_cluster_name_and_the_nodelist_at_once() {
+    let cluster = Cluster::new(1);
+    let (a, b) = (cluster.node("node1", 1), cluster.node("node2", 1));
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    // Asked one after the other, the first query would wait for a second that never begins.
+    a.host.corosync_queries_meet(2);
+    let (code, out) = agent(
+        &a,
+        &format!("action=off\nnodename=node2\ndevices={}\n", a.devices()),
+    );
+    assert_eq!(code, FencePrExit::Success, "{out}");
+    assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
+}
+
+/// [`FencePrRequest::corosync_queries`] names exactly what [`FencePrRequest::target_key`] asks.
+#[test]
+fn corosync_queries_are_the_ones_the_key_derivation_makes() {
+    for key_value in ["id", "hash", "native"] {
+        for extra in ["", "nodeid=2\n", "key=0x5\n"] {
+            let lines = format!("action=off\nplug=node2\nkey_value={key_value}\n{extra}");
+            let request = parse::<&str>(&[], Some(&lines), &Environment::default()).unwrap();
+            let mut asked = Vec::new();
+            request
+                .target_key(|arg| {
+                    asked.push(arg.to_owned());
+                    Ok(match arg {
+                        keys::CLUSTER_NAME_QUERY => CMAP_NAME.to_owned(),
+                        _ => CMAP_NODES.to_owned(),
+                    })
+                })
+                .unwrap();
+            assert_eq!(asked, request.corosync_queries(), "{lines}");
+        }
+    }
+}
