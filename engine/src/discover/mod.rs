@@ -50,9 +50,10 @@ mod tests;
 pub use facts::PathSysfs;
 
 use crate::transport::Protocol;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A logical unit's identifier. A designator (VPD page 83h, as Linux formats it: `naa.…`,
 /// `eui.…`, `t10.…`, `uuid.…`, or a SCSI name string) names the LU alike on every node; when none
@@ -494,11 +495,38 @@ pub fn resolve(devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
     Discovery::system().resolve(devices)
 }
 
-/// Discovery over a sysfs root and a /dev root (`/sys` and `/dev` on a real system).
+/// Discovery over a sysfs root and a /dev root (`/sys` and `/dev` on a real system). Clones
+/// share what was learned of iSCSI sessions ([`Discovery::iscsi_session`]).
 #[derive(Debug, Clone)]
 pub struct Discovery {
     sys: PathBuf,
     dev: PathBuf,
+    /// iSCSI sessions already read, by name. The kernel numbers sessions from a counter it never
+    /// winds back (`sessionN`, N = ++iscsi_session_nr), and a session's parameters are set at
+    /// its login, before its LUs appear: a name seen complete stands for the same session for
+    /// good. The agent re-discovers every LU at every check, and these five attributes were
+    /// about a third of its system calls.
+    sessions: Arc<Mutex<HashMap<String, IscsiSession>>>,
+}
+
+/// Sessions remembered at most; past it the memory starts again (a node whose sessions log in
+/// again and again gets a new name each time).
+const SESSIONS_KEPT: usize = 4096;
+
+/// A sysfs attribute's text: one read, as the kernel hands a text attribute (at most a page) out
+/// whole; longer files (a fake tree's) are read to the end.
+fn read_attr(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = file.read(&mut buf)?;
+    if len == buf.len() {
+        buf.truncate(len);
+        file.read_to_end(&mut buf)?;
+        len = buf.len();
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// What to do with a partition.
@@ -521,6 +549,7 @@ impl Discovery {
         Self {
             sys: sys.into(),
             dev: dev.into(),
+            sessions: Arc::default(),
         }
     }
 
@@ -823,7 +852,7 @@ impl Discovery {
                 continue;
             }
             let name_file = class.join(&entry).join("dm/name");
-            if std::fs::read_to_string(&name_file).is_ok_and(|n| n.trim() == dm_name) {
+            if read_attr(&name_file).is_ok_and(|n| n.trim() == dm_name) {
                 return Ok(entry);
             }
         }
@@ -841,7 +870,7 @@ impl Discovery {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let text = |attr: &str| std::fs::read_to_string(scsi_dir.join(attr));
+        let text = |attr: &str| read_attr(&scsi_dir.join(attr));
         let bytes = |attr: &str| std::fs::read(scsi_dir.join(attr));
         let id = text("wwid")
             .ok()
@@ -870,7 +899,7 @@ impl Discovery {
     /// Reads one NVMe namespace's attributes; `dir` is its sysfs directory. Missing identity is
     /// left to the caller.
     fn nvme_path(&self, given: &Path, name: &str, dir: &Path) -> Found {
-        let text = |rel: &str| std::fs::read_to_string(dir.join(rel)).ok();
+        let text = |rel: &str| read_attr(&dir.join(rel)).ok();
         let hex = |rel: &str| {
             text(rel)
                 .map(|t| {
@@ -908,7 +937,7 @@ impl Discovery {
         let state = if dir.join("multipath").is_dir() {
             self.nvme_head_state(dir)
         } else {
-            match std::fs::read_to_string(dir.join("device/state")) {
+            match read_attr(&dir.join("device/state")) {
                 Ok(s) => PathState::parse_nvme(&s),
                 Err(e) => PathState::Other(format!("unreadable ({e})")),
             }
@@ -935,7 +964,7 @@ impl Discovery {
             .map(|entries| {
                 entries
                     .filter_map(Result::ok)
-                    .filter_map(|e| std::fs::read_to_string(e.path().join("device/state")).ok())
+                    .filter_map(|e| read_attr(&e.path().join("device/state")).ok())
                     .map(|s| PathState::parse_nvme(&s))
                     .collect::<Vec<_>>()
             })
@@ -946,29 +975,42 @@ impl Discovery {
             .unwrap_or_else(|| PathState::Other("no controller paths".to_owned()))
     }
 
-    /// The iSCSI session above a SCSI device: a `sessionN` component of its sysfs path.
+    /// The iSCSI session above a SCSI device: a `sessionN` component of its sysfs path. Read
+    /// once per session name when complete (target, initiator and portal group known).
     fn iscsi_session(&self, scsi_dir: &Path) -> Option<IscsiSession> {
         let session = scsi_dir.ancestors().find_map(|a| {
             let n = a.file_name()?.to_str()?;
             let digits = n.strip_prefix("session")?;
             (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(n)
         })?;
+        let sessions = || self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = sessions().get(session) {
+            return Some(known.clone());
+        }
         let dir = self.sys.join("class/iscsi_session").join(session);
         let attr = |a: &str| {
-            std::fs::read_to_string(dir.join(a))
+            read_attr(&dir.join(a))
                 .ok()
                 .map(|s| s.trim().to_owned())
                 // open-iscsi leaves unset strings as "(null)".
                 .filter(|s| !s.is_empty() && s != "(null)")
         };
-        Some(IscsiSession {
+        let found = IscsiSession {
             session: session.to_owned(),
             target: attr("targetname")?,
             initiator: attr("initiatorname").unwrap_or_default(),
             iface: attr("ifacename"),
             tpgt: attr("tpgt").and_then(|t| t.parse().ok()),
             isid: attr("isid"),
-        })
+        };
+        if !found.initiator.is_empty() && found.tpgt.is_some() {
+            let mut known = sessions();
+            if known.len() >= SESSIONS_KEPT {
+                known.clear();
+            }
+            known.insert(session.to_owned(), found.clone());
+        }
+        Some(found)
     }
 
     fn canonical(&self, given: &Path, name: &str, path: &Path) -> Result<PathBuf, DeviceError> {
@@ -976,7 +1018,7 @@ impl Discovery {
     }
 
     fn read(&self, given: &Path, name: &str, path: &Path) -> Result<String, DeviceError> {
-        std::fs::read_to_string(path).map_err(|source| self.sysfs_error(given, name, path, source))
+        read_attr(path).map_err(|source| self.sysfs_error(given, name, path, source))
     }
 
     /// Entry names of a directory, sorted (sysfs order is not stable across boots).

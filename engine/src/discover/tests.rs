@@ -927,3 +927,50 @@ fn the_protocol_of_a_device_node_comes_from_its_name() {
         assert_eq!(parse_nvme_name(name), parsed, "{name}");
     }
 }
+
+/// A session's parameters are read once it is complete; one still logging in (no portal group
+/// yet) is read again at the next discovery, and a new session name is read afresh.
+#[test]
+fn iscsi_sessions_are_read_again_until_complete_and_then_remembered() {
+    let t = Tree::lab();
+    let d = t.discovery();
+    let sdc = || {
+        d.resolve(&[t.dev("sdc")]).unwrap()[0].paths[0]
+            .transport
+            .clone()
+            .unwrap()
+    };
+    let tpgt = t
+        .sys()
+        .join("devices/platform/host2/session3/iscsi_session/session3/tpgt");
+    fs::write(&tpgt, "(null)\n").unwrap();
+    assert_eq!(sdc().tpgt, None);
+    fs::write(&tpgt, "1\n").unwrap();
+    let complete = sdc();
+    assert_eq!(complete.tpgt, Some(1));
+    assert_eq!(complete.initiator, "iqn.2026-11.lab:nodea");
+    // Complete: the kernel never gives this name to another session, so it is not read again.
+    fs::write(&tpgt, "7\n").unwrap();
+    assert_eq!(sdc(), complete);
+    // A clone shares what was learned; a new discovery reads it.
+    assert_eq!(
+        d.clone().resolve(&[t.dev("sdc")]).unwrap()[0].paths[0].transport,
+        Some(complete)
+    );
+    let fresh = t.discovery().resolve(&[t.dev("sdc")]).unwrap();
+    assert_eq!(fresh[0].paths[0].transport.as_ref().unwrap().tpgt, Some(7));
+}
+
+#[test]
+fn attributes_longer_than_a_page_are_read_to_the_end() {
+    let t = Tree::new();
+    let long = "x".repeat(4096) + "tail\n";
+    t.write("long", &long);
+    t.write("page", "y".repeat(4096));
+    assert_eq!(super::read_attr(&t.sys().join("long")).unwrap(), long);
+    assert_eq!(
+        super::read_attr(&t.sys().join("page")).unwrap(),
+        "y".repeat(4096)
+    );
+    assert!(super::read_attr(&t.sys().join("missing")).is_err());
+}
