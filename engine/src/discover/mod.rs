@@ -513,6 +513,27 @@ pub struct Discovery {
 /// again and again gets a new name each time).
 const SESSIONS_KEPT: usize = 4096;
 
+/// `path` with every symlink resolved, as `std::fs::canonicalize` (realpath) gives it, in three
+/// system calls whatever its depth: the kernel walks the path once (an O_PATH open, which opens
+/// no device) and names where it arrived (`/proc/self/fd`). realpath asks about each component
+/// in turn, a dozen calls for a SCSI device's sysfs directory. Without /proc, realpath.
+fn real_path(path: &Path) -> std::io::Result<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_PATH)
+        .open(path)?;
+    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        // Removed since the open: as realpath would have found it.
+        Ok(real) if real.as_os_str().as_encoded_bytes().ends_with(b" (deleted)") => Err(
+            std::io::Error::new(std::io::ErrorKind::NotFound, "removed while being resolved"),
+        ),
+        Ok(real) if real.is_absolute() => Ok(real),
+        _ => std::fs::canonicalize(path),
+    }
+}
+
 /// A sysfs attribute's text: one read, as the kernel hands a text attribute (at most a page) out
 /// whole; longer files (a fake tree's) are read to the end.
 fn read_attr(path: &Path) -> std::io::Result<String> {
@@ -930,7 +951,7 @@ impl Discovery {
         let nsid = text("nsid")
             .map(|n| n.trim().to_owned())
             .unwrap_or_default();
-        let parent = std::fs::canonicalize(dir.join("device"))
+        let parent = real_path(&dir.join("device"))
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_default();
@@ -1014,7 +1035,7 @@ impl Discovery {
     }
 
     fn canonical(&self, given: &Path, name: &str, path: &Path) -> Result<PathBuf, DeviceError> {
-        std::fs::canonicalize(path).map_err(|source| self.sysfs_error(given, name, path, source))
+        real_path(path).map_err(|source| self.sysfs_error(given, name, path, source))
     }
 
     fn read(&self, given: &Path, name: &str, path: &Path) -> Result<String, DeviceError> {

@@ -974,3 +974,28 @@ fn attributes_longer_than_a_page_are_read_to_the_end() {
     );
     assert!(super::read_attr(&t.sys().join("missing")).is_err());
 }
+
+#[test]
+fn real_paths_are_what_realpath_gives() {
+    let t = Tree::lab();
+    for rel in [
+        "class/block/sdc/device",
+        "class/scsi_generic/sg2/device",
+        "block/sdb",
+        "class/iscsi_session/session3",
+        "devices",
+    ] {
+        let path = t.sys().join(rel);
+        assert_eq!(
+            super::real_path(&path).unwrap(),
+            fs::canonicalize(&path).unwrap(),
+            "{rel}"
+        );
+    }
+    assert_eq!(
+        super::real_path(&t.sys().join("class/block/nothing"))
+            .unwrap_err()
+            .kind(),
+        std::io::ErrorKind::NotFound
+    );
+}
