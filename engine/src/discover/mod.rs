@@ -53,7 +53,7 @@ use crate::transport::Protocol;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// A logical unit's identifier. A designator (VPD page 83h, as Linux formats it: `naa.…`,
 /// `eui.…`, `t10.…`, `uuid.…`, or a SCSI name string) names the LU alike on every node; when none
@@ -507,6 +507,8 @@ pub struct Discovery {
     /// good. The agent re-discovers every LU at every check, and these five attributes were
     /// about a third of its system calls.
     sessions: Arc<Mutex<HashMap<String, IscsiSession>>>,
+    /// `/dev/mapper` resolved, once it exists (device-mapper creates it once and keeps it).
+    mapper: Arc<OnceLock<PathBuf>>,
 }
 
 /// Sessions remembered at most; past it the memory starts again (a node whose sessions log in
@@ -534,20 +536,25 @@ fn real_path(path: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-/// A sysfs attribute's text: one read, as the kernel hands a text attribute (at most a page) out
-/// whole; longer files (a fake tree's) are read to the end.
-fn read_attr(path: &Path) -> std::io::Result<String> {
+/// A sysfs attribute's contents: one read, as the kernel hands an attribute (a text one is at
+/// most a page, a VPD page less) out whole; longer files (a fake tree's) are read to the end.
+fn read_sysfs(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; 4096];
-    let mut len = file.read(&mut buf)?;
+    let len = file.read(&mut buf)?;
     if len == buf.len() {
-        buf.truncate(len);
         file.read_to_end(&mut buf)?;
-        len = buf.len();
+    } else {
+        buf.truncate(len);
     }
-    buf.truncate(len);
-    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    Ok(buf)
+}
+
+/// [`read_sysfs`] for a text attribute.
+fn read_attr(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_sysfs(path)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// What to do with a partition.
@@ -571,6 +578,7 @@ impl Discovery {
             sys: sys.into(),
             dev: dev.into(),
             sessions: Arc::default(),
+            mapper: Arc::default(),
         }
     }
 
@@ -859,7 +867,12 @@ impl Discovery {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mapper = std::fs::canonicalize(self.dev.join("mapper")).ok();
+        let mapper = match self.mapper.get() {
+            Some(known) => Some(known.clone()),
+            None => std::fs::canonicalize(self.dev.join("mapper"))
+                .ok()
+                .map(|found| self.mapper.get_or_init(|| found).clone()),
+        };
         if mapper.is_some() && real.parent() == mapper.as_deref() {
             return self.dm_by_name(given, &file_name);
         }
@@ -892,7 +905,7 @@ impl Discovery {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let text = |attr: &str| read_attr(&scsi_dir.join(attr));
-        let bytes = |attr: &str| std::fs::read(scsi_dir.join(attr));
+        let bytes = |attr: &str| read_sysfs(&scsi_dir.join(attr));
         let id = text("wwid")
             .ok()
             .and_then(|w| LuId::from_wwid(&w))

@@ -458,6 +458,49 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     let (cpu0, checks0) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
     std::thread::sleep(window);
     let (cpu1, checks1) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
+    if std::env::var_os("LAB_PROFILE").is_some() {
+        let p = pid.to_string();
+        let w = "10".to_string();
+        let out = crate::run(
+            "perf",
+            [
+                "record",
+                "-g",
+                "-F",
+                "499",
+                "-p",
+                &p,
+                "-o",
+                &format!("{WORK}/perf.data"),
+                "--",
+                "sleep",
+                &w,
+            ],
+        )?;
+        println!("perf record: {} {}", out.stdout, out.stderr);
+        let rep = crate::run(
+            "perf",
+            [
+                "report",
+                "-i",
+                &format!("{WORK}/perf.data"),
+                "--stdio",
+                "--no-children",
+                "--percent-limit",
+                "0.7",
+                "-g",
+                "none",
+                "--sort",
+                "dso,sym",
+            ],
+        )?;
+        println!("PERF REPORT\n{}\n{}", rep.stdout, rep.stderr);
+        let st = crate::run(
+            "timeout",
+            ["-s", "INT", "10", "strace", "-c", "-f", "-p", &p],
+        )?;
+        println!("STRACE\n{}\n{}", st.stdout, st.stderr);
+    }
     let cost = Cost {
         cpu: Duration::from_millis((cpu1 - cpu0) * 1000 / ticks),
         wall: window,
