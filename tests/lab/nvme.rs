@@ -13,6 +13,7 @@
 //! Namespace device names say nothing about the namespace: `nvme0n1` may be nsid 2. Namespaces are
 //! matched by their UUID, which nvmet generates and every host reads from sysfs.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -506,4 +507,82 @@ fn symlink(target: &Path, link: &Path) -> anyhow::Result<()> {
 
 fn write_attr(path: &Path, value: &str) -> anyhow::Result<()> {
     fs::write(path, value).with_context(|| format!("echo {value} > {}", path.display()))
+}
+
+const TRACING: &str = "/sys/kernel/tracing";
+
+/// Counts the Reservation commands nvmet takes in, per namespace, from the target's own trace
+/// event (`nvmet:nvmet_req_init`, one per command it receives, retries included): the NVMe twin
+/// of LIO's `num_cmds`. Dropping it turns the event off, empties the buffer and unmounts tracefs
+/// if it mounted it.
+pub struct ReservationCounter {
+    mounted: bool,
+}
+
+impl ReservationCounter {
+    pub fn start() -> anyhow::Result<Self> {
+        let tracing = Path::new(TRACING);
+        let mounted = !tracing.join("events").is_dir();
+        if mounted {
+            crate::run("mount", ["-t", "tracefs", "nodev", TRACING])?.ok()?;
+        }
+        let counter = ReservationCounter { mounted };
+        let event = tracing.join("events/nvmet/nvmet_req_init/enable");
+        ensure!(
+            event.exists(),
+            "{} is missing: this kernel cannot count nvmet's commands",
+            event.display()
+        );
+        fs::write(tracing.join("trace"), "")?;
+        fs::write(&event, "1")?;
+        Ok(counter)
+    }
+
+    /// Reservation commands per nsid since the last call (or the start), by command
+    /// (`register`, `report`, `acquire`, `release`); empties the buffer. An overrun buffer (fewer
+    /// entries kept than written) is an error, not a low count.
+    pub fn take(&self) -> anyhow::Result<BTreeMap<u32, BTreeMap<String, u64>>> {
+        let trace = Path::new(TRACING).join("trace");
+        let text = fs::read_to_string(&trace)?;
+        fs::write(&trace, "")?;
+        if let Some(header) = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# entries-in-buffer/entries-written: "))
+        {
+            let (kept, written) = header
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.split_once('/'))
+                .with_context(|| format!("trace header {header:?}"))?;
+            ensure!(kept == written, "the trace buffer lost entries: {header}");
+        }
+        let mut counts: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
+        for line in text.lines() {
+            let Some((_, command)) = line.split_once("cmd=(nvme_cmd_resv_") else {
+                continue;
+            };
+            let command: String = command
+                .chars()
+                .take_while(char::is_ascii_alphabetic)
+                .collect();
+            let nsid: u32 = line
+                .split_once("nsid=")
+                .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("no nsid in the trace line {line:?}"))?;
+            *counts.entry(nsid).or_default().entry(command).or_insert(0) += 1;
+        }
+        Ok(counts)
+    }
+}
+
+impl Drop for ReservationCounter {
+    fn drop(&mut self) {
+        let tracing = Path::new(TRACING);
+        let _ = fs::write(tracing.join("events/nvmet/nvmet_req_init/enable"), "0");
+        let _ = fs::write(tracing.join("trace"), "");
+        if self.mounted {
+            let _ = crate::run("umount", [TRACING]);
+        }
+    }
 }

@@ -9,8 +9,11 @@
 //!   later) only a readable node, where passthrough always needs CAP_SYS_ADMIN. They take no
 //!   timeout: the engine's overall deadline and its blocking pool bound them, as they bound a
 //!   hung SG_IO. Passthrough commands take [`Policy::timeout`].
-//! - READ KEYS and READ RESERVATION use IOC_PR_READ_KEYS / IOC_PR_READ_RESERVATION and fall back
-//!   to a passthrough Reservation Report on kernels without them (ENOTTY or EOPNOTSUPP).
+//! - READ KEYS uses IOC_PR_READ_KEYS (one Reservation Report on the target) and falls back to a
+//!   passthrough Report on kernels without it (ENOTTY or EOPNOTSUPP). READ RESERVATION, and the
+//!   keys-and-holder re-reads below, use one passthrough Report where this process may send one:
+//!   the kernel's IOC_PR_READ_RESERVATION sends two (the registrant count, then the data). Where
+//!   passthrough is refused (EPERM/EACCES: no CAP_SYS_ADMIN), remembered per path, the ioctls.
 //! - Reports are never trusted for their length: when REGCTL (or the kernel's key count) says more
 //!   exists than fit, the command is re-issued with a larger buffer, a bounded number of times.
 //! - NAMESPACE NOT READY (passthrough only: the block interface folds it into an I/O error) is
@@ -275,6 +278,8 @@ pub struct NvmePr<D> {
     nsid: OnceLock<u32>,
     /// Set when the controller refused the extended Reservation Report.
     report_format: OnceLock<ReportFormat>,
+    /// Set when the kernel refused this process a passthrough Report (EPERM/EACCES).
+    passthru_refused: OnceLock<()>,
 }
 
 impl NvmePr<BlockDevice> {
@@ -301,6 +306,7 @@ impl<D: NvmeDevice> NvmePr<D> {
             policy,
             nsid: OnceLock::new(),
             report_format: OnceLock::new(),
+            passthru_refused: OnceLock::new(),
         }
     }
 
@@ -570,6 +576,38 @@ impl<D: NvmeDevice> NvmePr<D> {
         ))
     }
 
+    /// One passthrough Report, or `None` where the kernel refuses this process passthrough
+    /// (EPERM/EACCES), which is remembered: the caller then reads through the block ioctls.
+    fn report_if_allowed(
+        &self,
+        command: Command,
+    ) -> Result<Option<ReservationStatus>, CommandError> {
+        if self.passthru_refused.get().is_some() {
+            return Ok(None);
+        }
+        match self.report(command) {
+            Ok(status) => Ok(Some(status)),
+            Err(e) if e.kind == ErrorKind::Open && e.transport.is_none() => {
+                tracing::debug!(device = %self.path().display(), error = %e, "passthrough refused; reading through the block PR ioctls");
+                let _ = self.passthru_refused.set(());
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The keys and the reservation at one moment: one Report where allowed, else the two read
+    /// ioctls (three Reports on the target).
+    fn keys_and_reservation(
+        &self,
+        command: Command,
+    ) -> Result<(ReadKeys, ReadReservation), CommandError> {
+        match self.report_if_allowed(command)? {
+            Some(status) => Ok((keys_of(&status), self.reservation_of(command, &status)?)),
+            None => Ok((self.read_keys()?, self.read_reservation()?)),
+        }
+    }
+
     fn malformed(&self, command: Command, e: &DecodeError) -> CommandError {
         self.error(command, ErrorKind::Malformed, e.to_string(), None)
     }
@@ -611,11 +649,7 @@ impl<D: NvmeDevice> NvmePr<D> {
     }
 
     fn read_keys_by_report(&self, command: Command) -> Result<ReadKeys, CommandError> {
-        let status = self.report(command)?;
-        Ok(ReadKeys {
-            generation: status.generation,
-            keys: status.keys(),
-        })
+        Ok(keys_of(&self.report(command)?))
     }
 
     /// Under an all-registrants type the key is reported as 0, as SPC requires of READ
@@ -623,6 +657,9 @@ impl<D: NvmeDevice> NvmePr<D> {
     /// never compares that key with its own (`ReservationType::is_all_registrants`).
     fn read_reservation(&self) -> Result<ReadReservation, CommandError> {
         let command = Command::PrIn(PrInAction::ReadReservation);
+        if let Some(status) = self.report_if_allowed(command)? {
+            return self.reservation_of(command, &status);
+        }
         let read = match self.block(
             command,
             "IOC_PR_READ_RESERVATION",
@@ -659,7 +696,15 @@ impl<D: NvmeDevice> NvmePr<D> {
         &self,
         command: Command,
     ) -> Result<ReadReservation, CommandError> {
-        let status = self.report(command)?;
+        self.reservation_of(command, &self.report(command)?)
+    }
+
+    /// READ RESERVATION as a Report shows it.
+    fn reservation_of(
+        &self,
+        command: Command,
+        status: &ReservationStatus,
+    ) -> Result<ReadReservation, CommandError> {
         let reservation = match status.rtype {
             None => None,
             Some(rtype) => {
@@ -854,10 +899,14 @@ impl<D: NvmeDevice> NvmePr<D> {
             )
         };
         preempt(victim, rtype, abort)?;
-        if victim == key || victim.is_zero() || !self.read_keys()?.keys.contains(&victim) {
+        if victim == key || victim.is_zero() {
             return Ok(());
         }
-        let held_by_us = match self.read_reservation()?.reservation {
+        let (keys, reservation) = self.keys_and_reservation(command)?;
+        if !keys.keys.contains(&victim) {
+            return Ok(());
+        }
+        let held_by_us = match reservation.reservation {
             Some(r) if r.key == key && !r.rtype.is_all_registrants() => Some(r.rtype),
             _ => None,
         };
@@ -921,14 +970,21 @@ impl<D: NvmeDevice> NvmePr<D> {
                 )
             },
             || {
-                let keys = self.read_keys()?;
-                let reservation = self.read_reservation()?;
+                let (keys, reservation) = self.keys_and_reservation(command)?;
                 Ok(effect_visible(request, &keys, &reservation))
             },
         )?;
         Ok(PrOutReport {
             confirmed_by_reread: !completed,
         })
+    }
+}
+
+/// READ KEYS as a Report shows it.
+fn keys_of(status: &ReservationStatus) -> ReadKeys {
+    ReadKeys {
+        generation: status.generation,
+        keys: status.keys(),
     }
 }
 

@@ -402,7 +402,10 @@ impl NvmeDevice for Fake {
             Some(NvmetFault::Status(status)) => return Ok(Err(status)),
             _ => {}
         }
-        let ns = self.ns.lock().unwrap();
+        let mut ns = self.ns.lock().unwrap();
+        // The kernel sends one Report.
+        ns.log
+            .push((self.host, "IOC_PR_READ_KEYS: Report".to_owned()));
         for (slot, (_, key)) in keys.iter_mut().zip(&ns.registrants) {
             *slot = *key;
         }
@@ -415,7 +418,17 @@ impl NvmeDevice for Fake {
         if !self.kernel.read_ioctls {
             return Err(self.errno("IOC_PR_READ_RESERVATION", nix::libc::EOPNOTSUPP));
         }
-        let ns = self.ns.lock().unwrap();
+        let mut ns = self.ns.lock().unwrap();
+        // The kernel sends a Report for the registrant count, and a second for the data when
+        // there are registrants (nvme_pr_read_reservation).
+        ns.log.push((
+            self.host,
+            "IOC_PR_READ_RESERVATION: Report (count)".to_owned(),
+        ));
+        if !ns.registrants.is_empty() {
+            ns.log
+                .push((self.host, "IOC_PR_READ_RESERVATION: Report".to_owned()));
+        }
         // The kernel reports the first holder's key, whatever the type.
         let key = ns
             .registrants

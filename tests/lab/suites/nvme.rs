@@ -15,7 +15,7 @@ use crate::agent::{
 };
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{self, fence, hex, unfence};
-use crate::nvme::{NvmeHost, NvmeTopology, NvmetReport};
+use crate::nvme::{NvmeHost, NvmeTopology, NvmetReport, ReservationCounter};
 use crate::plan::{GuestKernel, Suite};
 use crate::race;
 use crate::{Node, WriteOutcome, Writer};
@@ -45,6 +45,7 @@ pub const SUITE: Suite = Suite {
         single_commands_act_on_the_namespace,
         reports_name_hosts_and_say_what_nvme_lacks,
         fence_refuses_the_frozen_writer,
+        reservation_commands_per_namespace_at_the_minimum,
         mutual_fence_race_has_one_survivor,
         fence_pr_on_off_status,
         watch_agent_self_fences_and_never_reregisters,
@@ -370,6 +371,91 @@ fn fence_refuses_the_frozen_writer() -> anyhow::Result<()> {
         "  fence over {NAMESPACES} namespaces took {} ms; A after the thaw: {line}",
         fenced_in.as_millis()
     );
+    Ok(())
+}
+
+/// Issue 24 on NVMe, counted by the target (nvmet's trace event for every command it takes in,
+/// [`ReservationCounter`]) with one controller per node. `status`: at most 2 Reservation commands
+/// per namespace, as on SCSI. `fence`: the SCSI bounds (the fence suite's
+/// `commands_per_lu_at_the_minimum`: 3 on each namespace but the arbiter, 4 on the arbiter, one
+/// more for the greater key's tie-break read) plus the transport's one Report after its PREEMPT
+/// (did the victim go? nvmet ignores the victim's key in a PREEMPT from the reservation holder),
+/// plus, when the fencer holds the reservation, the two Acquires of the all-registrants twin
+/// (`exec/nvme.rs`). The victim's key must be gone from every namespace.
+fn reservation_commands_per_namespace_at_the_minimum() -> anyhow::Result<()> {
+    let t = NvmeTopology::new(NAMESPACES)?;
+    let counter = ReservationCounter::start()?;
+    // The arbiter is the first LU by identifier: the wwid `uuid.<uuid>`.
+    let arbiter = t
+        .namespaces()
+        .iter()
+        .min_by_key(|ns| ns.uuid.to_ascii_lowercase())
+        .context("no namespace")?
+        .nsid;
+    let per_namespace = |counts: &BTreeMap<u32, BTreeMap<String, u64>>| -> Vec<(u32, u64)> {
+        t.namespaces()
+            .iter()
+            .map(|ns| {
+                (
+                    ns.nsid,
+                    counts.get(&ns.nsid).map_or(0, |c| c.values().sum()),
+                )
+            })
+            .collect()
+    };
+    // A unfences first and so holds the reservation when it fences; B only registers.
+    for fencer in [Node::A, Node::B] {
+        unfence(&t, Node::A)?;
+        unfence(&t, Node::B)?;
+        let holds = t.report(0)?.holder() == Some(NvmeHost::Node(fencer));
+        counter.take()?;
+        prfence_on(
+            &t.node_args(fencer),
+            &["status", "--key", &hex(fencer.key())],
+            0,
+        )?;
+        let status_by_command = counter.take()?;
+        fence(&t, fencer, 0)?;
+        let fenced_by_command = counter.take()?;
+        let (status, fenced) = (
+            per_namespace(&status_by_command),
+            per_namespace(&fenced_by_command),
+        );
+        for (index, report) in t.reports()?.iter().enumerate() {
+            ensure!(
+                report.keys() == [fencer.key()],
+                "namespace {index}: after node {}'s fence: {report:?}",
+                fencer.letter()
+            );
+        }
+        let greater = fencer.key() > fencer.other().key();
+        println!(
+            "  Reservation commands per namespace (nvmet's trace, nsid: count), node {} ({} key, \
+             {}) fences node {}: status {status:?}; fence {fenced:?}, arbiter nsid {arbiter}; \
+             fence by command {fenced_by_command:?}",
+            fencer.letter(),
+            if greater { "greater" } else { "smaller" },
+            if holds { "holder" } else { "not the holder" },
+            fencer.other().letter(),
+        );
+        ensure!(
+            status.iter().all(|&(_, n)| n <= 2),
+            "node {}: status took {status:?} commands per namespace (at most 2)",
+            fencer.letter()
+        );
+        let extra = 1 + if holds { 2 } else { 0 };
+        let (follower_most, arbiter_most) = (3 + extra, 4 + u64::from(greater) + extra);
+        ensure!(
+            fenced.iter().all(|&(nsid, n)| if nsid == arbiter {
+                n <= arbiter_most
+            } else {
+                n <= follower_most
+            }),
+            "node {}: fence took {fenced:?} commands (at most {arbiter_most} on the arbiter, nsid \
+             {arbiter}, and {follower_most} on the others)",
+            fencer.letter()
+        );
+    }
     Ok(())
 }
 

@@ -163,7 +163,10 @@ fn register_reserve_preempt_and_read_back() {
     assert_eq!((r.key, r.rtype, r.scope), (A, WERO, Scope::LogicalUnit));
     // B fences A: A's key is gone, B holds.
     s.b.pr_out(&PrOut::preempt_and_abort(B, A, WERO)).unwrap();
-    assert_eq!(s.last(), "IOC_PR_PREEMPT_ABORT");
+    // the PREEMPT AND ABORT, then one Report: was the victim removed?
+    let log = s.ns.lock().unwrap().log.clone();
+    assert_eq!(log[log.len() - 2].1, "IOC_PR_PREEMPT_ABORT");
+    assert_eq!(s.last(), "Report Extended");
     assert_eq!(s.a.read_keys().unwrap().keys, vec![B]);
     let r = s.a.read_reservation().unwrap().reservation.unwrap();
     assert_eq!(r.key, B);
@@ -562,13 +565,6 @@ fn a_holder_preempts_a_registrant_on_a_target_that_follows_the_specification() {
 fn a_holder_preempts_a_registrant_on_nvmet_through_the_all_registrants_twin() {
     let s = holder_and_registrant(true);
     s.a.pr_out(&PrOut::preempt_and_abort(A, B, WERO)).unwrap();
-    assert_eq!(s.registered(), vec![([0xaa; 16], 0xa)], "B is gone");
-    let r = s.b.read_reservation().unwrap().reservation.unwrap();
-    assert_eq!(
-        (r.key, r.rtype),
-        (Key::ZERO, WEAR),
-        "held by every registrant: A alone"
-    );
     let log: Vec<String> =
         s.ns.lock()
             .unwrap()
@@ -576,10 +572,19 @@ fn a_holder_preempts_a_registrant_on_nvmet_through_the_all_registrants_twin() {
             .iter()
             .map(|(_, w)| w.clone())
             .collect();
+    assert_eq!(s.registered(), vec![([0xaa; 16], 0xa)], "B is gone");
+    let r = s.b.read_reservation().unwrap().reservation.unwrap();
     assert_eq!(
-        log[log.len() - 3..],
+        (r.key, r.rtype),
+        (Key::ZERO, WEAR),
+        "held by every registrant: A alone"
+    );
+    // The check between the first PREEMPT and the twin's is one Report.
+    assert_eq!(
+        log[log.len() - 4..],
         [
             "IOC_PR_PREEMPT_ABORT",
+            "Report Extended",
             "IOC_PR_PREEMPT",
             "IOC_PR_PREEMPT_ABORT"
         ],
@@ -764,4 +769,44 @@ mod engine {
         assert_eq!(ns.registrants, vec![([0xaa; 16], 0xa)]);
         assert_eq!(ns.holder, Some([0xaa; 16]));
     }
+}
+
+/// The kernel's IOC_PR_READ_RESERVATION costs the target two Reports; one passthrough Report
+/// says the same. Where passthrough is refused (no CAP_SYS_ADMIN) the ioctl answers, and the
+/// refusal is remembered.
+#[test]
+fn read_reservation_is_one_report_where_passthrough_is_allowed() {
+    let reports = |s: &Setup| -> Vec<String> {
+        s.ns.lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|(_, what)| what.contains("Report"))
+            .map(|(_, what)| what.clone())
+            .collect()
+    };
+    let s = setup(NEW_KERNEL);
+    s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+    s.a.pr_out(&PrOut::reserve(A, WERO)).unwrap();
+    s.ns.lock().unwrap().log.clear();
+    let r = s.a.read_reservation().unwrap().reservation.unwrap();
+    assert_eq!((r.key, r.rtype), (A, WERO));
+    assert_eq!(reports(&s), ["Report Extended"]);
+    // Refused passthrough: the ioctl, now and from then on.
+    let b = &s.b;
+    s.ns.lock().unwrap().log.clear();
+    inject(b, NvmetFault::Errno(nix::libc::EACCES));
+    let r = b.read_reservation().unwrap().reservation.unwrap();
+    assert_eq!((r.key, r.rtype), (A, WERO));
+    let r = b.read_reservation().unwrap().reservation.unwrap();
+    assert_eq!((r.key, r.rtype), (A, WERO));
+    assert_eq!(
+        reports(&s),
+        [
+            "IOC_PR_READ_RESERVATION: Report (count)",
+            "IOC_PR_READ_RESERVATION: Report",
+            "IOC_PR_READ_RESERVATION: Report (count)",
+            "IOC_PR_READ_RESERVATION: Report"
+        ]
+    );
 }
