@@ -458,48 +458,8 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     let (cpu0, checks0) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
     std::thread::sleep(window);
     let (cpu1, checks1) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
-    if std::env::var_os("LAB_PROFILE").is_some() {
-        let p = pid.to_string();
-        let w = "10".to_string();
-        let out = crate::run(
-            "perf",
-            [
-                "record",
-                "-g",
-                "-F",
-                "499",
-                "-p",
-                &p,
-                "-o",
-                &format!("{WORK}/perf.data"),
-                "--",
-                "sleep",
-                &w,
-            ],
-        )?;
-        println!("perf record: {} {}", out.stdout, out.stderr);
-        let rep = crate::run(
-            "perf",
-            [
-                "report",
-                "-i",
-                &format!("{WORK}/perf.data"),
-                "--stdio",
-                "--no-children",
-                "--percent-limit",
-                "0.7",
-                "-g",
-                "none",
-                "--sort",
-                "dso,sym",
-            ],
-        )?;
-        println!("PERF REPORT\n{}\n{}", rep.stdout, rep.stderr);
-        let st = crate::run(
-            "timeout",
-            ["-s", "INT", "10", "strace", "-c", "-f", "-p", &p],
-        )?;
-        println!("STRACE\n{}\n{}", st.stdout, st.stderr);
+    if std::env::var_os("LAB_PROFILE").is_some_and(|v| v == "1") {
+        profile(pid)?;
     }
     let cost = Cost {
         cpu: Duration::from_millis((cpu1 - cpu0) * 1000 / ticks),
@@ -517,6 +477,68 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
     child.wait()?;
     Ok(cost)
+}
+
+/// `LAB_PROFILE=1`: where the agent's watch CPU goes, after the measured window (so it does not
+/// skew it): a perf profile of the agent for 10 s (kernel and user symbols, by self time), then
+/// strace's system call counts for 10 s (strace slows the agent: its counts, not its times, are
+/// the point; divide by the READ KEYS ioctls to get calls per LU-check).
+fn profile(pid: u32) -> anyhow::Result<()> {
+    let pid = pid.to_string();
+    let data = format!("{WORK}/perf.data");
+    // --no-buildid-cache: nothing written under /root/.debug (the guest's residue check)
+    let record = crate::run(
+        "perf",
+        [
+            "record",
+            "--no-buildid-cache",
+            "-g",
+            "-F",
+            "499",
+            "-p",
+            &pid,
+            "-o",
+            &data,
+            "--",
+            "sleep",
+            "10",
+        ],
+    )?
+    .ok()?;
+    let report = crate::run(
+        "perf",
+        [
+            "report",
+            "-i",
+            &data,
+            "--stdio",
+            "--no-children",
+            "--percent-limit",
+            "0.7",
+            "-g",
+            "none",
+            "--sort",
+            "dso,sym",
+        ],
+    )?
+    .ok()?;
+    std::fs::remove_file(&data)?;
+    let counts = format!("{WORK}/strace.txt");
+    // strace ends at SIGINT and writes its table to -o
+    crate::run(
+        "timeout",
+        [
+            "-s", "INT", "10", "strace", "-qq", "-c", "-f", "-o", &counts, "-p", &pid,
+        ],
+    )?;
+    let table = std::fs::read_to_string(&counts)?;
+    std::fs::remove_file(&counts)?;
+    println!(
+        "bench: profile of the agent (LAB_PROFILE=1)\n{}{}\n{}",
+        record.stdout, record.stderr, report.stdout
+    );
+    println!("bench: system calls of the agent for 10 s under strace\n{table}");
+    Ok(())
 }
 
 /// The floor's READ KEYS loop over node A's LUs for `window`: its CPU per LU-check and peak RSS,
