@@ -456,8 +456,8 @@ impl<'a> Corosync<'a> {
     }
 
     /// Runs the queries not answered yet side by side: each is a helper process that waits on
-    /// corosync, and the key's derivation asks them one after the other. A worker that panics
-    /// leaves its query to be run again when asked.
+    /// corosync, and the key's derivation asks them one after the other. A worker that cannot
+    /// start or panics leaves its query to be run again when asked.
     fn ask_at_once(&mut self, args: &[&str]) {
         let missing: Vec<&str> = args
             .iter()
@@ -471,10 +471,17 @@ impl<'a> Corosync<'a> {
         let (first_answer, rest_answers) = std::thread::scope(|scope| {
             let workers: Vec<_> = rest
                 .iter()
-                .map(|arg| scope.spawn(move || system.cmapctl(options, arg)))
+                .map(|arg| {
+                    std::thread::Builder::new()
+                        .spawn_scoped(scope, move || system.cmapctl(options, arg))
+                        .ok()
+                })
                 .collect();
             let first_answer = system.cmapctl(options, first);
-            let rest_answers: Vec<_> = workers.into_iter().map(|w| w.join().ok()).collect();
+            let rest_answers: Vec<_> = workers
+                .into_iter()
+                .map(|w| w.and_then(|w| w.join().ok()))
+                .collect();
             (first_answer, rest_answers)
         });
         self.answers.insert((*first).to_owned(), first_answer);

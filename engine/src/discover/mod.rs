@@ -542,7 +542,12 @@ fn read_sysfs(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; 4096];
-    let len = file.read(&mut buf)?;
+    let len = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            read => break read?,
+        }
+    };
     if len == buf.len() {
         file.read_to_end(&mut buf)?;
     } else {
