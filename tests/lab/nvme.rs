@@ -522,7 +522,7 @@ pub struct ReservationCounter {
 impl ReservationCounter {
     pub fn start() -> anyhow::Result<Self> {
         let tracing = Path::new(TRACING);
-        let mounted = !tracing.join("events").is_dir();
+        let mounted = !crate::is_mount(TRACING);
         if mounted {
             crate::run("mount", ["-t", "tracefs", "nodev", TRACING])?.ok()?;
         }

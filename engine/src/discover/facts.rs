@@ -25,7 +25,7 @@ pub struct PathSysfs {
 }
 
 fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path)
+    super::read_attr(path.as_ref())
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
