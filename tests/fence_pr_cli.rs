@@ -59,17 +59,18 @@ impl Agent {
         out
     }
 
-    /// A fake `corosync-cmapctl` answering the two queries key derivation and `list` make.
+    /// A fake `corosync-cmapctl` answering the two queries key derivation and `list` make, one
+    /// prefix after the other as the real one does.
     fn fake_cmapctl(&self) -> PathBuf {
         let path = self.path("corosync-cmapctl");
         std::fs::write(
             &path,
-            "#!/bin/sh\ncase \"$1\" in\n\
+            "#!/bin/sh\n[ $# -gt 0 ] || exit 1\nfor prefix; do case \"$prefix\" in\n\
              totem.cluster_name) echo 'totem.cluster_name (str) = lab' ;;\n\
              nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
 nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
 nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
-             *) exit 1 ;;\nesac\n",
+             *) exit 1 ;;\nesac; done\n",
         )
         .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();

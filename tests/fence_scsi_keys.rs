@@ -59,7 +59,7 @@ impl Sandbox {
         script(
             &dir.join("cmapctl"),
             &format!(
-                "case \"$1\" in\n  totem.cluster_name) cat '{d}/cluster_name';;\n  nodelist) cat '{d}/nodelist';;\n  *) exit 1;;\nesac\n"
+                "[ $# -gt 0 ] || exit 1\nfor prefix; do\n  case \"$prefix\" in\n  totem.cluster_name) cat '{d}/cluster_name';;\n  nodelist) cat '{d}/nodelist';;\n  *) exit 1;;\n  esac\ndone\n"
             ),
         );
         script(
@@ -165,7 +165,7 @@ fn our_key_for(req: &fence_agent::FencePrRequest, cmapctl: &Path) -> String {
         .target_key(|arg| {
             keys::query_cmapctl(
                 &req.options.corosync_cmap_path,
-                arg,
+                &[arg],
                 req.options.command_timeout(),
             )
         })

@@ -37,11 +37,11 @@ pub trait Host: Send + Sync + 'static {
     /// Opens one path for PR commands. May block (it is called on a worker, inside the
     /// caller's deadline).
     fn open(&self, dev: &Path, policy: Policy) -> Result<Arc<dyn PrTransport>, CommandError>;
-    /// The output of `<cmapctl> <arg>` ([`keys::query_cmapctl`]).
+    /// The output of `<cmapctl> <args…>` ([`keys::query_cmapctl`]).
     fn cmapctl(
         &self,
         cmapctl: &Path,
-        arg: &str,
+        args: &[&str],
         timeout: Option<Duration>,
     ) -> Result<String, KeyError>;
     /// Runs a helper bounded by `timeout` ([`process::run_bounded`]); its stdout.
@@ -116,10 +116,10 @@ impl Host for SystemHost {
     fn cmapctl(
         &self,
         cmapctl: &Path,
-        arg: &str,
+        args: &[&str],
         timeout: Option<Duration>,
     ) -> Result<String, KeyError> {
-        keys::query_cmapctl(cmapctl, arg, timeout)
+        keys::query_cmapctl(cmapctl, args, timeout)
     }
 
     fn run_bounded(

@@ -66,11 +66,13 @@ pub enum KeyError {
     Zero,
     #[error("Failed: key {text:?} is not 1 to 16 hex digits (optionally with 0x)")]
     Malformed { text: String },
-    #[error("Failed: running {path} {arg}: {reason}; check corosync_cmap_path")]
+    #[error("Failed: running {command}: {reason}; check corosync_cmap_path")]
     Cmapctl {
-        path: String,
-        arg: String,
+        /// The program and its arguments, space-separated.
+        command: String,
         reason: String,
+        /// It ran out of its time (corosync did not answer), rather than failing.
+        timed_out: bool,
     },
 }
 
@@ -311,29 +313,57 @@ impl NativeKey {
 /// and the agent's (which has no option for it).
 pub const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
 
-/// Runs `corosync-cmapctl <arg>` and returns its stdout: the only I/O of key derivation.
+/// Runs `corosync-cmapctl <args…>` and returns its stdout: the only I/O of key derivation.
 /// `timeout` bounds the run (fence_scsi uses `power_timeout`, unbounded under pacemaker-fenced;
 /// pass [`crate::fence_agent::Options::command_timeout`]); on expiry the child is killed and the
 /// run fails, because a timeout is a failure in the Fence Agent API.
 pub fn query_cmapctl(
     path: &std::path::Path,
-    arg: &str,
+    args: &[&str],
     timeout: Option<std::time::Duration>,
 ) -> Result<String, KeyError> {
     use crate::process::{RunError, run_bounded};
 
-    let fail = |reason: String| KeyError::Cmapctl {
-        path: path.display().to_string(),
-        arg: arg.to_owned(),
+    let fail = |reason: String, timed_out: bool| KeyError::Cmapctl {
+        command: cmapctl_command(path, args),
         reason,
+        timed_out,
     };
-    let stdout = run_bounded(path, [arg], timeout).map_err(|e| match e {
-        RunError::TimedOut(after) => fail(format!(
-            "timed out after {after:?} (power_timeout); is corosync responsive?"
-        )),
-        other => fail(other.to_string()),
+    let stdout = run_bounded(path, args, timeout).map_err(|e| match e {
+        RunError::TimedOut(after) => fail(
+            format!("timed out after {after:?} (power_timeout); is corosync responsive?"),
+            true,
+        ),
+        other => fail(other.to_string(), false),
     })?;
-    String::from_utf8(stdout).map_err(|e| fail(format!("output is not UTF-8: {e}")))
+    String::from_utf8(stdout).map_err(|e| fail(format!("output is not UTF-8: {e}"), false))
+}
+
+/// `<cmapctl> <args…>` as an error message names it.
+pub fn cmapctl_command(path: &std::path::Path, args: &[&str]) -> String {
+    std::iter::once(path.display().to_string())
+        .chain(args.iter().map(|a| (*a).to_owned()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Splits the output of one `corosync-cmapctl P1 P2 …` run (disjoint prefixes) into what each
+/// `corosync-cmapctl Pi` prints alone: corosync prints each prefix's keys in turn, one
+/// `key (type) = value` line per key, and a key's name starts with its prefix. None when a line
+/// starts with none of them or the output does not end with a newline: something else printed
+/// it (a wrapper of the tool), so its parts cannot be told apart.
+pub fn split_cmap_output(output: &str, prefixes: &[&str]) -> Option<Vec<String>> {
+    let mut parts = vec![String::new(); prefixes.len()];
+    if output.is_empty() {
+        return Some(parts);
+    }
+    let complete = output.strip_suffix('\n')?;
+    for line in complete.split('\n') {
+        let owner = prefixes.iter().position(|p| line.starts_with(p))?;
+        parts[owner].push_str(line);
+        parts[owner].push('\n');
+    }
+    Some(parts)
 }
 
 /// The `corosync-cmapctl` argument that prints the cluster name.
@@ -560,11 +590,11 @@ nodelist.node.12.nodeid (u32) = 13\n";
         use std::time::Duration;
         let ok = script("ok", "echo \"totem.cluster_name (str) = $1\"\n");
         assert_eq!(
-            query_cmapctl(&ok, "x", Some(Duration::from_secs(5))).unwrap(),
+            query_cmapctl(&ok, &["x"], Some(Duration::from_secs(5))).unwrap(),
             "totem.cluster_name (str) = x\n"
         );
         let bad = script("bad", "echo 'Failed to initialize' >&2; exit 1\n");
-        let err = query_cmapctl(&bad, "nodelist", None)
+        let err = query_cmapctl(&bad, &["nodelist"], None)
             .unwrap_err()
             .to_string();
         assert!(
@@ -573,17 +603,61 @@ nodelist.node.12.nodeid (u32) = 13\n";
         );
         let slow = script("slow", "exec sleep 5\n");
         let started = std::time::Instant::now();
-        let err = query_cmapctl(&slow, "nodelist", Some(Duration::from_millis(200))).unwrap_err();
+        let err =
+            query_cmapctl(&slow, &["nodelist"], Some(Duration::from_millis(200))).unwrap_err();
         assert!(err.to_string().contains("timed out"), "{err}");
+        assert!(matches!(
+            err,
+            KeyError::Cmapctl {
+                timed_out: true,
+                ..
+            }
+        ));
         assert!(started.elapsed() < Duration::from_secs(3));
         let missing = std::path::Path::new("/nonexistent/corosync-cmapctl");
         assert!(matches!(
-            query_cmapctl(missing, "x", None),
-            Err(KeyError::Cmapctl { .. })
+            query_cmapctl(missing, &["x"], None),
+            Err(KeyError::Cmapctl {
+                timed_out: false,
+                ..
+            })
         ));
         for p in [ok, bad, slow] {
             std::fs::remove_file(p).unwrap();
         }
+    }
+
+    #[test]
+    fn one_run_for_two_prefixes_splits_into_what_each_prints_alone() {
+        let prefixes = [CLUSTER_NAME_QUERY, NODELIST_QUERY];
+        let name = "totem.cluster_name (str) = mycluster\n";
+        let both = format!("{name}{NODELIST}");
+        assert_eq!(
+            split_cmap_output(&both, &prefixes),
+            Some(vec![name.to_owned(), NODELIST.to_owned()])
+        );
+        // A prefix with no key prints nothing, as it does alone.
+        assert_eq!(
+            split_cmap_output(NODELIST, &prefixes),
+            Some(vec![String::new(), NODELIST.to_owned()])
+        );
+        assert_eq!(
+            split_cmap_output("", &prefixes),
+            Some(vec![String::new(), String::new()])
+        );
+        // A line of neither prefix, or an unfinished line: not corosync-cmapctl's output.
+        for odd in [
+            format!("{name}usage: cmapctl KEY\n"),
+            "totem.cluster_name (str) = mycluster".to_owned(),
+            format!("{name}\n{NODELIST}"),
+        ] {
+            assert_eq!(split_cmap_output(&odd, &prefixes), None, "{odd:?}");
+        }
+        // Parsed alone, each part gives what a run of its own would: the nodelist's names are
+        // never taken for the cluster name.
+        let parts = split_cmap_output(NODELIST, &prefixes).unwrap();
+        assert_eq!(parse_cluster_name(&parts[0]), None);
+        assert_eq!(Nodelist::parse(&parts[1]), Nodelist::parse(NODELIST));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result
             .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
     };
     derive_key_via(&node, *scheme, |arg| {
-        host.cmapctl(Path::new(COROSYNC_CMAPCTL), arg, Some(timeout))
+        host.cmapctl(Path::new(COROSYNC_CMAPCTL), &[arg], Some(timeout))
     })
     .map(Key::new)
     .map_err(|e| {

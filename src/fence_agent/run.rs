@@ -104,10 +104,10 @@ impl FenceNode {
         FenceNode::new(Arc::new(SystemHost::new()), store)
     }
 
-    /// Output of `corosync-cmapctl <arg>` (with `options.corosync_cmap_path`).
-    fn cmapctl(&self, options: &Options, arg: &str) -> Result<String, KeyError> {
+    /// Output of `corosync-cmapctl <args…>` (with `options.corosync_cmap_path`).
+    fn cmapctl(&self, options: &Options, args: &[&str]) -> Result<String, KeyError> {
         self.host
-            .cmapctl(&options.corosync_cmap_path, arg, helper_timeout(options))
+            .cmapctl(&options.corosync_cmap_path, args, helper_timeout(options))
     }
 
     /// Lenient discovery of the given devices ([`Host::resolve_each`]).
@@ -450,20 +450,28 @@ impl<'a> Corosync<'a> {
         if let Some(answer) = self.answers.get(arg) {
             return answer.clone();
         }
-        let answer = self.system.cmapctl(self.options, arg);
+        let answer = self.system.cmapctl(self.options, &[arg]);
         self.answers.insert(arg.to_owned(), answer.clone());
         answer
     }
 
-    /// Runs the queries not answered yet side by side: each is a helper process that waits on
-    /// corosync, and the key's derivation asks them one after the other. A worker that cannot
-    /// start or panics leaves its query to be run again when asked.
+    /// Answers the queries not answered yet with as few helper processes as it can: each waits
+    /// on corosync (and costs a process start), and the key's derivation asks them one after
+    /// the other. One run answers them all ([`Corosync::ask_in_one_run`]); whatever it leaves
+    /// unanswered runs side by side, one process per query. A worker that cannot start or
+    /// panics leaves its query to be run again when asked.
     fn ask_at_once(&mut self, args: &[&str]) {
-        let missing: Vec<&str> = args
-            .iter()
-            .copied()
-            .filter(|arg| !self.answers.contains_key(*arg))
-            .collect();
+        let unanswered = |answers: &HashMap<String, _>| -> Vec<&str> {
+            args.iter()
+                .copied()
+                .filter(|arg| !answers.contains_key(*arg))
+                .collect()
+        };
+        let missing = unanswered(&self.answers);
+        if missing.len() > 1 {
+            self.ask_in_one_run(&missing);
+        }
+        let missing = unanswered(&self.answers);
         let Some((first, rest)) = missing.split_first() else {
             return;
         };
@@ -473,11 +481,11 @@ impl<'a> Corosync<'a> {
                 .iter()
                 .map(|arg| {
                     std::thread::Builder::new()
-                        .spawn_scoped(scope, move || system.cmapctl(options, arg))
+                        .spawn_scoped(scope, move || system.cmapctl(options, &[arg]))
                         .ok()
                 })
                 .collect();
-            let first_answer = system.cmapctl(options, first);
+            let first_answer = system.cmapctl(options, &[first]);
             let rest_answers: Vec<_> = workers
                 .into_iter()
                 .map(|w| w.and_then(|w| w.join().ok()))
@@ -489,6 +497,34 @@ impl<'a> Corosync<'a> {
             if let Some(answer) = answer {
                 self.answers.insert((*arg).to_owned(), answer);
             }
+        }
+    }
+
+    /// `corosync-cmapctl P1 P2` prints what `corosync-cmapctl P1` and `corosync-cmapctl P2`
+    /// would, one after the other ([`keys::split_cmap_output`]). A part that came back empty, or
+    /// a run that failed or printed something else, is left to a query of its own (a wrapper of
+    /// the tool may take one argument); a run that timed out answers every query with its error:
+    /// corosync itself did not answer, and asking again would only wait as long again.
+    fn ask_in_one_run(&mut self, args: &[&str]) {
+        match self.system.cmapctl(self.options, args) {
+            Ok(output) => {
+                let parts = keys::split_cmap_output(&output, args).unwrap_or_default();
+                for (arg, part) in args.iter().zip(parts) {
+                    if !part.is_empty() {
+                        self.answers.insert((*arg).to_owned(), Ok(part));
+                    }
+                }
+            }
+            Err(
+                e @ KeyError::Cmapctl {
+                    timed_out: true, ..
+                },
+            ) => {
+                for arg in args {
+                    self.answers.insert((*arg).to_owned(), Err(e.clone()));
+                }
+            }
+            Err(e) => tracing::debug!("{e}; asking one query per run"),
         }
     }
 

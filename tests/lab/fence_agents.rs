@@ -15,18 +15,19 @@ use super::{CommandRun, Node};
 pub const CLUSTER: &str = "lab";
 
 /// The fake `corosync-cmapctl` both agents ask for the cluster name and the nodelist (node1 id 1,
-/// node2 id 2), under /run/lab so teardown removes it.
+/// node2 id 2), one prefix after the other as the real one prints them, under /run/lab so
+/// teardown removes it.
 pub fn fake_cmapctl() -> anyhow::Result<PathBuf> {
     let path = PathBuf::from("/run/lab/corosync-cmapctl");
     std::fs::write(
         &path,
         format!(
-            "#!/bin/sh\ncase \"$1\" in\n\
+            "#!/bin/sh\n[ $# -gt 0 ] || exit 1\nfor prefix; do case \"$prefix\" in\n\
          totem.cluster_name) echo 'totem.cluster_name (str) = {CLUSTER}' ;;\n\
          nodelist) printf 'nodelist.local_node_pos (u32) = 0\\n\
 nodelist.node.0.name (str) = node1\\nnodelist.node.0.nodeid (u32) = 1\\n\
 nodelist.node.1.name (str) = node2\\nnodelist.node.1.nodeid (u32) = 2\\n' ;;\n\
-         *) exit 1 ;;\nesac\n"
+         *) exit 1 ;;\nesac; done\n"
         ),
     )?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;

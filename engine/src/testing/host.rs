@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -37,6 +37,10 @@ pub struct ModelHost {
     corosync_meeting: AtomicUsize,
     /// Corosync queries begun, and its signal.
     corosync_begun: (Mutex<usize>, Condvar),
+    /// Every corosync-cmapctl run's arguments, in the order they began.
+    corosync_runs: Mutex<Vec<Vec<String>>>,
+    /// corosync-cmapctl fails when given more than one argument (a wrapper that takes one).
+    corosync_one_argument: AtomicBool,
     hostname: Option<String>,
     not_ready_backoff: Option<Duration>,
     slept: Mutex<Vec<Duration>>,
@@ -70,6 +74,17 @@ impl ModelHost {
     /// is an answer. Without one, the query fails as on a node without corosync.
     pub fn set_corosync(&self, arg: &str, answer: &str) {
         lock(&self.corosync).insert(arg.to_owned(), answer.to_owned());
+    }
+
+    /// From now on corosync-cmapctl fails when given more than one argument, as a wrapper
+    /// written for one query at a time may.
+    pub fn corosync_takes_one_argument(&self) {
+        self.corosync_one_argument.store(true, Ordering::SeqCst);
+    }
+
+    /// The arguments of every corosync-cmapctl run so far, in the order they began.
+    pub fn corosync_runs(&self) -> Vec<Vec<String>> {
+        lock(&self.corosync_runs).clone()
     }
 
     /// From now on each corosync query waits until `n` have begun, and fails, saying so, when
@@ -221,12 +236,22 @@ impl Host for ModelHost {
         Ok(Arc::new(ScsiPr::new(device, policy)))
     }
 
+    /// As corosync-cmapctl does: each argument's answer in turn.
     fn cmapctl(
         &self,
         cmapctl: &Path,
-        arg: &str,
+        args: &[&str],
         _timeout: Option<Duration>,
     ) -> Result<String, KeyError> {
+        let fail = |reason: String| KeyError::Cmapctl {
+            command: crate::keys::cmapctl_command(cmapctl, args),
+            reason,
+            timed_out: false,
+        };
+        lock(&self.corosync_runs).push(args.iter().map(|a| (*a).to_owned()).collect());
+        if args.len() > 1 && self.corosync_one_argument.load(Ordering::SeqCst) {
+            return Err(fail("exited with status 1: one query at a time".to_owned()));
+        }
         let meeting = self.corosync_meeting.load(Ordering::SeqCst);
         if meeting > 0 {
             let (begun, signal) = &self.corosync_begun;
@@ -237,21 +262,16 @@ impl Host for ModelHost {
                 .wait_timeout_while(count, Duration::from_secs(5), |c| *c < meeting)
                 .unwrap_or_else(PoisonError::into_inner);
             if wait.timed_out() {
-                return Err(KeyError::Cmapctl {
-                    path: cmapctl.display().to_string(),
-                    arg: arg.to_owned(),
-                    reason: format!("{count} of {meeting} queries began within 5 s"),
-                });
+                return Err(fail(format!(
+                    "{count} of {meeting} queries began within 5 s"
+                )));
             }
         }
-        lock(&self.corosync)
-            .get(arg)
-            .cloned()
-            .ok_or_else(|| KeyError::Cmapctl {
-                path: cmapctl.display().to_string(),
-                arg: arg.to_owned(),
-                reason: "no corosync on the model host".to_owned(),
-            })
+        let answers = lock(&self.corosync);
+        args.iter()
+            .map(|arg| answers.get(*arg).map(String::as_str))
+            .collect::<Option<String>>()
+            .ok_or_else(|| fail("no corosync on the model host".to_owned()))
     }
 
     fn run_bounded(

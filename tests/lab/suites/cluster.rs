@@ -953,6 +953,27 @@ fn start_up(c: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// fence_pr asks the real corosync-cmapctl for the cluster name and the nodelist in one run
+/// (`fence_agent/run.rs`, `Corosync::ask_in_one_run`): split by prefix, that run's output must be
+/// exactly what the two runs of fence_scsi's print, and both must be there.
+fn cmapctl_prints_each_prefix_in_turn(c: &Cluster) -> anyhow::Result<()> {
+    use prfence::keys::{CLUSTER_NAME_QUERY, NODELIST_QUERY, split_cmap_output};
+    let run = |args: &str| -> anyhow::Result<String> {
+        Ok(c.in_node(Node::A, &format!("corosync-cmapctl {args}"))?
+            .ok()?
+            .stdout)
+    };
+    let both = run(&format!("{CLUSTER_NAME_QUERY} {NODELIST_QUERY}"))?;
+    let alone = [run(CLUSTER_NAME_QUERY)?, run(NODELIST_QUERY)?];
+    let parts = split_cmap_output(&both, &[CLUSTER_NAME_QUERY, NODELIST_QUERY])
+        .with_context(|| format!("one run's output not split by prefix: {both:?}"))?;
+    ensure!(
+        parts == alone && alone.iter().all(|a| !a.is_empty()),
+        "corosync-cmapctl {CLUSTER_NAME_QUERY} {NODELIST_QUERY} printed {both:?}; alone they          print {alone:?}"
+    );
+    Ok(())
+}
+
 /// Failover: `victim` (running the counter) is frozen whole; `survivor` fences it through the
 /// cluster's fence agent and starts the counter; the victim thawed has its writes refused; the disk
 /// holds the survivor's data. Returns (detection, fencing, start) times.
@@ -1568,6 +1589,7 @@ enum Tier {
 fn cluster_story(split_rounds: usize, tier: Tier) -> anyhow::Result<()> {
     let mut c = Cluster::start(FenceAgent::FenceScsi)?;
     start_up(&c)?;
+    cmapctl_prints_each_prefix_in_turn(&c)?;
     let fence_scsi_times = if tier == Tier::Long {
         let times = failover(&c, Node::A, Node::B)?;
         report(FenceAgent::FenceScsi, Node::A, times);
