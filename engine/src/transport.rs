@@ -204,6 +204,11 @@ pub struct PrOutReport {
     /// The target answered NOT READY but a re-read showed the command had taken effect (LIO
     /// applies REGISTER and then fails it when its APTPL directory is missing).
     pub confirmed_by_reread: bool,
+    /// The LU's keys and reservation, read in one look right after the command took effect, when
+    /// the transport read them for its own reasons (the NVMe transport after a PREEMPT): a
+    /// caller that has sent nothing since can verify with it instead of reading again.
+    #[serde(skip)]
+    pub observed: Option<(ReadKeys, ReadReservation)>,
 }
 
 /// The command a failure belongs to, for messages and JSON.

@@ -254,6 +254,7 @@ fn done(action: PrOutAction, confirmed_by_reread: bool) -> Answer {
         action,
         report: PrOutReport {
             confirmed_by_reread,
+            ..PrOutReport::default()
         },
     }
 }

@@ -857,7 +857,7 @@ impl<D: NvmeDevice> NvmePr<D> {
                 victim,
                 rtype,
                 abort,
-            } => done(self.preempt(command, key, victim, rtype, abort)),
+            } => self.preempt(command, key, victim, rtype, abort),
         }
     }
 
@@ -878,6 +878,9 @@ impl<D: NvmeDevice> NvmePr<D> {
     /// our key first, our next step answers RESERVATION CONFLICT. The reservation stays
     /// all-registrants afterwards; READ RESERVATION shows it. Under Write Exclusive or Exclusive
     /// Access no twin keeps access as it was, and the target's refusal is reported instead.
+    ///
+    /// The look that shows the victim gone is the LU's state after the command, returned in
+    /// [`PrOutReport::observed`]; after the twin's two commands there is none.
     fn preempt(
         &self,
         command: Command,
@@ -885,7 +888,7 @@ impl<D: NvmeDevice> NvmePr<D> {
         victim: Key,
         rtype: ReservationType,
         abort: bool,
-    ) -> Result<(), CommandError> {
+    ) -> Result<PrOutReport, CommandError> {
         let preempt = |prkey: Key, rtype: ReservationType, abort: bool| {
             self.block(
                 command,
@@ -900,20 +903,26 @@ impl<D: NvmeDevice> NvmePr<D> {
         };
         preempt(victim, rtype, abort)?;
         if victim == key || victim.is_zero() {
-            return Ok(());
+            return Ok(PrOutReport::default());
         }
         let (keys, reservation) = self.keys_and_reservation(command)?;
         if !keys.keys.contains(&victim) {
-            return Ok(());
+            return Ok(PrOutReport {
+                observed: Some((keys, reservation)),
+                ..PrOutReport::default()
+            });
         }
-        let held_by_us = match reservation.reservation {
+        let held_by_us = match &reservation.reservation {
             Some(r) if r.key == key && !r.rtype.is_all_registrants() => Some(r.rtype),
             _ => None,
         };
         let Some(held) = held_by_us else {
             // Not ours to compensate (another holder, a victim that registered again): the
             // engine's verification judges what the target shows.
-            return Ok(());
+            return Ok(PrOutReport {
+                observed: Some((keys, reservation)),
+                ..PrOutReport::default()
+            });
         };
         let twin = match held {
             ReservationType::WriteExclusiveRegistrantsOnly => {
@@ -939,7 +948,8 @@ impl<D: NvmeDevice> NvmePr<D> {
         tracing::debug!(device = %self.path().display(), %victim, from = held.short_name(), to = twin.short_name(),
             "the holder's PREEMPT left the victim registered (nvmet): preempting under the all-registrants type");
         preempt(key, twin, false)?;
-        preempt(victim, twin, abort)
+        preempt(victim, twin, abort)?;
+        Ok(PrOutReport::default())
     }
 
     /// Reservation Register RREGA=1 through passthrough. NOT READY is re-read before a retry:
@@ -976,6 +986,7 @@ impl<D: NvmeDevice> NvmePr<D> {
         )?;
         Ok(PrOutReport {
             confirmed_by_reread: !completed,
+            ..PrOutReport::default()
         })
     }
 }

@@ -295,6 +295,7 @@ impl<D: ScsiDevice> ScsiPr<D> {
         )?;
         Ok(PrOutReport {
             confirmed_by_reread: completed.is_none(),
+            ..PrOutReport::default()
         })
     }
 }

@@ -72,7 +72,7 @@ fn arbiter_steps<T: PrTransport>(
         (Verdict::AlreadyFenced, None)
     };
     // The look that verifies (P1), and shows whether a reservation exists.
-    let (_, state) = work.read_state()?;
+    let state = work.state_after_change()?;
     if state.has(own) && !state.has(victim) && !state.reserved() {
         reserve_and_verify(work, own, victim, proven)?;
     } else {

@@ -2,7 +2,7 @@
 //! shared steps (preempt with fallback, make sure a reservation exists, verify) and the report.
 
 use crate::pr::{Key, PrOut, ReadKeys, ReadReservation};
-use crate::transport::{CommandError, ErrorKind, PrTransport};
+use crate::transport::{CommandError, ErrorKind, PrOutReport, PrTransport};
 
 use super::{
     FENCING_TYPE, Failure, LuReport, LuTarget, PathReport, PathUse, ReservationView, Verdict,
@@ -87,6 +87,9 @@ pub(super) struct LuWork<'a, T> {
     preempt_and_abort_refused: bool,
     /// READ FULL STATUS was refused once; read keys and reservation separately from then on.
     full_status_refused: bool,
+    /// The LU as the transport saw it right after our last command, a PREEMPT, when it looked
+    /// ([`crate::transport::PrOutReport::observed`]); gone with the next command of any kind.
+    seen_after_preempt: Option<LuState>,
 }
 
 impl<'a, T: PrTransport> LuWork<'a, T> {
@@ -107,6 +110,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
             reservation: None,
             preempt_and_abort_refused: false,
             full_status_refused: false,
+            seen_after_preempt: None,
         }
     }
 
@@ -156,6 +160,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         index: usize,
         result: Result<R, CommandError>,
     ) -> Result<R, CommandError> {
+        self.seen_after_preempt = None;
         match &result {
             Ok(_) => self.mark(index, PathUse::Ok, None),
             Err(e) if is_dead(e.kind) => self.mark(index, PathUse::Dead, Some(e.clone().into())),
@@ -276,7 +281,7 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
                 p.pr_out(&PrOut::preempt_and_abort(own, victim, FENCING_TYPE))
             });
             match result {
-                Ok(_) => return Ok(Preempted::Done),
+                Ok(report) => return Ok(self.preempted(report)),
                 Err(e) if e.kind == ErrorKind::InvalidField => {
                     self.preempt_and_abort_refused = true;
                     self.notes.push(format!(
@@ -296,12 +301,19 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         match self.on(index, |p| {
             p.pr_out(&PrOut::preempt(own, victim, FENCING_TYPE))
         }) {
-            Ok(_) => Ok(Preempted::Done),
+            Ok(report) => Ok(self.preempted(report)),
             Err(e) if e.kind == ErrorKind::ReservationConflict => {
                 self.after_conflict(index, own, victim)
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn preempted(&mut self, report: PrOutReport) -> Preempted {
+        self.seen_after_preempt = report
+            .observed
+            .map(|(keys, reservation)| LuState { keys, reservation });
+        Preempted::Done
     }
 
     fn after_conflict(&mut self, index: usize, own: Key, victim: Key) -> Result<Preempted, Stop> {
@@ -373,16 +385,30 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         }))
     }
 
-    /// Reads the LU ([`LuWork::read_state`]) for the verdict's evidence and checks it
-    /// ([`LuWork::check`]).
+    /// Looks at the LU after our last change ([`LuWork::state_after_change`]) for the verdict's
+    /// evidence and checks it ([`LuWork::check`]).
     pub fn verify(
         &mut self,
         own: Key,
         gone: Option<Key>,
         reservation_required: bool,
     ) -> Result<(), Stop> {
-        let (_, state) = self.read_state()?;
+        let state = self.state_after_change()?;
         self.check(&state, own, gone, reservation_required)
+    }
+
+    /// The LU after our last change (P1's evidence is the target's answer after it): the
+    /// transport's own look right after our PREEMPT when it took one and nothing was sent since,
+    /// else one more look now.
+    pub fn state_after_change(&mut self) -> Result<LuState, Stop> {
+        match self.seen_after_preempt.take() {
+            Some(state) => {
+                self.keys = Some(state.keys.clone());
+                self.reservation = Some(state.reservation.clone());
+                Ok(state)
+            }
+            None => Ok(self.read_state()?.1),
+        }
     }
 
     /// Checks a look at the LU: our key present, `gone` (the victim) absent, a reservation if

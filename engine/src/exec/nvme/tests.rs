@@ -727,6 +727,47 @@ mod engine {
         );
     }
 
+    /// Issue 24: what a fence sends each namespace, counted where nvmet would (the lab counts
+    /// the same on nvmet: `nvme::reservation_commands_per_namespace_at_the_minimum`). The
+    /// transport's Report after its PREEMPT is the fence's verification; only the holder, whose
+    /// PREEMPT nvmet takes as a change of type, adds the twin's two Acquires and a Report.
+    #[test]
+    fn a_fence_sends_each_namespace_the_fewest_commands() {
+        for (fencer, key, victim, holds) in [(0xbb, B, A, false), (0xaa, A, B, true)] {
+            let namespaces: Vec<_> = (0..2)
+                .map(|_| Arc::new(Mutex::new(Namespace::default())))
+                .collect();
+            for (id, key) in [(0xaa, A), (0xbb, B)] {
+                ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
+            }
+            for ns in &namespaces {
+                let mut ns = ns.lock().unwrap();
+                ns.log.clear();
+                // As Linux nvmet does (a target that follows the specification needs no twin).
+                ns.holder_preempt_changes_type_only = true;
+            }
+            let report = ops::fence(targets(&namespaces, fencer), key, victim, limits()).unwrap();
+            assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+            let sent: Vec<Vec<String>> = namespaces
+                .iter()
+                .map(|ns| ns.lock().unwrap().log.iter().map(|(_, w)| w.clone()).collect())
+                .collect();
+            // A namespace but the arbiter: Report, PREEMPT AND ABORT, the transport's Report.
+            // The arbiter (namespace 0): READ KEYS instead of the first Report, and READ KEYS
+            // again after the fan-out (P2).
+            let (arbiter, follower) = if holds { (7, 6) } else { (4, 3) };
+            assert_eq!(
+                sent.iter().map(Vec::len).collect::<Vec<_>>(),
+                [arbiter, follower],
+                "{sent:#?}"
+            );
+            for ns in &namespaces {
+                let ns = ns.lock().unwrap();
+                assert_eq!(ns.registrants, vec![([fencer; 16], key.get())]);
+            }
+        }
+    }
+
     #[test]
     fn unfence_fence_and_status_work_on_nvme() {
         let namespaces: Vec<_> = (0..2)
