@@ -414,6 +414,7 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     let status_path = format!("{WORK}/status.json");
     std::fs::write(&config_path, config)?;
     let mut child = Command::new(PRFENCE)
+        .envs(unit_environment())
         .args([
             "agent",
             "--config",
@@ -468,15 +469,30 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
         rss_kib: status_kib(pid, "VmRSS:")?,
         peak_kib: status_kib(pid, "VmHWM:")?,
         note: format!(
-            "{} checks of {} LUs in the window (healthy after {})",
+            "{} checks of {} LUs in the window (healthy after {}; the unit's environment: {})",
             checks1 - checks0,
             devices.len(),
-            crate::secs(warm_up)
+            crate::secs(warm_up),
+            unit_environment()
+                .iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         ),
     };
     kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
     child.wait()?;
     Ok(cost)
+}
+
+/// The `Environment=` settings of the shipped unit, so the agent is measured as it runs there.
+fn unit_environment() -> Vec<(String, String)> {
+    include_str!("../../../packaging/prfence-agent.service")
+        .lines()
+        .filter_map(|line| line.strip_prefix("Environment="))
+        .filter_map(|setting| setting.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
 }
 
 /// `LAB_PROFILE=1`: where the agent's watch CPU goes, after the measured window (so it does not

@@ -750,7 +750,14 @@ mod engine {
             assert_eq!(report.outcome, Outcome::Success, "{report:?}");
             let sent: Vec<Vec<String>> = namespaces
                 .iter()
-                .map(|ns| ns.lock().unwrap().log.iter().map(|(_, w)| w.clone()).collect())
+                .map(|ns| {
+                    ns.lock()
+                        .unwrap()
+                        .log
+                        .iter()
+                        .map(|(_, w)| w.clone())
+                        .collect()
+                })
                 .collect();
             // A namespace but the arbiter: Report, PREEMPT AND ABORT, the transport's Report.
             // The arbiter (namespace 0): READ KEYS instead of the first Report, and READ KEYS
