@@ -775,6 +775,45 @@ mod engine {
         }
     }
 
+    /// The transport's look after the PREEMPT verifies only when nothing was sent since: on a
+    /// namespace without a reservation the fence reserves after it, and the look that verifies
+    /// (and must show that reservation) is a new one.
+    #[test]
+    fn a_reservation_made_after_the_preempt_is_verified_by_a_new_look() {
+        let namespaces: Vec<_> = (0..2)
+            .map(|_| Arc::new(Mutex::new(Namespace::default())))
+            .collect();
+        for (id, key) in [(0xaa, A), (0xbb, B)] {
+            ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
+        }
+        for ns in &namespaces {
+            let mut ns = ns.lock().unwrap();
+            assert_eq!(
+                ns.release([0xaa; 16], 0, 3, A.get()),
+                crate::testing::nvmet::NvmetAnswer::Ok
+            );
+            assert_eq!(ns.holder, None);
+            ns.log.clear();
+        }
+        let report = ops::fence(targets(&namespaces, 0xbb), B, A, limits()).unwrap();
+        assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+        for ns in &namespaces {
+            let ns = ns.lock().unwrap();
+            assert_eq!(ns.registrants, vec![([0xbb; 16], 0xb)]);
+            assert_eq!(ns.holder, Some([0xbb; 16]));
+            // The PREEMPT, the transport's Report, then the RESERVE and a new Report after it.
+            let sent: Vec<&str> = ns.log.iter().map(|(_, w)| w.as_str()).collect();
+            let at = |what: &str| sent.iter().position(|w| *w == what);
+            let (preempt, reserve) = (at("IOC_PR_PREEMPT_ABORT"), at("IOC_PR_RESERVE"));
+            assert!(preempt < reserve, "{sent:?}");
+            assert_eq!(
+                reserve.and_then(|r| sent.get(r + 1)),
+                Some(&"Report Extended"),
+                "{sent:?}"
+            );
+        }
+    }
+
     #[test]
     fn unfence_fence_and_status_work_on_nvme() {
         let namespaces: Vec<_> = (0..2)
