@@ -341,10 +341,7 @@ pub fn query_cmapctl(
 
 /// `<cmapctl> <args…>` as an error message names it.
 pub fn cmapctl_command(path: &std::path::Path, args: &[&str]) -> String {
-    std::iter::once(path.display().to_string())
-        .chain(args.iter().map(|a| (*a).to_owned()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    format!("{} {}", path.display(), args.join(" "))
 }
 
 /// Splits the output of one `corosync-cmapctl P1 P2 …` run (disjoint prefixes) into what each

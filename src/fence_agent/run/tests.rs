@@ -575,11 +575,22 @@ fn lock_lu(lu: &Mutex<ModelLu>) -> std::sync::MutexGuard<'_, ModelLu> {
     lu.lock().unwrap()
 }
 
-fn fence_node2_from(a: &ModelSystem) -> (FencePrExit, String) {
-    agent(
+/// node1 and node2 both unfenced; node1's system.
+fn both_on(cluster: &Cluster) -> ModelSystem {
+    let (a, b) = (cluster.node("node1", 1), cluster.node("node2", 1));
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    a
+}
+
+/// node1's `off` of node2: its exit, its output and the corosync-cmapctl runs it made.
+fn off_node2_from(a: &ModelSystem) -> (FencePrExit, String, Vec<Vec<String>>) {
+    let before = a.host.corosync_runs().len();
+    let (code, out) = agent(
         a,
         &format!("action=off\nnodename=node2\ndevices={}\n", a.devices()),
-    )
+    );
+    (code, out, a.host.corosync_runs()[before..].to_vec())
 }
 
 fn runs(args: &[&[&str]]) -> Vec<Vec<String>> {
@@ -591,34 +602,24 @@ fn runs(args: &[&[&str]]) -> Vec<Vec<String>> {
 #[test]
 fn off_asks_corosync_for_the_cluster_name_and_the_nodelist_in_one_run() {
     let cluster = Cluster::new(1);
-    let (a, b) = (cluster.node("node1", 1), cluster.node("node2", 1));
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
-    let before = a.host.corosync_runs().len();
-    let (code, out) = fence_node2_from(&a);
+    let a = both_on(&cluster);
+    let (code, out, asked) = off_node2_from(&a);
     assert_eq!(code, FencePrExit::Success, "{out}");
     assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
-    assert_eq!(
-        a.host.corosync_runs()[before..],
-        runs(&[&["totem.cluster_name", "nodelist"]])
-    );
+    assert_eq!(asked, runs(&[&["totem.cluster_name", "nodelist"]]));
 }
 
 #[test]
 fn a_cmapctl_that_takes_one_argument_is_asked_one_query_per_run_at_once() {
     let cluster = Cluster::new(1);
-    let (a, b) = (cluster.node("node1", 1), cluster.node("node2", 1));
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let a = both_on(&cluster);
     a.host.corosync_takes_one_argument();
     // Asked one after the other, the first single query would wait for a second that never
     // begins (the refused run of both is not counted: it fails before it would wait).
     a.host.corosync_queries_meet(2);
-    let before = a.host.corosync_runs().len();
-    let (code, out) = fence_node2_from(&a);
+    let (code, out, mut asked) = off_node2_from(&a);
     assert_eq!(code, FencePrExit::Success, "{out}");
     assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
-    let mut asked = a.host.corosync_runs()[before..].to_vec();
     asked[1..].sort();
     assert_eq!(
         asked,
@@ -635,16 +636,13 @@ fn a_cmapctl_that_takes_one_argument_is_asked_one_query_per_run_at_once() {
 #[test]
 fn an_empty_part_of_the_run_of_both_is_asked_again_alone() {
     let cluster = Cluster::new(1);
-    let (a, b) = (cluster.node("node1", 1), cluster.node("node2", 1));
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let a = both_on(&cluster);
     a.host.set_corosync("nodelist", "");
-    let before = a.host.corosync_runs().len();
-    let (code, out) = fence_node2_from(&a);
+    let (code, out, asked) = off_node2_from(&a);
     assert_eq!(code, FencePrExit::Error, "{out}");
     assert_eq!(cluster.keys(0), vec![scsi_key(0), scsi_key(1)]);
     assert_eq!(
-        a.host.corosync_runs()[before..],
+        asked,
         runs(&[&["totem.cluster_name", "nodelist"], &["nodelist"]])
     );
 }

@@ -734,12 +734,7 @@ mod engine {
     #[test]
     fn a_fence_sends_each_namespace_the_fewest_commands() {
         for (fencer, key, victim, holds) in [(0xbb, B, A, false), (0xaa, A, B, true)] {
-            let namespaces: Vec<_> = (0..2)
-                .map(|_| Arc::new(Mutex::new(Namespace::default())))
-                .collect();
-            for (id, key) in [(0xaa, A), (0xbb, B)] {
-                ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
-            }
+            let namespaces = both_unfenced();
             for ns in &namespaces {
                 let mut ns = ns.lock().unwrap();
                 ns.log.clear();
@@ -780,12 +775,7 @@ mod engine {
     /// (and must show that reservation) is a new one.
     #[test]
     fn a_reservation_made_after_the_preempt_is_verified_by_a_new_look() {
-        let namespaces: Vec<_> = (0..2)
-            .map(|_| Arc::new(Mutex::new(Namespace::default())))
-            .collect();
-        for (id, key) in [(0xaa, A), (0xbb, B)] {
-            ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
-        }
+        let namespaces = both_unfenced();
         for ns in &namespaces {
             let mut ns = ns.lock().unwrap();
             assert_eq!(
@@ -814,8 +804,9 @@ mod engine {
         }
     }
 
-    #[test]
-    fn unfence_fence_and_status_work_on_nvme() {
+    /// Two namespaces with hosts 0xaa (key A, the holder: it unfenced first) and 0xbb (key B)
+    /// registered on both.
+    fn both_unfenced() -> Vec<Arc<Mutex<Namespace>>> {
         let namespaces: Vec<_> = (0..2)
             .map(|_| Arc::new(Mutex::new(Namespace::default())))
             .collect();
@@ -823,6 +814,12 @@ mod engine {
             let report = ops::unfence(targets(&namespaces, id), key, limits()).unwrap();
             assert_eq!(report.outcome, Outcome::Success, "{report:?}");
         }
+        namespaces
+    }
+
+    #[test]
+    fn unfence_fence_and_status_work_on_nvme() {
+        let namespaces = both_unfenced();
         for ns in &namespaces {
             let ns = ns.lock().unwrap();
             assert_eq!(ns.registrants.len(), 2);
