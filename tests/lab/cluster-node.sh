@@ -14,6 +14,10 @@ name=$1 logs=$2; shift 2
 conf=$(cat "$LAB_COROSYNC_CONF")   # read before /run is replaced
 hostname "$name"
 mount --make-rprivate /
+# Pacemaker's fence-reaction=panic (README's quick start) resets the machine with sysrq 'b' and
+# then reboot(2): here sysrq would reset the whole guest, so it writes into /dev/null, and
+# reboot(2) in this PID namespace takes down this node alone, as the agent's self-fence does.
+[ -e /proc/sysrq-trigger ] && mount --bind /dev/null /proc/sysrq-trigger
 # the node's logs stay readable from the guest's root namespace after the node is gone
 mkdir -p "$logs" /var/log/cluster; mount --bind "$logs" /var/log/cluster
 for d in /run /dev/shm /var/lib/pacemaker /var/lib/corosync /etc/corosync /var/log/pacemaker \

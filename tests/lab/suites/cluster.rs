@@ -1424,9 +1424,11 @@ impl Drop for Restore {
 /// configuration and `systemctl enable --now` it (the lab's systemctl runs the installed unit's
 /// commands: the nodes have no systemd); on one node the fence device with pcs. Then, as README
 /// says, once Pacemaker unfenced both nodes: `--once` and `doctor` pass on both; a test fence of
-/// node2 from node1 removes node2's key from every LU (the target says so) and node2's agent
-/// reboots it; node2 powered on again starts its enabled agent, Pacemaker unfences it, and both
-/// agents watch again. Only `NODES` and `LUS` are set by the test, as README asks an admin to.
+/// node2 from node1 removes node2's key from every LU (the target says so, right after the fence
+/// and again once node2 is down: Pacemaker must not have unfenced it meanwhile) and node2 is
+/// reset (Pacemaker's fence-reaction=panic, or its agent); node2 powered on again starts its
+/// enabled agent, Pacemaker unfences it, and both agents watch again. Only `NODES` and `LUS` are
+/// set by the test, as README asks an admin to.
 fn quick_start_as_written() -> anyhow::Result<()> {
     use crate::doc_blocks::{README, Where, blocks, site_values};
     let blocks = blocks(README, "quick-start").map_err(anyhow::Error::msg)?;
@@ -1525,19 +1527,47 @@ fn quick_start_as_written() -> anyhow::Result<()> {
     for &node in nodes(3) {
         run_block(&c, 3, node)?;
     }
-    ensure!(
-        c.registered_exactly(&[Node::A])?,
-        "after the test fence the LUs hold {:?} and {:?}, not node1's key alone",
-        c.keys(0)?,
-        c.keys(1)?
-    );
-    c.wait("node2 reset by its agent", Duration::from_secs(60), |c| {
+    // Node2's key must stay gone until node2 is back: with fence-reaction=stop Pacemaker
+    // unfenced it again while its fencer still ran (the target held both keys half a second
+    // after the fence); README sets panic. Checked right after the fence and once node2 is down.
+    let node1_alone = |c: &Cluster, when: &str| -> anyhow::Result<()> {
+        if c.registered_exactly(&[Node::A])? {
+            return Ok(());
+        }
+        let (lu0, lu1) = (c.keys(0)?, c.keys(1)?);
+        for cmd in ["stonith_admin --history node2 --verbose", "crm_mon -1"] {
+            let run = c.in_node(Node::A, cmd)?;
+            println!(
+                "  {cmd} on node1:\n{}{}",
+                indent(&run.stdout),
+                indent(&run.stderr)
+            );
+        }
+        c.dump();
+        bail!("{when} the LUs hold {lu0:?} and {lu1:?}, not node1's key alone");
+    };
+    node1_alone(&c, "after the test fence")?;
+    // A node whose key came back is never reset: that is the diagnosis to show, not the wait's.
+    if let Err(e) = c.wait("node2 down", Duration::from_secs(60), |c| {
         Ok(c.is_down(Node::B))
-    })?;
+    }) {
+        node1_alone(&c, "with node2 still up")?;
+        return Err(e);
+    }
+    let down = fenced_at.elapsed();
+    node1_alone(&c, "with node2 down")?;
+    let log = |file: &str| std::fs::read_to_string(logs(Node::B).join(file)).unwrap_or_default();
+    let by = if log("pacemaker.log").contains("to panic") {
+        "Pacemaker (fence-reaction=panic)"
+    } else if log("agent.log").contains("rebooting now") {
+        "its agent"
+    } else {
+        "neither Pacemaker's panic nor its agent (no trace of either)"
+    };
     println!(
-        "  the target holds node1's key alone; node2 was reset by its agent {} after the fence \
-         began",
-        crate::secs(fenced_at.elapsed())
+        "  the target holds node1's key alone, before and after node2 went down; node2 was reset \
+         by {by} {} after the fence began",
+        crate::secs(down)
     );
     // Recovery: node2 powered on again; its enabled agent starts, Pacemaker unfences it.
     c.kill(Node::B)?;
