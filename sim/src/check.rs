@@ -10,7 +10,9 @@
 //!   third node's fence of one of them that reported failure left the split (it is rerun until
 //!   it converges, P4).
 //! - P3: a key removed by a successful fence is never registered again on any of its LUs until
-//!   its node is explicitly unfenced (the REGISTER that brings it back is named).
+//!   its node is explicitly unfenced (the REGISTER that brings it back is named). A rejoin
+//!   (fence_pr's `on` again in the same boot) lifts it only when it overlapped the fence: one
+//!   that starts after the fence succeeded must not bring the key back.
 //! - P4: fencing a node that is already fenced succeeds and changes nothing on the target.
 //! - P5: nothing here reads a clock; the nodes' clocks run at different rates in the scenarios.
 //!
@@ -63,6 +65,8 @@ pub struct Checker {
     shared_at_start: Vec<(usize, bool)>,
     /// Every unfence: (node, log index of its start).
     unfences: Vec<(usize, usize)>,
+    /// Every rejoin: (node, log index of its start).
+    rejoins: Vec<(usize, usize)>,
     /// LUs whose PR state a power cycle wiped, and the log index when.
     forgot: Vec<(usize, usize)>,
     /// Key state of every LU when each refence started, to compare at its end.
@@ -84,6 +88,7 @@ impl Checker {
             mutual: Vec::new(),
             shared_at_start: Vec::new(),
             unfences: Vec::new(),
+            rejoins: Vec::new(),
             forgot: Vec::new(),
             refence_before: Vec::new(),
             violations: Vec::new(),
@@ -152,6 +157,8 @@ impl Checker {
                         }
                         self.unfences.push((node, index));
                     }
+                    // Unlike an unfence, no fence that already succeeded is lifted.
+                    Op::Rejoin => self.rejoins.push((node, index)),
                     Op::Fence { victim } => {
                         let (ours, theirs) = (world.key(node), world.key(victim));
                         let shared = {
@@ -289,8 +296,6 @@ impl Checker {
         }
     }
 
-    /// Whether `node` ran an unfence that was still running at log index `since`, or started
-    /// after it.
     /// Whether `victim`'s key was removed from `lu` by a node other than the two of `pair`, in a
     /// fence of `victim` that ended without success.
     fn left_by_a_third_nodes_failed_fence(
@@ -328,8 +333,20 @@ impl Checker {
         })
     }
 
+    /// Whether `node` ran an unfence that was still running at log index `since`, or started
+    /// after it.
     fn unfenced_since(&self, world: &World, node: usize, since: usize) -> bool {
-        self.unfences.iter().any(|&(n, start)| {
+        self.ran_since(world, &self.unfences, node, since)
+    }
+
+    /// Whether `node` ran a rejoin that was still running at log index `since`, or started after
+    /// it.
+    fn rejoined_since(&self, world: &World, node: usize, since: usize) -> bool {
+        self.ran_since(world, &self.rejoins, node, since)
+    }
+
+    fn ran_since(&self, world: &World, ops: &[(usize, usize)], node: usize, since: usize) -> bool {
+        ops.iter().any(|&(n, start)| {
             n == node && (start > since || !self.ended_before(world, start, since))
         })
     }
@@ -393,8 +410,11 @@ impl Checker {
         // An explicit unfence of the victim that ran at the same time as this fence (a cluster
         // or an admin unfencing the node while another fences it: two explicit orders that
         // contradict each other) wins: P3 ends with an explicit unfence.
+        // So does a rejoin that ran at the same time (its look at the LU may precede the
+        // preemption); one that starts later must be refused.
         let fence_started = self.started.get(id).copied().flatten().map_or(0, |s| s.at);
-        let lifted = self.unfenced_since(world, victim, fence_started);
+        let lifted = self.unfenced_since(world, victim, fence_started)
+            || self.rejoined_since(world, victim, fence_started);
         // A power cycle while the fence ran wiped what it had verified on that LU.
         let mut promised = vec![true; lus];
         for &(lu, at) in &self.forgot {
@@ -533,8 +553,11 @@ impl Checker {
         let mut broken = Vec::new();
         for &(a, b, since) in &self.mutual {
             // A node unfenced explicitly during or after the fences is back by an admin's or
-            // the cluster's decision.
-            if self.unfenced_since(world, a, since) || self.unfenced_since(world, b, since) {
+            // the cluster's decision; so may be one whose rejoin overlapped them (a later one
+            // is refused, which the P3 check after every step holds it to).
+            if [a, b].iter().any(|&n| {
+                self.unfenced_since(world, n, since) || self.rejoined_since(world, n, since)
+            }) {
                 continue;
             }
             let (ka, kb) = (world.key(a), world.key(b));

@@ -175,10 +175,11 @@ impl Scenario {
                 s.nodes = 2 + rng.below(3);
                 for _ in 0..2 + rng.below(4) {
                     let node = rng.below(s.nodes);
-                    let op = match rng.below(5) {
+                    let op = match rng.below(6) {
                         0 => Op::Unfence,
                         1 => Op::Status,
                         2 => Op::Heal,
+                        3 => Op::Rejoin,
                         _ => Op::Fence {
                             victim: (node + 1 + rng.below(s.nodes - 1)) % s.nodes,
                         },
@@ -411,6 +412,7 @@ fn op(s: &str) -> Result<Op, ParseError> {
     };
     Ok(match s {
         "unfence" => Op::Unfence,
+        "rejoin" => Op::Rejoin,
         "status" => Op::Status,
         "heal" => Op::Heal,
         "register" => Op::Register,

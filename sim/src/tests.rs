@@ -172,6 +172,35 @@ fn a_key_registered_again_behind_a_fence_is_caught() {
     assert!(properties.contains(&"P3"), "{}", explore::timeline(&run));
 }
 
+/// fence_pr's `on` run again after the node was fenced (Pacemaker re-unfencing it in the same
+/// boot) is refused: the key stays out and the node's writes stay refused (P1, P3).
+#[test]
+fn a_rejoin_after_the_fence_is_refused() {
+    let scenario: Scenario =
+        "lio nodes=2 lus=2 paths=2 n1:fence(n0)@0ms n0:rejoin@5000ms writer:n0"
+            .parse()
+            .unwrap();
+    let run = explore::run(&scenario, &mut Replay::new(Vec::new()));
+    assert!(run.violations.is_empty(), "{}", explore::timeline(&run));
+    assert_eq!(ends(&run, 1), [Outcome::Success]);
+    assert_eq!(ends(&run, 0), [Outcome::ThisNodeFenced]);
+    let n0 = explore::node_key(0);
+    assert!(
+        end_keys(&run, 2, 2).iter().all(|keys| !keys.contains(&n0)),
+        "{}",
+        explore::timeline(&run)
+    );
+}
+
+#[test]
+fn every_schedule_of_a_rejoin_racing_a_fence_is_safe() {
+    // The rejoin's look at an LU may come before the PREEMPT and its REGISTER after: the two
+    // overlap, and either order is the cluster's (P3 is lifted); every other order must hold.
+    let schedules =
+        every_schedule_is_safe("lio nodes=2 lus=1 paths=1 n1:fence(n0)@0ms n0:rejoin@0ms");
+    assert!(schedules > 10, "{schedules}");
+}
+
 #[test]
 fn two_survivors_are_caught() {
     // What the log would say if two nodes had each reported the other fenced.

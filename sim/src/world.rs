@@ -94,6 +94,10 @@ pub use prfence_engine::ops::Outcome;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     Unfence,
+    /// fence_pr's `on` run again in the same boot (Pacemaker re-unfencing a node, perhaps one it
+    /// has just fenced): an unfence told that the node registered on every LU before (scenarios
+    /// start unfenced), so it refuses where the key was preempted since.
+    Rejoin,
     Fence {
         victim: usize,
     },
@@ -119,6 +123,7 @@ impl std::fmt::Display for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Op::Unfence => f.write_str("unfence"),
+            Op::Rejoin => f.write_str("rejoin"),
             Op::Fence { victim } => write!(f, "fence(n{victim})"),
             Op::Refence { victim } => write!(f, "refence(n{victim})"),
             Op::Status => f.write_str("status"),
@@ -323,6 +328,12 @@ impl World {
         let targets = self.targets(node);
         let result = match op {
             Op::Unfence => prfence_engine::ops::unfence(targets, own, limits),
+            Op::Rejoin => {
+                let before = (0..self.cluster().lus.len())
+                    .map(|lu| LuId::Designator(Cluster::lu_id(lu).into()))
+                    .collect();
+                prfence_engine::ops::unfence_observed(targets, own, &before, limits, &mut |_| {})
+            }
             Op::Fence { victim } | Op::Refence { victim } => {
                 prfence_engine::ops::fence(targets, own, self.key(victim), limits)
             }

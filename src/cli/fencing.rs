@@ -1,6 +1,7 @@
 //! `prfence unfence | fence | status`: the fencing engine ([`crate::ops`]) on the devices named,
 //! grouped into LUs, with a verdict per LU as text or JSON.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::Arc;
@@ -90,7 +91,10 @@ pub fn execute(
     // LUs that time out may still have a command in the kernel; the engine does not wait for
     // them, and the process exits without them.
     let result: Result<Report, RequestError> = match action {
-        FencingCommand::Unfence(_) => ops::unfence_observed(lus, key, limits, &mut observer),
+        // The admin's explicit way back (P3): no record of earlier registrations applies.
+        FencingCommand::Unfence(_) => {
+            ops::unfence_observed(lus, key, &BTreeSet::new(), limits, &mut observer)
+        }
         FencingCommand::Status(_) => ops::status_observed(lus, key, limits, &mut observer),
         FencingCommand::Fence(f) => ops::fence_observed(lus, key, f.victim, limits, &mut observer),
     };

@@ -3,9 +3,11 @@
 //! Callers that show progress pass an observer (the `*_observed` forms), told of each LU as it
 //! finishes.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::discover::LuId;
 use crate::pr::Key;
 use crate::runtime::{self, Finished};
 use crate::transport::PrTransport;
@@ -147,29 +149,50 @@ pub fn unfence<T: PrTransport + 'static>(
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
-    unfence_observed(lus, own, limits, &mut |_| {})
+    unfence_observed(lus, own, &BTreeSet::new(), limits, &mut |_| {})
 }
 
-/// [`unfence`], telling `observer` of each LU as it finishes.
+/// [`unfence`], telling `observer` of each LU as it finishes. On the LUs in `registered_before`
+/// (this node registered on them earlier and kept its caches since: fence_pr's record of this
+/// boot), a key found preempted is not registered again: those LUs report
+/// [`Verdict::ThisNodeFenced`] and the outcome is [`Outcome::ThisNodeFenced`]; the other LUs are
+/// unfenced as usual. An explicit unfence passes an empty set.
 pub fn unfence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
+    registered_before: &BTreeSet<LuId>,
     limits: Limits,
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
     let until = runtime::now() + limits.deadline;
     let mut tally = Tally::new(observer, lus.len());
+    let before = Arc::new(registered_before.clone());
+    let refusable = Arc::clone(&before);
     let reports = fan_out(
         &lus,
         until,
-        move |lu| unfence_lu(lu, own),
+        move |lu| unfence_lu(lu, own, refusable.contains(&lu.id)),
         &mut |r, took| tally.tell(r, false, Some(took)),
     );
     let (outcome, summary) = if all_ok(&reports) {
         (
             Outcome::Success,
             format!("{own} registered and a reservation exists on every LU"),
+        )
+    } else if reports
+        .iter()
+        .any(|r| r.verdict == Verdict::ThisNodeFenced && before.contains(&r.lu))
+    {
+        // Only on the LUs registered before: elsewhere our key gone at the verification is an
+        // unfence that raced a fence, which a rerun settles.
+        (
+            Outcome::ThisNodeFenced,
+            format!(
+                "{own} was preempted since this node registered on: {}; not registered there \
+                 again (P3)",
+                failed_ids(&reports)
+            ),
         )
     } else {
         (

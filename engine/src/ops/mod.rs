@@ -13,6 +13,8 @@
 //!   the last look: `fence` registers nothing (a follower where our key is gone is left alone),
 //!   `heal` registers nothing (it purges orphans with one self-PREEMPT, atomic, and names the
 //!   paths that need `unfence`); [`probe_registration`], the one path probe, never registers.
+//!   [`unfence_observed`] refuses, on the LUs its caller registered on before, a key preempted
+//!   since: fence_pr's `on`, which Pacemaker may run on a node it has just fenced.
 //! - P4 (idempotent, convergent): every step reads the target first and only changes what is
 //!   missing, so a rerun after a partial failure finishes the job.
 //! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision

@@ -1,7 +1,7 @@
 //! The engine against SPC-model LUs through the real codec and execution policy
 //! (`ScsiPr<ModelDevice>`), with LIO's quirks unless a test says otherwise.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -185,6 +185,87 @@ fn unfence_is_idempotent_and_keeps_another_nodes_reservation() {
         let r = &again.lus[lu];
         assert_eq!(r.reservation.map(|v| v.key), Some(A));
     }
+}
+
+/// Node `node`'s unfence, told it registered on the LUs numbered `before` earlier (fence_pr's
+/// record of this boot).
+fn rejoin(f: &Fixture, node: usize, key: Key, before: &[usize]) -> Report {
+    let before: BTreeSet<LuId> = f
+        .targets(node)
+        .into_iter()
+        .map(|lu| lu.id)
+        .filter(|id| before.iter().any(|&lu| *id == lu_id(lu)))
+        .collect();
+    unfence_observed(f.targets(node), key, &before, limits(), &mut |_| {}).unwrap()
+}
+
+/// P3 against Pacemaker unfencing a node it has just fenced (fence-reaction=stop): on the LUs the
+/// node registered on before, a key preempted since is not registered again; on an LU it never
+/// registered on, unfence registers as always; an explicit unfence (no record) registers.
+#[test]
+fn unfence_after_a_fence_refuses_the_lus_registered_before() {
+    let f = two_nodes(3, 2);
+    assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
+    let refused = rejoin(&f, 1, B, &[0, 1]);
+    assert_eq!(refused.outcome, Outcome::ThisNodeFenced, "{refused:#?}");
+    assert!(
+        refused.summary.contains(&lu_id(0)) && refused.summary.contains(&lu_id(1)),
+        "{}",
+        refused.summary
+    );
+    for lu in 0..2 {
+        let r = &refused.lus[lu];
+        assert_eq!(r.verdict, Verdict::ThisNodeFenced, "{r:#?}");
+        assert!(!r.ok);
+        assert_eq!(f.keys(lu), [A, A], "LU {lu}: B must not be back");
+        assert!(
+            r.error
+                .as_ref()
+                .unwrap()
+                .to_string()
+                .contains("preempted since")
+        );
+        // The report shows who holds the LU now.
+        assert_eq!(r.reservation.map(|v| v.key), Some(A));
+    }
+    assert_eq!(refused.lus[2].verdict, Verdict::Unfenced);
+    assert_eq!(f.key_of(2, 1, 0), Some(B));
+    assert_eq!(f.key_of(2, 1, 1), Some(B));
+    // The refusal holds however often it is asked.
+    assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::ThisNodeFenced);
+    assert!(!f.has(0, B) && !f.has(1, B));
+    // The explicit way back.
+    assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
+    assert!((0..3).all(|lu| f.has(lu, B)));
+}
+
+/// The record does not stand in the way of an ordinary rerun: where the key is still registered
+/// (on any path) unfence registers the other paths, and an LU with no registration at all (a
+/// CLEAR, a target that lost them) is registered as usual.
+#[test]
+fn unfence_registered_before_reruns_where_the_key_is_present_or_the_lu_empty() {
+    let mut f = two_nodes(2, 2);
+    let snapshot = f.snapshot();
+    let rerun = rejoin(&f, 1, B, &[0, 1]);
+    assert_eq!(rerun.outcome, Outcome::Success, "{rerun:#?}");
+    assert_eq!(f.snapshot(), snapshot);
+    // Node 1's second path is a new iSCSI session without a registration; the key is still there.
+    let old = f.nexus(0, 1, 1);
+    f.set_nexus(0, 1, 1, f.with_lu(0, |l| l.relogin(old, "23d0000ee")));
+    assert_eq!(f.key_of(0, 1, 1), None);
+    assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::Success);
+    assert_eq!(f.key_of(0, 1, 1), Some(B));
+    // LU 1 cleared.
+    f.targets(0)
+        .into_iter()
+        .find(|t| t.id == lu_id(1))
+        .unwrap()
+        .paths[0]
+        .pr_out(&PrOut::clear(A))
+        .unwrap();
+    assert!(f.keys(1).is_empty());
+    assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::Success);
+    assert_eq!(f.keys(1), [B, B]);
 }
 
 #[test]
@@ -789,7 +870,10 @@ fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
         paths: vec![extra],
     });
     let mut told = Vec::new();
-    let report = unfence_observed(targets, A, limits(), &mut |d| told.push(Told::of(&d))).unwrap();
+    let report = unfence_observed(targets, A, &BTreeSet::new(), limits(), &mut |d| {
+        told.push(Told::of(&d))
+    })
+    .unwrap();
     assert_eq!(report.outcome, Outcome::Success);
     assert_eq!(report.lus.len(), 4);
     check_told_once_each(&told, &report);

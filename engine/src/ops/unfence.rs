@@ -1,4 +1,5 @@
-//! unfence: register our key on every path, create a reservation where none exists, verify.
+//! unfence: register our key on every path, create a reservation where none exists, verify;
+//! on an LU this node registered on before, first refuse if it was fenced since.
 
 use crate::pr::{Key, PrOut};
 use crate::transport::PrTransport;
@@ -9,19 +10,54 @@ use super::{Failure, LuReport, LuTarget, Verdict};
 
 /// P3: the only operation that registers a key without proof that it is still present. It is an
 /// explicit admin or cluster action (Pacemaker's "on"), never taken automatically.
-pub(super) fn unfence_lu<T: PrTransport>(target: &LuTarget<T>, own: Key) -> LuReport {
+/// `registered_before`: this node registered on this LU earlier and has kept its caches since (in
+/// fence_pr: earlier in this boot), so a key found preempted is refused ([`refuse_if_fenced_since`]).
+pub(super) fn unfence_lu<T: PrTransport>(
+    target: &LuTarget<T>,
+    own: Key,
+    registered_before: bool,
+) -> LuReport {
     let mut work = LuWork::new(target);
-    let result = steps(&mut work, own);
+    let result = steps(&mut work, own, registered_before);
     work.finish(result, &[Verdict::Unfenced])
 }
 
-fn steps<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<Verdict, Stop> {
+fn steps<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    registered_before: bool,
+) -> Result<Verdict, Stop> {
+    if registered_before {
+        refuse_if_fenced_since(work, own)?;
+    }
     let registered = register_everywhere(work, own)?;
     work.ensure_reservation(own, &registered)?;
     // Registrations left by earlier iSCSI sessions under our key (fence-agents #517).
     purge_orphans(work, own, &registered)?;
     work.verify(own, None, true)?;
     Ok(Verdict::Unfenced)
+}
+
+/// P3 against a cluster manager's re-unfencing: Pacemaker may run `on` for a node it has just
+/// fenced, while that node still runs (its default fence-reaction=stop; the lab saw the key back
+/// 0.5 s after the fence). A node that registered here before and now finds its key gone while
+/// other keys remain was preempted since: it still holds whatever it meant to write then (page
+/// cache, queued I/O), so it is not registered again; a reboot clears both that and fence_pr's
+/// record. An LU with no registrations at all (cleared, or a target that lost them) is
+/// registered as usual. An unfence that starts after a fence succeeded is always refused; one
+/// whose READ KEYS precedes the fence's PREEMPT may still register after it, as any unfence
+/// overlapping a fence can: SPC has no command that registers only a key never preempted.
+fn refuse_if_fenced_since<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<(), Stop> {
+    let (index, keys) = work.read_keys_any()?;
+    if keys.keys.is_empty() || keys.keys.contains(&own) {
+        return Ok(());
+    }
+    work.note_reservation(index);
+    Err(Stop::fenced(format!(
+        "own key {own} was preempted since this node registered on this LU ({} other \
+         registration(s) remain); not registered again (P3)",
+        keys.keys.len()
+    )))
 }
 
 /// REGISTER AND IGNORE EXISTING KEY on every live path; returns the paths now registered.
