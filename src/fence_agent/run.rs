@@ -55,7 +55,7 @@
 //! are always opened read-only (SG_IO needs no write access, and a read-only open does not
 //! trigger udev change events, the reason fence_scsi added the option).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -710,15 +710,47 @@ fn unfence(
     system.store().write_key(key.get()).map_err(Failed::from)?;
     let targets = targets?;
     let given = targets.given;
-    let report = shown(ops::unfence(targets.lus, key, limits(started)))?;
+    // P3: an LU this node registered its key on earlier in this boot, and which now holds other
+    // keys but not its own, means this node was fenced since; Pacemaker may still ask it to
+    // unfence (fence-reaction=stop). The engine refuses those LUs.
+    let recorded = system.store().read_lus(key.get()).map_err(Failed::from)?;
+    let registered_before: BTreeSet<LuId> = targets
+        .lus
+        .iter()
+        .filter(|lu| recorded.iter().any(|r| r.as_str() == lu.id.as_str()))
+        .map(|lu| lu.id.clone())
+        .collect();
+    let report = shown(ops::unfence_observed(
+        targets.lus,
+        key,
+        &registered_before,
+        limits(started),
+        &mut |_| {},
+    ))?;
     log_report(&report);
     for lu in report.lus.iter().filter(|lu| lu.ok) {
+        system
+            .store()
+            .add_lu(key.get(), lu.lu.as_str())
+            .map_err(Failed::from)?;
         for device in given.get(&lu.lu).into_iter().flatten() {
             system.store().add_device(device).map_err(Failed::from)?;
         }
     }
-    if report.outcome != Outcome::Success {
-        return Err(Failed(report.summary));
+    match report.outcome {
+        Outcome::Success => {}
+        Outcome::ThisNodeFenced => {
+            return Err(Failed(format!(
+                "THIS NODE WAS FENCED after its last on in this boot: {}. Reboot it before it \
+                 rejoins: its page cache and queued I/O may still hold writes from before the \
+                 fence, and a reboot also clears this record ({}). If the target lost its \
+                 registrations and this node was never fenced, `prfence unfence --key {key} \
+                 DEVICE...` registers it explicitly",
+                report.summary,
+                system.store().lus_path().display()
+            )));
+        }
+        _ => return Err(Failed(report.summary)),
     }
     power_wait(options, system);
     print(out, "Success: Powered ON\n")?;

@@ -12,10 +12,13 @@
 //! first line, trimmed and lowercased. `.dev` holds one device path per line as given in
 //! `devices`, appended by `on` when no line starts with that path followed by whitespace;
 //! readers take the non-empty trimmed lines. The parent directory is created when missing.
+//! fence_pr adds `<stem>.lus` (fence_scsi neither writes nor reads it): the LUs, by identifier,
+//! that `on` registered the key on, so a later `on` in the same boot can tell that this node was
+//! fenced since ([`KeyStore::lus_path`]).
 //!
 //! Both files are replaced whole through [`crate::atomic_file::write_atomic`] (unique temporary,
-//! no symlink followed, fsync, rename); `.dev` is read, checked and rewritten under an exclusive
-//! `flock` on `<stem>.dev.lock`, so two `on` runs never lose each other's device. fence_scsi
+//! no symlink followed, fsync, rename); `.dev` and `.lus` are read, checked and rewritten under an
+//! exclusive `flock` on `<stem>.dev.lock`, so two `on` runs never lose each other's lines. fence_scsi
 //! itself appends without a lock; it and fence_pr do not run `on` at the same time on one node.
 
 use std::fs;
@@ -183,7 +186,8 @@ impl KeyStore {
             .map_err(|source| StoreError::BadKey { path, line, source })
     }
 
-    /// The lock serializing `.dev` updates: `<stem>.dev.lock`, never through a symlink.
+    /// The lock serializing `.dev` and `.lus` updates: `<stem>.dev.lock`, never through a
+    /// symlink.
     fn lock_devices(&self) -> Result<Flock<fs::File>, StoreError> {
         let path = self.with_suffix(".dev.lock");
         let file = fs::OpenOptions::new()
@@ -198,25 +202,33 @@ impl KeyStore {
             .map_err(|(_, errno)| Self::write_error(&path)(io::Error::from(errno)))
     }
 
-    /// Records a device registered by `on`, unless already listed. The read, the check and the
-    /// atomic rewrite happen under [`Self::lock_devices`].
+    /// Records a device registered by `on`, unless already listed.
     pub fn add_device(&self, device: &Path) -> Result<(), StoreError> {
-        let path = self.dev_path();
-        Self::ensure_parent(&path)?;
-        let _lock = self.lock_devices()?;
-        let existing = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(Self::io_error(&path)(e)),
-        };
         let dev = device.as_os_str().as_encoded_bytes();
         // fence_scsi's test is a line starting with the path followed by whitespace; a last line
         // without its newline counts here too (fence_scsi would glue the next path onto it).
-        let listed = existing.split(|&b| b == b'\n').any(|line| {
+        self.add_line(&self.dev_path(), dev, |line| {
             line.strip_prefix(dev)
                 .is_some_and(|rest| rest.first().is_none_or(u8::is_ascii_whitespace))
-        });
-        if listed {
+        })
+    }
+
+    /// Appends `new` to the file at `path` unless a line matches `listed`. The read, the check and
+    /// the atomic rewrite happen under [`Self::lock_devices`].
+    fn add_line(
+        &self,
+        path: &Path,
+        new: &[u8],
+        listed: impl Fn(&[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        Self::ensure_parent(path)?;
+        let _lock = self.lock_devices()?;
+        let existing = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(Self::io_error(path)(e)),
+        };
+        if existing.split(|&b| b == b'\n').any(listed) {
             return Ok(());
         }
         let mut updated = existing;
@@ -224,9 +236,41 @@ impl KeyStore {
         if updated.last().is_some_and(|&b| b != b'\n') {
             updated.push(b'\n');
         }
-        updated.extend_from_slice(dev);
+        updated.extend_from_slice(new);
         updated.push(b'\n');
-        write_atomic(&path, &updated, MODE_DEFAULT).map_err(Self::write_error(&path))
+        write_atomic(path, &updated, MODE_DEFAULT).map_err(Self::write_error(path))
+    }
+
+    /// `<stem>.lus`: fence_pr's own record (fence_scsi has none) of the LUs `on` registered `key`
+    /// on, one `<key> <LU identifier>` a line. On /run, a tmpfs, it lasts one boot, which is
+    /// what `on`'s refusal to register a key preempted since needs (P3, `ops::unfence_observed`).
+    pub fn lus_path(&self) -> PathBuf {
+        self.with_suffix(".lus")
+    }
+
+    /// Records that `on` registered `key` on the LU `lu` (its identifier), unless already listed.
+    pub fn add_lu(&self, key: u64, lu: &str) -> Result<(), StoreError> {
+        let line = format!("{key:x} {lu}");
+        self.add_line(&self.lus_path(), line.as_bytes(), |l| {
+            l.trim_ascii() == line.as_bytes()
+        })
+    }
+
+    /// The identifiers of the LUs `on` registered `key` on (none if the file does not exist).
+    pub fn read_lus(&self, key: u64) -> Result<Vec<String>, StoreError> {
+        let path = self.lus_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Self::io_error(&path)(e)),
+        };
+        let key = format!("{key:x}");
+        Ok(text
+            .lines()
+            .filter_map(|l| l.trim().split_once(' '))
+            .filter(|(k, _)| *k == key)
+            .map(|(_, lu)| lu.trim().to_owned())
+            .collect())
     }
 
     /// Devices recorded by `on`; `None` if the file does not exist.
@@ -362,6 +406,29 @@ mod tests {
                 PathBuf::from("/dev/sdc")
             ]
         );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn lus_are_recorded_once_per_key_and_read_for_one_key() {
+        let (dir, store) = temp_store("lus");
+        assert!(store.read_lus(0x6c9d0001).unwrap().is_empty());
+        store.add_lu(0x6c9d0001, "naa.6001405aa").unwrap();
+        store.add_lu(0x6c9d0001, "naa.6001405aa").unwrap();
+        store.add_lu(0x6c9d0001, "/dev/sdq").unwrap();
+        store.add_lu(0x6c9d0002, "naa.6001405aa").unwrap();
+        assert_eq!(
+            fs::read_to_string(store.lus_path()).unwrap(),
+            "6c9d0001 naa.6001405aa\n6c9d0001 /dev/sdq\n6c9d0002 naa.6001405aa\n"
+        );
+        assert_eq!(
+            store.read_lus(0x6c9d0001).unwrap(),
+            ["naa.6001405aa", "/dev/sdq"]
+        );
+        assert_eq!(store.read_lus(0x6c9d0002).unwrap(), ["naa.6001405aa"]);
+        assert!(store.read_lus(0x6c9d0003).unwrap().is_empty());
+        // fence_scsi's files are untouched.
+        assert!(!store.dev_path().exists() && !store.key_path().exists());
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -57,6 +57,35 @@ impl FenceAgent {
     }
 }
 
+/// Lab node `node`'s fence_pr key store (the stem FENCE_PR_STORE names). Under /run/lab, which
+/// every new SCSI topology empties, so each topology's nodes start as if just booted.
+fn store(node: Node) -> String {
+    format!("/run/lab/node-{}", node.letter().to_ascii_lowercase())
+}
+
+/// The files of [`store`]: the key, the devices, the record of the LUs `on` registered on, the
+/// lock.
+pub fn store_files(node: Node) -> Vec<PathBuf> {
+    [".key", ".dev", ".lus", ".dev.lock"]
+        .iter()
+        .map(|suffix| PathBuf::from(format!("{}{suffix}", store(node))))
+        .collect()
+}
+
+/// Lab node `node` rebooted, as fence_pr sees it: /run is a tmpfs, so its key store is gone, and
+/// with it the record that makes `on` refuse after this node was fenced (P3).
+pub fn reboot(node: Node) -> anyhow::Result<()> {
+    for file in store_files(node) {
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("rm {}", file.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Runs `agent` as lab node `node` the way pacemaker-fenced does: parameters on stdin, one
 /// `name=value` a line, env PCMK_service=pacemaker-fenced. `target` is the node acted on.
 /// fence_pr keeps each lab node's key store apart (FENCE_PR_STORE); fence_scsi has one store
@@ -80,10 +109,7 @@ pub fn run(
         FenceAgent::FencePr => {
             // the package's link, where pacemaker-fenced finds agents
             let mut cmd = Command::new(super::INSTALLED_FENCE_PR);
-            cmd.env(
-                "FENCE_PR_STORE",
-                format!("/run/lab/node-{}", node.letter().to_ascii_lowercase()),
-            );
+            cmd.env("FENCE_PR_STORE", store(node));
             cmd
         }
         FenceAgent::FenceScsi => Command::new("fence_scsi"),

@@ -326,7 +326,10 @@ fn fence_pr() -> anyhow::Result<String> {
          .PP\nKeys are derived as fence_scsi(8) derives them (key_value=id or hash), or from the \
          corosync node id (key_value=native); the key stored by \\fBon\\fR is kept in \
          /var/run/cluster.key as fence_scsi keeps it, so a fence_scsi cluster switches without \
-         re-keying."
+         re-keying. \\fBon\\fR also lists the LUs it registered the key on in \
+         /var/run/cluster.lus (fence_pr's own file; /run lasts one boot); where such an LU holds \
+         other keys but not this node's, the node was fenced since, and \\fBon\\fR refuses it \
+         until the node reboots (\\fBprfence unfence\\fR is the explicit way back)."
     );
     let _ = writeln!(page, ".SH EXIT STATUS");
     let _ = writeln!(
@@ -442,7 +445,9 @@ fn agent_toml() -> anyhow::Result<String> {
          .TP\n.B /usr/share/doc/prfence/examples/agent.toml\nA commented example.\n\
          .TP\n.B /var/lib/prfence/lease\\-epoch\nThe default lease.state_file.\n\
          .TP\n.B /var/run/cluster.key\nfence_pr's key store (this node's key after its \
-         unfencing), as fence_scsi keeps it."
+         unfencing), as fence_scsi keeps it.\n\
+         .TP\n.B /var/run/cluster.lus\nThe LUs fence_pr's unfencing registered this node's key \
+         on in this boot; \\fBon\\fR refuses those whose key was preempted since."
     );
     let _ = writeln!(page, ".SH ENVIRONMENT");
     let _ = writeln!(

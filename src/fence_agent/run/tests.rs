@@ -197,6 +197,58 @@ fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
     assert_eq!(a.store.read_devices().unwrap().unwrap().len(), 4);
 }
 
+/// Pacemaker may ask a node it has just fenced to unfence while it still runs (its default
+/// fence-reaction=stop). The node's record of this boot (`<stem>.lus`) makes `on` refuse the LUs
+/// it registered on before; a reboot (a new /run, so no record) is the way back.
+#[test]
+fn on_after_being_fenced_in_this_boot_is_refused_until_a_reboot() {
+    let cluster = Cluster::new(2);
+    let a = cluster.node("node1", 1);
+    let b = cluster.node("node2", 2);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    assert_eq!(b.store.read_lus(scsi_key(1).get()).unwrap().len(), 2);
+    assert!(b.store.read_lus(scsi_key(0).get()).unwrap().is_empty());
+    let off = format!("action=off\nport=node2\ndevices={}\n", a.devices());
+    assert_eq!(agent(&a, &off).0, FencePrExit::Success);
+    // What `execute` logs; the exit code is checked through `agent` below.
+    let request = parse::<&str>(
+        &[],
+        Some(&format!(
+            "action=on\nnodename=node2\ndevices={}\n",
+            b.devices()
+        )),
+        &Environment::default(),
+    )
+    .unwrap();
+    let Err(Failed(message)) = unfence(&request, &b.fence_node(), &mut Vec::new(), Instant::now())
+    else {
+        panic!("`on` after a fence succeeded");
+    };
+    assert!(
+        message.contains("THIS NODE WAS FENCED") && message.contains("Reboot it"),
+        "{message}"
+    );
+    assert!(message.contains("prfence unfence --key"), "{message}");
+    assert_eq!(on(&b, "node2").0, FencePrExit::Error);
+    for lu in 0..2 {
+        assert_eq!(
+            cluster.keys(lu),
+            vec![scsi_key(0)],
+            "LU {lu}: node2 must stay out"
+        );
+    }
+    // A reboot clears /run.
+    std::fs::remove_file(b.store.lus_path()).unwrap();
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    for lu in 0..2 {
+        assert_eq!(
+            cluster.keys(lu),
+            vec![scsi_key(0), scsi_key(1), scsi_key(1)]
+        );
+    }
+}
+
 #[test]
 fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
     let cluster = Cluster::new(2);

@@ -155,6 +155,9 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
     for &agent in agents {
         let name = agent.name();
         let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
+        // Each agent's round starts as a freshly booted cluster.
+        fence_agents::reboot(Node::A)?;
+        fence_agents::reboot(Node::B)?;
         let on = fence_agents::expect(agent, Node::A, "on", Node::A, of(Node::A), 0)?;
         fence_agents::expect(FenceAgent::FencePr, Node::B, "on", Node::B, of(Node::B), 0)?;
         ensure!(keys_everywhere(&t)? == [ka, kb], "after {name}'s on");
@@ -163,6 +166,8 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
             keys_everywhere(&t)? == [kb],
             "after {name}'s off by the greater key"
         );
+        // A was fenced: fence_pr's `on` takes it back only after a reboot (P3).
+        fence_agents::reboot(Node::A)?;
         fence_agents::expect(FenceAgent::FencePr, Node::A, "on", Node::A, of(Node::A), 0)?;
         let smaller = fence_agents::expect(agent, Node::A, "off", Node::B, of(Node::A), 0)?;
         ensure!(

@@ -36,6 +36,7 @@ pub const SUITE: Suite = Suite {
         relogin_orphan_is_purged_by_unfence,
         multipath_maps_register_and_lose_every_path,
         fence_pr_and_fence_scsi_side_by_side,
+        fence_pr_on_refuses_a_node_fenced_in_this_boot,
         package_upgrade_keeps_and_removal_stops_an_armed_agent,
         commands_per_lu_at_the_minimum,
     ],
@@ -553,7 +554,8 @@ fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
 
 /// fence_pr and fence_scsi (4.12.1, over sg_persist) on the same LUs, driven through stdin as
 /// pacemaker-fenced drives them: both derive the same keys from corosync; a node unfenced by one
-/// is fenced by the other, both ways; their `status` agree.
+/// is fenced by the other, both ways; their `status` agree; fence_pr's `on` does not bring back a
+/// node fenced since its last `on` in this boot.
 fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
     let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
@@ -588,6 +590,70 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     assert_sole_survivor_key(&t, Node::A, ka, 3)?;
     statuses_agree(&t, Node::B, 2)?;
     statuses_agree(&t, Node::A, 0)?;
+
+    // B's fence_pr `on` registered it on these LUs earlier in this boot, and it was fenced since
+    // (by fence_scsi): fence_pr's `on` refuses to bring its key back (P3), as when Pacemaker
+    // unfences a node it has just fenced. After a reboot it registers.
+    let refused = agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 1)?;
+    ensure!(
+        refused.stderr.contains("THIS NODE WAS FENCED"),
+        "B's refused `on` says why: {}",
+        refused.stderr
+    );
+    assert_sole_survivor_key(&t, Node::A, ka, 4)?;
+    fence_agents::reboot(Node::B)?;
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
+    ensure!(
+        keys_everywhere(&t)? == [ka, kb],
+        "after B's reboot and fence_pr's on"
+    );
+    Ok(())
+}
+
+/// Pacemaker may run `on` on a node it has just fenced, while the node still runs (its default
+/// fence-reaction=stop; the cluster suite saw it). Over tcm_loop: B's `on` after A preempted its
+/// key is refused, the target keeps A's key alone and refuses B's writes; after B "reboots" (its
+/// /run, and fence_pr's record of the LUs it registered on, gone) its `on` registers it again.
+/// A preempts with plain PREEMPT (`prfence preempt`): PREEMPT AND ABORT, fence_pr's `off`, never
+/// completes over tcm_loop (docs/target-notes.md); side by side, on iSCSI, uses `off`.
+fn fence_pr_on_refuses_a_node_fenced_in_this_boot() -> anyhow::Result<()> {
+    // A new topology starts with the nodes' key stores empty, as after a boot.
+    let t = Topology::tcm_loop()?;
+    fake_cmapctl()?;
+    let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
+    agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 0)?;
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
+    // An ordinary repeat in the same boot registers as before.
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
+    ensure!(keys_everywhere(&t)? == [ka, kb], "after both on");
+    let a_device = t.device(Node::A, 0).display().to_string();
+    crate::prfence([
+        "preempt",
+        "--key",
+        &format!("{ka:#x}"),
+        "--victim",
+        &format!("{kb:#x}"),
+        &a_device,
+    ])?
+    .ok()?;
+    assert_sole_survivor_key(&t, Node::A, ka, 6)?;
+    for _ in 0..2 {
+        let refused = agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 1)?;
+        ensure!(
+            refused.stderr.contains("THIS NODE WAS FENCED") && refused.stderr.contains("Reboot"),
+            "B's refused `on` says why and what to do: {}",
+            refused.stderr
+        );
+        assert_sole_survivor_key(&t, Node::A, ka, 7)?;
+    }
+    fence_agents::reboot(Node::B)?;
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
+    ensure!(keys_everywhere(&t)? == [ka, kb], "after B's reboot and on");
+    let probe = t.write_probe(Node::B, 0, 8);
+    ensure!(
+        probe == WriteOutcome::Accepted,
+        "B's write after its reboot and on: {probe:?}"
+    );
     Ok(())
 }
 

@@ -538,10 +538,19 @@ fn mutual_fence_race(rounds: usize) -> anyhow::Result<()> {
 }
 
 /// fence_pr with fence_scsi's parameters and keys on NVMe: `on` registers the node's derived key
-/// on every namespace, `monitor` finds it there, `status` tells registered (0) from not (2), `off` of the other node removes
-/// its key everywhere and its writes are refused.
+/// on every namespace, `monitor` finds it there, `status` tells registered (0) from not (2), `off`
+/// of the other node removes its key everywhere and its writes are refused; the fenced node's
+/// `on` is refused until it reboots.
 fn fence_pr_on_off_status() -> anyhow::Result<()> {
-    let _key_stores = crate::RemoveOnDrop::all(["/run/lab/node-a", "/run/lab/node-b"]);
+    // The nodes' key stores, from none (a fresh boot) to none, even when the test fails half-way.
+    for node in [Node::A, Node::B] {
+        fence_agents::reboot(node)?;
+    }
+    let _key_stores = crate::RemoveOnDrop::all(
+        [Node::A, Node::B]
+            .into_iter()
+            .flat_map(fence_agents::store_files),
+    );
     let t = NvmeTopology::new(NAMESPACES)?;
     fake_cmapctl()?;
     let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
@@ -593,8 +602,29 @@ fn fence_pr_on_off_status() -> anyhow::Result<()> {
     }
     agent(Node::B, "status", Node::A, 2)?;
     agent(Node::B, "status", Node::B, 0)?;
-    // off again converges (P4); A's own `on` is the only way back (P3)
+    // off again converges (P4)
     agent(Node::B, "off", Node::A, 0)?;
+    // A's `on` in the same boot, as Pacemaker may run it on a node it has just fenced, is refused
+    // (P3): A registered on these namespaces in this boot and its key was preempted since.
+    let refused = agent(Node::A, "on", Node::A, 1)?;
+    ensure!(
+        refused.stderr.contains("THIS NODE WAS FENCED"),
+        "A's refused `on` says why: {}",
+        refused.stderr
+    );
+    for (index, report) in t.reports()?.iter().enumerate() {
+        ensure!(
+            report.keys() == [kb],
+            "namespace {index} after A's refused on: {report:?}"
+        );
+        let refused = t.write_probe(Node::A, index, 5);
+        ensure!(
+            refused == WriteOutcome::Refused,
+            "namespace {index}: A's write after its refused on: {refused:?}"
+        );
+    }
+    // After a reboot A's own `on` is the way back.
+    fence_agents::reboot(Node::A)?;
     agent(Node::A, "on", Node::A, 0)?;
     agent(Node::A, "status", Node::A, 0)?;
     Ok(())
