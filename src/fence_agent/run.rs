@@ -728,15 +728,19 @@ fn unfence(
         &mut |_| {},
     ))?;
     log_report(&report);
-    for lu in report.lus.iter().filter(|lu| lu.ok) {
-        system
-            .store()
-            .add_lu(key.get(), lu.lu.as_str())
-            .map_err(Failed::from)?;
-        for device in given.get(&lu.lu).into_iter().flatten() {
-            system.store().add_device(device).map_err(Failed::from)?;
-        }
-    }
+    let registered = report.lus.iter().filter(|lu| lu.ok);
+    system
+        .store()
+        .add_lus(key.get(), registered.clone().map(|lu| lu.lu.as_str()))
+        .map_err(Failed::from)?;
+    system
+        .store()
+        .add_devices(
+            registered
+                .flat_map(|lu| given.get(&lu.lu).into_iter().flatten())
+                .map(PathBuf::as_path),
+        )
+        .map_err(Failed::from)?;
     match report.outcome {
         Outcome::Success => {}
         Outcome::ThisNodeFenced => {

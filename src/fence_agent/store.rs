@@ -202,42 +202,57 @@ impl KeyStore {
             .map_err(|(_, errno)| Self::write_error(&path)(io::Error::from(errno)))
     }
 
-    /// Records a device registered by `on`, unless already listed.
-    pub fn add_device(&self, device: &Path) -> Result<(), StoreError> {
-        let dev = device.as_os_str().as_encoded_bytes();
+    /// Records the devices registered by `on`, those not listed yet, in one rewrite.
+    pub fn add_devices<'a>(
+        &self,
+        devices: impl IntoIterator<Item = &'a Path>,
+    ) -> Result<(), StoreError> {
         // fence_scsi's test is a line starting with the path followed by whitespace; a last line
         // without its newline counts here too (fence_scsi would glue the next path onto it).
-        self.add_line(&self.dev_path(), dev, |line| {
-            line.strip_prefix(dev)
-                .is_some_and(|rest| rest.first().is_none_or(u8::is_ascii_whitespace))
-        })
+        self.add_lines(
+            &self.dev_path(),
+            devices
+                .into_iter()
+                .map(|d| d.as_os_str().as_encoded_bytes()),
+            |line, dev| {
+                line.strip_prefix(dev)
+                    .is_some_and(|rest| rest.first().is_none_or(u8::is_ascii_whitespace))
+            },
+        )
     }
 
-    /// Appends `new` to the file at `path` unless a line matches `listed`. The read, the check and
-    /// the atomic rewrite happen under [`Self::lock_devices`].
-    fn add_line(
+    /// Appends each of `new` to the file at `path` unless a line matches it (`listed(line,
+    /// new)`), in one rewrite. The read, the checks and the atomic rewrite happen under
+    /// [`Self::lock_devices`].
+    fn add_lines<'n>(
         &self,
         path: &Path,
-        new: &[u8],
-        listed: impl Fn(&[u8]) -> bool,
+        new: impl IntoIterator<Item = &'n [u8]>,
+        listed: impl Fn(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         Self::ensure_parent(path)?;
         let _lock = self.lock_devices()?;
-        let existing = match fs::read(path) {
+        let mut updated = match fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(Self::io_error(path)(e)),
         };
-        if existing.split(|&b| b == b'\n').any(listed) {
+        let mut changed = false;
+        for new in new {
+            if updated.split(|&b| b == b'\n').any(|line| listed(line, new)) {
+                continue;
+            }
+            // Keep the file line-structured even if an earlier writer left no final newline.
+            if updated.last().is_some_and(|&b| b != b'\n') {
+                updated.push(b'\n');
+            }
+            updated.extend_from_slice(new);
+            updated.push(b'\n');
+            changed = true;
+        }
+        if !changed {
             return Ok(());
         }
-        let mut updated = existing;
-        // Keep the file line-structured even if an earlier writer left no final newline.
-        if updated.last().is_some_and(|&b| b != b'\n') {
-            updated.push(b'\n');
-        }
-        updated.extend_from_slice(new);
-        updated.push(b'\n');
         write_atomic(path, &updated, MODE_DEFAULT).map_err(Self::write_error(path))
     }
 
@@ -248,12 +263,19 @@ impl KeyStore {
         self.with_suffix(".lus")
     }
 
-    /// Records that `on` registered `key` on the LU `lu` (its identifier), unless already listed.
-    pub fn add_lu(&self, key: u64, lu: &str) -> Result<(), StoreError> {
-        let line = format!("{key:x} {lu}");
-        self.add_line(&self.lus_path(), line.as_bytes(), |l| {
-            l.trim_ascii() == line.as_bytes()
-        })
+    /// Records that `on` registered `key` on each of the LUs `lus` (their identifiers), those not
+    /// listed yet, in one rewrite.
+    pub fn add_lus<'a>(
+        &self,
+        key: u64,
+        lus: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), StoreError> {
+        let lines: Vec<String> = lus.into_iter().map(|lu| format!("{key:x} {lu}")).collect();
+        self.add_lines(
+            &self.lus_path(),
+            lines.iter().map(String::as_bytes),
+            |line, new| line.trim_ascii() == new,
+        )
     }
 
     /// The identifiers of the LUs `on` registered `key` on (none if the file does not exist).
@@ -390,10 +412,10 @@ mod tests {
     fn devices_append_once() {
         let (dir, store) = temp_store("dev");
         assert_eq!(store.read_devices().unwrap(), None);
-        store.add_device(Path::new("/dev/sdb")).unwrap();
-        store.add_device(Path::new("/dev/sdb")).unwrap();
-        store.add_device(Path::new("/dev/sd")).unwrap();
-        store.add_device(Path::new("/dev/sdc")).unwrap();
+        store.add_devices([Path::new("/dev/sdb")]).unwrap();
+        store
+            .add_devices(["/dev/sdb", "/dev/sd", "/dev/sdc", "/dev/sd"].map(Path::new))
+            .unwrap();
         assert_eq!(
             fs::read_to_string(store.dev_path()).unwrap(),
             "/dev/sdb\n/dev/sd\n/dev/sdc\n"
@@ -413,10 +435,13 @@ mod tests {
     fn lus_are_recorded_once_per_key_and_read_for_one_key() {
         let (dir, store) = temp_store("lus");
         assert!(store.read_lus(0x6c9d0001).unwrap().is_empty());
-        store.add_lu(0x6c9d0001, "naa.6001405aa").unwrap();
-        store.add_lu(0x6c9d0001, "naa.6001405aa").unwrap();
-        store.add_lu(0x6c9d0001, "/dev/sdq").unwrap();
-        store.add_lu(0x6c9d0002, "naa.6001405aa").unwrap();
+        store
+            .add_lus(0x6c9d0001, ["naa.6001405aa", "naa.6001405aa"])
+            .unwrap();
+        store
+            .add_lus(0x6c9d0001, ["/dev/sdq", "naa.6001405aa"])
+            .unwrap();
+        store.add_lus(0x6c9d0002, ["naa.6001405aa"]).unwrap();
         assert_eq!(
             fs::read_to_string(store.lus_path()).unwrap(),
             "6c9d0001 naa.6001405aa\n6c9d0001 /dev/sdq\n6c9d0002 naa.6001405aa\n"
@@ -437,8 +462,8 @@ mod tests {
         let (dir, store) = temp_store("dev2");
         fs::create_dir_all(store.dev_path().parent().unwrap()).unwrap();
         fs::write(store.dev_path(), "\n/dev/sdb\n\n/dev/sdc").unwrap();
-        store.add_device(Path::new("/dev/sdc")).unwrap();
-        store.add_device(Path::new("/dev/sdd")).unwrap();
+        store.add_devices([Path::new("/dev/sdc")]).unwrap();
+        store.add_devices([Path::new("/dev/sdd")]).unwrap();
         assert_eq!(
             fs::read_to_string(store.dev_path()).unwrap(),
             "\n/dev/sdb\n\n/dev/sdc\n/dev/sdd\n"
@@ -492,7 +517,7 @@ mod tests {
         fs::write(&victim, "untouched").unwrap();
         symlink(&victim, run.join("cluster.key.tmp")).unwrap();
         store.write_key(0x6c9d_0001).unwrap();
-        store.add_device(Path::new("/dev/sdb")).unwrap();
+        store.add_devices([Path::new("/dev/sdb")]).unwrap();
         assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched");
         assert_eq!(fs::read_to_string(store.key_path()).unwrap(), "6c9d0001\n");
         assert!(
@@ -523,7 +548,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let (dir, store) = temp_store("mode");
         store.write_key(1).unwrap();
-        store.add_device(Path::new("/dev/sdb")).unwrap();
+        store.add_devices([Path::new("/dev/sdb")]).unwrap();
         let reference = dir.join("reference");
         fs::File::create(&reference).unwrap();
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode();
@@ -543,7 +568,7 @@ mod tests {
                     let store = store.clone();
                     std::thread::spawn(move || {
                         store
-                            .add_device(Path::new(&format!("{dev}{round}")))
+                            .add_devices([Path::new(&format!("{dev}{round}"))])
                             .unwrap()
                     })
                 })
