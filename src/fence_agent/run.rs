@@ -55,7 +55,7 @@
 //! are always opened read-only (SG_IO needs no write access, and a read-only open does not
 //! trigger udev change events, the reason fence_scsi added the option).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -713,11 +713,16 @@ fn unfence(
     // P3: an LU this node registered its key on earlier in this boot, and which now holds other
     // keys but not its own, means this node was fenced since; Pacemaker may still ask it to
     // unfence (fence-reaction=stop). The engine refuses those LUs.
-    let recorded = system.store().read_lus(key.get()).map_err(Failed::from)?;
+    let recorded: HashSet<String> = system
+        .store()
+        .read_lus(key.get())
+        .map_err(Failed::from)?
+        .into_iter()
+        .collect();
     let registered_before: BTreeSet<LuId> = targets
         .lus
         .iter()
-        .filter(|lu| recorded.iter().any(|r| r.as_str() == lu.id.as_str()))
+        .filter(|lu| recorded.contains(lu.id.as_str()))
         .map(|lu| lu.id.clone())
         .collect();
     let report = shown(ops::unfence_observed(
