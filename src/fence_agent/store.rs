@@ -39,7 +39,11 @@ pub const LEGACY_STEM: &str = "/var/run/cluster/fence_scsi";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("Failed: Cannot open file \"{path}\": {source}; `on` must run on this node first")]
+    /// Any failure but a missing file (each reader treats absence itself).
+    #[error(
+        "Failed: Cannot open file \"{path}\": {source}; it exists but cannot be read: check its \
+         type and permissions (Pacemaker runs fence_pr as root)"
+    )]
     Io { path: PathBuf, source: io::Error },
     #[error("Failed: Cannot write file \"{path}\": {source}")]
     Write { path: PathBuf, source: io::Error },
@@ -458,6 +462,18 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_record_is_an_error_naming_its_file() {
+        let (dir, store) = temp_store("unreadable");
+        fs::create_dir_all(store.lus_path()).unwrap();
+        let text = store.read_lus(0x6c9d0001).unwrap_err().to_string();
+        assert!(
+            text.contains("cluster.lus") && text.contains("cannot be read"),
+            "{text}"
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn devices_tolerate_missing_final_newline_and_blank_lines() {
         let (dir, store) = temp_store("dev2");
         fs::create_dir_all(store.dev_path().parent().unwrap()).unwrap();
@@ -495,7 +511,7 @@ mod tests {
             text.contains("remove it and run `fence_pr -o on`"),
             "{text}"
         );
-        assert!(!text.contains("must run on this node first"), "{text}");
+        assert!(!text.contains("cannot be read"), "{text}");
         fs::write(store.key_path(), "not a key\n").unwrap();
         let text = store.read_key().unwrap_err().to_string();
         assert!(text.contains("not a hex key"), "{text}");
@@ -503,7 +519,7 @@ mod tests {
             text.contains("remove it and run `fence_pr -o on`"),
             "{text}"
         );
-        assert!(!text.contains("must run on this node first"), "{text}");
+        assert!(!text.contains("cannot be read"), "{text}");
         fs::remove_dir_all(dir).unwrap();
     }
 
