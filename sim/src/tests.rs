@@ -158,15 +158,18 @@ fn ends(run: &ScheduleRun, node: usize) -> Vec<Outcome> {
         .collect()
 }
 
+/// `scenario` run once, every choice the first (no replay): what happens when nothing races.
+fn first_schedule(scenario: &str) -> ScheduleRun {
+    let scenario: Scenario = scenario.parse().unwrap();
+    explore::run(&scenario, &mut Replay::new(Vec::new()))
+}
+
 /// The register-only-while-present rule made visible: a careless REGISTER after a fence is
 /// caught (P3) along with the writes it lets through (P1), so the checks can fail.
 #[test]
 fn a_key_registered_again_behind_a_fence_is_caught() {
-    let scenario: Scenario =
-        "lio nodes=2 lus=2 paths=1 n1:fence(n0)@0ms n0:register@5000ms writer:n0"
-            .parse()
-            .unwrap();
-    let run = explore::run(&scenario, &mut Replay::new(Vec::new()));
+    let run =
+        first_schedule("lio nodes=2 lus=2 paths=1 n1:fence(n0)@0ms n0:register@5000ms writer:n0");
     assert_eq!(ends(&run, 1), [Outcome::Success]);
     let properties: Vec<&str> = run.violations.iter().map(|v| v.property).collect();
     assert!(properties.contains(&"P3"), "{}", explore::timeline(&run));
@@ -176,11 +179,8 @@ fn a_key_registered_again_behind_a_fence_is_caught() {
 /// boot) is refused: the key stays out and the node's writes stay refused (P1, P3).
 #[test]
 fn a_rejoin_after_the_fence_is_refused() {
-    let scenario: Scenario =
-        "lio nodes=2 lus=2 paths=2 n1:fence(n0)@0ms n0:rejoin@5000ms writer:n0"
-            .parse()
-            .unwrap();
-    let run = explore::run(&scenario, &mut Replay::new(Vec::new()));
+    let run =
+        first_schedule("lio nodes=2 lus=2 paths=2 n1:fence(n0)@0ms n0:rejoin@5000ms writer:n0");
     assert!(run.violations.is_empty(), "{}", explore::timeline(&run));
     assert_eq!(ends(&run, 1), [Outcome::Success]);
     assert_eq!(ends(&run, 0), [Outcome::ThisNodeFenced]);

@@ -112,6 +112,17 @@ impl Fixture {
         self.cluster.reservation(lu).is_some()
     }
 
+    /// One PR OUT from node `node`'s first path to LU `lu`, as an admin's sg_persist would send.
+    fn pr_out(&self, node: usize, lu: usize, out: &PrOut) {
+        self.targets(node)
+            .into_iter()
+            .find(|t| t.id == lu_id(lu))
+            .unwrap()
+            .paths[0]
+            .pr_out(out)
+            .unwrap();
+    }
+
     fn with_lu<R>(&self, lu: usize, f: impl FnOnce(&mut ModelLu) -> R) -> R {
         f(&mut self.model(lu).lock().unwrap())
     }
@@ -256,13 +267,7 @@ fn unfence_registered_before_reruns_where_the_key_is_present_or_the_lu_empty() {
     assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::Success);
     assert_eq!(f.key_of(0, 1, 1), Some(B));
     // LU 1 cleared.
-    f.targets(0)
-        .into_iter()
-        .find(|t| t.id == lu_id(1))
-        .unwrap()
-        .paths[0]
-        .pr_out(&PrOut::clear(A))
-        .unwrap();
+    f.pr_out(0, 1, &PrOut::clear(A));
     assert!(f.keys(1).is_empty());
     assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::Success);
     assert_eq!(f.keys(1), [B, B]);
@@ -296,13 +301,7 @@ fn status_reports_all_none_or_which() {
     let none = f.status(0, A);
     assert_eq!(none.outcome, Outcome::Off);
     // Register on LU 1 only.
-    f.targets(0)
-        .into_iter()
-        .find(|t| t.id == lu_id(1))
-        .unwrap()
-        .paths[0]
-        .pr_out(&PrOut::register_ignore(A))
-        .unwrap();
+    f.pr_out(0, 1, &PrOut::register_ignore(A));
     let partial = f.status(0, A);
     assert_eq!(partial.outcome, Outcome::Partial);
     assert!(partial.summary.contains(&lu_id(0)) && partial.summary.contains(&lu_id(2)));
@@ -1006,13 +1005,7 @@ fn a_fenced_node_never_registers_itself_again_by_fence_or_heal() {
 #[test]
 fn a_node_fenced_on_a_later_lu_only_is_not_healed_there() {
     let f = two_nodes(2, 1);
-    f.targets(1)
-        .into_iter()
-        .find(|t| t.id == lu_id(1))
-        .unwrap()
-        .paths[0]
-        .pr_out(&PrOut::preempt_and_abort(B, A, FENCING_TYPE))
-        .unwrap();
+    f.pr_out(1, 1, &PrOut::preempt_and_abort(B, A, FENCING_TYPE));
     let report = f.heal(0, A);
     assert_eq!(report.outcome, Outcome::ThisNodeFenced);
     assert_eq!(report.lus[0].verdict, Verdict::Intact);

@@ -150,6 +150,16 @@ impl ModelSystem {
     }
 }
 
+/// node1 and node2 with `a_paths` and `b_paths` paths to `lus` shared LUs, both unfenced (`on`).
+fn both_on(lus: usize, a_paths: usize, b_paths: usize) -> (Cluster, ModelSystem, ModelSystem) {
+    let cluster = Cluster::new(lus);
+    let a = cluster.node("node1", a_paths);
+    let b = cluster.node("node2", b_paths);
+    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
+    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    (cluster, a, b)
+}
+
 /// Runs the agent with stdin `lines` (what Pacemaker sends); returns exit code and stdout.
 fn agent(system: &ModelSystem, lines: &str) -> (FencePrExit, String) {
     let env = Environment {
@@ -202,11 +212,7 @@ fn on_registers_the_derived_key_reserves_and_records_key_and_devices() {
 /// it registered on before; a reboot (a new /run, so no record) is the way back.
 #[test]
 fn on_after_being_fenced_in_this_boot_is_refused_until_a_reboot() {
-    let cluster = Cluster::new(2);
-    let a = cluster.node("node1", 1);
-    let b = cluster.node("node2", 2);
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let (cluster, a, b) = both_on(2, 1, 2);
     assert_eq!(b.store.read_lus(scsi_key(1).get()).unwrap().len(), 2);
     assert!(b.store.read_lus(scsi_key(0).get()).unwrap().is_empty());
     let off = format!("action=off\nport=node2\ndevices={}\n", a.devices());
@@ -251,11 +257,7 @@ fn on_after_being_fenced_in_this_boot_is_refused_until_a_reboot() {
 
 #[test]
 fn off_preempts_the_victim_with_the_stored_own_key_after_the_delay() {
-    let cluster = Cluster::new(2);
-    let a = cluster.node("node1", 1);
-    let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let (cluster, a, _) = both_on(2, 1, 1);
     let (code, out) = agent(
         &a,
         &format!(
@@ -318,11 +320,7 @@ fn off_without_a_stored_key_or_against_itself_fails_untouched() {
 
 #[test]
 fn off_and_monitor_find_the_key_fence_scsi_kept_before_2021() {
-    let cluster = Cluster::new(1);
-    let mut a = cluster.node("node1", 1);
-    let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let (cluster, mut a, _) = both_on(1, 1, 1);
     // node1 was unfenced by an older fence_scsi: its key is only in <run>/cluster/fence_scsi.key.
     let legacy = a._dir.path().join("cluster").join("fence_scsi");
     std::fs::create_dir_all(a._dir.path().join("cluster")).unwrap();
@@ -345,11 +343,7 @@ fn off_and_monitor_find_the_key_fence_scsi_kept_before_2021() {
 
 #[test]
 fn the_loser_of_a_fence_race_exits_1_and_touches_nothing() {
-    let cluster = Cluster::new(2);
-    let a = cluster.node("node1", 1);
-    let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let (cluster, a, b) = both_on(2, 1, 1);
     let off = |s: &ModelSystem, node: &str| {
         agent(
             s,
@@ -424,11 +418,7 @@ fn monitor_probes_lus_warns_on_a_dead_path_and_fails_without_the_key() {
 
 #[test]
 fn monitor_fails_when_this_node_was_fenced() {
-    let cluster = Cluster::new(1);
-    let a = cluster.node("node1", 1);
-    let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let (_, a, b) = both_on(1, 1, 1);
     let off = agent(
         &b,
         &format!("action=off\nport=node1\ndevices={}\n", b.devices()),
@@ -462,11 +452,7 @@ fn aptpl_and_single_path_registration() {
 
 #[test]
 fn a_vanished_device_stops_off_before_anything_is_sent() {
-    let cluster = Cluster::new(1);
-    let a = cluster.node("node1", 1);
-    let b = cluster.node("node2", 1);
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
+    let (cluster, a, _) = both_on(1, 1, 1);
     let mut both = vec![scsi_key(0), scsi_key(1)];
     both.sort();
     let (code, _) = agent(
@@ -627,14 +613,6 @@ fn lock_lu(lu: &Mutex<ModelLu>) -> std::sync::MutexGuard<'_, ModelLu> {
     lu.lock().unwrap()
 }
 
-/// node1 and node2 both unfenced; node1's system.
-fn both_on(cluster: &Cluster) -> ModelSystem {
-    let (a, b) = (cluster.node("node1", 1), cluster.node("node2", 1));
-    assert_eq!(on(&a, "node1").0, FencePrExit::Success);
-    assert_eq!(on(&b, "node2").0, FencePrExit::Success);
-    a
-}
-
 /// node1's `off` of node2: its exit, its output and the corosync-cmapctl runs it made.
 fn off_node2_from(a: &ModelSystem) -> (FencePrExit, String, Vec<Vec<String>>) {
     let before = a.host.corosync_runs().len();
@@ -653,8 +631,7 @@ fn runs(args: &[&[&str]]) -> Vec<Vec<String>> {
 
 #[test]
 fn off_asks_corosync_for_the_cluster_name_and_the_nodelist_in_one_run() {
-    let cluster = Cluster::new(1);
-    let a = both_on(&cluster);
+    let (cluster, a, _) = both_on(1, 1, 1);
     let (code, out, asked) = off_node2_from(&a);
     assert_eq!(code, FencePrExit::Success, "{out}");
     assert_eq!(cluster.keys(0), vec![scsi_key(0)]);
@@ -663,8 +640,7 @@ fn off_asks_corosync_for_the_cluster_name_and_the_nodelist_in_one_run() {
 
 #[test]
 fn a_cmapctl_that_takes_one_argument_is_asked_one_query_per_run_at_once() {
-    let cluster = Cluster::new(1);
-    let a = both_on(&cluster);
+    let (cluster, a, _) = both_on(1, 1, 1);
     a.host.corosync_takes_one_argument();
     // Asked one after the other, the first single query would wait for a second that never
     // begins (the refused run of both is not counted: it fails before it would wait).
@@ -687,8 +663,7 @@ fn a_cmapctl_that_takes_one_argument_is_asked_one_query_per_run_at_once() {
 /// argument); corosync's own empty answer then fails the fence as it would have.
 #[test]
 fn an_empty_part_of_the_run_of_both_is_asked_again_alone() {
-    let cluster = Cluster::new(1);
-    let a = both_on(&cluster);
+    let (cluster, a, _) = both_on(1, 1, 1);
     a.host.set_corosync("nodelist", "");
     let (code, out, asked) = off_node2_from(&a);
     assert_eq!(code, FencePrExit::Error, "{out}");
