@@ -22,6 +22,21 @@ pub trait Host: Send + Sync + 'static {
     fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError>;
     /// Lenient discovery of `devices` ([`Discovery::resolve_each`]).
     fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
+    /// [`Host::resolve`] of each device on its own, for a caller that asks again every few
+    /// seconds (the agent's checks). The system's host gives a device's previous answer again
+    /// while sysfs shows nothing it rests on changed ([`Discovery::resolve_repeated`]); this
+    /// default discovers afresh every time. `fresh[i]`: discover device `i` afresh.
+    fn resolve_repeated(
+        &self,
+        devices: &[PathBuf],
+        fresh: &[bool],
+    ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
+        let _ = fresh;
+        devices
+            .iter()
+            .map(|device| self.resolve(std::slice::from_ref(device)))
+            .collect()
+    }
     /// LVM autodiscovery with `vgs`, lenient ([`Discovery::resolve_lvm_each`]).
     fn resolve_lvm_each(
         &self,
@@ -91,6 +106,14 @@ impl Host for SystemHost {
     }
     fn resolve(&self, devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
         self.discovery.resolve(devices)
+    }
+
+    fn resolve_repeated(
+        &self,
+        devices: &[PathBuf],
+        fresh: &[bool],
+    ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
+        self.discovery.resolve_repeated(devices, fresh)
     }
 
     fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {

@@ -1,21 +1,22 @@
 //! The agent's view of its storage: every configured LU as currently discovered.
 //!
-//! - [`discover_lu`] resolves a configured device to its LU and paths through the [`Host`]
-//!   (which also opens the paths). A node uses [`crate::host::SystemHost`] (sysfs discovery,
-//!   SG_IO or NVMe ioctls through a read-only open); unit tests plug in the SPC model, so the
-//!   whole driver runs without a SCSI stack.
+//! - The [`Host`] resolves configured devices to their LUs and paths (and opens the paths). A
+//!   node uses [`crate::host::SystemHost`] (sysfs discovery, SG_IO or NVMe ioctls through a
+//!   read-only open); unit tests plug in the SPC model, so the whole driver runs without a SCSI
+//!   stack.
 //! - [`LuTable`] is the current view of every configured LU: re-discovered each tick (sysfs only,
-//!   no PR command), paths keyed by device and iSCSI session so a re-login is a *change*.
+//!   no PR command; the host may answer from the previous tick while sysfs shows no change),
+//!   paths keyed by device and iSCSI session so a re-login is a *change*.
 //! - [`PathHandle`] is one path: its lazily opened device and whether a command is outstanding
 //!   on it; [`super::executor`] runs the commands.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::config::DeviceSettings;
 use super::status::PathStatus;
-use crate::discover::{DiscoverError, LuId};
+use crate::discover::{DiscoverError, Lu, LuId};
 use crate::host::Host;
 use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};
@@ -42,11 +43,10 @@ pub struct LuSpec {
     pub paths: Vec<PathSpec>,
 }
 
-/// Resolves one configured device to its LU and paths. One device is one LU: a multipath map
-/// over different LUs is refused by discovery.
-pub fn discover_lu(host: &dyn Host, device: &Path) -> Result<LuSpec, DiscoverError> {
-    let lu = host
-        .resolve(&[device.to_path_buf()])?
+/// One configured device's LU and paths, from its discovery. One device is one LU: a multipath
+/// map over different LUs is refused by discovery.
+fn lu_spec(found: Result<Vec<Lu>, DiscoverError>) -> Result<LuSpec, DiscoverError> {
+    let lu = found?
         .into_iter()
         .next()
         .ok_or(DiscoverError::NothingToFence)?;
@@ -72,6 +72,10 @@ pub struct PathHandle {
     pub spec: PathSpec,
     device: Arc<Mutex<Option<Arc<dyn PrTransport>>>>,
     busy: Arc<AtomicBool>,
+    /// The device was dropped after a failure ([`PathHandle::forget`]) since the last fresh
+    /// discovery of its LU: the node may now be another device, so the LU is discovered
+    /// afresh before it is opened again.
+    forgotten: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PathHandle {
@@ -88,6 +92,7 @@ impl PathHandle {
             spec,
             device: Arc::new(Mutex::new(None)),
             busy: Arc::new(AtomicBool::new(false)),
+            forgotten: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -114,6 +119,12 @@ impl PathHandle {
     /// Drops the open device so the next command reopens it.
     pub fn forget(&self) {
         *self.slot() = None;
+        self.forgotten.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the device was dropped since this was last asked; clears the mark.
+    fn take_forgotten(&self) -> bool {
+        self.forgotten.swap(false, Ordering::SeqCst)
     }
 
     /// A command or open on this path has not returned from the kernel yet (it holds one
@@ -217,9 +228,11 @@ impl LuTable {
         }
     }
 
-    /// Re-discovers every LU (sysfs only; on the blocking pool). A discovery not done by `until`
-    /// (sysfs reads can block behind a device in error recovery) leaves the paths as they were;
-    /// no second one starts while it runs.
+    /// Re-discovers every LU (sysfs only; on the blocking pool), through
+    /// [`Host::resolve_repeated`]: afresh for an LU whose discovery failed last time or one of
+    /// whose paths was dropped after a failure. A discovery not done by `until` (sysfs reads can
+    /// block behind a device in error recovery) leaves the paths as they were; no second one
+    /// starts while it runs.
     pub async fn refresh(&mut self, host: &Arc<dyn Host>, until: tokio::time::Instant) {
         if self.discovering.swap(true, Ordering::SeqCst) {
             tracing::warn!("the previous discovery has not returned yet; keeping the paths");
@@ -227,12 +240,22 @@ impl LuTable {
         }
         let busy = BusyPath(Arc::clone(&self.discovering));
         let devices: Vec<PathBuf> = self.lus.iter().map(|l| l.device.clone()).collect();
+        // Cleared before the discovery starts: a path dropped while it runs asks for the next.
+        let fresh: Vec<bool> = self
+            .lus
+            .iter()
+            .map(|lu| {
+                // Every path's mark is taken (no short cut): each asked for this discovery.
+                let forgotten = lu.paths.iter().filter(|p| p.take_forgotten()).count() > 0;
+                forgotten || lu.discover_error.is_some() || lu.id.is_none()
+            })
+            .collect();
         let host = Arc::clone(host);
         let job = tokio::task::spawn_blocking(move || {
             let _busy = busy;
-            devices
-                .iter()
-                .map(|d| discover_lu(host.as_ref(), d).map_err(|e| e.to_string()))
+            host.resolve_repeated(&devices, &fresh)
+                .into_iter()
+                .map(|found| lu_spec(found).map_err(|e| e.to_string()))
                 .collect::<Vec<_>>()
         });
         let found = match tokio::time::timeout_at(until, job).await {

@@ -42,6 +42,7 @@
 
 mod facts;
 pub mod lvm;
+mod repeat;
 mod vpd;
 
 #[cfg(test)]
@@ -504,11 +505,13 @@ pub struct Discovery {
     /// iSCSI sessions already read, by name. The kernel numbers sessions from a counter it never
     /// winds back (`sessionN`, N = ++iscsi_session_nr), and a session's parameters are set at
     /// its login, before its LUs appear: a name seen complete stands for the same session for
-    /// good. The agent re-discovers every LU at every check, and these five attributes were
-    /// about a third of its system calls.
+    /// good. Before [`Discovery::resolve_repeated`] the agent re-discovered every LU at every
+    /// check, and these five attributes were about a third of its system calls.
     sessions: Arc<Mutex<HashMap<String, IscsiSession>>>,
     /// `/dev/mapper` resolved, once it exists (device-mapper creates it once and keeps it).
     mapper: Arc<OnceLock<PathBuf>>,
+    /// The previous answers of [`Discovery::resolve_repeated`].
+    repeated: Arc<Mutex<repeat::Memo>>,
 }
 
 /// Sessions remembered at most; past it the memory starts again (a node whose sessions log in
@@ -539,8 +542,12 @@ fn real_path(path: &Path) -> std::io::Result<PathBuf> {
 /// A sysfs attribute's contents: one read, as the kernel hands an attribute (a text one is at
 /// most a page, a VPD page less) out whole; longer files (a fake tree's) are read to the end.
 fn read_sysfs(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_open(&mut std::fs::File::open(path)?)
+}
+
+/// [`read_sysfs`] of a file already open.
+fn read_open(file: &mut std::fs::File) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; 4096];
     let len = loop {
         match file.read(&mut buf) {
@@ -560,6 +567,17 @@ fn read_sysfs(path: &Path) -> std::io::Result<Vec<u8>> {
 fn read_attr(path: &Path) -> std::io::Result<String> {
     String::from_utf8(read_sysfs(path)?)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Entry names of a directory, sorted (sysfs order is not stable across boots).
+fn entry_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 /// What to do with a partition.
@@ -584,6 +602,7 @@ impl Discovery {
             dev: dev.into(),
             sessions: Arc::default(),
             mapper: Arc::default(),
+            repeated: Arc::default(),
         }
     }
 
@@ -1060,17 +1079,9 @@ impl Discovery {
         read_attr(path).map_err(|source| self.sysfs_error(given, name, path, source))
     }
 
-    /// Entry names of a directory, sorted (sysfs order is not stable across boots).
+    /// [`entry_names`], the device named in the error.
     fn list(&self, given: &Path, name: &str, dir: &Path) -> Result<Vec<String>, DeviceError> {
-        let entries =
-            std::fs::read_dir(dir).map_err(|source| self.sysfs_error(given, name, dir, source))?;
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !n.starts_with('.'))
-            .collect();
-        names.sort();
-        Ok(names)
+        entry_names(dir).map_err(|source| self.sysfs_error(given, name, dir, source))
     }
 
     fn sysfs_error(

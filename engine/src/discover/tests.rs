@@ -999,3 +999,157 @@ fn real_paths_are_what_realpath_gives() {
         std::io::ErrorKind::NotFound
     );
 }
+
+/// [`Discovery::resolve_repeated`]: the previous answer while nothing it rests on changed;
+/// afresh at once when a path's state, the map's paths, the devices present or the caller say
+/// so. An answer given again is recognised by a change it cannot see: the identity attributes
+/// removed, which fails a full discovery.
+mod repeated {
+    use super::*;
+
+    const SDA_DIR: &str = "devices/platform/host1/session2/target1:0:0/1:0:0:0";
+
+    /// sda loses its identity where a full discovery reads it: such a discovery fails.
+    fn change_identity_behind_its_back(t: &Tree) {
+        for attr in ["wwid", "vpd_pg83"] {
+            fs::remove_file(t.sys().join(SDA_DIR).join(attr)).unwrap();
+        }
+    }
+
+    fn ids(results: &[Result<Vec<Lu>, DiscoverError>]) -> Vec<String> {
+        results
+            .iter()
+            .map(|r| match r {
+                Ok(lus) => lus[0].id.as_str().to_owned(),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect()
+    }
+
+    /// Two full rounds (the second makes the answer trusted), then sda's identity removed
+    /// behind discovery's back.
+    fn settled(t: &Tree, d: &Discovery, devices: &[PathBuf]) {
+        let fresh = vec![false; devices.len()];
+        let first = ids(&d.resolve_repeated(devices, &fresh));
+        assert_eq!(first[0], LUN0);
+        assert_eq!(first, ids(&d.resolve_repeated(devices, &fresh)));
+        change_identity_behind_its_back(t);
+    }
+
+    fn failed(ids: &[String]) -> bool {
+        ids[0].starts_with("error: ")
+    }
+
+    #[test]
+    fn an_unchanged_device_gets_its_previous_answer_until_the_bound() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda")];
+        settled(&t, &d, &devices);
+        for _ in 0..repeat::MAX_REUSES {
+            assert_eq!(ids(&d.resolve_repeated(&devices, &[false])), [LUN0]);
+        }
+        let afresh = ids(&d.resolve_repeated(&devices, &[false]));
+        assert!(
+            failed(&afresh),
+            "discovered afresh after {} reuses: {afresh:?}",
+            repeat::MAX_REUSES
+        );
+    }
+
+    #[test]
+    fn a_fresh_request_discovers_afresh() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda")];
+        settled(&t, &d, &devices);
+        assert!(failed(&ids(&d.resolve_repeated(&devices, &[true]))));
+    }
+
+    #[test]
+    fn a_path_state_change_is_seen_at_once() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda")];
+        for _ in 0..3 {
+            assert_eq!(ids(&d.resolve_repeated(&devices, &[false])), [LUN0]);
+        }
+        t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
+        let again = d.resolve_repeated(&devices, &[false]);
+        let lus = again[0].as_ref().unwrap();
+        assert_eq!(lus[0].paths[0].state, PathState::TransportOffline);
+    }
+
+    #[test]
+    fn a_device_added_anywhere_makes_every_device_discovered_afresh() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda"), t.dev("sdd")];
+        settled(&t, &d, &devices);
+        t.disk(3, 4, 0, "sdg", "sg6", Some(LUN0), Some(LIO_PG83), "running");
+        let again = ids(&d.resolve_repeated(&devices, &[false, false]));
+        assert!(failed(&again), "{again:?}");
+        assert_eq!(again[1], LUN1);
+    }
+
+    #[test]
+    fn a_map_whose_paths_change_is_discovered_afresh() {
+        let t = Tree::lab();
+        t.dm(
+            0,
+            "mpatha",
+            "mpath-36001405ab00000000000000000000000",
+            &["sdc"],
+        );
+        let d = t.discovery();
+        let devices = [t.dev("dm-0")];
+        let fresh = [false];
+        for _ in 0..3 {
+            let lus = d.resolve_repeated(&devices, &fresh);
+            assert_eq!(names(&lus[0].as_ref().unwrap()[0]), ["sdc"]);
+        }
+        // multipathd adds sda to the map: no block device appeared, the map's slaves changed.
+        let below = fs::read_link(t.sys().join("block/sda")).unwrap();
+        let below = below.strip_prefix("../devices").unwrap().to_owned();
+        symlink(
+            Path::new("../../../..").join(below),
+            t.sys().join("devices/virtual/block/dm-0/slaves/sda"),
+        )
+        .unwrap();
+        let lus = d.resolve_repeated(&devices, &fresh);
+        assert_eq!(names(&lus[0].as_ref().unwrap()[0]), ["sda", "sdc"]);
+    }
+
+    #[test]
+    fn a_first_answer_is_not_given_again() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda")];
+        assert_eq!(ids(&d.resolve_repeated(&devices, &[false])), [LUN0]);
+        change_identity_behind_its_back(&t);
+        // Trusted only once two discoveries in a row found the same state around them.
+        assert!(failed(&ids(&d.resolve_repeated(&devices, &[false]))));
+    }
+
+    #[test]
+    fn nvme_namespaces_are_discovered_afresh_every_time() {
+        let t = Tree::new();
+        t.nvme_ns(
+            1,
+            1,
+            &[("wwid", "uuid.0a5e6b1c-0000-4000-8000-000000000001")],
+            "live",
+        );
+        let d = t.discovery();
+        let devices = [t.dev("nvme1n1")];
+        for _ in 0..3 {
+            assert!(d.resolve_repeated(&devices, &[false])[0].is_ok());
+        }
+        t.write(
+            "devices/virtual/nvme-fabrics/ctl/nvme1/state",
+            "connecting\n",
+        );
+        let lus = d.resolve_repeated(&devices, &[false]);
+        assert!(!lus[0].as_ref().unwrap()[0].paths[0].is_live());
+    }
+}
