@@ -291,14 +291,15 @@ impl LuTable {
     }
 
     /// Two configured devices must not be the same LU: its paths would be counted twice.
+    /// (One pass with a map: the agent asks at every check, and comparing every pair of 1024
+    /// LUs was half a million comparisons.)
     pub fn duplicate(&self) -> Option<(String, String, LuId)> {
-        for (i, a) in self.lus.iter().enumerate() {
-            for b in &self.lus[i + 1..] {
-                if let (Some(x), Some(y)) = (&a.id, &b.id)
-                    && x == y
-                {
-                    return Some((a.name.clone(), b.name.clone(), x.clone()));
-                }
+        let mut seen: std::collections::HashMap<&LuId, &str> =
+            std::collections::HashMap::with_capacity(self.lus.len());
+        for lu in &self.lus {
+            let Some(id) = &lu.id else { continue };
+            if let Some(first) = seen.insert(id, &lu.name) {
+                return Some((first.to_owned(), lu.name.clone(), id.clone()));
             }
         }
         None
@@ -341,6 +342,18 @@ impl LuEntry {
         if self.discover_error.take().is_some() {
             tracing::info!(lu = %self.name, "discovery works again");
         }
+        // The usual check: the same LU and paths as before, kept as they are.
+        if self.id.as_ref() == Some(&spec.id)
+            && self.paths.len() == spec.paths.len()
+            && self
+                .paths
+                .iter()
+                .zip(&spec.paths)
+                .all(|(h, p)| h.spec == *p)
+        {
+            self.paths_changed = false;
+            return;
+        }
         self.id = Some(spec.id);
         let before: Vec<PathSpec> = self.paths.iter().map(|p| p.spec.clone()).collect();
         let mut paths = Vec::with_capacity(spec.paths.len());
@@ -378,6 +391,32 @@ impl LuEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_devices_of_one_lu_are_named() {
+        let mut table = LuTable::new(&[]);
+        for (name, id) in [
+            ("a", Some("naa.1")),
+            ("b", None),
+            ("c", Some("naa.2")),
+            ("d", Some("naa.1")),
+        ] {
+            table.lus.push(LuEntry {
+                name: name.to_string(),
+                device: PathBuf::from(format!("/dev/{name}")),
+                id: id.map(LuId::from),
+                paths: Vec::new(),
+                paths_changed: false,
+                discover_error: None,
+            });
+        }
+        assert_eq!(
+            table.duplicate(),
+            Some(("a".to_string(), "d".to_string(), LuId::from("naa.1")))
+        );
+        table.lus.pop();
+        assert_eq!(table.duplicate(), None);
+    }
 
     #[test]
     fn an_nvme_namespace_is_registered_once_whatever_its_paths() {
