@@ -1,10 +1,12 @@
 //! The one place a PR command is run for the agent.
 //!
 //! [`Executor::run`] runs one command on one path on the blocking pool, bounded by
-//! `command_timeout`. A path's device is opened on first use and reopened after an open or
-//! transport failure (a path that came back is usually a new device node). A path whose previous
-//! command (or open) still hangs in the kernel is not given another one, so a hung path holds at
-//! most one blocking thread ([`PathHandle::is_blocked`]); likewise one discovery
+//! `command_timeout`; [`Executor::read_keys_each`] runs the watch check's first READ KEYS of
+//! every LU from a few blocking threads in turn, with the same claim, bound and metrics. A
+//! path's device is opened on first use and reopened after an open or transport failure (a path
+//! that came back is usually a new device node). A path whose previous command (or open) still
+//! hangs in the kernel is not given another one, so a hung path holds at most one blocking
+//! thread ([`PathHandle::is_blocked`]); likewise one discovery
 //! ([`super::lu_table::LuTable::refresh`]) and one heal per LU at a time.
 
 use std::collections::HashSet;
@@ -255,33 +257,34 @@ impl Executor {
         device: &Path,
         paths: &[PathHandle],
     ) -> Result<(ReadKeys, usize, Vec<Event>), CommandError> {
-        let command = Command::PrIn(PrInAction::ReadKeys);
-        let mut live = paths.iter().enumerate().filter(|(_, p)| p.spec.live);
-        let Some((first_index, first)) = live.next() else {
-            return Err(no_live_path(device, paths, command));
+        let Some(first) = first_live(paths) else {
+            return Err(no_live_path(device, paths, READ_KEYS));
         };
-        let read = |exec: Arc<Executor>, path: PathHandle| async move {
-            exec.run(&path, command, |t: &dyn PrTransport| {
-                let reply = t.execute(PrRequest::ReadKeys)?;
-                match reply.answer {
-                    PrAnswer::Keys(keys) => Ok((keys, reply.events)),
-                    other => Err(CommandError::mismatched(
-                        t.device(),
-                        PrRequest::ReadKeys,
-                        &other,
-                    )),
-                }
-            })
-            .await
-        };
-        let mut last = match read(Arc::clone(self), first.clone()).await {
-            Ok((keys, attentions)) => return Ok((keys, first_index, attentions)),
+        let read = self.run(&paths[first], READ_KEYS, read_keys_on).await;
+        self.read_keys_after(paths, first, read).await
+    }
+
+    /// [`Executor::read_keys_any`] once the first live path (`first`) was read: its answer, or
+    /// every other live path at once.
+    pub async fn read_keys_after(
+        self: &Arc<Self>,
+        paths: &[PathHandle],
+        first: usize,
+        read: KeysRead,
+    ) -> Result<(ReadKeys, usize, Vec<Event>), CommandError> {
+        let mut last = match read {
+            Ok((keys, attentions)) => return Ok((keys, first, attentions)),
             Err(e) => e,
         };
+        let live = paths
+            .iter()
+            .enumerate()
+            .skip(first + 1)
+            .filter(|(_, p)| p.spec.live);
         let mut others = tokio::task::JoinSet::new();
         for (index, path) in live {
-            let job = read(Arc::clone(self), path.clone());
-            others.spawn(async move { (index, job.await) });
+            let (exec, path) = (Arc::clone(self), path.clone());
+            others.spawn(async move { (index, exec.run(&path, READ_KEYS, read_keys_on).await) });
         }
         let mut answers = Vec::new();
         while let Some(joined) = others.join_next().await {
@@ -297,6 +300,135 @@ impl Executor {
             }
         }
         Err(last)
+    }
+}
+
+const READ_KEYS: Command = Command::PrIn(PrInAction::ReadKeys);
+
+/// The first path of `paths` that is live.
+pub fn first_live(paths: &[PathHandle]) -> Option<usize> {
+    paths.iter().position(|p| p.spec.live)
+}
+
+/// READ KEYS on one path: the keys and the unit attentions it consumed.
+fn read_keys_on(t: &dyn PrTransport) -> KeysRead {
+    let reply = t.execute(PrRequest::ReadKeys)?;
+    match reply.answer {
+        PrAnswer::Keys(keys) => Ok((keys, reply.events)),
+        other => Err(CommandError::mismatched(
+            t.device(),
+            PrRequest::ReadKeys,
+            &other,
+        )),
+    }
+}
+
+/// One READ KEYS's result.
+pub type KeysRead = Result<(ReadKeys, Vec<Event>), CommandError>;
+
+/// How many blocking threads [`Executor::read_keys_each`] starts with.
+const READERS: usize = 8;
+
+/// How long [`Executor::read_keys_each`] waits for any read to finish before it adds a thread:
+/// every thread may be held by a hung path.
+const STALL: Duration = Duration::from_millis(100);
+
+/// The paths [`Executor::read_keys_each`] reads, and what each gave.
+struct ReadBatch {
+    paths: Vec<PathHandle>,
+    /// Indexes into `paths` not taken by a thread yet.
+    queue: Mutex<std::collections::VecDeque<usize>>,
+    results: Mutex<Vec<Option<KeysRead>>>,
+    done: std::sync::atomic::AtomicUsize,
+    all_done: tokio::sync::Notify,
+}
+
+impl Executor {
+    /// READ KEYS on each of `paths` (the watch check's first read of every LU), until `until`.
+    /// A few blocking threads take the paths from one queue in turn: one hand-off to a thread
+    /// per thread, not per path, which was most of a check's CPU beside the commands. A hung path
+    /// holds its thread while the others go on with the queue; when no read at all finished for
+    /// [`STALL`], a thread is added, so hung paths hold back the healthy ones by [`STALL`] each
+    /// at most. Each read is claimed, bounded and accounted as [`Executor::run`]'s; one still
+    /// running or not started at `until` is a timeout. Results in `paths` order.
+    pub async fn read_keys_each(
+        self: &Arc<Self>,
+        paths: Vec<PathHandle>,
+        until: tokio::time::Instant,
+    ) -> Vec<KeysRead> {
+        use std::sync::atomic::Ordering;
+        let count = paths.len();
+        let batch = Arc::new(ReadBatch {
+            queue: Mutex::new((0..count).collect()),
+            results: Mutex::new((0..count).map(|_| None).collect()),
+            paths,
+            done: std::sync::atomic::AtomicUsize::new(0),
+            all_done: tokio::sync::Notify::new(),
+        });
+        let start_reader = || {
+            let (exec, batch) = (Arc::clone(self), Arc::clone(&batch));
+            drop(tokio::task::spawn_blocking(move || exec.read_queue(&batch)));
+        };
+        let mut readers = count.min(READERS);
+        (0..readers).for_each(|_| start_reader());
+        let mut seen = 0;
+        while batch.done.load(Ordering::SeqCst) < count {
+            let wake = until.min(tokio::time::Instant::now() + STALL);
+            if tokio::time::timeout_at(wake, batch.all_done.notified())
+                .await
+                .is_ok()
+            {
+                continue;
+            }
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
+            let done = batch.done.load(Ordering::SeqCst);
+            if done == seen && readers < count && !lock(&batch.queue).is_empty() {
+                readers += 1;
+                start_reader();
+            }
+            seen = done;
+        }
+        // Nothing more starts; a read still running finishes on its own thread, unheard.
+        let unsent: std::collections::HashSet<usize> = lock(&batch.queue).drain(..).collect();
+        let mut results = lock(&batch.results);
+        results
+            .iter_mut()
+            .zip(&batch.paths)
+            .enumerate()
+            .map(|(index, (result, path))| match result.take() {
+                Some(result) => result,
+                None if unsent.contains(&index) => Err(CommandError::without_completion(
+                    &path.spec.dev,
+                    READ_KEYS,
+                    ErrorKind::Timeout,
+                    "not sent: every reader was held by a path that does not answer until the \
+                     command slot ended",
+                )),
+                None => Err(self.timed_out(&path.spec.dev, READ_KEYS)),
+            })
+            .collect()
+    }
+
+    /// One reader of [`Executor::read_keys_each`]: paths from the queue until it is empty.
+    fn read_queue(&self, batch: &ReadBatch) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let Some(index) = lock(&batch.queue).pop_front() else {
+                return;
+            };
+            let path = &batch.paths[index];
+            let started = std::time::Instant::now();
+            let result = self
+                .blocking_job(path, READ_KEYS, read_keys_on)
+                .and_then(|job| job());
+            let result = self.account(READ_KEYS, started.elapsed(), result);
+            lock(&batch.results)[index] = Some(result);
+            if batch.done.fetch_add(1, Ordering::SeqCst) + 1 == batch.paths.len() {
+                batch.all_done.notify_one();
+            }
+        }
     }
 }
 

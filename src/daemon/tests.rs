@@ -1245,45 +1245,43 @@ async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
     assert_eq!(run.host.reboots(), 0);
 }
 
-/// A check over hung paths ends within its budget (config::check_budget), on the real clock: the
-/// model's hang blocks a thread for longer than the whole test would take without the bound.
-#[test]
-fn a_check_over_hung_paths_ends_within_its_budget() {
-    const HANG: Duration = Duration::from_secs(30);
+/// How long a model path hangs in the hung-path tests: longer than either test takes.
+const HANG: Duration = Duration::from_secs(30);
+
+/// An agent in watch mode over model LUs, `paths[i]` paths to LU i (`/dev/sd<i><p>`), our key
+/// registered through each; the paths for which `hangs(i, p)` hang for [`HANG`]. With its runtime
+/// (2 workers) and the budget of one check.
+fn agent_over_hung_paths(
+    paths: &[usize],
+    hangs: impl Fn(usize, usize) -> bool,
+    command_timeout: Duration,
+) -> (tokio::runtime::Runtime, Agent, Duration) {
     let storage = Arc::new(ModelHost::new());
     let mut devices = Vec::new();
-    let mut lus = Vec::new();
-    // Four LUs. LU 0: its first of two paths hangs (failover to the second); LU 1: all five
-    // paths hang (unreadable; tried one after another that would be five command slots, more
-    // than the budget); LUs 2 and 3 answer through both paths.
-    for i in 0..4 {
+    for (i, &count) in paths.iter().enumerate() {
         let lu = model_lu();
         let device = format!("/dev/mapper/lu{i}");
-        let paths = if i == 1 { 5 } else { 2 };
-        for p in 0..paths {
+        for p in 0..count {
             let nexus = connect(&lu, "nodea", &format!("0x{p}"));
             register(&lu, nexus, KA);
-            let hangs = (i == 0 && p == 0) || i == 1;
-            if hangs {
+            if hangs(i, p) {
                 lock(&lu).fail_next(nexus, Injected::Hang(HANG), 1000);
             }
-            let dev = format!("/dev/sd{i}{p}");
             path(
                 &storage,
                 &device,
                 &format!("naa.{i}"),
                 &lu,
                 nexus,
-                &dev,
+                &format!("/dev/sd{i}{p}"),
                 &format!("s{i}{p}"),
             );
         }
         devices.push(device);
-        lus.push(lu);
     }
     let names: Vec<&str> = devices.iter().map(String::as_str).collect();
     let mut settings = watch_settings(&names, "");
-    settings.command_timeout = Duration::from_millis(500);
+    settings.command_timeout = command_timeout;
     let budget = super::config::check_budget(settings.command_timeout);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -1294,7 +1292,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let agent = Agent::new(
         settings,
         AgentParts {
-            host: Arc::clone(&storage) as Arc<dyn Host>,
+            host: storage as Arc<dyn Host>,
             notifier: Notifier::disabled(),
             status_file: None,
             sys_root: PathBuf::from("/nonexistent"),
@@ -1304,6 +1302,21 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
         receiver,
     )
     .unwrap();
+    (runtime, agent, budget)
+}
+
+/// A check over hung paths ends within its budget (config::check_budget), on the real clock: the
+/// model's hang blocks a thread for longer than the whole test would take without the bound.
+#[test]
+fn a_check_over_hung_paths_ends_within_its_budget() {
+    // Four LUs. LU 0: its first of two paths hangs (failover to the second); LU 1: all five
+    // paths hang (unreadable; tried one after another that would be five command slots, more
+    // than the budget); LUs 2 and 3 answer through both paths.
+    let (runtime, agent, budget) = agent_over_hung_paths(
+        &[2, 5, 2, 2],
+        |i, p| (i == 0 && p == 0) || i == 1,
+        Duration::from_millis(500),
+    );
     let (status, metrics) = (agent.status(), agent.metrics());
     // The longest a check gets: READ KEYS and then every path probed (start, a path change).
     let mut agent = agent;
@@ -1363,6 +1376,35 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     assert_eq!(blocked, ["sd00", "sd10", "sd11", "sd12", "sd13", "sd14"]);
     let text = lock(&metrics).render(std::time::Instant::now());
     assert!(text.contains("prfence_paths_blocked 6"), "{text}");
+}
+
+/// The check's first reads share a few threads ([`super::executor::Executor::read_keys_each`]):
+/// hung first paths, more of them than those threads, do not keep the healthy LUs from being
+/// read in the first slot. LUs 0-9: the first of two paths hangs; LUs 10-15: one healthy path
+/// each, which can only be read in the first slot (an LU with no other path gets no second try).
+#[test]
+fn hung_first_paths_beyond_the_readers_do_not_starve_the_healthy_lus() {
+    let paths: Vec<usize> = (0..16).map(|i| if i < 10 { 2 } else { 1 }).collect();
+    let (runtime, agent, budget) =
+        agent_over_hung_paths(&paths, |i, p| i < 10 && p == 0, Duration::from_millis(800));
+    let status = agent.status();
+    let started = std::time::Instant::now();
+    let code = runtime.block_on(super::entry::once(agent, Some(KA)));
+    let took = started.elapsed();
+    runtime.shutdown_background();
+    println!("--once over 16 LUs, 10 first paths hung for {HANG:?}: {took:?}");
+    assert!(
+        took <= budget + Duration::from_secs(1),
+        "{took:?} > budget {budget:?}"
+    );
+    let status = lock(&status).clone();
+    for (index, lu) in status.lus.iter().enumerate() {
+        assert!(
+            lu.keys.contains(&KA.to_string()),
+            "LU {index} read (through its second path if its first hangs): {lu:?}"
+        );
+    }
+    assert_eq!(code, 0, "every LU read: {:?}", status.lus);
 }
 
 #[test]

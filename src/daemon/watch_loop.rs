@@ -1,5 +1,5 @@
 //! Watch mode, driven: every `check_interval`, re-discover the paths (sysfs), READ KEYS once per
-//! LU on one live path (all LUs at once), probe each path's registration only when the
+//! LU on one live path (every LU in one batch), probe each path's registration only when the
 //! [`WatchState`] asks ([`LuVerdict::InspectPaths`]), feed the decision back, and carry it out.
 //!
 //! Arming: the agent judges nothing until our key has been seen on every LU once (fence_pr's
@@ -18,7 +18,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::agent::{Agent, Control, RunEnd};
 use super::config::{ModeSettings, Settings};
-use super::executor::Executor;
+use super::executor::{Executor, KeysRead, first_live};
 use super::heal::{heal_lu, report_heal};
 use super::lock;
 use super::lu_table::{LuEntry, LuTable, PathHandle};
@@ -42,16 +42,21 @@ pub(super) struct LuCheck {
     registrations: Option<Vec<ProbedPath>>,
 }
 
-/// A READ KEYS on one live path, then, if `probe` and the keys were read, the per-path probes,
-/// every live path at once: at most [`super::config::CHECK_SLOTS`] command slots.
+/// A READ KEYS on one live path (`first`: the first live path's, already read), then, if
+/// `probe` and the keys were read, the per-path probes, every live path at once: at most
+/// [`super::config::CHECK_SLOTS`] command slots.
 async fn check_lu(
     exec: Arc<Executor>,
     device: PathBuf,
     paths: Vec<PathHandle>,
     key: Key,
     probe: bool,
+    first: Option<(usize, KeysRead)>,
 ) -> LuCheck {
-    let read = exec.read_keys_any(&device, &paths).await;
+    let read = match first {
+        Some((index, read)) => exec.read_keys_after(&paths, index, read).await,
+        None => exec.read_keys_any(&device, &paths).await,
+    };
     let (keys, preempted_unit_attention) = match read {
         Ok((keys, _, events)) => (
             Ok(keys),
@@ -103,8 +108,10 @@ async fn check_lu(
     }
 }
 
-/// Checks every LU concurrently until `until`; results in table order. An LU still pending then
-/// is a timed-out read (its blocked call keeps only its own thread and path busy).
+/// Checks every LU until `until`: the first live path of each in one batch
+/// ([`Executor::read_keys_each`]), then, concurrently, each LU whose read failed (its other
+/// paths) or whose paths are to be probed. Results in table order. An LU still pending at
+/// `until` is a timed-out read (its blocked call keeps only its own thread and path busy).
 pub(super) async fn check_all(
     exec: &Arc<Executor>,
     table: &LuTable,
@@ -112,32 +119,66 @@ pub(super) async fn check_all(
     probe: &[bool],
     until: Instant,
 ) -> Vec<LuCheck> {
+    // Every LU's first live path in one batch; an LU goes on alone only when that read failed
+    // or its paths are to be probed.
+    let firsts: Vec<Option<usize>> = table.lus.iter().map(|lu| first_live(&lu.paths)).collect();
+    let batch: Vec<PathHandle> = table
+        .lus
+        .iter()
+        .zip(&firsts)
+        .filter_map(|(lu, first)| first.map(|index| lu.paths[index].clone()))
+        .collect();
+    let first_slot = until.min(Instant::now() + exec.command_slot());
+    let mut reads = exec.read_keys_each(batch, first_slot).await.into_iter();
+    let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
     let mut jobs = JoinSet::new();
     for (index, lu) in table.lus.iter().enumerate() {
-        let exec = Arc::clone(exec);
-        let device = lu.device.clone();
-        let paths = lu.paths.clone();
         let probe = probe.get(index).copied().unwrap_or(false);
-        if let (true, Some(e)) = (paths.is_empty(), &lu.discover_error) {
+        let first = match firsts[index] {
+            Some(path) => reads.next().map(|read| (path, read)),
+            None => None,
+        };
+        let first = match (first, probe) {
+            (Some((_, Ok((keys, events)))), false) => {
+                results.insert(
+                    index,
+                    LuCheck {
+                        keys: Ok(keys),
+                        preempted_unit_attention: events
+                            .iter()
+                            .any(Event::is_registration_preempted),
+                        registrations: None,
+                    },
+                );
+                continue;
+            }
+            (first, _) => first,
+        };
+        if let (true, Some(e)) = (lu.paths.is_empty(), &lu.discover_error) {
             let e = CommandError::without_completion(
-                &device,
+                &lu.device,
                 Command::PrIn(crate::pr::PrInAction::ReadKeys),
                 ErrorKind::Transport,
                 format!("no path: {e}"),
             );
-            jobs.spawn(async move {
-                let check = LuCheck {
+            results.insert(
+                index,
+                LuCheck {
                     keys: Err(e),
                     preempted_unit_attention: false,
                     registrations: None,
-                };
-                (index, check)
-            });
+                },
+            );
             continue;
         }
-        jobs.spawn(async move { (index, check_lu(exec, device, paths, key, probe).await) });
+        let (exec, device, paths) = (Arc::clone(exec), lu.device.clone(), lu.paths.clone());
+        jobs.spawn(async move {
+            (
+                index,
+                check_lu(exec, device, paths, key, probe, first).await,
+            )
+        });
     }
-    let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
     loop {
         match tokio::time::timeout_at(until, jobs.join_next()).await {
             Ok(Some(Ok((index, check)))) => {
