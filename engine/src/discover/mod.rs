@@ -497,7 +497,8 @@ pub fn resolve(devices: &[PathBuf]) -> Result<Vec<Lu>, DiscoverError> {
 }
 
 /// Discovery over a sysfs root and a /dev root (`/sys` and `/dev` on a real system). Clones
-/// share what was learned of iSCSI sessions ([`Discovery::iscsi_session`]).
+/// share what was learned of iSCSI sessions ([`Discovery::iscsi_session`]) and the answers
+/// [`Discovery::resolve_repeated`] may give again.
 #[derive(Debug, Clone)]
 pub struct Discovery {
     sys: PathBuf,
