@@ -3,10 +3,12 @@
 //! The engine (`prfence-engine`: `ops`, `transport`, `exec`, `discover`, `host`, `keys`,
 //! `process`, `atomic_file`) and the codec (`pr-codec`, as `pr`) are their own crates, re-exported here so
 //! every front end names them as `crate::ops`, `crate::pr`…. The front ends: `cli` (the admin
-//! command), `fence_agent` (fence_pr, the Pacemaker agent), `daemon` (`prfence agent`).
+//! command), `fence_agent` (fence_pr, the Pacemaker agent), `daemon` (`prfence agent`); beside
+//! them `descriptors`, the descriptor limit each of them raises to fit the LU paths it opens.
 
 pub mod cli;
 pub mod daemon;
+pub mod descriptors;
 pub mod fence_agent;
 
 pub use prfence_engine::{

@@ -161,6 +161,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
             }],
         });
     }
+    super::paths::make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
     // An LU still being read at the deadline is left behind; the process exits without it.
     let result = doctor::doctor(lus, key, args.deadline);
     match result {

@@ -16,7 +16,7 @@ use crate::transport::Policy;
 
 use super::args::{Fence, FencingDevices, TieBreakArg};
 use super::exit::{ExitStatus, json_with_exit};
-use super::paths::{CliPath, opener};
+use super::paths::{CliPath, make_room, opener};
 use super::progress::{print_progress, show_progress};
 
 /// Which engine command to run.
@@ -67,6 +67,7 @@ pub fn execute(
         );
     }
     let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
+    make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
     let limits = Limits {
         deadline,
         tie_break: match &action {

@@ -16,3 +16,17 @@ pub fn opener(host: &Arc<dyn Host>, policy: Policy) -> Opener<Arc<dyn PrTranspor
     let host = Arc::clone(host);
     Arc::new(move |dev: &Path| host.open(dev, policy))
 }
+
+/// Makes room for `paths` paths of `lus` LUs held open at once ([`crate::descriptors`]). When
+/// even the hard limit is too small this says so, and goes on: the paths beyond it fail to open
+/// (EMFILE), each reported as such.
+pub fn make_room(lus: usize, paths: usize) {
+    if let Err(e) = crate::descriptors::fit(lus, paths) {
+        eprintln!(
+            "prfence: warning: {e}: the paths beyond it fail to open (EMFILE); raise the hard \
+             limit first (as root: `ulimit -Hn {0}; ulimit -Sn {0}`, then run prfence from that \
+             shell)",
+            e.need
+        );
+    }
+}

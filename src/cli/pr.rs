@@ -107,6 +107,8 @@ pub fn execute(
     let (request, devices) = request_of(command)?;
     let command = request.command();
     let groups = groups(&request, host.as_ref(), &devices.devices);
+    // Each device is open while its command runs, all at once.
+    super::paths::make_room(groups.len(), devices.devices.len());
     let request = Arc::new(request);
     let results = run_concurrently(
         &devices.devices,

@@ -369,7 +369,11 @@ async fn serve(
     let until = agent.check_deadline();
     agent.table.refresh(&agent.host, until).await;
     let (lus, paths) = agent.table.size();
-    if let Err(e) = super::descriptors::fit(lus, paths) {
+    if let Err(e) = crate::descriptors::fit(lus, paths) {
+        let e = format!(
+            "{e}: {}, or watch fewer LUs",
+            e.raise_in("prfence-agent.service")
+        );
         tracing::error!(error = %e, "not starting");
         eprintln!("prfence agent: {e}");
         return EXIT_CONFIG;

@@ -18,8 +18,8 @@
 //! on the blocking pool that hung paths hold), `watch_loop` and `lease_loop` (`WatchDriver` and
 //! `LeaseDriver`, each with its mode's state), `heal` (the heal both run), [`key`] (our key in
 //! watch mode), [`lu_table`] (the LU table over the engine's [`crate::host::Host`]),
-//! [`executor`] (bounded command execution), [`descriptors`] (the descriptor budget checked at
-//! start), [`lease_io`] (each lease action's PR commands),
+//! [`executor`] (bounded command execution), [`crate::descriptors`] (the descriptor budget,
+//! checked at start), [`lease_io`] (each lease action's PR commands),
 //! [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`), [`status_file`],
 //! [`epoch_file`], [`logging`].
 //!
@@ -70,7 +70,6 @@
 pub mod agent;
 pub mod config;
 pub mod config_reference;
-pub mod descriptors;
 pub mod entry;
 pub mod epoch_file;
 pub mod executor;

@@ -351,6 +351,13 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
                 .push(unknown.device.clone());
         }
     }
+    // Pacemaker starts fence_pr with pacemaker.service's limits (soft 1024 by default).
+    if let Err(e) = crate::descriptors::fit(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum()) {
+        tracing::warn!(
+            "{e}: the paths beyond it fail to open (EMFILE); {}",
+            e.raise_in("pacemaker.service")
+        );
+    }
     Ok(Targets { lus, given })
 }
 

@@ -98,6 +98,18 @@ pub fn run(
     target: Node,
     devices: &[PathBuf],
 ) -> anyhow::Result<CommandRun> {
+    run_under(&[], agent, node, action, target, devices)
+}
+
+/// [`run`] through `wrapper` (a command that runs the agent, `prlimit --nofile=…`).
+pub fn run_under(
+    wrapper: &[&str],
+    agent: FenceAgent,
+    node: Node,
+    action: &str,
+    target: Node,
+    devices: &[PathBuf],
+) -> anyhow::Result<CommandRun> {
     let devices: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
     let target_name = target.cluster_name();
     let stdin = format!(
@@ -105,15 +117,22 @@ pub fn run(
          devices={}\ncorosync_cmap_path=/run/lab/corosync-cmapctl\n",
         devices.join(",")
     );
-    let mut cmd = match agent {
-        FenceAgent::FencePr => {
-            // the package's link, where pacemaker-fenced finds agents
-            let mut cmd = Command::new(super::INSTALLED_FENCE_PR);
-            cmd.env("FENCE_PR_STORE", store(node));
+    let program = match agent {
+        // the package's link, where pacemaker-fenced finds agents
+        FenceAgent::FencePr => super::INSTALLED_FENCE_PR,
+        FenceAgent::FenceScsi => "fence_scsi",
+    };
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut cmd = Command::new(first);
+            cmd.args(rest).arg(program);
             cmd
         }
-        FenceAgent::FenceScsi => Command::new("fence_scsi"),
+        None => Command::new(program),
     };
+    if agent == FenceAgent::FencePr {
+        cmd.env("FENCE_PR_STORE", store(node));
+    }
     if agent == FenceAgent::FenceScsi && action == "off" {
         let own = derived_key(node)?;
         std::fs::write("/var/run/cluster.key", format!("{own:x}\n"))?;

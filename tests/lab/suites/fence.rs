@@ -39,6 +39,7 @@ pub const SUITE: Suite = Suite {
         fence_pr_on_refuses_a_node_fenced_in_this_boot,
         package_upgrade_keeps_and_removal_stops_an_armed_agent,
         commands_per_lu_at_the_minimum,
+        a_soft_descriptor_limit_below_the_paths_is_raised,
     ],
     long: &[],
     reproducers: &[],
@@ -1056,5 +1057,86 @@ fn commands_per_lu_at_the_minimum() -> anyhow::Result<()> {
             fencer.letter()
         );
     }
+    Ok(())
+}
+
+/// The default soft descriptor limit (1024, in a shell as under pacemaker.service) is below 256
+/// LUs with 4 paths each, and every command holds its paths open while it runs: prfence and
+/// fence_pr raise the soft limit to what their paths need, up to the hard limit, and when even
+/// that is too small they say what to raise. Here a soft limit of 32 stands for it: room for
+/// what the process holds itself (its standard streams, corosync-cmapctl's pipes, discovery's
+/// sysfs reads), not for this topology's 64 paths. Every verdict is the target's.
+fn a_soft_descriptor_limit_below_the_paths_is_raised() -> anyhow::Result<()> {
+    const SOFT: &str = "--nofile=32:4096";
+    const HARD: &str = "--nofile=32:32";
+    let t = Topology::iscsi(64)?;
+    t.settle()?;
+    fake_cmapctl()?;
+    let limited = |node: Node, nofile: &str, args: &[&str]| {
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(nofile)
+            .arg(PRFENCE)
+            .args(args)
+            .arg("--json")
+            .args(t.node(node).devices());
+        crate::run_command(&mut cmd)
+    };
+    let a = hex(Node::A.key());
+    let unfenced = limited(Node::A, SOFT, &["unfence", "--key", &a])?;
+    let keys = keys_everywhere(&t).map_err(|e| e.to_string());
+    ensure!(
+        unfenced.code() == 0 && keys == Ok(vec![Node::A.key()]),
+        "prfence unfence under {SOFT}: exit {}, on the target {keys:x?}:\n{}{}",
+        unfenced.code(),
+        unfenced.stdout,
+        unfenced.stderr
+    );
+    let status = limited(Node::A, SOFT, &["status", "--key", &a])?;
+    ensure!(
+        status.code() == 0,
+        "prfence status under {SOFT}: exit {}:\n{}{}",
+        status.code(),
+        status.stdout,
+        status.stderr
+    );
+    // Under a hard limit that is too small: a warning naming what to set, the LUs whose paths
+    // found no descriptor reported as such, and a failed exit.
+    let short = limited(Node::A, HARD, &["status", "--key", &a])?;
+    let need = 128 + t.node(Node::A).devices().len();
+    ensure!(
+        short.code() != 0
+            && short.stderr.contains(&format!("ulimit -Hn {need}"))
+            && short.stdout.contains("Too many open files"),
+        "prfence status under {HARD}: exit {}, expected a failure naming `ulimit -Hn {need}` and \
+         EMFILE:\n{}{}",
+        short.code(),
+        short.stdout,
+        short.stderr
+    );
+    // fence_pr, started by Pacemaker with pacemaker.service's limits.
+    let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
+    let fence_pr = |node: Node, action: &str, target: Node| {
+        fence_agents::run_under(
+            &["prlimit", SOFT],
+            FenceAgent::FencePr,
+            node,
+            action,
+            target,
+            t.node(node).devices(),
+        )?
+        .exited_with(0)
+    };
+    fence_pr(Node::A, "on", Node::A)?;
+    fence_pr(Node::B, "on", Node::B)?;
+    ensure!(keys_everywhere(&t)? == [ka, kb], "after both fence_pr on");
+    fence_pr(Node::A, "status", Node::B)?;
+    fence_pr(Node::A, "off", Node::B)?;
+    assert_sole_survivor_key(&t, Node::A, ka, 9)?;
+    println!(
+        "  soft limit 32, {} paths: prfence unfence/status and fence_pr on/status/off ran; hard \
+         limit 32: exit {}, warned `ulimit -Hn {need}`",
+        t.node(Node::A).devices().len(),
+        short.code()
+    );
     Ok(())
 }

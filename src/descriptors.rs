@@ -1,12 +1,15 @@
-//! The agent's descriptor budget, checked at start: one descriptor per LU path (SG_IO and NVMe
-//! keep each path open) plus what the agent holds itself. An agent that runs out (EMFILE) cannot
-//! read its LUs and so cannot arm; it is better refused at start, with the number to set.
+//! The descriptor budget of a prfence process: one descriptor per LU path it holds open (SG_IO
+//! and NVMe keep each path open while they use it) plus what the process holds itself. The
+//! default soft limit (1024, for a shell as for a systemd service such as pacemaker.service) is
+//! smaller than 256 LUs with 4 paths each, so every front end raises the soft limit to what its
+//! paths need, up to the hard limit, as systemd advises programs that need many descriptors. A
+//! path that still finds none fails to open (EMFILE), and is reported as such.
 
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
-/// What the agent holds besides its LU paths, rounded up: the packaged unit's comment above
-/// `LimitNOFILE=` counts 87 at most (the 18 `agent::DescriptorReserve` keeps for the self-fence
-/// included).
+/// What a prfence process holds besides its LU paths, rounded up: the packaged agent unit's
+/// comment above `LimitNOFILE=` counts 87 at most (the 18 `agent::DescriptorReserve` keeps for
+/// the self-fence included); the CLI and fence_pr hold fewer.
 pub const OWN: u64 = 128;
 
 /// Descriptors needed for `paths` LU paths.
@@ -14,12 +17,11 @@ pub fn need(paths: usize) -> u64 {
     OWN.saturating_add(u64::try_from(paths).unwrap_or(u64::MAX))
 }
 
-/// The descriptor limit cannot hold the configured LUs' paths.
+/// The descriptor limit cannot hold the LUs' paths.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{lus} LU(s) with {paths} path(s) need {need} descriptors ({paths} + {OWN} for the agent \
-     itself), but the limit is {limit}: raise LimitNOFILE to at least {need} \
-     (`systemctl edit prfence-agent.service`, [Service] LimitNOFILE={need}), or watch fewer LUs"
+    "{lus} LU(s) with {paths} path(s) need {need} descriptors ({paths} + {OWN} for prfence \
+     itself), but the limit is {limit}"
 )]
 pub struct TooFewDescriptors {
     pub lus: usize,
@@ -28,8 +30,19 @@ pub struct TooFewDescriptors {
     pub limit: u64,
 }
 
-/// Checks `paths` against the soft limit, raising it up to the hard limit when that is enough
-/// (as systemd advises daemons that need many descriptors). Returns the soft limit in force.
+impl TooFewDescriptors {
+    /// What to set for a process started by systemd `unit`.
+    pub fn raise_in(&self, unit: &str) -> String {
+        let need = self.need;
+        format!(
+            "raise LimitNOFILE to at least {need} (`systemctl edit {unit}`, [Service] \
+             LimitNOFILE={need})"
+        )
+    }
+}
+
+/// Checks `paths` against the soft limit, raising it up to the hard limit when that is enough.
+/// Returns the soft limit in force.
 pub fn fit(lus: usize, paths: usize) -> Result<u64, TooFewDescriptors> {
     let need = need(paths);
     let too_few = |limit| TooFewDescriptors {
@@ -71,7 +84,7 @@ mod tests {
     /// The packaged unit's limit holds the most LUs the agent takes with 15 paths each.
     #[test]
     fn the_packaged_limit_fits_the_largest_configuration() {
-        let unit = include_str!("../../packaging/prfence-agent.service");
+        let unit = include_str!("../packaging/prfence-agent.service");
         let limit: u64 = unit
             .lines()
             .find_map(|l| l.strip_prefix("LimitNOFILE="))
@@ -98,7 +111,7 @@ mod tests {
         if hard < u64::MAX / 2 {
             let refused = fit(3, paths(hard + 1)).unwrap_err();
             assert_eq!(refused.limit, hard);
-            let text = refused.to_string();
+            let text = refused.raise_in("prfence-agent.service");
             assert!(
                 text.contains(&format!("LimitNOFILE={}", hard + 1)),
                 "{text}"
