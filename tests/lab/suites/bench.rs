@@ -35,6 +35,8 @@ const WINDOW: Duration = Duration::from_secs(15);
 /// CI's run: the same jobs and checks on 16 LUNs, with a shorter window.
 const CI_LUNS: usize = 16;
 const CI_WINDOW: Duration = Duration::from_secs(5);
+/// One turn of the agent's watch measurement, and of the floor's after it.
+const TURN: Duration = Duration::from_secs(5);
 const FENCE_SCSI_CHECK: &str = "/usr/share/cluster/fence_scsi_check";
 
 pub const SUITE: Suite = Suite {
@@ -231,6 +233,11 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
         floors.push(run.elapsed);
     }
     let floor = floors.into_iter().min().context("no floor run")?;
+    // What a command that opens every path holds at most, each measured in a run of its own.
+    let held: Vec<(&str, Held)> = [&["status", "--key", &a][..], &["unfence", "--key", &a]]
+        .into_iter()
+        .map(|args| Ok((args[0], held_by(args, of(Node::A))?)))
+        .collect::<anyhow::Result<_>>()?;
     clear(of(Node::A), 0xa)?;
 
     let mut report = format!(
@@ -282,8 +289,65 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
         "perf-data\tfloor\t{luns}\t{paths}\tfloor\t{:.6}",
         floor.as_secs_f64()
     )?;
+    for (op, held) in &held {
+        writeln!(
+            report,
+            "perf-held: prfence {op}, {luns} LUs x {paths} path(s): at most {} threads and {} \
+             descriptors seen (sampled every millisecond), peak RSS {} KiB",
+            held.threads, held.descriptors, held.peak_kib
+        )?;
+    }
     print!("{report}");
     Ok(())
+}
+
+/// What one run of a command held at most.
+struct Held {
+    threads: u64,
+    descriptors: u64,
+    peak_kib: u64,
+}
+
+/// Runs prfence `args` on `devices` under a small Python driver that samples its threads and
+/// open descriptors from /proc every millisecond while it runs (the most seen: the true peak is
+/// at least that) and reads its peak RSS from the finished child's rusage (exact).
+fn held_by(args: &[&str], devices: &[PathBuf]) -> anyhow::Result<Held> {
+    const DRIVER: &str = r#"
+import os, resource, subprocess, sys, time
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+threads = fds = 0
+while child.poll() is None:
+    try:
+        with open(f"/proc/{child.pid}/status") as status:
+            for line in status:
+                if line.startswith("Threads:"):
+                    threads = max(threads, int(line.split()[1]))
+        fds = max(fds, len(os.listdir(f"/proc/{child.pid}/fd")))
+    except OSError:
+        pass
+    time.sleep(0.001)
+print(child.returncode, threads, fds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", DRIVER, PRFENCE]).args(args).args(devices);
+    let run = crate::run_command(&mut cmd)?.ok()?;
+    let fields: Vec<u64> = run
+        .stdout
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("driver said {:?}", run.stdout))?;
+    ensure!(
+        fields.len() == 4 && fields[0] == 0,
+        "prfence {} under the driver: {:?}",
+        args.join(" "),
+        run.stdout
+    );
+    Ok(Held {
+        threads: fields[1],
+        descriptors: fields[2],
+        peak_kib: fields[3],
+    })
 }
 
 /// PERSISTENT RESERVE OUT CLEAR with a registered key: no registration and no reservation left,
@@ -305,8 +369,7 @@ fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
         crate::secs(unfence.elapsed)
     );
 
-    let agent = agent_cost(&devices, window)?;
-    let bare = floor_loop_cost(&t, window)?;
+    let (agent, bare, turns) = agent_and_floor_cost(&t, &devices, window)?;
     // fence_scsi_check as shipped: it passes at the first device that has our key (fence-agents
     // #278), so with the key everywhere each run reads one LU of the 256
     let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.dev", "/var/run/cluster.key"]);
@@ -360,11 +423,16 @@ fn watch_cost(luns: usize, window: Duration) -> anyhow::Result<()> {
     )?;
     writeln!(
         report,
-        "bench:   prfence agent / floor: CPU per LU-check {:.3} ms / {:.3} ms = x{:.2}; agent RSS \
-         {} KiB (peak {} KiB)",
+        "bench:   prfence agent / floor: CPU per LU-check {:.3} ms / {:.3} ms = x{:.2} (turn by \
+         turn: {}); agent RSS {} KiB (peak {} KiB)",
         1e3 * agent_per_lu,
         1e3 * bare.per_run(),
         ratio(agent_per_lu, bare.per_run()),
+        turns
+            .iter()
+            .map(|r| format!("x{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         agent.rss_kib,
         agent.peak_kib
     )?;
@@ -401,7 +469,16 @@ impl Cost {
     }
 }
 
-fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
+/// The agent's watch CPU and the floor loop's, in turns of [`TURN`] over `window`: the agent
+/// measured from the end of one of its checks to the end of another (whole checks only), then
+/// stopped (SIGSTOP, between two checks) while the floor loop runs, then on again. A change in
+/// the guest's speed during the run so weighs on both alike. Returns both costs summed over the
+/// turns, and each turn's ratio of CPU per LU-check.
+fn agent_and_floor_cost(
+    t: &Topology,
+    devices: &[String],
+    window: Duration,
+) -> anyhow::Result<(Cost, Cost, Vec<f64>)> {
     std::fs::create_dir_all(WORK)?;
     let mut config =
         String::from("mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"5s\"\n");
@@ -460,23 +537,66 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let warm_up = start.elapsed();
+    // CPU read right after a check ended (the status file's count moved past `since`): the
+    // agent is idle then until its next check, so a window holds whole checks only.
+    let after_check = |since: u64| -> anyhow::Result<(u64, u64, Instant)> {
+        let waiting = Instant::now();
+        loop {
+            if let Some((_, n)) = checks()
+                && n > since
+            {
+                return Ok((cpu_ticks(pid)?, n, Instant::now()));
+            }
+            ensure!(
+                waiting.elapsed() < Duration::from_secs(60),
+                "the agent ended no check in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     let ticks = floor::clock_ticks()?;
-    let (cpu0, checks0) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
-    std::thread::sleep(window);
-    let (cpu1, checks1) = (cpu_ticks(pid)?, checks().map_or(0, |c| c.1));
+    let turns = (window.as_secs() / TURN.as_secs()).max(1);
+    let (mut cpu, mut runs, mut wall) = (0, 0, Duration::ZERO);
+    let mut floors: Vec<Cost> = Vec::new();
+    let mut ratios = Vec::new();
+    let mut seen = checks().map_or(0, |c| c.1);
+    for _ in 0..turns {
+        let (cpu0, checks0, began) = after_check(seen)?;
+        std::thread::sleep(TURN);
+        let (cpu1, checks1, ended) = after_check(checks().map_or(checks0, |c| c.1))?;
+        let agent_per_lu = (cpu1 - cpu0) as f64
+            / ticks as f64
+            / (checks1 - checks0).max(1) as f64
+            / devices.len() as f64;
+        (cpu, runs, wall) = (
+            cpu + cpu1 - cpu0,
+            runs + checks1 - checks0,
+            wall + (ended - began),
+        );
+        // The floor's turn, with the agent stopped between two of its checks.
+        let agent = Pid::from_raw(i32::try_from(pid)?);
+        kill(agent, Signal::SIGSTOP)?;
+        let floor = floor_loop_cost(t, TURN);
+        kill(agent, Signal::SIGCONT)?;
+        let floor = floor?;
+        ratios.push(agent_per_lu / floor.per_run());
+        floors.push(floor);
+        seen = checks1;
+    }
     if std::env::var_os("LAB_PROFILE").is_some_and(|v| v == "1") {
         profile(pid)?;
     }
-    let cost = Cost {
-        cpu: Duration::from_millis((cpu1 - cpu0) * 1000 / ticks),
-        wall: window,
-        runs: checks1 - checks0,
+    let agent = Cost {
+        cpu: Duration::from_millis(cpu * 1000 / ticks),
+        wall,
+        runs,
         rss_kib: status_kib(pid, "VmRSS:")?,
         peak_kib: status_kib(pid, "VmHWM:")?,
         note: format!(
-            "{} checks of {} LUs in the window (healthy after {}; the unit's environment: {})",
-            checks1 - checks0,
+            "{runs} checks of {} LUs in {turns} turn(s) of {} s (healthy after {}; the unit's \
+             environment: {})",
             devices.len(),
+            TURN.as_secs(),
             crate::secs(warm_up),
             unit_environment()
                 .iter()
@@ -487,7 +607,19 @@ fn agent_cost(devices: &[String], window: Duration) -> anyhow::Result<Cost> {
     };
     kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
     child.wait()?;
-    Ok(cost)
+    let floor = Cost {
+        cpu: floors.iter().map(|f| f.cpu).sum(),
+        wall: floors.iter().map(|f| f.wall).sum(),
+        runs: floors.iter().map(|f| f.runs).sum(),
+        rss_kib: floors.iter().map(|f| f.rss_kib).max().unwrap_or(0),
+        peak_kib: floors.iter().map(|f| f.peak_kib).max().unwrap_or(0),
+        note: format!(
+            "{} LU-checks in {turns} turn(s) of {} s, one thread, devices opened once",
+            floors.iter().map(|f| f.runs).sum::<u64>(),
+            TURN.as_secs()
+        ),
+    };
+    Ok((agent, floor, ratios))
 }
 
 /// The `Environment=` settings of the shipped unit, so the agent is measured as it runs there.
