@@ -42,7 +42,8 @@ impl TooFewDescriptors {
 }
 
 /// Checks `paths` against the soft limit, raising it up to the hard limit when that is enough.
-/// Returns the soft limit in force.
+/// Returns the soft limit in force. When even the hard limit is too small, the soft limit is
+/// raised to it all the same (as many paths as fit still open) and the shortfall returned.
 pub fn fit(lus: usize, paths: usize) -> Result<u64, TooFewDescriptors> {
     let need = need(paths);
     let too_few = |limit| TooFewDescriptors {
@@ -59,6 +60,9 @@ pub fn fit(lus: usize, paths: usize) -> Result<u64, TooFewDescriptors> {
         return Ok(soft);
     }
     if need > hard {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
         return Err(too_few(hard));
     }
     match setrlimit(Resource::RLIMIT_NOFILE, need, hard) {
@@ -93,9 +97,10 @@ mod tests {
         assert!(need(crate::MAX_DEVICES * 15) <= limit, "{limit}");
     }
 
-    /// Below the hard limit the soft one is raised; above it the start is refused, naming the
-    /// number to set. The limit is the whole test binary's: it is only ever raised here (never
-    /// lowered under a test running beside), and put back.
+    /// Below the hard limit the soft one is raised; above it the soft one is raised to the hard
+    /// one and the shortfall named (the agent refuses to start with it, naming the number to
+    /// set). The limit is the whole test binary's: it is only ever raised here (never lowered
+    /// under a test running beside), and put back.
     #[test]
     fn the_soft_limit_is_raised_or_the_start_refused() {
         let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
@@ -110,6 +115,9 @@ mod tests {
         }
         if hard < u64::MAX / 2 {
             let refused = fit(3, paths(hard + 1)).unwrap_err();
+            let after = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+            setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+            assert_eq!(after, (hard, hard), "raised as far as it goes");
             assert_eq!(refused.limit, hard);
             let text = refused.raise_in("prfence-agent.service");
             assert!(

@@ -29,6 +29,10 @@ const THIRD_IFACE: &str = "lab-c";
 const HANG_TABLE: &str = "lab_hang";
 /// How long the asynchronous SCSI scan after a login or a LUN link may take under TCG.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(180);
+/// The most sessions (paths to every LU) a node of an iSCSI topology logs in.
+pub const SESSIONS: usize = 4;
+/// The most LUNs an iSCSI topology exports.
+pub const MAX_LUNS: usize = 1024;
 
 /// What one node sees: its initiator name (as LIO's configfs shows it) and its device paths.
 #[derive(Clone, Debug)]
@@ -264,8 +268,8 @@ impl Topology {
 
     fn iscsi_through(luns: usize, portal_b: &'static str) -> anyhow::Result<Self> {
         ensure!(
-            (1..=256).contains(&luns),
-            "iscsi topology wants 1..=256 LUNs, not {luns}"
+            (1..=MAX_LUNS).contains(&luns),
+            "iscsi topology wants 1..={MAX_LUNS} LUNs, not {luns}"
         );
         let start = begin()?;
         let lus = iscsi_target(luns, portal_b, None)?;
@@ -766,11 +770,21 @@ impl Topology {
     /// logs in through the first portal, so this path stays when its own is hung or delayed.
     /// Returns that session's disks in LUN order.
     pub fn second_session(&self, node: Node) -> anyhow::Result<Vec<PathBuf>> {
+        self.session(node, 2)
+    }
+
+    /// [`Topology::second_session`] for session `n` of the node (2 to [`SESSIONS`]): another
+    /// path to every LU.
+    pub fn session(&self, node: Node, n: usize) -> anyhow::Result<Vec<PathBuf>> {
         ensure!(
             self.kind != Kind::TcmLoop,
             "a second session needs an iSCSI topology"
         );
-        let iface = second_iface(node);
+        ensure!(
+            (2..=SESSIONS).contains(&n),
+            "session {n}: a node has sessions 2 to {SESSIONS} beside its first"
+        );
+        let iface = session_iface(node, n);
         new_iface(&iface, &iscsi_initiator(node))?;
         let target = format!("{IQN}:target");
         let portal = PORTAL;
@@ -1086,20 +1100,28 @@ fn iface(node: Node) -> String {
     format!("lab-{}", node.lower())
 }
 
-/// The iface of a node's second session ([`Topology::second_session`]).
-fn second_iface(node: Node) -> String {
-    format!("lab-{}2", node.lower())
+/// The iface of a node's session `n` ([`Topology::session`]).
+fn session_iface(node: Node, n: usize) -> String {
+    format!("lab-{}{n}", node.lower())
 }
 
-/// `/dev/dm-N` of the device-mapper map named `name`, if any.
+/// `/dev/dm-N` of the device-mapper map named `name`, if any: the kernel names a map's disk by
+/// its minor (`dm-%d`). Asked of dmsetup, not found by reading every /sys/block entry, which
+/// took minutes once 1024 maps were made among 5000 disks.
 fn dm_device(name: &str) -> anyhow::Result<Option<PathBuf>> {
-    for entry in fs::read_dir("/sys/block")? {
-        let entry = entry?;
-        if read_file(entry.path().join("dm/name")).is_ok_and(|n| n.trim() == name) {
-            return Ok(Some(Path::new("/dev").join(entry.file_name())));
-        }
+    let info = run(
+        "dmsetup",
+        ["info", "-c", "--noheadings", "-o", "minor", name],
+    )?;
+    if info.code() != 0 {
+        return Ok(None);
     }
-    Ok(None)
+    let minor: u32 = info
+        .stdout
+        .trim()
+        .parse()
+        .with_context(|| format!("dmsetup info {name}: {:?}", info.stdout))?;
+    Ok(Some(PathBuf::from(format!("/dev/dm-{minor}"))))
 }
 
 /// Builds the LIO iSCSI target of [`Topology::iscsi`] in configfs: `luns` fileio LUs, both
@@ -1395,7 +1417,9 @@ pub fn teardown_all() -> anyhow::Result<()> {
             errors.push(format!("rm -r {dir}: {e}"));
         }
     }
-    let ifaces = Node::BOTH.iter().flat_map(|&n| [iface(n), second_iface(n)]);
+    let ifaces = Node::BOTH.iter().flat_map(|&node| {
+        std::iter::once(iface(node)).chain((2..=SESSIONS).map(move |n| session_iface(node, n)))
+    });
     for iface in ifaces.chain([THIRD_IFACE.to_owned()]) {
         let file = PathBuf::from(format!("/etc/iscsi/ifaces/{iface}"));
         if file.exists()

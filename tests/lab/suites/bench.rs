@@ -47,7 +47,11 @@ pub const SUITE: Suite = Suite {
     // 64-LU cases with fence_scsi alone about 5 each), the 256-LU watch cost 3 to 5
     budget: Duration::from_secs(40 * 60),
     tests: crate::tests![performance_16_luns, watch_cost_16_luns],
-    long: crate::tests![performance_growth, watch_cost_256_luns],
+    long: crate::tests![
+        performance_growth,
+        watch_cost_256_luns,
+        holds_at_1024_luns_4_paths
+    ],
     reproducers: &[],
 };
 
@@ -73,6 +77,80 @@ fn watch_cost_16_luns() -> anyhow::Result<()> {
 /// run about 4 minutes under emulation).
 fn watch_cost_256_luns() -> anyhow::Result<()> {
     watch_cost(256, WINDOW)
+}
+
+/// Long tier: what prfence holds at the issue's largest size, 1024 LUNs with 4 paths each (node
+/// A: 4 iSCSI sessions, 4096 paths, one dm-multipath map per LU as an admin would name them;
+/// node B one session), beyond the growth series' 256 x 2: unfence, status and fence by node A
+/// on its maps, each run under [`held_by`], each result checked on the target (every LU
+/// registered through all 4 of A's nexuses; after the fence, A's registrations alone).
+fn holds_at_1024_luns_4_paths() -> anyhow::Result<()> {
+    const LUNS: usize = crate::topology::MAX_LUNS;
+    // The guest kernel's own share: 5000 SCSI disks and 1024 maps took about 900 MiB of slab,
+    // and a 2 GiB guest ran out of memory making the maps.
+    let memory_kib: u64 = crate::read_file("/proc/meminfo")?
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("MemTotal in /proc/meminfo")?;
+    ensure!(
+        memory_kib >= 3 << 20,
+        "the guest has {} MiB; 1024 LUNs with 4 paths need 4 GiB: run with LAB_MEM=4096",
+        memory_kib >> 10
+    );
+    let t = Topology::iscsi(LUNS)?;
+    let mut sessions = vec![t.node(Node::A).devices().to_vec()];
+    for n in 2..=crate::topology::SESSIONS {
+        sessions.push(t.session(Node::A, n)?);
+    }
+    t.settle()?;
+    let started = Instant::now();
+    let a: Vec<PathBuf> = (0..LUNS)
+        .map(|lun| {
+            let paths: Vec<&std::path::Path> = sessions.iter().map(|s| s[lun].as_path()).collect();
+            t.multipath_map(&format!("a{lun}"), lun, &paths)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    println!(
+        "bench: {LUNS} LUNs set up in {}, node A's {} paths in {} maps in {} more, node B {} paths",
+        crate::secs(t.setup_time()),
+        sessions.iter().map(Vec::len).sum::<usize>(),
+        a.len(),
+        crate::secs(started.elapsed()),
+        t.node(Node::B).devices().len(),
+    );
+    let a_everywhere = |what: &str, alone: bool| -> anyhow::Result<()> {
+        for lu in t.lus() {
+            let registrations = lu.registrations()?;
+            let own = registrations.iter().filter(|r| r.key == 0xa).count();
+            ensure!(
+                own == crate::topology::SESSIONS && (!alone || own == registrations.len()),
+                "after {what}: LU {} holds {registrations:?}",
+                lu.index
+            );
+        }
+        Ok(())
+    };
+    let mut held = Vec::new();
+    held.push(("unfence", held_by(&["unfence", "--key", "0xa"], &a)?));
+    a_everywhere("unfence", true)?;
+    crate::prfence_with_devices(&["unfence", "--key", "0xb"], t.node(Node::B).devices())?.ok()?;
+    held.push(("status", held_by(&["status", "--key", "0xa"], &a)?));
+    let fence = ["fence", "--key", "0xa", "--victim", "0xb"];
+    held.push(("fence", held_by(&fence, &a)?));
+    a_everywhere("fence", true)?;
+    for (op, held) in &held {
+        println!(
+            "perf-held: prfence {op}, {LUNS} LUs x {} paths: {:.3} s, at most {} threads and {} \
+             descriptors seen (sampled every millisecond), peak RSS {} KiB",
+            crate::topology::SESSIONS,
+            held.wall.as_secs_f64(),
+            held.threads,
+            held.descriptors,
+            held.peak_kib
+        );
+    }
+    clear(&a, 0xa)
 }
 
 /// CI: the performance table on 16 LUNs, one path each (fence_scsi takes 15-60 s per operation
@@ -303,6 +381,7 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
 
 /// What one run of a command held at most.
 struct Held {
+    wall: Duration,
     threads: u64,
     descriptors: u64,
     peak_kib: u64,
@@ -310,10 +389,13 @@ struct Held {
 
 /// Runs prfence `args` on `devices` under a small Python driver that samples its threads and
 /// open descriptors from /proc every millisecond while it runs (the most seen: the true peak is
-/// at least that) and reads its peak RSS from the finished child's rusage (exact).
+/// at least that) and reads its peak RSS from the finished child's rusage (exact). prfence gets
+/// the descriptor limits of a Debian 12 login or service (systemd's soft 1024, hard 524288),
+/// not the lab init's (the kernel's 1024 and 4096).
 fn held_by(args: &[&str], devices: &[PathBuf]) -> anyhow::Result<Held> {
     const DRIVER: &str = r#"
 import os, resource, subprocess, sys, time
+began = time.monotonic()
 child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 threads = fds = 0
 while child.poll() is None:
@@ -326,27 +408,31 @@ while child.poll() is None:
     except OSError:
         pass
     time.sleep(0.001)
-print(child.returncode, threads, fds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+wall = time.monotonic() - began
+print(child.returncode, threads, fds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, wall)
 "#;
     let mut cmd = Command::new("python3");
-    cmd.args(["-c", DRIVER, PRFENCE]).args(args).args(devices);
+    cmd.args(["-c", DRIVER, "prlimit", "--nofile=1024:524288", PRFENCE])
+        .args(args)
+        .args(devices);
     let run = crate::run_command(&mut cmd)?.ok()?;
-    let fields: Vec<u64> = run
-        .stdout
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("driver said {:?}", run.stdout))?;
+    let said = || format!("driver said {:?}", run.stdout);
+    let fields: Vec<&str> = run.stdout.split_whitespace().collect();
+    let [code, threads, descriptors, peak_kib, wall] = fields[..] else {
+        anyhow::bail!("{}", said());
+    };
     ensure!(
-        fields.len() == 4 && fields[0] == 0,
-        "prfence {} under the driver: {:?}",
+        code == "0",
+        "prfence {} under the driver: {}",
         args.join(" "),
-        run.stdout
+        said()
     );
+    let count = |text: &str| text.parse::<u64>().with_context(said);
     Ok(Held {
-        threads: fields[1],
-        descriptors: fields[2],
-        peak_kib: fields[3],
+        wall: Duration::from_secs_f64(wall.parse().with_context(said)?),
+        threads: count(threads)?,
+        descriptors: count(descriptors)?,
+        peak_kib: count(peak_kib)?,
     })
 }
 
