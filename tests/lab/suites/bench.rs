@@ -140,15 +140,7 @@ fn holds_at_1024_luns_4_paths() -> anyhow::Result<()> {
     held.push(("fence", held_by(&fence, &a)?));
     a_everywhere("fence", true)?;
     for (op, held) in &held {
-        println!(
-            "perf-held: prfence {op}, {LUNS} LUs x {} paths: {:.3} s, at most {} threads and {} \
-             descriptors seen (sampled every millisecond), peak RSS {} KiB",
-            crate::topology::SESSIONS,
-            held.wall.as_secs_f64(),
-            held.threads,
-            held.descriptors,
-            held.peak_kib
-        );
+        println!("{}", held.line(op, LUNS, crate::topology::SESSIONS));
     }
     clear(&a, 0xa)
 }
@@ -368,12 +360,7 @@ fn performance(luns: usize, paths: usize, with_fence_scsi: bool) -> anyhow::Resu
         floor.as_secs_f64()
     )?;
     for (op, held) in &held {
-        writeln!(
-            report,
-            "perf-held: prfence {op}, {luns} LUs x {paths} path(s): at most {} threads and {} \
-             descriptors seen (sampled every millisecond), peak RSS {} KiB",
-            held.threads, held.descriptors, held.peak_kib
-        )?;
+        writeln!(report, "{}", held.line(op, luns, paths))?;
     }
     print!("{report}");
     Ok(())
@@ -385,6 +372,20 @@ struct Held {
     threads: u64,
     descriptors: u64,
     peak_kib: u64,
+}
+
+impl Held {
+    /// The `perf-held:` line of prfence `op` on `luns` LUs with `paths` paths each.
+    fn line(&self, op: &str, luns: usize, paths: usize) -> String {
+        format!(
+            "perf-held: prfence {op}, {luns} LUs x {paths} path(s): {:.3} s, at most {} threads \
+             and {} descriptors seen (sampled every millisecond), peak RSS {} KiB",
+            self.wall.as_secs_f64(),
+            self.threads,
+            self.descriptors,
+            self.peak_kib
+        )
+    }
 }
 
 /// Runs prfence `args` on `devices` under a small Python driver that samples its threads and
@@ -641,6 +642,7 @@ fn agent_and_floor_cost(
         }
     };
     let ticks = floor::clock_ticks()?;
+    let agent_pid = Pid::from_raw(i32::try_from(pid)?);
     let turns = (window.as_secs() / TURN.as_secs()).max(1);
     let (mut cpu, mut runs, mut wall) = (0, 0, Duration::ZERO);
     let mut floors: Vec<Cost> = Vec::new();
@@ -660,10 +662,9 @@ fn agent_and_floor_cost(
             wall + (ended - began),
         );
         // The floor's turn, with the agent stopped between two of its checks.
-        let agent = Pid::from_raw(i32::try_from(pid)?);
-        kill(agent, Signal::SIGSTOP)?;
+        kill(agent_pid, Signal::SIGSTOP)?;
         let floor = floor_loop_cost(t, TURN);
-        kill(agent, Signal::SIGCONT)?;
+        kill(agent_pid, Signal::SIGCONT)?;
         let floor = floor?;
         ratios.push(agent_per_lu / floor.per_run());
         floors.push(floor);
@@ -691,7 +692,7 @@ fn agent_and_floor_cost(
                 .join(" ")
         ),
     };
-    kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM)?;
+    kill(agent_pid, Signal::SIGTERM)?;
     child.wait()?;
     let floor = Cost {
         cpu: floors.iter().map(|f| f.cpu).sum(),
