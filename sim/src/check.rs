@@ -17,7 +17,8 @@
 //! - P5: nothing here reads a clock; the nodes' clocks run at different rates in the scenarios.
 //!
 //! A power cycle without APTPL wipes an LU's reservations: the fences' promises on that LU end
-//! there (the target forgot them), which the trace says.
+//! there (the target forgot them), which the trace says; except that a rejoin (the node
+//! remembers it registered in this boot) must still not register a key fenced before it began.
 
 use prfence_engine::pr::Key;
 
@@ -112,6 +113,32 @@ impl Checker {
         })
     }
 
+    /// A successful fence of `node`'s `key` (not lifted) that ended before the rejoin of `node`
+    /// that sent this command started. A power cycle ends the target's part of the fence's
+    /// promise, not the node's: the node registered in this boot and remembers it, so its rejoin
+    /// must not bring the key back on any LU, one that lost its PR state included.
+    fn rejoin_after_fence(
+        &self,
+        world: &World,
+        node: usize,
+        label: &str,
+        key: Key,
+        before: usize,
+    ) -> Option<&Fenced> {
+        if label != format!("n{node} {}", Op::Rejoin) {
+            return None;
+        }
+        let started = self
+            .rejoins
+            .iter()
+            .filter(|&&(n, at)| n == node && at < before && !self.ended_before(world, at, before))
+            .map(|&(_, at)| at)
+            .max()?;
+        self.fenced
+            .iter()
+            .find(|f| !f.lifted && f.victim == node && f.key == key && f.at < started)
+    }
+
     /// A promise that `node` may not write on `lu`, made before log index `before`.
     fn fenced_node(&self, node: usize, lu: usize, before: usize) -> Option<&Fenced> {
         self.fenced.iter().find(|f| {
@@ -203,6 +230,7 @@ impl Checker {
                 ..
             } => self.op_end(world, index, node, id, op, outcome, &summary),
             SimEvent::Command {
+                node,
                 lu,
                 added,
                 label,
@@ -210,11 +238,17 @@ impl Checker {
                 ..
             } => {
                 for key in added {
-                    if let Some(f) = self.active(key, lu, index) {
+                    let rejoin = self.rejoin_after_fence(world, node, &label, key, index);
+                    if let Some(f) = self.active(key, lu, index).or(rejoin) {
+                        let lost = if f.lus.get(lu) == Some(&true) {
+                            ""
+                        } else {
+                            " (the LU lost its PR state since, and the node's record did not)"
+                        };
                         let message = format!(
                             "{key} (node n{}) registered again on LU{lu} by `{what}` from \
                              [{label}], after n{}'s fence of n{} was reported successful \
-                             (event {}) and without an unfence of n{}",
+                             (event {}) and without an unfence of n{}{lost}",
                             f.victim, f.by, f.victim, f.at, f.victim
                         );
                         self.violate("P3", message, Some(index));

@@ -192,6 +192,31 @@ fn a_rejoin_after_the_fence_is_refused() {
     );
 }
 
+/// A power cycle without APTPL after the fence wipes the LU, the evidence of the fence with it;
+/// the node still knows it registered there in this boot, so its rejoin is refused all the same
+/// and cannot come back to fence the survivor (seed 98449 found that: two survivors).
+#[test]
+fn a_rejoin_after_a_power_cycle_wiped_the_fence_is_refused() {
+    let run = first_schedule(
+        "lio nodes=2 lus=2 paths=1 n1:fence(n0)@0ms powercycle:l0@2000ms n0:rejoin@3000ms \
+         n0:fence(n1)@5000ms",
+    );
+    assert!(run.violations.is_empty(), "{}", explore::timeline(&run));
+    assert_eq!(ends(&run, 1), [Outcome::Success]);
+    assert_eq!(
+        ends(&run, 0),
+        [Outcome::ThisNodeFenced, Outcome::ThisNodeFenced],
+        "{}",
+        explore::timeline(&run)
+    );
+    let n0 = explore::node_key(0);
+    assert!(
+        end_keys(&run, 2, 2).iter().all(|keys| !keys.contains(&n0)),
+        "{}",
+        explore::timeline(&run)
+    );
+}
+
 #[test]
 fn every_schedule_of_a_rejoin_racing_a_fence_is_safe() {
     // The rejoin's look at an LU may come before the PREEMPT and its REGISTER after: the two

@@ -154,7 +154,7 @@ pub fn unfence<T: PrTransport + 'static>(
 
 /// [`unfence`], telling `observer` of each LU as it finishes. On the LUs in `registered_before`
 /// (this node registered on them earlier and kept its caches since: fence_pr's record of this
-/// boot), a key found preempted is not registered again: those LUs report
+/// boot), a key found gone is not registered again: those LUs report
 /// [`Verdict::ThisNodeFenced`] and the outcome is [`Outcome::ThisNodeFenced`]; the other LUs are
 /// unfenced as usual. An explicit unfence passes an empty set.
 pub fn unfence_observed<T: PrTransport + 'static>(
@@ -189,8 +189,8 @@ pub fn unfence_observed<T: PrTransport + 'static>(
         (
             Outcome::ThisNodeFenced,
             format!(
-                "{own} was preempted since this node registered on: {}; not registered there \
-                 again (P3)",
+                "{own} is gone since this node registered on: {} (preempted, or the LU lost \
+                 every key, which erased any fence before); not registered there again (P3)",
                 failed_ids(&reports)
             ),
         )

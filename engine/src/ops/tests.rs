@@ -251,10 +251,9 @@ fn unfence_after_a_fence_refuses_the_lus_registered_before() {
 }
 
 /// The record does not stand in the way of an ordinary rerun: where the key is still registered
-/// (on any path) unfence registers the other paths, and an LU with no registration at all (a
-/// CLEAR, a target that lost them) is registered as usual.
+/// (on any path) unfence registers the other paths.
 #[test]
-fn unfence_registered_before_reruns_where_the_key_is_present_or_the_lu_empty() {
+fn unfence_registered_before_reruns_where_the_key_is_present() {
     let mut f = two_nodes(2, 2);
     let snapshot = f.snapshot();
     let rerun = rejoin(&f, 1, B, &[0, 1]);
@@ -266,10 +265,40 @@ fn unfence_registered_before_reruns_where_the_key_is_present_or_the_lu_empty() {
     assert_eq!(f.key_of(0, 1, 1), None);
     assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::Success);
     assert_eq!(f.key_of(0, 1, 1), Some(B));
-    // LU 1 cleared.
+}
+
+/// An LU that lost every key (a CLEAR, or a power cycle without APTPL) also lost the evidence of
+/// any fence before: a node that registered there in this boot is not registered again, since
+/// it cannot tell that it was not fenced first (the simulation's seed 98449: B fenced, the LU
+/// power-cycled, B's rejoin registered and B then fenced A, the survivor). Another LU, never
+/// registered on, and the explicit unfence register as usual.
+#[test]
+fn unfence_registered_before_refuses_an_lu_that_lost_every_key() {
+    let f = two_nodes(3, 2);
+    assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
     f.pr_out(0, 1, &PrOut::clear(A));
     assert!(f.keys(1).is_empty());
-    assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::Success);
+    let refused = rejoin(&f, 1, B, &[0, 1]);
+    assert_eq!(refused.outcome, Outcome::ThisNodeFenced, "{refused:#?}");
+    let lu = &refused.lus[1];
+    assert_eq!(lu.verdict, Verdict::ThisNodeFenced, "{lu:#?}");
+    assert!(
+        lu.error
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("so is every other key"),
+        "{lu:#?}"
+    );
+    assert!(f.keys(1).is_empty(), "B must not be back on the cleared LU");
+    assert_eq!(f.keys(0), [A, A]);
+    assert!(
+        refused.summary.contains("lost every key"),
+        "{}",
+        refused.summary
+    );
+    assert_eq!(f.key_of(2, 1, 0), Some(B));
+    assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
     assert_eq!(f.keys(1), [B, B]);
 }
 

@@ -40,17 +40,27 @@ fn steps<T: PrTransport>(
 
 /// P3 against a cluster manager's re-unfencing: Pacemaker may run `on` for a node it has just
 /// fenced, while that node still runs (its default fence-reaction=stop; the lab saw the key back
-/// 0.5 s after the fence). A node that registered here before and now finds its key gone while
-/// other keys remain was preempted since: it still holds whatever it meant to write then (page
-/// cache, queued I/O), so it is not registered again; a reboot clears both that and fence_pr's
-/// record. An LU with no registrations at all (cleared, or a target that lost them) is
-/// registered as usual. An unfence that starts after a fence succeeded is always refused; one
-/// whose READ KEYS precedes the fence's PREEMPT may still register after it, as any unfence
-/// overlapping a fence can: SPC has no command that registers only a key never preempted.
+/// 0.5 s after the fence). A node that registered here before and now finds its key gone was
+/// preempted since, or cannot tell that it was not: it still holds whatever it meant to write
+/// then (page cache, queued I/O), so it is not registered again; a reboot clears both that and
+/// fence_pr's record. That holds on an LU with no registrations at all too: a target that lost
+/// its PR state (a power cycle without APTPL) or a CLEAR also erased the evidence of a fence
+/// before it, and registering there let a node fenced before the loss come back and fence the
+/// survivor (the simulation's seed 98449: two survivors). An unfence that starts after a fence
+/// succeeded is always refused; one whose READ KEYS precedes the fence's PREEMPT may still
+/// register after it, as any unfence overlapping a fence can: SPC has no command that registers
+/// only a key never preempted.
 fn refuse_if_fenced_since<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<(), Stop> {
     let (index, keys) = work.read_keys_any()?;
-    if keys.keys.is_empty() || keys.keys.contains(&own) {
+    if keys.keys.contains(&own) {
         return Ok(());
+    }
+    if keys.keys.is_empty() {
+        return Err(Stop::fenced(format!(
+            "own key {own} is gone from this LU since this node registered on it, and so is every \
+             other key (cleared, or the target lost its PR state: a power cycle without APTPL), \
+             which also erased any fence of this node before that; not registered again (P3)"
+        )));
     }
     work.note_reservation(index);
     Err(Stop::fenced(format!(

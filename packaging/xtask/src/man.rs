@@ -447,7 +447,7 @@ fn agent_toml() -> anyhow::Result<String> {
          .TP\n.B /var/run/cluster.key\nfence_pr's key store (this node's key after its \
          unfencing), as fence_scsi keeps it.\n\
          .TP\n.B /var/run/cluster.lus\nThe LUs fence_pr's unfencing registered this node's key \
-         on in this boot; \\fBon\\fR refuses those whose key was preempted since."
+         on in this boot; \\fBon\\fR refuses those whose key is gone since."
     );
     let _ = writeln!(page, ".SH ENVIRONMENT");
     let _ = writeln!(

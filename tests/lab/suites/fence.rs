@@ -613,7 +613,8 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
 
 /// Pacemaker may run `on` on a node it has just fenced, while the node still runs (its default
 /// fence-reaction=stop; the cluster suite saw it). Over tcm_loop: B's `on` after A preempted its
-/// key is refused, the target keeps A's key alone and refuses B's writes; after B "reboots" (its
+/// key is refused, the target keeps A's key alone and refuses B's writes, and it stays refused
+/// after the LU lost every key; after B "reboots" (its
 /// /run, and fence_pr's record of the LUs it registered on, gone) its `on` registers it again.
 /// A preempts with plain PREEMPT (`prfence preempt`): PREEMPT AND ABORT, fence_pr's `off`, never
 /// completes over tcm_loop (docs/target-notes.md); side by side, on iSCSI, uses `off`.
@@ -647,6 +648,35 @@ fn fence_pr_on_refuses_a_node_fenced_in_this_boot() -> anyhow::Result<()> {
         );
         assert_sole_survivor_key(&t, Node::A, ka, 7)?;
     }
+    // A target that loses every key (a CLEAR here; a power cycle without APTPL does the same)
+    // erases the evidence of the fence, not the nodes' record: B's `on` is still refused, and so
+    // is A's (it too registered in this boot and cannot tell it was not fenced first). The
+    // explicit unfence brings A back.
+    crate::prfence_with_devices(
+        &["clear", "--key", &format!("{ka:#x}")],
+        t.node(Node::A).devices(),
+    )?
+    .ok()?;
+    ensure!(keys_everywhere(&t)?.is_empty(), "after the clear");
+    for node in [Node::B, Node::A] {
+        let refused = agent_expect(&t, FenceAgent::FencePr, node, "on", node, 1)?;
+        ensure!(
+            refused.stderr.contains("THIS NODE WAS FENCED")
+                && refused.stderr.contains("lost every key"),
+            "{node:?}'s `on` on an LU that lost every key says why: {}",
+            refused.stderr
+        );
+        ensure!(
+            keys_everywhere(&t)?.is_empty(),
+            "{node:?}'s refused `on` registered nothing"
+        );
+    }
+    crate::prfence_with_devices(
+        &["unfence", "--key", &format!("{ka:#x}")],
+        t.node(Node::A).devices(),
+    )?
+    .ok()?;
+    assert_sole_survivor_key(&t, Node::A, ka, 7)?;
     fence_agents::reboot(Node::B)?;
     agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
     ensure!(keys_everywhere(&t)? == [ka, kb], "after B's reboot and on");
