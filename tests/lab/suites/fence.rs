@@ -556,7 +556,7 @@ fn statuses_agree(t: &Topology, target: Node, code: i32) -> anyhow::Result<()> {
 /// fence_pr and fence_scsi (4.12.1, over sg_persist) on the same LUs, driven through stdin as
 /// pacemaker-fenced drives them: both derive the same keys from corosync; a node unfenced by one
 /// is fenced by the other, both ways; their `status` agree; fence_pr's `on` does not bring back a
-/// node fenced since its last `on` in this boot.
+/// node fenced since its last `on` in this boot, even after the target forgot every key.
 fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
     // fence_scsi's key store (fence_pr shares it), gone even when the test fails half-way.
     let _key_store = crate::RemoveOnDrop::all(["/var/run/cluster.key", "/var/run/cluster.dev"]);
@@ -602,6 +602,37 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
         refused.stderr
     );
     assert_sole_survivor_key(&t, Node::A, ka, 4)?;
+
+    // The simulation's seed 98449 on the real target: the target restarts without APTPL and
+    // forgets every key, the fence of B with them. B's `on` is still refused (before, it found
+    // no key, registered, and B's `off` then fenced A, the survivor), so B's `off` finds itself
+    // fenced and changes nothing. A's own `on` is refused too (it cannot tell it was not fenced
+    // first); the explicit unfence brings A back.
+    t.restart_target(false)?;
+    ensure!(
+        keys_everywhere(&t)?.is_empty(),
+        "after a restart without APTPL"
+    );
+    let refused = agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 1)?;
+    ensure!(
+        refused.stderr.contains("lost every key"),
+        "B's `on` after the restart says why: {}",
+        refused.stderr
+    );
+    let off = agent_expect(&t, FenceAgent::FencePr, Node::B, "off", Node::A, 1)?;
+    ensure!(
+        keys_everywhere(&t)?.is_empty(),
+        "B's `on` and `off` after the restart changed the target: {}",
+        off.stderr
+    );
+    agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 1)?;
+    crate::prfence_with_devices(
+        &["unfence", "--key", &format!("{ka:#x}")],
+        t.node(Node::A).devices(),
+    )?
+    .ok()?;
+    assert_sole_survivor_key(&t, Node::A, ka, 5)?;
+
     fence_agents::reboot(Node::B)?;
     agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
     ensure!(
