@@ -613,24 +613,15 @@ fn fence_pr_and_fence_scsi_side_by_side() -> anyhow::Result<()> {
         keys_everywhere(&t)?.is_empty(),
         "after a restart without APTPL"
     );
-    let refused = agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 1)?;
-    ensure!(
-        refused.stderr.contains("lost every key"),
-        "B's `on` after the restart says why: {}",
-        refused.stderr
-    );
+    on_refused_where_every_key_is_gone(&t, Node::B)?;
     let off = agent_expect(&t, FenceAgent::FencePr, Node::B, "off", Node::A, 1)?;
     ensure!(
         keys_everywhere(&t)?.is_empty(),
         "B's `on` and `off` after the restart changed the target: {}",
         off.stderr
     );
-    agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 1)?;
-    crate::prfence_with_devices(
-        &["unfence", "--key", &format!("{ka:#x}")],
-        t.node(Node::A).devices(),
-    )?
-    .ok()?;
+    on_refused_where_every_key_is_gone(&t, Node::A)?;
+    unfence_explicitly(&t, Node::A, ka)?;
     assert_sole_survivor_key(&t, Node::A, ka, 5)?;
 
     fence_agents::reboot(Node::B)?;
@@ -689,24 +680,9 @@ fn fence_pr_on_refuses_a_node_fenced_in_this_boot() -> anyhow::Result<()> {
     )?
     .ok()?;
     ensure!(keys_everywhere(&t)?.is_empty(), "after the clear");
-    for node in [Node::B, Node::A] {
-        let refused = agent_expect(&t, FenceAgent::FencePr, node, "on", node, 1)?;
-        ensure!(
-            refused.stderr.contains("THIS NODE WAS FENCED")
-                && refused.stderr.contains("lost every key"),
-            "{node:?}'s `on` on an LU that lost every key says why: {}",
-            refused.stderr
-        );
-        ensure!(
-            keys_everywhere(&t)?.is_empty(),
-            "{node:?}'s refused `on` registered nothing"
-        );
-    }
-    crate::prfence_with_devices(
-        &["unfence", "--key", &format!("{ka:#x}")],
-        t.node(Node::A).devices(),
-    )?
-    .ok()?;
+    on_refused_where_every_key_is_gone(&t, Node::B)?;
+    on_refused_where_every_key_is_gone(&t, Node::A)?;
+    unfence_explicitly(&t, Node::A, ka)?;
     assert_sole_survivor_key(&t, Node::A, ka, 7)?;
     fence_agents::reboot(Node::B)?;
     agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
@@ -716,6 +692,33 @@ fn fence_pr_on_refuses_a_node_fenced_in_this_boot() -> anyhow::Result<()> {
         probe == WriteOutcome::Accepted,
         "B's write after its reboot and on: {probe:?}"
     );
+    Ok(())
+}
+
+/// `node`'s fence_pr `on`, on LUs it registered on in this boot that have since lost every key:
+/// refused (exit 1, saying why), and the target still holds no key.
+fn on_refused_where_every_key_is_gone(t: &Topology, node: Node) -> anyhow::Result<()> {
+    let refused = agent_expect(t, FenceAgent::FencePr, node, "on", node, 1)?;
+    ensure!(
+        refused.stderr.contains("THIS NODE WAS FENCED")
+            && refused.stderr.contains("lost every key"),
+        "{node:?}'s `on` on LUs that lost every key says why: {}",
+        refused.stderr
+    );
+    ensure!(
+        keys_everywhere(t)?.is_empty(),
+        "{node:?}'s refused `on` registered nothing"
+    );
+    Ok(())
+}
+
+/// `prfence unfence --key KEY` on every device of `node`: the explicit way back.
+fn unfence_explicitly(t: &Topology, node: Node, key: u64) -> anyhow::Result<()> {
+    crate::prfence_with_devices(
+        &["unfence", "--key", &format!("{key:#x}")],
+        t.node(node).devices(),
+    )?
+    .ok()?;
     Ok(())
 }
 
