@@ -45,6 +45,10 @@ struct Fenced {
     lus: Vec<bool>,
     /// The victim was explicitly unfenced since.
     lifted: bool,
+    /// The victim's key had been registered before (in this boot): false for a booting node
+    /// fenced before its first `on` registered, whose first registration lifts the fence (the
+    /// fence removed nothing, so nothing the node held is behind it).
+    removed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +72,9 @@ pub struct Checker {
     unfences: Vec<(usize, usize)>,
     /// Every rejoin: (node, log index of its start).
     rejoins: Vec<(usize, usize)>,
+    /// Keys seen registered on some LU so far (a fence of a key never registered in this boot
+    /// removed nothing, so its node's first `on` may register).
+    registered: Vec<Key>,
     /// LUs whose PR state a power cycle wiped, and the log index when.
     forgot: Vec<(usize, usize)>,
     /// Key state of every LU when each refence started, to compare at its end.
@@ -90,6 +97,7 @@ impl Checker {
             shared_at_start: Vec::new(),
             unfences: Vec::new(),
             rejoins: Vec::new(),
+            registered: Vec::new(),
             forgot: Vec::new(),
             refence_before: Vec::new(),
             violations: Vec::new(),
@@ -238,6 +246,16 @@ impl Checker {
                 ..
             } => {
                 for key in added {
+                    if !self.registered.contains(&key) {
+                        self.registered.push(key);
+                        for f in self
+                            .fenced
+                            .iter_mut()
+                            .filter(|f| f.key == key && !f.removed)
+                        {
+                            f.lifted = true;
+                        }
+                    }
                     let rejoin = self.rejoin_after_fence(world, node, &label, key, index);
                     if let Some(f) = self.active(key, lu, index).or(rejoin) {
                         let lost = if f.lus.get(lu) == Some(&true) {
@@ -314,6 +332,7 @@ impl Checker {
                     at: index,
                     lus: promised,
                     lifted: false,
+                    removed: true,
                 });
             }
             SimEvent::LeaseRole { .. } | SimEvent::SelfFenced { .. } => {}
@@ -465,6 +484,7 @@ impl Checker {
             at: index,
             lus: promised,
             lifted,
+            removed: self.registered.contains(&world.key(victim)),
         });
     }
 
@@ -538,6 +558,13 @@ impl Checker {
     /// The state now: every promise of a successful fence still kept.
     fn state(&mut self, world: &World) {
         let cluster = world.cluster();
+        for lu in 0..cluster.lus.len() {
+            for key in cluster.keys(lu) {
+                if !self.registered.contains(&key) {
+                    self.registered.push(key);
+                }
+            }
+        }
         let mut broken = Vec::new();
         for f in self.fenced.iter().filter(|f| !f.lifted) {
             for (lu, _) in f.lus.iter().enumerate().filter(|(_, on)| **on) {

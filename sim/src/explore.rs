@@ -247,10 +247,13 @@ fn policy(scenario: Option<&Scenario>) -> Policy {
     }
 }
 
-/// Every node unfenced before the run starts, through the engine on the models directly
-/// (ordinary threads: this is set-up, not under test).
-fn unfence_all(cluster: &Cluster, keys: &[Key]) {
+/// Every node but the booting ones unfenced before the run starts, through the engine on the
+/// models directly (ordinary threads: this is set-up, not under test).
+fn unfence_all(cluster: &Cluster, keys: &[Key], booting: &[usize]) {
     for (node, &key) in keys.iter().enumerate() {
+        if booting.contains(&node) {
+            continue;
+        }
         let targets = cluster.targets(node, |spec| -> Arc<dyn PrTransport> {
             match (spec.medium, spec.port) {
                 (Medium::Scsi(lu), Port::Nexus(nexus)) => Arc::new(ScsiPr::new(
@@ -282,7 +285,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
         .iter()
         .any(|a| a.op == crate::world::Op::Lease)
     {
-        unfence_all(&cluster, &keys);
+        unfence_all(&cluster, &keys, &scenario.booting);
     }
     let nodes = (0..scenario.nodes)
         .map(|n| NodeClock {
@@ -300,6 +303,9 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
         policy(Some(scenario)),
         scenario.tie_break.map(Duration::from_nanos),
     );
+    for &node in &scenario.booting {
+        world.boot(node);
+    }
     for (id, action) in scenario.actions.iter().copied().enumerate() {
         let w = Arc::clone(&world);
         let label: Arc<str> = Arc::from(format!("n{} {}", action.node, action.op));

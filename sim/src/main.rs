@@ -210,7 +210,9 @@ fn scenario_family(s: &Scenario) -> String {
         .iter()
         .any(|(_, h)| matches!(h, prfence_sim::world::Happening::Pause { .. }));
     let lease = s.actions.iter().any(|a| matches!(a.op, Op::Lease));
-    let kind = if lease {
+    let kind = if !s.booting.is_empty() {
+        "boot"
+    } else if lease {
         "lease"
     } else if refence && s.quiet_after.is_some() {
         "rerun"

@@ -54,6 +54,9 @@ pub struct Scenario {
     pub quiet_after: Option<Nanos>,
     /// Fences wait this fixed tie-break (`tiebreak=1000ms`) instead of the measured one.
     pub tie_break: Option<Nanos>,
+    /// Nodes that start unregistered, fence_pr's record of their boot empty (`booting:n1`): their
+    /// first `rejoin` is the first `on` of their boot.
+    pub booting: Vec<usize>,
 }
 
 /// The scenario families a random run draws from, each aimed at a kind of race.
@@ -93,6 +96,7 @@ impl Scenario {
             timeouts: rng.chance(1, 4),
             quiet_after: None,
             tie_break: None,
+            booting: Vec::new(),
         };
         // A start offset from none to around the longest tie-break (1 s, the cap of the measured
         // one), where the two fences' steps interleave.
@@ -216,6 +220,10 @@ impl Scenario {
                         at: 0,
                     });
                 }
+                // Drawn last, so the scenarios of the other families' seeds stay as they were.
+                if rng.chance(1, 3) {
+                    s.boot_one(rng);
+                }
             }
             "pause" => {
                 // The victim freezes mid-write and wakes up after it was fenced.
@@ -274,6 +282,13 @@ impl Scenario {
                     ];
                 }
             }
+            "boot" => {
+                // `--family boot`; random runs meet it inside churn.
+                s.nodes = 2 + rng.below(2);
+                s.faults = rng.chance(2, 3);
+                s.writers = (0..s.nodes).filter(|_| rng.chance(1, 2)).collect();
+                s.boot_one(rng);
+            }
             "rerun" => {
                 // P4: a fence under faults and timeouts, then the same fence once the faults are
                 // over: it must succeed, whatever the first one left behind.
@@ -318,6 +333,42 @@ impl Scenario {
             .collect();
         s.happenings.sort_by_key(|(t, _)| *t);
         s
+    }
+}
+
+impl Scenario {
+    /// One node boots during the run: unregistered, its record empty; its first `on` (under
+    /// the scenario's faults), a fence of it by another node, and its `on` again in the same
+    /// boot (Pacemaker's retry, or its re-unfencing of a node it just fenced).
+    fn boot_one(&mut self, rng: &mut Rng) {
+        let node = rng.below(self.nodes);
+        let fencer = (node + 1 + rng.below(self.nodes - 1)) % self.nodes;
+        self.booting = vec![node];
+        self.actions.extend([
+            ScheduledOp {
+                node,
+                op: Op::Rejoin,
+                at: rng.below(500) as Nanos * MS,
+            },
+            ScheduledOp {
+                node: fencer,
+                op: Op::Fence { victim: node },
+                at: rng.below(1500) as Nanos * MS,
+            },
+            ScheduledOp {
+                node,
+                op: Op::Rejoin,
+                at: (500 + rng.below(3000)) as Nanos * MS,
+            },
+        ]);
+        if rng.chance(1, 4) {
+            self.happenings.push((
+                rng.below(3000) as Nanos * MS,
+                Happening::PowerCycle {
+                    lu: rng.below(self.lus),
+                },
+            ));
+        }
     }
 }
 
@@ -370,6 +421,9 @@ impl fmt::Display for Scenario {
         }
         if let Some(wait) = self.tie_break {
             write!(f, " tiebreak={}", at_ms(wait))?;
+        }
+        for b in &self.booting {
+            write!(f, " booting:n{b}")?;
         }
         Ok(())
     }
@@ -453,6 +507,7 @@ impl FromStr for Scenario {
             timeouts: false,
             quiet_after: None,
             tie_break: None,
+            booting: Vec::new(),
         };
         for word in words {
             let (key, value) = word.split_once(['=', ':']).unwrap_or((word, ""));
@@ -461,6 +516,7 @@ impl FromStr for Scenario {
                 "lus" => s.lus = number(value, "lus")?,
                 "paths" => s.paths = number(value, "paths")?,
                 "writer" => s.writers.push(node(value)?),
+                "booting" => s.booting.push(node(value)?),
                 "ppm" => {
                     s.ppm = value
                         .split(',')

@@ -217,6 +217,47 @@ fn a_rejoin_after_a_power_cycle_wiped_the_fence_is_refused() {
     );
 }
 
+/// A booting node's first `on` raced a fence and failed; the node was fenced again; its `on`
+/// again registered, since the record was written after the `on` and only for the LUs that
+/// succeeded (the boot family's seed 63). The record now names an LU before its REGISTER.
+#[test]
+fn a_booting_nodes_on_after_a_fence_of_its_first_on_is_refused() {
+    let run = regressions::replay(
+        "spc4 nodes=3 lus=1 paths=1 n2:rejoin@10ms n0:fence(n2)@795ms n2:rejoin@2553ms \
+         n1:fence(n2)@1841ms ppm=0,0,0 clock-stops booting:n2",
+        &[0, 1],
+    );
+    assert_eq!(ends(&run, 1), [Outcome::Success]);
+    assert_eq!(
+        ends(&run, 2).last(),
+        Some(&Outcome::ThisNodeFenced),
+        "{}",
+        explore::timeline(&run)
+    );
+    let n2 = explore::node_key(2);
+    assert!(
+        end_keys(&run, 3, 1).iter().all(|keys| !keys.contains(&n2)),
+        "{}",
+        explore::timeline(&run)
+    );
+}
+
+/// A fence of a node that has not registered yet removes nothing; the node's first `on` then
+/// registers (nothing was preempted, P3 promises nothing).
+#[test]
+fn a_booting_node_fenced_before_its_first_on_registers() {
+    let run =
+        first_schedule("lio nodes=2 lus=2 paths=1 n0:fence(n1)@0ms n1:rejoin@2000ms booting:n1");
+    assert!(run.violations.is_empty(), "{}", explore::timeline(&run));
+    assert_eq!(ends(&run, 0), [Outcome::Success]);
+    assert_eq!(
+        ends(&run, 1),
+        [Outcome::Success],
+        "{}",
+        explore::timeline(&run)
+    );
+}
+
 #[test]
 fn every_schedule_of_a_rejoin_racing_a_fence_is_safe() {
     // The rejoin's look at an LU may come before the PREEMPT and its REGISTER after: the two
@@ -260,7 +301,7 @@ fn two_survivors_are_caught() {
 mod regressions {
     use super::*;
 
-    fn replay(scenario: &str, picks: &[usize]) -> ScheduleRun {
+    pub(super) fn replay(scenario: &str, picks: &[usize]) -> ScheduleRun {
         let scenario: Scenario = scenario.parse().unwrap();
         let run = explore::run(&scenario, &mut Replay::new(picks.to_vec()));
         assert!(!run.failed(), "{}", explore::report(&scenario, picks, &run));

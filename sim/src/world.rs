@@ -2,6 +2,7 @@
 //! as devices whose every command waits for the scheduler (the gate), the writers, and the log
 //! of everything that reached the target, which the checker reads.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use nvme_io::{NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult, PrType};
 use prfence_engine::discover::LuId;
 use prfence_engine::exec::{NvmeDevice, NvmePr, ScsiDevice, ScsiPr};
-use prfence_engine::ops::LuTarget;
+use prfence_engine::ops::{BootRecord, LuTarget, UnfenceBy};
 use prfence_engine::pr::Key;
 use prfence_engine::spc_model::{
     CommandFilter, Injected, Injection, Io, ModelDevice, ScsiFailure, Timing, UnitAttention,
@@ -205,6 +206,9 @@ pub struct World {
     vanished: Mutex<Vec<(usize, usize)>>,
     /// A fence's fixed tie-break (`--tie-break SECS`); None: measured, the product's default.
     tie_break: Option<Duration>,
+    /// Each node's fence_pr record of its boot: the LUs its `on` registered on. A node set up
+    /// unfenced ran its `on` before the run; a booting node's record starts empty.
+    records: Mutex<Vec<BTreeSet<LuId>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -219,6 +223,10 @@ impl World {
         policy: Policy,
         tie_break: Option<Duration>,
     ) -> Arc<World> {
+        let every_lu: BTreeSet<LuId> = (0..cluster.lus.len())
+            .map(|lu| LuId::Designator(Cluster::lu_id(lu).into()))
+            .collect();
+        let records = vec![every_lu; keys.len()];
         Arc::new(World {
             sim,
             cluster: Mutex::new(cluster),
@@ -230,7 +238,15 @@ impl World {
             keys,
             vanished: Mutex::new(Vec::new()),
             tie_break,
+            records: Mutex::new(records),
         })
+    }
+
+    /// Node `node` starts its boot: unregistered, its fence_pr record empty.
+    pub fn boot(&self, node: usize) {
+        if let Some(record) = lock(&self.records).get_mut(node) {
+            record.clear();
+        }
     }
 
     /// Whether node `node`'s devices of LU `lu` vanished.
@@ -327,12 +343,17 @@ impl World {
         };
         let targets = self.targets(node);
         let result = match op {
-            Op::Unfence => prfence_engine::ops::unfence(targets, own, limits),
-            Op::Rejoin => {
-                let before = (0..self.cluster().lus.len())
-                    .map(|lu| LuId::Designator(Cluster::lu_id(lu).into()))
-                    .collect();
-                prfence_engine::ops::unfence_observed(targets, own, &before, limits, &mut |_| {})
+            Op::Unfence | Op::Rejoin => {
+                let record = Arc::new(NodeRecord {
+                    world: Arc::clone(self),
+                    node,
+                });
+                let by = if op == Op::Rejoin {
+                    UnfenceBy::Rejoin(record)
+                } else {
+                    UnfenceBy::Admin(record)
+                };
+                prfence_engine::ops::unfence_observed(targets, own, by, limits, &mut |_| {})
             }
             Op::Fence { victim } | Op::Refence { victim } => {
                 prfence_engine::ops::fence(targets, own, self.key(victim), limits)
@@ -464,6 +485,27 @@ impl World {
             time: self.sim.now(),
             what,
         });
+    }
+}
+
+/// A node's fence_pr record of its boot, kept in the world (it outlives each `on`).
+struct NodeRecord {
+    world: Arc<World>,
+    node: usize,
+}
+
+impl BootRecord for NodeRecord {
+    fn contains(&self, lu: &LuId) -> bool {
+        lock(&self.world.records)
+            .get(self.node)
+            .is_some_and(|r| r.contains(lu))
+    }
+
+    fn add(&self, lu: &LuId) -> Result<(), String> {
+        if let Some(record) = lock(&self.world.records).get_mut(self.node) {
+            record.insert(lu.clone());
+        }
+        Ok(())
     }
 }
 

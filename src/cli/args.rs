@@ -82,7 +82,9 @@ pub enum Cmd {
     RegisterMove(RegisterMoveArgs),
     /// Let this node write: register its key on every path of every LU (REGISTER AND IGNORE
     /// EXISTING KEY), reserve (wero) where no reservation exists, verify. The only command that
-    /// registers a key that was preempted.
+    /// registers a key that was preempted. Each LU is first added to fence_pr's record of this
+    /// boot (/var/run/cluster.lus, or FENCE_PR_STORE's stem), so fence_pr's `on` refuses the node
+    /// once it is fenced again.
     Unfence(FencingDevices),
     /// Fence another node: remove its key from every LU (PREEMPT AND ABORT, or PREEMPT where
     /// the target refuses it) and verify. The first LU by identifier decides alone: if this

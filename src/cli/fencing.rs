@@ -1,15 +1,15 @@
 //! `prfence unfence | fence | status`: the fencing engine ([`crate::ops`]) on the devices named,
 //! grouped into LUs, with a verdict per LU as text or JSON.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::Arc;
 
+use crate::fence_agent::store::{KeyStore, LuRecord};
 use crate::host::Host;
 use crate::ops::{
     self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, TieBreak,
-    targets,
+    UnfenceBy, targets,
 };
 use crate::pr::Key;
 use crate::transport::Policy;
@@ -92,9 +92,20 @@ pub fn execute(
     // LUs that time out may still have a command in the kernel; the engine does not wait for
     // them, and the process exits without them.
     let result: Result<Report, RequestError> = match action {
-        // The admin's explicit way back (P3): no record of earlier registrations applies.
+        // The admin's explicit way back (P3): it registers even where the key was preempted,
+        // and adds the LUs to fence_pr's record of this boot first, so that a fence_pr `on` after
+        // a later fence of this node is refused.
         FencingCommand::Unfence(_) => {
-            ops::unfence_observed(lus, key, &BTreeSet::new(), limits, &mut observer)
+            match LuRecord::load(&KeyStore::from_environment(), key.get()) {
+                Ok(record) => {
+                    let by = UnfenceBy::Admin(Arc::new(record));
+                    ops::unfence_observed(lus, key, by, limits, &mut observer)
+                }
+                Err(e) => {
+                    eprintln!("prfence: {e}");
+                    return ExitStatus::Failure;
+                }
+            }
         }
         FencingCommand::Status(_) => ops::status_observed(lus, key, limits, &mut observer),
         FencingCommand::Fence(f) => ops::fence_observed(lus, key, f.victim, limits, &mut observer),

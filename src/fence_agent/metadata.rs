@@ -23,8 +23,8 @@ switch without re-keying. Each node registers its key on the devices ('on', run 
 on the node when it joins) and one node holds a \"write exclusive, registrants only\" \
 reservation; 'off' removes the victim's key with PREEMPT AND ABORT and verifies that it is gone. \
 A fenced node is cut off from the storage but not rebooted, so this agent never offers reboot; \
-its 'on' does not register it again on a device whose key is gone (preempted, or lost with every \
-other key) since its last 'on' in this boot: the node must reboot first. \
+its 'on' registers it nowhere once its key is gone (preempted, or lost with every other key) \
+from a device an earlier 'on' in this boot began registering on: the node must reboot first. \
 'monitor' probes the devices (reachable, persistent reservations supported, this node's key \
 present) and reports a degraded path without failing. 'list' prints the nodes of the corosync \
 nodelist, which Pacemaker uses to decide which nodes this device can fence when neither \

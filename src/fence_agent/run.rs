@@ -55,7 +55,7 @@
 //! are always opened read-only (SG_IO needs no write access, and a read-only open does not
 //! trigger udev change events, the reason fence_scsi added the option).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,7 +63,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use super::metadata::metadata_xml;
-use super::store::KeyStore;
+use super::store::{KeyStore, LuRecord};
 use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, LuId, Resolution};
 use crate::host::{Host, SystemHost};
@@ -77,9 +77,6 @@ use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, 
 pub const RUN_BUDGET: Duration = Duration::from_secs(50);
 /// The least the engine is given, however long the delay and the corosync queries took.
 pub const MIN_ENGINE_DEADLINE: Duration = Duration::from_secs(10);
-/// Environment variable naming the key store stem instead of `/var/run/cluster`. Not a fence_scsi
-/// option: it lets a lab run two "nodes" on one host, each with its own store.
-pub const STORE_ENV: &str = "FENCE_PR_STORE";
 
 /// What fence_pr uses of the node: the [`Host`] (corosync, discovery, opening devices,
 /// sleeping) and the key store, which is fence_pr's own file (fence_scsi's format), not the
@@ -94,14 +91,9 @@ impl FenceNode {
         FenceNode { host, store }
     }
 
-    /// The real node. The store is fence_scsi's (`/var/run/cluster.key`/`.dev`, the key also
-    /// read from `/var/run/cluster/fence_scsi.key` when that is absent) unless [`STORE_ENV`]
-    /// names another stem.
+    /// The real node, with the node's store ([`KeyStore::from_environment`]).
     pub fn from_environment() -> FenceNode {
-        let store = std::env::var_os(STORE_ENV)
-            .filter(|s| !s.is_empty())
-            .map_or_else(KeyStore::default, KeyStore::new);
-        FenceNode::new(Arc::new(SystemHost::new()), store)
+        FenceNode::new(Arc::new(SystemHost::new()), KeyStore::from_environment())
     }
 
     /// Output of `corosync-cmapctl <args…>` (with `options.corosync_cmap_path`).
@@ -717,38 +709,25 @@ fn unfence(
     system.store().write_key(key.get()).map_err(Failed::from)?;
     let targets = targets?;
     let given = targets.given;
-    // P3: an LU this node registered its key on earlier in this boot, and which now holds other
-    // keys but not its own, means this node was fenced since; Pacemaker may still ask it to
-    // unfence (fence-reaction=stop). The engine refuses those LUs.
-    let recorded: HashSet<String> = system
-        .store()
-        .read_lus(key.get())
-        .map_err(Failed::from)?
-        .into_iter()
-        .collect();
-    let registered_before: BTreeSet<LuId> = targets
-        .lus
-        .iter()
-        .filter(|lu| recorded.contains(lu.id.as_str()))
-        .map(|lu| lu.id.clone())
-        .collect();
+    // P3: the LUs this node began registering on earlier in this boot; if its key is gone from
+    // any of them it was fenced since (Pacemaker may still ask it to unfence, fence-reaction=stop)
+    // and the engine registers nowhere. The engine adds each other LU before registering there.
+    let record = LuRecord::load(system.store(), key.get()).map_err(Failed::from)?;
     let report = shown(ops::unfence_observed(
         targets.lus,
         key,
-        &registered_before,
+        ops::UnfenceBy::Rejoin(Arc::new(record)),
         limits(started),
         &mut |_| {},
     ))?;
     log_report(&report);
-    let registered = report.lus.iter().filter(|lu| lu.ok);
-    system
-        .store()
-        .add_lus(key.get(), registered.clone().map(|lu| lu.lu.as_str()))
-        .map_err(Failed::from)?;
     system
         .store()
         .add_devices(
-            registered
+            report
+                .lus
+                .iter()
+                .filter(|lu| lu.verdict == Verdict::Unfenced)
                 .flat_map(|lu| given.get(&lu.lu).into_iter().flatten())
                 .map(PathBuf::as_path),
         )
@@ -757,11 +736,12 @@ fn unfence(
         Outcome::Success => {}
         Outcome::ThisNodeFenced => {
             return Err(Failed(format!(
-                "THIS NODE WAS FENCED after its last on in this boot: {}. Reboot it before it \
-                 rejoins: its page cache and queued I/O may still hold writes from before the \
-                 fence, and a reboot also clears this record ({}). If the target lost its \
-                 registrations and this node was never fenced, `prfence unfence --key {key} \
-                 DEVICE...` registers it explicitly",
+                "THIS NODE WAS FENCED after an earlier on in this boot, or cannot tell that it \
+                 was not: {}. Reboot it before it rejoins: its page cache and queued I/O may \
+                 still hold writes from before the fence, and a reboot also clears this record \
+                 ({}). If the target lost its registrations, or that earlier on stopped before \
+                 its REGISTER landed, and this node was never fenced, `prfence unfence --key \
+                 {key} DEVICE...` registers it explicitly",
                 report.summary,
                 system.store().lus_path().display()
             )));

@@ -13,14 +13,15 @@
 //! `devices`, appended by `on` when no line starts with that path followed by whitespace;
 //! readers take the non-empty trimmed lines. The parent directory is created when missing.
 //! fence_pr adds `<stem>.lus` (fence_scsi neither writes nor reads it): the LUs, by identifier,
-//! that `on` registered the key on, so a later `on` in the same boot can tell that this node was
-//! fenced since ([`KeyStore::lus_path`]).
+//! that `on` or `prfence unfence` began registering the key on, so a later `on` in the same boot
+//! can tell that this node was fenced since ([`KeyStore::lus_path`]).
 //!
 //! Both files are replaced whole through [`crate::atomic_file::write_atomic`] (unique temporary,
 //! no symlink followed, fsync, rename); `.dev` and `.lus` are read, checked and rewritten under an
 //! exclusive `flock` on `<stem>.dev.lock`, so two `on` runs never lose each other's lines. fence_scsi
 //! itself appends without a lock; it and fence_pr do not run `on` at the same time on one node.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -30,7 +31,9 @@ use nix::fcntl::{Flock, FlockArg, OFlag};
 
 use crate::atomic_file::{MODE_DEFAULT, write_atomic};
 
+use crate::discover::LuId;
 use crate::keys::{self, KeyError};
+use crate::ops::BootRecord;
 
 /// Stem of the store used by fence_scsi since fence-agents c2c72887 (4.12.1, HEAD).
 pub const DEFAULT_STEM: &str = "/var/run/cluster";
@@ -78,7 +81,20 @@ impl Default for KeyStore {
     }
 }
 
+/// Environment variable naming the key store stem instead of `/var/run/cluster`. Not a fence_scsi
+/// option: it lets a lab run two "nodes" on one host, each with its own store.
+pub const STORE_ENV: &str = "FENCE_PR_STORE";
+
 impl KeyStore {
+    /// The node's store: fence_scsi's (`/var/run/cluster.key`/`.dev`, the key also read from
+    /// `/var/run/cluster/fence_scsi.key` when that is absent) unless [`STORE_ENV`] names another
+    /// stem. fence_pr and `prfence unfence` share it.
+    pub fn from_environment() -> KeyStore {
+        std::env::var_os(STORE_ENV)
+            .filter(|s| !s.is_empty())
+            .map_or_else(KeyStore::default, KeyStore::new)
+    }
+
     /// A store whose files are `<stem>.key` and `<stem>.dev`.
     pub fn new(stem: impl Into<PathBuf>) -> KeyStore {
         KeyStore {
@@ -260,15 +276,17 @@ impl KeyStore {
         write_atomic(path, &updated, MODE_DEFAULT).map_err(Self::write_error(path))
     }
 
-    /// `<stem>.lus`: fence_pr's own record (fence_scsi has none) of the LUs `on` registered `key`
-    /// on, one `<key> <LU identifier>` a line. On /run, a tmpfs, it lasts one boot, which is
-    /// what `on`'s refusal to register a key preempted since needs (P3, `ops::unfence_observed`).
+    /// `<stem>.lus`: fence_pr's own record (fence_scsi has none) of the LUs `on` or `prfence
+    /// unfence` began registering `key` on, one `<key> <LU identifier>` a line, each written
+    /// before the LU's first REGISTER.
+    /// On /run, a tmpfs, it lasts one boot, which is what `on`'s refusal to register a key
+    /// preempted since needs (P3, [`BootRecord`]).
     pub fn lus_path(&self) -> PathBuf {
         self.with_suffix(".lus")
     }
 
-    /// Records that `on` registered `key` on each of the LUs `lus` (their identifiers), those not
-    /// listed yet, in one rewrite.
+    /// Records that `on` begins registering `key` on each of the LUs `lus` (their identifiers),
+    /// those not listed yet, in one rewrite.
     pub fn add_lus<'a>(
         &self,
         key: u64,
@@ -282,7 +300,8 @@ impl KeyStore {
         )
     }
 
-    /// The identifiers of the LUs `on` registered `key` on (none if the file does not exist).
+    /// The identifiers of the LUs `on` began registering `key` on (none if the file does not
+    /// exist).
     pub fn read_lus(&self, key: u64) -> Result<Vec<String>, StoreError> {
         let path = self.lus_path();
         let text = match fs::read_to_string(&path) {
@@ -313,6 +332,40 @@ impl KeyStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Self::io_error(&path)(e)),
         }
+    }
+}
+
+/// The `.lus` record of one key as the engine's [`BootRecord`]: read once when `on` starts, each
+/// new LU written (under the lock, fsync, rename) before its first REGISTER.
+pub struct LuRecord {
+    store: KeyStore,
+    key: u64,
+    recorded: HashSet<String>,
+}
+
+impl LuRecord {
+    pub fn load(store: &KeyStore, key: u64) -> Result<LuRecord, StoreError> {
+        Ok(LuRecord {
+            store: store.clone(),
+            key,
+            recorded: store.read_lus(key)?.into_iter().collect(),
+        })
+    }
+}
+
+impl BootRecord for LuRecord {
+    fn contains(&self, lu: &LuId) -> bool {
+        self.recorded.contains(lu.as_str())
+    }
+
+    fn add(&self, lu: &LuId) -> Result<(), String> {
+        self.store.add_lus(self.key, [lu.as_str()]).map_err(|e| {
+            format!(
+                "{}; run it as root (where fence_pr does not run, {STORE_ENV} may name a stem \
+                 this user can write)",
+                e.to_string().trim_start_matches("Failed: ")
+            )
+        })
     }
 }
 

@@ -3,11 +3,9 @@
 //! Callers that show progress pass an observer (the `*_observed` forms), told of each LU as it
 //! finishes.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::discover::LuId;
 use crate::pr::Key;
 use crate::runtime::{self, Finished};
 use crate::transport::PrTransport;
@@ -16,7 +14,7 @@ use super::fence::{fence_arbiter, fence_follower};
 use super::heal::heal_lu;
 use super::lu::LuWork;
 use super::status::status_lu;
-use super::unfence::unfence_lu;
+use super::unfence::{UnfenceBy, rejoin_check_lu, unfence_lu};
 use super::{
     Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, TieBreak, Verdict,
     normalize,
@@ -149,30 +147,49 @@ pub fn unfence<T: PrTransport + 'static>(
     own: Key,
     limits: Limits,
 ) -> Result<Report, RequestError> {
-    unfence_observed(lus, own, &BTreeSet::new(), limits, &mut |_| {})
+    unfence_observed(lus, own, UnfenceBy::Unrecorded, limits, &mut |_| {})
 }
 
-/// [`unfence`], telling `observer` of each LU as it finishes. On the LUs in `registered_before`
-/// (this node registered on them earlier and kept its caches since: fence_pr's record of this
-/// boot), a key found gone is not registered again: those LUs report
-/// [`Verdict::ThisNodeFenced`] and the outcome is [`Outcome::ThisNodeFenced`]; the other LUs are
-/// unfenced as usual. An explicit unfence passes an empty set.
+/// [`unfence`], telling `observer` of each LU as it finishes, keeping the node's record of its
+/// boot as `by` says. A rejoin ([`UnfenceBy::Rejoin`]: fence_pr's `on`) reads the LUs in the
+/// record first, and if this node's key is gone from any of them it registers nowhere: those LUs
+/// report [`Verdict::ThisNodeFenced`], the others [`Verdict::Skipped`], and the outcome is
+/// [`Outcome::ThisNodeFenced`]. Otherwise every LU is unfenced, each one not yet in the record
+/// added to it before its REGISTER.
 pub fn unfence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
-    registered_before: &BTreeSet<LuId>,
+    by: UnfenceBy,
     limits: Limits,
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
     let lus = prepare(lus, own)?;
     let until = runtime::now() + limits.deadline;
     let mut tally = Tally::new(observer, lus.len());
-    let before = Arc::new(registered_before.clone());
-    let refusable = Arc::clone(&before);
+    if let UnfenceBy::Rejoin(record) = &by {
+        let recorded: Vec<Arc<LuTarget<T>>> = lus
+            .iter()
+            .filter(|lu| record.contains(&lu.id))
+            .cloned()
+            .collect();
+        let checks = fan_out(
+            &recorded,
+            until,
+            move |lu| rejoin_check_lu(lu, own),
+            &mut silent,
+        );
+        // P3: no REGISTER anywhere until every LU of the record shows our key.
+        if !all_ok(&checks) {
+            return Ok(rejoin_refused(&lus, own, checks, &mut tally));
+        }
+    }
     let reports = fan_out(
         &lus,
         until,
-        move |lu| unfence_lu(lu, own, refusable.contains(&lu.id)),
+        move |lu| {
+            let unrecorded = by.record().filter(|r| !r.contains(&lu.id));
+            unfence_lu(lu, own, unrecorded)
+        },
         &mut |r, took| tally.tell(r, false, Some(took)),
     );
     let (outcome, summary) = if all_ok(&reports) {
@@ -180,21 +197,9 @@ pub fn unfence_observed<T: PrTransport + 'static>(
             Outcome::Success,
             format!("{own} registered and a reservation exists on every LU"),
         )
-    } else if reports
-        .iter()
-        .any(|r| r.verdict == Verdict::ThisNodeFenced && before.contains(&r.lu))
-    {
-        // Only on the LUs registered before: elsewhere our key gone at the verification is an
-        // unfence that raced a fence, which a rerun settles.
-        (
-            Outcome::ThisNodeFenced,
-            format!(
-                "{own} is gone since this node registered on: {} (preempted, or the LU lost \
-                 every key, which erased any fence before); not registered there again (P3)",
-                failed_ids(&reports)
-            ),
-        )
     } else {
+        // Our key gone at the verification is an unfence that raced a fence: a rerun settles
+        // it (a rejoin's rerun refuses, the LU being in its record now).
         (
             Outcome::Failure,
             format!("unfence incomplete on: {}; rerun it", failed_ids(&reports)),
@@ -206,6 +211,64 @@ pub fn unfence_observed<T: PrTransport + 'static>(
         summary,
         lus: reports,
     })
+}
+
+/// A rejoin that found its key gone from (or could not read) an LU of its record: nothing was
+/// registered; the LUs read report what they showed, the rest are skipped.
+fn rejoin_refused<T: PrTransport>(
+    lus: &[Arc<LuTarget<T>>],
+    own: Key,
+    checks: Vec<LuReport>,
+    tally: &mut Tally<'_, '_>,
+) -> Report {
+    let fenced: Vec<&LuReport> = checks
+        .iter()
+        .filter(|r| r.verdict == Verdict::ThisNodeFenced)
+        .collect();
+    let (outcome, summary, why) = if fenced.is_empty() {
+        (
+            Outcome::Failure,
+            format!(
+                "could not read {}, where this node began registering in this boot, to tell \
+                 whether it was fenced since; nothing registered: rerun it",
+                failed_ids(&checks)
+            ),
+            "an LU this node registered on before could not be read",
+        )
+    } else {
+        let ids: Vec<String> = fenced.iter().map(|r| r.lu.to_string()).collect();
+        (
+            Outcome::ThisNodeFenced,
+            format!(
+                "{own} is gone since this node began registering on: {} (preempted, or the LU \
+                 lost every key, which erased any fence before); not registered on any LU (P3)",
+                ids.join(", ")
+            ),
+            "this node was fenced since it registered before",
+        )
+    };
+    let reports = lus
+        .iter()
+        .map(|lu| {
+            let report = match checks.iter().find(|c| c.lu == lu.id) {
+                Some(check) => check.clone(),
+                None => LuReport::bare(
+                    &lu.id,
+                    &devices(lu),
+                    Verdict::Skipped,
+                    Some(format!("not registered: {why}").into()),
+                ),
+            };
+            tally.tell(&report, false, None);
+            report
+        })
+        .collect();
+    Report {
+        command: "unfence",
+        outcome,
+        summary,
+        lus: reports,
+    }
 }
 
 /// Removes `victim` from every LU: the arbiter (first LU by identifier) alone first, and the rest

@@ -13,8 +13,10 @@
 //!   the last look: `fence` registers nothing (a follower where our key is gone is left alone),
 //!   `heal` registers nothing (it purges orphans with one self-PREEMPT, atomic, and names the
 //!   paths that need `unfence`); [`probe_registration`], the one path probe, never registers.
-//!   [`unfence_observed`] refuses, on the LUs its caller registered on before, a key preempted
-//!   since: fence_pr's `on`, which Pacemaker may run on a node it has just fenced.
+//!   [`unfence_observed`] as a rejoin ([`UnfenceBy::Rejoin`]: fence_pr's `on`, which Pacemaker
+//!   may run on a node it has just fenced) registers nowhere once its key is gone from an LU the
+//!   node began registering on in this boot ([`BootRecord`]); every unfence that keeps the
+//!   record adds each LU to it before its first REGISTER there.
 //! - P4 (idempotent, convergent): every step reads the target first and only changes what is
 //!   missing, so a rerun after a partial failure finishes the job.
 //! - P5 (no clock-based safety): deadlines only turn slowness into reported failures; no decision
@@ -52,6 +54,7 @@ pub use failure::Failure;
 pub use lu_set::LuSet;
 pub use probe::probe_registration;
 pub use targets::{OpenPath, Opener, targets};
+pub use unfence::{BootRecord, UnfenceBy};
 
 /// The reservation type the engine creates: writes only from registered nexuses, so preempting a
 /// key fences every path of that node at once (fence_scsi and fence_mpath use the same).

@@ -198,21 +198,59 @@ fn unfence_is_idempotent_and_keeps_another_nodes_reservation() {
     }
 }
 
-/// Node `node`'s unfence, told it registered on the LUs numbered `before` earlier (fence_pr's
-/// record of this boot).
-fn rejoin(f: &Fixture, node: usize, key: Key, before: &[usize]) -> Report {
-    let before: BTreeSet<LuId> = f
-        .targets(node)
-        .into_iter()
-        .map(|lu| lu.id)
-        .filter(|id| before.iter().any(|&lu| *id == lu_id(lu)))
-        .collect();
-    unfence_observed(f.targets(node), key, &before, limits(), &mut |_| {}).unwrap()
+/// A boot record kept in memory, as fence_pr keeps its `.lus` file.
+#[derive(Default)]
+struct TestRecord(Mutex<BTreeSet<LuId>>);
+
+impl BootRecord for TestRecord {
+    fn contains(&self, lu: &LuId) -> bool {
+        self.0.lock().unwrap().contains(lu)
+    }
+
+    fn add(&self, lu: &LuId) -> Result<(), String> {
+        self.0.lock().unwrap().insert(lu.clone());
+        Ok(())
+    }
 }
 
-/// P3 against Pacemaker unfencing a node it has just fenced (fence-reaction=stop): on the LUs the
-/// node registered on before, a key preempted since is not registered again; on an LU it never
-/// registered on, unfence registers as always; an explicit unfence (no record) registers.
+impl TestRecord {
+    fn has(&self, lu: usize) -> bool {
+        self.0.lock().unwrap().iter().any(|id| *id == lu_id(lu))
+    }
+
+    /// The LUs numbered `lus` of node `node`.
+    fn of(f: &Fixture, node: usize, lus: &[usize]) -> Arc<TestRecord> {
+        let record = TestRecord::default();
+        for lu in f.targets(node).into_iter().map(|lu| lu.id) {
+            if lus.iter().any(|&n| lu == lu_id(n)) {
+                record.0.lock().unwrap().insert(lu);
+            }
+        }
+        Arc::new(record)
+    }
+}
+
+/// Node `node`'s `on` with its record of this boot (fence_pr's rejoin).
+fn rejoin_with(f: &Fixture, node: usize, key: Key, record: &Arc<TestRecord>) -> Report {
+    let record: Arc<dyn BootRecord> = record.clone();
+    unfence_observed(
+        f.targets(node),
+        key,
+        UnfenceBy::Rejoin(record),
+        limits(),
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
+/// Node `node`'s `on`, told it registered on the LUs numbered `before` earlier in this boot.
+fn rejoin(f: &Fixture, node: usize, key: Key, before: &[usize]) -> Report {
+    rejoin_with(f, node, key, &TestRecord::of(f, node, before))
+}
+
+/// P3 against Pacemaker unfencing a node it has just fenced (fence-reaction=stop): once its key
+/// is gone from an LU it registered on before, it registers nowhere, not even on an LU it never
+/// registered on; an explicit unfence (no record) registers.
 #[test]
 fn unfence_after_a_fence_refuses_the_lus_registered_before() {
     let f = two_nodes(3, 2);
@@ -220,7 +258,9 @@ fn unfence_after_a_fence_refuses_the_lus_registered_before() {
     let refused = rejoin(&f, 1, B, &[0, 1]);
     assert_eq!(refused.outcome, Outcome::ThisNodeFenced, "{refused:#?}");
     assert!(
-        refused.summary.contains(&lu_id(0)) && refused.summary.contains(&lu_id(1)),
+        refused.summary.contains(&lu_id(0))
+            && refused.summary.contains(&lu_id(1))
+            && refused.summary.contains("not registered on any LU"),
         "{}",
         refused.summary
     );
@@ -239,15 +279,106 @@ fn unfence_after_a_fence_refuses_the_lus_registered_before() {
         // The report shows who holds the LU now.
         assert_eq!(r.reservation.map(|v| v.key), Some(A));
     }
-    assert_eq!(refused.lus[2].verdict, Verdict::Unfenced);
-    assert_eq!(f.key_of(2, 1, 0), Some(B));
-    assert_eq!(f.key_of(2, 1, 1), Some(B));
+    assert_eq!(refused.lus[2].verdict, Verdict::Skipped, "{refused:#?}");
+    assert_eq!(
+        f.keys(2),
+        [A, A],
+        "B must not come back on an LU it never registered on"
+    );
     // The refusal holds however often it is asked.
     assert_eq!(rejoin(&f, 1, B, &[0, 1]).outcome, Outcome::ThisNodeFenced);
-    assert!(!f.has(0, B) && !f.has(1, B));
+    assert!((0..3).all(|lu| !f.has(lu, B)));
     // The explicit way back.
     assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
     assert!((0..3).all(|lu| f.has(lu, B)));
+}
+
+/// An `on` that stopped after its REGISTER landed (here: the reply lost) has the LU in its record
+/// already, so after a fence its rerun is refused (the simulation's boot seed 63: the record was
+/// written after the `on`, only for the LUs that succeeded, and the rerun brought the key back).
+/// An LU the `on` could not even read is not recorded: a rerun registers there.
+#[test]
+fn a_rejoin_records_each_lu_before_registering_there() {
+    let f = Fixture::new(2, &[1, 1], Quirks::lio());
+    f.unfence(0, A);
+    let lost = f.nexus(0, 1, 0);
+    f.with_lu(0, |l| {
+        l.inject(
+            lost,
+            Injection {
+                fault: Injected::Timeout,
+                timing: Timing::AfterExecuting,
+                filter: CommandFilter::Only(crate::spc_model::ModelCommand::PrOut(
+                    PrOutAction::RegisterAndIgnoreExistingKey,
+                )),
+                count: 1,
+            },
+        )
+    });
+    let unreachable = f.nexus(1, 1, 0);
+    f.with_lu(1, |l| {
+        l.inject(
+            unreachable,
+            Injection {
+                fault: Injected::Timeout,
+                timing: Timing::InsteadOfExecuting,
+                filter: CommandFilter::Any,
+                count: 1,
+            },
+        )
+    });
+    let record = Arc::new(TestRecord::default());
+    let first = rejoin_with(&f, 1, B, &record);
+    assert_eq!(first.outcome, Outcome::Failure, "{first:#?}");
+    assert!(f.has(0, B), "the REGISTER landed, its reply was lost");
+    assert!(!f.has(1, B));
+    assert!(record.has(0));
+    assert!(!record.has(1), "never read: not recorded");
+    assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
+    let refused = rejoin_with(&f, 1, B, &record);
+    assert_eq!(refused.outcome, Outcome::ThisNodeFenced, "{refused:#?}");
+    assert!(!f.has(0, B) && !f.has(1, B), "B must not be back");
+    // Without the fence, a rerun of the first `on` finishes the job where it could not read.
+    let g = Fixture::new(2, &[1, 1], Quirks::lio());
+    g.unfence(0, A);
+    let record = TestRecord::of(&g, 1, &[0]);
+    g.pr_out(1, 0, &PrOut::register_ignore(B));
+    let rerun = rejoin_with(&g, 1, B, &record);
+    assert_eq!(rerun.outcome, Outcome::Success, "{rerun:#?}");
+    assert!(g.has(0, B) && g.has(1, B));
+    assert!(record.has(1));
+}
+
+/// An explicit unfence records the LUs too: a node the admin unfenced, then fenced, is refused
+/// by its rejoin like one that ran `on` (the simulation found that gap: the admin's unfence
+/// kept no record, so fence_pr's `on` after the fence brought the key back). The explicit
+/// unfence itself registers after the fence: it is the way back.
+#[test]
+fn an_explicit_unfence_is_recorded_for_the_rejoins_after_it() {
+    let f = Fixture::new(2, &[1, 1], Quirks::lio());
+    f.unfence(0, A);
+    let record = Arc::new(TestRecord::default());
+    let admin = |record: &Arc<TestRecord>| {
+        let record: Arc<dyn BootRecord> = record.clone();
+        unfence_observed(
+            f.targets(1),
+            B,
+            UnfenceBy::Admin(record),
+            limits(),
+            &mut |_| {},
+        )
+        .unwrap()
+    };
+    assert_eq!(admin(&record).outcome, Outcome::Success);
+    assert!(record.has(0) && record.has(1));
+    assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
+    assert_eq!(
+        rejoin_with(&f, 1, B, &record).outcome,
+        Outcome::ThisNodeFenced
+    );
+    assert!(!f.has(0, B) && !f.has(1, B));
+    assert_eq!(admin(&record).outcome, Outcome::Success);
+    assert!(f.has(0, B) && f.has(1, B));
 }
 
 /// The record does not stand in the way of an ordinary rerun: where the key is still registered
@@ -270,8 +401,8 @@ fn unfence_registered_before_reruns_where_the_key_is_present() {
 /// An LU that lost every key (a CLEAR, or a power cycle without APTPL) also lost the evidence of
 /// any fence before: a node that registered there in this boot is not registered again, since
 /// it cannot tell that it was not fenced first (the simulation's seed 98449: B fenced, the LU
-/// power-cycled, B's rejoin registered and B then fenced A, the survivor). Another LU, never
-/// registered on, and the explicit unfence register as usual.
+/// power-cycled, B's rejoin registered and B then fenced A, the survivor), nor anywhere else;
+/// the explicit unfence registers as usual.
 #[test]
 fn unfence_registered_before_refuses_an_lu_that_lost_every_key() {
     let f = two_nodes(3, 2);
@@ -287,7 +418,7 @@ fn unfence_registered_before_refuses_an_lu_that_lost_every_key() {
             .as_ref()
             .unwrap()
             .to_string()
-            .contains("so is every other key"),
+            .contains("neither is any other key"),
         "{lu:#?}"
     );
     assert!(f.keys(1).is_empty(), "B must not be back on the cleared LU");
@@ -297,7 +428,7 @@ fn unfence_registered_before_refuses_an_lu_that_lost_every_key() {
         "{}",
         refused.summary
     );
-    assert_eq!(f.key_of(2, 1, 0), Some(B));
+    assert!(!f.has(2, B), "nor on the LU never registered on");
     assert_eq!(f.unfence(1, B).outcome, Outcome::Success);
     assert_eq!(f.keys(1), [B, B]);
 }
@@ -898,7 +1029,7 @@ fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
         paths: vec![extra],
     });
     let mut told = Vec::new();
-    let report = unfence_observed(targets, A, &BTreeSet::new(), limits(), &mut |d| {
+    let report = unfence_observed(targets, A, UnfenceBy::Unrecorded, limits(), &mut |d| {
         told.push(Told::of(&d))
     })
     .unwrap();

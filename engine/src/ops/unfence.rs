@@ -1,6 +1,11 @@
-//! unfence: register our key on every path, create a reservation where none exists, verify;
-//! on an LU this node registered on before, first refuse if it was fenced since.
+//! unfence: register our key on every path, create a reservation where none exists, verify.
+//! An unfence that keeps the node's record of this boot adds each LU to it before registering
+//! there; a rejoin (fence_pr's `on`) first reads the LUs already in it and registers nowhere if
+//! the node was fenced since.
 
+use std::sync::Arc;
+
+use crate::discover::LuId;
 use crate::pr::{Key, PrOut};
 use crate::transport::PrTransport;
 
@@ -8,27 +13,72 @@ use super::heal::{Orphans, find_orphans, preempt_own_key};
 use super::lu::{LuWork, Stop};
 use super::{Failure, LuReport, LuTarget, Verdict};
 
+/// A node's record of the LUs it began registering its key on in this boot (fence_pr's
+/// `.lus` file, kept until the node reboots). It is what tells a rejoin from a first unfence
+/// (P3): see [`rejoin_check_lu`].
+pub trait BootRecord: Send + Sync {
+    /// Whether this node began registering on `lu` earlier in this boot.
+    fn contains(&self, lu: &LuId) -> bool;
+    /// Records `lu`, durably, before the first REGISTER is sent there; an error leaves the LU
+    /// unregistered.
+    fn add(&self, lu: &LuId) -> Result<(), String>;
+}
+
+/// Who asks for an unfence, with the node's record of its boot.
+#[derive(Clone)]
+pub enum UnfenceBy {
+    /// An explicit unfence (the admin's `prfence unfence`): registers even where the key was
+    /// preempted (P3's way back), and adds each LU to the record before its REGISTER, so that a
+    /// later rejoin in this boot knows.
+    Admin(Arc<dyn BootRecord>),
+    /// fence_pr's `on`: registers nowhere once the key is gone from an LU of the record, and adds
+    /// each other LU before its REGISTER.
+    Rejoin(Arc<dyn BootRecord>),
+    /// No record kept: set-ups and tests.
+    Unrecorded,
+}
+
+impl UnfenceBy {
+    pub(super) fn record(&self) -> Option<&dyn BootRecord> {
+        match self {
+            UnfenceBy::Admin(r) | UnfenceBy::Rejoin(r) => Some(r.as_ref()),
+            UnfenceBy::Unrecorded => None,
+        }
+    }
+}
+
 /// P3: the only operation that registers a key without proof that it is still present. It is an
 /// explicit admin or cluster action (Pacemaker's "on"), never taken automatically.
-/// `registered_before`: this node registered on this LU earlier and has kept its caches since (in
-/// fence_pr: earlier in this boot), so a key found preempted is refused ([`refuse_if_fenced_since`]).
+/// `record`: the node's record of this boot, unless it holds this LU already (a rejoin has read
+/// those first, [`rejoin_check_lu`]): the LU is added to it before anything is registered.
 pub(super) fn unfence_lu<T: PrTransport>(
     target: &LuTarget<T>,
     own: Key,
-    registered_before: bool,
+    record: Option<&dyn BootRecord>,
 ) -> LuReport {
     let mut work = LuWork::new(target);
-    let result = steps(&mut work, own, registered_before);
+    let result = steps(&mut work, own, record);
     work.finish(result, &[Verdict::Unfenced])
 }
 
 fn steps<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
-    registered_before: bool,
+    record: Option<&dyn BootRecord>,
 ) -> Result<Verdict, Stop> {
-    if registered_before {
-        refuse_if_fenced_since(work, own)?;
+    if let Some(record) = record {
+        // The record comes first, so an `on` stopped anywhere after (killed at Pacemaker's
+        // timeout, a lost reply, a fence racing its verification) leaves it naming every LU
+        // where its REGISTER may have landed. One read first, so an LU this node cannot reach
+        // now is not recorded and a plain rerun registers there.
+        work.read_keys_any()?;
+        record.add(&work.target.id).map_err(|e| {
+            Stop::failed(format!(
+                "not registered: this LU could not be added to the node's record of this \
+                 boot, which keeps a later `on` from registering the node once it was fenced \
+                 (P3): {e}"
+            ))
+        })?;
     }
     let registered = register_everywhere(work, own)?;
     work.ensure_reservation(own, &registered)?;
@@ -38,18 +88,27 @@ fn steps<T: PrTransport>(
     Ok(Verdict::Unfenced)
 }
 
+/// A rejoin's first step on an LU in its record: our key still registered ([`Verdict::Registered`])
+/// or not ([`refuse_if_fenced_since`]). Registers nothing.
+pub(super) fn rejoin_check_lu<T: PrTransport>(target: &LuTarget<T>, own: Key) -> LuReport {
+    let mut work = LuWork::new(target);
+    let result = refuse_if_fenced_since(&mut work, own).map(|()| Verdict::Registered);
+    work.finish(result, &[Verdict::Registered])
+}
+
 /// P3 against a cluster manager's re-unfencing: Pacemaker may run `on` for a node it has just
 /// fenced, while that node still runs (its default fence-reaction=stop; the lab saw the key back
-/// 0.5 s after the fence). A node that registered here before and now finds its key gone was
-/// preempted since, or cannot tell that it was not: it still holds whatever it meant to write
-/// then (page cache, queued I/O), so it is not registered again; a reboot clears both that and
-/// fence_pr's record. That holds on an LU with no registrations at all too: a target that lost
-/// its PR state (a power cycle without APTPL) or a CLEAR also erased the evidence of a fence
-/// before it, and registering there let a node fenced before the loss come back and fence the
-/// survivor (the simulation's seed 98449: two survivors). An unfence that starts after a fence
-/// succeeded is always refused; one whose READ KEYS precedes the fence's PREEMPT may still
-/// register after it, as any unfence overlapping a fence can: SPC has no command that registers
-/// only a key never preempted.
+/// 0.5 s after the fence). A node that began registering here in this boot and now finds its key
+/// gone was preempted since, or cannot tell that it was not: it still holds whatever it meant to
+/// write then (page cache, queued I/O), so it is not registered again, here or on any other LU;
+/// a reboot clears both that and fence_pr's record. That holds on an LU with no registrations at
+/// all too: a target that lost its PR state (a power cycle without APTPL) or a CLEAR also erased
+/// the evidence of a fence before it, and registering there let a node fenced before the loss
+/// come back and fence the survivor (the simulation's seed 98449: two survivors). An `on` whose
+/// REGISTER never landed (stopped after the record was written) is refused the same way: no node
+/// can tell that from a fence. An unfence that starts after a fence succeeded is always refused;
+/// one whose READ KEYS precedes the fence's PREEMPT may still register after it, as any unfence
+/// overlapping a fence can: SPC has no command that registers only a key never preempted.
 fn refuse_if_fenced_since<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) -> Result<(), Stop> {
     let (index, keys) = work.read_keys_any()?;
     if keys.keys.contains(&own) {
@@ -57,15 +116,17 @@ fn refuse_if_fenced_since<T: PrTransport>(work: &mut LuWork<'_, T>, own: Key) ->
     }
     if keys.keys.is_empty() {
         return Err(Stop::fenced(format!(
-            "own key {own} is gone from this LU since this node registered on it, and so is every \
-             other key (cleared, or the target lost its PR state: a power cycle without APTPL), \
-             which also erased any fence of this node before that; not registered again (P3)"
+            "own key {own} is not on this LU, where this node began registering in this boot, and \
+             neither is any other key (cleared, or the target lost its PR state: a power cycle \
+             without APTPL), which also erased any fence of this node before that; not \
+             registered again (P3)"
         )));
     }
     work.note_reservation(index);
     Err(Stop::fenced(format!(
-        "own key {own} was preempted since this node registered on this LU ({} other \
-         registration(s) remain); not registered again (P3)",
+        "own key {own} is not on this LU, where this node began registering in this boot: it \
+         was preempted since ({} other registration(s) remain), or that REGISTER never landed; \
+         not registered again (P3)",
         keys.keys.len()
     )))
 }

@@ -326,10 +326,11 @@ fn fence_pr() -> anyhow::Result<String> {
          .PP\nKeys are derived as fence_scsi(8) derives them (key_value=id or hash), or from the \
          corosync node id (key_value=native); the key stored by \\fBon\\fR is kept in \
          /var/run/cluster.key as fence_scsi keeps it, so a fence_scsi cluster switches without \
-         re-keying. \\fBon\\fR also lists the LUs it registered the key on in \
-         /var/run/cluster.lus (fence_pr's own file; /run lasts one boot); where such an LU holds \
-         other keys but not this node's, the node was fenced since, and \\fBon\\fR refuses it \
-         until the node reboots (\\fBprfence unfence\\fR is the explicit way back)."
+         re-keying. \\fBon\\fR also lists each LU in /var/run/cluster.lus (fence_pr's own file; \
+         /run lasts one boot) before it registers the key there, as \\fBprfence unfence\\fR \
+         does; once such an LU no longer holds this node's key, the node was fenced since (or \
+         cannot tell that it was not), and \\fBon\\fR registers it nowhere until the node \
+         reboots (\\fBprfence unfence\\fR is the explicit way back)."
     );
     let _ = writeln!(page, ".SH EXIT STATUS");
     let _ = writeln!(
