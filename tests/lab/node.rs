@@ -158,3 +158,13 @@ pub fn fence(t: &impl Nodes, node: Node, code: i32) -> anyhow::Result<(CommandRu
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     prfence_expect(t, node, &args, code)
 }
+
+/// A key store stem (`FENCE_PR_STORE`) the unprivileged user `nobody` can write, under
+/// [`crate::WORK`] (removed after each test): `prfence unfence` records its LUs in fence_pr's
+/// store, and the default one (/run/cluster.lus) is root's.
+pub fn nobody_store() -> anyhow::Result<String> {
+    let dir = format!("{}/nobody-store", crate::WORK);
+    std::fs::create_dir_all(&dir)?;
+    crate::run("chown", ["65534:65534", dir.as_str()])?.ok()?;
+    Ok(format!("{dir}/cluster"))
+}

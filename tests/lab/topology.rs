@@ -17,6 +17,8 @@ pub const BLOCK_SIZE: usize = 4096;
 const TARGET: &str = "/sys/kernel/config/target";
 /// Backing files live on the guest's fresh tmpfs, never on the 9p host root.
 const BACKING: &str = "/run/lab";
+/// fence_pr's record of this boot in its default store, which `prfence unfence` writes.
+const CLI_RECORD: &str = "/run/cluster.lus";
 const LUN_BYTES: u64 = 64 << 20;
 const IQN: &str = "iqn.2026-11.org.prfence.lab";
 const PORTAL: &str = "127.0.0.1:3260";
@@ -1442,6 +1444,14 @@ pub fn teardown_all() -> anyhow::Result<()> {
                 errors.push(format!("rm {}: {e}", entry.path().display()));
             }
         }
+    }
+    // The record `prfence unfence` keeps in fence_pr's default store (/run is a tmpfs: the
+    // next topology's nodes start as if just booted).
+    match fs::remove_file(CLI_RECORD) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            errors.push(format!("rm {CLI_RECORD}: {e}"))
+        }
+        _ => {}
     }
     if errors.is_empty() {
         Ok(())

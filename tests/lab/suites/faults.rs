@@ -50,6 +50,7 @@ pub const SUITE: Suite = Suite {
         unit_attention_storm_during_fence_and_watch,
         only_cap_sys_rawio_is_needed,
         a_slow_fencer_never_undoes_a_third_nodes_fence,
+        a_killed_on_then_a_fence_keeps_the_node_out,
     ],
     long: &[],
     reproducers: &[],
@@ -507,6 +508,17 @@ pub(super) fn fence_pr_monitor_on(
     std::fs::create_dir_all(WORK)?;
     let stem = format!("{WORK}/fence_pr-{}", node.letter());
     std::fs::write(format!("{stem}.key"), format!("{key:x}\n"))?;
+    fence_pr_at(
+        &stem,
+        &format!("action=monitor\npower_timeout={POWER_TIMEOUT_S}\n"),
+        devices,
+    )
+}
+
+/// fence_pr with its parameters (`stdin` and `devices`) on stdin from a file, as pacemaker-fenced
+/// passes them, its key store at `stem`.
+fn fence_pr_at(stem: &str, stdin: &str, devices: &[PathBuf]) -> anyhow::Result<Command> {
+    std::fs::create_dir_all(WORK)?;
     let link = Path::new(WORK).join("fence_pr");
     if !link.exists() {
         std::os::unix::fs::symlink(PRFENCE, &link)?;
@@ -515,17 +527,14 @@ pub(super) fn fence_pr_monitor_on(
     let stdin_file = PathBuf::from(format!("{stem}.stdin"));
     std::fs::write(
         &stdin_file,
-        format!(
-            "action=monitor\ndevices={}\npower_timeout={POWER_TIMEOUT_S}\n",
-            devices.join(",")
-        ),
+        format!("{stdin}devices={}\n", devices.join(",")),
     )?;
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg("exec \"$0\" < \"$1\"")
         .arg(&link)
         .arg(&stdin_file)
-        .env("FENCE_PR_STORE", &stem);
+        .env("FENCE_PR_STORE", stem);
     Ok(cmd)
 }
 
@@ -1494,6 +1503,7 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
         crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
         crate::run("chmod", ["0660", &device])?.ok()?;
     }
+    let store = node::nobody_store()?;
     let as_nobody =
         |caps: bool, group: bool, args: &[&str], node: Node| -> anyhow::Result<crate::CommandRun> {
             let mut cmd = Command::new("setpriv");
@@ -1508,10 +1518,13 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
             } else {
                 cmd.args(["--inh-caps=-all", "--ambient-caps=-all"]);
             }
+            // unfence adds the LUs to fence_pr's record of this boot, in a store nobody can
+            // write (the default, /run/cluster.lus, is root's).
             cmd.arg("--")
                 .arg(PRFENCE)
                 .args(args)
-                .args(t.node(node).devices());
+                .args(t.node(node).devices())
+                .env("FENCE_PR_STORE", &store);
             let run = crate::run_command(&mut cmd)?;
             println!(
                 "  nobody{}{}: prfence {} -> exit {} in {} ms",
@@ -1524,6 +1537,28 @@ fn only_cap_sys_rawio_is_needed() -> anyhow::Result<()> {
             Ok(run)
         };
     let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
+    // fence_pr's default store is root's: unfence cannot add the LUs to the record there, so it
+    // registers nothing.
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534"])
+        .arg(format!("--groups={disk_gid}"))
+        .args([
+            "--inh-caps=-all,+sys_rawio",
+            "--ambient-caps=+sys_rawio",
+            "--",
+        ])
+        .arg(PRFENCE)
+        .args(["unfence", "--key", &a])
+        .args(t.node(Node::A).devices());
+    let run = crate::run_command(&mut cmd)?;
+    ensure!(
+        run.code() == 1 && run.stdout.contains("run it as root") && keys_on(&t, 0)?.is_empty(),
+        "`prfence unfence` as nobody with fence_pr's default store: exit {}, output:\n{}{}",
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    println!("  nobody +disk +CAP_SYS_RAWIO, fence_pr's default store: prfence unfence -> exit 1");
 
     // Without the capability: refused, named, and nothing changes on the target.
     for args in [vec!["keys"], vec!["unfence", "--key", &a]] {
@@ -1705,6 +1740,93 @@ fn a_slow_fencer_never_undoes_a_third_nodes_fence() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// fence_pr's `on` killed (Pacemaker's timeout) after its REGISTER reached the target, the node
+/// then fenced, and its `on` run again in the same boot (Pacemaker's retry): refused, B's key on
+/// no LU and its writes refused (P3, P1), until the admin's explicit `prfence unfence`. B's
+/// commands are delayed (netem, [`KILLED_ON_DELAY`]) so the kill lands while the `on` is still
+/// working. Before the fix, `on` recorded its LUs only after it finished, the killed one none, and
+/// the second `on` registered B again (the simulation's boot family found it).
+fn a_killed_on_then_a_fence_keeps_the_node_out() -> anyhow::Result<()> {
+    const LUNS: usize = 2;
+    let t = Topology::iscsi_second_portal(LUNS)?;
+    t.settle()?;
+    unfence(&t, Node::A)?;
+    let (a, b) = (hex(Node::A.key()), hex(Node::B.key()));
+    let b_devices = t.node(Node::B).devices().to_vec();
+    let stem = format!("{WORK}/fence_pr-b-killed");
+    let on = format!("action=on\nplug=node-b\nkey={:x}\n", Node::B.key());
+    let b_on_lus = |t: &Topology| -> anyhow::Result<Vec<usize>> {
+        let mut on = Vec::new();
+        for lun in 0..LUNS {
+            if keys_on(t, lun)?.contains(&Node::B.key()) {
+                on.push(lun);
+            }
+        }
+        Ok(on)
+    };
+
+    let delayed = t.delay_path(Node::B, KILLED_ON_DELAY)?;
+    let first = Started::spawn("on-by-b-killed", &mut fence_pr_at(&stem, &on, &b_devices)?)?;
+    let landed = wait_until(Duration::from_secs(30), "B's key on an LU", || {
+        Ok(!b_on_lus(&t)?.is_empty())
+    })?;
+    let _ = killpg(first.pgid(), Signal::SIGKILL);
+    let first = first.finish(Duration::from_secs(30))?;
+    delayed.release()?;
+    ensure!(
+        first.code != Some(0),
+        "the window was missed: B's `on` finished before it was killed ({}); raise the delay",
+        first.describe_with_output()
+    );
+    let record = std::fs::read_to_string(format!("{stem}.lus")).unwrap_or_default();
+    println!(
+        "B's key reached the target {} after its `on` started; killed then, B on LUs {:?}; \
+         its record: {:?}",
+        crate::secs(landed),
+        b_on_lus(&t)?,
+        record.trim()
+    );
+
+    let a_devices = t.node(Node::A).devices().to_vec();
+    let mut fence = prfence_cmd(&["fence", "--key", &a, "--victim", &b], &a_devices);
+    expect_exit(&mut fence, 0)?;
+    ensure!(b_on_lus(&t)?.is_empty(), "B's key after A's fence of it");
+
+    let again = Started::spawn("on-by-b-again", &mut fence_pr_at(&stem, &on, &b_devices)?)?
+        .finish(Duration::from_secs(60))?;
+    again.expect(1, Duration::from_secs(60))?;
+    ensure!(
+        again.stderr.contains("THIS NODE WAS FENCED"),
+        "B's refused `on` says why: {}",
+        again.describe_with_output()
+    );
+    ensure!(
+        b_on_lus(&t)?.is_empty(),
+        "B's key is back after its `on` following the fence (P3)"
+    );
+    for (lun, device) in b_devices.iter().enumerate() {
+        let probe = write_to(device, 7, &block_data("B, after its refused on"));
+        ensure!(
+            probe == WriteOutcome::Refused,
+            "LU {lun}: B's write after its refused `on`: {probe:?} (P1)"
+        );
+    }
+    // The explicit way back, from B's own store.
+    let mut explicit = prfence_cmd(&["unfence", "--key", &b], &b_devices);
+    explicit.env("FENCE_PR_STORE", &stem);
+    expect_exit(&mut explicit, 0)?;
+    ensure!(
+        b_on_lus(&t)? == (0..LUNS).collect::<Vec<_>>(),
+        "B after the explicit unfence"
+    );
+    Ok(())
+}
+
+/// How late node B's commands through its own portal reach the target in
+/// [`a_killed_on_then_a_fence_keeps_the_node_out`]: long enough to kill B's `on` between its
+/// REGISTER and its end, short of open-iscsi's NOP-Out timeout (5 s).
+const KILLED_ON_DELAY: Duration = Duration::from_secs(2);
 
 /// How late node B's commands through its own portal reach the target in
 /// [`a_slow_fencer_never_undoes_a_third_nodes_fence`]: long enough for C's whole fence, short of

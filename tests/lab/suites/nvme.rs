@@ -802,9 +802,12 @@ fn privileges_reads_need_the_group_changes_need_cap_sys_admin() -> anyhow::Resul
         crate::run("chgrp", [disk_gid.as_str(), &device])?.ok()?;
         crate::run("chmod", ["0660", &device])?.ok()?;
     }
+    // unfence records its LUs in fence_pr's store: one nobody can write.
+    let store = crate::node::nobody_store()?;
     let as_nobody = |caps: &str, args: &[&str]| -> anyhow::Result<crate::CommandRun> {
         let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534"])
+        cmd.env("FENCE_PR_STORE", &store)
+            .args(["--reuid=65534", "--regid=65534"])
             .arg(format!("--groups={disk_gid}"))
             .arg(format!("--inh-caps=-all{caps}"))
             .arg(format!("--ambient-caps=-all{caps}"))
