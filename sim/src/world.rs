@@ -2,7 +2,6 @@
 //! as devices whose every command waits for the scheduler (the gate), the writers, and the log
 //! of everything that reached the target, which the checker reads.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -16,7 +15,7 @@ use prfence_engine::spc_model::{
     CommandFilter, Injected, Injection, Io, ModelDevice, ScsiFailure, Timing, UnitAttention,
 };
 use prfence_engine::testing::nvmet::{Fake, Kernel};
-use prfence_engine::testing::{Cluster, Medium, Port};
+use prfence_engine::testing::{Cluster, Medium, MemoryRecord, Port};
 use prfence_engine::transport::{Policy, PrTransport};
 use sg_io::{Completion, DataTransfer, DriverStatus, HostStatus, ScsiStatus};
 
@@ -208,7 +207,7 @@ pub struct World {
     tie_break: Option<Duration>,
     /// Each node's fence_pr record of its boot: the LUs its `on` registered on. A node set up
     /// unfenced ran its `on` before the run; a booting node's record starts empty.
-    records: Mutex<Vec<BTreeSet<LuId>>>,
+    records: Vec<Arc<MemoryRecord>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -223,10 +222,14 @@ impl World {
         policy: Policy,
         tie_break: Option<Duration>,
     ) -> Arc<World> {
-        let every_lu: BTreeSet<LuId> = (0..cluster.lus.len())
-            .map(|lu| LuId::Designator(Cluster::lu_id(lu).into()))
+        let records = keys
+            .iter()
+            .map(|_| {
+                Arc::new(MemoryRecord::of(
+                    (0..cluster.lus.len()).map(|lu| LuId::Designator(Cluster::lu_id(lu).into())),
+                ))
+            })
             .collect();
-        let records = vec![every_lu; keys.len()];
         Arc::new(World {
             sim,
             cluster: Mutex::new(cluster),
@@ -238,13 +241,13 @@ impl World {
             keys,
             vanished: Mutex::new(Vec::new()),
             tie_break,
-            records: Mutex::new(records),
+            records,
         })
     }
 
     /// Node `node` starts its boot: unregistered, its fence_pr record empty.
     pub fn boot(&self, node: usize) {
-        if let Some(record) = lock(&self.records).get_mut(node) {
+        if let Some(record) = self.records.get(node) {
             record.clear();
         }
     }
@@ -344,10 +347,10 @@ impl World {
         let targets = self.targets(node);
         let result = match op {
             Op::Unfence | Op::Rejoin => {
-                let record = Arc::new(NodeRecord {
-                    world: Arc::clone(self),
-                    node,
-                });
+                let record: Arc<dyn BootRecord> = match self.records.get(node) {
+                    Some(record) => record.clone(),
+                    None => Arc::new(MemoryRecord::default()),
+                };
                 let by = if op == Op::Rejoin {
                     UnfenceBy::Rejoin(record)
                 } else {
@@ -485,27 +488,6 @@ impl World {
             time: self.sim.now(),
             what,
         });
-    }
-}
-
-/// A node's fence_pr record of its boot, kept in the world (it outlives each `on`).
-struct NodeRecord {
-    world: Arc<World>,
-    node: usize,
-}
-
-impl BootRecord for NodeRecord {
-    fn contains(&self, lu: &LuId) -> bool {
-        lock(&self.world.records)
-            .get(self.node)
-            .is_some_and(|r| r.contains(lu))
-    }
-
-    fn add(&self, lu: &LuId) -> Result<(), String> {
-        if let Some(record) = lock(&self.world.records).get_mut(self.node) {
-            record.insert(lu.clone());
-        }
-        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The engine against SPC-model LUs through the real codec and execution policy
 //! (`ScsiPr<ModelDevice>`), with LIO's quirks unless a test says otherwise.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -14,7 +14,7 @@ use crate::pr::{PrOut, PrOutAction};
 use crate::spc_model::{
     CommandFilter, Injected, Injection, ModelDevice, ModelLu, Nexus, Quirks, Timing,
 };
-use crate::testing::{Cluster, Medium, Port, TargetModel};
+use crate::testing::{Cluster, Medium, MemoryRecord, Port, TargetModel};
 use crate::transport::{CommandError, Policy, PrRequest, Reply};
 
 type ModelPath = ScsiPr<ModelDevice>;
@@ -198,40 +198,18 @@ fn unfence_is_idempotent_and_keeps_another_nodes_reservation() {
     }
 }
 
-/// A boot record kept in memory, as fence_pr keeps its `.lus` file.
-#[derive(Default)]
-struct TestRecord(Mutex<BTreeSet<LuId>>);
-
-impl BootRecord for TestRecord {
-    fn contains(&self, lu: &LuId) -> bool {
-        self.0.lock().unwrap().contains(lu)
-    }
-
-    fn add(&self, lu: &LuId) -> Result<(), String> {
-        self.0.lock().unwrap().insert(lu.clone());
-        Ok(())
-    }
-}
-
-impl TestRecord {
-    fn has(&self, lu: usize) -> bool {
-        self.0.lock().unwrap().iter().any(|id| *id == lu_id(lu))
-    }
-
-    /// The LUs numbered `lus` of node `node`.
-    fn of(f: &Fixture, node: usize, lus: &[usize]) -> Arc<TestRecord> {
-        let record = TestRecord::default();
-        for lu in f.targets(node).into_iter().map(|lu| lu.id) {
-            if lus.iter().any(|&n| lu == lu_id(n)) {
-                record.0.lock().unwrap().insert(lu);
-            }
-        }
-        Arc::new(record)
-    }
+/// Node `node`'s record holding the LUs numbered `lus`.
+fn record_of(f: &Fixture, node: usize, lus: &[usize]) -> Arc<MemoryRecord> {
+    Arc::new(MemoryRecord::of(
+        f.targets(node)
+            .into_iter()
+            .map(|lu| lu.id)
+            .filter(|id| lus.iter().any(|&n| *id == lu_id(n))),
+    ))
 }
 
 /// Node `node`'s `on` with its record of this boot (fence_pr's rejoin).
-fn rejoin_with(f: &Fixture, node: usize, key: Key, record: &Arc<TestRecord>) -> Report {
+fn rejoin_with(f: &Fixture, node: usize, key: Key, record: &Arc<MemoryRecord>) -> Report {
     let record: Arc<dyn BootRecord> = record.clone();
     unfence_observed(
         f.targets(node),
@@ -245,7 +223,7 @@ fn rejoin_with(f: &Fixture, node: usize, key: Key, record: &Arc<TestRecord>) -> 
 
 /// Node `node`'s `on`, told it registered on the LUs numbered `before` earlier in this boot.
 fn rejoin(f: &Fixture, node: usize, key: Key, before: &[usize]) -> Report {
-    rejoin_with(f, node, key, &TestRecord::of(f, node, before))
+    rejoin_with(f, node, key, &record_of(f, node, before))
 }
 
 /// P3 against Pacemaker unfencing a node it has just fenced (fence-reaction=stop): once its key
@@ -327,13 +305,13 @@ fn a_rejoin_records_each_lu_before_registering_there() {
             },
         )
     });
-    let record = Arc::new(TestRecord::default());
+    let record = Arc::new(MemoryRecord::default());
     let first = rejoin_with(&f, 1, B, &record);
     assert_eq!(first.outcome, Outcome::Failure, "{first:#?}");
     assert!(f.has(0, B), "the REGISTER landed, its reply was lost");
     assert!(!f.has(1, B));
-    assert!(record.has(0));
-    assert!(!record.has(1), "never read: not recorded");
+    assert!(record.has(&lu_id(0)));
+    assert!(!record.has(&lu_id(1)), "never read: not recorded");
     assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
     let refused = rejoin_with(&f, 1, B, &record);
     assert_eq!(refused.outcome, Outcome::ThisNodeFenced, "{refused:#?}");
@@ -341,12 +319,12 @@ fn a_rejoin_records_each_lu_before_registering_there() {
     // Without the fence, a rerun of the first `on` finishes the job where it could not read.
     let g = Fixture::new(2, &[1, 1], Quirks::lio());
     g.unfence(0, A);
-    let record = TestRecord::of(&g, 1, &[0]);
+    let record = record_of(&g, 1, &[0]);
     g.pr_out(1, 0, &PrOut::register_ignore(B));
     let rerun = rejoin_with(&g, 1, B, &record);
     assert_eq!(rerun.outcome, Outcome::Success, "{rerun:#?}");
     assert!(g.has(0, B) && g.has(1, B));
-    assert!(record.has(1));
+    assert!(record.has(&lu_id(1)));
 }
 
 /// An explicit unfence records the LUs too: a node the admin unfenced, then fenced, is refused
@@ -357,8 +335,8 @@ fn a_rejoin_records_each_lu_before_registering_there() {
 fn an_explicit_unfence_is_recorded_for_the_rejoins_after_it() {
     let f = Fixture::new(2, &[1, 1], Quirks::lio());
     f.unfence(0, A);
-    let record = Arc::new(TestRecord::default());
-    let admin = |record: &Arc<TestRecord>| {
+    let record = Arc::new(MemoryRecord::default());
+    let admin = |record: &Arc<MemoryRecord>| {
         let record: Arc<dyn BootRecord> = record.clone();
         unfence_observed(
             f.targets(1),
@@ -370,7 +348,7 @@ fn an_explicit_unfence_is_recorded_for_the_rejoins_after_it() {
         .unwrap()
     };
     assert_eq!(admin(&record).outcome, Outcome::Success);
-    assert!(record.has(0) && record.has(1));
+    assert!(record.has(&lu_id(0)) && record.has(&lu_id(1)));
     assert_eq!(f.fence(0, A, B).outcome, Outcome::Success);
     assert_eq!(
         rejoin_with(&f, 1, B, &record).outcome,

@@ -7,10 +7,13 @@
 //! - [`nvmet`]: one NVMe namespace's reservations as Linux nvmet keeps them.
 //! - [`Cluster`]: N nodes × M LUs × paths over either model.
 //! - [`ModelHost`]: the one `Host` double, a node whose storage is model devices.
+//! - [`MemoryRecord`]: a node's record of its boot, in memory.
 
 pub mod cluster;
 pub mod host;
 pub mod nvmet;
+pub mod record;
 
 pub use cluster::{Cluster, ClusterPath, Medium, Port, TargetModel};
 pub use host::ModelHost;
+pub use record::MemoryRecord;
