@@ -184,12 +184,7 @@ fn a_rejoin_after_the_fence_is_refused() {
     assert!(run.violations.is_empty(), "{}", explore::timeline(&run));
     assert_eq!(ends(&run, 1), [Outcome::Success]);
     assert_eq!(ends(&run, 0), [Outcome::ThisNodeFenced]);
-    let n0 = explore::node_key(0);
-    assert!(
-        end_keys(&run, 2, 2).iter().all(|keys| !keys.contains(&n0)),
-        "{}",
-        explore::timeline(&run)
-    );
+    assert_gone_at_end(&run, 0, 2, 2);
 }
 
 /// A power cycle without APTPL after the fence wipes the LU, the evidence of the fence with it;
@@ -209,12 +204,7 @@ fn a_rejoin_after_a_power_cycle_wiped_the_fence_is_refused() {
         "{}",
         explore::timeline(&run)
     );
-    let n0 = explore::node_key(0);
-    assert!(
-        end_keys(&run, 2, 2).iter().all(|keys| !keys.contains(&n0)),
-        "{}",
-        explore::timeline(&run)
-    );
+    assert_gone_at_end(&run, 0, 2, 2);
 }
 
 /// A booting node's first `on` raced a fence and failed; the node was fenced again; its `on`
@@ -234,12 +224,7 @@ fn a_booting_nodes_on_after_a_fence_of_its_first_on_is_refused() {
         "{}",
         explore::timeline(&run)
     );
-    let n2 = explore::node_key(2);
-    assert!(
-        end_keys(&run, 3, 1).iter().all(|keys| !keys.contains(&n2)),
-        "{}",
-        explore::timeline(&run)
-    );
+    assert_gone_at_end(&run, 2, 3, 1);
 }
 
 /// A fence of a node that has not registered yet removes nothing; the node's first `on` then
@@ -457,6 +442,18 @@ fn two_lease_holders_that_can_both_write_are_caught() {
 
 /// Per LU, the keys registered at the end: every node's at the start (scenarios start unfenced),
 /// then what each command added and removed.
+/// Node `node`'s key is on none of the `lus` LUs at the end of `run` ([`end_keys`]).
+fn assert_gone_at_end(run: &ScheduleRun, node: usize, nodes: usize, lus: usize) {
+    let key = explore::node_key(node);
+    assert!(
+        end_keys(run, nodes, lus)
+            .iter()
+            .all(|keys| !keys.contains(&key)),
+        "{}",
+        explore::timeline(run)
+    );
+}
+
 fn end_keys(run: &ScheduleRun, nodes: usize, lus: usize) -> Vec<Vec<prfence_engine::pr::Key>> {
     let mut keys: Vec<Vec<prfence_engine::pr::Key>> =
         vec![(0..nodes).map(explore::node_key).collect(); lus];

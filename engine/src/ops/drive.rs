@@ -16,8 +16,8 @@ use super::lu::LuWork;
 use super::status::status_lu;
 use super::unfence::{UnfenceBy, rejoin_check_lu, unfence_lu};
 use super::{
-    Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, TieBreak, Verdict,
-    normalize,
+    Failure, Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, TieBreak,
+    Verdict, normalize,
 };
 
 fn check_key(key: Key) -> Result<(), RequestError> {
@@ -41,6 +41,11 @@ fn devices<T: PrTransport>(lu: &LuTarget<T>) -> Vec<String> {
         .iter()
         .map(|p| p.device().display().to_string())
         .collect()
+}
+
+/// The report of an LU left untouched, and why.
+fn skipped<T: PrTransport>(lu: &LuTarget<T>, why: impl Into<Failure>) -> LuReport {
+    LuReport::bare(&lu.id, &devices(lu), Verdict::Skipped, Some(why.into()))
 }
 
 /// Counts the LUs told to the caller's observer, so `done` runs from 1 to `total` across fence's
@@ -252,12 +257,7 @@ fn rejoin_refused<T: PrTransport>(
         .map(|lu| {
             let report = match checks.iter().find(|c| c.lu == lu.id) {
                 Some(check) => check.clone(),
-                None => LuReport::bare(
-                    &lu.id,
-                    &devices(lu),
-                    Verdict::Skipped,
-                    Some(format!("not registered: {why}").into()),
-                ),
+                None => skipped(lu, format!("not registered: {why}")),
             };
             tally.tell(&report, false, None);
             report
@@ -412,12 +412,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                         ),
                     )
                 } else {
-                    LuReport::bare(
-                        &lu.id,
-                        &devices(lu),
-                        Verdict::Skipped,
-                        Some("not touched: the arbiter cannot be named".into()),
-                    )
+                    skipped(lu, "not touched: the arbiter cannot be named")
                 };
                 tally.tell(&report, Arc::ptr_eq(lu, self.arbiter), None);
                 report
@@ -461,14 +456,12 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         };
         let mut reports = vec![arbiter_report];
         reports.extend(self.followers.iter().map(|lu| {
-            let skipped = LuReport::bare(
-                &lu.id,
-                &devices(lu),
-                Verdict::Skipped,
-                Some(format!("not touched: the arbiter LU {arbiter} did not succeed").into()),
+            let report = skipped(
+                lu,
+                format!("not touched: the arbiter LU {arbiter} did not succeed"),
             );
-            tally.tell(&skipped, false, None);
-            skipped
+            tally.tell(&report, false, None);
+            report
         }));
         Report {
             command: "fence",

@@ -279,32 +279,24 @@ fn unfence_after_a_fence_refuses_the_lus_registered_before() {
 fn a_rejoin_records_each_lu_before_registering_there() {
     let f = Fixture::new(2, &[1, 1], Quirks::lio());
     f.unfence(0, A);
-    let lost = f.nexus(0, 1, 0);
-    f.with_lu(0, |l| {
-        l.inject(
-            lost,
-            Injection {
-                fault: Injected::Timeout,
-                timing: Timing::AfterExecuting,
-                filter: CommandFilter::Only(crate::spc_model::ModelCommand::PrOut(
-                    PrOutAction::RegisterAndIgnoreExistingKey,
-                )),
-                count: 1,
-            },
-        )
-    });
-    let unreachable = f.nexus(1, 1, 0);
-    f.with_lu(1, |l| {
-        l.inject(
-            unreachable,
-            Injection {
-                fault: Injected::Timeout,
-                timing: Timing::InsteadOfExecuting,
-                filter: CommandFilter::Any,
-                count: 1,
-            },
-        )
-    });
+    // Node 1's REGISTER on LU 0 is applied and its reply lost; its first command to LU 1 (the
+    // READ KEYS) times out unsent.
+    let register = CommandFilter::Only(crate::spc_model::ModelCommand::PrOut(
+        PrOutAction::RegisterAndIgnoreExistingKey,
+    ));
+    for (lu, timing, filter) in [
+        (0, Timing::AfterExecuting, register),
+        (1, Timing::InsteadOfExecuting, CommandFilter::Any),
+    ] {
+        let nexus = f.nexus(lu, 1, 0);
+        let timeout = Injection {
+            fault: Injected::Timeout,
+            timing,
+            filter,
+            count: 1,
+        };
+        f.with_lu(lu, |l| l.inject(nexus, timeout));
+    }
     let record = Arc::new(MemoryRecord::default());
     let first = rejoin_with(&f, 1, B, &record);
     assert_eq!(first.outcome, Outcome::Failure, "{first:#?}");
