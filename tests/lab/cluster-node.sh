@@ -27,6 +27,27 @@ done
 mkdir -p /var/lib/pacemaker/{cib,pengine,blackbox,cores} /var/log/pacemaker /run/crm
 chown -R hacluster:haclient /var/lib/pacemaker /var/log/pacemaker /run/crm /var/log/cluster
 chmod 0750 /var/lib/pacemaker/{cib,pengine,blackbox,cores}; chmod 0770 /var/log/pacemaker
+# The controller starts from this CIB instead of an empty one for one setting: dc-deadtime 5 s.
+# Pacemaker's default, 20 s, is how long a starting controller waits to hear of a DC before it
+# calls an election: two nodes started together spent it idle in every cluster start. A node
+# that joins a running cluster takes the DC's CIB (a higher epoch) and never waits. Unsigned (no
+# cib.xml.sig): Pacemaker reads it and warns.
+cat >/var/lib/pacemaker/cib/cib.xml <<'EOF_CIB'
+<cib validate-with="pacemaker-3.9" epoch="1" num_updates="0" admin_epoch="0">
+  <configuration>
+    <crm_config>
+      <cluster_property_set id="cib-bootstrap-options">
+        <nvpair id="cib-bootstrap-options-dc-deadtime" name="dc-deadtime" value="5s"/>
+      </cluster_property_set>
+    </crm_config>
+    <nodes/>
+    <resources/>
+    <constraints/>
+  </configuration>
+  <status/>
+</cib>
+EOF_CIB
+chown hacluster:haclient /var/lib/pacemaker/cib/cib.xml; chmod 0600 /var/lib/pacemaker/cib/cib.xml
 chmod 1777 /dev/shm
 mkdir -p /dev/disk/by-id
 i=0; for dev in "$@"; do ln -s "$dev" "/dev/disk/by-id/lab-lun$i"; i=$((i + 1)); done
