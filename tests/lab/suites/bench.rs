@@ -10,9 +10,10 @@
 //!   loop over the same LUs and fence-agents' `fence_scsi_check` run once a second as the watchdog
 //!   daemon runs it.
 //!
-//! CI runs both on 16 LUNs (the debug build it tests); the long tier, on the release build the
-//! package ships (`cargo test --release --test lab -- --ignored bench::`, as root), runs the
-//! growth series (1 to 256 LUNs, 1 and 2 paths) and the watch cost on 256 LUNs.
+//! CI runs both on 16 LUNs (the test build it tests: opt-level 1, debug assertions); the long
+//! tier, on the release build the package ships (`cargo test --release --test lab -- --ignored
+//! bench::`, as root), runs the growth series (1 to 256 LUNs, 1 and 2 paths) and the watch cost
+//! on 256 LUNs.
 
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
@@ -173,11 +174,11 @@ fn performance_growth() -> anyhow::Result<()> {
 }
 
 /// Which build of prfence (and of the floor) was measured: the profile of this lab binary, which
-/// cargo built together with them. The package ships the release build; under emulation the
-/// debug build takes 0.09-0.15 s just to start (`--version`), the release build 0.05-0.07 s.
+/// cargo built together with them. The package ships the release build; the test build is the
+/// workspace's opt-level 1 with debug assertions (Cargo.toml).
 fn build_profile() -> &'static str {
     if cfg!(debug_assertions) {
-        "debug build"
+        "test build (opt-level 1)"
     } else {
         "release build"
     }
