@@ -25,8 +25,8 @@ use super::lu_table::{LuEntry, LuTable, PathHandle};
 use super::metrics::CommandResult;
 use super::status::{State, WatchdogState};
 use super::watch::{
-    CommandFailure, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath, WatchConfig,
-    WatchState,
+    CommandFailure, Decision, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath,
+    WatchConfig, WatchState,
 };
 use crate::discover::LuId;
 use crate::ops::probe_registration;
@@ -336,96 +336,9 @@ impl WatchDriver<'_> {
         };
         let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         self.record_checks(&checks, key, now);
-
-        if self.run.state.is_none() {
-            // Why each LU is not armed yet: not registered (waiting is normal until Pacemaker
-            // unfences this node), or unreadable, which no unfencing cures (a descriptor limit,
-            // a missing capability, a dead path) and is said at error level at once.
-            let causes: Vec<(usize, Option<String>, bool)> = checks
-                .iter()
-                .enumerate()
-                .filter_map(|(index, check)| match &check.keys {
-                    Ok(keys) if keys.keys.contains(&key) => None,
-                    Ok(_) => Some((index, None, false)),
-                    Err(e) => Some((index, Some(e.to_string()), true)),
-                })
-                .collect();
-            if !causes.is_empty() {
-                let names = |unreadable: bool| -> Vec<String> {
-                    causes
-                        .iter()
-                        .filter(|c| c.2 == unreadable)
-                        .filter_map(|c| self.agent.table.lus.get(c.0).map(|l| l.name.clone()))
-                        .collect()
-                };
-                let (unregistered, unreadable) = (names(false), names(true));
-                let mut text = String::new();
-                if !unregistered.is_empty() {
-                    text = format!("waiting for key {key} on {}", unregistered.join(", "));
-                }
-                if !unreadable.is_empty() {
-                    if !text.is_empty() {
-                        text.push_str("; ");
-                    }
-                    text.push_str(&format!("cannot read {}", unreadable.join(", ")));
-                }
-                if self.run.waiting != text {
-                    for (index, error, _) in &causes {
-                        let Some(lu) = self.agent.table.lus.get(*index) else {
-                            continue;
-                        };
-                        match error {
-                            Some(e) => tracing::error!(
-                                lu = %lu.name,
-                                error = %e,
-                                "not armed: the LU cannot be read, and no unfencing changes that"
-                            ),
-                            None => tracing::info!(
-                                lu = %lu.name,
-                                "not armed: key {key} is not registered (fence_pr's unfencing \
-                                 registers it); nothing is judged until it is on every LU"
-                            ),
-                        }
-                    }
-                    self.run.waiting.clone_from(&text);
-                }
-                {
-                    let mut status = lock(&self.agent.status);
-                    // Waiting is for a key only unfencing brings; an LU that cannot be read is
-                    // a fault to look at (alerts and `--once` treat degraded as one).
-                    status.state = if unreadable.is_empty() {
-                        State::WaitingForRegistration
-                    } else {
-                        State::Degraded
-                    };
-                    for shown in &mut status.lus {
-                        shown.verdict =
-                            "not armed: key registered here, not yet on every LU".to_owned();
-                    }
-                    for (index, error, _) in &causes {
-                        if let Some(shown) = status.lus.get_mut(*index) {
-                            shown.verdict = match error {
-                                Some(e) => format!("not armed: cannot be read: {e}"),
-                                None => format!(
-                                    "not armed: key {key} not registered (fence_pr's unfencing \
-                                     registers it)"
-                                ),
-                            };
-                        }
-                    }
-                }
-                self.agent.notifier.status(&text);
-                self.agent.notifier.watchdog();
-                self.finish_tick(&checks);
-                return None;
-            }
-            let config = self.agent.settings.watch_config(key)?;
-            tracing::info!(%key, "our key is on every LU: armed");
-            self.run.state = Some(WatchState::new(
-                config,
-                self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
-                now.into_std(),
-            ));
+        if self.run.state.is_none() && !self.arm_if_ready(&checks, key, now) {
+            self.finish_tick(&checks);
+            return None;
         }
         // Armed: the watchdog is due. Unlike lease mode (where it is fatal at start), a watchdog
         // that cannot be opened is a degraded state, shown and tried again at every check: the
@@ -441,6 +354,126 @@ impl WatchDriver<'_> {
             }
         }
         let decision = watch.tick(now.into_std(), observations);
+        let degraded = self.apply_verdicts(&decision, &checks, key);
+        self.agent.feed(decision.feed_watchdog);
+        let degraded = self.publish_health(degraded);
+        let exit = match (&decision.fenced, decision.newly_fenced) {
+            (Some(reason), true) => self.agent.self_fence(reason.to_string()).await,
+            _ => None,
+        };
+        if !self.agent.is_fenced() {
+            self.agent.notifier.status(&format!(
+                "{} LU(s) {}",
+                self.agent.table.lus.len(),
+                if degraded { "degraded" } else { "healthy" }
+            ));
+        }
+        self.finish_tick(&checks);
+        exit
+    }
+
+    /// Arms the watch once our key was read on every LU (true). Until then it says why each LU
+    /// is not armed: not registered (waiting is normal until Pacemaker unfences this node), or
+    /// unreadable, which no unfencing cures (a descriptor limit, a missing capability, a dead
+    /// path) and is said at error level at once.
+    fn arm_if_ready(&mut self, checks: &[LuCheck], key: Key, now: Instant) -> bool {
+        let causes: Vec<(usize, Option<String>)> = checks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, check)| match &check.keys {
+                Ok(keys) if keys.keys.contains(&key) => None,
+                Ok(_) => Some((index, None)),
+                Err(e) => Some((index, Some(e.to_string()))),
+            })
+            .collect();
+        if !causes.is_empty() {
+            self.show_not_armed(&causes, key);
+            return false;
+        }
+        let Some(config) = self.agent.settings.watch_config(key) else {
+            return false;
+        };
+        tracing::info!(%key, "our key is on every LU: armed");
+        self.run.state = Some(WatchState::new(
+            config,
+            self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
+            now.into_std(),
+        ));
+        true
+    }
+
+    /// Logs (once per change), shows and notifies why the watch is not armed: for each LU in
+    /// `causes`, `None` when our key is not registered there, else why it cannot be read.
+    fn show_not_armed(&mut self, causes: &[(usize, Option<String>)], key: Key) {
+        let names = |unreadable: bool| -> Vec<String> {
+            causes
+                .iter()
+                .filter(|c| c.1.is_some() == unreadable)
+                .filter_map(|c| self.agent.table.lus.get(c.0).map(|l| l.name.clone()))
+                .collect()
+        };
+        let (unregistered, unreadable) = (names(false), names(true));
+        let mut text = String::new();
+        if !unregistered.is_empty() {
+            text = format!("waiting for key {key} on {}", unregistered.join(", "));
+        }
+        if !unreadable.is_empty() {
+            if !text.is_empty() {
+                text.push_str("; ");
+            }
+            text.push_str(&format!("cannot read {}", unreadable.join(", ")));
+        }
+        if self.run.waiting != text {
+            for (index, error) in causes {
+                let Some(lu) = self.agent.table.lus.get(*index) else {
+                    continue;
+                };
+                match error {
+                    Some(e) => tracing::error!(
+                        lu = %lu.name,
+                        error = %e,
+                        "not armed: the LU cannot be read, and no unfencing changes that"
+                    ),
+                    None => tracing::info!(
+                        lu = %lu.name,
+                        "not armed: key {key} is not registered (fence_pr's unfencing \
+                         registers it); nothing is judged until it is on every LU"
+                    ),
+                }
+            }
+            self.run.waiting.clone_from(&text);
+        }
+        {
+            let mut status = lock(&self.agent.status);
+            // Waiting is for a key only unfencing brings; an LU that cannot be read is a fault
+            // to look at (alerts and `--once` treat degraded as one).
+            status.state = if unreadable.is_empty() {
+                State::WaitingForRegistration
+            } else {
+                State::Degraded
+            };
+            for shown in &mut status.lus {
+                shown.verdict = "not armed: key registered here, not yet on every LU".to_owned();
+            }
+            for (index, error) in causes {
+                if let Some(shown) = status.lus.get_mut(*index) {
+                    shown.verdict = match error {
+                        Some(e) => format!("not armed: cannot be read: {e}"),
+                        None => format!(
+                            "not armed: key {key} not registered (fence_pr's unfencing \
+                             registers it)"
+                        ),
+                    };
+                }
+            }
+        }
+        self.agent.notifier.status(&text);
+        self.agent.notifier.watchdog();
+    }
+
+    /// Carries out each LU's verdict: the paths to inspect at the next check, the verdict shown
+    /// (and logged when it changed), a heal started. Returns whether any LU is degraded.
+    fn apply_verdicts(&mut self, decision: &Decision, checks: &[LuCheck], key: Key) -> bool {
         let mut degraded = false;
         for (index, (_, verdict)) in decision.lus.iter().enumerate() {
             if let Some(flag) = self.run.inspect.get_mut(index) {
@@ -489,31 +522,22 @@ impl WatchDriver<'_> {
                 });
             }
         }
-        self.agent.feed(decision.feed_watchdog);
-        {
-            let mut status = lock(&self.agent.status);
-            degraded |= status.watchdog.state == WatchdogState::Degraded;
-            if !self.agent.is_fenced() {
-                status.state = if degraded {
-                    State::Degraded
-                } else {
-                    State::Healthy
-                };
-            }
-        }
-        let exit = match (&decision.fenced, decision.newly_fenced) {
-            (Some(reason), true) => self.agent.self_fence(reason.to_string()).await,
-            _ => None,
-        };
+        degraded
+    }
+
+    /// Sets the agent's state from the LUs' verdicts (`degraded`) and the watchdog's, unless it
+    /// is fenced. Returns whether the agent is degraded.
+    fn publish_health(&self, lus_degraded: bool) -> bool {
+        let mut status = lock(&self.agent.status);
+        let degraded = lus_degraded || status.watchdog.state == WatchdogState::Degraded;
         if !self.agent.is_fenced() {
-            self.agent.notifier.status(&format!(
-                "{} LU(s) {}",
-                self.agent.table.lus.len(),
-                if degraded { "degraded" } else { "healthy" }
-            ));
+            status.state = if degraded {
+                State::Degraded
+            } else {
+                State::Healthy
+            };
         }
-        self.finish_tick(&checks);
-        exit
+        degraded
     }
 
     fn record_checks(&self, checks: &[LuCheck], key: Key, now: Instant) {
