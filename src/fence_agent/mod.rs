@@ -442,8 +442,27 @@ fn build(
         });
     }
 
+    timeouts(&raw, &mut o, &mut errors);
+    logging(&raw, mode, env, &mut o, &mut notes);
+    target_and_key(&raw, action, &mut o, &mut errors);
+    devices_and_paths(&raw, &mut o, &mut errors);
+
+    match errors.len() {
+        0 => Ok(FencePrRequest {
+            action,
+            options: o,
+            mode,
+            notes,
+        }),
+        1 => Err(errors.remove(0)),
+        _ => Err(FencePrError::Several(errors)),
+    }
+}
+
+/// The time options: fence_pr's own and those accepted for fence_scsi compatibility.
+fn timeouts(raw: &RawOptions, o: &mut Options, errors: &mut Vec<FencePrError>) {
     let mut seconds = |key: &'static str, long: &'static str, slot: &mut Duration| {
-        if let Some(v) = text(&raw, key) {
+        if let Some(v) = text(raw, key) {
             match parse_count(v) {
                 Some(s) if s > MAX_TIME_SECS => errors.push(FencePrError::TimeTooLarge {
                     option: long,
@@ -471,7 +490,7 @@ fn build(
     seconds("shell_timeout", "shell-timeout", &mut unused);
     seconds("login_timeout", "login-timeout", &mut unused);
     seconds("stonith_status_sleep", "stonith-status-sleep", &mut unused);
-    if let Some(v) = text(&raw, "retry_on")
+    if let Some(v) = text(raw, "retry_on")
         && parse_count(v).and_then(|n| u32::try_from(n).ok()).is_none()
     {
         errors.push(FencePrError::NotInteger {
@@ -479,13 +498,22 @@ fn build(
             value: v.to_owned(),
         });
     }
+}
 
+/// Verbosity and whether fence-agents' overall timeout is off (as under Pacemaker's fenced).
+fn logging(
+    raw: &RawOptions,
+    mode: InputMode,
+    env: &Environment,
+    o: &mut Options,
+    notes: &mut Vec<String>,
+) {
     // verbose_level: explicit, else the -v count, else verbose=1 on stdin (fence-agents).
     let verbose_default = match mode {
         InputMode::CommandLine => raw.verbose_count,
-        InputMode::Stdin => u32::from(flag(&raw, "verbose")),
+        InputMode::Stdin => u32::from(flag(raw, "verbose")),
     };
-    o.verbose_level = match text(&raw, "verbose_level") {
+    o.verbose_level = match text(raw, "verbose_level") {
         None => verbose_default,
         Some(v) => parse_count(v).and_then(|n| u32::try_from(n).ok()).unwrap_or_else(|| {
             notes.push(format!(
@@ -495,15 +523,23 @@ fn build(
         }),
     };
 
-    o.disable_timeout = match text(&raw, "disable_timeout") {
+    o.disable_timeout = match text(raw, "disable_timeout") {
         Some(v) => options::parse_bool(v) == Some(true),
         None => env.pcmk_service.as_deref() == Some("pacemaker-fenced"),
     };
+}
 
-    o.plug = non_empty(&raw, "nodename")
-        .or_else(|| non_empty(&raw, "port"))
+/// Who is acted on (node name, node id or key) and how a node's key is made.
+fn target_and_key(
+    raw: &RawOptions,
+    action: Action,
+    o: &mut Options,
+    errors: &mut Vec<FencePrError>,
+) {
+    o.plug = non_empty(raw, "nodename")
+        .or_else(|| non_empty(raw, "port"))
         .map(str::to_owned);
-    if let Some(v) = non_empty(&raw, "nodeid") {
+    if let Some(v) = non_empty(raw, "nodeid") {
         match v.trim().parse::<u32>() {
             Ok(id) if id != 0 => o.nodeid = Some(id),
             _ => errors.push(FencePrError::NotInteger {
@@ -512,7 +548,7 @@ fn build(
             }),
         }
     }
-    if let Some(k) = non_empty(&raw, "key") {
+    if let Some(k) = non_empty(raw, "key") {
         match keys::parse_key(k) {
             Ok(key) => o.key = Some(key),
             Err(e) => errors.push(e.into()),
@@ -521,11 +557,11 @@ fn build(
     if action.needs_target()
         && o.plug.is_none()
         && o.key.is_none()
-        && non_empty(&raw, "key").is_none()
+        && non_empty(raw, "key").is_none()
     {
         errors.push(FencePrError::TargetRequired);
     }
-    if let Some(v) = text(&raw, "key_value") {
+    if let Some(v) = text(raw, "key_value") {
         o.key_value = match v {
             "id" => KeyScheme::FenceScsiId,
             "hash" => KeyScheme::FenceScsiHash,
@@ -536,7 +572,7 @@ fn build(
             }
         };
     }
-    if let Some(v) = text(&raw, "mpath_register_method") {
+    if let Some(v) = text(raw, "mpath_register_method") {
         o.mpath_register_method = match v {
             "multi" => MpathRegisterMethod::Multi,
             "single" => MpathRegisterMethod::Single,
@@ -546,8 +582,11 @@ fn build(
             }
         };
     }
+}
 
-    o.devices = text(&raw, "devices")
+/// The devices, the output options and the paths of the tools asked.
+fn devices_and_paths(raw: &RawOptions, o: &mut Options, errors: &mut Vec<FencePrError>) {
+    o.devices = text(raw, "devices")
         .map(|d| {
             d.split(|c: char| c == ',' || c.is_whitespace())
                 .filter(|s| !s.is_empty())
@@ -560,30 +599,19 @@ fn build(
             count: o.devices.len(),
         });
     }
-    o.aptpl = flag(&raw, "aptpl");
-    o.quiet = flag(&raw, "quiet");
-    o.logfile = non_empty(&raw, "logfile").map(PathBuf::from);
-    o.debug_file = non_empty(&raw, "debug").map(PathBuf::from);
+    o.aptpl = flag(raw, "aptpl");
+    o.quiet = flag(raw, "quiet");
+    o.logfile = non_empty(raw, "logfile").map(PathBuf::from);
+    o.debug_file = non_empty(raw, "debug").map(PathBuf::from);
     let path = |key: &str, slot: &mut PathBuf| {
-        if let Some(v) = non_empty(&raw, key) {
+        if let Some(v) = non_empty(raw, key) {
             *slot = PathBuf::from(v);
         }
     };
     path("corosync_cmap_path", &mut o.corosync_cmap_path);
     path("vgs_path", &mut o.vgs_path);
-    if let Some(v) = text(&raw, "separator") {
+    if let Some(v) = text(raw, "separator") {
         o.separator = v.to_owned();
-    }
-
-    match errors.len() {
-        0 => Ok(FencePrRequest {
-            action,
-            options: o,
-            mode,
-            notes,
-        }),
-        1 => Err(errors.remove(0)),
-        _ => Err(FencePrError::Several(errors)),
     }
 }
 
