@@ -347,81 +347,18 @@ impl<'a> LeaseDriver<'a> {
 
     /// Lease mode from the first look at every LU on.
     async fn run(&mut self, config: LeaseConfig, persisted: Option<u64>) -> RunEnd {
-        let Some(views) = self.start_views().await else {
-            return self.stop_lease(&[]).await;
+        let mut leases = match self.first_leases(config, persisted).await {
+            Ok(leases) => leases,
+            Err(end) => return end,
         };
-        if let Some((a, b, id)) = self.agent.table.duplicate() {
-            return RunEnd::Failed(format!(
-                "devices {a} and {b} are the same LU {id}; list each LU once"
-            ));
-        }
-        let on_target: Vec<Key> = views.iter().flat_map(|v| v.keys.iter().copied()).collect();
-        let wall_clock_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .ok()
-            .and_then(|d| u64::try_from(d.as_millis()).ok());
-        let first_epoch = match lease::starting_epoch(
-            config.node,
-            &EpochSources {
-                persisted,
-                on_target: &on_target,
-                wall_clock_ms,
-            },
-        ) {
-            Ok(epoch) => epoch,
-            Err(e) => return RunEnd::Failed(e.to_string()),
-        };
-        let now = Instant::now().into_std();
-        let mut leases: Vec<Lease> = views
-            .iter()
-            .map(|view| Lease::new(config.clone(), first_epoch, persisted, view, now))
-            .collect();
-        // Stricter than watch mode on purpose (watch mode shows a degraded watchdog and retries):
-        // a holder's watchdog is part of the lease timing rule (a hung holder must be reset
-        // before its lease ends and a standby takes over), so lease mode does not start without it.
-        if let Err(e) = self.agent.open_watchdog() {
-            return RunEnd::Failed(e);
-        }
-        tracing::info!(
-            node = config.node.get(),
-            first_epoch,
-            lus = leases.len(),
-            "lease mode"
-        );
         self.agent.notifier.ready("lease: starting");
         let mut jobs: JoinSet<(usize, Option<LeaseCompletion>)> = JoinSet::new();
         let mut next_check = Instant::now();
         let mut role = None;
         loop {
             let now = Instant::now();
-            if !self.agent.is_fenced() {
-                let mut fence = None;
-                'poll: for (index, lease) in leases.iter_mut().enumerate() {
-                    while let Some(action) = lease.poll(now.into_std()) {
-                        match action {
-                            LeaseAction::SelfFence(reason) => {
-                                let name = self.agent.table.name(index);
-                                fence = Some(format!("LU {name}: {reason}"));
-                                break 'poll;
-                            }
-                            LeaseAction::Promoted { key } => {
-                                let name = self.agent.table.name(index);
-                                tracing::info!(lu = %name, %key, "holding the reservation");
-                            }
-                            action => {
-                                if let Some(job) = self.job(index) {
-                                    jobs.spawn(async move { (index, job.execute(action).await) });
-                                }
-                            }
-                        }
-                    }
-                }
-                if let Some(reason) = fence {
-                    lock(&self.agent.metrics).set_lease_role(Role::Fenced);
-                    if let Some(exit_status) = self.agent.self_fence(reason).await {
-                        return RunEnd::Fenced { exit_status };
-                    }
-                }
+            if let Some(end) = self.poll_leases(&mut leases, &mut jobs, now).await {
+                return end;
             }
             let current = node_role(&leases);
             if role != Some(current) {
@@ -463,6 +400,92 @@ impl<'a> LeaseDriver<'a> {
                 },
             }
         }
+    }
+
+    /// One lease per LU, all from the same first epoch, once every LU was read and the
+    /// watchdog opened. `Err` ends the run: stopped before the first look, the same LU listed
+    /// twice, no epoch to start from, or no watchdog.
+    async fn first_leases(
+        &mut self,
+        config: LeaseConfig,
+        persisted: Option<u64>,
+    ) -> Result<Vec<Lease>, RunEnd> {
+        let Some(views) = self.start_views().await else {
+            return Err(self.stop_lease(&[]).await);
+        };
+        if let Some((a, b, id)) = self.agent.table.duplicate() {
+            return Err(RunEnd::Failed(format!(
+                "devices {a} and {b} are the same LU {id}; list each LU once"
+            )));
+        }
+        let on_target: Vec<Key> = views.iter().flat_map(|v| v.keys.iter().copied()).collect();
+        let wall_clock_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_millis()).ok());
+        let first_epoch = lease::starting_epoch(
+            config.node,
+            &EpochSources {
+                persisted,
+                on_target: &on_target,
+                wall_clock_ms,
+            },
+        )
+        .map_err(|e| RunEnd::Failed(e.to_string()))?;
+        let now = Instant::now().into_std();
+        let leases: Vec<Lease> = views
+            .iter()
+            .map(|view| Lease::new(config.clone(), first_epoch, persisted, view, now))
+            .collect();
+        // Stricter than watch mode on purpose (watch mode shows a degraded watchdog and retries):
+        // a holder's watchdog is part of the lease timing rule (a hung holder must be reset
+        // before its lease ends and a standby takes over), so lease mode does not start without it.
+        self.agent.open_watchdog().map_err(RunEnd::Failed)?;
+        tracing::info!(
+            node = config.node.get(),
+            first_epoch,
+            lus = leases.len(),
+            "lease mode"
+        );
+        Ok(leases)
+    }
+
+    /// Carries out what each lease asks for now: its commands start as jobs, and a lease that
+    /// must self-fence stops the node. Returns the run's end when the self-fence ends it.
+    async fn poll_leases(
+        &mut self,
+        leases: &mut [Lease],
+        jobs: &mut JoinSet<(usize, Option<LeaseCompletion>)>,
+        now: Instant,
+    ) -> Option<RunEnd> {
+        if self.agent.is_fenced() {
+            return None;
+        }
+        let mut fence = None;
+        'poll: for (index, lease) in leases.iter_mut().enumerate() {
+            while let Some(action) = lease.poll(now.into_std()) {
+                match action {
+                    LeaseAction::SelfFence(reason) => {
+                        let name = self.agent.table.name(index);
+                        fence = Some(format!("LU {name}: {reason}"));
+                        break 'poll;
+                    }
+                    LeaseAction::Promoted { key } => {
+                        let name = self.agent.table.name(index);
+                        tracing::info!(lu = %name, %key, "holding the reservation");
+                    }
+                    action => {
+                        if let Some(job) = self.job(index) {
+                            jobs.spawn(async move { (index, job.execute(action).await) });
+                        }
+                    }
+                }
+            }
+        }
+        let reason = fence?;
+        lock(&self.agent.metrics).set_lease_role(Role::Fenced);
+        let exit_status = self.agent.self_fence(reason).await?;
+        Some(RunEnd::Fenced { exit_status })
     }
 
     fn record_completion(&self, completion: &LeaseCompletion) {
