@@ -115,8 +115,8 @@ pub struct Agent {
     stop_feeding: bool,
     /// Descriptors held for the self-fence, released when it starts.
     reserve: DescriptorReserve,
-    /// The thread the self-fence hook runs on (with `self_fence.command`).
-    hook: Option<HookThread>,
+    /// The thread the self-fence hook runs on (`self_fence.command`, now or after a reload).
+    hook: HookThread,
 }
 
 /// Descriptors kept open from the start (on /dev/null) and closed when the self-fence starts, so
@@ -161,10 +161,9 @@ impl Agent {
         options: AgentParts,
         control: mpsc::UnboundedReceiver<Control>,
     ) -> std::io::Result<Agent> {
-        let hook = match settings.self_fence.command {
-            Some(_) => Some(HookThread::start(Arc::clone(&options.host))?),
-            None => None,
-        };
+        // Started whatever the configuration says: a reload may add `self_fence.command`, and
+        // the hook must then run (an idle thread costs a stack, nothing else).
+        let hook = HookThread::start(Arc::clone(&options.host))?;
         let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
         let metrics = Arc::new(Mutex::new(Metrics::new(names.clone())));
         let mut shown = Status::new(settings.mode.name(), &names);
@@ -349,9 +348,9 @@ impl Agent {
         };
         self.show_self_fence(steps);
         // 2. The stop hook, on its own thread (never behind the commands hung on a dead path).
-        if let (Some(argv), Some(hook)) = (&actions.command, &self.hook) {
+        if let Some(argv) = &actions.command {
             let shown = argv.join(" ");
-            steps.hook = match hook.run(argv.clone(), actions.command_timeout).await {
+            steps.hook = match self.hook.run(argv.clone(), actions.command_timeout).await {
                 Ok(()) => {
                     tracing::info!(command = %shown, "self-fence command done");
                     HookStep::Ok

@@ -494,6 +494,37 @@ async fn a_reload_that_adds_an_unregistered_lu_waits_for_our_key_on_it() {
     assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
 }
 
+/// Issue 44: a hook that a reload adds runs at the self-fence. The hook's thread used to start
+/// only with a hook in the configuration at start, and the self-fence skipped a hook that had no
+/// thread while the status showed it running.
+#[tokio::test(start_paused = true)]
+async fn a_hook_added_by_a_reload_runs_at_the_self_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let fenced_file = dir.path().join("fenced");
+    let t = two_lus();
+    let devices = ["/dev/mapper/lu0", "/dev/mapper/lu1"];
+    let run = start(watch_settings(&devices, ""), &t.storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    run.control
+        .send(Control::Reload(Box::new(watch_settings(
+            &devices,
+            &hook(&fenced_file),
+        ))))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    lock(&t.lus[0])
+        .pr_out(t.b[0], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
+    assert_eq!(lines(&fenced_file), 1, "the hook added by the reload ran");
+    let steps = lock(&run.status).self_fence.unwrap();
+    assert_eq!(steps.hook, super::status::HookStep::Ok, "{steps:?}");
+}
+
 fn lease_settings(dir: &Path, node: u16, fenced_file: &Path) -> Settings {
     Settings::from_toml_str(&format!(
         "mode = \"lease\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
