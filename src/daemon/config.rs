@@ -41,13 +41,13 @@ fn field_error(field: impl Into<String>, problem: impl Into<String>) -> ConfigEr
     }
 }
 
-/// Why a configuration file is not trusted: `self_fence.command` runs from it as root, so
-/// whoever can change the file can run anything as root.
+/// Why a configuration file or the self-fence program is not trusted: `self_fence.command` runs
+/// from it as root, so whoever can change the file can run anything as root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UntrustedFile {
     #[error(
         "mode {mode:04o} lets {who} write it, and self_fence.command runs from it as root; run \
-         `chmod go-w {path}` (or `chmod 0600 {path}`)"
+         `chmod go-w {path}`"
     )]
     Writable {
         path: String,

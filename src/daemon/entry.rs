@@ -64,15 +64,23 @@ fn read_trusted(path: &Path) -> Result<String, String> {
     let running = nix::unistd::geteuid().as_raw();
     let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
+    check_trusted(path, &meta, running)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// Whether whoever can change the file at `path` (its metadata `meta`, following links) is root or
+/// `running`: the file itself ([`check_file_trust`]) and every directory on its real path (links
+/// resolved; [`check_dir_trust`]). What the agent runs as root, or reads its hook from, must pass.
+fn check_trusted(path: &Path, meta: &std::fs::Metadata, running: u32) -> Result<(), String> {
     check_file_trust(path, meta.mode(), meta.uid(), running).map_err(|e| e.to_string())?;
     let real = std::fs::canonicalize(path).map_err(|e| e.to_string())?;
     for dir in real.ancestors().skip(1) {
         let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         check_dir_trust(dir, meta.mode(), meta.uid(), running).map_err(|e| e.to_string())?;
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
-    Ok(text)
+    Ok(())
 }
 
 /// `prfence agent`: the process entry point. Returns the exit status.
@@ -248,6 +256,8 @@ pub enum SelfFenceProgramError {
         "self_fence.command: {program} is not a regular file; name the program itself (argv[0])"
     )]
     NotAFile { program: String },
+    #[error("self_fence.command: {program}: {reason}")]
+    Untrusted { program: String, reason: String },
     #[error(
         "self_fence.command: {program} (mode {mode:04o}) cannot be executed by the agent \
          ({error}); run `chmod 0755 {program}` or name another program"
@@ -301,6 +311,14 @@ pub fn check_self_fence_program(settings: &Settings) -> Result<(), SelfFenceProg
     if !meta.is_file() {
         return Err(SelfFenceProgramError::NotAFile { program: shown });
     }
+    // The hook runs as root when the node is fenced: whoever can change it (or replace it in
+    // its directory) must be root or us, as for the configuration file that names it.
+    check_trusted(Path::new(program), &meta, nix::unistd::geteuid().as_raw()).map_err(
+        |reason| SelfFenceProgramError::Untrusted {
+            program: shown.clone(),
+            reason,
+        },
+    )?;
     nix::unistd::access(Path::new(program), nix::unistd::AccessFlags::X_OK).map_err(|error| {
         SelfFenceProgramError::NotExecutable {
             program: shown,

@@ -1058,6 +1058,24 @@ fn a_self_fence_program_that_cannot_run_is_refused() {
     );
     chmod(0o700);
     assert!(check_host(&config, &settings, &dev, &sys).is_ok());
+    // Issue 44: a hook others can change, or replace in its directory, runs as root when the
+    // node is fenced: refused like a configuration file others can write.
+    chmod(0o777);
+    let e = check_self_fence_program(&settings).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("self_fence.command: {shown}: mode 0777")) && e.contains("write it"),
+        "{e}"
+    );
+    assert_eq!(check_host(&config, &settings, &dev, &sys), Err(EXIT_CONFIG));
+    chmod(0o755);
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = check_self_fence_program(&settings).unwrap_err().to_string();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(
+        e.contains(&format!("it is in directory {}", dir.path().display())),
+        "{e}"
+    );
+    assert!(check_self_fence_program(&settings).is_ok());
     assert!(reload_settings(&config, false).is_ok());
 }
 
