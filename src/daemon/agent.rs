@@ -167,6 +167,7 @@ impl Agent {
         let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
         let metrics = Arc::new(Mutex::new(Metrics::new(names.clone())));
         let mut shown = Status::new(settings.mode.name(), &names);
+        shown.boot_id = status_file::boot_id();
         if settings.watchdog.is_some() {
             shown.watchdog.state = WatchdogState::NotArmed;
             lock(&metrics).set_watchdog(WatchdogState::NotArmed);
@@ -311,11 +312,25 @@ impl Agent {
             metrics.set_state(state);
         }
         if let Some(path) = &self.status_file {
-            let status = lock(&self.status).clone();
+            let mut status = lock(&self.status).clone();
+            status.updated_unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|since| since.as_secs());
             if let Err(e) = status_file::write(path, &status) {
+                lock(&self.metrics).record_status_file_error();
                 tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
             }
         }
+    }
+
+    /// The reason of a self-fence that an agent started earlier in this boot did not finish
+    /// (killed or crashed mid-way: its status file says so). Such an agent must not come back
+    /// waiting for a key that is gone: the caller runs the self-fence again.
+    pub(super) fn unfinished_self_fence(&self) -> Option<String> {
+        let path = self.status_file.as_ref()?;
+        let boot = lock(&self.status).boot_id.clone()?;
+        status_file::unfinished_self_fence(path, &boot)
     }
 
     /// The self-fence actions, in order: stop feeding the watchdog, run the hook, reboot; if
@@ -345,6 +360,7 @@ impl Agent {
                 HookStep::NotConfigured
             },
             reboot: RebootStep::Disabled,
+            finished: false,
         };
         self.show_self_fence(steps);
         // 2. The stop hook, on its own thread (never behind the commands hung on a dead path).
@@ -382,6 +398,8 @@ impl Agent {
             self.show_self_fence(steps);
         }
         // 4. Exit (the caller returns the status), with all of the above published.
+        steps.finished = true;
+        self.show_self_fence(steps);
         actions.exit_status
     }
 

@@ -182,6 +182,19 @@ pub fn agent_main(
 
 /// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
 pub async fn run(mut agent: Agent, key: Option<Key>) -> RunEnd {
+    // Killed or crashed mid-way through a self-fence in this boot (systemd's watchdog, a stop
+    // during the hook): this node is fenced, and its key is gone, so the mode's loop would only
+    // wait for a registration. Run the self-fence again, at once.
+    if let Some(reason) = agent.unfinished_self_fence() {
+        tracing::error!(%reason, "an earlier run of the agent in this boot did not finish its self-fence");
+        agent
+            .notifier
+            .ready("fenced: finishing an earlier self-fence");
+        let reason = format!("an earlier run in this boot did not finish its self-fence: {reason}");
+        if let Some(exit_status) = agent.self_fence(reason).await {
+            return RunEnd::Fenced { exit_status };
+        }
+    }
     match (&agent.settings.mode, key) {
         (ModeSettings::Watch(_), Some(key)) => WatchDriver::new(&mut agent, key).run_watch().await,
         (ModeSettings::Watch(_), None) => {

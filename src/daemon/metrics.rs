@@ -123,6 +123,7 @@ pub struct Metrics {
     fenced: bool,
     lease_role: Option<Role>,
     http_evicted: u64,
+    status_file_errors: u64,
     blocked_paths: usize,
     watchdog: WatchdogState,
     self_fence: Option<SelfFenceSteps>,
@@ -144,6 +145,7 @@ impl Metrics {
             fenced: false,
             lease_role: None,
             http_evicted: 0,
+            status_file_errors: 0,
             blocked_paths: 0,
             watchdog: WatchdogState::NotConfigured,
             self_fence: None,
@@ -196,6 +198,12 @@ impl Metrics {
     /// An HTTP connection closed to make room under the connection cap (see `http.rs`).
     pub fn record_http_evicted(&mut self) {
         self.http_evicted += 1;
+    }
+
+    /// The status file could not be written (it then shows an older state: its `updated_unix`
+    /// tells how old).
+    pub fn record_status_file_error(&mut self) {
+        self.status_file_errors += 1;
     }
 
     pub fn set_fenced(&mut self) {
@@ -303,6 +311,13 @@ impl Metrics {
             "counter",
             "HTTP connections closed unanswered because the endpoint's connection cap was full.",
             std::iter::once((String::new(), self.http_evicted.to_string())),
+        );
+        family(
+            &mut out,
+            "prfence_status_file_write_errors_total",
+            "counter",
+            "Writes of --status-file that failed (the file keeps an older state; its updated_unix says when it was written).",
+            std::iter::once((String::new(), self.status_file_errors.to_string())),
         );
         family(
             &mut out,

@@ -106,6 +106,10 @@ pub struct SelfFenceSteps {
     pub watchdog: WatchdogStep,
     pub hook: HookStep,
     pub reboot: RebootStep,
+    /// Every step ran (the agent exits next, or stays fenced with `self_fence.exit` off). An
+    /// agent started in the same boot over a status file that says fenced but not finished (it
+    /// was killed or crashed mid-way) runs the self-fence again at once.
+    pub finished: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -157,6 +161,12 @@ pub struct Status {
     pub watchdog: WatchdogStatus,
     /// Each self-fence step's result, once fenced.
     pub self_fence: Option<SelfFenceSteps>,
+    /// The kernel's boot id (/proc/sys/kernel/random/boot_id) of the boot the agent runs in: a
+    /// status file from an earlier boot says nothing about this one.
+    pub boot_id: Option<String>,
+    /// When this document was written, in seconds since the Unix epoch (the node's wall clock,
+    /// for a reader to tell a stale file; nothing is decided on it).
+    pub updated_unix: Option<u64>,
 }
 
 impl Status {
@@ -185,6 +195,8 @@ impl Status {
                 error: None,
             },
             self_fence: None,
+            boot_id: None,
+            updated_unix: None,
         }
     }
 

@@ -3,7 +3,40 @@
 
 use std::path::Path;
 
+use serde_json::Value;
+
 use super::status::Status;
+
+/// Where the kernel tells the id of the current boot.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's id, `None` where the kernel does not tell it.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string(BOOT_ID)
+        .ok()
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty())
+}
+
+/// The reason of a self-fence that an earlier agent began in boot `boot` and did not finish, as
+/// the status file at `path` recorded it (it is written before each step). `None` when there is
+/// no such file, it is from another boot, it does not say fenced, or the self-fence finished.
+/// The packaged unit keeps the file across restarts (`RuntimeDirectoryPreserve=yes`); a reboot
+/// clears /run.
+pub fn unfinished_self_fence(path: &Path, boot: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let earlier: Value = serde_json::from_str(&text).ok()?;
+    let fenced = earlier["state"] == "fenced" && earlier["boot_id"] == boot;
+    if !fenced || earlier["self_fence"]["finished"] == true {
+        return None;
+    }
+    Some(
+        earlier["fenced_reason"]
+            .as_str()
+            .unwrap_or("no reason recorded")
+            .to_owned(),
+    )
+}
 
 /// The status file's mode: monitoring reads it as another user, and the packaged unit's
 /// `UMask=0077` would otherwise make it 0600. It holds nothing secret (keys are on the target for

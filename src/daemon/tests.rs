@@ -1232,6 +1232,7 @@ async fn a_self_fence_records_each_step_and_a_failed_reboot_stops_the_feeding() 
             watchdog: WatchdogStep::Ok,
             hook: HookStep::Failed,
             reboot: RebootStep::Failed,
+            finished: true,
         })
     );
     let written: serde_json::Value =
@@ -1253,6 +1254,98 @@ async fn a_self_fence_records_each_step_and_a_failed_reboot_stops_the_feeding() 
     assert_eq!(std::fs::read(&device).unwrap(), fed);
     run.control.send(Control::Stop).unwrap();
     assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
+/// Issue 44: an agent killed mid-way through its self-fence (systemd's watchdog or a stop during
+/// the hook) and started again in the same boot finishes the self-fence at once instead of
+/// coming back waiting for a key that is gone; over a finished self-fence (an admin's start
+/// after exit 86) it starts as usual.
+#[tokio::test(start_paused = true)]
+async fn an_agent_restarted_during_its_self_fence_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let status_file = dir.path().join("status.json");
+    let hook_file = dir.path().join("hook");
+    let t = two_lus();
+    let devices = ["/dev/mapper/lu0", "/dev/mapper/lu1"];
+    let slow_hook = "command = [\"/bin/sleep\", \"30\"]\ncommand_timeout = \"2s\"\n";
+    let sys = PathBuf::from("/nonexistent");
+    let first = start_with_status_file(
+        watch_settings(&devices, slow_hook),
+        &t.storage,
+        sys.clone(),
+        Some(KA),
+        status_file.clone(),
+    );
+    assert!(
+        wait_for(&first.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    let written = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap_or_default())
+            .unwrap_or_default()
+    };
+    assert!(
+        real_wait(Duration::from_secs(10), || written()["self_fence"]["hook"]
+            == "running")
+        .await
+    );
+    // Killed while its hook runs.
+    first.task.abort();
+    let _ = first.task.await;
+    let record = written();
+    assert_eq!(record["state"], "fenced");
+    assert_eq!(record["self_fence"]["finished"], false);
+    assert_eq!(
+        record["boot_id"],
+        super::status_file::boot_id().unwrap().as_str()
+    );
+    assert!(record["updated_unix"].as_u64().unwrap() > 1_600_000_000);
+
+    // Started again: fenced at once, its hook run again, the record finished.
+    let second = start_with_status_file(
+        watch_settings(&devices, &hook(&hook_file)),
+        &t.storage,
+        sys.clone(),
+        Some(KA),
+        status_file.clone(),
+    );
+    // The real clock: the hook runs on a thread of its own, which paused time does not wait for.
+    assert!(
+        real_wait(Duration::from_secs(10), || second.task.is_finished()).await,
+        "the agent started again did not finish the self-fence: it waits"
+    );
+    assert_eq!(
+        second.task.await.unwrap(),
+        RunEnd::Fenced { exit_status: 86 }
+    );
+    assert_eq!(lines(&hook_file), 1, "the hook ran again");
+    let record = written();
+    assert_eq!(record["self_fence"]["finished"], true, "{record}");
+    let reason = record["fenced_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("did not finish its self-fence") && reason.contains("lu1"),
+        "{reason}"
+    );
+
+    // A start over a finished self-fence is an admin's: nothing is run again, the agent waits
+    // for this node's key, which only an explicit unfence brings back.
+    let third = start_with_status_file(
+        watch_settings(&devices, &hook(&hook_file)),
+        &t.storage,
+        sys,
+        Some(KA),
+        status_file.clone(),
+    );
+    assert!(wait_for(&third.status, Duration::from_secs(10), |s| s.checks >= 3).await);
+    let state = lock(&third.status).state;
+    assert_ne!(state, State::Fenced);
+    assert_eq!(lines(&hook_file), 1, "no hook on an admin's start");
+    third.control.send(Control::Stop).unwrap();
+    assert_eq!(third.task.await.unwrap(), RunEnd::Stopped);
 }
 
 /// No watchdog, a hook that times out, reboot off: each step says so, and the agent exits 86.
@@ -1280,6 +1373,7 @@ async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
             watchdog: WatchdogStep::NotConfigured,
             hook: HookStep::TimedOut,
             reboot: RebootStep::Disabled,
+            finished: true,
         })
     );
     assert!(has_line(
