@@ -48,6 +48,11 @@ pub const EXIT_CONFIG: u8 = 2;
 /// Exit status: `--once` found a problem.
 pub const EXIT_ONCE_PROBLEM: u8 = 3;
 
+/// How often the watchdogs are fed while the agent waits for something other than a check (the
+/// self-fence hook, the unregistering at a stop): well within the shortest timeout either may
+/// have (1 s). The hardware one is fed only after a self-fence with `stop_watchdog` off.
+const WAIT_FEED_INTERVAL: Duration = Duration::from_millis(500);
+
 /// What the signal handlers (or a test) ask of a running agent.
 #[derive(Debug)]
 pub enum Control {
@@ -366,7 +371,20 @@ impl Agent {
         // 2. The stop hook, on its own thread (never behind the commands hung on a dead path).
         if let Some(argv) = &actions.command {
             let shown = argv.join(" ");
-            steps.hook = match self.hook.run(argv.clone(), actions.command_timeout).await {
+            let hook = self.hook.clone();
+            let ran = hook.run(argv.clone(), actions.command_timeout);
+            tokio::pin!(ran);
+            // The loop that feeds both watchdogs waits for the hook: feed them here meanwhile.
+            // systemd's (WATCHDOG=1) says the agent is alive, as it is, so that systemd does not
+            // kill it mid-hook; the hardware one only while self_fence.stop_watchdog is off.
+            let mut beat = tokio::time::interval(WAIT_FEED_INTERVAL);
+            let ran = loop {
+                tokio::select! {
+                    ran = &mut ran => break ran,
+                    _ = beat.tick() => self.feed(false),
+                }
+            };
+            steps.hook = match ran {
                 Ok(()) => {
                     tracing::info!(command = %shown, "self-fence command done");
                     HookStep::Ok
@@ -454,25 +472,46 @@ impl Agent {
         }
     }
 
-    /// Removes `key` from every live path of every LU (unregister_on_exit).
+    /// Removes `key` from every live path of every LU (unregister_on_exit), all paths at once:
+    /// a stop takes one command's bound ([`Executor::run`]'s) however many paths there are, so it
+    /// ends within the unit's `TimeoutStopSec=`. systemd's watchdog hears from the agent meanwhile.
     pub(super) async fn unregister_everywhere(&self, keys: &[(usize, Key)]) {
+        let mut pending = tokio::task::JoinSet::new();
         for &(index, key) in keys {
             let Some(lu) = self.table.lus.get(index) else {
                 continue;
             };
             for path in lu.live_paths() {
-                let result = self
-                    .exec
-                    .run(&path, Command::PrOut(PrOutAction::Register), move |t| {
-                        t.pr_out(&PrOut::unregister(key))
-                    })
-                    .await;
-                match result {
-                    Ok(_) => {
-                        tracing::info!(lu = %lu.name, path = %path.spec.name, %key, "unregistered")
-                    }
-                    Err(e) => tracing::warn!(lu = %lu.name, error = %e, "cannot unregister"),
+                let exec = Arc::clone(&self.exec);
+                let lu = lu.name.clone();
+                pending.spawn(async move {
+                    let result = exec
+                        .run(&path, Command::PrOut(PrOutAction::Register), move |t| {
+                            t.pr_out(&PrOut::unregister(key))
+                        })
+                        .await;
+                    (lu, path.spec.name.clone(), key, result)
+                });
+            }
+        }
+        let mut beat = tokio::time::interval(WAIT_FEED_INTERVAL);
+        loop {
+            let done = tokio::select! {
+                done = pending.join_next() => done,
+                _ = beat.tick() => {
+                    self.notifier.watchdog();
+                    continue;
                 }
+            };
+            match done {
+                None => break,
+                Some(Ok((lu, path, key, Ok(_)))) => {
+                    tracing::info!(%lu, %path, %key, "unregistered")
+                }
+                Some(Ok((lu, path, _, Err(e)))) => {
+                    tracing::warn!(%lu, %path, error = %e, "cannot unregister")
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "an unregister task failed"),
             }
         }
     }

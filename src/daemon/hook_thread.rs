@@ -30,7 +30,8 @@ struct Job {
     done: oneshot::Sender<Result<Vec<u8>, RunError>>,
 }
 
-/// The handle of the hook's thread; the thread ends when the handle is dropped.
+/// The handle of the hook's thread; the thread ends when the last handle is dropped.
+#[derive(Clone)]
 pub(super) struct HookThread {
     jobs: mpsc::Sender<Job>,
 }

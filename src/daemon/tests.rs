@@ -209,9 +209,16 @@ async fn watch_fences_when_the_key_leaves_any_lu_and_runs_the_hook() {
     lock(&t.lus[1])
         .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
+    // Timed to the decision: the hook after it runs on the real clock, while paused time
+    // jumps ahead through the agent's feeds meanwhile.
+    assert!(
+        wait_for(&run.status, Duration::from_secs(3), |s| s.state
+            == State::Fenced)
+        .await
+    );
+    let took = preempted_at.elapsed();
     let outcome = run.task.await.unwrap();
     assert_eq!(outcome, RunEnd::Fenced { exit_status: 86 });
-    let took = preempted_at.elapsed();
     assert!(
         took <= Duration::from_secs(3),
         "two confirmations at 1 s: {took:?}"
@@ -652,11 +659,19 @@ async fn a_preempted_holder_fences_at_its_next_renew() {
         )
         .unwrap();
     let at = Instant::now();
+    // Timed to the decision: the hook after it runs on the real clock, while paused time
+    // jumps ahead through the agent's feeds meanwhile.
+    assert!(
+        wait_for(&first.status, Duration::from_secs(3), |s| s.state
+            == State::Fenced)
+        .await,
+        "{:?}",
+        at.elapsed()
+    );
     assert_eq!(
         first.task.await.unwrap(),
         RunEnd::Fenced { exit_status: 86 }
     );
-    assert!(at.elapsed() <= Duration::from_secs(3), "{:?}", at.elapsed());
     assert!(
         lock(&first.status)
             .fenced_reason
@@ -1348,6 +1363,96 @@ async fn an_agent_restarted_during_its_self_fence_finishes_it() {
     assert_eq!(third.task.await.unwrap(), RunEnd::Stopped);
 }
 
+/// Issue 44: while the self-fence hook runs, the loop that feeds the watchdogs waits for it.
+/// systemd's watchdog (WATCHDOG=1) must still hear from the agent, or systemd kills it mid-hook
+/// (the packaged unit's WatchdogSec=30s against a hook allowed longer); the hardware watchdog is
+/// fed too when `self_fence.stop_watchdog` is off. Real time: the hook is a real process.
+#[tokio::test]
+async fn both_watchdogs_are_fed_while_the_hook_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook_times = dir.path().join("hook-times");
+    let socket = dir.path().join("notify");
+    let listener = std::os::unix::net::UnixDatagram::bind(&socket).unwrap();
+    // Each WATCHDOG=1 with the wall-clock time it arrived, in ns (the hook writes the same).
+    let heard = Arc::new(Mutex::new(Vec::<u128>::new()));
+    let heard_by = Arc::clone(&heard);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = listener.recv(&mut buf) {
+            if &buf[..n] == b"WATCHDOG=1" {
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos();
+                heard_by.lock().unwrap().push(at);
+            }
+        }
+    });
+    let t = two_lus();
+    let settings = watch_settings(
+        &["/dev/mapper/lu0", "/dev/mapper/lu1"],
+        &format!(
+            "command = [\"/bin/sh\", \"-c\", \"date +%s%N > {0}; sleep 3; date +%s%N >> {0}\"]\n\
+             command_timeout = \"6s\"\nstop_watchdog = false\n",
+            hook_times.display()
+        ),
+    );
+    let (settings, device) = with_watchdog(settings, dir.path(), true);
+    let mut settings = settings;
+    settings.self_fence.stop_watchdog = false;
+    let (control, receiver) = mpsc::unbounded_channel();
+    let storage = Arc::clone(&t.storage);
+    let agent = Agent::new(
+        settings,
+        AgentParts {
+            host: storage as Arc<dyn Host>,
+            notifier: Notifier::to_socket(socket.to_str().unwrap()),
+            status_file: None,
+            sys_root: dir.path().join("sys"),
+            log: None,
+            watchdog_pin: None,
+        },
+        receiver,
+    )
+    .unwrap();
+    let status = agent.status();
+    let task = tokio::spawn(super::entry::run(agent, Some(KA)));
+    assert!(
+        wait_for(&status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    // The feeds before the hook, to tell them from those during it.
+    assert!(real_wait(Duration::from_secs(10), || lines(&hook_times) >= 1).await);
+    let fed_at_hook = std::fs::read(&device).unwrap().len();
+    assert_eq!(task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
+    drop(control);
+    let times: Vec<u128> = std::fs::read_to_string(&hook_times)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let (start, end) = (times[0], times[1]);
+    let during = heard
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|&&at| at > start && at < end)
+        .count();
+    assert!(
+        during >= 4,
+        "{during} WATCHDOG=1 during the 3 s hook: systemd would think the agent hung"
+    );
+    let fed_during = std::fs::read(&device).unwrap().len() - fed_at_hook;
+    assert!(
+        fed_during >= 4,
+        "the hardware watchdog was fed {fed_during} times during the hook (stop_watchdog off)"
+    );
+}
+
 /// No watchdog, a hook that times out, reboot off: each step says so, and the agent exits 86.
 #[tokio::test(start_paused = true)]
 async fn a_self_fence_with_a_hung_hook_and_no_reboot_records_each_step() {
@@ -1446,6 +1551,44 @@ fn agent_over_hung_paths(
     )
     .unwrap();
     (runtime, agent, budget)
+}
+
+/// Issue 44: `unregister_on_exit` at a stop takes one command's bound however many paths hang,
+/// not one per path (it went path by path, with no overall deadline: 8 hung paths took 8 bounds,
+/// beyond the unit's TimeoutStopSec at the default command_timeout and 8 paths).
+#[test]
+fn unregistering_at_a_stop_takes_one_command_bound_over_hung_paths() {
+    let (runtime, mut agent, _) =
+        agent_over_hung_paths(&[2, 2, 2, 2], |_, _| true, Duration::from_millis(500));
+    let slot = super::config::command_slot(agent.settings.command_timeout);
+    let started = std::time::Instant::now();
+    runtime.block_on(async {
+        let until = agent.check_deadline();
+        agent.table.refresh(&agent.host, until).await;
+        assert_eq!(
+            agent
+                .table
+                .lus
+                .iter()
+                .map(|lu| lu.live_paths().len())
+                .sum::<usize>(),
+            8
+        );
+        let keys: Vec<(usize, Key)> = (0..4).map(|i| (i, KA)).collect();
+        let started = std::time::Instant::now();
+        agent.unregister_everywhere(&keys).await;
+        let took = started.elapsed();
+        println!("unregistering over 8 hung paths: {took:?} (one command bound: {slot:?})");
+        assert!(
+            took <= slot + Duration::from_secs(1),
+            "{took:?} for 8 hung paths, one command bound is {slot:?}"
+        );
+    });
+    runtime.shutdown_background();
+    assert!(
+        started.elapsed() < HANG,
+        "the test waited for the hung commands"
+    );
 }
 
 /// A check over hung paths ends within its budget (config::check_budget), on the real clock: the
