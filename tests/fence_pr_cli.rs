@@ -199,6 +199,37 @@ fn status_of_a_vanished_device_is_an_error_and_logs_go_to_the_files() {
     assert!(Path::new(&debug).exists());
 }
 
+/// Issue 44: `devices=` naming something that is no disk (a typo) is refused before it is
+/// opened, by status and by off (where the lone LU is the arbiter, so off tries it), and the
+/// output says what the path is. Opening /dev/watchdog would arm it (the lab's
+/// `faults::a_watchdog_in_the_device_list_is_refused_unopened` shows that it stays idle).
+#[test]
+fn status_and_off_refuse_devices_that_are_not_disks() {
+    let agent = Agent::new();
+    let cmapctl = agent.fake_cmapctl();
+    std::fs::create_dir_all(agent.path("store")).unwrap();
+    std::fs::write(agent.path("store/cluster.key"), "1234\n").unwrap();
+    let dir = agent.dir.path().display().to_string();
+    for (path, kind) in [
+        ("/dev/null", "a character device 1:3"),
+        (dir.as_str(), "a directory"),
+    ] {
+        for (action, whose) in [("status", "key=0x1234"), ("off", "plug=node2")] {
+            let out = agent.stdin(&format!(
+                "action={action}\n{whose}\ndevices={path}\ncorosync_cmap_path={}\n",
+                cmapctl.display()
+            ));
+            let err = text(&out.stderr);
+            assert_eq!(code(&out), 1, "{action} {path}: {err}");
+            assert!(
+                err.contains(&format!("{path} is {kind}, not a disk"))
+                    && err.contains("not opened"),
+                "{action} {path}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn prfence_name_keeps_the_admin_cli() {
     let out = Command::new(env!("CARGO_BIN_EXE_prfence"))

@@ -86,20 +86,26 @@ pub fn hint(kind: ErrorKind, front: FrontEnd) -> &'static str {
             "the path failed below the reservation protocol (no device, link down, host adapter \
              or NVMe controller error); check the session or controller and the device node"
         }
+        // Also a path that names no disk (sg-io's and nvme-io's `NotADevice`, refused before
+        // it is opened): the advice starts with the device list, then what opening needs.
         (K::Open, F::Cli) => {
-            "the device could not be opened or used: the node must exist and be readable by \
-             this user (group `disk`), and persistent reservations need CAP_SYS_RAWIO on SCSI \
-             (SG_IO) and CAP_SYS_ADMIN on NVMe (block PR ioctls, passthrough) (root has both; or \
-             setpriv/AmbientCapabilities=CAP_SYS_RAWIO or CAP_SYS_ADMIN)"
+            "the device could not be opened or used: each device argument must name a disk \
+             (/dev/sdX, /dev/sgN, /dev/nvmeXnY, or a /dev/disk/by-id or /dev/mapper link to one) \
+             readable by this user (group `disk`), and persistent reservations need \
+             CAP_SYS_RAWIO on SCSI (SG_IO) and CAP_SYS_ADMIN on NVMe (block PR ioctls, \
+             passthrough) (root has both; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO or \
+             CAP_SYS_ADMIN)"
         }
         (K::Open, F::FencePr) => {
-            "the device node could not be opened or used: it must exist, and fence_pr must run \
-             as root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe)"
+            "the device node could not be opened or used: devices= must name disks (/dev/sdX, \
+             /dev/sgN, /dev/nvmeXnY, or /dev/disk/by-id or /dev/mapper links to them) that exist, \
+             and fence_pr must run as root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe)"
         }
         (K::Open, F::NodeAgent) => {
-            "the device node could not be opened or used: it must exist, and the agent needs \
-             root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only \
-             the first)"
+            "the device node could not be opened or used: each [[device]] path must name a disk \
+             (/dev/sdX, /dev/sgN, /dev/nvmeXnY, or a /dev/disk/by-id or /dev/mapper link to one) \
+             that exists, and the agent needs root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for \
+             NVMe: the packaged unit grants only the first)"
         }
         (K::Malformed, _) => {
             "the target returned persistent-reservation data that does not parse; capture it \

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::ioctl::{self, Data, Passthru, PrType, Queue};
+use crate::node;
 use crate::{NvmeError, NvmeStatus, PrStatus};
 
 /// The most keys IOC_PR_READ_KEYS accepts in one call (`PR_KEYS_MAX`); more is EINVAL.
@@ -94,17 +95,17 @@ fn pr_result<T>(status: u32, value: T) -> PrResult<T> {
 }
 
 impl BlockDevice {
-    /// Opens `path` read-only, non-blocking and close-on-exec.
+    /// Opens `path` read-only, non-blocking and close-on-exec, if it is a block device
+    /// ([`NvmeError::NotADevice`] otherwise, without opening it: see
+    /// [`NodeKind`](crate::NodeKind)).
     pub fn open(path: impl AsRef<Path>) -> Result<BlockDevice, NvmeError> {
         let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|source| NvmeError::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let file = node::open_checked(
+            path,
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC),
+        )?;
         Ok(BlockDevice {
             fd: file.into(),
             path: path.to_path_buf(),
@@ -404,6 +405,88 @@ mod tests {
         assert!(timeout_millis(Duration::from_secs(u64::MAX)).is_err());
     }
 
+    /// What `BlockDevice::open(path)` said: its error's text, or "opened".
+    fn open_text(path: &Path) -> String {
+        match BlockDevice::open(path) {
+            Ok(_) => "opened".to_owned(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_block_device_is_refused_naming_the_path_and_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let socket = dir.path().join("socket");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        // A link is followed, as /dev/disk/by-id names are, and judged by what it leads to.
+        let link = dir.path().join("by-id-typo");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        for (path, kind) in [
+            (Path::new("/dev/null"), "a character device 1:3"),
+            (&link, "a character device 1:3"),
+            (&file, "a regular file"),
+            (dir.path(), "a directory"),
+            (&fifo, "a FIFO"),
+            (&socket, "a socket"),
+        ] {
+            let err = BlockDevice::open(path).err();
+            assert!(
+                matches!(err, Some(NvmeError::NotADevice { .. })),
+                "{}: {err:?}",
+                path.display()
+            );
+            let text = open_text(path);
+            assert!(
+                text.contains(&format!("{} is {kind}", path.display()))
+                    && text.contains("/dev/nvmeXnY")
+                    && text.contains("not opened"),
+                "{}: {text}",
+                path.display()
+            );
+        }
+    }
+
+    /// Opening /dev/watchdog arms it, and closing it without the magic character resets the
+    /// node: a node with its numbers must be refused from stat(2) alone. Needs root (mknod).
+    #[test]
+    fn a_watchdog_node_is_refused_without_being_opened() {
+        use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: making a device node (mknod) needs root");
+            return;
+        }
+        // Should the check ever regress, the open would arm a watchdog this host has loaded.
+        let misc = std::fs::read_to_string("/proc/misc").unwrap_or_default();
+        if misc.lines().any(|l| l.trim() == "130 watchdog") {
+            eprintln!("skipped: this host has a watchdog driver (misc 130) a regression would arm");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("watchdog");
+        match mknod(
+            &node,
+            SFlag::S_IFCHR,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+            makedev(10, 130),
+        ) {
+            Err(nix::errno::Errno::EPERM) => {
+                eprintln!("skipped: mknod refused (no CAP_MKNOD in this container)");
+                return;
+            }
+            made => made.unwrap(),
+        }
+        // Opened, it would fail with ENODEV (no watchdog driver here), not name the numbers.
+        let text = open_text(&node);
+        assert!(
+            text.contains("is a character device 10:130") && text.contains("not opened"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn open_error_names_the_path() {
         let text = BlockDevice::open("/nonexistent/nvme-io-test")
@@ -413,9 +496,19 @@ mod tests {
         assert!(text.contains("/nonexistent/nvme-io-test"), "{text}");
     }
 
+    /// /dev/null as a `BlockDevice`, past the check [`BlockDevice::open`] makes: every ioctl on
+    /// it fails with ENOTTY, as on a block device whose driver has no `pr_ops` and is no NVMe
+    /// namespace (the only such fd `open` still gives), which is what the error paths below need.
+    fn null_device() -> BlockDevice {
+        BlockDevice {
+            fd: std::fs::File::open("/dev/null").unwrap().into(),
+            path: PathBuf::from("/dev/null"),
+        }
+    }
+
     #[test]
     fn a_buffer_against_the_opcodes_direction_is_refused_before_the_ioctl() {
-        let device = BlockDevice::open("/dev/null").unwrap();
+        let device = null_device();
         let second = Duration::from_secs(1);
         // Reservation Report (0x0e) transfers controller to host: a shared buffer is refused.
         let report = NvmeCommand {
@@ -445,8 +538,8 @@ mod tests {
     }
 
     #[test]
-    fn ioctls_on_a_non_block_file_are_errors_naming_the_ioctl_and_the_path() {
-        let device = BlockDevice::open("/dev/null").unwrap();
+    fn ioctls_the_device_does_not_take_are_errors_naming_the_ioctl_and_the_path() {
+        let device = null_device();
         let err = device.pr_register(0, 1, false).unwrap_err();
         let text = err.to_string();
         assert!(

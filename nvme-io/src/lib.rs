@@ -25,6 +25,7 @@
 
 mod device;
 mod ioctl;
+mod node;
 mod status;
 
 use std::io;
@@ -35,6 +36,7 @@ pub use device::{
     PrResult,
 };
 pub use ioctl::PrType;
+pub use node::NodeKind;
 pub use status::{NvmeStatus, PrStatus};
 
 /// Why a request did not reach the device, or the kernel refused it. A request the device
@@ -43,6 +45,27 @@ pub use status::{NvmeStatus, PrStatus};
 pub enum NvmeError {
     #[error("cannot open {}: {source}{}", path.display(), device::open_hint(.source))]
     Open { path: PathBuf, source: io::Error },
+    /// The path names no block device (a typo in a device list, most likely); found from
+    /// stat(2), so it was never opened.
+    #[error(
+        "{} is {kind}, not a block device: the persistent-reservation ioctls are sent only to \
+         a block device (an NVMe namespace /dev/nvmeXnY), so it was not opened; check the list \
+         of devices it came from",
+        path.display()
+    )]
+    NotADevice { path: PathBuf, kind: NodeKind },
+    /// The node found at `path` when it was opened is not the one checked before: it was closed
+    /// unused.
+    #[error(
+        "{} changed while it was opened: {checked} when checked, {opened} once open; closed \
+         unused. Something is replacing device nodes: retry, and find out what",
+        path.display()
+    )]
+    Replaced {
+        path: PathBuf,
+        checked: NodeKind,
+        opened: NodeKind,
+    },
     #[error("{ioctl} on {} failed: {source}{}", path.display(), device::ioctl_hint(.ioctl, .source))]
     Ioctl {
         path: PathBuf,
@@ -61,7 +84,9 @@ impl NvmeError {
             NvmeError::Open { source, .. } | NvmeError::Ioctl { source, .. } => {
                 source.raw_os_error()
             }
-            NvmeError::InvalidRequest { .. } => None,
+            NvmeError::NotADevice { .. }
+            | NvmeError::Replaced { .. }
+            | NvmeError::InvalidRequest { .. } => None,
         }
     }
 }

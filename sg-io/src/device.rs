@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::ioctl::{self, Buffer, Unrepresentable};
+use crate::node;
 use crate::{DriverStatus, Error, HostStatus, ScsiStatus, Sense};
 
 /// Longest CDB accepted. SG_IO's `cmd_len` is a `u8`, but Linux block devices take at most 16 bytes
@@ -79,18 +80,18 @@ impl Completion {
 }
 
 impl Device {
-    /// Opens `path` non-blocking (an sg node must not wait for the device) and close-on-exec.
+    /// Opens `path` non-blocking (an sg node must not wait for the device) and close-on-exec,
+    /// if it is a block device or an sg node ([`Error::NotADevice`] otherwise, without opening
+    /// it: see [`NodeKind`](crate::NodeKind)).
     pub fn open(path: impl AsRef<Path>, access: OpenMode) -> Result<Device, Error> {
         let path = path.as_ref();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(access == OpenMode::ReadWrite)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|source| Error::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let file = node::open_checked(
+            path,
+            OpenOptions::new()
+                .read(true)
+                .write(access == OpenMode::ReadWrite)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC),
+        )?;
         Ok(Device {
             fd: file.into(),
             path: path.to_path_buf(),
@@ -290,6 +291,88 @@ mod tests {
         assert!(timeout_millis(Duration::from_secs(u64::MAX)).is_err());
     }
 
+    /// What `Device::open(path)` said: its error's text, or "opened".
+    fn open_text(path: &Path) -> String {
+        match Device::open(path, OpenMode::ReadOnly) {
+            Ok(_) => "opened".to_owned(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_disk_is_refused_naming_the_path_and_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let socket = dir.path().join("socket");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        // A link is followed, as /dev/disk/by-id names are, and judged by what it leads to.
+        let link = dir.path().join("by-id-typo");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        for (path, kind) in [
+            (Path::new("/dev/null"), "a character device 1:3"),
+            (&link, "a character device 1:3"),
+            (&file, "a regular file"),
+            (dir.path(), "a directory"),
+            (&fifo, "a FIFO"),
+            (&socket, "a socket"),
+        ] {
+            let err = Device::open(path, OpenMode::ReadOnly).err();
+            assert!(
+                matches!(err, Some(Error::NotADevice { .. })),
+                "{}: {err:?}",
+                path.display()
+            );
+            let text = open_text(path);
+            assert!(
+                text.contains(&format!("{} is {kind}", path.display()))
+                    && text.contains("/dev/sgN")
+                    && text.contains("not opened"),
+                "{}: {text}",
+                path.display()
+            );
+        }
+    }
+
+    /// Opening /dev/watchdog arms it, and closing it without the magic character resets the
+    /// node: a node with its numbers must be refused from stat(2) alone. Needs root (mknod).
+    #[test]
+    fn a_watchdog_node_is_refused_without_being_opened() {
+        use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: making a device node (mknod) needs root");
+            return;
+        }
+        // Should the check ever regress, the open would arm a watchdog this host has loaded.
+        let misc = std::fs::read_to_string("/proc/misc").unwrap_or_default();
+        if misc.lines().any(|l| l.trim() == "130 watchdog") {
+            eprintln!("skipped: this host has a watchdog driver (misc 130) a regression would arm");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("watchdog");
+        match mknod(
+            &node,
+            SFlag::S_IFCHR,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+            makedev(10, 130),
+        ) {
+            Err(nix::errno::Errno::EPERM) => {
+                eprintln!("skipped: mknod refused (no CAP_MKNOD in this container)");
+                return;
+            }
+            made => made.unwrap(),
+        }
+        // Opened, it would fail with ENODEV (no watchdog driver here), not name the numbers.
+        let text = open_text(&node);
+        assert!(
+            text.contains("is a character device 10:130") && text.contains("not opened"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn open_error_names_the_path() {
         let err = Device::open("/nonexistent/sg-io-test", OpenMode::ReadOnly).err();
@@ -297,10 +380,20 @@ mod tests {
         assert!(text.contains("/nonexistent/sg-io-test"), "{text}");
     }
 
+    /// /dev/null as a `Device`, past the check [`Device::open`] makes: SG_IO on it fails with
+    /// ENOTTY, as on a block device whose driver does not take SG_IO (the only such fd `open`
+    /// still gives), which is what the ioctl error path below needs.
+    fn null_device() -> Device {
+        Device {
+            fd: std::fs::File::open("/dev/null").unwrap().into(),
+            path: PathBuf::from("/dev/null"),
+        }
+    }
+
     #[test]
     fn requests_the_header_cannot_carry_are_refused_before_the_ioctl() {
         // /dev/null is not a SCSI device, but validation must fail first.
-        let device = Device::open("/dev/null", OpenMode::ReadOnly).unwrap();
+        let device = null_device();
         let long = [0u8; MAX_CDB_LEN + 1];
         for cdb in [&[][..], &long[..]] {
             let err = device.execute(cdb, DataTransfer::None, Duration::from_secs(1));
@@ -312,7 +405,7 @@ mod tests {
 
     #[test]
     fn sg_io_on_a_non_scsi_file_is_an_ioctl_error_with_a_hint() {
-        let device = Device::open("/dev/null", OpenMode::ReadOnly).unwrap();
+        let device = null_device();
         let err = device
             .execute(&[0; 6], DataTransfer::None, Duration::from_secs(1))
             .unwrap_err();

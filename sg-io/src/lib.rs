@@ -22,6 +22,7 @@
 
 mod device;
 mod ioctl;
+mod node;
 mod sense;
 mod status;
 
@@ -29,6 +30,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use device::{Completion, DataTransfer, Device, MAX_CDB_LEN, OpenMode};
+pub use node::NodeKind;
 pub use sense::{AdditionalSense, FieldPointer, Sense, SenseFormat, SenseKey, SenseKeySpecific};
 pub use status::{DriverStatus, HostStatus, ScsiStatus};
 
@@ -38,6 +40,26 @@ pub use status::{DriverStatus, HostStatus, ScsiStatus};
 pub enum Error {
     #[error("cannot open {}: {source}{}", path.display(), device::open_hint(.source))]
     Open { path: PathBuf, source: io::Error },
+    /// The path names something SG_IO cannot be sent to (a typo in a device list, most likely);
+    /// found from stat(2), so it was never opened.
+    #[error(
+        "{} is {kind}, not a disk: SG_IO is sent only to a block device or a SCSI generic node \
+         (/dev/sgN), so it was not opened; check the list of devices it came from",
+        path.display()
+    )]
+    NotADevice { path: PathBuf, kind: NodeKind },
+    /// The node found at `path` when it was opened is not the one checked before: it was closed
+    /// unused.
+    #[error(
+        "{} changed while it was opened: {checked} when checked, {opened} once open; closed \
+         unused. Something is replacing device nodes: retry, and find out what",
+        path.display()
+    )]
+    Replaced {
+        path: PathBuf,
+        checked: NodeKind,
+        opened: NodeKind,
+    },
     #[error("SG_IO on {} failed: {source}{}", path.display(), device::ioctl_hint(.source))]
     Ioctl { path: PathBuf, source: io::Error },
     #[error("invalid SCSI request: {reason}")]

@@ -332,7 +332,7 @@ fn errors_are_pinned() {
     );
     assert_eq!(
         to_json(Path::new(DEV), &Err(open)).to_string(),
-        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device could not be opened or used: the node must exist and be readable by this user (group `disk`), and persistent reservations need CAP_SYS_RAWIO on SCSI (SG_IO) and CAP_SYS_ADMIN on NVMe (block PR ioctls, passthrough) (root has both; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO or CAP_SYS_ADMIN)","sense":null,"command":"open","status":null}}"#
+        r#"{"device":"/dev/sdb","ok":false,"error":{"kind":"open","message":"/dev/sdb: open failed: No such file or directory (os error 2). Hint: the device could not be opened or used: each device argument must name a disk (/dev/sdX, /dev/sgN, /dev/nvmeXnY, or a /dev/disk/by-id or /dev/mapper link to one) readable by this user (group `disk`), and persistent reservations need CAP_SYS_RAWIO on SCSI (SG_IO) and CAP_SYS_ADMIN on NVMe (block PR ioctls, passthrough) (root has both; or setpriv/AmbientCapabilities=CAP_SYS_RAWIO or CAP_SYS_ADMIN)","sense":null,"command":"open","status":null}}"#
     );
     let mut conflict = CommandError::without_completion(
         Path::new(DEV),

@@ -521,7 +521,7 @@ mod tests {
             })
             .await
             .unwrap_err();
-        assert!(e.to_string().ends_with(". Hint: the device node could not be opened or used: it must exist, and the agent needs root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only the first)"), "{e}");
+        assert!(e.to_string().ends_with(". Hint: the device node could not be opened or used: each [[device]] path must name a disk (/dev/sdX, /dev/sgN, /dev/nvmeXnY, or a /dev/disk/by-id or /dev/mapper link to one) that exists, and the agent needs root (CAP_SYS_RAWIO for SCSI, CAP_SYS_ADMIN for NVMe: the packaged unit grants only the first)"), "{e}");
         assert!(hints::node_agent(ErrorKind::Timeout).contains("raise command_timeout"));
         let guard = exec.begin_heal(&"naa.1".into()).unwrap();
         assert!(exec.open_paths(&[path], guard).await.is_empty());

@@ -51,6 +51,7 @@ pub const SUITE: Suite = Suite {
         only_cap_sys_rawio_is_needed,
         a_slow_fencer_never_undoes_a_third_nodes_fence,
         a_killed_on_then_a_fence_keeps_the_node_out,
+        a_watchdog_in_the_device_list_is_refused_unopened,
     ],
     long: &[],
     reproducers: &[],
@@ -1843,6 +1844,80 @@ fn expect_exit(cmd: &mut Command, code: i32) -> anyhow::Result<()> {
         run.code(),
         run.stdout,
         run.stderr
+    );
+    Ok(())
+}
+
+/// Issue 44: a typo in a device list naming the watchdog must never arm it (opening
+/// /dev/watchdog starts softdog, and a close without the magic character would then reset the
+/// node). `prfence keys` and fence_pr `off` (its lone LU is the arbiter, so off tries it) are
+/// refused naming the path, and softdog's own sysfs state stays `inactive` throughout; an open
+/// of the test's own first shows that state does turn `active` when the device is opened.
+fn a_watchdog_in_the_device_list_is_refused_unopened() -> anyhow::Result<()> {
+    let _softdog = Softdog::load()?;
+    let dogs: Vec<PathBuf> = std::fs::read_dir("/sys/class/watchdog")?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    ensure!(dogs.len() == 1, "one watchdog (softdog) expected: {dogs:?}");
+    let state_file = dogs[0].join("state");
+    let state = || -> anyhow::Result<String> {
+        Ok(std::fs::read_to_string(&state_file)?.trim().to_owned())
+    };
+    // The control: opened, softdog is active; the magic close (`V`) stops it again.
+    {
+        use std::io::Write;
+        let mut dog = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/watchdog")?;
+        let opened = state()?;
+        dog.write_all(b"V")?;
+        drop(dog);
+        ensure!(opened == "active", "softdog opened reads {opened:?}");
+    }
+    ensure!(
+        state()? == "inactive",
+        "softdog still {} after the magic close",
+        state()?
+    );
+    let started = Instant::now();
+    let stem = format!("{WORK}/fence_pr-typo");
+    std::fs::create_dir_all(WORK)?;
+    std::fs::write(format!("{stem}.key"), "a\n")?;
+    for device in ["/dev/watchdog", "/dev/watchdog0"] {
+        let keys = || crate::run(PRFENCE, ["keys", device]);
+        let off = || {
+            crate::run_command(&mut fence_pr_at(
+                &stem,
+                "action=off\nkey=b\n",
+                &[PathBuf::from(device)],
+            )?)
+        };
+        let runs: [(&str, &dyn Fn() -> anyhow::Result<crate::CommandRun>); 2] =
+            [("prfence keys", &keys), ("fence_pr off", &off)];
+        for (name, run) in runs {
+            let run = run()?;
+            // Judged at once, before the next run: an armed softdog stays armed.
+            let now = state()?;
+            ensure!(now == "inactive", "{name} {device} left softdog {now:?}");
+            ensure!(
+                run.code() == 1
+                    && run
+                        .stderr
+                        .contains(&format!("{device} is a character device"))
+                    && run.stderr.contains("not opened"),
+                "{name} {device}: exit {}: {}{}",
+                run.code(),
+                run.stdout,
+                run.stderr
+            );
+        }
+    }
+    let expiries = Softdog::expiries()?;
+    ensure!(expiries.is_empty(), "softdog expired at {expiries:?}");
+    println!(
+        "/dev/watchdog and /dev/watchdog0 refused by prfence keys and fence_pr off in {}; softdog \
+         stayed inactive",
+        crate::secs(started.elapsed())
     );
     Ok(())
 }
