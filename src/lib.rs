@@ -13,6 +13,7 @@ pub mod fence_agent;
 
 pub use prfence_engine::{
     MAX_DEVICES, atomic_file, discover, exec, hints, host, keys, ops, pr, process, transport,
+    whoami,
 };
 /// The target models and the model host: only for tests (the engine's `test-support` feature).
 #[cfg(test)]

@@ -149,6 +149,9 @@ pub struct CmapNode {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Nodelist {
     pub nodes: Vec<CmapNode>,
+    /// `nodelist.local_node_pos`: the position of the node corosync runs on (the entry whose
+    /// address is one of this host's), as corosync itself decided.
+    pub local_node_pos: Option<u32>,
 }
 
 impl Nodelist {
@@ -156,7 +159,12 @@ impl Nodelist {
     /// are skipped.
     pub fn parse(output: &str) -> Nodelist {
         let mut nodes: Vec<CmapNode> = Vec::new();
+        let mut local_node_pos = None;
         for (key, _ty, value) in cmap_lines(output) {
+            if key == "nodelist.local_node_pos" {
+                local_node_pos = value.parse().ok();
+                continue;
+            }
             let Some(rest) = key.strip_prefix("nodelist.node.") else {
                 continue;
             };
@@ -190,7 +198,16 @@ impl Nodelist {
                 node.ring_addrs.sort();
             }
         }
-        Nodelist { nodes }
+        Nodelist {
+            nodes,
+            local_node_pos,
+        }
+    }
+
+    /// The entry of the node corosync runs on ([`Nodelist::local_node_pos`]).
+    pub fn local(&self) -> Option<&CmapNode> {
+        let position = self.local_node_pos?;
+        self.nodes.iter().find(|n| n.position == position)
     }
 
     /// The node fence_scsi would pick for `node`: the first whose `name` is `node`, else the
@@ -509,6 +526,8 @@ nodelist.node.12.nodeid (u32) = 13\n";
         assert_eq!(list.nodes[1].nodeid, Some(7));
         assert_eq!(list.nodes[2].position, 12);
         assert_eq!(list.node_names(), vec!["node1", "node2", "node13"]);
+        assert_eq!(list.local_node_pos, Some(1));
+        assert_eq!(list.local().and_then(|n| n.name.as_deref()), Some("node2"));
         assert_eq!(list.find("10.0.0.2").map(|n| n.position), Some(1));
         assert!(list.find("node").is_none());
     }

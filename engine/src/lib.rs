@@ -26,6 +26,7 @@ pub mod spc_model;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod transport;
+pub mod whoami;
 
 /// The most devices one request may name (the admin CLI's arguments, fence_pr's `devices`, the
 /// agent's `[[device]]` list). Every device gets a worker thread and open file descriptors, so an

@@ -6,8 +6,10 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::daemon::config::{KeySpec, ModeSettings, Settings};
+use crate::daemon::config::{ModeSettings, Settings};
+use crate::daemon::key::{resolve_key, store_problem};
 use crate::discover::{LuId, PathInfo, PathSysfs};
+use crate::fence_agent::store::KeyStore;
 use crate::host::Host;
 use crate::ops::doctor::{
     self, Diagnosis, DoctorPath, LuDiagnosis, PathFacts, PathRegistration, Severity, Support,
@@ -23,10 +25,20 @@ use super::paths::{CliPath, opener};
 
 type DoctorDevice = DoctorPath<CliPath>;
 
-/// The devices and key to examine: from the arguments, or from the agent's configuration.
-fn devices_and_key(args: &Doctor) -> Result<(Vec<PathBuf>, Option<Key>), String> {
+/// What doctor examines: the devices, this node's key, and what makes that key doubtful.
+type Examined = (Vec<PathBuf>, Option<Key>, Option<String>);
+
+/// The devices and key to examine: from the arguments, or from the agent's configuration, its
+/// key derived as the agent derives it (asking corosync through `host`); then what makes that
+/// key doubtful, as the agent would show it (corosync not answering, the host name, corosync
+/// and the key store disagreeing about who this node is: [`crate::whoami`]).
+fn devices_and_key(
+    args: &Doctor,
+    host: &Arc<dyn Host>,
+    store: &KeyStore,
+) -> Result<Examined, String> {
     let Some(file) = &args.config else {
-        return Ok((args.devices.clone(), args.key));
+        return Ok((args.devices.clone(), args.key, None));
     };
     let text = std::fs::read_to_string(file).map_err(|e| {
         format!(
@@ -40,16 +52,19 @@ fn devices_and_key(args: &Doctor) -> Result<(Vec<PathBuf>, Option<Key>), String>
             file.display()
         )
     })?;
-    let configured = match &settings.mode {
-        ModeSettings::Watch(w) => match w.key {
-            KeySpec::Given(key) => Some(key),
-            KeySpec::Derive { .. } => None,
-        },
-        ModeSettings::Lease(_) => None,
+    let (configured, problem) = match &settings.mode {
+        ModeSettings::Watch(w) if args.key.is_none() => {
+            match resolve_key(&w.key, settings.command_timeout, host.as_ref()) {
+                Ok(our) => (Some(our.key), store_problem(&our, store)),
+                Err(e) => (None, Some(format!("this node's key: {e}"))),
+            }
+        }
+        ModeSettings::Watch(_) | ModeSettings::Lease(_) => (None, None),
     };
     Ok((
         settings.devices.iter().map(|d| d.path.clone()).collect(),
         args.key.or(configured),
+        problem,
     ))
 }
 
@@ -116,13 +131,14 @@ fn open_iscsi_isid(session: &str) -> Option<String> {
 
 /// Runs doctor and prints its diagnosis; returns the exit status.
 pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) -> ExitStatus {
-    let (devices, key) = match devices_and_key(args) {
-        Ok(found) => found,
-        Err(message) => {
-            eprintln!("prfence: {message}");
-            return ExitStatus::Usage;
-        }
-    };
+    let (devices, key, key_problem) =
+        match devices_and_key(args, host, &KeyStore::from_environment()) {
+            Ok(found) => found,
+            Err(message) => {
+                eprintln!("prfence: {message}");
+                return ExitStatus::Usage;
+            }
+        };
     if devices.is_empty() {
         eprintln!("prfence: no devices given (the configuration lists none)");
         return ExitStatus::Usage;
@@ -168,7 +184,12 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         Ok(diagnosis) => {
             // The failed reads in the CLI's words, now that they are shown.
             let diagnosis = diagnosis.advised(crate::hints::cli);
-            let status = exit_status(&diagnosis);
+            let mut status = exit_status(&diagnosis);
+            // The agent would not arm on a key in doubt: neither is this node ready.
+            if let Some(problem) = &key_problem {
+                eprintln!("prfence: NOT READY: {problem}");
+                status = ExitStatus::Failure;
+            }
             if json {
                 println!("{}", json_with_exit(&diagnosis, status));
             } else {
@@ -413,13 +434,16 @@ mod tests {
         )
         .unwrap();
         let args = doctor_args(&["prfence", "doctor", "--config", file.to_str().unwrap()]).unwrap();
-        match devices_and_key(&args) {
-            Ok((devices, key)) => {
+        let host: Arc<dyn Host> = Arc::new(crate::testing::ModelHost::new());
+        let store = KeyStore::new(dir.path().join("cluster"));
+        match devices_and_key(&args, &host, &store) {
+            Ok((devices, key, problem)) => {
                 assert_eq!(
                     devices,
                     vec![PathBuf::from("/dev/sdb"), PathBuf::from("/dev/sdc")]
                 );
                 assert_eq!(key, Some(Key::new(0xab)));
+                assert_eq!(problem, None);
             }
             Err(e) => panic!("{e}"),
         }
@@ -430,6 +454,48 @@ mod tests {
             execute(&missing, false, Policy::default(), &host),
             ExitStatus::Usage
         );
+    }
+
+    /// Doctor judges a derived key as the agent does: corosync's local node, cross-checked with
+    /// the host name and the key fence_pr's `on` stored.
+    #[test]
+    fn the_config_s_derived_key_is_checked_as_the_agent_checks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            "mode = \"watch\"\n[[device]]\npath = \"/dev/sdb\"\n[key]\nderive = \"fence_scsi\"\n",
+        )
+        .unwrap();
+        let args = doctor_args(&["prfence", "doctor", "--config", file.to_str().unwrap()]).unwrap();
+        let store = KeyStore::new(dir.path().join("cluster"));
+        let node = |name: &str| -> Arc<dyn Host> {
+            let host = crate::testing::ModelHost::new().with_hostname(name);
+            host.set_corosync("totem.cluster_name", "totem.cluster_name (str) = lab\n");
+            host.set_corosync(
+                "nodelist",
+                "nodelist.local_node_pos (u32) = 1\nnodelist.node.0.name (str) = node1\n\
+                 nodelist.node.1.name (str) = node2\n",
+            );
+            Arc::new(host)
+        };
+        let (_, key, problem) = devices_and_key(&args, &node("node2"), &store).unwrap();
+        let key = key.expect("derived");
+        assert_eq!(key.get() & 0xffff, 1);
+        assert_eq!(problem, None);
+        // A host named after another node: no key trusted, both names said.
+        let (_, key, problem) = devices_and_key(&args, &node("node1"), &store).unwrap();
+        let problem = problem.expect("a conflict");
+        assert!(key.is_none() && problem.contains("\"node1\"") && problem.contains("\"node2\""));
+        // The key store holds another key.
+        store.write_key(key_of_node1()).unwrap();
+        let (_, _, problem) = devices_and_key(&args, &node("node2"), &store).unwrap();
+        assert!(problem.is_some_and(|p| p.contains("key store")));
+    }
+
+    fn key_of_node1() -> u64 {
+        let list = crate::keys::Nodelist::parse("nodelist.node.0.name (str) = node1\n");
+        crate::keys::derive_key("lab", &list, "node1", crate::keys::KeyScheme::FenceScsiId).unwrap()
     }
 
     #[test]

@@ -338,7 +338,8 @@ pub struct WatchModeSettings {
 pub enum KeySpec {
     Given(Key),
     /// Derived exactly as `fence_pr` derives it (the caller runs that derivation, which asks
-    /// corosync). `node` defaults to the local host name.
+    /// corosync). `node` defaults to the node corosync runs as
+    /// here (`crate::whoami`).
     Derive {
         scheme: KeyScheme,
         node: Option<String>,

@@ -203,9 +203,14 @@ pub const SETTINGS: &[SettingDoc] = &[
         section: "key",
         name: "node",
         value: "string, not empty",
-        default: Default::Otherwise("this host's name (its corosync node name)"),
+        default: Default::Otherwise(
+            "the node corosync runs as here (nodelist.local_node_pos), which must agree with the \
+             host name",
+        ),
         modes: Modes::Watch,
-        text: "With derive: the corosync node name to derive the key for.",
+        text: "With derive: the corosync node name to derive the key for. Unset, a host name \
+               that names another node than corosync's leaves the agent degraded, never armed, \
+               until this is set.",
     },
     SettingDoc {
         section: "watch",

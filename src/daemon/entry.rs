@@ -15,7 +15,8 @@ use super::agent::{
     Agent, AgentParts, Control, EXIT_CONFIG, EXIT_FAILURE, EXIT_ONCE_PROBLEM, RunEnd,
 };
 use super::config::{
-    ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_dir_trust, check_file_trust, notify_socket_set,
+    KeySpec, ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_dir_trust, check_file_trust,
+    notify_socket_set,
 };
 use super::key::resolve_key;
 use super::lease_loop::LeaseDriver;
@@ -24,6 +25,7 @@ use super::logging::LogHandle;
 use super::notify::Notifier;
 use super::watch_loop::WatchDriver;
 use super::watchdog::Pinned;
+use crate::fence_agent::store::KeyStore;
 use crate::host::{Host, SystemHost};
 use crate::pr::Key;
 
@@ -180,8 +182,14 @@ pub fn agent_main(
     status
 }
 
-/// Runs until stopped or fenced (with `exit`). `key` is our resolved key in watch mode.
-pub async fn run(mut agent: Agent, key: Option<Key>) -> RunEnd {
+/// Runs until stopped or fenced (with `exit`). `key` is our key in watch mode when known
+/// (`key.value`); `None` derives it once corosync tells it ([`run_deriving`]).
+pub async fn run(agent: Agent, key: Option<Key>) -> RunEnd {
+    run_deriving(agent, key, KeyStore::from_environment()).await
+}
+
+/// [`run`], a derived key checked against the key fence_pr's `on` stored in `store`.
+pub async fn run_deriving(mut agent: Agent, key: Option<Key>, store: KeyStore) -> RunEnd {
     // Killed or crashed mid-way through a self-fence in this boot (systemd's watchdog, a stop
     // during the hook): this node is fenced, and its key is gone, so the mode's loop would only
     // wait for a registration. Run the self-fence again, at once.
@@ -198,7 +206,17 @@ pub async fn run(mut agent: Agent, key: Option<Key>) -> RunEnd {
     match (&agent.settings.mode, key) {
         (ModeSettings::Watch(_), Some(key)) => WatchDriver::new(&mut agent, key).run_watch().await,
         (ModeSettings::Watch(_), None) => {
-            RunEnd::Failed("watch mode needs our key resolved first".to_owned())
+            if let Err(e) = super::watch_loop::check_watchdog_timeout(&agent) {
+                return RunEnd::Failed(e);
+            }
+            match super::key::wait_for_key(&mut agent).await {
+                Ok(our) => {
+                    WatchDriver::with_store(&mut agent, our, store)
+                        .run_watch()
+                        .await
+                }
+                Err(end) => end,
+            }
         }
         (ModeSettings::Lease(_), _) => LeaseDriver::run_lease(&mut agent).await,
     }
@@ -351,26 +369,40 @@ async fn serve(
     watchdog_pin: Option<Pinned>,
 ) -> u8 {
     let host: Arc<dyn Host> = Arc::new(SystemHost::new());
+    // Watch mode: a given key is known now. A derived one is waited for by the running agent
+    // (corosync may start after it, [`super::key::wait_for_key`]); `--once` looks once, so it
+    // asks now and fails as a start did before when corosync cannot tell the key, or when the
+    // key is in doubt.
     let key = match &settings.mode {
-        ModeSettings::Watch(watch) => {
-            let spec = watch.key.clone();
-            let timeout = settings.command_timeout;
-            let host = Arc::clone(&host);
-            match tokio::task::spawn_blocking(move || resolve_key(&spec, timeout, host.as_ref()))
+        ModeSettings::Watch(watch) => match (&watch.key, once) {
+            (KeySpec::Given(key), _) => Some(*key),
+            (KeySpec::Derive { .. }, false) => None,
+            (KeySpec::Derive { .. }, true) => {
+                let spec = watch.key.clone();
+                let timeout = settings.command_timeout;
+                let host = Arc::clone(&host);
+                let resolved = tokio::task::spawn_blocking(move || {
+                    resolve_key(&spec, timeout, host.as_ref())
+                        .map_err(|e| e.to_string())
+                        .and_then(|our| {
+                            match super::key::store_problem(&our, &KeyStore::from_environment()) {
+                                Some(problem) => Err(problem),
+                                None => Ok(our.key),
+                            }
+                        })
+                })
                 .await
-            {
-                Ok(Ok(key)) => Some(key),
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "cannot resolve our key");
-                    eprintln!("prfence agent: {e}");
-                    return EXIT_FAILURE;
-                }
-                Err(e) => {
-                    eprintln!("prfence agent: {e}");
-                    return EXIT_FAILURE;
+                .unwrap_or_else(|e| Err(e.to_string()));
+                match resolved {
+                    Ok(key) => Some(key),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot resolve our key");
+                        eprintln!("prfence agent: {e}");
+                        return EXIT_FAILURE;
+                    }
                 }
             }
-        }
+        },
         ModeSettings::Lease(_) => None,
     };
     let (sender, receiver) = mpsc::unbounded_channel();

@@ -1,35 +1,188 @@
-//! Our key in watch mode, as the configuration gives it or as fence_pr derives it.
+//! Our key in watch mode, as the configuration gives it or as fence_pr derives it, and the
+//! wait for it: with `key.derive` the agent starts before the cluster stack does (an admin may
+//! leave it disabled at boot after a fence and start it by hand, and Pacemaker then unfences this
+//! node through fence_pr), so it asks corosync again at every check until it answers.
+//! Who this node is, and so which key, is decided by [`crate::whoami`].
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::config::KeySpec;
+use super::agent::{Agent, Control, RunEnd};
+use super::config::{KeySpec, ModeSettings};
+use super::lock;
+use super::status::State;
+use crate::fence_agent::store::KeyStore;
 use crate::host::Host;
-use crate::keys::{COROSYNC_CMAPCTL, derive_key_via};
+use crate::keys::{CLUSTER_NAME_QUERY, COROSYNC_CMAPCTL, KeyError, NODELIST_QUERY};
 use crate::pr::Key;
+use crate::whoami::{Identity, WhoAmIError, who_am_i};
 
-/// Our key in watch mode: given, or derived as fence_pr derives it (asks corosync through `host`).
-pub fn resolve_key(spec: &KeySpec, timeout: Duration, host: &dyn Host) -> Result<Key, String> {
+/// Our key, and who we are when it was derived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OurKey {
+    pub key: Key,
+    /// `None` for `key.value`.
+    pub identity: Option<Identity>,
+}
+
+/// Our key in watch mode: given, or derived as fence_pr derives it for the node this is
+/// ([`who_am_i`]), asking corosync through `host`: one corosync-cmapctl run for both prefixes,
+/// bounded by `timeout`.
+pub fn resolve_key(
+    spec: &KeySpec,
+    timeout: Duration,
+    host: &dyn Host,
+) -> Result<OurKey, WhoAmIError> {
     let (scheme, node) = match spec {
-        KeySpec::Given(key) => return Ok(*key),
-        KeySpec::Derive { scheme, node } => (scheme, node),
+        KeySpec::Given(key) => {
+            return Ok(OurKey {
+                key: *key,
+                identity: None,
+            });
+        }
+        KeySpec::Derive { scheme, node } => (*scheme, node.as_deref()),
     };
-    let node = match node {
-        Some(node) => node.clone(),
-        None => host
-            .hostname()
-            .map_err(|e| format!("cannot read this host's name ({e}); set key.node"))?,
+    let cmapctl = Path::new(COROSYNC_CMAPCTL);
+    let both = [CLUSTER_NAME_QUERY, NODELIST_QUERY];
+    let run = host.cmapctl(cmapctl, &both, Some(timeout));
+    let parts = run
+        .as_ref()
+        .ok()
+        .and_then(|out| crate::keys::split_cmap_output(out, &both));
+    let query = |arg: &str| -> Result<String, KeyError> {
+        match (&run, &parts) {
+            (Err(e), _) => Err(e.clone()),
+            (Ok(_), Some(parts)) => Ok(both
+                .iter()
+                .position(|p| *p == arg)
+                .and_then(|at| parts.get(at).cloned())
+                .unwrap_or_default()),
+            // Something else printed it (a wrapper): one query per run.
+            (Ok(_), None) => host.cmapctl(cmapctl, &[arg], Some(timeout)),
+        }
     };
-    derive_key_via(&node, *scheme, |arg| {
-        host.cmapctl(Path::new(COROSYNC_CMAPCTL), &[arg], Some(timeout))
+    let hostname = host.hostname().map_err(|e| e.to_string());
+    let identity = who_am_i(node, hostname, scheme, query)?;
+    Ok(OurKey {
+        key: identity.key,
+        identity: Some(identity),
     })
-    .map(Key::new)
-    .map_err(|e| {
-        format!(
-            "deriving the key of node {node:?}: {e} (set key.node to the corosync node name if \
-             it differs from the host name, or give key.value)"
-        )
-    })
+}
+
+/// What the key store's key says of a derived key, checked at every check: `None` when it
+/// agrees (or nothing is stored yet, or the key is `key.value`), else the problem in words.
+pub fn store_problem(our: &OurKey, store: &KeyStore) -> Option<String> {
+    let identity = our.identity.as_ref()?;
+    let path = store.key_path().display().to_string();
+    match store.read_key() {
+        Ok(stored) => identity
+            .check_stored(stored, &path)
+            .err()
+            .map(|e| e.to_string()),
+        Err(e) => Some(format!(
+            "cannot read the key fence_pr's `on` stored on this node: {e}"
+        )),
+    }
+}
+
+/// The status text of a key not known: waiting for corosync, or why not.
+fn key_problem_text(e: &WhoAmIError) -> String {
+    match e {
+        WhoAmIError::NoCorosync(_) | WhoAmIError::NoKey(_) => {
+            format!("waiting for corosync to tell this node's key: {e}")
+        }
+        WhoAmIError::Conflict(_) => format!("this node's key is in doubt: {e}"),
+    }
+}
+
+/// Watch mode with `key.derive`, before the key is known: asks corosync at every check (one
+/// bounded corosync-cmapctl run) until it tells our key, and returns it. Meanwhile the agent is
+/// up (READY after the first attempt, the service watchdog fed), judges nothing and opens no
+/// watchdog: the state is `waiting_for_registration` while corosync does not answer or does
+/// not know this node, `degraded` when the host name and corosync disagree; the cause is in the
+/// status (`key_problem`) and logged once per change. SIGHUP applies a new configuration
+/// (another key.node, say); SIGTERM stops.
+pub(super) async fn wait_for_key(agent: &mut Agent) -> Result<OurKey, RunEnd> {
+    let mut interval = super::watch_loop::ticker(agent.settings.check_interval);
+    let mut ready = false;
+    let mut last = String::new();
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            control = agent.control.recv() => match control {
+                Some(Control::Reload(settings)) => {
+                    agent.notifier.reloading();
+                    if let Some(period) = super::watch_loop::reload_unarmed(agent, *settings) {
+                        interval = super::watch_loop::ticker(period);
+                    }
+                    agent.notifier.ready("reloaded");
+                    continue;
+                }
+                Some(Control::Stop) | None => {
+                    tracing::info!("stopping");
+                    agent.notifier.stopping();
+                    lock(&agent.status).state = State::Stopping;
+                    agent.publish();
+                    return Err(RunEnd::Stopped);
+                }
+            },
+        }
+        let ModeSettings::Watch(watch) = &agent.settings.mode else {
+            return Err(RunEnd::Failed(
+                "waiting for a key outside watch mode".to_owned(),
+            ));
+        };
+        let (spec, timeout, host) = (
+            watch.key.clone(),
+            agent.settings.command_timeout,
+            Arc::clone(&agent.host),
+        );
+        let resolved =
+            tokio::task::spawn_blocking(move || resolve_key(&spec, timeout, host.as_ref())).await;
+        let problem = match resolved {
+            Ok(Ok(our)) => {
+                if let Some(identity) = &our.identity {
+                    tracing::info!(key = %our.key, node = %identity.node, from = %identity.basis, "this node's key");
+                }
+                lock(&agent.status).key_problem = None;
+                return Ok(our);
+            }
+            Ok(Err(e)) => e,
+            Err(e) => WhoAmIError::NoKey(format!("the key's derivation did not finish: {e}")),
+        };
+        let text = key_problem_text(&problem);
+        let conflict = matches!(problem, WhoAmIError::Conflict(_));
+        if text != last {
+            if conflict {
+                tracing::error!(problem = %text, "not armed");
+            } else {
+                tracing::warn!(problem = %text, "not armed; asking again at every check");
+            }
+            last.clone_from(&text);
+        }
+        {
+            let mut status = lock(&agent.status);
+            status.state = if conflict {
+                State::Degraded
+            } else {
+                State::WaitingForRegistration
+            };
+            status.own_key = None;
+            status.key_problem = Some(text.clone());
+            status.checks += 1;
+            for shown in &mut status.lus {
+                shown.verdict = "not armed: this node's key is not known yet".to_owned();
+            }
+        }
+        agent.publish();
+        agent.notifier.status(&text);
+        agent.notifier.watchdog();
+        if !ready {
+            ready = true;
+            agent.notifier.ready(&text);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -72,7 +225,9 @@ mod tests {
         let ModeSettings::Watch(watch) = settings.mode else {
             panic!("the packaged configuration is in watch mode")
         };
-        let agent = resolve_key(&watch.key, Duration::from_secs(1), &node2()).unwrap();
+        let agent = resolve_key(&watch.key, Duration::from_secs(1), &node2())
+            .unwrap()
+            .key;
         let unfence = fence_agent::parse::<&str>(
             &[],
             Some("action=on\nport=node2\nnodename=node2\ndevices=/dev/mapper/mpatha\n"),

@@ -152,6 +152,9 @@ pub struct Status {
     pub fenced_reason: Option<String>,
     /// Watch mode: the key we watch for.
     pub own_key: Option<String>,
+    /// Watch mode with `key.derive`: why our key is not known yet (corosync does not answer) or
+    /// is in doubt (the host name, corosync and the key store disagree about who this node is).
+    pub key_problem: Option<String>,
     /// Checks (ticks) done since start.
     pub checks: u64,
     pub lus: Vec<LuStatus>,
@@ -177,6 +180,7 @@ impl Status {
             state: State::Starting,
             fenced_reason: None,
             own_key: None,
+            key_problem: None,
             checks: 0,
             lus: lus
                 .iter()

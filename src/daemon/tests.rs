@@ -1729,3 +1729,222 @@ fn check_config_reads_the_lease_state_file() {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 }
+
+/// Issue 44: `key.derive` settings on lu0 (fence_scsi's `key_value=id`), node name left to
+/// corosync.
+fn derive_settings() -> Settings {
+    let text = "mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
+                [[device]]\npath = \"/dev/mapper/lu0\"\nname = \"lu0\"\n\
+                [key]\nderive = \"fence_scsi\"\n[watch]\ngrace = \"10s\"\n";
+    Settings::from_toml_str(text).unwrap()
+}
+
+/// corosync of the two-node cluster `lab`, running as node2 (local_node_pos 1).
+fn corosync_up(host: &ModelHost) {
+    host.set_corosync("totem.cluster_name", "totem.cluster_name (str) = lab\n");
+    host.set_corosync(
+        "nodelist",
+        "nodelist.local_node_pos (u32) = 1\n\
+         nodelist.node.0.name (str) = node1\nnodelist.node.0.nodeid (u32) = 1\n\
+         nodelist.node.1.name (str) = node2\nnodelist.node.1.nodeid (u32) = 2\n",
+    );
+}
+
+/// The key fence_pr's `on` registers for `node` of cluster `lab` (key_value=id).
+fn lab_key(node: &str) -> Key {
+    let list = crate::keys::Nodelist::parse(
+        "nodelist.node.0.name (str) = node1\nnodelist.node.1.name (str) = node2\n",
+    );
+    Key::new(
+        crate::keys::derive_key("lab", &list, node, crate::keys::KeyScheme::FenceScsiId).unwrap(),
+    )
+}
+
+/// A host named `hostname` with one path to `lu` as `nexus`, and its agent deriving its key,
+/// checked against the key store `store`; a watchdog (a plain file) in `dir`.
+fn start_deriving(
+    hostname: &str,
+    lu: &Arc<Mutex<ModelLu>>,
+    nexus: Nexus,
+    store: &crate::fence_agent::store::KeyStore,
+    dir: &Path,
+) -> Running {
+    let host = Arc::new(ModelHost::new().with_hostname(hostname));
+    lu0_path(&host, lu, nexus, "/dev/sd0", "session1");
+    let (settings, _) = with_watchdog(derive_settings(), dir, false);
+    let (control, receiver) = mpsc::unbounded_channel();
+    let agent = Agent::new(
+        settings,
+        AgentParts {
+            host: Arc::clone(&host) as Arc<dyn Host>,
+            notifier: Notifier::disabled(),
+            status_file: None,
+            sys_root: dir.join("sys"),
+            log: None,
+            watchdog_pin: None,
+        },
+        receiver,
+    )
+    .unwrap();
+    Running {
+        status: agent.status(),
+        metrics: agent.metrics(),
+        task: tokio::spawn(super::entry::run_deriving(agent, None, store.clone())),
+        control,
+        host,
+    }
+}
+
+/// Issue 44 item A: booted with the cluster stack down, the agent stays up waiting (not armed,
+/// the cause shown), asks corosync once per check, and once corosync answers and this node is
+/// unfenced, arms on the key of the node corosync runs as.
+#[tokio::test(start_paused = true)]
+async fn a_derived_key_is_waited_for_until_corosync_answers_then_armed() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    let run = start_deriving("node2", &lu, a, &store, dir.path());
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        !run.task.is_finished(),
+        "the agent gave up without corosync"
+    );
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::WaitingForRegistration);
+    assert_eq!(status.watchdog.state, WatchdogState::NotArmed);
+    assert_eq!(status.own_key, None);
+    let problem = status.key_problem.clone().unwrap_or_default();
+    assert!(
+        problem
+            .starts_with("waiting for corosync to tell this node's key: corosync does not answer"),
+        "{problem}"
+    );
+    // One corosync-cmapctl run per check, not more.
+    let runs = run.host.corosync_runs().len();
+    assert!((25..=32).contains(&runs), "{runs} runs in 30 checks");
+    assert!(status.checks >= 25, "{}", status.checks);
+    // The cluster stack is started by hand; Pacemaker unfences this node (fence_pr's `on`
+    // stores the key, then registers it).
+    corosync_up(&run.host);
+    let ours = lab_key("node2");
+    assert!(
+        wait_for(&run.status, Duration::from_secs(3), |s| s.own_key
+            == Some(ours.to_string()))
+        .await
+    );
+    assert_eq!(lock(&run.status).key_problem, None);
+    assert_eq!(lock(&run.status).state, State::WaitingForRegistration);
+    store.write_key(ours.get()).unwrap();
+    register(&lu, a, ours);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy
+            && s.watchdog.state == WatchdogState::Ok)
+        .await,
+        "{:?}",
+        lock(&run.status)
+    );
+    assert_eq!(lock(&lu).registered_key(a), Some(ours));
+    let runs_when_armed = run.host.corosync_runs().len();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        run.host.corosync_runs().len(),
+        runs_when_armed,
+        "asked once known"
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
+/// Issue 44 item A: stopped while waiting for corosync, the agent stops cleanly.
+#[tokio::test(start_paused = true)]
+async fn an_agent_waiting_for_corosync_stops_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    let run = start_deriving("node2", &lu, a, &store, dir.path());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+    assert_eq!(lock(&run.status).state, State::Stopping);
+}
+
+/// Issue 44 item B: a host named after another node than the one corosync runs as (a clone)
+/// never arms, even with that other node's key on the LU: degraded, both names said.
+#[tokio::test(start_paused = true)]
+async fn a_host_named_after_another_node_is_degraded_naming_both() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    let other = connect(&lu, "node1", "0x1");
+    register(&lu, other, lab_key("node1"));
+    let run = start_deriving("node1", &lu, a, &store, dir.path());
+    corosync_up(&run.host);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(!run.task.is_finished());
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Degraded, "{status:?}");
+    assert_eq!(status.watchdog.state, WatchdogState::NotArmed);
+    assert_eq!(status.own_key, None);
+    let problem = status.key_problem.clone().unwrap_or_default();
+    assert!(
+        problem.contains("\"node1\"") && problem.contains("\"node2\""),
+        "{problem}"
+    );
+    assert!(has_line(
+        &run.metrics,
+        "prfence_state{state=\"degraded\"} 1"
+    ));
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
+/// Issue 44 item B: the key fence_pr's `on` stored on this node is not the derived one: never
+/// armed on the derived key, degraded naming both keys; once the two agree, healthy as ever.
+#[tokio::test(start_paused = true)]
+async fn a_key_store_holding_another_key_is_degraded_until_they_agree() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    let ours = lab_key("node2");
+    register(&lu, a, ours);
+    store.write_key(lab_key("node1").get()).unwrap();
+    let run = start_deriving("node2", &lu, a, &store, dir.path());
+    corosync_up(&run.host);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Degraded, "{status:?}");
+    assert_eq!(status.watchdog.state, WatchdogState::NotArmed);
+    let problem = status.key_problem.clone().unwrap_or_default();
+    assert!(
+        problem.contains(&lab_key("node1").to_string()) && problem.contains(&ours.to_string()),
+        "{problem}"
+    );
+    store.write_key(ours.get()).unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy
+            && s.key_problem.is_none()
+            && s.watchdog.state == WatchdogState::Ok)
+        .await,
+        "{:?}",
+        lock(&run.status)
+    );
+    // Armed, then the store changes under it: degraded, not fenced.
+    store.write_key(lab_key("node1").get()).unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(3), |s| s.state
+            == State::Degraded
+            && s.key_problem.is_some())
+        .await
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}

@@ -20,6 +20,7 @@ use super::agent::{Agent, Control, RunEnd};
 use super::config::{ModeSettings, Settings};
 use super::executor::{Executor, KeysRead, first_live};
 use super::heal::{heal_lu, report_heal};
+use super::key::OurKey;
 use super::lock;
 use super::lu_table::{LuEntry, LuTable, PathHandle};
 use super::metrics::CommandResult;
@@ -29,6 +30,7 @@ use super::watch::{
     WatchConfig, WatchState,
 };
 use crate::discover::LuId;
+use crate::fence_agent::store::KeyStore;
 use crate::ops::probe_registration;
 use crate::pr::{Key, PrOutAction, ReadKeys};
 use crate::transport::{Command, CommandError, ErrorKind, Event};
@@ -265,15 +267,38 @@ impl WatchRun {
 pub(super) struct WatchDriver<'a> {
     agent: &'a mut Agent,
     run: WatchRun,
+    /// Our key and who we are, when it was derived: checked at every check against the key
+    /// fence_pr's `on` stored on this node ([`KeyStore`]).
+    our: OurKey,
+    store: KeyStore,
+    /// The last key problem logged.
+    key_problem: Option<String>,
 }
 
 impl<'a> WatchDriver<'a> {
-    /// Watch mode over `agent`'s LUs with our `key`, not armed yet.
+    /// Watch mode over `agent`'s LUs with our `key` (given, so not checked against the key
+    /// store), not armed yet.
     pub(super) fn new(agent: &'a mut Agent, key: Key) -> WatchDriver<'a> {
+        let our = OurKey {
+            key,
+            identity: None,
+        };
+        WatchDriver::with_store(agent, our, KeyStore::from_environment())
+    }
+
+    /// Watch mode with our key as resolved, checked against `store` if it was derived.
+    pub(super) fn with_store(
+        agent: &'a mut Agent,
+        our: OurKey,
+        store: KeyStore,
+    ) -> WatchDriver<'a> {
         let lus = agent.table.lus.len();
         WatchDriver {
             agent,
-            run: WatchRun::new(key, lus),
+            run: WatchRun::new(our.key, lus),
+            our,
+            store,
+            key_problem: None,
         }
     }
 }
@@ -284,12 +309,8 @@ impl WatchDriver<'_> {
         let mut interval = ticker(self.agent.settings.check_interval);
         let mut ready = false;
         lock(&self.agent.status).own_key = Some(key.to_string());
-        // The device is opened only once armed; a wrong timeout is a configuration error now.
-        if let Some(w) = &self.agent.settings.watchdog
-            && let Err(e) =
-                super::watchdog::check_timeout(&w.device, w.timeout, &self.agent.sys_root)
-        {
-            return RunEnd::Failed(e.to_string());
+        if let Err(e) = check_watchdog_timeout(self.agent) {
+            return RunEnd::Failed(e);
         }
         tracing::info!(%key, lus = self.agent.table.lus.len(), interval = ?self.agent.settings.check_interval, "watch mode");
         loop {
@@ -336,7 +357,12 @@ impl WatchDriver<'_> {
         };
         let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         self.record_checks(&checks, key, now);
-        if self.run.state.is_none() && !self.arm_if_ready(&checks, key, now) {
+        // Never armed on a key in doubt: our key on the LUs may be another node's registration.
+        let in_doubt = self.check_key_store();
+        if self.run.state.is_none() && (in_doubt || !self.arm_if_ready(&checks, key, now)) {
+            if in_doubt {
+                self.show_in_doubt();
+            }
             self.finish_tick(&checks);
             return None;
         }
@@ -356,7 +382,7 @@ impl WatchDriver<'_> {
         let decision = watch.tick(now.into_std(), observations);
         let degraded = self.apply_verdicts(&decision, &checks, key);
         self.agent.feed(decision.feed_watchdog);
-        let degraded = self.publish_health(degraded);
+        let degraded = self.publish_health(degraded || in_doubt);
         let exit = match (&decision.fenced, decision.newly_fenced) {
             (Some(reason), true) => self.agent.self_fence(reason.to_string()).await,
             _ => None,
@@ -370,6 +396,41 @@ impl WatchDriver<'_> {
         }
         self.finish_tick(&checks);
         exit
+    }
+
+    /// Reads the key fence_pr's `on` stored on this node and compares it with our derived key
+    /// ([`super::key::store_problem`]); shows the problem in the status, logs it once per change.
+    /// Returns whether our key is in doubt.
+    fn check_key_store(&mut self) -> bool {
+        let problem = super::key::store_problem(&self.our, &self.store)
+            .map(|p| format!("this node's key is in doubt: {p}"));
+        if problem != self.key_problem {
+            match &problem {
+                Some(p) => tracing::error!(problem = %p, "degraded"),
+                None if self.key_problem.is_some() => {
+                    tracing::info!("the key store agrees with our key again")
+                }
+                None => {}
+            }
+            self.key_problem.clone_from(&problem);
+        }
+        let in_doubt = problem.is_some();
+        lock(&self.agent.status).key_problem = problem;
+        in_doubt
+    }
+
+    /// Not armed because our key is in doubt: degraded, nothing judged, no watchdog.
+    fn show_in_doubt(&mut self) {
+        let text = self.key_problem.clone().unwrap_or_default();
+        {
+            let mut status = lock(&self.agent.status);
+            status.state = State::Degraded;
+            for shown in &mut status.lus {
+                shown.verdict = "not armed: this node's key is in doubt".to_owned();
+            }
+        }
+        self.agent.notifier.status(&text);
+        self.agent.notifier.watchdog();
     }
 
     /// Arms the watch once our key was read on every LU (true). Until then it says why each LU
@@ -610,8 +671,8 @@ impl WatchDriver<'_> {
         let ModeSettings::Watch(old_watch) = &self.agent.settings.mode else {
             return None;
         };
-        let new_key = if new_watch.key == old_watch.key {
-            key
+        let new_our = if new_watch.key == old_watch.key {
+            self.our.clone()
         } else {
             let spec = new_watch.key.clone();
             let timeout = new.command_timeout;
@@ -621,7 +682,7 @@ impl WatchDriver<'_> {
             })
             .await
             {
-                Ok(Ok(k)) => k,
+                Ok(Ok(our)) => our,
                 Ok(Err(e)) => {
                     tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
                     return None;
@@ -632,6 +693,8 @@ impl WatchDriver<'_> {
                 }
             }
         };
+        let new_key = new_our.key;
+        self.our = new_our;
         let devices_changed = new.devices != self.agent.settings.devices;
         // The LUs judged before the reload (by path) stay judged; one added is judged once our
         // key is on it, as every LU is at start.
@@ -646,18 +709,8 @@ impl WatchDriver<'_> {
         let new = self.agent.apply_common(new);
         if devices_changed || new_key != key {
             tracing::warn!(key = %new_key, "SIGHUP: devices or key changed; judging the new set from now");
-            self.agent.table = LuTable::new(&new.devices);
-            let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
-            let watchdog = lock(&self.agent.status).watchdog.state;
-            let mut metrics = super::metrics::Metrics::new(names.clone());
-            metrics.set_watchdog(watchdog);
-            *lock(&self.agent.metrics) = metrics;
-            let mut status = lock(&self.agent.status);
-            let watchdog = status.watchdog.clone();
-            *status = super::status::Status::new("watch", &names);
-            status.watchdog = watchdog;
-            status.own_key = Some(new_key.to_string());
-            drop(status);
+            let names = new_lu_set(self.agent, &new);
+            lock(&self.agent.status).own_key = Some(new_key.to_string());
             let armed = self.run.state.is_some();
             self.run = WatchRun::new(new_key, names.len());
             // Armed before: the LUs it judged are judged at once, with the new key too (a key
@@ -781,7 +834,51 @@ impl WatchDriver<'_> {
     }
 }
 
-fn ticker(period: Duration) -> tokio::time::Interval {
+/// The device is opened only once armed; a wrong timeout is a configuration error at start.
+pub(super) fn check_watchdog_timeout(agent: &Agent) -> Result<(), String> {
+    match &agent.settings.watchdog {
+        Some(w) => super::watchdog::check_timeout(&w.device, w.timeout, &agent.sys_root)
+            .map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
+}
+
+/// A reload's new LU set: a new table, metrics and status (keeping the watchdog's state).
+/// Returns the LUs' names.
+fn new_lu_set(agent: &mut Agent, new: &Settings) -> Vec<String> {
+    agent.table = LuTable::new(&new.devices);
+    let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
+    let watchdog = lock(&agent.status).watchdog.state;
+    let mut metrics = super::metrics::Metrics::new(names.clone());
+    metrics.set_watchdog(watchdog);
+    *lock(&agent.metrics) = metrics;
+    let mut status = lock(&agent.status);
+    let watchdog = status.watchdog.clone();
+    *status = super::status::Status::new("watch", &names);
+    status.watchdog = watchdog;
+    names
+}
+
+/// A reload while our key is not known yet ([`super::key::wait_for_key`]): nothing is judged,
+/// so the new settings simply replace the old (the key is asked for with the new ones at the
+/// next check). Returns the new check interval if it changed.
+pub(super) fn reload_unarmed(agent: &mut Agent, new: Settings) -> Option<Duration> {
+    if !matches!(new.mode, ModeSettings::Watch(_)) {
+        tracing::error!("SIGHUP: the mode changes only with a restart; configuration not reloaded");
+        return None;
+    }
+    let interval_changed = new.check_interval != agent.settings.check_interval;
+    let new = agent.apply_common(new);
+    if new.devices != agent.settings.devices {
+        new_lu_set(agent, &new);
+    }
+    tracing::info!("SIGHUP: configuration reloaded");
+    let interval = new.check_interval;
+    agent.settings = new;
+    interval_changed.then_some(interval)
+}
+
+pub(super) fn ticker(period: Duration) -> tokio::time::Interval {
     let mut interval = tokio::time::interval(period);
     // A late check is not made up for with a burst.
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -43,6 +43,31 @@ impl AgentProcess {
         config_text: &str,
         caps: Option<&[&str]>,
     ) -> anyhow::Result<AgentProcess> {
+        let wrapper: Vec<String> = match caps {
+            None => Vec::new(),
+            Some(caps) => {
+                let set: Vec<String> = std::iter::once("-all".to_owned())
+                    .chain(caps.iter().map(|c| format!("+{c}")))
+                    .collect();
+                vec![
+                    "setpriv".to_owned(),
+                    "--bounding-set".to_owned(),
+                    set.join(","),
+                    "--".to_owned(),
+                ]
+            }
+        };
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        Self::start_under(name, config_text, &wrapper)
+    }
+
+    /// [`AgentProcess::start`] through `wrapper` (a command that execs the agent given as its
+    /// last arguments, e.g. `unshare --mount --uts SCRIPT`).
+    pub fn start_under(
+        name: &str,
+        config_text: &str,
+        wrapper: &[&str],
+    ) -> anyhow::Result<AgentProcess> {
         std::fs::create_dir_all(WORK)?;
         let config = PathBuf::from(format!("{WORK}/{name}.toml"));
         let status_file = PathBuf::from(format!("{WORK}/{name}.status.json"));
@@ -53,16 +78,11 @@ impl AgentProcess {
             .create(true)
             .append(true)
             .open(&log)?;
-        let mut command = match caps {
+        let mut command = match wrapper.split_first() {
             None => Command::new(PRFENCE),
-            Some(caps) => {
-                let set: Vec<String> = std::iter::once("-all".to_owned())
-                    .chain(caps.iter().map(|c| format!("+{c}")))
-                    .collect();
-                let mut command = Command::new("setpriv");
-                command
-                    .args(["--bounding-set", &set.join(","), "--"])
-                    .arg(PRFENCE);
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(PRFENCE);
                 command
             }
         };

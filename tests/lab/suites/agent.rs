@@ -54,6 +54,7 @@ pub const SUITE: Suite = Suite {
         an_agent_without_cap_sys_rawio_says_why_it_cannot_arm,
         metrics_pass_promtool_and_status_its_schema,
         no_write_close_on_the_lus_so_no_udev_change_events,
+        an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -1874,5 +1875,182 @@ fn no_write_close_on_the_lus_so_no_udev_change_events() -> anyhow::Result<()> {
         seen.is_empty() && changed.is_empty(),
         "nodes closed after writing {seen:?}, udev change events on {changed:?}"
     );
+    Ok(())
+}
+
+/// The file whose presence makes the stub corosync-cmapctl of
+/// [`an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key`] answer.
+const COROSYNC_UP: &str = "/run/lab/whoami-corosync-up";
+
+/// Issue 44: a node booted with the cluster stack disabled. Its agent (`key.derive`, node name
+/// left to corosync) starts while corosync-cmapctl fails as it does without corosync, and stays
+/// up, waiting, with the cause in its status and nothing registered; once corosync answers and
+/// Pacemaker's unfencing (fence_pr `on`, which stores the key and registers it) ran, the same
+/// process arms on the key corosync's local node (node1) has, healthy, judged on its status file
+/// and on the target's registrations.
+fn an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key() -> anyhow::Result<()> {
+    use crate::fence_agents::{self, derived_key, fake_cmapctl};
+    let t = Topology::iscsi(2)?;
+    t.settle()?;
+    let _flag = crate::RemoveOnDrop::all([COROSYNC_UP]);
+    let _ = std::fs::remove_file(COROSYNC_UP);
+    // corosync-cmapctl as the agent runs it (/usr/sbin, no option moves it): fails like the
+    // real one with corosync down, then answers as the lab's fake (node1 local, cluster "lab").
+    let answers = fake_cmapctl()?;
+    let stub = PathBuf::from("/run/lab/whoami-cmapctl");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\n[ -e {COROSYNC_UP} ] || {{ echo 'Failed to initialize the cmap API. \
+             Error CS_ERR_LIBRARY' >&2; exit 1; }}\nexec {} \"$@\"\n",
+            answers.display()
+        ),
+    )?;
+    // The agent in its own mount and UTS namespaces: the stub bound over corosync-cmapctl, the
+    // host named as corosync's local node, fence_pr's key store of lab node A.
+    let store = fence_agents::store_files(Node::A)[0].with_extension("");
+    let node = PathBuf::from("/run/lab/whoami-node1");
+    std::fs::write(
+        &node,
+        format!(
+            "#!/bin/sh\nmount --bind {} /usr/sbin/corosync-cmapctl || exit 97\n\
+             echo node1 > /proc/sys/kernel/hostname || exit 97\nexport FENCE_PR_STORE={}\nexec \"$@\"\n",
+            stub.display(),
+            store.display()
+        ),
+    )?;
+    for script in [&stub, &node] {
+        std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    }
+    fence_agents::reboot(Node::A)?;
+    let devices = t.node(Node::A).devices();
+    let mut config =
+        String::from("mode = \"watch\"\ncheck_interval = \"500ms\"\ncommand_timeout = \"1s\"\n");
+    for (index, device) in devices.iter().enumerate() {
+        config += &format!(
+            "[[device]]\npath = \"{}\"\nname = \"lun{index}\"\n",
+            device.display()
+        );
+    }
+    config += "[key]\nderive = \"fence_scsi\"\n[watch]\ngrace = \"5s\"\n\
+               [self_fence]\nreboot = false\n[log]\ntarget = \"stderr\"\n";
+    let node_script = node.display().to_string();
+    let mut agent = AgentProcess::start_under(
+        "whoami-a",
+        &config,
+        &["unshare", "--mount", "--uts", &node_script],
+    )?;
+    let pid = agent.pid();
+    agent.wait_state("waiting_for_registration", Duration::from_secs(30))?;
+    // Several checks later: still up and waiting, nothing armed, nothing registered.
+    std::thread::sleep(Duration::from_secs(5));
+    let status = agent.status().context("no status")?;
+    ensure!(
+        agent.exited().is_none() && status["state"] == "waiting_for_registration",
+        "agent without corosync: {status}\n{}",
+        agent.log_tail()
+    );
+    let problem = status["key_problem"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    ensure!(
+        problem.starts_with("waiting for corosync to tell this node's key")
+            && problem.contains("CS_ERR_LIBRARY"),
+        "key_problem {problem:?}"
+    );
+    ensure!(status["own_key"].is_null(), "own_key {}", status["own_key"]);
+    ensure!(
+        status["watchdog"]["state"] == "not_configured"
+            || status["watchdog"]["state"] == "not_armed"
+    );
+    for lun in 0..2 {
+        ensure!(
+            keys_of(&t, lun, Node::A)?.is_empty(),
+            "LU {lun}: A registered before unfencing"
+        );
+    }
+    println!(
+        "agent up without corosync for 5 s: state waiting_for_registration, {} checks, \
+         key_problem {problem:?}",
+        status["checks"]
+    );
+
+    // The cluster stack is started by hand: corosync answers; the key is known, not yet armed.
+    std::fs::write(COROSYNC_UP, "")?;
+    let key = derived_key(Node::A)?;
+    let shown = format!("{key:#018x}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent.status().map(|s| s["own_key"].clone()) != Some(serde_json::json!(shown)) {
+        ensure!(
+            Instant::now() < deadline && agent.exited().is_none(),
+            "own_key not {shown}: {:?}\n{}",
+            agent.status(),
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ensure!(
+        agent.state() == "waiting_for_registration",
+        "state {}",
+        agent.state()
+    );
+    // Pacemaker unfences node1 through fence_pr (this suite installs no package: prfence run
+    // as fence_pr through a link), which stores the key in A's store, then registers it.
+    let link = PathBuf::from("/run/lab/fence_pr");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(crate::PRFENCE, &link)?;
+    let devices_list: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    let stdin = format!(
+        "action=on\nnodename=node1\nport=node1\ndevices={}\n\
+         corosync_cmap_path={}\n",
+        devices_list.join(","),
+        answers.display()
+    );
+    let unfenced_at = Instant::now();
+    let mut on = Command::new(&link)
+        .env("FENCE_PR_STORE", &store)
+        .env("PCMK_service", "pacemaker-fenced")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("fence_pr on")?;
+    std::io::Write::write_all(&mut on.stdin.take().context("stdin")?, stdin.as_bytes())?;
+    let out = on.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "fence_pr on: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = std::fs::read_to_string(store.with_extension("key"))?;
+    ensure!(
+        stored.trim() == format!("{key:x}"),
+        "A's key store holds {stored:?}"
+    );
+    agent.wait_state("healthy", Duration::from_secs(20))?;
+    println!(
+        "corosync answered and fence_pr on ran: healthy {} ms after the unfencing began, same \
+         process",
+        unfenced_at.elapsed().as_millis()
+    );
+    ensure!(
+        agent.pid() == pid && agent.exited().is_none(),
+        "the agent was restarted"
+    );
+    let status = agent.status().context("no status")?;
+    ensure!(
+        status["key_problem"].is_null(),
+        "key_problem {}",
+        status["key_problem"]
+    );
+    for lun in 0..2 {
+        let keys = keys_of(&t, lun, Node::A)?;
+        ensure!(
+            !keys.is_empty() && keys.iter().all(|&k| k == key),
+            "LU {lun}: A's registrations {keys:x?}, derived {key:x}"
+        );
+    }
     Ok(())
 }
