@@ -478,6 +478,25 @@ pub fn feed_gap(check_interval: Duration, command_timeout: Duration) -> Duration
 /// ([`super::entry::service_watchdog`]).
 pub const UNIT_WATCHDOG_SEC: Duration = Duration::from_secs(30);
 
+/// The longest `watch.grace`, `lease.lease` and `self_fence.command_timeout`: the first two say
+/// how long a node may go on unsure of its registration, the last how long a fenced node's
+/// self-fence may wait for its hook; beyond an hour each is a typo, and none may overflow the
+/// sums the timing rules and the loops make of them.
+pub const MAX_LONG_DURATION: Duration = Duration::from_secs(3600);
+/// The longest `watch.path_audit` period: a day.
+pub const MAX_PATH_AUDIT: Duration = Duration::from_secs(24 * 3600);
+
+/// `value` of `field`, refused above `max`.
+fn at_most(field: &str, value: Duration, max: Duration) -> Result<Duration, ConfigError> {
+    if value > max {
+        return Err(field_error(
+            field,
+            format!("{value:?} is more than {max:?}; durations this long are typos"),
+        ));
+    }
+    Ok(value)
+}
+
 const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 const MAX_NODE_ID: u32 = u16::MAX as u32;
@@ -774,10 +793,17 @@ fn validate_watch(
     }
     Ok(WatchModeSettings {
         key,
-        grace: or_default::<ConfigDuration>("watch.grace", grace, "20s")?.0,
+        grace: at_most(
+            "watch.grace",
+            or_default::<ConfigDuration>("watch.grace", grace, "20s")?.0,
+            MAX_LONG_DURATION,
+        )?,
         missing_confirmations,
         heal: heal.unwrap_or(true),
-        path_audit: or_default::<PathAudit>("watch.path_audit", path_audit, "off")?.0,
+        path_audit: or_default::<PathAudit>("watch.path_audit", path_audit, "off")?
+            .0
+            .map(|every| at_most("watch.path_audit", every, MAX_PATH_AUDIT))
+            .transpose()?,
     })
 }
 
@@ -800,6 +826,7 @@ fn validate_lease(raw: RawLease) -> Result<LeaseModeSettings, ConfigError> {
     if lease.is_zero() {
         return Err(field_error("lease.lease", "must be greater than 0"));
     }
+    let lease = at_most("lease.lease", lease, MAX_LONG_DURATION)?;
     let clock_drift_ppm = raw.clock_drift_ppm.unwrap_or(1000);
     if clock_drift_ppm > 100_000 {
         return Err(field_error(
@@ -925,6 +952,11 @@ fn validate_self_fence(
             "must be greater than 0: the hook would be killed before it could run",
         ));
     }
+    let command_timeout = at_most(
+        "self_fence.command_timeout",
+        command_timeout,
+        MAX_LONG_DURATION,
+    )?;
     Ok(SelfFenceSettings {
         stop_watchdog,
         command,
@@ -1492,11 +1524,67 @@ margin = "2s"
             field_of(&format!("command_timeout = \"4294967295ms\"\n{WATCH}")),
             "command_timeout"
         );
-        let s = Settings::from_toml_str(&format!(
-            "command_timeout = \"4294967294ms\"\n{WATCH}[watch]\ngrace = \"2000h\"\n"
+        // SG_IO's largest passes the field's own check; with watch.grace at most 1h (issue 44:
+        // every duration bounded) the timing rules then refuse it.
+        let e = Settings::from_toml_str(&format!(
+            "command_timeout = \"4294967294ms\"\n{WATCH}[watch]\ngrace = \"1h\"\n"
         ))
-        .unwrap();
-        assert_eq!(s.command_timeout, MAX_COMMAND_TIMEOUT);
+        .unwrap_err();
+        assert!(matches!(e, ConfigError::Timing { .. }), "{e}");
+        assert_eq!(
+            field_of(&format!("{WATCH}[watch]\ngrace = \"2000h\"\n")),
+            "watch.grace"
+        );
+    }
+
+    /// Issue 44: durations the runtime adds up are bounded where they are read, and the hook fits
+    /// in the time the watchdog leaves it.
+    #[test]
+    fn every_duration_is_bounded_and_the_hook_fits_the_watchdog() {
+        let hook = "[self_fence]\ncommand = [\"/bin/true\"]\n";
+        for (text, field) in [
+            (format!("{WATCH}[watch]\ngrace = \"61m\"\n"), "watch.grace"),
+            (
+                format!("{WATCH}[watch]\npath_audit = \"25h\"\n"),
+                "watch.path_audit",
+            ),
+            (
+                format!("{WATCH}{hook}command_timeout = \"2h\"\n"),
+                "self_fence.command_timeout",
+            ),
+            (
+                format!("{WATCH}{hook}command_timeout = \"{}ms\"\n", u64::MAX),
+                "self_fence.command_timeout",
+            ),
+            (
+                LEASE.replace("lease = \"10s\"", "lease = \"2h\""),
+                "lease.lease",
+            ),
+        ] {
+            assert_eq!(field_of(&text), field, "{text}");
+        }
+        assert!(Settings::from_toml_str(&format!("{WATCH}[watch]\ngrace = \"1h\"\n")).is_ok());
+        let watchdog = "[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"10s\"\n";
+        let e = timing_error(&format!(
+            "{WATCH}{watchdog}{hook}command_timeout = \"10s\"\n"
+        ));
+        assert!(
+            e.contains("self_fence.command_timeout (10s) must be below watchdog.timeout"),
+            "{e}"
+        );
+        assert!(
+            Settings::from_toml_str(&format!(
+                "{WATCH}{watchdog}{hook}command_timeout = \"9s\"\n"
+            ))
+            .is_ok()
+        );
+        // Still fed during the hook: no reset to cut it.
+        assert!(
+            Settings::from_toml_str(&format!(
+                "{WATCH}{watchdog}{hook}command_timeout = \"30s\"\nstop_watchdog = false\n"
+            ))
+            .is_ok()
+        );
     }
 
     #[test]

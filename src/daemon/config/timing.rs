@@ -47,6 +47,23 @@ pub const TIMING_RULES: &[TimingRule] = &[
         enforced: Enforced::WhereRead,
     },
     TimingRule {
+        modes: "both",
+        rule: "`watch.grace`, `lease.lease`, `self_fence.command_timeout` ≤ 1h; \
+               `watch.path_audit` ≤ 1d",
+        why: "longer is a typo (`\"20h\"` for `\"20s\"`): a node unsure of its registration, or a \
+              fenced node's self-fence, would wait that long",
+        enforced: Enforced::WhereRead,
+    },
+    TimingRule {
+        modes: "both",
+        rule: "`self_fence.command_timeout < watchdog.timeout`, with `self_fence.stop_watchdog`",
+        why: "the self-fence stops feeding the watchdog before the hook starts, so the hardware \
+              resets the node at most `watchdog.timeout` later: a hook allowed longer is cut by \
+              the reset (it may be cut as early as `watchdog.timeout` minus the time since the \
+              last feed)",
+        enforced: Enforced::Check(hook_before_the_reset),
+    },
+    TimingRule {
         modes: "watch",
         rule: "`check_interval ≤ watch.grace`",
         why: "the grace spans a check",
@@ -141,6 +158,23 @@ fn lease(s: &Settings) -> Option<&LeaseModeSettings> {
     match &s.mode {
         ModeSettings::Lease(lease) => Some(lease),
         ModeSettings::Watch(_) => None,
+    }
+}
+
+fn hook_before_the_reset(s: &Settings) -> Result<(), String> {
+    match (&s.self_fence.command, &s.watchdog) {
+        (Some(command), Some(wd))
+            if s.self_fence.stop_watchdog && s.self_fence.command_timeout >= wd.timeout =>
+        {
+            Err(format!(
+                "self_fence.command_timeout ({:?}) must be below watchdog.timeout ({:?}): the \
+                 self-fence stops feeding the watchdog before it runs the hook ({:?}), so the \
+                 node is reset within watchdog.timeout and a longer hook is cut; lower the \
+                 hook's timeout, or set self_fence.stop_watchdog = false",
+                s.self_fence.command_timeout, wd.timeout, command[0]
+            ))
+        }
+        _ => Ok(()),
     }
 }
 

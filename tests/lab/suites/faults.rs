@@ -412,7 +412,7 @@ fn watch_config(devices: &[PathBuf], key: u64, hook: Option<&Path>, watchdog: bo
     ));
     if let Some(hook) = hook {
         text.push_str(&format!(
-            "command = [\"/bin/sh\", \"-c\", \"date +%s%N > {}\"]\ncommand_timeout = \"5s\"\n",
+            "command = [\"/bin/sh\", \"-c\", \"date +%s%N > {}\"]\ncommand_timeout = \"4s\"\n",
             hook.display()
         ));
     }
