@@ -59,3 +59,73 @@ fn keys_refuses_what_is_not_a_disk_saying_what_it_is() {
         assert!(message.contains(&said), "{message}");
     }
 }
+
+/// Issue 44: SIGHUP (the unit's reload) and SIGTERM in the agent's first moments, before its
+/// handlers are up (discovery of 1024 devices takes a while), neither kill it nor get lost: a
+/// SIGHUP is a reload once it runs, a SIGTERM a clean stop (exit 0). SIGHUP's default action
+/// used to end the process.
+#[test]
+fn signals_at_the_agent_s_start_are_handled_not_fatal() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    let mut text = String::from("mode = \"watch\"\n");
+    for i in 0..1024 {
+        text += &format!("[[device]]\npath = \"/dev/prfence-test-nonexistent-{i}\"\n");
+    }
+    text += "[key]\nvalue = \"0xabc\"\n[log]\ntarget = \"stderr\"\n[systemd]\nnotify = false\n";
+    let mut file = std::fs::File::create(&config).unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    drop(file);
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for signal in [Signal::SIGHUP, Signal::SIGTERM] {
+        let mut agent = Command::new(env!("CARGO_BIN_EXE_prfence"))
+            .args(["agent", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = Pid::from_raw(i32::try_from(agent.id()).unwrap());
+        // After the process's own start-up (the loader, main's first lines: until the agent
+        // blocks the signals, or 20 ms), then all along the agent's.
+        let blocked = || {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+                .is_some_and(|mask| mask & 1 != 0)
+        };
+        let start = Instant::now();
+        while !blocked() && start.elapsed() < Duration::from_millis(20) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until && agent.try_wait().unwrap().is_none() {
+            let _ = kill(pid, signal);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if signal == Signal::SIGHUP {
+            std::thread::sleep(Duration::from_millis(500));
+            let early = agent.try_wait().unwrap();
+            let _ = kill(pid, Signal::SIGTERM);
+            let status = agent.wait().unwrap();
+            let stderr = std::io::read_to_string(agent.stderr.take().unwrap()).unwrap();
+            assert_eq!(early, None, "SIGHUP at the start ended the agent: {stderr}");
+            assert_eq!(status.code(), Some(0), "{stderr}");
+        } else {
+            let status = agent.wait().unwrap();
+            let stderr = std::io::read_to_string(agent.stderr.take().unwrap()).unwrap();
+            assert_eq!(
+                status.code(),
+                Some(0),
+                "SIGTERM at the start: {status}: {stderr}"
+            );
+        }
+    }
+}
