@@ -63,15 +63,42 @@ pub fn load_settings(path: &Path, notify_socket_set: bool) -> Result<Settings, S
 /// Reads `path` once its owner and mode are known to be safe, both taken from the open file
 /// (fstat), so the file judged is the file read, and once no directory on its real path (links
 /// resolved) lets anyone else replace it.
+///
+/// Only a regular file of at most [`MAX_CONFIG_BYTES`] is read: the open does not wait (a FIFO
+/// would hold the start, or a SIGHUP's reload, until someone writes to it), and the read does
+/// not grow without bound.
 fn read_trusted(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let running = nix::unistd::geteuid().as_raw();
-    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err(
+            "not a regular file (a FIFO, a device or a directory); name the configuration file \
+             itself"
+                .to_owned(),
+        );
+    }
     check_trusted(path, &meta, running)?;
     let mut text = String::new();
-    file.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "longer than {MAX_CONFIG_BYTES} bytes; a configuration of the most devices the \
+             agent takes (1024) is about 100 KiB"
+        ));
+    }
     Ok(text)
 }
+
+/// The largest configuration file read: 1 MiB.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Whether whoever can change the file at `path` (its metadata `meta`, following links) is root or
 /// `running`: the file itself ([`check_file_trust`]) and every directory on its real path (links

@@ -956,6 +956,33 @@ fn check_config_refuses_what_start_refuses() {
     assert!(check_host(&config, &settings, &dev, &sys).is_ok());
 }
 
+/// Issue 44: the configuration is read only from a regular file, at once and of bounded size.
+#[test]
+fn a_config_that_is_no_regular_file_or_too_long_is_refused_at_once() {
+    use super::entry::load_settings;
+    let dir = tempfile::tempdir().unwrap();
+    // A FIFO nobody writes to: its open used to wait for a writer, holding the start.
+    let fifo = dir.path().join("agent.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (done, result) = std::sync::mpsc::channel();
+    let reader = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(load_settings(&reader, false));
+    });
+    let e = result
+        .recv_timeout(Duration::from_secs(5))
+        .expect("reading a FIFO as the configuration waits for a writer")
+        .unwrap_err();
+    assert!(e.contains("not a regular file"), "{e}");
+    // Longer than 1 MiB: refused, not read on.
+    let long = dir.path().join("long.toml");
+    let mut text = "mode = \"watch\"\n".to_owned();
+    text += &"# padding padding padding padding padding padding padding padding\n".repeat(20_000);
+    std::fs::write(&long, text).unwrap();
+    let e = load_settings(&long, false).unwrap_err();
+    assert!(e.contains("longer than 1048576 bytes"), "{e}");
+}
+
 /// `self_fence.command` runs as root from the configuration file: a file that group or others
 /// can write is refused at load (start, SIGHUP, --check-config), naming the file and the fix.
 #[test]
