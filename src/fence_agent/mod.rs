@@ -241,6 +241,17 @@ pub enum FencePrError {
     #[error("Failed: line {line} of stdin is not valid UTF-8; send UTF-8 name=value lines")]
     StdinNotUtf8 { line: usize },
     #[error(
+        "Failed: line {line} of stdin holds the control character U+{code:04X}; options are \
+         printable text (a NUL or an escape sequence would reach the logs and the terminal as it \
+         is)"
+    )]
+    StdinControlCharacter { line: usize, code: u32 },
+    #[error(
+        "Failed: argument {index} holds the control character U+{code:04X}; options and device \
+         paths are printable text"
+    )]
+    ArgumentControlCharacter { index: usize, code: u32 },
+    #[error(
         "Failed: line {line} of stdin is longer than {MAX_STDIN_LINE} bytes; no option needs that much (devices: at most {MAX_DEVICES} paths)",
         MAX_DEVICES = crate::MAX_DEVICES
     )]
@@ -327,13 +338,26 @@ where
     args.into_iter()
         .enumerate()
         .map(|(i, arg)| {
-            arg.into_string()
+            let arg = arg
+                .into_string()
                 .map_err(|arg| FencePrError::ArgumentNotUtf8 {
                     index: i + 1,
                     lossy: arg.to_string_lossy().into_owned(),
-                })
+                })?;
+            match control_character(&arg) {
+                Some(code) => Err(FencePrError::ArgumentControlCharacter { index: i + 1, code }),
+                None => Ok(arg),
+            }
         })
         .collect()
+}
+
+/// The first control character of `text` (tab allowed: fence-agents' own options may carry
+/// it), which no option of fence_pr takes and which must not reach a log or a terminal as it is.
+fn control_character(text: &str) -> Option<u32> {
+    text.chars()
+        .find(|&c| c.is_control() && c != '\t')
+        .map(u32::from)
 }
 
 /// Reads the stdin options without ever holding more than [`MAX_STDIN_LINE`] bytes of one line or
@@ -365,6 +389,11 @@ pub fn read_stdin<R: std::io::BufRead>(mut reader: R) -> Result<String, FencePrE
         }
         let valid =
             std::str::from_utf8(&line).map_err(|_| FencePrError::StdinNotUtf8 { line: number })?;
+        // The line's own ending (\n, \r\n) is no content.
+        let content = valid.trim_end_matches(['\n', '\r']);
+        if let Some(code) = control_character(content) {
+            return Err(FencePrError::StdinControlCharacter { line: number, code });
+        }
         text.push_str(valid);
     }
     Ok(text)

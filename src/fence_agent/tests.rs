@@ -473,6 +473,27 @@ fn stdin_is_read_with_bounded_lines_and_total() {
         read(many.as_bytes()).unwrap_err(),
         FencePrError::StdinTooLarge
     );
+    // Issue 44: NUL, ESC and other control characters are refused, naming the line, instead
+    // of reaching the logs as they are (a tab, and the line endings, are no such thing).
+    for (bytes, code) in [
+        (&b"action=status\nport=n\x001\n"[..], 0x00),
+        (&b"action=status\nport=n\x1b[2J1\n"[..], 0x1b),
+        (&b"action=status\nport=n\x7f\r\n"[..], 0x7f),
+    ] {
+        let e = read(bytes).unwrap_err();
+        assert_eq!(e, FencePrError::StdinControlCharacter { line: 2, code });
+        assert_eq!(e.exit_code(), FencePrExit::Error);
+        assert!(e.to_string().contains(&format!("U+{code:04X}")), "{e}");
+    }
+    assert!(read(b"action=status\r\n# a\tcomment\n").is_ok());
+    let e = args_from_os(["-o".into(), "status\u{1b}]0;x\u{7}".into()]).unwrap_err();
+    assert_eq!(
+        e,
+        FencePrError::ArgumentControlCharacter {
+            index: 2,
+            code: 0x1b
+        }
+    );
     // Not UTF-8: the line is named; the error is a failure (exit 1).
     let e = read(b"action=status\nport=n\xff1\n").unwrap_err();
     assert_eq!(e, FencePrError::StdinNotUtf8 { line: 2 });
