@@ -160,7 +160,31 @@ impl DescriptorReserve {
     }
 }
 
+/// Whether this process's descriptors fit the paths of `table` (as its last refresh found them),
+/// raising the soft limit where the hard one allows ([`crate::descriptors::fit`]): an agent that
+/// would run out could never read all its LUs. The error names the `LimitNOFILE=` to set.
+pub(super) fn descriptors_fit(table: &LuTable) -> Result<(), String> {
+    let (lus, paths) = table.size();
+    crate::descriptors::fit(lus, paths).map(drop).map_err(|e| {
+        format!(
+            "{e}: {}, or watch fewer LUs",
+            e.raise_in("prfence-agent.service")
+        )
+    })
+}
+
 impl Agent {
+    /// What a reload that lists `devices` would need: their paths found now (sysfs only) against
+    /// the descriptors, as the start checks them ([`descriptors_fit`]).
+    pub(super) async fn devices_fit(
+        &self,
+        devices: &[super::config::DeviceSettings],
+    ) -> Result<(), String> {
+        let mut table = LuTable::new(devices);
+        table.refresh(&self.host, self.check_deadline()).await;
+        descriptors_fit(&table)
+    }
+
     pub fn new(
         settings: Settings,
         options: AgentParts,

@@ -466,12 +466,7 @@ async fn serve(
     // out could never read all its LUs, so never arm.
     let until = agent.check_deadline();
     agent.table.refresh(&agent.host, until).await;
-    let (lus, paths) = agent.table.size();
-    if let Err(e) = crate::descriptors::fit(lus, paths) {
-        let e = format!(
-            "{e}: {}, or watch fewer LUs",
-            e.raise_in("prfence-agent.service")
-        );
+    if let Err(e) = super::agent::descriptors_fit(&agent.table) {
         tracing::error!(error = %e, "not starting");
         eprintln!("prfence agent: {e}");
         return EXIT_CONFIG;

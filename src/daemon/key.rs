@@ -113,7 +113,7 @@ pub(super) async fn wait_for_key(agent: &mut Agent) -> Result<OurKey, RunEnd> {
             control = agent.control.recv() => match control {
                 Some(Control::Reload(settings)) => {
                     agent.notifier.reloading();
-                    if let Some(period) = super::watch_loop::reload_unarmed(agent, *settings) {
+                    if let Some(period) = super::watch_loop::reload_unarmed(agent, *settings).await {
                         interval = super::watch_loop::ticker(period);
                     }
                     agent.notifier.ready("reloaded");

@@ -693,9 +693,13 @@ impl WatchDriver<'_> {
                 }
             }
         };
+        let devices_changed = new.devices != self.agent.settings.devices;
+        if devices_changed && let Err(e) = self.agent.devices_fit(&new.devices).await {
+            tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
+            return None;
+        }
         let new_key = new_our.key;
         self.our = new_our;
-        let devices_changed = new.devices != self.agent.settings.devices;
         // The LUs judged before the reload (by path) stay judged; one added is judged once our
         // key is on it, as every LU is at start.
         let judged_before: Vec<PathBuf> = self
@@ -853,18 +857,26 @@ fn new_lu_set(agent: &mut Agent, new: &Settings) -> Vec<String> {
     metrics.set_watchdog(watchdog);
     *lock(&agent.metrics) = metrics;
     let mut status = lock(&agent.status);
-    let watchdog = status.watchdog.clone();
-    *status = super::status::Status::new("watch", &names);
-    status.watchdog = watchdog;
+    let fresh = super::status::Status::new("watch", &names);
+    let kept = std::mem::replace(&mut *status, fresh);
+    // What belongs to the process, not to the LU set.
+    status.watchdog = kept.watchdog;
+    status.boot_id = kept.boot_id;
     names
 }
 
 /// A reload while our key is not known yet ([`super::key::wait_for_key`]): nothing is judged,
 /// so the new settings simply replace the old (the key is asked for with the new ones at the
 /// next check). Returns the new check interval if it changed.
-pub(super) fn reload_unarmed(agent: &mut Agent, new: Settings) -> Option<Duration> {
+pub(super) async fn reload_unarmed(agent: &mut Agent, new: Settings) -> Option<Duration> {
     if !matches!(new.mode, ModeSettings::Watch(_)) {
         tracing::error!("SIGHUP: the mode changes only with a restart; configuration not reloaded");
+        return None;
+    }
+    if new.devices != agent.settings.devices
+        && let Err(e) = agent.devices_fit(&new.devices).await
+    {
+        tracing::error!(error = %e, "SIGHUP: configuration not reloaded");
         return None;
     }
     let interval_changed = new.check_interval != agent.settings.check_interval;

@@ -1477,6 +1477,53 @@ fn a_descriptor_limit_too_small_for_the_paths_is_refused_at_start() -> anyhow::R
          LimitNOFILE={need}); soft 64 / hard {need} raised and ran (exit 0)",
         need - 1
     );
+    // Issue 44: a reload that adds devices is checked as a start is. Running under the hard
+    // limit that the first LU's paths fit and both LUs' do not, a SIGHUP adding the second LU
+    // is refused naming the limit; the agent goes on watching the first.
+    let limit = format!("--nofile={0}:{0}", need - 1);
+    let mut agent = AgentProcess::start_under(
+        "descriptors-reload",
+        &watch_config(&devices[..1], "0xa", 500, "", "reboot = false", ""),
+        &["prlimit", limit.as_str(), "--"],
+    )?;
+    agent.wait_state("healthy", Duration::from_secs(30))?;
+    std::fs::write(format!("{WORK}/descriptors-reload.toml"), &config)?;
+    agent.signal(Signal::SIGHUP)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let log = loop {
+        let log = std::fs::read_to_string(format!("{WORK}/descriptors-reload.log"))?;
+        if log.contains("not reloaded") || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("not reloaded"))
+        .unwrap_or_default()
+        .to_owned();
+    ensure!(
+        refusal.contains(&format!("LimitNOFILE={need}")),
+        "a reload to {paths} paths under a hard limit of {}: expected a refusal naming \
+         LimitNOFILE={need}:\n{}",
+        need - 1,
+        agent.log_tail()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let status = agent.status().unwrap_or_default();
+    let lus = status["lus"].as_array().map_or(0, Vec::len);
+    ensure!(
+        lus == 1 && agent.state() == "healthy",
+        "after the refused reload: {lus} LUs, state {:?}",
+        agent.state()
+    );
+    agent.signal(Signal::SIGTERM)?;
+    let code = agent.wait_exit(Duration::from_secs(10))?;
+    ensure!(code == 0, "stop after the refused reload: exit {code}");
+    println!(
+        "descriptors: a reload adding the second LU under hard {} refused: {refusal}",
+        need - 1
+    );
     Ok(())
 }
 
