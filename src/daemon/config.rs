@@ -604,6 +604,23 @@ impl Settings {
         Ok(settings)
     }
 
+    /// What the configuration allows but an admin should hear about: `--check-config` prints
+    /// it, a start and a reload log it.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut said = Vec::new();
+        if let Some(listen) = self.metrics_listen
+            && !listen.ip().is_loopback()
+        {
+            said.push(format!(
+                "metrics.listen = \"{listen}\" serves /metrics and /status beyond this host, \
+                 without authentication (they show this node's keys, LUs and state); the \
+                 packaged unit's IPAddressAllow=localhost drops other hosts' packets unless a \
+                 drop-in widens it"
+            ));
+        }
+        said
+    }
+
     /// The watch state machine's settings, given our key resolved from [`KeySpec`] (deriving
     /// it asks corosync, so it is the driver's job). `None` in lease mode.
     pub fn watch_config(&self, own_key: Key) -> Option<WatchConfig> {
@@ -1534,6 +1551,34 @@ margin = "2s"
         assert_eq!(
             field_of(&format!("{WATCH}[watch]\ngrace = \"2000h\"\n")),
             "watch.grace"
+        );
+    }
+
+    /// Issue 44: a metrics endpoint beyond loopback is accepted, and said.
+    #[test]
+    fn a_metrics_endpoint_beyond_loopback_is_said() {
+        let with = |listen: &str| {
+            Settings::from_toml_str(&format!("{WATCH}[metrics]\nlisten = \"{listen}\"\n"))
+                .unwrap()
+                .warnings()
+        };
+        for wide in ["0.0.0.0:9464", "[::]:9464", "192.0.2.7:9464"] {
+            let said = with(wide);
+            assert!(
+                said.len() == 1
+                    && said[0].contains(wide)
+                    && said[0].contains("without authentication"),
+                "{said:?}"
+            );
+        }
+        for local in ["127.0.0.1:9464", "[::1]:9464"] {
+            assert_eq!(with(local), Vec::<String>::new());
+        }
+        assert!(
+            Settings::from_toml_str(WATCH)
+                .unwrap()
+                .warnings()
+                .is_empty()
         );
     }
 

@@ -159,6 +159,9 @@ pub fn agent_main(
         }
     };
     if check_config {
+        for warning in settings.warnings() {
+            println!("{}: note: {warning}", config.display());
+        }
         println!(
             "{}: valid ({} mode, {} device(s), check every {:?}, each check within {:?}, \
              WatchdogSec {:?})",
@@ -455,6 +458,9 @@ async fn serve(
         watchdog_pin,
     };
     let metrics_listen = settings.metrics_listen;
+    for warning in settings.warnings() {
+        tracing::warn!("{warning}");
+    }
     let mut agent = match Agent::new(settings, options, receiver) {
         Ok(agent) => agent,
         Err(e) => {
