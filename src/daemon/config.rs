@@ -618,6 +618,14 @@ impl Settings {
                  drop-in widens it"
             ));
         }
+        if matches!(self.mode, ModeSettings::Lease(_)) && self.watchdog.is_none() {
+            said.push(
+                "lease mode without [watchdog]: a holder that hangs (a frozen process, a stalled \
+                 kernel) is not reset; once a standby takes over, the target refuses its writes, \
+                 but its services keep running until it wakes up and stops at its own deadline"
+                    .to_owned(),
+            );
+        }
         said
     }
 
@@ -1576,6 +1584,19 @@ margin = "2s"
         }
         assert!(
             Settings::from_toml_str(WATCH)
+                .unwrap()
+                .warnings()
+                .is_empty()
+        );
+        // Lease mode without a watchdog starts, and says what it gives up.
+        let said = Settings::from_toml_str(LEASE).unwrap().warnings();
+        assert!(
+            said.len() == 1 && said[0].contains("without [watchdog]"),
+            "{said:?}"
+        );
+        let watched = format!("{LEASE}[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"1s\"\n");
+        assert!(
+            Settings::from_toml_str(&watched)
                 .unwrap()
                 .warnings()
                 .is_empty()

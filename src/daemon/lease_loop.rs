@@ -438,8 +438,9 @@ impl<'a> LeaseDriver<'a> {
             .map(|view| Lease::new(config.clone(), first_epoch, persisted, view, now))
             .collect();
         // Stricter than watch mode on purpose (watch mode shows a degraded watchdog and retries):
-        // a holder's watchdog is part of the lease timing rule (a hung holder must be reset
-        // before its lease ends and a standby takes over), so lease mode does not start without it.
+        // a configured holder's watchdog is part of the lease timing rule (a hung holder must be
+        // reset before its lease ends and a standby takes over), so lease mode does not start if
+        // it cannot open it. Without [watchdog] it starts, and said so ([`Settings::warnings`]).
         self.agent.open_watchdog().map_err(RunEnd::Failed)?;
         tracing::info!(
             node = config.node.get(),
