@@ -124,6 +124,22 @@ impl Ended {
         )
     }
 
+    /// Requires exit status `code` and the process's exit (not only its verdict) within
+    /// `budget` (plus [`SLACK`]): Pacemaker and a shell wait for the exit, and read the output
+    /// to EOF, so a report printed on time by a process that lingers is late all the same.
+    pub(super) fn expect_exit(&self, code: i32, budget: Duration) -> anyhow::Result<()> {
+        ensure!(
+            self.code.is_some() && self.elapsed <= budget + SLACK,
+            "{}: the process exited late (budget {} + {} slack)\nstdout: {}\nstderr: {}",
+            self.describe(),
+            crate::secs(budget),
+            crate::secs(SLACK),
+            self.stdout.trim(),
+            tail(&self.stderr)
+        );
+        self.expect(code, budget)
+    }
+
     /// Requires exit status `code` and the verdict within `budget` (plus [`SLACK`]).
     pub(super) fn expect(&self, code: i32, budget: Duration) -> anyhow::Result<()> {
         ensure!(
@@ -206,6 +222,46 @@ impl Started {
         }
         Ok(None)
     }
+}
+
+/// The live processes of process group `pgid` (each [`Started`] command leads its own), with
+/// the states of their threads: what a command left behind once its own process exited (a
+/// worker held in the kernel by an uninterruptible SG_IO). A process whose threads are all
+/// zombies is gone but for its reaping, so it is not counted.
+fn group_left(pgid: Pid) -> Vec<(i32, String)> {
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp …": read after the last ')'
+        let after: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, a)| a)
+            .split_whitespace()
+            .take(3)
+            .collect();
+        if after.get(2) != Some(&pgid.as_raw().to_string().as_str()) {
+            continue;
+        }
+        let states: String = std::fs::read_dir(entry.path().join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+            .filter_map(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, a)| a.split_whitespace().next().map(str::to_owned))
+            })
+            .collect();
+        if states.chars().any(|c| c != 'Z') {
+            left.push((pid, states));
+        }
+    }
+    left
 }
 
 /// [`Started::finish`] for commands running at once, watched together so that each one's time
@@ -603,7 +659,58 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             true,
         )?,
     )?;
+    // status: its --deadline one command's timeout, its budget one more for the opens and the
+    // discovery before the deadline starts
+    let status_deadline = COMMAND_TIMEOUT_S.to_string();
+    let status = Started::spawn(
+        "status-b",
+        &mut prfence_cmd(
+            &[
+                "status",
+                "--key",
+                &format!("{:x}", Node::B.key()),
+                "--timeout",
+                &timeout,
+                "--deadline",
+                &status_deadline,
+            ],
+            &b_devices,
+        ),
+    )?;
+    // fence_pr on the hung node: `status` of its own key, and `off` of A (B fencing its peer
+    // back, as a partitioned node does; its PREEMPT never reaches the target: the READ KEYS
+    // before it hangs)
+    let stem = format!("{WORK}/fence_pr-b-hung");
+    std::fs::write(format!("{stem}.key"), format!("{:x}\n", Node::B.key()))?;
+    let pr_status = Started::spawn(
+        "fence_pr-status-b",
+        &mut fence_pr_at(
+            &stem,
+            &format!(
+                "action=status\npower_timeout={POWER_TIMEOUT_S}\nkey={:x}\n",
+                Node::B.key()
+            ),
+            &b_devices,
+        )?,
+    )?;
+    let pr_off = Started::spawn(
+        "fence_pr-off-by-b",
+        &mut fence_pr_at(
+            &stem,
+            &format!(
+                "action=off\npower_timeout={POWER_TIMEOUT_S}\nkey={:x}\n",
+                Node::A.key()
+            ),
+            &b_devices,
+        )?,
+    )?;
     let fence = Started::spawn("fence-by-a", &mut fence_cmd(&t, Node::A))?;
+    // B's one-shot entry points, each its own process group: what each leaves behind after its
+    // exit is looked for by group
+    let groups: Vec<(String, Pid)> = [&keys, &monitor, &once, &status, &pr_status, &pr_off]
+        .iter()
+        .map(|s| (s.name.clone(), s.pgid()))
+        .collect();
 
     // a single command's deadline is twice its --timeout (src/cli/args.rs): the open, then the
     // command, may each block that long
@@ -613,10 +720,24 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let watch_budget =
         Duration::from_millis(AGENT_CHECK_MS + AGENT_COMMAND_TIMEOUT_MS + AGENT_GRACE_MS);
     let cap = MONITOR_BUDGET + SLACK + Duration::from_secs(2);
-    let [fence, keys, once, monitor, watch]: [Ended; 5] =
-        finish_all(vec![fence, keys, once, monitor, watch], cap)?
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("five results expected"))?;
+    let [fence, keys, once, monitor, watch, status, pr_status, pr_off]: [Ended; 8] = finish_all(
+        vec![fence, keys, once, monitor, watch, status, pr_status, pr_off],
+        cap,
+    )?
+    .try_into()
+    .map_err(|_| anyhow::anyhow!("eight results expected"))?;
+    // what B's one-shot commands left behind when they exited: a worker held in the kernel
+    let lingering: Vec<&(String, Pid)> = groups
+        .iter()
+        .filter(|(_, pgid)| !group_left(*pgid).is_empty())
+        .collect();
+    for (name, pgid) in &lingering {
+        let left = group_left(*pgid);
+        println!(
+            "  {name} exited; left in the kernel (pid, thread states): {left:?}, {} after the hang",
+            crate::secs(Duration::from_nanos(now_ns().saturating_sub(hung_wall_ns)))
+        );
+    }
     // when the running agent self-fenced, counted from the hang (the hook writes the time, then
     // how many of the agent's threads were in uninterruptible sleep)
     let hook_text = std::fs::read_to_string(&hook).unwrap_or_default();
@@ -649,6 +770,33 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "path released; B's first write {refused:?} after {}",
         crate::secs(released.elapsed())
     );
+    // The workers left in the kernel end once the kernel gives their SG_IO up (iSCSI's
+    // replacement_timeout) or the path is back; none may outlive this test.
+    let linger_cap = Duration::from_secs(30);
+    let mut lingered = Vec::new();
+    for (name, pgid) in &lingering {
+        let gone = wait_until(linger_cap, &format!("{name}'s worker gone"), || {
+            Ok(group_left(*pgid).is_empty())
+        });
+        let after_hang = Duration::from_nanos(now_ns().saturating_sub(hung_wall_ns));
+        if let Err(e) = gone {
+            let _ = killpg(*pgid, Signal::SIGKILL);
+            anyhow::bail!(
+                "{name}: its worker is still there {} after the path came back: {e:#} ({:?})",
+                crate::secs(released.elapsed()),
+                group_left(*pgid)
+            );
+        }
+        lingered.push(format!("{name} {}", crate::secs(after_hang)));
+    }
+    println!(
+        "workers left in the kernel gone (by then, after the hang): {}",
+        if lingered.is_empty() {
+            "none was left".to_owned()
+        } else {
+            lingered.join(", ")
+        }
+    );
     ensure!(
         refused == WriteOutcome::Refused,
         "B's write after the fence: {refused:?}"
@@ -657,13 +805,17 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
 
     println!(
         "hung path, time to verdict (exit): A's fence {} ({}) | B: prfence keys {} ({}) | \
-         fence_pr monitor ({}) | agent --once {} ({}) | running agent: exit {:?}, self-fence \
-         hook {} after the hang",
+         prfence status {} ({}) | fence_pr monitor ({}) status ({}) off ({}) | agent --once {} \
+         ({}) | running agent: exit {:?}, self-fence hook {} after the hang",
         crate::secs(fence.verdict_after()),
         crate::secs(fence.elapsed),
         crate::secs(keys.verdict_after()),
         crate::secs(keys.elapsed),
+        crate::secs(status.verdict_after()),
+        crate::secs(status.elapsed),
         crate::secs(monitor.elapsed),
+        crate::secs(pr_status.elapsed),
+        crate::secs(pr_off.elapsed),
         crate::secs(once.verdict_after()),
         crate::secs(once.elapsed),
         watch.code,
@@ -706,13 +858,29 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             self_fence - hung_uptime
         ));
     }
-    if let Err(e) = keys.expect(1, keys_budget) {
+    // B's one-shot entry points: each process exits within its budget (their callers wait for
+    // the exit), whatever is still stuck in the kernel.
+    if let Err(e) = keys.expect_exit(1, keys_budget) {
         failures.push(format!("prfence keys: {e:#}"));
     }
-    if let Err(e) = monitor.expect(1, MONITOR_BUDGET) {
+    if let Err(e) = status.expect_exit(1, keys_budget) {
+        failures.push(format!("prfence status: {e:#}"));
+    }
+    if let Err(e) = monitor.expect_exit(1, MONITOR_BUDGET) {
         failures.push(format!("fence_pr monitor: {e:#}"));
     }
-    if let Err(e) = once.expect(3, once_budget) {
+    if let Err(e) = pr_status.expect_exit(1, MONITOR_BUDGET) {
+        failures.push(format!("fence_pr status: {e:#}"));
+    }
+    if let Err(e) = pr_off.expect_exit(1, MONITOR_BUDGET) {
+        failures.push(format!("fence_pr off: {e:#}"));
+    } else if !pr_off.stderr.contains("not fenced") {
+        failures.push(format!(
+            "fence_pr off does not say A is not fenced: {}",
+            pr_off.describe_with_output()
+        ));
+    }
+    if let Err(e) = once.expect_exit(3, once_budget) {
         failures.push(format!("agent --once: {e:#}"));
     } else if !once.stdout.contains("\"verdict\": \"unreadable") {
         failures.push(format!(
