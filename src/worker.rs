@@ -246,52 +246,86 @@ enum End {
     Died,
 }
 
+/// SIGTERM and SIGINT, read from a signalfd, passed on to the worker.
+struct Forwarder {
+    signalfd: Option<SignalFd>,
+    worker: Pid,
+    /// The last one passed on.
+    sent: Option<Signal>,
+}
+
+impl Forwarder {
+    fn new(worker: Pid) -> Forwarder {
+        let signalfd =
+            SignalFd::with_flags(&forwarded(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).ok();
+        if signalfd.is_none() {
+            // Cannot read them: let them act on this process as usual (the worker then dies of
+            // its parent-death signal).
+            let _ = forwarded().thread_unblock();
+        }
+        Forwarder {
+            signalfd,
+            worker,
+            sent: None,
+        }
+    }
+
+    /// Passes on what is pending.
+    fn pass_on(&mut self) {
+        let Some(signalfd) = &self.signalfd else {
+            return;
+        };
+        while let Ok(Some(info)) = signalfd.read_signal() {
+            if let Ok(signal) = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)) {
+                let _ = kill(self.worker, signal);
+                self.sent = Some(signal);
+            }
+        }
+    }
+
+    /// How a worker that gave no verdict ended, `status` if it was reaped. A signal pending
+    /// here counts (Ctrl-C reaches the whole process group at once).
+    fn without_verdict(&mut self, status: Option<ExitStatus>) -> End {
+        self.pass_on();
+        match (self.sent, status) {
+            (_, Some(status)) if status.code().is_some() => End::Exited(status),
+            (Some(signal), _) => End::Signalled(signal),
+            (None, Some(status)) => End::Exited(status),
+            (None, None) => End::Died,
+        }
+    }
+}
+
 fn wait_for_verdict(child: &mut Child, read: OwnedFd) -> End {
     let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let signalfd =
-        SignalFd::with_flags(&forwarded(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK);
-    let mut sent: Option<Signal> = None;
-    let without_verdict = |sent: Option<Signal>, status: Option<ExitStatus>| match (sent, status) {
-        (_, Some(status)) if status.code().is_some() => End::Exited(status),
-        (Some(signal), _) => End::Signalled(signal),
-        (None, Some(status)) => End::Exited(status),
-        (None, None) => End::Died,
-    };
+    let mut signals = Forwarder::new(pid);
     let mut read = std::fs::File::from(read);
     let timeout = PollTimeout::try_from(LOOK_EVERY).unwrap_or(PollTimeout::NONE);
     loop {
         let mut fds = vec![PollFd::new(read.as_fd(), PollFlags::POLLIN)];
-        if let Ok(signalfd) = &signalfd {
+        if let Some(signalfd) = &signals.signalfd {
             fds.push(PollFd::new(signalfd.as_fd(), PollFlags::POLLIN));
         }
         let ready = poll(&mut fds, timeout);
         let pipe_ready = fds[0].any().unwrap_or(false);
-        let signal_ready = fds.get(1).copied().and_then(PollFd::any).unwrap_or(false);
         drop(fds);
         if let Err(e) = ready
             && e != nix::errno::Errno::EINTR
         {
             // Cannot watch: wait for the exit itself.
-            return without_verdict(sent, child.wait().ok());
+            return signals.without_verdict(child.wait().ok());
         }
-        if signal_ready && let Ok(signalfd) = &signalfd {
-            while let Ok(Some(info)) = signalfd.read_signal() {
-                if let Ok(signal) = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)) {
-                    let _ = kill(pid, signal);
-                    sent = Some(signal);
-                }
-            }
-        }
+        signals.pass_on();
         if pipe_ready {
             let mut byte = [0u8; 1];
             return match read.read(&mut byte) {
                 Ok(1) => End::Verdict(byte[0]),
                 // EOF: the worker's fds are closed, so it has exited; reaped at once.
-                _ => without_verdict(sent, child.wait().ok()),
+                _ => signals.without_verdict(child.wait().ok()),
             };
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return without_verdict(sent, Some(status));
+            return signals.without_verdict(Some(status));
         }
         if main_thread_exited(pid) {
             // Its verdict may have come just before.
@@ -301,7 +335,7 @@ fn wait_for_verdict(child: &mut Child, read: OwnedFd) -> End {
             if ready && matches!(read.read(&mut byte), Ok(1)) {
                 return End::Verdict(byte[0]);
             }
-            return without_verdict(sent, None);
+            return signals.without_verdict(None);
         }
     }
 }
