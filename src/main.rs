@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use clap::Parser;
 use prfence::cli::{self, Cli, Cmd};
 use prfence::fence_agent::{self, Environment, FencePrRequest, run};
+use prfence::worker::{Role, Stdin};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -43,16 +44,20 @@ fn init_tracing(verbosity: u8) {
 }
 
 fn main() -> ExitCode {
+    // First: a worker sets its parent-death signal before anything else runs.
+    let role = Role::detect();
     let argv0 = std::env::args_os().next().unwrap_or_default();
     if Path::new(&argv0).file_name() == Some(AGENT_NAME.as_ref()) {
-        return fence_pr_main();
+        return fence_pr_main(role);
     }
     let cli = Cli::parse();
-    // The agent sets up its own logging from its configuration file.
-    if !matches!(cli.command, Cmd::Agent(_)) {
-        init_tracing(cli.verbose);
-    }
-    ExitCode::from(cli::execute(&cli).code())
+    ExitCode::from(role.run(cli.command.touches_devices(), Stdin::Inherit, || {
+        // The agent sets up its own logging from its configuration file.
+        if !matches!(cli.command, Cmd::Agent(_)) {
+            init_tracing(cli.verbose);
+        }
+        cli::execute(&cli).code()
+    }))
 }
 
 /// Logging as fence-agents does it: stderr unless `quiet` (debug with `verbose`, trace with
@@ -107,7 +112,7 @@ fn init_fence_pr_logging(request: &FencePrRequest) -> Result<(), String> {
         .map_err(|e| format!("Failed: cannot set up logging: {e}"))
 }
 
-fn fence_pr_main() -> ExitCode {
+fn fence_pr_main(role: Role) -> ExitCode {
     // Arguments and stdin are checked as they are read: not UTF-8, an overlong line or too much
     // input is an error (exit 1), never a panic or an unbounded allocation.
     let input = fence_agent::args_from_os(std::env::args_os().skip(1)).and_then(|args| {
@@ -145,11 +150,19 @@ fn fence_pr_main() -> ExitCode {
         println!("{AGENT_NAME} {}", env!("CARGO_PKG_VERSION"));
         return fence_agent::FencePrExit::Success.into();
     }
-    if let Err(e) = init_fence_pr_logging(&request) {
-        eprintln!("{e}");
-        return fence_agent::FencePrExit::Error.into();
-    }
-    let node = run::FenceNode::from_environment();
-    let mut stdout = std::io::stdout().lock();
-    run::execute(&request, &node, AGENT_NAME, &mut stdout).into()
+    // The worker reads the options the supervisor read, from its stdin.
+    let code = role.run(
+        request.action.touches_devices(),
+        Stdin::Bytes(stdin.as_bytes()),
+        || {
+            if let Err(e) = init_fence_pr_logging(&request) {
+                eprintln!("{e}");
+                return fence_agent::FencePrExit::Error.code();
+            }
+            let node = run::FenceNode::from_environment();
+            let mut stdout = std::io::stdout().lock();
+            run::execute(&request, &node, AGENT_NAME, &mut stdout).code()
+        },
+    );
+    ExitCode::from(code)
 }

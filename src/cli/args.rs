@@ -320,6 +320,16 @@ pub struct AgentArgs {
 }
 
 impl Cmd {
+    /// Whether the command sends commands to devices, which can get stuck in the kernel: then it
+    /// runs in a worker process ([`crate::worker`]). All but the agent, which does only with
+    /// `--once` (the running agent is a service; `--check-config` opens none).
+    pub fn touches_devices(&self) -> bool {
+        match self {
+            Cmd::Agent(agent) => agent.once,
+            _ => true,
+        }
+    }
+
     /// The devices a command names.
     pub fn devices(&self) -> &[PathBuf] {
         match self {

@@ -88,6 +88,17 @@ impl Action {
         })
     }
 
+    /// Whether the action sends commands to devices, which can get stuck in the kernel: then
+    /// fence_pr runs it in a worker process ([`crate::worker`]).
+    pub fn touches_devices(self) -> bool {
+        match self {
+            Action::On | Action::Off | Action::Status | Action::Monitor | Action::ListStatus => {
+                true
+            }
+            Action::List | Action::Metadata | Action::Manpage | Action::ValidateAll => false,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Action::On => "on",

@@ -80,6 +80,13 @@ pub(super) struct Ended {
     /// verdict and still not exit: a thread in an uninterruptible SG_IO holds the exit until the
     /// kernel gives the command up.
     pub(super) printed: Option<Duration>,
+    /// Its process group (its own pid).
+    pub(super) pgid: Pid,
+    /// What was left of its process group when it exited ([`group_left`]): a worker held in
+    /// the kernel. And when that was gone, from its start, if before the last command watched
+    /// with it ended.
+    pub(super) left_behind: Vec<Leftover>,
+    pub(super) left_gone: Option<Duration>,
     pub(super) stdout: String,
     pub(super) stderr: String,
 }
@@ -123,6 +130,22 @@ impl Ended {
             self.stdout.trim(),
             tail(&self.stderr)
         )
+    }
+
+    /// Requires exit status `code` and the process's exit (not only its verdict) within
+    /// `budget` (plus [`SLACK`]): Pacemaker and a shell wait for the exit, and read the output
+    /// to EOF, so a report printed on time by a process that lingers is late all the same.
+    pub(super) fn expect_exit(&self, code: i32, budget: Duration) -> anyhow::Result<()> {
+        ensure!(
+            self.code.is_some() && self.elapsed <= budget + SLACK,
+            "{}: the process exited late (budget {} + {} slack)\nstdout: {}\nstderr: {}",
+            self.describe(),
+            crate::secs(budget),
+            crate::secs(SLACK),
+            self.stdout.trim(),
+            tail(&self.stderr)
+        );
+        self.expect(code, budget)
     }
 
     /// Requires exit status `code` and the verdict within `budget` (plus [`SLACK`]).
@@ -209,27 +232,85 @@ impl Started {
     }
 }
 
+/// A process left behind: its pid and the states of its threads (`ZD`: exited but for one
+/// thread in uninterruptible sleep).
+pub(super) type Leftover = (i32, String);
+
+/// The live processes of process group `pgid` (each [`Started`] command leads its own), with
+/// the states of their threads: what a command left behind once its own process exited (a
+/// worker held in the kernel by an uninterruptible SG_IO). A process whose threads are all
+/// zombies is gone but for its reaping, so it is not counted.
+fn group_left(pgid: Pid) -> Vec<Leftover> {
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp …": read after the last ')'
+        let after: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, a)| a)
+            .split_whitespace()
+            .take(3)
+            .collect();
+        if after.get(2) != Some(&pgid.as_raw().to_string().as_str()) {
+            continue;
+        }
+        let states: String = std::fs::read_dir(entry.path().join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+            .filter_map(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, a)| a.split_whitespace().next().map(str::to_owned))
+            })
+            .collect();
+        if states.chars().any(|c| c != 'Z') {
+            left.push((pid, states));
+        }
+    }
+    left
+}
+
 /// [`Started::finish`] for commands running at once, watched together so that each one's time
 /// to verdict is seen when it happens.
 pub(super) fn finish_all(mut started: Vec<Started>, cap: Duration) -> anyhow::Result<Vec<Ended>> {
     let mut ended: Vec<Option<(Option<i32>, Duration)>> = started.iter().map(|_| None).collect();
+    // what each left in its process group when it exited, and when that was gone (as long as
+    // the others run)
+    let mut left: Vec<(Vec<Leftover>, Option<Duration>)> =
+        started.iter().map(|_| (Vec::new(), None)).collect();
     while ended.iter().any(Option::is_none) {
-        for (one, end) in started.iter_mut().zip(ended.iter_mut()) {
+        for ((one, end), (left, gone)) in started.iter_mut().zip(ended.iter_mut()).zip(&mut left) {
             if end.is_none()
                 && let Some(code) = one.poll(cap)?
             {
                 *end = Some((code, one.start.elapsed()));
+                *left = group_left(one.pgid());
+            } else if end.is_some()
+                && !left.is_empty()
+                && gone.is_none()
+                && group_left(one.pgid()).is_empty()
+            {
+                *gone = Some(one.start.elapsed());
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut all = Vec::new();
-    for (one, end) in started.into_iter().zip(ended) {
+    for ((one, end), (left_behind, left_gone)) in started.into_iter().zip(ended).zip(left) {
         let (code, elapsed) = end.context("unfinished")?;
         let finished = Ended {
             name: one.name.clone(),
             code,
             elapsed,
+            pgid: one.pgid(),
+            left_behind,
+            left_gone,
             printed: one.printed,
             stdout: std::fs::read_to_string(&one.stdout).unwrap_or_default(),
             stderr: std::fs::read_to_string(&one.stderr).unwrap_or_default(),
@@ -588,9 +669,60 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let starved_before_hang = Softdog::expiries()?;
     println!("node B's path hung (packets dropped)");
     let timeout = COMMAND_TIMEOUT_S.to_string();
+    // fence_pr on the hung node: `status` of its own key, and `off` of A (B fencing its peer
+    // back, as a partitioned node does; its PREEMPT never reaches the target: the READ KEYS
+    // before it hangs)
+    let stem = format!("{WORK}/fence_pr-b-hung");
+    std::fs::write(format!("{stem}.key"), format!("{:x}\n", Node::B.key()))?;
+    let pr_status = Started::spawn(
+        "fence_pr-status-b",
+        &mut fence_pr_at(
+            &stem,
+            &format!(
+                "action=status\npower_timeout={POWER_TIMEOUT_S}\nkey={:x}\n",
+                Node::B.key()
+            ),
+            &b_devices,
+        )?,
+    )?;
+    let pr_off = Started::spawn(
+        "fence_pr-off-by-b",
+        &mut fence_pr_at(
+            &stem,
+            &format!(
+                "action=off\npower_timeout={POWER_TIMEOUT_S}\nkey={:x}\n",
+                Node::A.key()
+            ),
+            &b_devices,
+        )?,
+    )?;
+    // Eight commands, each two processes (supervisor and worker) of a debug build under TCG:
+    // started at once, their starts alone bring B's keys to its budget's edge. The two above
+    // (20 s budgets) get a second's head start; the rest still give their verdicts before the
+    // kernel lets go of a hung SG_IO (~10 s here), so their workers are left in the kernel
+    // (checked below).
+    std::thread::sleep(Duration::from_secs(1));
     let keys = Started::spawn(
         "keys-b",
         &mut prfence_cmd(&["keys", "--timeout", &timeout], &b_devices[..1]),
+    )?;
+    // status: its --deadline one command's timeout, its budget one more for the opens and the
+    // discovery before the deadline starts
+    let status_deadline = COMMAND_TIMEOUT_S.to_string();
+    let status = Started::spawn(
+        "status-b",
+        &mut prfence_cmd(
+            &[
+                "status",
+                "--key",
+                &format!("{:x}", Node::B.key()),
+                "--timeout",
+                &timeout,
+                "--deadline",
+                &status_deadline,
+            ],
+            &b_devices,
+        ),
     )?;
     let monitor = Started::spawn(
         "monitor-b",
@@ -605,7 +737,6 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         )?,
     )?;
     let fence = Started::spawn("fence-by-a", &mut fence_cmd(&t, Node::A))?;
-
     // a single command's deadline is twice its --timeout (src/cli/args.rs): the open, then the
     // command, may each block that long
     let keys_budget = Duration::from_secs(2 * COMMAND_TIMEOUT_S);
@@ -614,10 +745,26 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let watch_budget =
         Duration::from_millis(AGENT_CHECK_MS + AGENT_COMMAND_TIMEOUT_MS + AGENT_GRACE_MS);
     let cap = MONITOR_BUDGET + SLACK + Duration::from_secs(2);
-    let [fence, keys, once, monitor, watch]: [Ended; 5] =
-        finish_all(vec![fence, keys, once, monitor, watch], cap)?
-            .try_into()
-            .map_err(|_| anyhow::anyhow!("five results expected"))?;
+    let [fence, keys, once, monitor, watch, status, pr_status, pr_off]: [Ended; 8] = finish_all(
+        vec![fence, keys, once, monitor, watch, status, pr_status, pr_off],
+        cap,
+    )?
+    .try_into()
+    .map_err(|_| anyhow::anyhow!("eight results expected"))?;
+    // what B's one-shot commands left behind when they exited: a worker held in the kernel
+    let one_shots = [&keys, &status, &monitor, &pr_status, &pr_off, &once];
+    for one in one_shots.iter().filter(|e| !e.left_behind.is_empty()) {
+        println!(
+            "  {} exited after {}, leaving (pid, thread states) {:?} in the kernel: gone {}",
+            one.name,
+            crate::secs(one.elapsed),
+            one.left_behind,
+            one.left_gone.map_or("later".to_owned(), |at| format!(
+                "after {}",
+                crate::secs(at)
+            ))
+        );
+    }
     // when the running agent self-fenced, counted from the hang (the hook writes the time, then
     // how many of the agent's threads were in uninterruptible sleep)
     let hook_text = std::fs::read_to_string(&hook).unwrap_or_default();
@@ -650,6 +797,23 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         "path released; B's first write {refused:?} after {}",
         crate::secs(released.elapsed())
     );
+    // The workers left in the kernel end once the kernel gives their SG_IO up (iSCSI's
+    // replacement_timeout) or the path is back; none may outlive this test.
+    for one in one_shots.iter().filter(|e| e.left_gone.is_none()) {
+        let pgid = one.pgid;
+        if let Err(e) = wait_until(
+            Duration::from_secs(30),
+            &format!("{}'s worker gone", one.name),
+            || Ok(group_left(pgid).is_empty()),
+        ) {
+            let left = group_left(pgid);
+            let _ = killpg(pgid, Signal::SIGKILL);
+            anyhow::bail!(
+                "{e:#}: {left:?} still there {} after the path came back",
+                crate::secs(released.elapsed())
+            );
+        }
+    }
     ensure!(
         refused == WriteOutcome::Refused,
         "B's write after the fence: {refused:?}"
@@ -658,13 +822,17 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
 
     println!(
         "hung path, time to verdict (exit): A's fence {} ({}) | B: prfence keys {} ({}) | \
-         fence_pr monitor ({}) | agent --once {} ({}) | running agent: exit {:?}, self-fence \
-         hook {} after the hang",
+         prfence status {} ({}) | fence_pr monitor ({}) status ({}) off ({}) | agent --once {} \
+         ({}) | running agent: exit {:?}, self-fence hook {} after the hang",
         crate::secs(fence.verdict_after()),
         crate::secs(fence.elapsed),
         crate::secs(keys.verdict_after()),
         crate::secs(keys.elapsed),
+        crate::secs(status.verdict_after()),
+        crate::secs(status.elapsed),
         crate::secs(monitor.elapsed),
+        crate::secs(pr_status.elapsed),
+        crate::secs(pr_off.elapsed),
         crate::secs(once.verdict_after()),
         crate::secs(once.elapsed),
         watch.code,
@@ -692,6 +860,15 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     // Each entry point's verdict within its budget.
     fence.expect(0, fence_budget())?;
     let mut failures = Vec::new();
+    // The test shows what it is for only if some entry point exited with its worker still held
+    // in the kernel.
+    if one_shots.iter().all(|e| e.left_behind.is_empty()) {
+        failures.push(
+            "no entry point exited while its worker was held in the kernel: the hang did not \
+             outlast the verdicts, the test showed nothing"
+                .to_owned(),
+        );
+    }
     if !starved_before_hang.is_empty() {
         failures.push(format!(
             "softdog expired while B's agent was healthy, before the hang: {starved_before_hang:?}"
@@ -707,13 +884,29 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             self_fence - hung_uptime
         ));
     }
-    if let Err(e) = keys.expect(1, keys_budget) {
+    // B's one-shot entry points: each process exits within its budget (their callers wait for
+    // the exit), whatever is still stuck in the kernel.
+    if let Err(e) = keys.expect_exit(1, keys_budget) {
         failures.push(format!("prfence keys: {e:#}"));
     }
-    if let Err(e) = monitor.expect(1, MONITOR_BUDGET) {
+    if let Err(e) = status.expect_exit(1, keys_budget) {
+        failures.push(format!("prfence status: {e:#}"));
+    }
+    if let Err(e) = monitor.expect_exit(1, MONITOR_BUDGET) {
         failures.push(format!("fence_pr monitor: {e:#}"));
     }
-    if let Err(e) = once.expect(3, once_budget) {
+    if let Err(e) = pr_status.expect_exit(1, MONITOR_BUDGET) {
+        failures.push(format!("fence_pr status: {e:#}"));
+    }
+    if let Err(e) = pr_off.expect_exit(1, MONITOR_BUDGET) {
+        failures.push(format!("fence_pr off: {e:#}"));
+    } else if !pr_off.stderr.contains("not fenced") {
+        failures.push(format!(
+            "fence_pr off does not say A is not fenced: {}",
+            pr_off.describe_with_output()
+        ));
+    }
+    if let Err(e) = once.expect_exit(3, once_budget) {
         failures.push(format!("agent --once: {e:#}"));
     } else if !once.stdout.contains("\"verdict\": \"unreadable") {
         failures.push(format!(
