@@ -31,12 +31,12 @@ mod status;
 use std::io;
 use std::path::PathBuf;
 
+pub use dev_node::NodeKind;
 pub use device::{
     BlockDevice, NvmeCommand, NvmeCompletion, NvmeDataTransfer, PR_KEYS_MAX, PrKeys, PrReservation,
     PrResult,
 };
 pub use ioctl::PrType;
-pub use node::NodeKind;
 pub use status::{NvmeStatus, PrStatus};
 
 /// Why a request did not reach the device, or the kernel refused it. A request the device

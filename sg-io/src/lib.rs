@@ -29,8 +29,8 @@ mod status;
 use std::io;
 use std::path::PathBuf;
 
+pub use dev_node::NodeKind;
 pub use device::{Completion, DataTransfer, Device, MAX_CDB_LEN, OpenMode};
-pub use node::NodeKind;
 pub use sense::{AdditionalSense, FieldPointer, Sense, SenseFormat, SenseKey, SenseKeySpecific};
 pub use status::{DriverStatus, HostStatus, ScsiStatus};
 
