@@ -129,3 +129,24 @@ fn signals_at_the_agent_s_start_are_handled_not_fatal() {
         }
     }
 }
+
+/// Issue 44: the packaged agent.toml passes the unit's `ExecStartPre=` (`--check-config`) on a
+/// node whose watchdog driver is not loaded: the agent starts, its watchdog shown degraded and
+/// tried again once armed, instead of the unit failing with the file it ships.
+#[test]
+fn the_packaged_config_passes_check_config_without_a_watchdog_device() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/prfence-agent.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_prfence"))
+        .args(["agent", "--config", config, "--check-config"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    if !std::path::Path::new("/dev/watchdog0").exists() {
+        assert!(
+            stdout.contains("watchdog.device /dev/watchdog0 is not there (yet)"),
+            "{stdout}"
+        );
+    }
+}

@@ -96,6 +96,10 @@ pub struct AgentParts {
     /// The watchdog as checked at start ([`super::watchdog::pin`]); `None` opens
     /// `watchdog.device` as configured (unit tests' stand-in files).
     pub watchdog_pin: Option<Pinned>,
+    /// Where a watchdog not pinned at start (its driver not loaded yet) is judged once it
+    /// appears, before it is opened: `/dev` on a node; `None` opens `watchdog.device` unjudged
+    /// (unit tests' stand-in files).
+    pub watchdog_dev: Option<PathBuf>,
 }
 
 /// A running agent: settings, devices and everything the loops share.
@@ -111,6 +115,7 @@ pub struct Agent {
     pub(super) sys_root: PathBuf,
     watchdog: Option<Watchdog>,
     watchdog_pin: Option<Pinned>,
+    watchdog_dev: Option<PathBuf>,
     log: Option<LogHandle>,
     pub(super) control: mpsc::UnboundedReceiver<Control>,
     /// Latched once the self-fence actions ran.
@@ -217,6 +222,7 @@ impl Agent {
             sys_root: options.sys_root,
             watchdog: None,
             watchdog_pin: options.watchdog_pin,
+            watchdog_dev: options.watchdog_dev,
             log: options.log,
             control,
             fenced: false,
@@ -243,6 +249,17 @@ impl Agent {
     /// shown as a degraded watchdog (status, metrics) and returned.
     pub(super) fn open_watchdog(&mut self) -> Result<(), String> {
         if let (Some(settings), None) = (&self.settings.watchdog, &self.watchdog) {
+            // Not there at start: judged now, as the start would have, before it is opened.
+            if let (None, Some(dev)) = (&self.watchdog_pin, &self.watchdog_dev) {
+                match super::watchdog::pin(&settings.device, dev, &self.sys_root) {
+                    Ok(pin) => self.watchdog_pin = Some(pin),
+                    Err(e) => {
+                        let e = e.to_string();
+                        self.set_watchdog(WatchdogState::Degraded, Some(e.clone()));
+                        return Err(e);
+                    }
+                }
+            }
             let (device, expect) = match &self.watchdog_pin {
                 Some(pin) => (pin.path.as_path(), Some(pin.id)),
                 None => (settings.device.as_path(), None),

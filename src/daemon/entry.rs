@@ -147,8 +147,9 @@ pub fn agent_main(
         return EXIT_CONFIG;
     }
     // What the configuration names on this host, checked the same way for --check-config and
-    // for a start: a watchdog that is missing (1) or is no watchdog (2), or a self-fence program
-    // that cannot run (2), stops both. --once opens no watchdog and runs no self-fence, so it
+    // for a start: a watchdog that is no watchdog (2), missing in lease mode (1), or a
+    // self-fence program that cannot run (2), stops both (watch mode starts without a missing
+    // watchdog, degraded, and judges it once it appears). --once opens no watchdog and runs no self-fence, so it
     // still looks at the LUs.
     let watchdog_pin = if once {
         None
@@ -274,7 +275,8 @@ pub async fn once(mut agent: Agent, key: Option<Key>) -> u8 {
 /// the watchdog must resolve to a watchdog device under `dev` ([`check_device`]), and
 /// `self_fence.command` must name a program we can execute ([`check_self_fence_program`]).
 /// Prints the problem and returns the exit status: [`EXIT_FAILURE`] when the watchdog cannot be
-/// resolved (the driver may not be loaded yet), [`EXIT_CONFIG`] for the rest.
+/// resolved (the driver may not be loaded yet; watch mode only notes a missing one and starts),
+/// [`EXIT_CONFIG`] for the rest.
 ///
 /// Returns the watchdog as checked ([`Pinned`]), which is the one the agent will open.
 ///
@@ -300,6 +302,23 @@ pub fn check_host(
     };
     match super::watchdog::pin(&watchdog.device, dev, sys) {
         Ok(pin) => Ok(Some(pin)),
+        // Watch mode opens the watchdog only once armed, and a configured watchdog it cannot
+        // open is a degraded state retried at every check: a driver not loaded (yet) must not
+        // keep the agent, and so the node's watching, from starting. It is judged (pinned) when
+        // it appears, before it is opened. Lease mode needs it from the start.
+        Err(super::watchdog::WatchdogError::Resolve { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound
+                && matches!(settings.mode, ModeSettings::Watch(_)) =>
+        {
+            println!(
+                "{}: note: watchdog.device {} is not there (yet); the agent starts, shows its \
+                 watchdog degraded and tries again at every check once armed; load its driver \
+                 (e.g. modprobe softdog) or remove [watchdog]",
+                config.display(),
+                watchdog.device.display()
+            );
+            Ok(None)
+        }
         Err(e) => {
             eprintln!("prfence agent: {}: {e}", config.display());
             Err(match e {
@@ -456,6 +475,7 @@ async fn serve(
         sys_root: PathBuf::from("/sys"),
         log,
         watchdog_pin,
+        watchdog_dev: Some(PathBuf::from("/dev")),
     };
     let metrics_listen = settings.metrics_listen;
     for warning in settings.warnings() {

@@ -700,6 +700,7 @@ async fn once_reports_an_orphan_and_heals_nothing() {
                 sys_root: PathBuf::from("/nonexistent"),
                 log: None,
                 watchdog_pin: None,
+                watchdog_dev: None,
             },
             receiver,
         )
@@ -761,6 +762,7 @@ fn start_agent(
             sys_root: sys,
             log: None,
             watchdog_pin: None,
+            watchdog_dev: None,
         },
         receiver,
     )
@@ -928,9 +930,15 @@ fn check_config_refuses_what_start_refuses() {
         assert_eq!(check(&bad), EXIT_CONFIG, "{bad}");
     }
     if !Path::new("/dev/watchdog42").exists() {
-        let missing =
-            format!("{watch}[watchdog]\ndevice = \"/dev/watchdog42\"\ntimeout = \"10s\"\n");
-        assert_eq!(check(&missing), EXIT_FAILURE);
+        // Issue 44: watch mode starts without it (degraded, judged and opened once it appears:
+        // the packaged agent.toml names /dev/watchdog0, absent where no driver is loaded);
+        // lease mode, which needs it from the start, does not.
+        let missing = "[watchdog]\ndevice = \"/dev/watchdog42\"\ntimeout = \"10s\"\n";
+        assert_eq!(check(&format!("{watch}{missing}")), 0);
+        let lease = "mode = \"lease\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
+             [[device]]\npath = \"/dev/sdb\"\n[lease]\nnode_id = 1\nrenew = \"3s\"\n\
+             lease = \"30s\"\nmargin = \"3s\"\nstate_file = \"/nonexistent/epoch\"\n";
+        assert_eq!(check(&format!("{lease}{missing}")), EXIT_FAILURE);
     }
 
     // The file system half, over a fake /dev and /sys: a regular file and a symlink to a disk are
@@ -1208,6 +1216,7 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
                 sys_root: dir.path().join("sys"),
                 log: None,
                 watchdog_pin: None,
+                watchdog_dev: None,
             },
             receiver,
         )
@@ -1226,6 +1235,80 @@ async fn once_reports_a_missing_watchdog_without_opening_one() {
     assert_eq!(status.state, State::Degraded);
     assert_eq!(status.watchdog.state, WatchdogState::Degraded);
     assert!(status.watchdog.error.unwrap().contains("watchdog7"));
+}
+
+/// Issue 44: a watchdog missing at start is judged when it appears, before it is opened: what
+/// turns up under its name and is no watchdog is never opened (opening a device can act).
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_missing_at_start_is_judged_before_it_is_opened() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let (dev, sys) = (dir.path().join("dev"), dir.path().join("sys"));
+    std::fs::create_dir_all(&dev).unwrap();
+    let device = dev.join("watchdog0");
+    let t = two_lus();
+    let mut settings = watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], "");
+    settings.watchdog = Some(super::config::WatchdogSettings {
+        device: device.clone(),
+        timeout: Duration::from_secs(5),
+        magic_close: true,
+    });
+    settings.self_fence.stop_watchdog = true;
+    let (control, receiver) = mpsc::unbounded_channel();
+    let agent = Agent::new(
+        settings,
+        AgentParts {
+            host: Arc::clone(&t.storage) as Arc<dyn Host>,
+            notifier: Notifier::disabled(),
+            status_file: None,
+            sys_root: sys.clone(),
+            log: None,
+            watchdog_pin: None,
+            watchdog_dev: Some(dev.clone()),
+        },
+        receiver,
+    )
+    .unwrap();
+    let status = agent.status();
+    let task = tokio::spawn(super::entry::run(agent, Some(KA)));
+    let degraded_with = |what: &'static str| {
+        let status = Arc::clone(&status);
+        move |s: &Status| {
+            s.watchdog.state == WatchdogState::Degraded
+                && s.watchdog
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.contains(what))
+        }
+    };
+    assert!(
+        wait_for(
+            &status,
+            Duration::from_secs(10),
+            degraded_with("cannot resolve")
+        )
+        .await,
+        "{:?}",
+        lock(&status).watchdog
+    );
+    // Something that is no watchdog appears under its name: judged, refused, never opened.
+    std::fs::write(&device, "").unwrap();
+    std::fs::create_dir_all(sys.join("class/watchdog/watchdog0")).unwrap();
+    assert!(
+        wait_for(
+            &status,
+            Duration::from_secs(10),
+            degraded_with("resolves to")
+        )
+        .await,
+        "{:?}",
+        lock(&status).watchdog
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(std::fs::read(&device).unwrap(), b"", "never opened nor fed");
+    assert_eq!(lock(&status).state, State::Degraded);
+    control.send(Control::Stop).unwrap();
+    assert_eq!(task.await.unwrap(), RunEnd::Stopped);
 }
 
 /// A failing hook and a failing reboot: each step's result is shown (status file, metrics),
@@ -1438,6 +1521,7 @@ async fn both_watchdogs_are_fed_while_the_hook_runs() {
             sys_root: dir.path().join("sys"),
             log: None,
             watchdog_pin: None,
+            watchdog_dev: None,
         },
         receiver,
     )
@@ -1573,6 +1657,7 @@ fn agent_over_hung_paths(
             sys_root: PathBuf::from("/nonexistent"),
             log: None,
             watchdog_pin: None,
+            watchdog_dev: None,
         },
         receiver,
     )
@@ -1809,6 +1894,7 @@ fn start_deriving(
             sys_root: dir.join("sys"),
             log: None,
             watchdog_pin: None,
+            watchdog_dev: None,
         },
         receiver,
     )
