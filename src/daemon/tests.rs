@@ -1272,7 +1272,6 @@ async fn a_watchdog_missing_at_start_is_judged_before_it_is_opened() {
     let status = agent.status();
     let task = tokio::spawn(super::entry::run(agent, Some(KA)));
     let degraded_with = |what: &'static str| {
-        let status = Arc::clone(&status);
         move |s: &Status| {
             s.watchdog.state == WatchdogState::Degraded
                 && s.watchdog
