@@ -32,7 +32,7 @@ const WRITER_ENV: &str = "LAB_AGENT_WRITER";
 const WRITE_PERIOD: Duration = Duration::from_millis(50);
 /// Renew-racing-takeover rounds in CI: each a single-owner proof on the target (the long tier runs
 /// [`LONG_RENEW_RACE_ROUNDS`]).
-const RENEW_RACE_ROUNDS: u32 = 10;
+const RENEW_RACE_ROUNDS: u32 = 5;
 /// The rounds issue #23 asked for, under a CPU load, in the long tier.
 const LONG_RENEW_RACE_ROUNDS: u32 = 200;
 /// What a lease holder logs when it stops at its own deadline (src/daemon/lease.rs).

@@ -27,7 +27,7 @@ use serde_json::Value;
 const NAMESPACES: usize = 4;
 /// Mutual-fence rounds in CI; the long tier runs [`LONG_RACE_ROUNDS`] (`LAB_RACE_ROUNDS`
 /// overrides either).
-const RACE_ROUNDS: usize = 10;
+const RACE_ROUNDS: usize = 5;
 const LONG_RACE_ROUNDS: usize = 20;
 /// NVMe's reservation type codes as the target reports them.
 const NVME_WRITE_EXCLUSIVE_REG_ONLY: u8 = 3;
