@@ -1,10 +1,11 @@
 //! Command blocks of the docs that tests run as written: README.md's quick start and
-//! docs/pacemaker.md's fence_scsi → fence_pr migration. A block is a ```sh block right after a
+//! docs/pacemaker.md's fence_scsi → fence_pr migration, docs/agent.md's stop hook. A block is a ```sh block right after a
 //! marker `<!-- NAME: every node -->` or `<!-- NAME: one node -->`; the first ```sh block after
 //! the section's heading holds the site-specific values an admin sets first.
 
 pub const README: &str = include_str!("../../README.md");
 pub const PACEMAKER: &str = include_str!("../../docs/pacemaker.md");
+pub const AGENT: &str = include_str!("../../docs/agent.md");
 
 /// Where a block runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::plan::{GuestKernel, Picked, Suite};
+use super::plan::{GuestInit, GuestKernel, Picked, Suite};
 use super::secs;
 
 /// Where the lab's sources live (build.sh, init).
@@ -21,7 +21,7 @@ const BOOT_BUDGET: Duration = Duration::from_secs(5 * 60);
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(60);
 
 /// Runs `picked` (in order). The suites of one guest setup (a kernel, with or without the package
-/// installed) share one guest, booted once; the package is built once, at the lowest CPU
+/// installed, an init) share one guest, booted once; the package is built once, at the lowest CPU
 /// priority beside the guests that do not need it. A guest that stops before its last suite (a
 /// kernel lock-up, a suite over its budget) fails the suite it was running, and a new guest runs
 /// the suites it had not started. Prints each suite's result and a summary; fails unless every
@@ -70,7 +70,7 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
                 _ => Ok(None),
             };
             let progress = deb
-                .and_then(|deb| guest.boot(&waiting, deb.as_deref(), &mut results))
+                .and_then(|deb| guest.boot(&waiting, deb.as_deref(), setup.2, &mut results))
                 .unwrap_or_else(|e| {
                     println!("lab: FAILED: {e:#}");
                     false
@@ -171,11 +171,11 @@ fn kernel_of(suite: &Suite) -> GuestKernel {
     chosen.map_or(suite.kernel, GuestKernel::Suite)
 }
 
-/// A guest setup: the kernel it boots, and whether it installs the package.
-type Setup = (GuestKernel, bool);
+/// A guest setup: the kernel it boots, whether it installs the package, and its PID 1.
+type Setup = (GuestKernel, bool, GuestInit);
 
 fn setup_of(suite: &Suite) -> Setup {
-    (kernel_of(suite), suite.package)
+    (kernel_of(suite), suite.package, suite.init)
 }
 
 /// The guest setups `picked` needs, in the order of their first suite.
@@ -257,13 +257,14 @@ impl Guest {
     }
 
     /// Boots a guest that runs `picked` (the suites of one setup not yet run), with `package`
-    /// for it to install, and records what the guest reported in `results`. True when the guest
+    /// for it to install and `init` as its PID 1, and records what the guest reported in `results`. True when the guest
     /// started a suite (a guest that stops early is then worth booting again for the suites it
     /// did not start).
     fn boot(
         &mut self,
         picked: &[Picked],
         package: Option<&Path>,
+        init: GuestInit,
         results: &mut [SuiteResult],
     ) -> anyhow::Result<bool> {
         self.build()?;
@@ -274,10 +275,15 @@ impl Guest {
         let script_arg = script_arg.ok_or_else(|| {
             anyhow::anyhow!("the lab needs a path without spaces: {}", script.display())
         })?;
-        let label = match package {
-            Some(_) => format!("{} +deb", self.label()),
-            None => self.label(),
-        };
+        let mut label = self.label();
+        if package.is_some() {
+            label.push_str(" +deb");
+        }
+        let mut init_arg = "";
+        if init == GuestInit::Systemd {
+            label.push_str(" +systemd");
+            init_arg = " lab.init=systemd";
+        }
         for p in picked {
             suite_result_mut(results, p.suite).guest = label.clone();
         }
@@ -310,7 +316,9 @@ impl Guest {
             .arg("-initrd")
             .arg(self.dir.join("initrd.gz"))
             .arg("-append")
-            .arg(format!("console=ttyS0 {KERNEL_ARGS} lab.cmd={script_arg}"))
+            .arg(format!(
+                "console=ttyS0 {KERNEL_ARGS}{init_arg} lab.cmd={script_arg}"
+            ))
             .args([
                 "-virtfs",
                 "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",

@@ -32,6 +32,18 @@ pub enum GuestKernel {
     Suite(&'static str),
 }
 
+/// What runs as the guest's PID 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestInit {
+    /// The lab's own init (tests/lab/init): a shell in the host's root, no service manager. The
+    /// suites start what they need themselves, each test from a clean guest.
+    Lab,
+    /// systemd, booting the host's root as a node boots (tests/lab/init, `lab.init=systemd`):
+    /// journald, udevd, dbus and iscsid as units, and the package's unit under systemd with its
+    /// whole sandbox.
+    Systemd,
+}
+
 /// A lab suite: tests that prove one part of prfence on a target, run one after the other in a
 /// guest shared with every other suite that boots the same kernel.
 pub struct Suite {
@@ -42,6 +54,8 @@ pub struct Suite {
     /// the suite tests prfence as an admin installs it (`/usr/sbin/prfence`, the `fence_pr` link
     /// where pacemaker-fenced looks for agents, the man pages).
     pub package: bool,
+    /// What the suite's guest runs as PID 1.
+    pub init: GuestInit,
     /// How long the suite may run in its guest (about three times its usual time under
     /// emulation); past it the guest is stopped and the suite fails. `LAB_TIMEOUT` (seconds)
     /// overrides it.

@@ -189,10 +189,17 @@ fn things() -> BTreeSet<String> {
     all
 }
 
+/// What a booted guest's systemd, journald and udevd keep under /run for themselves (a unit's
+/// invocation link, the volatile journal, udev's device database): theirs, not a test's state.
+const SERVICE_MANAGER_RUN: [&str; 3] = ["/run/systemd", "/run/log", "/run/udev"];
+
 /// Every file (not directory) under `dir`, `depth` levels deep (symlinks not followed; the lock
-/// files tools keep, `*.lock` and /run/lock, left out).
+/// files tools keep, `*.lock` and /run/lock, left out, and [`SERVICE_MANAGER_RUN`]).
 fn files(dir: &Path, depth: usize, all: &mut BTreeSet<String>) {
-    if dir == Path::new("/run/lock") || dir == Path::new(UPPER) {
+    if dir == Path::new("/run/lock")
+        || dir == Path::new(UPPER)
+        || SERVICE_MANAGER_RUN.iter().any(|d| dir == Path::new(d))
+    {
         return;
     }
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

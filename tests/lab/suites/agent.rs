@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::node::{fence, unfence};
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::udevd::Udevd;
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
@@ -42,6 +42,7 @@ pub const SUITE: Suite = Suite {
     name: "agent",
     kernel: GuestKernel::Host,
     package: false,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(15 * 60),
     tests: crate::tests![
         lease_takeover_refuses_the_paused_holder,

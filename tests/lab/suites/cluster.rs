@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key};
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 
@@ -40,6 +40,7 @@ pub const SUITE: Suite = Suite {
     name: "cluster",
     kernel: GuestKernel::Host,
     package: true,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(45 * 60),
     tests: crate::tests![
         quick_start_as_written,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::node::unfence;
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
 use serde_json::Value;
@@ -17,6 +17,7 @@ pub const SUITE: Suite = Suite {
     name: "doctor",
     kernel: GuestKernel::Host,
     package: false,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         iscsi_ready_after_unfence_not_before,

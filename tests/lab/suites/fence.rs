@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::PRFENCE;
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{fence, fence_args, hex, prfence, prfence_expect, unfence};
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::race::{self, assert_sole_survivor};
 use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, ensure};
@@ -28,6 +28,7 @@ pub const SUITE: Suite = Suite {
     name: "fence",
     kernel: GuestKernel::Host,
     package: true,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![
         fence_refuses_every_write_of_the_victim,

@@ -17,6 +17,7 @@ mod multipath;
 mod nvme;
 mod pr;
 mod stress;
+mod systemd;
 mod topology;
 
 /// Every suite, in the order they run.
@@ -33,5 +34,6 @@ pub const ALL: &[Suite] = &[
     fence::SUITE,
     multipath::SUITE,
     cluster::SUITE,
+    systemd::SUITE,
     nvme::SUITE,
 ];

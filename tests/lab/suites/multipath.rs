@@ -12,13 +12,14 @@ use anyhow::{Context, ensure};
 
 use crate::agent::{AgentProcess, watch_config};
 use crate::multipathd::{Multipathd, ReservationKey};
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::{Node, Topology};
 
 pub const SUITE: Suite = Suite {
     name: "multipath",
     kernel: GuestKernel::Host,
     package: true,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(8 * 60),
     tests: crate::tests![
         multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back,

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::Topology;
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::race::{self, Preempts};
 use anyhow::ensure;
 
@@ -20,6 +20,7 @@ pub const SUITE: Suite = Suite {
     name: "stress",
     kernel: GuestKernel::Host,
     package: false,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(60 * 60),
     tests: &[],
     long: crate::tests![mutual_fence],

@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use crate::plan::{GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, Suite};
 use crate::{Node, Topology, WriteOutcome};
 
 pub const SUITE: Suite = Suite {
     name: "topology",
     kernel: GuestKernel::Host,
     package: false,
+    init: GuestInit::Lab,
     budget: Duration::from_secs(5 * 60),
     tests: crate::tests![
         tcm_loop_two_nexuses,

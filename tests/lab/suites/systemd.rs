@@ -1,0 +1,439 @@
+//! A booted node: the guest runs systemd as PID 1 (tests/lab/init, `lab.init=systemd`), the .deb
+//! is installed with dpkg, and the agent runs as the packaged unit with its whole sandbox
+//! (capabilities, device policy, read-only system, seccomp), driven by the admin's own commands
+//! (`systemctl enable --now`, `reload`, `restart`, `stop`). What the lab stands in for: the root
+//! file system is the host's, seen through a tmpfs overlay; the second node is a second iSCSI
+//! initiator in the same guest, driven with the prfence CLI. Every verdict comes from the target
+//! (READ KEYS through configfs), from systemd (`systemctl show`), from /proc (the process's
+//! capabilities and seccomp mode) and from the watchdog driver's own state.
+//! Run: `cargo test --test lab -- systemd::` (as root).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use serde_json::Value;
+
+use crate::node::{self, Node};
+use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::{Topology, secs};
+
+pub const SUITE: Suite = Suite {
+    name: "systemd",
+    kernel: GuestKernel::Host,
+    package: true,
+    init: GuestInit::Systemd,
+    budget: Duration::from_secs(10 * 60),
+    tests: crate::tests![
+        the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,
+        a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status
+    ],
+    long: &[],
+    reproducers: &[],
+};
+
+const UNIT: &str = "prfence-agent.service";
+const CONFIG: &str = "/etc/prfence/agent.toml";
+const STATUS: &str = "/run/prfence/status.json";
+const RUNTIME_DIR: &str = "/run/prfence";
+/// softdog's default margin (`soft_margin`, 60 s): the agent checks that `watchdog.timeout`
+/// equals the driver's.
+const SOFTDOG_TIMEOUT: &str = "60s";
+/// How long the agent may take to report a state under emulation.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// CAP_SYS_RAWIO (17) and CAP_SYS_BOOT (22): the unit's `CapabilityBoundingSet=`.
+const UNIT_CAPS: u64 = (1 << 17) | (1 << 22);
+/// CAP_KILL (5): what docs/agent.md's stop-hook drop-in adds.
+const CAP_KILL: u64 = 1 << 5;
+
+/// `systemctl ARGS`, which must succeed (else the error holds the agent's journal).
+fn systemctl(args: &[&str]) -> anyhow::Result<String> {
+    let run = crate::run("systemctl", args)?;
+    if run.code() != 0 {
+        bail!(
+            "systemctl {} exited {}: {}{}\nthe agent's journal:\n{}",
+            args.join(" "),
+            run.code(),
+            run.stdout,
+            run.stderr,
+            journal()
+        );
+    }
+    Ok(run.stdout)
+}
+
+/// One property of a unit (`systemctl show -p NAME --value`).
+fn show(unit: &str, property: &str) -> anyhow::Result<String> {
+    Ok(systemctl(&["show", unit, "-p", property, "--value"])?
+        .trim()
+        .to_owned())
+}
+
+fn status() -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(STATUS).with_context(|| format!("reading {STATUS}"))?;
+    serde_json::from_str(&text).with_context(|| format!("{STATUS} is not JSON: {text}"))
+}
+
+/// Waits until `done` holds (checked every 200 ms), for at most `within`; the journal of the
+/// unit goes into the error.
+fn wait_for(
+    what: &str,
+    within: Duration,
+    mut done: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    loop {
+        if done().unwrap_or(false) {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > within {
+            bail!(
+                "{what}: not within {}; the unit's journal:\n{}",
+                secs(within),
+                journal()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn journal() -> String {
+    crate::run("journalctl", ["-u", UNIT, "--no-pager", "-n", "40"])
+        .map(|r| r.stdout)
+        .unwrap_or_default()
+}
+
+fn state_is(state: &str) -> anyhow::Result<bool> {
+    Ok(status()?["state"] == state)
+}
+
+/// The unit's main process's bounding set, `NoNewPrivs` and seccomp mode from /proc.
+fn sandbox_of(pid: &str) -> anyhow::Result<(u64, String, String)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let bounding = u64::from_str_radix(&field("CapBnd:"), 16)
+        .with_context(|| format!("CapBnd of {pid}: {text}"))?;
+    Ok((bounding, field("NoNewPrivs:"), field("Seccomp:")))
+}
+
+fn watchdog_state() -> String {
+    std::fs::read_to_string("/sys/class/watchdog/watchdog0/state")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|e| format!("unreadable ({e})"))
+}
+
+/// Node A's registration on every LU of `t`, read from the target.
+fn a_registered(t: &Topology) -> anyhow::Result<Vec<bool>> {
+    t.lus()
+        .iter()
+        .map(|lu| Ok(lu.registrations()?.iter().any(|r| r.key == Node::A.key())))
+        .collect()
+}
+
+/// The agent's configuration for node A (key 0xa) on `devices`, with `tables` after the key.
+fn config(devices: &[PathBuf], tables: &str) -> String {
+    let mut text =
+        String::from("mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"2s\"\n");
+    for (i, d) in devices.iter().enumerate() {
+        text.push_str(&format!(
+            "[[device]]\npath = \"{}\"\nname = \"lun{i}\"\n",
+            d.display()
+        ));
+    }
+    text.push_str("[key]\nvalue = \"0xa\"\n");
+    text.push_str(tables);
+    text
+}
+
+/// What the tests change in the guest's system (the package's own config, units, the runtime
+/// directory, the journal's view aside), put back when dropped: the next test, and the residue
+/// check, find the guest as the package left it.
+struct Restore {
+    config: String,
+    times: crate::residue::WrittenTimes,
+    remove: Vec<PathBuf>,
+    units: Vec<&'static str>,
+}
+
+impl Restore {
+    fn take() -> anyhow::Result<Restore> {
+        Ok(Restore {
+            config: std::fs::read_to_string(CONFIG)
+                .with_context(|| format!("{CONFIG}: the package's configuration"))?,
+            times: crate::residue::WrittenTimes::take(),
+            remove: vec![PathBuf::from(RUNTIME_DIR)],
+            units: vec![UNIT],
+        })
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        for unit in &self.units {
+            let _ = crate::run("systemctl", ["stop", unit]);
+            let _ = crate::run("systemctl", ["disable", "--quiet", unit]);
+            let _ = crate::run("systemctl", ["reset-failed", unit]);
+        }
+        for path in &self.remove {
+            let _ = std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path));
+        }
+        let _ = crate::run("systemctl", ["daemon-reload"]);
+        let _ = std::fs::write(CONFIG, &self.config);
+        let _ = crate::run("modprobe", ["-r", "softdog"]);
+        self.times.restore();
+    }
+}
+
+/// The admin's day with the packaged unit: `--check-config`, `systemctl enable --now`, a reload
+/// that adds an LU, a restart, a stop. Each step is judged by systemd (active, READY, the main
+/// process), by /proc (the running agent has the unit's two capabilities, no new privileges, a
+/// seccomp filter), by the status the unit's agent writes and serves, and by the watchdog driver
+/// (armed while the agent runs, disarmed after the stop); the registration stays on the target.
+fn the_packaged_unit_starts_reloads_restarts_and_stops_disarmed() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    node::unfence(&t, Node::A)?;
+    let restore = Restore::take()?;
+    crate::run("modprobe", ["softdog"])?.ok()?;
+    let devices = t.node(Node::A).devices().to_vec();
+    let tables = format!(
+        "[watchdog]\ndevice = \"/dev/watchdog0\"\ntimeout = \"{SOFTDOG_TIMEOUT}\"\n\
+         [metrics]\nlisten = \"127.0.0.1:9464\"\n"
+    );
+    crate::write_file(CONFIG, &config(&devices[..1], &tables))?;
+    crate::run(
+        crate::INSTALLED_PRFENCE,
+        ["agent", "--config", CONFIG, "--check-config"],
+    )?
+    .ok()?;
+
+    let start = Instant::now();
+    systemctl(&["enable", "--now", UNIT])?;
+    // Type=notify: `enable --now` returns once the agent sent READY=1
+    println!("  systemctl enable --now: {}", secs(start.elapsed()));
+    ensure!(
+        show(UNIT, "ActiveState")? == "active",
+        "{UNIT} is not active:\n{}",
+        journal()
+    );
+    ensure!(
+        systemctl(&["is-enabled", UNIT])?.trim() == "enabled",
+        "{UNIT} is not enabled"
+    );
+    let pid = show(UNIT, "MainPID")?;
+    let (bounding, nnp, seccomp) = sandbox_of(&pid)?;
+    ensure!(
+        bounding == UNIT_CAPS && nnp == "1" && seccomp == "2",
+        "the agent (pid {pid}) runs outside the unit's sandbox: CapBnd {bounding:#x} (want \
+         {UNIT_CAPS:#x}), NoNewPrivs {nnp}, Seccomp {seccomp}"
+    );
+    let took = wait_for("the agent healthy", SETTLE, || state_is("healthy"))?;
+    println!(
+        "  healthy {} after READY; pid {pid}: CapBnd {bounding:#x}, NoNewPrivs 1, seccomp filter",
+        secs(took)
+    );
+    ensure!(
+        watchdog_state() == "active",
+        "softdog is {} while the agent runs",
+        watchdog_state()
+    );
+    let served = crate::run("curl", ["-sf", "http://127.0.0.1:9464/status"])?.ok()?;
+    let served: Value = serde_json::from_str(&served.stdout)?;
+    ensure!(
+        served["state"] == "healthy",
+        "GET /status says {}",
+        served["state"]
+    );
+
+    // reload: the second LU is added to the file, and the same process watches it
+    crate::write_file(CONFIG, &config(&devices, &tables))?;
+    systemctl(&["reload", UNIT])?;
+    wait_for("the reloaded agent watching both LUs", SETTLE, || {
+        let s = status()?;
+        Ok(s["lus"].as_array().is_some_and(|l| l.len() == 2) && s["state"] == "healthy")
+    })?;
+    ensure!(
+        show(UNIT, "MainPID")? == pid,
+        "the reload replaced the agent's process"
+    );
+    println!("  reload: the same process watches 2 LUs");
+
+    systemctl(&["restart", UNIT])?;
+    let restarted = show(UNIT, "MainPID")?;
+    ensure!(
+        restarted != pid && show(UNIT, "ActiveState")? == "active",
+        "restart: main pid {restarted} (was {pid}), {}",
+        show(UNIT, "ActiveState")?
+    );
+    wait_for("the restarted agent healthy", SETTLE, || {
+        state_is("healthy")
+    })?;
+    println!("  restart: pid {pid} -> {restarted}, healthy");
+
+    let start = Instant::now();
+    systemctl(&["stop", UNIT])?;
+    let stopped = (show(UNIT, "ActiveState")?, show(UNIT, "Result")?);
+    ensure!(
+        stopped == ("inactive".to_owned(), "success".to_owned()),
+        "after the stop the unit is {stopped:?}:\n{}",
+        journal()
+    );
+    ensure!(
+        watchdog_state() == "inactive",
+        "softdog is {} after a clean stop: it would reset the node",
+        watchdog_state()
+    );
+    ensure!(
+        a_registered(&t)?.iter().all(|&r| r),
+        "the stop unregistered node A: {:?}",
+        a_registered(&t)?
+    );
+    println!(
+        "  stop: {}, unit inactive (success), softdog inactive, key 0xa still on both LUs",
+        secs(start.elapsed())
+    );
+    drop(restore);
+    Ok(())
+}
+
+/// The application the stop hook stops in the lab: a unit whose processes run as `nobody`, and a
+/// process of that user outside the unit (as an admin's or cron's would be).
+const APP: &str = "lab-app.service";
+const APP_USER: &str = "nobody";
+const APP_UNIT_FILE: &str = "/etc/systemd/system/lab-app.service";
+const DROP_IN_DIR: &str = "/etc/systemd/system/prfence-agent.service.d";
+const HOOK: &str = "/usr/local/sbin/prfence-stop-hook";
+const NOTE: &str = "/var/lib/prfence/fenced.log";
+
+/// A fence by the other node while the packaged unit watches: the agent runs docs/agent.md's stop
+/// hook (set up by the block there, as written) inside the sandbox, which stops the
+/// application's unit, kills its user's stray process (CAP_KILL, from the doc's drop-in) and
+/// leaves a note, then exits 86; systemd keeps it down (RestartPreventExitStatus) and the status
+/// file still says fenced, with each step's result, after the stop. An admin's `systemctl start`
+/// then brings back an agent that waits for its key (it was preempted), not a second self-fence.
+fn a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    node::unfence(&t, Node::A)?;
+    node::unfence(&t, Node::B)?;
+    let mut restore = Restore::take()?;
+    restore.units.insert(0, APP);
+    restore.remove.extend(
+        [APP_UNIT_FILE, DROP_IN_DIR, HOOK, NOTE]
+            .into_iter()
+            .map(PathBuf::from),
+    );
+
+    // the docs' block, as written, with the lab's values for the site's
+    let block = crate::doc_blocks::blocks(crate::doc_blocks::AGENT, "stop-hook")
+        .map_err(anyhow::Error::msg)?;
+    ensure!(
+        block.len() == 1,
+        "docs/agent.md has {} stop-hook blocks",
+        block.len()
+    );
+    let script = format!("set -e\nAPP={APP}\nAPP_USER={APP_USER}\n{}\n", block[0].1);
+    crate::run("bash", ["-c", &script])?.ok()?;
+
+    crate::write_file(
+        APP_UNIT_FILE,
+        "[Unit]\nDescription=lab application\nAfter=prfence-agent.service\n\
+         [Service]\nUser=nobody\nExecStart=/bin/sleep infinity\n",
+    )?;
+    systemctl(&["daemon-reload"])?;
+    systemctl(&["start", APP])?;
+    // a process of the application's user outside its unit
+    let stray = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "sleep",
+            "infinity",
+        ])
+        .spawn()?;
+    let mut stray = crate::KillOnDrop(stray);
+
+    let devices = t.node(Node::A).devices().to_vec();
+    let tables = format!(
+        "[watch]\ngrace = \"5s\"\n[self_fence]\ncommand = [\"{HOOK}\"]\ncommand_timeout = \"20s\"\n\
+         reboot = false\n"
+    );
+    crate::write_file(CONFIG, &config(&devices, &tables))?;
+    systemctl(&["start", UNIT])?;
+    wait_for("the agent healthy", SETTLE, || state_is("healthy"))?;
+    let pid = show(UNIT, "MainPID")?;
+    let (bounding, ..) = sandbox_of(&pid)?;
+    ensure!(
+        bounding == UNIT_CAPS | CAP_KILL,
+        "the drop-in did not apply: CapBnd {bounding:#x}"
+    );
+
+    let fenced_at = Instant::now();
+    node::fence(&t, Node::B, 0)?;
+    ensure!(
+        a_registered(&t)?.iter().all(|&r| !r),
+        "node B's fence left key 0xa: {:?}",
+        a_registered(&t)?
+    );
+    let took = wait_for("the agent's exit after its self-fence", SETTLE, || {
+        Ok(show(UNIT, "ActiveState")? != "active" && show(UNIT, "ExecMainStatus")? == "86")
+    })?;
+    println!("  agent exited 86 {} after the fence", secs(took));
+    std::thread::sleep(Duration::from_secs(4)); // RestartSec=2s: a restart would show by now
+    let after = (
+        show(UNIT, "ActiveState")?,
+        show(UNIT, "NRestarts")?,
+        show(APP, "ActiveState")?,
+    );
+    ensure!(
+        after == ("failed".into(), "0".into(), "inactive".into()),
+        "after the self-fence: unit {}, restarts {}, {APP} {} (want failed, 0, inactive)",
+        after.0,
+        after.1,
+        after.2
+    );
+    ensure!(
+        stray.0.try_wait()?.is_some(),
+        "the hook did not kill {APP_USER}'s process outside {APP}:\n{}",
+        journal()
+    );
+    let note = std::fs::read_to_string(NOTE).with_context(|| format!("the hook's note {NOTE}"))?;
+    ensure!(
+        note.contains("fenced: lab-app.service stopped"),
+        "the note says {note:?}"
+    );
+    let record = status()?;
+    ensure!(
+        record["state"] == "fenced"
+            && record["self_fence"]["hook"] == "ok"
+            && record["self_fence"]["finished"] == true,
+        "{STATUS} after the exit: {record}"
+    );
+    println!(
+        "  {APP} stopped, the stray process killed, the note written, {STATUS} says fenced \
+         (hook ok, finished) after the stop; {} from the fence",
+        secs(fenced_at.elapsed())
+    );
+
+    // the admin starts it again in the same boot: it waits for the key, it does not fence again
+    systemctl(&["start", UNIT])?;
+    wait_for("the restarted agent waiting for its key", SETTLE, || {
+        state_is("waiting_for_registration")
+    })?;
+    ensure!(
+        show(UNIT, "ActiveState")? == "active",
+        "the started agent is {}",
+        show(UNIT, "ActiveState")?
+    );
+    println!("  systemctl start after exit 86: waiting_for_registration, active");
+    drop(stray);
+    drop(restore);
+    Ok(())
+}
