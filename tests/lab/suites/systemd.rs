@@ -26,7 +26,8 @@ pub const SUITE: Suite = Suite {
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,
-        a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status
+        a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status,
+        a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it
     ],
     long: &[],
     reproducers: &[],
@@ -155,21 +156,50 @@ fn config(devices: &[PathBuf], tables: &str) -> String {
 /// directory, the journal's view aside), put back when dropped: the next test, and the residue
 /// check, find the guest as the package left it.
 struct Restore {
-    config: String,
+    /// Files the test rewrites, with their content before.
+    contents: Vec<(PathBuf, String)>,
     times: crate::residue::WrittenTimes,
     remove: Vec<PathBuf>,
+    /// Directories whose new files (those not in the list) are removed.
+    emptied: Vec<(PathBuf, Vec<PathBuf>)>,
     units: Vec<&'static str>,
 }
 
 impl Restore {
     fn take() -> anyhow::Result<Restore> {
-        Ok(Restore {
-            config: std::fs::read_to_string(CONFIG)
-                .with_context(|| format!("{CONFIG}: the package's configuration"))?,
+        let mut restore = Restore {
+            contents: Vec::new(),
             times: crate::residue::WrittenTimes::take(),
             remove: vec![PathBuf::from(RUNTIME_DIR)],
+            emptied: Vec::new(),
             units: vec![UNIT],
-        })
+        };
+        restore.keep(CONFIG)?;
+        Ok(restore)
+    }
+
+    /// Puts `path`'s present content back at the end.
+    fn keep(&mut self, path: &str) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+        self.contents.push((PathBuf::from(path), text));
+        Ok(())
+    }
+
+    /// Removes at the end what `dir` holds then and not now.
+    fn empty_after(&mut self, dir: &str) {
+        let mut before = Vec::new();
+        files_under(std::path::Path::new(dir), &mut before);
+        self.emptied.push((PathBuf::from(dir), before));
+    }
+}
+
+fn files_under(dir: &std::path::Path, all: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            files_under(&entry.path(), all);
+        } else {
+            all.push(entry.path());
+        }
     }
 }
 
@@ -177,14 +207,23 @@ impl Drop for Restore {
     fn drop(&mut self) {
         for unit in &self.units {
             let _ = crate::run("systemctl", ["stop", unit]);
-            let _ = crate::run("systemctl", ["disable", "--quiet", unit]);
             let _ = crate::run("systemctl", ["reset-failed", unit]);
         }
+        let _ = crate::run("systemctl", ["disable", "--quiet", UNIT]);
         for path in &self.remove {
             let _ = std::fs::remove_dir_all(path).or_else(|_| std::fs::remove_file(path));
         }
+        for (dir, before) in &self.emptied {
+            let mut now = Vec::new();
+            files_under(dir, &mut now);
+            for file in now.iter().filter(|f| !before.contains(f)) {
+                let _ = std::fs::remove_file(file);
+            }
+        }
         let _ = crate::run("systemctl", ["daemon-reload"]);
-        let _ = std::fs::write(CONFIG, &self.config);
+        for (path, text) in &self.contents {
+            let _ = std::fs::write(path, text);
+        }
         let _ = crate::run("modprobe", ["-r", "softdog"]);
         self.times.restore();
     }
@@ -434,6 +473,213 @@ fn a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status() -> any
     );
     println!("  systemctl start after exit 86: waiting_for_registration, active");
     drop(stray);
+    drop(restore);
+    Ok(())
+}
+
+/// Where the lab's corosync.conf is named to corosync (`systemctl edit --runtime`'s place).
+const COROSYNC_DROP_IN: &str = "/run/systemd/system/corosync.service.d";
+
+/// The one-node cluster of [`a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it`]:
+/// corosync on loopback (the guest has no other link), its node named as the host
+/// (tests/lab/init names the booted node `node1`). Logs to the journal.
+const COROSYNC_CONF: &str = "totem {\n  version: 2\n  cluster_name: lab\n  transport: knet\n  \
+    crypto_cipher: none\n  crypto_hash: none\n  token: 5000\n}\n\
+    nodelist {\n  node {\n    ring0_addr: 127.0.0.1\n    name: node1\n    nodeid: 1\n  }\n}\n\
+    quorum {\n  provider: corosync_votequorum\n}\n\
+    logging {\n  to_syslog: yes\n  to_stderr: no\n}\n";
+
+/// The CIB the node had before this boot (written where Pacemaker keeps it, unsigned: Pacemaker
+/// reads it and warns): fence_pr on node A's paths with `provides=unfencing`, and a service that
+/// `requires=unfencing`, so that Pacemaker unfences the node before it starts anything.
+/// `dc-deadtime` 5 s: a lone controller waits that long for a DC before electing itself.
+fn cib(devices: &[PathBuf]) -> String {
+    let devices: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    format!(
+        r#"<cib validate-with="pacemaker-3.9" epoch="1" num_updates="0" admin_epoch="0">
+  <configuration>
+    <crm_config>
+      <cluster_property_set id="cib-bootstrap-options">
+        <nvpair id="o-dc-deadtime" name="dc-deadtime" value="5s"/>
+        <nvpair id="o-stonith-enabled" name="stonith-enabled" value="true"/>
+        <nvpair id="o-stonith-action" name="stonith-action" value="off"/>
+        <nvpair id="o-recheck" name="cluster-recheck-interval" value="10s"/>
+      </cluster_property_set>
+    </crm_config>
+    <nodes/>
+    <resources>
+      <primitive id="storage-fence" class="stonith" type="fence_pr">
+        <instance_attributes id="storage-fence-params">
+          <nvpair id="storage-fence-devices" name="devices" value="{}"/>
+          <nvpair id="storage-fence-hosts" name="pcmk_host_list" value="node1"/>
+        </instance_attributes>
+        <meta_attributes id="storage-fence-meta">
+          <nvpair id="storage-fence-provides" name="provides" value="unfencing"/>
+        </meta_attributes>
+        <operations>
+          <op id="storage-fence-monitor" name="monitor" interval="3600s"/>
+        </operations>
+      </primitive>
+      <primitive id="app" class="ocf" provider="pacemaker" type="Dummy">
+        <meta_attributes id="app-meta">
+          <nvpair id="app-requires" name="requires" value="unfencing"/>
+        </meta_attributes>
+      </primitive>
+    </resources>
+    <constraints/>
+  </configuration>
+  <status/>
+</cib>
+"#,
+        devices.join(",")
+    )
+}
+
+/// When `unit` last became inactive, on the monotonic clock (µs).
+fn stopped_at(unit: &str) -> anyhow::Result<u64> {
+    let v = show(unit, "InactiveEnterTimestampMonotonic")?;
+    v.parse()
+        .with_context(|| format!("{unit}'s InactiveEnterTimestampMonotonic {v:?}"))
+}
+
+/// After a fence, the admin often leaves the cluster stack off at boot and starts it by hand. The
+/// agent (key derived from corosync, as the packaged configuration does) starts while corosync is
+/// down: it must not give up, but start, wait with the cause in its status, and arm by itself
+/// once Pacemaker's unfencing (fence_pr `on`) registered the key corosync names, with no admin
+/// command in between. Then the node shuts down with Pacemaker running: the three units stopped
+/// in one transaction, as shutdown stops them, in the order the units set (Pacemaker first, then
+/// the agent, corosync last), the agent cleanly, not fenced, its key left on the target. What
+/// the lab stands in for: the boot is the enabled unit started with corosync stopped (the
+/// guest boots lab.target, where the cluster stack does not start), and the shutdown is that
+/// stop transaction.
+fn a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    let mut restore = Restore::take()?;
+    for dir in [
+        "/var/lib/pacemaker",
+        "/var/lib/corosync",
+        "/var/log/pacemaker",
+        "/var/log/corosync",
+    ] {
+        restore.empty_after(dir);
+    }
+    restore.remove.extend(
+        [
+            "/run/cluster.key",
+            "/run/cluster.lus",
+            "/run/cluster.dev",
+            COROSYNC_DROP_IN,
+        ]
+        .map(PathBuf::from),
+    );
+    restore
+        .units
+        .splice(0..0, ["pacemaker.service", "corosync.service"]);
+    for unit in ["corosync.service", "pacemaker.service"] {
+        ensure!(
+            show(unit, "ActiveState")? == "inactive",
+            "{unit} runs already"
+        );
+    }
+    let key = crate::fence_agents::derived_key(Node::A)?;
+    let devices = t.node(Node::A).devices().to_vec();
+    // corosync.conf where the test's files go (the guest's /etc is the host's, and a file
+    // written there stays in the overlay), named to corosync by a runtime drop-in
+    let corosync_conf = format!("{}/corosync.conf", crate::WORK);
+    crate::write_file(&corosync_conf, COROSYNC_CONF)?;
+    std::fs::create_dir_all(COROSYNC_DROP_IN)?;
+    crate::write_file(
+        format!("{COROSYNC_DROP_IN}/lab.conf"),
+        &format!("[Service]\nExecStart=\nExecStart=/usr/sbin/corosync -f -c {corosync_conf}\n"),
+    )?;
+    systemctl(&["daemon-reload"])?;
+    let cib_file = "/var/lib/pacemaker/cib/cib.xml";
+    crate::write_file(cib_file, &cib(&devices))?;
+    crate::run("chown", ["hacluster:haclient", cib_file])?.ok()?;
+    crate::run("chmod", ["0600", cib_file])?.ok()?;
+    let tables = "[key]\nderive = \"fence_scsi\"\n[watch]\ngrace = \"20s\"\n\
+                  [self_fence]\nreboot = false\n";
+    let mut text = config(&devices, "").replace("[key]\nvalue = \"0xa\"\n", "");
+    text = text.replace("command_timeout = \"2s\"", "command_timeout = \"5s\"");
+    text.push_str(tables);
+    crate::write_file(CONFIG, &text)?;
+    systemctl(&["enable", "--now", UNIT])?;
+    let waiting = status()?;
+    ensure!(
+        waiting["state"] == "waiting_for_registration" && waiting["key_problem"].is_string(),
+        "with corosync down the agent says: {waiting}"
+    );
+    println!(
+        "  corosync down: the unit is active, waiting_for_registration, key_problem {}",
+        waiting["key_problem"]
+    );
+
+    systemctl(&["start", "corosync.service", "pacemaker.service"])?;
+    let registered = |t: &Topology| -> anyhow::Result<bool> {
+        let mut all = true;
+        for lu in t.lus() {
+            all &= lu.registrations()?.iter().any(|r| r.key == key);
+        }
+        Ok(all)
+    };
+    let unfenced = wait_for(
+        "Pacemaker's unfencing (the derived key on both LUs)",
+        Duration::from_secs(240),
+        || registered(&t),
+    )?;
+    let armed = wait_for("the agent armed on the derived key", SETTLE, || {
+        let s = status()?;
+        Ok(s["state"] == "healthy")
+    })?;
+    let s = status()?;
+    let watched = s["own_key"]
+        .as_str()
+        .and_then(|k| u64::from_str_radix(k.trim_start_matches("0x"), 16).ok());
+    ensure!(
+        watched == Some(key),
+        "the agent watches {} where Pacemaker unfenced key {key:#x}",
+        s["own_key"]
+    );
+    println!(
+        "  systemctl start corosync pacemaker: key {key:#x} on both LUs {}, the agent healthy \
+         on it {} later",
+        secs(unfenced),
+        secs(armed)
+    );
+
+    let start = Instant::now();
+    systemctl(&["stop", "pacemaker.service", UNIT, "corosync.service"])?;
+    let took = start.elapsed();
+    let agent = (
+        show(UNIT, "Result")?,
+        show(UNIT, "ExecMainStatus")?,
+        status()?["state"].clone(),
+    );
+    ensure!(
+        agent.0 == "success" && agent.1 == "0" && agent.2 != "fenced",
+        "the agent at the shutdown: result {}, exit {}, state {}:\n{}",
+        agent.0,
+        agent.1,
+        agent.2,
+        journal()
+    );
+    let (pacemaker, agent_at, corosync) = (
+        stopped_at("pacemaker.service")?,
+        stopped_at(UNIT)?,
+        stopped_at("corosync.service")?,
+    );
+    ensure!(
+        pacemaker <= agent_at && agent_at <= corosync,
+        "stop order: pacemaker at {pacemaker} µs, the agent at {agent_at}, corosync at {corosync}"
+    );
+    ensure!(registered(&t)?, "the shutdown removed key {key:#x}");
+    println!(
+        "  stop of pacemaker, the agent and corosync: {}; the agent stopped {} after Pacemaker \
+         and {} before corosync, exit 0, key {key:#x} kept",
+        secs(took),
+        secs(Duration::from_micros(agent_at - pacemaker)),
+        secs(Duration::from_micros(corosync - agent_at))
+    );
     drop(restore);
     Ok(())
 }
