@@ -66,7 +66,9 @@ pub enum KeyError {
     Zero,
     #[error("Failed: key {text:?} is not 1 to 16 hex digits (optionally with 0x)")]
     Malformed { text: String },
-    #[error("Failed: running {command}: {reason}; check corosync_cmap_path")]
+    #[error(
+        "Failed: running {command}: {reason}; is corosync running on this node (`corosync-cfgtool -s`)?"
+    )]
     Cmapctl {
         /// The program and its arguments, space-separated.
         command: String,

@@ -151,16 +151,32 @@ impl Identity {
     /// Checks the key fence_pr's `on` stored on this node (`stored`, read from `store`, a path
     /// for the message) against ours: a different one means one of the two is another node's.
     pub fn check_stored(&self, stored: Option<u64>, store: &str) -> Result<(), WhoAmIError> {
-        match stored.map(Key::new) {
-            Some(stored) if stored != self.key => Err(WhoAmIError::Conflict(format!(
-                "the key store {store} holds {stored} (written by fence_pr's `on` when this node \
-                 was unfenced in this boot), but node {:?} (named by {}) has key {}: one of the \
-                 two is another node's. Check which node this is, then set key.node (or \
-                 key.value) and unfence it again",
-                self.node, self.basis, self.key
-            ))),
-            _ => Ok(()),
-        }
+        let ours = format!(
+            "node {:?} (named by {}) has key {}",
+            self.node, self.basis, self.key
+        );
+        check_stored(self.key, &ours, stored, store)
+    }
+}
+
+/// The one comparison of a node's key with the key fence_pr's `on` stored on it in this boot
+/// (`stored`, read from `store`): for a derived key ([`Identity::check_stored`]) and for a key
+/// the configuration gives (`key.value`, a file copied from another node being the usual
+/// mistake). `ours` says whose key `key` is, for the message. A different stored key means one
+/// of the two is another node's: the node must not watch either until they agree.
+pub fn check_stored(
+    key: Key,
+    ours: &str,
+    stored: Option<u64>,
+    store: &str,
+) -> Result<(), WhoAmIError> {
+    match stored.map(Key::new) {
+        Some(stored) if stored != key => Err(WhoAmIError::Conflict(format!(
+            "the key store {store} holds {stored} (written by fence_pr's `on` when this node \
+             was unfenced in this boot), but {ours}: one of the two is another node's. Check \
+             which node this is, then set key.node (or key.value) and unfence it again"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -300,6 +316,25 @@ nodelist.node.0.ring0_addr (str) = alpha\nnodelist.node.1.ring0_addr (str) = bet
         };
         assert!(
             text.contains("0x000000006c9d0000") && text.contains("0x000000006c9d0001"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_given_key_unlike_the_stored_one_is_a_conflict_naming_both() {
+        let key = Key::new(0xa);
+        assert_eq!(check_stored(key, "key.value is 0xa", None, "/s"), Ok(()));
+        assert_eq!(
+            check_stored(key, "key.value is 0xa", Some(0xa), "/s"),
+            Ok(())
+        );
+        let Err(WhoAmIError::Conflict(text)) =
+            check_stored(key, "key.value is 0xa", Some(0xb), "/s")
+        else {
+            panic!()
+        };
+        assert!(
+            text.contains("0x000000000000000b") && text.contains("key.value is 0xa"),
             "{text}"
         );
     }

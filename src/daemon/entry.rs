@@ -19,7 +19,7 @@ use super::config::{
     KeySpec, ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_dir_trust, check_file_trust,
     notify_socket_set,
 };
-use super::key::resolve_key;
+use super::key::{OurKey, resolve_key};
 use super::lease_loop::LeaseDriver;
 use super::lock;
 use super::logging::LogHandle;
@@ -227,7 +227,8 @@ pub async fn run(agent: Agent, key: Option<Key>) -> RunEnd {
     run_deriving(agent, key, KeyStore::from_environment()).await
 }
 
-/// [`run`], a derived key checked against the key fence_pr's `on` stored in `store`.
+/// [`run`], our key (given or derived) checked against the key fence_pr's `on` stored in
+/// `store`.
 pub async fn run_deriving(mut agent: Agent, key: Option<Key>, store: KeyStore) -> RunEnd {
     // Killed or crashed mid-way through a self-fence in this boot (systemd's watchdog, a stop
     // during the hook): this node is fenced, and its key is gone, so the mode's loop would only
@@ -243,7 +244,15 @@ pub async fn run_deriving(mut agent: Agent, key: Option<Key>, store: KeyStore) -
         }
     }
     match (&agent.settings.mode, key) {
-        (ModeSettings::Watch(_), Some(key)) => WatchDriver::new(&mut agent, key).run_watch().await,
+        (ModeSettings::Watch(_), Some(key)) => {
+            let our = OurKey {
+                key,
+                identity: None,
+            };
+            WatchDriver::with_store(&mut agent, our, store)
+                .run_watch()
+                .await
+        }
         (ModeSettings::Watch(_), None) => {
             if let Err(e) = super::watch_loop::check_watchdog_timeout(&agent) {
                 return RunEnd::Failed(e);

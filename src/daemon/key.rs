@@ -70,20 +70,28 @@ pub fn resolve_key(
     })
 }
 
-/// What the key store's key says of a derived key, checked at every check: `None` when it
-/// agrees (or nothing is stored yet, or the key is `key.value`), else the problem in words.
+/// What the key store's key says of our key, derived or given (`key.value`), checked at every
+/// check: `None` when it agrees (or nothing is stored yet), else the problem in words.
 pub fn store_problem(our: &OurKey, store: &KeyStore) -> Option<String> {
-    let identity = our.identity.as_ref()?;
     let path = store.key_path().display().to_string();
-    match store.read_key() {
-        Ok(stored) => identity
-            .check_stored(stored, &path)
-            .err()
-            .map(|e| e.to_string()),
-        Err(e) => Some(format!(
-            "cannot read the key fence_pr's `on` stored on this node: {e}"
-        )),
-    }
+    let stored = match store.read_key() {
+        Ok(stored) => stored,
+        Err(e) => {
+            return Some(format!(
+                "cannot read the key fence_pr's `on` stored on this node: {e}"
+            ));
+        }
+    };
+    let checked = match &our.identity {
+        Some(identity) => identity.check_stored(stored, &path),
+        None => crate::whoami::check_stored(
+            our.key,
+            &format!("key.value is {} (agent.toml)", our.key),
+            stored,
+            &path,
+        ),
+    };
+    checked.err().map(|e| e.to_string())
 }
 
 /// The status text of a key not known: waiting for corosync, or why not.

@@ -125,6 +125,7 @@ pub struct Metrics {
     http_evicted: u64,
     status_file_errors: u64,
     blocked_paths: usize,
+    keys_not_on_every_lu: usize,
     watchdog: WatchdogState,
     self_fence: Option<SelfFenceSteps>,
     state: State,
@@ -147,6 +148,7 @@ impl Metrics {
             http_evicted: 0,
             status_file_errors: 0,
             blocked_paths: 0,
+            keys_not_on_every_lu: 0,
             watchdog: WatchdogState::NotConfigured,
             self_fence: None,
             state: State::Starting,
@@ -218,6 +220,10 @@ impl Metrics {
     /// The node-wide state the status document shows, as `prfence_state{state=…}`.
     pub fn set_state(&mut self, state: State) {
         self.state = state;
+    }
+
+    pub fn set_keys_not_on_every_lu(&mut self, count: usize) {
+        self.keys_not_on_every_lu = count;
     }
 
     pub fn set_watchdog(&mut self, state: WatchdogState) {
@@ -337,6 +343,13 @@ impl Metrics {
                     u8::from(state == self.state).to_string(),
                 )
             }),
+        );
+        family(
+            &mut out,
+            "prfence_keys_not_on_every_lu",
+            "gauge",
+            "Other nodes' keys registered on some of this node's LUs and not on the others for watch.grace: a node with another LU set.",
+            std::iter::once((String::new(), self.keys_not_on_every_lu.to_string())),
         );
         family(
             &mut out,

@@ -123,6 +123,14 @@ pub struct PathStatus {
     pub blocked: bool,
 }
 
+/// Another node's key found on part of this node's LUs ([`Status::keys_not_on_every_lu`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyNotOnEveryLu {
+    pub key: String,
+    /// The LUs (configured names) where it is not registered.
+    pub missing_on: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct LuStatus {
     /// The configured name.
@@ -161,6 +169,10 @@ pub struct Status {
     /// The LUs as this node identified them, to compare with the other nodes' (P2: the same
     /// LUs everywhere, or nodes can pick different arbiters).
     pub lu_set: LuSet,
+    /// Watch mode: other nodes' keys that have stayed registered on some of this node's LUs and
+    /// not on the others for `watch.grace`: such a node names another LU set than this one (or
+    /// its registration was left half done). Empty when every key is on every LU read.
+    pub keys_not_on_every_lu: Vec<KeyNotOnEveryLu>,
     pub watchdog: WatchdogStatus,
     /// Each self-fence step's result, once fenced.
     pub self_fence: Option<SelfFenceSteps>,
@@ -194,6 +206,7 @@ impl Status {
                 })
                 .collect(),
             lu_set: LuSet::of(lus.iter().map(|_| None::<LuId>)),
+            keys_not_on_every_lu: Vec::new(),
             watchdog: WatchdogStatus {
                 state: WatchdogState::NotConfigured,
                 error: None,

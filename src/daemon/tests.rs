@@ -1880,9 +1880,22 @@ fn start_deriving(
     store: &crate::fence_agent::store::KeyStore,
     dir: &Path,
 ) -> Running {
+    start_keyed(derive_settings(), None, hostname, lu, nexus, store, dir)
+}
+
+/// [`start_deriving`] with `settings` and, for `key.value`, its key.
+fn start_keyed(
+    settings: Settings,
+    key: Option<Key>,
+    hostname: &str,
+    lu: &Arc<Mutex<ModelLu>>,
+    nexus: Nexus,
+    store: &crate::fence_agent::store::KeyStore,
+    dir: &Path,
+) -> Running {
     let host = Arc::new(ModelHost::new().with_hostname(hostname));
     lu0_path(&host, lu, nexus, "/dev/sd0", "session1");
-    let (settings, _) = with_watchdog(derive_settings(), dir, false);
+    let (settings, _) = with_watchdog(settings, dir, false);
     let (control, receiver) = mpsc::unbounded_channel();
     let agent = Agent::new(
         settings,
@@ -1901,7 +1914,7 @@ fn start_deriving(
     Running {
         status: agent.status(),
         metrics: agent.metrics(),
-        task: tokio::spawn(super::entry::run_deriving(agent, None, store.clone())),
+        task: tokio::spawn(super::entry::run_deriving(agent, key, store.clone())),
         control,
         host,
     }
@@ -2056,6 +2069,47 @@ async fn a_key_store_holding_another_key_is_degraded_until_they_agree() {
             == State::Degraded
             && s.key_problem.is_some())
         .await
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
+/// Issue 44: agent.toml copied from another node with its `key.value`: the key fence_pr's `on`
+/// stored on this node in this boot is another; the agent is degraded naming both, never armed
+/// on a key unfencing did not give this node, until they agree.
+#[tokio::test(start_paused = true)]
+async fn a_given_key_unlike_the_stored_one_is_degraded_until_they_agree() {
+    use super::status::WatchdogState;
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    let (ours, theirs) = (Key::new(0xa), Key::new(0xb));
+    register(&lu, a, ours);
+    register(&lu, connect(&lu, "node1", "0x1"), theirs);
+    store.write_key(theirs.get()).unwrap();
+    let text = "mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
+                [[device]]\npath = \"/dev/mapper/lu0\"\nname = \"lu0\"\n\
+                [key]\nvalue = \"0xa\"\n[watch]\ngrace = \"10s\"\n";
+    let settings = Settings::from_toml_str(text).unwrap();
+    let run = start_keyed(settings, Some(ours), "node2", &lu, a, &store, dir.path());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::Degraded, "{status:?}");
+    assert_eq!(status.watchdog.state, WatchdogState::NotArmed);
+    let problem = status.key_problem.clone().unwrap_or_default();
+    assert!(
+        problem.contains(&theirs.to_string()) && problem.contains("key.value is"),
+        "{problem}"
+    );
+    store.write_key(ours.get()).unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy
+            && s.key_problem.is_none())
+        .await,
+        "{:?}",
+        lock(&run.status)
     );
     run.control.send(Control::Stop).unwrap();
     assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);

@@ -24,14 +24,14 @@ use super::key::OurKey;
 use super::lock;
 use super::lu_table::{LuEntry, LuTable, PathHandle};
 use super::metrics::CommandResult;
-use super::status::{State, WatchdogState};
+use super::status::{KeyNotOnEveryLu, State, WatchdogState};
 use super::watch::{
     CommandFailure, Decision, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath,
     WatchConfig, WatchState,
 };
 use crate::discover::LuId;
 use crate::fence_agent::store::KeyStore;
-use crate::ops::probe_registration;
+use crate::ops::{LastingPartialKeys, probe_registration};
 use crate::pr::{Key, PrOutAction, ReadKeys};
 use crate::transport::{Command, CommandError, ErrorKind, Event};
 
@@ -273,11 +273,13 @@ pub(super) struct WatchDriver<'a> {
     store: KeyStore,
     /// The last key problem logged.
     key_problem: Option<String>,
+    /// Other nodes' keys on part of our LUs, and since when ([`crate::ops::keys_not_on_every_lu`]).
+    partial_keys: LastingPartialKeys,
 }
 
 impl<'a> WatchDriver<'a> {
-    /// Watch mode over `agent`'s LUs with our `key` (given, so not checked against the key
-    /// store), not armed yet.
+    /// Watch mode over `agent`'s LUs with our `key` (`key.value`), checked against the key
+    /// store of this host's environment, not armed yet.
     pub(super) fn new(agent: &'a mut Agent, key: Key) -> WatchDriver<'a> {
         let our = OurKey {
             key,
@@ -286,7 +288,7 @@ impl<'a> WatchDriver<'a> {
         WatchDriver::with_store(agent, our, KeyStore::from_environment())
     }
 
-    /// Watch mode with our key as resolved, checked against `store` if it was derived.
+    /// Watch mode with our key as resolved, checked against `store`.
     pub(super) fn with_store(
         agent: &'a mut Agent,
         our: OurKey,
@@ -299,6 +301,7 @@ impl<'a> WatchDriver<'a> {
             our,
             store,
             key_problem: None,
+            partial_keys: LastingPartialKeys::default(),
         }
     }
 }
@@ -618,10 +621,49 @@ impl WatchDriver<'_> {
         }
     }
 
+    /// Other nodes' keys on part of our LUs for `watch.grace` ([`LastingPartialKeys`]), logged
+    /// once per change.
+    fn compare_lu_sets(&mut self, checks: &[LuCheck]) -> Vec<KeyNotOnEveryLu> {
+        let settle = match &self.agent.settings.mode {
+            ModeSettings::Watch(watch) => watch.grace,
+            ModeSettings::Lease(_) => return Vec::new(),
+        };
+        let read: Vec<Option<&[Key]>> = checks
+            .iter()
+            .map(|c| c.keys.as_ref().ok().map(|k| k.keys.as_slice()))
+            .collect();
+        let found = crate::ops::keys_not_on_every_lu(&read, self.run.key);
+        let lasting = self
+            .partial_keys
+            .observe(Instant::now().into_std(), settle, found);
+        let shown: Vec<KeyNotOnEveryLu> = lasting
+            .into_iter()
+            .map(|(key, missing)| KeyNotOnEveryLu {
+                key: key.to_string(),
+                missing_on: missing
+                    .iter()
+                    .filter_map(|&at| self.agent.table.lus.get(at).map(|lu| lu.name.clone()))
+                    .collect(),
+            })
+            .collect();
+        if shown != lock(&self.agent.status).keys_not_on_every_lu {
+            for k in &shown {
+                tracing::warn!(key = %k.key, missing_on = ?k.missing_on, "another node's key is on some of this node's LUs and not on these: its LU set differs from this node's (fence_pr's devices=, the agent's [[device]]), or its registration was left half done; compare `prfence doctor` on both nodes");
+            }
+            if shown.is_empty() {
+                tracing::info!("every other node's key is on every LU again");
+            }
+        }
+        lock(&self.agent.metrics).set_keys_not_on_every_lu(shown.len());
+        shown
+    }
+
     /// Status of every LU after a check, then publish.
-    fn finish_tick(&self, checks: &[LuCheck]) {
+    fn finish_tick(&mut self, checks: &[LuCheck]) {
+        let partial = self.compare_lu_sets(checks);
         {
             let mut status = lock(&self.agent.status);
+            status.keys_not_on_every_lu = partial;
             status.checks += 1;
             for ((lu, check), shown) in self
                 .agent

@@ -370,6 +370,9 @@ impl Guest {
         let status = qemu.wait()?;
         let expired = watchdog.expired();
         drop(watchdog);
+        if !expired && report.trouble.is_none() && report.exit.is_none() {
+            report.judge_reset(boot_start.elapsed(), results);
+        }
         let boot = report.ready.map(secs).unwrap_or_else(|| "-".into());
         println!(
             "lab: guest {label}: boot {boot}, {} suites done, guest {} (qemu {status})",
@@ -616,6 +619,25 @@ struct Report {
     done: Vec<&'static Suite>,
     exit: Option<i32>,
     trouble: Option<KernelTrouble>,
+    /// A test that ends by resetting the guest (see [`RESET_EXPECTED`]), and the console from
+    /// its announcement on.
+    reset: Option<ExpectedReset>,
+}
+
+/// A booted node's test whose last act is the node's reset (a self-fence's reboot(2)) prints
+/// `lab: reset expected: NAME|SECONDS|TEXT` as the last line before the act: the guest must then
+/// reset within SECONDS, after a console line containing TEXT (the proof of what had to happen
+/// before the reset). The host judges that test by the guest's end; it must be its guest's last.
+const RESET_EXPECTED: &str = "lab: reset expected: ";
+
+struct ExpectedReset {
+    name: String,
+    within: Duration,
+    evidence: String,
+    announced: Duration,
+    seen: Option<Duration>,
+    /// The kernel's own last words at a reset.
+    restarting: bool,
 }
 
 enum Event {
@@ -624,6 +646,60 @@ enum Event {
 }
 
 impl Report {
+    /// The guest ended without an exit status: if a test announced this reset, it passes when
+    /// the kernel restarted within the announced time after the announced evidence, and its
+    /// suite is done when that was its last test; otherwise it fails, saying what was missing.
+    fn judge_reset(&mut self, ended: Duration, results: &mut [SuiteResult]) {
+        let Some(reset) = self.reset.take() else {
+            return;
+        };
+        let Some((suite, started)) = self.current else {
+            return;
+        };
+        let after = ended.saturating_sub(reset.announced);
+        let r = suite_result_mut(results, suite);
+        let verdict = match reset.seen {
+            _ if !reset.restarting => Err("the guest ended without the kernel's \"reboot: \
+                                           Restarting system\""
+                .to_owned()),
+            None => Err(format!(
+                "the guest reset without a console line containing {:?} first",
+                reset.evidence
+            )),
+            Some(_) if after > reset.within => Err(format!(
+                "the guest reset {} after the announcement, later than {}",
+                secs(after),
+                secs(reset.within)
+            )),
+            Some(seen) => Ok(seen.saturating_sub(reset.announced)),
+        };
+        match verdict {
+            Ok(evidence) => {
+                println!(
+                    "test {} ... ok (the guest reset {} after the announcement, {:?} seen {} \
+                     after it)",
+                    reset.name,
+                    secs(after),
+                    reset.evidence,
+                    secs(evidence)
+                );
+                r.passed.push(reset.name);
+            }
+            Err(why) => {
+                println!("---- {} ----\n{why}", reset.name);
+                println!("test {} ... FAILED", reset.name);
+                r.failed.push(reset.name);
+            }
+        }
+        if r.passed.len() + r.failed.len() == r.picked.len() {
+            r.took = Some(ended.saturating_sub(started));
+            r.state = State::Done;
+            self.done.push(suite);
+            self.current = None;
+            self.exit = Some(i32::from(!r.failed.is_empty()));
+        }
+    }
+
     /// Notes the first console line by which the kernel says it is broken (before boot too).
     fn watch_trouble(&mut self, line: &str, at: Duration) {
         if self.trouble.is_none()
@@ -639,6 +715,30 @@ impl Report {
 
     /// Reads one line of the guest runner's (guest.rs) into `results`.
     fn observe(&mut self, line: &str, at: Duration, results: &mut [SuiteResult]) -> Option<Event> {
+        if let Some(reset) = &mut self.reset {
+            if reset.seen.is_none() && line.contains(&reset.evidence) {
+                reset.seen = Some(at);
+            }
+            reset.restarting |= line.contains("reboot: Restarting system");
+        }
+        if let Some(spec) = line.strip_prefix(RESET_EXPECTED) {
+            let mut parts = spec.splitn(3, '|');
+            if let (Some(name), Some(Ok(within)), Some(evidence)) = (
+                parts.next(),
+                parts.next().map(str::parse::<u64>),
+                parts.next(),
+            ) {
+                self.reset = Some(ExpectedReset {
+                    name: name.to_owned(),
+                    within: Duration::from_secs(within),
+                    evidence: evidence.to_owned(),
+                    announced: at,
+                    seen: None,
+                    restarting: false,
+                });
+            }
+            return None;
+        }
         if line.starts_with("lab: guest ready") {
             self.ready.get_or_insert(at);
         } else if let Some(code) = line.strip_prefix("LAB_EXIT=") {

@@ -51,7 +51,7 @@ use crate::transport::{Hints, PrTransport};
 
 pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
 pub use failure::Failure;
-pub use lu_set::LuSet;
+pub use lu_set::{LastingPartialKeys, LuSet, keys_not_on_every_lu};
 pub use probe::probe_registration;
 pub use targets::{OpenPath, Opener, targets};
 pub use unfence::{BootRecord, UnfenceBy};

@@ -56,6 +56,7 @@ pub const SUITE: Suite = Suite {
         metrics_pass_promtool_and_status_its_schema,
         no_write_close_on_the_lus_so_no_udev_change_events,
         an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key,
+        another_node_on_part_of_the_lus_is_named_in_the_status,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -2100,5 +2101,75 @@ fn an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key() -> anyh
             "LU {lun}: A's registrations {keys:x?}, derived {key:x}"
         );
     }
+    Ok(())
+}
+
+/// Issue 44: nodes compare their LU sets through the registrations themselves. Node B registers
+/// on LU 0 only, as a node whose fence_pr `devices=` lacks LU 1 would after its unfencing; node
+/// A's agent, watching both, names B's key and the LU it lacks in its status once that lasted
+/// `grace`, staying healthy (its own protection is whole), and forgets it once B is on both. Judged
+/// against the target's registrations.
+fn another_node_on_part_of_the_lus_is_named_in_the_status() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    unfence(&t, Node::A)?;
+    let b0 = t.device(Node::B, 0).display().to_string();
+    crate::prfence(["register", "--key", "0xb", b0.as_str()])?.ok()?;
+    let on_lu1 = |t: &Topology| -> anyhow::Result<bool> {
+        Ok(t.lu(1).registrations()?.iter().any(|r| r.key == 0xb))
+    };
+    ensure!(
+        t.lu(0).registrations()?.iter().any(|r| r.key == 0xb) && !on_lu1(&t)?,
+        "node B's key should be on LU 0 alone"
+    );
+    let config = watch_config(
+        t.node(Node::A).devices(),
+        "0xa",
+        500,
+        "grace = \"3s\"",
+        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        "",
+    );
+    let mut agent = AgentProcess::start("a", &config)?;
+    agent.wait_state("healthy", Duration::from_secs(30))?;
+    let start = Instant::now();
+    let named = |agent: &AgentProcess| {
+        agent.status().is_some_and(|s| {
+            s["keys_not_on_every_lu"]
+                == serde_json::json!([{"key": "0x000000000000000b", "missing_on": ["lun1"]}])
+        })
+    };
+    while !named(&agent) {
+        ensure!(
+            start.elapsed() < Duration::from_secs(20),
+            "node B's key on LU 0 alone is not named after {}: {:?}\n{}",
+            crate::secs(start.elapsed()),
+            agent.status().map(|s| s["keys_not_on_every_lu"].clone()),
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = start.elapsed();
+    ensure!(agent.state() == "healthy", "the agent is {}", agent.state());
+    let b1 = t.device(Node::B, 1).display().to_string();
+    crate::prfence(["register", "--key", "0xb", b1.as_str()])?.ok()?;
+    ensure!(on_lu1(&t)?, "node B's key is not on LU 1");
+    let start = Instant::now();
+    while agent
+        .status()
+        .is_none_or(|s| s["keys_not_on_every_lu"] != serde_json::json!([]))
+    {
+        ensure!(
+            start.elapsed() < Duration::from_secs(10),
+            "still named once B is on both LUs:\n{}",
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "  B's key on LU 0 alone: named with lun1 {} after the agent was healthy (grace 3 s), \
+         the agent healthy; B registered on LU 1: cleared {} later",
+        crate::secs(took),
+        crate::secs(start.elapsed())
+    );
     Ok(())
 }

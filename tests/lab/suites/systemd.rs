@@ -27,7 +27,9 @@ pub const SUITE: Suite = Suite {
     tests: crate::tests![
         the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,
         a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status,
-        a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it
+        a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it,
+        // ends the guest: the last test of the last suite of its guest
+        a_fenced_node_runs_its_hook_then_resets
     ],
     long: &[],
     reproducers: &[],
@@ -682,4 +684,54 @@ fn a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it() -> any
     );
     drop(restore);
     Ok(())
+}
+
+/// What the reset test's hook logs (to the journal, relayed to the console), as the host's
+/// evidence that the hook ran before the reset.
+const HOOK_EVIDENCE: &str = "lab stop hook ran inside prfence-agent.service";
+/// How long the guest may take from the fence to its reset: the fence itself, two reads of the
+/// missing key a check apart, the hook (2 s), under emulation.
+const RESET_WITHIN: Duration = Duration::from_secs(60);
+
+/// The whole self-fence under the packaged unit with `reboot = true`: a fence by node B, the
+/// hook inside the sandbox, then reboot(2), which the unit's seccomp filter (`@reboot`) and its
+/// CAP_SYS_BOOT must let through. The guest's reset ends the run, so the host judges this test
+/// (host.rs, `lab: reset expected`): the kernel restarts within [`RESET_WITHIN`] of the fence,
+/// after the hook's journal line reached the console. The last test of its guest.
+fn a_fenced_node_runs_its_hook_then_resets() -> anyhow::Result<()> {
+    let t = Topology::iscsi(1)?;
+    node::unfence(&t, Node::A)?;
+    node::unfence(&t, Node::B)?;
+    let _restore = Restore::take()?;
+    let devices = t.node(Node::A).devices().to_vec();
+    // The hook logs, then gives the journal's relay below time to reach the console.
+    let tables = format!(
+        "[watch]\ngrace = \"5s\"\n[self_fence]\n\
+         command = [\"/bin/sh\", \"-c\", \"logger -t lab-hook '{HOOK_EVIDENCE}'; sleep 2\"]\n\
+         command_timeout = \"10s\"\nreboot = true\n"
+    );
+    crate::write_file(CONFIG, &config(&devices, &tables))?;
+    systemctl(&["start", UNIT])?;
+    wait_for("the agent healthy", SETTLE, || state_is("healthy"))?;
+    // the unit's journal on the console (this test's output is the console) until the reset;
+    // the hook's logger line by its tag too (journald may not tell the unit of a process that
+    // exited at once)
+    let relay = std::process::Command::new("journalctl")
+        .args(["-f", "-n", "0", "-o", "short-monotonic"])
+        .arg(format!("_SYSTEMD_UNIT={UNIT}"))
+        .args(["+", "SYSLOG_IDENTIFIER=lab-hook"])
+        .spawn()?;
+    let _relay = crate::KillOnDrop(relay);
+    std::thread::sleep(Duration::from_millis(500));
+    println!(
+        "lab: reset expected: systemd::a_fenced_node_runs_its_hook_then_resets|{}|{HOOK_EVIDENCE}",
+        RESET_WITHIN.as_secs()
+    );
+    node::fence(&t, Node::B, 0)?;
+    std::thread::sleep(RESET_WITHIN + Duration::from_secs(10));
+    bail!(
+        "the node was not reset {} after the fence:\n{}",
+        secs(RESET_WITHIN + Duration::from_secs(10)),
+        journal()
+    )
 }
