@@ -1850,6 +1850,14 @@ fn derive_settings() -> Settings {
     Settings::from_toml_str(text).unwrap()
 }
 
+/// [`derive_settings`] with `key.value = "0xa"` instead.
+fn given_settings() -> Settings {
+    let text = "mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
+                [[device]]\npath = \"/dev/mapper/lu0\"\nname = \"lu0\"\n\
+                [key]\nvalue = \"0xa\"\n[watch]\ngrace = \"10s\"\n";
+    Settings::from_toml_str(text).unwrap()
+}
+
 /// corosync of the two-node cluster `lab`, running as node2 (local_node_pos 1).
 fn corosync_up(host: &ModelHost) {
     host.set_corosync("totem.cluster_name", "totem.cluster_name (str) = lab\n");
@@ -2088,11 +2096,15 @@ async fn a_given_key_unlike_the_stored_one_is_degraded_until_they_agree() {
     register(&lu, a, ours);
     register(&lu, connect(&lu, "node1", "0x1"), theirs);
     store.write_key(theirs.get()).unwrap();
-    let text = "mode = \"watch\"\ncheck_interval = \"1s\"\ncommand_timeout = \"1s\"\n\
-                [[device]]\npath = \"/dev/mapper/lu0\"\nname = \"lu0\"\n\
-                [key]\nvalue = \"0xa\"\n[watch]\ngrace = \"10s\"\n";
-    let settings = Settings::from_toml_str(text).unwrap();
-    let run = start_keyed(settings, Some(ours), "node2", &lu, a, &store, dir.path());
+    let run = start_keyed(
+        given_settings(),
+        Some(ours),
+        "node2",
+        &lu,
+        a,
+        &store,
+        dir.path(),
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let status = lock(&run.status).clone();
     assert_eq!(status.state, State::Degraded, "{status:?}");
@@ -2106,6 +2118,39 @@ async fn a_given_key_unlike_the_stored_one_is_degraded_until_they_agree() {
     assert!(
         wait_for(&run.status, Duration::from_secs(5), |s| s.state
             == State::Healthy
+            && s.key_problem.is_none())
+        .await,
+        "{:?}",
+        lock(&run.status)
+    );
+    run.control.send(Control::Stop).unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
+/// Issue 44: a SIGHUP while the agent waits for corosync (the reload path before its key is
+/// known) applies the new configuration: with `key.value` now given, it arms on that key at
+/// once, corosync still down.
+#[tokio::test(start_paused = true)]
+async fn a_reload_while_waiting_for_corosync_takes_the_new_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    register(&lu, a, Key::new(0xa));
+    let run = start_deriving("node2", &lu, a, &store, dir.path());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        lock(&run.status).state,
+        State::WaitingForRegistration,
+        "{:?}",
+        lock(&run.status)
+    );
+    let (given, _) = with_watchdog(given_settings(), dir.path(), false);
+    run.control.send(Control::Reload(Box::new(given))).unwrap();
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy
+            && s.own_key.as_deref() == Some("0x000000000000000a")
             && s.key_problem.is_none())
         .await,
         "{:?}",
