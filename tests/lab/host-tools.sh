@@ -1,6 +1,7 @@
 #!/bin/bash
 # Installs the host tools the tests need and a fresh Debian 12 lacks, with apt-get (root), with a
-# one-line message. The lab guest runs the host's binaries, so its tools are installed here too.
+# one-line message. The lab guest runs the host's binaries, so its tools are installed here too
+# (systemd too: the booted node's guest runs the host's /lib/systemd/systemd as PID 1).
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # command:package pairs
@@ -10,7 +11,8 @@ need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio
       corosync-cmapctl:corosync pacemakerd:pacemaker cibadmin:pacemaker-cli-utils
       crm_mon:pacemaker-cli-utils dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db
       nvme:nvme-cli pcs:pcs crm:crmsh multipathd:multipath-tools udevadm:udev
-      promtool:prometheus)
+      promtool:prometheus systemctl:systemd journalctl:systemd curl:curl pkill:procps
+      logger:bsdutils setpriv:util-linux)
 missing=(); for p in "${need[@]}"; do command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}"); done
 # the status document's schema is checked with Debian's python3 and its jsonschema module
 /usr/bin/python3 -c 'import jsonschema' 2>/dev/null || missing+=(python3-jsonschema)

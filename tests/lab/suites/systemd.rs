@@ -154,8 +154,8 @@ fn config(devices: &[PathBuf], tables: &str) -> String {
     text
 }
 
-/// What the tests change in the guest's system (the package's own config, units, the runtime
-/// directory, the journal's view aside), put back when dropped: the next test, and the residue
+/// What the tests change in the guest's system (the package's config, the units they start, the
+/// runtime directory, the files they add), put back when dropped: the next test, and the residue
 /// check, find the guest as the package left it.
 struct Restore {
     /// Files the test rewrites, with their content before.
