@@ -1881,6 +1881,23 @@ fn lab_key(node: &str) -> Key {
 
 /// A host named `hostname` with one path to `lu` as `nexus`, and its agent deriving its key,
 /// checked against the key store `store`; a watchdog (a plain file) in `dir`.
+/// The key tests' node2: a temporary directory with fence_pr's key store (`cluster`) in it, one
+/// model LU, and node2's nexus to it (`a`).
+struct Node2 {
+    dir: tempfile::TempDir,
+    store: crate::fence_agent::store::KeyStore,
+    lu: Arc<Mutex<ModelLu>>,
+    a: Nexus,
+}
+
+fn node2() -> Node2 {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
+    let lu = model_lu();
+    let a = connect(&lu, "node2", "0x1");
+    Node2 { dir, store, lu, a }
+}
+
 fn start_deriving(
     hostname: &str,
     lu: &Arc<Mutex<ModelLu>>,
@@ -1934,10 +1951,7 @@ fn start_keyed(
 #[tokio::test(start_paused = true)]
 async fn a_derived_key_is_waited_for_until_corosync_answers_then_armed() {
     use super::status::WatchdogState;
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
-    let lu = model_lu();
-    let a = connect(&lu, "node2", "0x1");
+    let Node2 { dir, store, lu, a } = node2();
     let run = start_deriving("node2", &lu, a, &store, dir.path());
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(
@@ -1994,10 +2008,7 @@ async fn a_derived_key_is_waited_for_until_corosync_answers_then_armed() {
 /// Issue 44 item A: stopped while waiting for corosync, the agent stops cleanly.
 #[tokio::test(start_paused = true)]
 async fn an_agent_waiting_for_corosync_stops_on_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
-    let lu = model_lu();
-    let a = connect(&lu, "node2", "0x1");
+    let Node2 { dir, store, lu, a } = node2();
     let run = start_deriving("node2", &lu, a, &store, dir.path());
     tokio::time::sleep(Duration::from_secs(3)).await;
     run.control.send(Control::Stop).unwrap();
@@ -2010,10 +2021,7 @@ async fn an_agent_waiting_for_corosync_stops_on_request() {
 #[tokio::test(start_paused = true)]
 async fn a_host_named_after_another_node_is_degraded_naming_both() {
     use super::status::WatchdogState;
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
-    let lu = model_lu();
-    let a = connect(&lu, "node2", "0x1");
+    let Node2 { dir, store, lu, a } = node2();
     let other = connect(&lu, "node1", "0x1");
     register(&lu, other, lab_key("node1"));
     let run = start_deriving("node1", &lu, a, &store, dir.path());
@@ -2042,10 +2050,7 @@ async fn a_host_named_after_another_node_is_degraded_naming_both() {
 #[tokio::test(start_paused = true)]
 async fn a_key_store_holding_another_key_is_degraded_until_they_agree() {
     use super::status::WatchdogState;
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
-    let lu = model_lu();
-    let a = connect(&lu, "node2", "0x1");
+    let Node2 { dir, store, lu, a } = node2();
     let ours = lab_key("node2");
     register(&lu, a, ours);
     store.write_key(lab_key("node1").get()).unwrap();
@@ -2088,10 +2093,7 @@ async fn a_key_store_holding_another_key_is_degraded_until_they_agree() {
 #[tokio::test(start_paused = true)]
 async fn a_given_key_unlike_the_stored_one_is_degraded_until_they_agree() {
     use super::status::WatchdogState;
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
-    let lu = model_lu();
-    let a = connect(&lu, "node2", "0x1");
+    let Node2 { dir, store, lu, a } = node2();
     let (ours, theirs) = (Key::new(0xa), Key::new(0xb));
     register(&lu, a, ours);
     register(&lu, connect(&lu, "node1", "0x1"), theirs);
@@ -2132,10 +2134,7 @@ async fn a_given_key_unlike_the_stored_one_is_degraded_until_they_agree() {
 /// once, corosync still down.
 #[tokio::test(start_paused = true)]
 async fn a_reload_while_waiting_for_corosync_takes_the_new_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::fence_agent::store::KeyStore::new(dir.path().join("cluster"));
-    let lu = model_lu();
-    let a = connect(&lu, "node2", "0x1");
+    let Node2 { dir, store, lu, a } = node2();
     register(&lu, a, Key::new(0xa));
     let run = start_deriving("node2", &lu, a, &store, dir.path());
     tokio::time::sleep(Duration::from_secs(3)).await;

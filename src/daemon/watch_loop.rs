@@ -621,8 +621,7 @@ impl WatchDriver<'_> {
         }
     }
 
-    /// Other nodes' keys on part of our LUs for `watch.grace` ([`LastingPartialKeys`]), logged
-    /// once per change.
+    /// Other nodes' keys on part of our LUs for `watch.grace` ([`LastingPartialKeys`]).
     fn compare_lu_sets(&mut self, checks: &[LuCheck]) -> Vec<KeyNotOnEveryLu> {
         let settle = match &self.agent.settings.mode {
             ModeSettings::Watch(watch) => watch.grace,
@@ -646,14 +645,6 @@ impl WatchDriver<'_> {
                     .collect(),
             })
             .collect();
-        if shown != lock(&self.agent.status).keys_not_on_every_lu {
-            for k in &shown {
-                tracing::warn!(key = %k.key, missing_on = ?k.missing_on, "another node's key is on some of this node's LUs and not on these: its LU set differs from this node's (fence_pr's devices=, the agent's [[device]]), or its registration was left half done; compare `prfence doctor` on both nodes");
-            }
-            if shown.is_empty() {
-                tracing::info!("every other node's key is on every LU again");
-            }
-        }
         lock(&self.agent.metrics).set_keys_not_on_every_lu(shown.len());
         shown
     }
@@ -663,6 +654,9 @@ impl WatchDriver<'_> {
         let partial = self.compare_lu_sets(checks);
         {
             let mut status = lock(&self.agent.status);
+            if partial != status.keys_not_on_every_lu {
+                log_keys_not_on_every_lu(&partial);
+            }
             status.keys_not_on_every_lu = partial;
             status.checks += 1;
             for ((lu, check), shown) in self
@@ -1007,4 +1001,15 @@ fn join(paths: &[PathId]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Says what changed in [`Status::keys_not_on_every_lu`](super::status::Status): each key now
+/// on part of the LUs, or that none is any more.
+fn log_keys_not_on_every_lu(now: &[KeyNotOnEveryLu]) {
+    for k in now {
+        tracing::warn!(key = %k.key, missing_on = ?k.missing_on, "another node's key is on some of this node's LUs and not on these: its LU set differs from this node's (fence_pr's devices=, the agent's [[device]]), or its registration was left half done; compare `prfence doctor` on both nodes");
+    }
+    if now.is_empty() {
+        tracing::info!("every other node's key is on every LU again");
+    }
 }

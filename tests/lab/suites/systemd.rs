@@ -131,11 +131,11 @@ fn watchdog_state() -> String {
         .unwrap_or_else(|e| format!("unreadable ({e})"))
 }
 
-/// Node A's registration on every LU of `t`, read from the target.
-fn a_registered(t: &Topology) -> anyhow::Result<Vec<bool>> {
+/// Whether `key` is registered, LU by LU of `t`, read from the target.
+fn registered(t: &Topology, key: u64) -> anyhow::Result<Vec<bool>> {
     t.lus()
         .iter()
-        .map(|lu| Ok(lu.registrations()?.iter().any(|r| r.key == Node::A.key())))
+        .map(|lu| Ok(lu.registrations()?.iter().any(|r| r.key == key)))
         .collect()
 }
 
@@ -158,8 +158,8 @@ fn config(devices: &[PathBuf], tables: &str) -> String {
 /// runtime directory, the files they add), put back when dropped: the next test, and the residue
 /// check, find the guest as the package left it.
 struct Restore {
-    /// Files the test rewrites, with their content before.
-    contents: Vec<(PathBuf, String)>,
+    /// The package's agent.toml, which the tests rewrite.
+    config: String,
     times: crate::residue::WrittenTimes,
     remove: Vec<PathBuf>,
     /// Directories whose new files (those not in the list) are removed.
@@ -169,22 +169,14 @@ struct Restore {
 
 impl Restore {
     fn take() -> anyhow::Result<Restore> {
-        let mut restore = Restore {
-            contents: Vec::new(),
+        Ok(Restore {
+            config: std::fs::read_to_string(CONFIG)
+                .with_context(|| format!("{CONFIG}: the package's configuration"))?,
             times: crate::residue::WrittenTimes::take(),
             remove: vec![PathBuf::from(RUNTIME_DIR)],
             emptied: Vec::new(),
             units: vec![UNIT],
-        };
-        restore.keep(CONFIG)?;
-        Ok(restore)
-    }
-
-    /// Puts `path`'s present content back at the end.
-    fn keep(&mut self, path: &str) -> anyhow::Result<()> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-        self.contents.push((PathBuf::from(path), text));
-        Ok(())
+        })
     }
 
     /// Removes at the end what `dir` holds then and not now.
@@ -223,9 +215,7 @@ impl Drop for Restore {
             }
         }
         let _ = crate::run("systemctl", ["daemon-reload"]);
-        for (path, text) in &self.contents {
-            let _ = std::fs::write(path, text);
-        }
+        let _ = std::fs::write(CONFIG, &self.config);
         let _ = crate::run("modprobe", ["-r", "softdog"]);
         self.times.restore();
     }
@@ -330,9 +320,9 @@ fn the_packaged_unit_starts_reloads_restarts_and_stops_disarmed() -> anyhow::Res
         watchdog_state()
     );
     ensure!(
-        a_registered(&t)?.iter().all(|&r| r),
+        registered(&t, Node::A.key())?.iter().all(|&r| r),
         "the stop unregistered node A: {:?}",
-        a_registered(&t)?
+        registered(&t, Node::A.key())?
     );
     println!(
         "  stop: {}, unit inactive (success), softdog inactive, key 0xa still on both LUs",
@@ -419,9 +409,9 @@ fn a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status() -> any
     let fenced_at = Instant::now();
     node::fence(&t, Node::B, 0)?;
     ensure!(
-        a_registered(&t)?.iter().all(|&r| !r),
+        registered(&t, Node::A.key())?.iter().all(|&r| !r),
         "node B's fence left key 0xa: {:?}",
-        a_registered(&t)?
+        registered(&t, Node::A.key())?
     );
     let took = wait_for("the agent's exit after its self-fence", SETTLE, || {
         Ok(show(UNIT, "ActiveState")? != "active" && show(UNIT, "ExecMainStatus")? == "86")
@@ -617,17 +607,10 @@ fn a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it() -> any
     );
 
     systemctl(&["start", "corosync.service", "pacemaker.service"])?;
-    let registered = |t: &Topology| -> anyhow::Result<bool> {
-        let mut all = true;
-        for lu in t.lus() {
-            all &= lu.registrations()?.iter().any(|r| r.key == key);
-        }
-        Ok(all)
-    };
     let unfenced = wait_for(
         "Pacemaker's unfencing (the derived key on both LUs)",
         Duration::from_secs(240),
-        || registered(&t),
+        || Ok(registered(&t, key)?.iter().all(|&r| r)),
     )?;
     let armed = wait_for("the agent armed on the derived key", SETTLE, || {
         let s = status()?;
@@ -674,7 +657,10 @@ fn a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it() -> any
         pacemaker <= agent_at && agent_at <= corosync,
         "stop order: pacemaker at {pacemaker} µs, the agent at {agent_at}, corosync at {corosync}"
     );
-    ensure!(registered(&t)?, "the shutdown removed key {key:#x}");
+    ensure!(
+        registered(&t, key)?.iter().all(|&r| r),
+        "the shutdown removed key {key:#x}"
+    );
     println!(
         "  stop of pacemaker, the agent and corosync: {}; the agent stopped {} after Pacemaker \
          and {} before corosync, exit 0, key {key:#x} kept",
