@@ -376,6 +376,7 @@ mod tests {
                     hctl: String::new(),
                     state: PathState::Running,
                     transport: None,
+                    generic: None,
                 };
                 host.attach(
                     LuId::from_wwid(&format!("naa.{lu_index}")).unwrap(),

@@ -24,7 +24,10 @@ use crate::transport::{CommandError, Policy, PrTransport};
 /// One path of an LU as discovery reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathSpec {
-    /// The node opened for SG_IO (`/dev/sdc`).
+    /// The node the agent opens: a SCSI path's sg node (`/dev/sg2`) where it has one, else its
+    /// block node (`/dev/sdc`), or the NVMe namespace. Through the sg node a command stuck on a
+    /// hung path does not hold the agent's exit (discover::PathInfo::generic): a stopped agent
+    /// exits at once, not when the kernel gives the command up (open-iscsi: 120 s).
     pub dev: PathBuf,
     /// Kernel name (`sdc`), used in logs, metrics and the watch state.
     pub name: String,
@@ -57,7 +60,7 @@ fn lu_spec(found: Result<Vec<Lu>, DiscoverError>) -> Result<LuSpec, DiscoverErro
             .into_iter()
             .map(|p| PathSpec {
                 live: p.is_live(),
-                dev: p.dev,
+                dev: p.generic.unwrap_or(p.dev),
                 name: p.name,
                 session: p.transport.map(|t| t.session),
                 protocol: p.protocol,

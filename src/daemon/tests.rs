@@ -51,6 +51,7 @@ fn path(
             tpgt: None,
             isid: None,
         }),
+        generic: None,
     };
     host.attach(
         LuId::from_wwid(id).unwrap(),

@@ -181,6 +181,11 @@ pub struct PathInfo {
     pub state: PathState,
     /// The iSCSI session carrying this path, if it is an iSCSI path.
     pub transport: Option<IscsiSession>,
+    /// SCSI: the path's SCSI generic node (`/dev/sgN`), when the sg driver has one (`dev`
+    /// itself when `dev` is one). SG_IO through it waits interruptibly, so a process can exit
+    /// while a command is stuck on a hung path (the kernel orphans the command); through the
+    /// block node the wait is uninterruptible and holds the process until the kernel gives up.
+    pub generic: Option<PathBuf>,
 }
 
 /// The protocol of a device node, from its kernel name (`/dev/nvme0n1` and links to it are NVMe
@@ -949,10 +954,22 @@ impl Discovery {
                 hctl,
                 state,
                 transport: self.iscsi_session(scsi_dir),
+                generic: self.generic_node(scsi_dir),
             },
             id,
             serial,
         }
+    }
+
+    /// The sg node of the SCSI device at `scsi_dir` (`…/1:0:0:0/scsi_generic/sgN`), if the sg
+    /// driver is bound to it.
+    fn generic_node(&self, scsi_dir: &Path) -> Option<PathBuf> {
+        std::fs::read_dir(scsi_dir.join("scsi_generic"))
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("sg"))
+            .map(|n| self.dev.join(n))
     }
 
     /// Reads one NVMe namespace's attributes; `dir` is its sysfs directory. Missing identity is
@@ -1010,6 +1027,7 @@ impl Discovery {
                 hctl: format!("{parent}:ns{nsid}"),
                 state,
                 transport: None,
+                generic: None,
             },
             id,
             serial: None,

@@ -341,6 +341,8 @@ fn one_node_two_luns_sorted_by_id() {
     let p = &lus[0].paths[0];
     assert_eq!(p.dev, t.dev("sdb"));
     assert_eq!(p.given, t.dev("sdb"));
+    // the disk's sg node, through which a command can be abandoned
+    assert_eq!(p.generic, Some(t.dev("sg1")));
     assert_eq!(p.hctl, "0:0:0:0");
     assert!(p.is_live());
     assert_eq!(

@@ -111,6 +111,7 @@ impl Cluster {
                     hctl: format!("{}:0:0:{}", spec.nexus_index(), spec.lu),
                     state: SysfsState::Running,
                     transport: None,
+                    generic: None,
                 },
                 ModelDevice::new(Arc::clone(&self.lus[spec.lu]), spec.nexus, &spec.dev),
             );

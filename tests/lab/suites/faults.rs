@@ -640,14 +640,14 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let _softdog = Softdog::load()?;
     // The running agent reboots when fenced, as in production, but without CAP_SYS_BOOT: its
     // reboot request fails (logged, shown in the status) instead of resetting the guest. Its hook
-    // counts the agent's threads in uninterruptible sleep (SG_IO stuck on the hung path) beside
-    // its time stamp, so the test sees the hook ran while they were outstanding.
+    // counts the agent's threads inside ioctl(2) (SG_IO stuck on the hung path) beside its time
+    // stamp, so the test sees the hook ran while they were outstanding.
     let config = watch_config(&b_devices, Node::B.key(), Some(&hook), true)
         .replace("reboot = false", "reboot = true")
         .replace(
             &format!("date +%s%N > {}", hook.display()),
             &format!(
-                "date +%s%N > {0}; grep -l '^State:[[:space:]]*D' /proc/$PPID/task/*/status \
+                "date +%s%N > {0}; grep -l '^{IOCTL} ' /proc/$PPID/task/*/syscall \
                  2>/dev/null | wc -l >> {0}",
                 hook.display()
             ),
@@ -656,15 +656,37 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             "target = \"stderr\"",
             "target = \"stderr\"\nformat = \"json\"",
         );
+    let watch_spawned_ns = now_ns();
     let watch = Started::spawn(
         "agent-watch-b",
         &mut without_cap_sys_boot(agent_cmd("agent-watch-b", &config, false)?)?,
     )?;
-    wait_until(Duration::from_secs(60), "B's agent healthy", || {
-        Ok(agent_state("agent-watch-b") == "healthy")
+    // A second agent on B's LUs, stopped (SIGTERM, as systemd stops it) while its READ KEYS is
+    // stuck on the hung path; its grace outlasts the test, so it never self-fences.
+    let stop_config = watch_config(&b_devices, Node::B.key(), None, false).replace(
+        &format!("grace = \"{AGENT_GRACE_MS}ms\""),
+        "grace = \"10min\"",
+    );
+    let stop_spawned = Instant::now();
+    let stop = Started::spawn(
+        "agent-stop-b",
+        &mut agent_cmd("agent-stop-b", &stop_config, false)?,
+    )?;
+    let stop_pid = stop.pgid();
+    wait_until(Duration::from_secs(60), "B's agents healthy", || {
+        Ok(agent_state("agent-watch-b") == "healthy" && agent_state("agent-stop-b") == "healthy")
     })?;
 
     let hung = t.hang_path(Node::B)?;
+    let hung_at = Instant::now();
+    // SIGTERM once its commands have been stuck for a while (a check every 500 ms, each given up
+    // after 1 s, the kernel holding them ~10 s), noting how many of its threads were in ioctl(2)
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(STOP_AFTER_HANG.saturating_sub(hung_at.elapsed()));
+        let in_ioctl = threads_in_ioctl(stop_pid);
+        let _ = nix::sys::signal::kill(stop_pid, Signal::SIGTERM);
+        (Instant::now(), in_ioctl)
+    });
     let hung_wall_ns = now_ns();
     let hung_uptime = uptime()?;
     let starved_before_hang = Softdog::expiries()?;
@@ -746,12 +768,28 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
     let watch_budget =
         Duration::from_millis(AGENT_CHECK_MS + AGENT_COMMAND_TIMEOUT_MS + AGENT_GRACE_MS);
     let cap = MONITOR_BUDGET + SLACK + Duration::from_secs(2);
-    let [fence, keys, once, monitor, watch, status, pr_status, pr_off]: [Ended; 8] = finish_all(
-        vec![fence, keys, once, monitor, watch, status, pr_status, pr_off],
+    let [
+        fence,
+        keys,
+        once,
+        monitor,
+        watch,
+        status,
+        pr_status,
+        pr_off,
+        stop,
+    ]: [Ended; 9] = finish_all(
+        vec![
+            fence, keys, once, monitor, watch, status, pr_status, pr_off, stop,
+        ],
         cap,
     )?
     .try_into()
-    .map_err(|_| anyhow::anyhow!("eight results expected"))?;
+    .map_err(|_| anyhow::anyhow!("nine results expected"))?;
+    let (stopped_at, stopped_in_ioctl) = stopper
+        .join()
+        .map_err(|_| anyhow::anyhow!("the stopping thread panicked"))?;
+    let stop_exit_after = (stop_spawned + stop.elapsed).saturating_duration_since(stopped_at);
     // what B's one-shot commands left behind when they exited: a worker held in the kernel
     let one_shots = [&keys, &status, &monitor, &pr_status, &pr_off, &once];
     for one in one_shots.iter().filter(|e| !e.left_behind.is_empty()) {
@@ -767,7 +805,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         );
     }
     // when the running agent self-fenced, counted from the hang (the hook writes the time, then
-    // how many of the agent's threads were in uninterruptible sleep)
+    // how many of the agent's threads were inside ioctl(2))
     let hook_text = std::fs::read_to_string(&hook).unwrap_or_default();
     let mut hook_lines = hook_text.lines().map(|l| l.trim().parse::<u64>().ok());
     let hook_at_ns = hook_lines.next().flatten();
@@ -840,7 +878,7 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         self_fenced_after.map_or("never ran".to_owned(), crate::secs),
     );
     println!(
-        "self-fence with every path hung ({} agent threads in uninterruptible sleep at the \
+        "self-fence with every path hung ({} agent threads in ioctl(2) at the \
          hook): decision -> hook {} -> reboot request {} (reboot(2) {})",
         hung_threads.map_or("?".to_owned(), |n| n.to_string()),
         steps.after(steps.decided, hook_at_ns),
@@ -850,6 +888,13 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         } else {
             "not seen"
         },
+    );
+    println!(
+        "agent stopped {} after the hang with {stopped_in_ioctl} thread(s) in ioctl(2): exit {:?} \
+         {} after SIGTERM",
+        crate::secs(stopped_at.saturating_duration_since(hung_at)),
+        stop.code,
+        crate::secs(stop_exit_after)
     );
     println!(
         "softdog ({WATCHDOG_TIMEOUT_S} s): first expiry {} after the hang",
@@ -926,6 +971,25 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             tail(&watch.stderr)
         )),
     }
+    // A stopped agent exits at once, its stuck commands left to the kernel (they go through the
+    // paths' sg nodes, whose wait a dying process leaves): through the block nodes the exit
+    // waited until the kernel gave the commands up.
+    if stopped_in_ioctl == 0 {
+        failures.push(
+            "no thread of the stopped agent was in ioctl(2) at its SIGTERM: the test did not \
+             stop it beside a stuck command"
+                .to_owned(),
+        );
+    }
+    if stop.code != Some(0) || stop_exit_after > STOP_EXIT {
+        failures.push(format!(
+            "agent stopped on a hung path: {}, {} after SIGTERM (within {})\n{}",
+            stop.describe(),
+            crate::secs(stop_exit_after),
+            crate::secs(STOP_EXIT),
+            tail(&stop.stderr)
+        ));
+    }
     // The self-fence never waits for storage: the hook starts, and the reboot is requested once
     // it is done, within SELF_FENCE_STEP of the step before, with the hung calls still stuck.
     match (steps.decided, hook_at_ns, steps.reboot_requested) {
@@ -945,8 +1009,20 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             }
             if hung_threads.is_none_or(|n| n == 0) {
                 failures.push(format!(
-                    "no agent thread was in uninterruptible sleep at the hook ({hung_threads:?}): \
-                     the test did not show the hook running beside hung commands"
+                    "no agent thread was in ioctl(2) at the hook ({hung_threads:?}): the test \
+                     did not show the hook running beside hung commands"
+                ));
+            }
+            // and the process is gone right after, not held by the stuck commands
+            let exited = watch_spawned_ns
+                .saturating_add(u64::try_from(watch.elapsed.as_nanos()).unwrap_or(u64::MAX));
+            let to_exit = Duration::from_nanos(exited.saturating_sub(reboot));
+            if to_exit > SELF_FENCE_STEP {
+                failures.push(format!(
+                    "self-fence: the agent exited {} after its reboot request (within {}): held \
+                     by its stuck commands",
+                    crate::secs(to_exit),
+                    crate::secs(SELF_FENCE_STEP)
                 ));
             }
         }
@@ -961,6 +1037,26 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
         failures.join("\n")
     );
     Ok(())
+}
+
+/// When the hung-path test stops its second agent, after the hang: its commands stuck by then.
+const STOP_AFTER_HANG: Duration = Duration::from_secs(3);
+/// How soon a stopped agent must have exited: its runtime's 1 s shutdown and the exit, under
+/// TCG; the kernel holds a stuck command ~10 s after the hang here.
+const STOP_EXIT: Duration = Duration::from_millis(2500);
+/// ioctl(2)'s number on x86_64 (the lab's only architecture), the first field of
+/// /proc/PID/task/TID/syscall for a thread inside it.
+const IOCTL: &str = "16";
+
+/// How many threads of `pid` are inside ioctl(2) now.
+fn threads_in_ioctl(pid: Pid) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("syscall")).ok())
+        .filter(|text| text.split_whitespace().next() == Some(IOCTL))
+        .count()
 }
 
 /// How long each self-fence step may take after the one before (decision -> hook started,
