@@ -514,6 +514,7 @@ mod tests {
             live: true,
             session: None,
             protocol: Protocol::Scsi,
+            initiator: None,
         });
         let e = exec
             .run(&path, Command::PrIn(PrInAction::ReadKeys), |t| {

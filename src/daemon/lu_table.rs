@@ -18,6 +18,7 @@ use super::config::DeviceSettings;
 use super::status::PathStatus;
 use crate::discover::{DiscoverError, Lu, LuId};
 use crate::host::Host;
+use crate::ops::OwnInitiator;
 use crate::transport::Protocol;
 use crate::transport::{CommandError, Policy, PrTransport};
 
@@ -37,6 +38,9 @@ pub struct PathSpec {
     pub session: Option<String>,
     /// SCSI registers each path (I_T nexus); NVMe registers the host once for all its paths.
     pub protocol: Protocol,
+    /// Who this node is to the target on this path (its iSCSI initiator name, its NVMe host
+    /// id), where known: READ FULL STATUS names registrants so.
+    pub initiator: Option<OwnInitiator>,
 }
 
 /// One LU: its identifier (the same on every node) and this node's paths to it.
@@ -48,7 +52,10 @@ pub struct LuSpec {
 
 /// One configured device's LU and paths, from its discovery. One device is one LU: a multipath
 /// map over different LUs is refused by discovery.
-fn lu_spec(found: Result<Vec<Lu>, DiscoverError>) -> Result<LuSpec, DiscoverError> {
+fn lu_spec(
+    found: Result<Vec<Lu>, DiscoverError>,
+    host: &dyn Host,
+) -> Result<LuSpec, DiscoverError> {
     let lu = found?
         .into_iter()
         .next()
@@ -58,12 +65,24 @@ fn lu_spec(found: Result<Vec<Lu>, DiscoverError>) -> Result<LuSpec, DiscoverErro
         paths: lu
             .paths
             .into_iter()
-            .map(|p| PathSpec {
-                live: p.is_live(),
-                dev: p.generic.unwrap_or(p.dev),
-                name: p.name,
-                session: p.transport.map(|t| t.session),
-                protocol: p.protocol,
+            .map(|p| {
+                let initiator = match p.protocol {
+                    Protocol::Nvme => host.path_sysfs(&p).nvme_host_id.map(OwnInitiator::NvmeHost),
+                    Protocol::Scsi => p
+                        .transport
+                        .as_ref()
+                        .map(|t| t.initiator.clone())
+                        .filter(|name| !name.is_empty())
+                        .map(OwnInitiator::Iscsi),
+                };
+                PathSpec {
+                    live: p.is_live(),
+                    dev: p.generic.unwrap_or(p.dev),
+                    name: p.name,
+                    session: p.transport.map(|t| t.session),
+                    protocol: p.protocol,
+                    initiator,
+                }
             })
             .collect(),
     })
@@ -258,7 +277,7 @@ impl LuTable {
             let _busy = busy;
             host.resolve_repeated(&devices, &fresh)
                 .into_iter()
-                .map(|found| lu_spec(found).map_err(|e| e.to_string()))
+                .map(|found| lu_spec(found, &*host).map_err(|e| e.to_string()))
                 .collect::<Vec<_>>()
         });
         let found = match tokio::time::timeout_at(until, job).await {
@@ -430,6 +449,7 @@ mod tests {
                 live: true,
                 session: None,
                 protocol,
+                initiator: None,
             })
         };
         let lu = |paths| LuEntry {

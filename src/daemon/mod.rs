@@ -85,6 +85,7 @@ pub mod logging;
 pub mod lu_table;
 pub mod metrics;
 pub mod notify;
+mod own_initiators;
 pub mod status;
 pub mod status_file;
 pub mod watch;

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::discover::LuId;
-use crate::ops::LuSet;
+use crate::ops::{LuSet, OtherKeyOnOwnInitiator};
 
 /// What the agent is doing, node-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -144,6 +144,10 @@ pub struct LuStatus {
     pub paths: Vec<PathStatus>,
     /// Lease mode: this node's key on the LU.
     pub lease_key: Option<String>,
+    /// Watch mode: registrations of this node's own initiator (iSCSI initiator name, NVMe host
+    /// id) that carry another key: a node sharing that initiator (cloned), or this node's old
+    /// key. Read where our key is registered fewer times than expected; degraded while any is.
+    pub other_keys_on_own_initiator: Vec<OtherKeyOnOwnInitiator>,
 }
 
 /// The status document's version (`version`, its JSON Schema's `$id`,
@@ -203,6 +207,7 @@ impl Status {
                     keys: Vec::new(),
                     paths: Vec::new(),
                     lease_key: None,
+                    other_keys_on_own_initiator: Vec::new(),
                 })
                 .collect(),
             lu_set: LuSet::of(lus.iter().map(|_| None::<LuId>)),

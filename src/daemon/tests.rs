@@ -36,6 +36,21 @@ fn path(
     dev: &str,
     session: &str,
 ) {
+    path_of(host, device, id, lu, nexus, dev, session, "");
+}
+
+/// [`path`] through a session of iSCSI initiator name `initiator` (empty: not known).
+#[allow(clippy::too_many_arguments)]
+fn path_of(
+    host: &ModelHost,
+    device: &str,
+    id: &str,
+    lu: &Arc<Mutex<ModelLu>>,
+    nexus: Nexus,
+    dev: &str,
+    session: &str,
+    initiator: &str,
+) {
     let path = PathInfo {
         dev: PathBuf::from(dev),
         given: PathBuf::from(device),
@@ -46,7 +61,7 @@ fn path(
         transport: Some(IscsiSession {
             session: session.to_owned(),
             target: String::new(),
-            initiator: String::new(),
+            initiator: initiator.to_owned(),
             iface: None,
             tpgt: None,
             isid: None,
@@ -2158,4 +2173,87 @@ async fn a_reload_while_waiting_for_corosync_takes_the_new_key() {
     );
     run.control.send(Control::Stop).unwrap();
     assert_eq!(run.task.await.unwrap(), RunEnd::Stopped);
+}
+
+/// One LU reached through node A's session of initiator name `iqn.2026-11.lab:nodea` (the
+/// agent knows its name), registered with `registered`.
+fn own_initiator_node(registered: Key) -> (Arc<ModelHost>, Arc<Mutex<ModelLu>>, Nexus) {
+    let storage = Arc::new(ModelHost::new());
+    let lu = model_lu();
+    let a = connect(&lu, "nodea", "0x1");
+    register(&lu, a, registered);
+    path_of(
+        &storage,
+        "/dev/mapper/lu0",
+        "naa.0",
+        &lu,
+        a,
+        "/dev/sd0",
+        "session1",
+        "iqn.2026-11.lab:nodea",
+    );
+    (storage, lu, a)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_sharing_our_initiator_that_takes_the_registration_is_named_at_the_fence() {
+    let (storage, lu, a) = own_initiator_node(KA);
+    let run = start(watch_settings(&["/dev/mapper/lu0"], ""), &storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await
+    );
+    // A node with a cloned initiator name registers through what the target takes for the same
+    // initiator port: its key replaces ours there.
+    register(&lu, a, KB);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Fenced)
+        .await
+    );
+    let status = lock(&run.status).clone();
+    let reason = status.fenced_reason.unwrap_or_default();
+    assert!(
+        reason.contains("iqn.2026-11.lab:nodea")
+            && reason.contains(&KB.to_string())
+            && reason.contains("iscsi-iname"),
+        "{reason}"
+    );
+    let found = &status.lus[0].other_keys_on_own_initiator;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, KB.to_string());
+}
+
+#[tokio::test(start_paused = true)]
+async fn our_initiator_registered_with_another_key_is_degraded_not_waiting() {
+    let (storage, lu, a) = own_initiator_node(KB);
+    let run = start(watch_settings(&["/dev/mapper/lu0"], ""), &storage, Some(KA));
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Degraded)
+        .await,
+        "{:?}",
+        lock(&run.status).state
+    );
+    assert_eq!(
+        lock(&run.status).lus[0].other_keys_on_own_initiator[0].key,
+        KB.to_string()
+    );
+    // Unfenced with our key (it replaces the old one on the port): nothing left to say, and
+    // the agent arms.
+    register(&lu, a, KA);
+    assert!(
+        wait_for(&run.status, Duration::from_secs(5), |s| s.state
+            == State::Healthy)
+        .await,
+        "{:?}",
+        lock(&run.status).state
+    );
+    assert!(
+        lock(&run.status).lus[0]
+            .other_keys_on_own_initiator
+            .is_empty()
+    );
+    let _ = run.control.send(Control::Stop);
 }

@@ -24,6 +24,7 @@ use super::key::OurKey;
 use super::lock;
 use super::lu_table::{LuEntry, LuTable, PathHandle};
 use super::metrics::CommandResult;
+use super::own_initiators::OwnInitiatorLooks;
 use super::status::{KeyNotOnEveryLu, State, WatchdogState};
 use super::watch::{
     CommandFailure, Decision, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath,
@@ -275,6 +276,8 @@ pub(super) struct WatchDriver<'a> {
     key_problem: Option<String>,
     /// Other nodes' keys on part of our LUs, and since when ([`crate::ops::keys_not_on_every_lu`]).
     partial_keys: LastingPartialKeys,
+    /// Our own initiator registered with another key ([`OwnInitiatorLooks`]).
+    own_initiators: OwnInitiatorLooks,
 }
 
 impl<'a> WatchDriver<'a> {
@@ -302,6 +305,7 @@ impl<'a> WatchDriver<'a> {
             store,
             key_problem: None,
             partial_keys: LastingPartialKeys::default(),
+            own_initiators: OwnInitiatorLooks::default(),
         }
     }
 }
@@ -387,7 +391,20 @@ impl WatchDriver<'_> {
         self.agent.feed(decision.feed_watchdog);
         let degraded = self.publish_health(degraded || in_doubt);
         let exit = match (&decision.fenced, decision.newly_fenced) {
-            (Some(reason), true) => self.agent.self_fence(reason.to_string()).await,
+            (Some(reason), true) => {
+                let names: Vec<String> = self
+                    .agent
+                    .table
+                    .lus
+                    .iter()
+                    .map(|l| l.name.clone())
+                    .collect();
+                let reason = match self.own_initiators.describe(&names) {
+                    Some(why) => format!("{reason} ({why})"),
+                    None => reason.to_string(),
+                };
+                self.agent.self_fence(reason).await
+            }
             _ => None,
         };
         if !self.agent.is_fenced() {
@@ -511,7 +528,13 @@ impl WatchDriver<'_> {
             let mut status = lock(&self.agent.status);
             // Waiting is for a key only unfencing brings; an LU that cannot be read is a fault
             // to look at (alerts and `--once` treat degraded as one).
-            status.state = if unreadable.is_empty() {
+            // So is this node's initiator registered with another key: unfencing it would
+            // take that registration over from whoever made it.
+            let other_keys = status
+                .lus
+                .iter()
+                .any(|lu| !lu.other_keys_on_own_initiator.is_empty());
+            status.state = if unreadable.is_empty() && !other_keys {
                 State::WaitingForRegistration
             } else {
                 State::Degraded
@@ -593,7 +616,12 @@ impl WatchDriver<'_> {
     /// is fenced. Returns whether the agent is degraded.
     fn publish_health(&self, lus_degraded: bool) -> bool {
         let mut status = lock(&self.agent.status);
-        let degraded = lus_degraded || status.watchdog.state == WatchdogState::Degraded;
+        let degraded = lus_degraded
+            || status.watchdog.state == WatchdogState::Degraded
+            || status
+                .lus
+                .iter()
+                .any(|lu| !lu.other_keys_on_own_initiator.is_empty());
         if !self.agent.is_fenced() {
             status.state = if degraded {
                 State::Degraded
@@ -652,6 +680,14 @@ impl WatchDriver<'_> {
     /// Status of every LU after a check, then publish.
     fn finish_tick(&mut self, checks: &[LuCheck]) {
         let partial = self.compare_lu_sets(checks);
+        let read: Vec<Option<&ReadKeys>> = checks.iter().map(|c| c.keys.as_ref().ok()).collect();
+        self.own_initiators.after_check(
+            &self.agent.exec,
+            &self.agent.table.lus,
+            &read,
+            self.run.key,
+        );
+        let own_initiators = self.own_initiators.found();
         {
             let mut status = lock(&self.agent.status);
             if partial != status.keys_not_on_every_lu {
@@ -659,15 +695,18 @@ impl WatchDriver<'_> {
             }
             status.keys_not_on_every_lu = partial;
             status.checks += 1;
-            for ((lu, check), shown) in self
+            for (index, ((lu, check), shown)) in self
                 .agent
                 .table
                 .lus
                 .iter()
                 .zip(checks)
                 .zip(status.lus.iter_mut())
+                .enumerate()
             {
                 shown.id.clone_from(&lu.id);
+                shown.other_keys_on_own_initiator =
+                    own_initiators.get(index).cloned().unwrap_or_default();
                 if let Ok(keys) = &check.keys {
                     shown.keys = keys.keys.iter().map(Key::to_string).collect();
                 }
@@ -753,6 +792,8 @@ impl WatchDriver<'_> {
             lock(&self.agent.status).own_key = Some(new_key.to_string());
             let armed = self.run.state.is_some();
             self.run = WatchRun::new(new_key, names.len());
+            // reads under way finish into the old looks, which are dropped with them
+            self.own_initiators = OwnInitiatorLooks::default();
             // Armed before: the LUs it judged are judged at once, with the new key too (a key
             // change is the admin's act); an added LU waits for our key on it.
             if armed {

@@ -57,6 +57,7 @@ pub const SUITE: Suite = Suite {
         no_write_close_on_the_lus_so_no_udev_change_events,
         an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key,
         another_node_on_part_of_the_lus_is_named_in_the_status,
+        a_node_sharing_this_nodes_initiator_is_named_at_the_self_fence,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -2170,6 +2171,74 @@ fn another_node_on_part_of_the_lus_is_named_in_the_status() -> anyhow::Result<()
          the agent healthy; B registered on LU 1: cleared {} later",
         crate::secs(took),
         crate::secs(start.elapsed())
+    );
+    Ok(())
+}
+
+/// A node whose iSCSI initiator name was cloned onto another: the target takes both for one
+/// initiator port, so the other's REGISTER replaces this node's key there. Stood in for by
+/// registering the other key through node A's own session (the target cannot tell the two
+/// apart: same IQN, same ISID). A's agent self-fences (its key is gone, and it could not be
+/// fenced apart from the other node anyway) and its reason and status name the registrant
+/// and the key: what READ FULL STATUS says, not "preempted".
+fn a_node_sharing_this_nodes_initiator_is_named_at_the_self_fence() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    unfence(&t, Node::A)?;
+    let config = watch_config(
+        t.node(Node::A).devices(),
+        "0xa",
+        500,
+        "grace = \"3s\"",
+        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        "",
+    );
+    let mut agent = AgentProcess::start("a", &config)?;
+    agent.wait_state("healthy", Duration::from_secs(30))?;
+    let a0 = t.device(Node::A, 0).display().to_string();
+    crate::prfence(["register", "--key", "0xc", "--ignore-existing", a0.as_str()])?.ok()?;
+    let on_a = t
+        .lu(0)
+        .registrations()?
+        .into_iter()
+        .filter(|r| r.initiator.ends_with(":node-a"))
+        .collect::<Vec<_>>();
+    ensure!(
+        on_a.len() == 1 && on_a[0].key == 0xc,
+        "node A's initiator port on LU 0 should carry 0xc alone: {on_a:?}"
+    );
+    let start = Instant::now();
+    agent.wait_state("fenced", Duration::from_secs(20))?;
+    let took = start.elapsed();
+    // the LUs' part of the status follows the self-fence's own write at the check's end
+    let mut status = agent.status().context("no status")?;
+    while status["lus"][0]["other_keys_on_own_initiator"] == serde_json::json!([])
+        && start.elapsed() < took + Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        status = agent.status().context("no status")?;
+    }
+    let reason = status["fenced_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let found = status["lus"][0]["other_keys_on_own_initiator"].clone();
+    ensure!(
+        reason.contains(&on_a[0].initiator)
+            && reason.contains("0x000000000000000c")
+            && reason.contains("iscsi-iname"),
+        "the self-fence's reason does not name A's initiator with 0xc: {reason}\n{}",
+        agent.log_tail()
+    );
+    ensure!(
+        found[0]["key"] == "0x000000000000000c"
+            && found[0]["registrant"]
+                .as_str()
+                .is_some_and(|r| r.contains(&on_a[0].initiator)),
+        "status lus[0].other_keys_on_own_initiator: {found}"
+    );
+    println!(
+        "  another key through A's initiator port: fenced {} later, reason: {reason}",
+        crate::secs(took)
     );
     Ok(())
 }

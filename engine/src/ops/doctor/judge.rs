@@ -3,7 +3,7 @@
 
 use crate::keys::LeaseKey;
 use crate::ops::lu::is_dead;
-use crate::ops::{FENCING_TYPE, Failure};
+use crate::ops::{FENCING_TYPE, Failure, OwnInitiator};
 use crate::pr::{FullStatus, Key, ReadKeys, ReadReservation};
 use crate::transport::ErrorKind;
 
@@ -476,9 +476,7 @@ fn paths_registered_with_own_key(ev: &Evidence<'_>) -> Vec<Finding> {
                              between them cannot remove either",
                             path.device
                         ),
-                        "give every node its own host id (/etc/nvme/hostid, e.g. from \
-                         `uuidgen`; `nvme show-hostnqn` for the NQN), reconnect, then run \
-                         `prfence unfence` on each node",
+                        OwnInitiator::NvmeHost(host.clone()).advice(),
                     ));
                 }
                 // iSCSI registers an initiator port (name and ISID): two nodes with one cloned
@@ -497,10 +495,7 @@ fn paths_registered_with_own_key(ev: &Evidence<'_>) -> Vec<Finding> {
                                 .map(|isid| format!(", ISID {isid}"))
                                 .unwrap_or_default()
                         ),
-                        "give every node its own initiator name \
-                         (/etc/iscsi/initiatorname.iscsi, e.g. from `iscsi-iname`), log in \
-                         again, then run `prfence unfence` on each node; if the key is this \
-                         node's old one, `prfence unfence` with the right key replaces it",
+                        OwnInitiator::Iscsi(name.clone()).advice(),
                     ));
                 }
                 Some(problem(
