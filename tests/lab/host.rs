@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use super::plan::{GuestInit, GuestKernel, Picked, Suite};
+use super::plan::{GuestInit, GuestKernel, GuestRoot, Picked, Suite};
 use super::secs;
 
 /// Where the lab's sources live (build.sh, init).
@@ -70,7 +70,9 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
                 _ => Ok(None),
             };
             let progress = deb
-                .and_then(|deb| guest.boot(&waiting, deb.as_deref(), setup.2, &mut results))
+                .and_then(|deb| {
+                    guest.boot(&waiting, deb.as_deref(), setup.2, setup.3, &mut results)
+                })
                 .unwrap_or_else(|e| {
                     println!("lab: FAILED: {e:#}");
                     false
@@ -171,11 +173,11 @@ fn kernel_of(suite: &Suite) -> GuestKernel {
     chosen.map_or(suite.kernel, GuestKernel::Suite)
 }
 
-/// A guest setup: the kernel it boots, whether it installs the package, and its PID 1.
-type Setup = (GuestKernel, bool, GuestInit);
+/// A guest setup: the kernel it boots, whether it installs the package, its PID 1 and its root.
+type Setup = (GuestKernel, bool, GuestInit, GuestRoot);
 
 fn setup_of(suite: &Suite) -> Setup {
-    (kernel_of(suite), suite.package, suite.init)
+    (kernel_of(suite), suite.package, suite.init, suite.root)
 }
 
 /// The guest setups `picked` needs, in the order of their first suite.
@@ -265,9 +267,14 @@ impl Guest {
         picked: &[Picked],
         package: Option<&Path>,
         init: GuestInit,
+        root: GuestRoot,
         results: &mut [SuiteResult],
     ) -> anyhow::Result<bool> {
         self.build()?;
+        let root_arg = match root {
+            GuestRoot::Host => String::new(),
+            GuestRoot::Suite(suite) => node_root(suite)?,
+        };
         let names: Vec<String> = picked.iter().map(Picked::name).collect();
         let script = self.script(&names, package)?;
         let _remove_script = super::RemoveOnDrop::new(&script);
@@ -283,6 +290,9 @@ impl Guest {
         if init == GuestInit::Systemd {
             label.push_str(" +systemd");
             init_arg = " lab.init=systemd";
+        }
+        if let GuestRoot::Suite(suite) = root {
+            label.push_str(&format!(" +{suite}"));
         }
         for p in picked {
             suite_result_mut(results, p.suite).guest = label.clone();
@@ -317,7 +327,7 @@ impl Guest {
             .arg(self.dir.join("initrd.gz"))
             .arg("-append")
             .arg(format!(
-                "console=ttyS0 {KERNEL_ARGS}{init_arg} lab.cmd={script_arg}"
+                "console=ttyS0 {KERNEL_ARGS}{init_arg}{root_arg} lab.cmd={script_arg}"
             ))
             .args([
                 "-virtfs",
@@ -779,6 +789,60 @@ impl Report {
 
 /// Cargo's target directory holding this test binary (it carries CACHEDIR.TAG), wherever
 /// CARGO_TARGET_DIR put it.
+/// The kernel arguments for a node root of Debian `suite` (tests/lab/init): built (or found in
+/// its cache) by root.sh, and the host directories the guest must see in it: the checkout (the
+/// tests' working directory and the lab's sources) and the build's target directory (the test
+/// binary, prfence, the package, the guest's run script), each once.
+fn node_root(suite: &str) -> anyhow::Result<String> {
+    let exe = std::env::current_exe()?;
+    let target = target_dir(&exe);
+    let out = target.join(format!("lab-root-{suite}"));
+    let start = Instant::now();
+    let status = Command::new("bash")
+        .arg(format!("{LAB_SOURCES}/root.sh"))
+        .arg(&out)
+        .arg(suite)
+        .status()
+        .map_err(|e| anyhow::anyhow!("cannot run {LAB_SOURCES}/root.sh: {e}"))?;
+    anyhow::ensure!(
+        status.success(),
+        "building the {suite} node root failed ({status})"
+    );
+    println!("lab: {suite} node root ready in {}", secs(start.elapsed()));
+    let mut binds: Vec<PathBuf> =
+        vec![std::env::current_dir()?, PathBuf::from(LAB_SOURCES), target];
+    binds.sort();
+    binds.dedup();
+    let kept: Vec<&PathBuf> = binds
+        .iter()
+        .filter(|b| {
+            !binds
+                .iter()
+                .any(|other| other != *b && b.starts_with(other))
+        })
+        .collect();
+    let text = |p: &Path| {
+        p.to_str()
+            .filter(|s| !s.contains(|c: char| c.is_whitespace() || c == ':'))
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the lab needs a path without spaces or colons: {}",
+                    p.display()
+                )
+            })
+    };
+    let binds: Vec<String> = kept
+        .iter()
+        .map(|b| text(b))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(format!(
+        " lab.root={} lab.bind={}",
+        text(&out.join("root"))?,
+        binds.join(":")
+    ))
+}
+
 fn target_dir(exe: &Path) -> PathBuf {
     exe.ancestors()
         .find(|dir| dir.join("CACHEDIR.TAG").is_file())

@@ -44,6 +44,17 @@ pub enum GuestInit {
     Systemd,
 }
 
+/// The userspace a suite's guest runs: the node's Debian release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestRoot {
+    /// The host's own root (Debian 12 on CI: Pacemaker 2.1, multipath-tools 0.9).
+    Host,
+    /// A root of another Debian suite (`trixie`, Debian 13: Pacemaker 3.0, pcs 0.12,
+    /// multipath-tools 0.11), built from Debian's packages by tests/lab/root.sh and cached; the
+    /// checkout and the build's target directory are seen in it at their host paths.
+    Suite(&'static str),
+}
+
 /// A lab suite: tests that prove one part of prfence on a target, run one after the other in a
 /// guest shared with every other suite that boots the same kernel.
 pub struct Suite {
@@ -56,6 +67,8 @@ pub struct Suite {
     pub package: bool,
     /// What the suite's guest runs as PID 1.
     pub init: GuestInit,
+    /// The node's userspace.
+    pub root: GuestRoot,
     /// How long the suite may run in its guest (about three times its usual time under
     /// emulation); past it the guest is stopped and the suite fails. `LAB_TIMEOUT` (seconds)
     /// overrides it.

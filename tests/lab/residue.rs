@@ -141,6 +141,7 @@ fn things() -> BTreeSet<String> {
     for dir in [
         "/run",
         "/etc/iscsi",
+        "/var/lib/iscsi",
         "/var/target/pr",
         "/usr/lib/ocf/resource.d",
     ] {

@@ -14,6 +14,9 @@ use super::{Node, read_file, run, secs, write_file};
 /// logical block size the lab uses.
 pub const BLOCK_SIZE: usize = 4096;
 
+/// Where open-iscsi keeps its node database (`nodes`, `send_targets`, `static`, `ifaces`):
+/// /etc/iscsi on Debian 12, /var/lib/iscsi from open-iscsi 2.1.9 (Debian 13).
+pub const ISCSI_DBS: [&str; 2] = ["/etc/iscsi", "/var/lib/iscsi"];
 const TARGET: &str = "/sys/kernel/config/target";
 /// Backing files live on the guest's fresh tmpfs, never on the 9p host root.
 const BACKING: &str = "/run/lab";
@@ -1412,22 +1415,25 @@ pub fn teardown_all() -> anyhow::Result<()> {
             Err(e) => errors.push(e.to_string()),
         }
     }
-    for dir in ["/etc/iscsi/nodes", "/etc/iscsi/send_targets"] {
-        if Path::new(dir).exists()
-            && let Err(e) = fs::remove_dir_all(dir)
-        {
-            errors.push(format!("rm -r {dir}: {e}"));
+    for db in ISCSI_DBS {
+        for dir in ["nodes", "send_targets", "static"] {
+            let dir = Path::new(db).join(dir);
+            if dir.exists()
+                && let Err(e) = fs::remove_dir_all(&dir)
+            {
+                errors.push(format!("rm -r {}: {e}", dir.display()));
+            }
         }
-    }
-    let ifaces = Node::BOTH.iter().flat_map(|&node| {
-        std::iter::once(iface(node)).chain((2..=SESSIONS).map(move |n| session_iface(node, n)))
-    });
-    for iface in ifaces.chain([THIRD_IFACE.to_owned()]) {
-        let file = PathBuf::from(format!("/etc/iscsi/ifaces/{iface}"));
-        if file.exists()
-            && let Err(e) = fs::remove_file(&file)
-        {
-            errors.push(format!("rm {}: {e}", file.display()));
+        let ifaces = Node::BOTH.iter().flat_map(|&node| {
+            std::iter::once(iface(node)).chain((2..=SESSIONS).map(move |n| session_iface(node, n)))
+        });
+        for iface in ifaces.chain([THIRD_IFACE.to_owned()]) {
+            let file = Path::new(db).join("ifaces").join(iface);
+            if file.exists()
+                && let Err(e) = fs::remove_file(&file)
+            {
+                errors.push(format!("rm {}: {e}", file.display()));
+            }
         }
     }
     remove_target(&mut errors);

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::node::{fence, unfence};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::udevd::Udevd;
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
@@ -43,6 +43,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(15 * 60),
     tests: crate::tests![
         lease_takeover_refuses_the_paused_holder,

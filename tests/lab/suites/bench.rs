@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use super::fence::keys_everywhere;
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::floor::{self, cpu_ticks, status_kib};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{CommandRun, Node, Topology, WORK};
 use anyhow::{Context, ensure};
 use nix::sys::signal::{Signal, kill};
@@ -45,6 +45,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: true,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     // Benchmarks, in the long tier only: the 16-LU watch cost about half a minute, the 16-LU
     // table about 1, the growth series about 20 (its 64-LU cases with fence_scsi alone about 5 each), the 256-LU
     // watch cost 3 to 5

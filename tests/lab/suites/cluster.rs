@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 
@@ -41,6 +41,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: true,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(45 * 60),
     tests: crate::tests![
         quick_start_as_written,

@@ -9,7 +9,7 @@
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, bail, ensure};
 use nix::sys::signal::Signal;
@@ -23,6 +23,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(4 * 60),
     tests: crate::tests![phantom_write_fenced],
     long: &[],

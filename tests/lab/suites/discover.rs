@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use std::path::{Path, PathBuf};
 
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
 use prfence::discover::{DeviceError, DiscoverError, Discovery, Lu, LuId, PathState, resolve};
@@ -16,6 +16,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(4 * 60),
     tests: crate::tests![
         node_disks_group_into_luns_sorted_by_id,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::node::unfence;
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology};
 use anyhow::{Context, ensure};
 use serde_json::Value;
@@ -18,6 +18,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         iscsi_ready_after_unfence_not_before,

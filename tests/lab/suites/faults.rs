@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::node::{self, Nodes, hex, prfence_expect, unfence};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology, WriteOutcome, block_data, write_to};
 use crate::{PRFENCE, WORK};
 use anyhow::{Context, ensure};
@@ -41,6 +41,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![
         hung_path_every_entry_point_ends_within_its_budget,

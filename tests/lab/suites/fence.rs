@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::PRFENCE;
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{fence, fence_args, hex, prfence, prfence_expect, unfence};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race::{self, assert_sole_survivor};
 use crate::{Node, Topology, WriteOutcome, Writer};
 use anyhow::{Context, ensure};
@@ -24,26 +24,41 @@ const LUNS: usize = 8;
 /// `stress::mutual_fence` runs the same race 500 times.
 const RACE_ROUNDS: usize = 10;
 
+const TESTS: &[crate::plan::Test] = crate::tests![
+    fence_refuses_every_write_of_the_victim,
+    mutual_fence_race_has_one_survivor,
+    commands_are_idempotent_and_converge_after_a_failure,
+    relogin_orphan_is_purged_by_unfence,
+    multipath_maps_register_and_lose_every_path,
+    fence_pr_and_fence_scsi_side_by_side,
+    fence_pr_on_refuses_a_node_fenced_in_this_boot,
+    package_upgrade_keeps_and_removal_stops_an_armed_agent,
+    commands_per_lu_at_the_minimum,
+    a_soft_descriptor_limit_below_the_paths_is_raised,
+];
+
 pub const SUITE: Suite = Suite {
     name: "fence",
     kernel: GuestKernel::Host,
     package: true,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(12 * 60),
-    tests: crate::tests![
-        fence_refuses_every_write_of_the_victim,
-        mutual_fence_race_has_one_survivor,
-        commands_are_idempotent_and_converge_after_a_failure,
-        relogin_orphan_is_purged_by_unfence,
-        multipath_maps_register_and_lose_every_path,
-        fence_pr_and_fence_scsi_side_by_side,
-        fence_pr_on_refuses_a_node_fenced_in_this_boot,
-        package_upgrade_keeps_and_removal_stops_an_armed_agent,
-        commands_per_lu_at_the_minimum,
-        a_soft_descriptor_limit_below_the_paths_is_raised,
-    ],
+    tests: TESTS,
     long: &[],
     reproducers: &[],
+};
+
+/// The same tests on a Debian 13 node (issue 45): its open-iscsi, sg3_utils, multipath-tools
+/// 0.11 and fence-agents 4.16 (fence_scsi side by side), the package installed with its dpkg.
+/// Long tier: the root costs a debootstrap (about a minute here) and the suite as long again as
+/// `fence`; CI keeps the Debian 12 run.
+pub const SUITE_DEBIAN13: Suite = Suite {
+    name: "fence_debian13",
+    root: GuestRoot::Suite("trixie"),
+    tests: &[],
+    long: TESTS,
+    ..SUITE
 };
 
 /// The `lu` of every LU report whose `ok` is false.

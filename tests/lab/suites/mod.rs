@@ -36,4 +36,5 @@ pub const ALL: &[Suite] = &[
     cluster::SUITE,
     systemd::SUITE,
     nvme::SUITE,
+    fence::SUITE_DEBIAN13,
 ];

@@ -12,7 +12,7 @@ use anyhow::{Context, ensure};
 
 use crate::agent::{AgentProcess, watch_config};
 use crate::multipathd::{Multipathd, ReservationKey};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology};
 
 pub const SUITE: Suite = Suite {
@@ -20,6 +20,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: true,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(8 * 60),
     tests: crate::tests![
         multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back,

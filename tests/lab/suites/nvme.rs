@@ -16,7 +16,7 @@ use crate::agent::{
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
 use crate::node::{self, fence, hex, unfence};
 use crate::nvme::{NvmeHost, NvmeTopology, NvmetReport, ReservationCounter};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race;
 use crate::{Node, WriteOutcome, Writer};
 use anyhow::{Context, bail, ensure};
@@ -40,6 +40,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Suite("unstable"),
     package: true,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(12 * 60),
     tests: crate::tests![
         the_oracle_sees_nvmet_refuse_a_preempted_host,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology, WriteOutcome};
 use anyhow::{Context, bail, ensure};
 use serde_json::Value;
@@ -23,6 +23,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(8 * 60),
     // CI runs each behaviour over iSCSI and the tcm_loop fabric once (register and key
     // changes); the tcm_loop twins of the rest are the long tier's (LIO's PR logic is the

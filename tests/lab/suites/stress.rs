@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::Topology;
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race::{self, Preempts};
 use anyhow::ensure;
 
@@ -21,6 +21,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(60 * 60),
     tests: &[],
     long: crate::tests![mutual_fence],

@@ -15,7 +15,7 @@ use anyhow::{Context, bail, ensure};
 use serde_json::Value;
 
 use crate::node::{self, Node};
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Topology, secs};
 
 pub const SUITE: Suite = Suite {
@@ -23,6 +23,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: true,
     init: GuestInit::Systemd,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,

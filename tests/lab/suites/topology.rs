@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::plan::{GuestInit, GuestKernel, Suite};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::{Node, Topology, WriteOutcome};
 
 pub const SUITE: Suite = Suite {
@@ -11,6 +11,7 @@ pub const SUITE: Suite = Suite {
     kernel: GuestKernel::Host,
     package: false,
     init: GuestInit::Lab,
+    root: GuestRoot::Host,
     budget: Duration::from_secs(5 * 60),
     tests: crate::tests![
         tcm_loop_two_nexuses,
