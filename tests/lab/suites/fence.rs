@@ -49,12 +49,13 @@ pub const SUITE: Suite = Suite {
     reproducers: &[],
 };
 
-/// The same tests on a Debian 13 node (issue 45): its open-iscsi, sg3_utils, multipath-tools
-/// 0.11 and fence-agents 4.16 (fence_scsi side by side), the package installed with its dpkg.
-/// Long tier: the root costs a debootstrap (about a minute here) and the suite as long again as
-/// `fence`; CI keeps the Debian 12 run.
+/// The same tests on a Debian 13 node (issue 45): its kernel (and so its LIO target) and its
+/// userspace: open-iscsi 2.1.11, sg3_utils 1.48, fence-agents 4.16 (fence_scsi side by side), the
+/// package installed with its dpkg. Long tier: the root costs a debootstrap (about a minute
+/// here), the kernel a download, and the suite as long again as `fence`; CI keeps Debian 12's.
 pub const SUITE_DEBIAN13: Suite = Suite {
     name: "fence_debian13",
+    kernel: GuestKernel::Suite("trixie"),
     root: GuestRoot::Suite("trixie"),
     tests: &[],
     long: TESTS,
