@@ -18,10 +18,10 @@ exec 9>"$out/.root.lock"; flock 9
 # What a node runs and what the tests call inside it (host-tools.sh's list, less what only the
 # host uses: qemu, the initramfs and packaging tools). Recommends are skipped, as on a lean node.
 packages=(systemd systemd-sysv udev dbus kmod iproute2 nftables procps util-linux bsdutils
-          ca-certificates curl python3-jsonschema libxml2-utils
+          ca-certificates curl python3-jsonschema libxml2-utils man-db
           open-iscsi sg3-utils multipath-tools nvme-cli targetcli-fb
           corosync pacemaker pacemaker-cli-utils pcs crmsh fence-agents-scsi fence-agents-mpath)
-stamp="$suite ${packages[*]}"
+stamp="$suite ${packages[*]} (no apt binary cache)"
 # what the node runs, for the run's log (and README's support matrix)
 versions() {
   dpkg-query --admindir="$out/root/var/lib/dpkg" -W -f '${Package} ${Version}, ' pacemaker corosync pcs \
@@ -65,6 +65,9 @@ if in_root dpkg --audit | grep -q .; then
 fi
 umount "$new/proc"; trap - EXIT
 rm -f "$new/usr/sbin/policy-rc.d"
+# apt keeps no binary package cache, as in Debian's container images (and CI's host): an
+# `apt install ./prfence.deb` in a test would otherwise leave a rewritten one behind
+printf 'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n' >"$new/etc/apt/apt.conf.d/docker-clean"
 rm -rf "$out/root"; mv "$new" "$out/root"
 echo "$stamp" >"$out/root.stamp"
 echo "lab: $suite root ready in $((SECONDS - start)) s ($(du -sh "$out/root" | cut -f1)): $(versions)" >&2

@@ -43,12 +43,25 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(45 * 60),
-    tests: crate::tests![
-        quick_start_as_written,
-        fence_scsi_cluster_migrated_to_fence_pr_failover_rejoin_split_brain
-    ],
+    tests: TESTS,
     long: crate::tests![fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds],
     reproducers: &[],
+};
+
+const TESTS: &[crate::plan::Test] = crate::tests![
+    quick_start_as_written,
+    fence_scsi_cluster_migrated_to_fence_pr_failover_rejoin_split_brain
+];
+
+/// The same tests on Debian 13 nodes (issue 45): Pacemaker 3.0, corosync 3.1.9, pcs 0.12,
+/// fence_scsi 4.16, Debian 13's kernel. Long tier, as `fence_debian13`.
+pub const SUITE_DEBIAN13: Suite = Suite {
+    name: "cluster_debian13",
+    kernel: GuestKernel::Suite("trixie"),
+    root: GuestRoot::Suite("trixie"),
+    tests: &[],
+    long: TESTS,
+    ..SUITE
 };
 
 /// The cluster tool an admin changes the fence device with (docs/pacemaker.md).
@@ -284,11 +297,17 @@ impl Cluster {
     /// both show fence_pr's description and every parameter fence_scsi has (a drop-in), as the
     /// two tools parse the agent's metadata.
     fn agent_as_pcs_and_crmsh_show_it(&self) -> anyhow::Result<String> {
-        // pcs: "  name: description" under "Stonith options:"; crmsh: "name (type...): description"
+        // pcs 0.11: "  name: description" under "Stonith options:"; pcs 0.12: "  name", then
+        // "    Description: …" and "    Type: …" below it; crmsh: "name (type...): description"
         let pcs = |line: &str| {
             let rest = line.strip_prefix("  ")?;
-            let (name, _) = rest.split_once(": ")?;
-            (!name.contains(' ')).then(|| name.to_owned())
+            if rest.starts_with(' ') {
+                return None;
+            }
+            let name = rest
+                .split_once(": ")
+                .map_or(rest.trim_end(), |(name, _)| name);
+            (!name.is_empty() && !name.contains(' ')).then(|| name.to_owned())
         };
         let crm = |line: &str| {
             let (name, rest) = line.split_once(" (")?;

@@ -37,4 +37,6 @@ pub const ALL: &[Suite] = &[
     systemd::SUITE,
     nvme::SUITE,
     fence::SUITE_DEBIAN13,
+    multipath::SUITE_DEBIAN13,
+    cluster::SUITE_DEBIAN13,
 ];

@@ -22,12 +22,26 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(8 * 60),
-    tests: crate::tests![
-        multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back,
-        mpathpersist_and_fence_mpath_beside_prfence,
-    ],
+    tests: TESTS,
     long: &[],
     reproducers: &[],
+};
+
+const TESTS: &[crate::plan::Test] = crate::tests![
+    multipathd_reinstates_beside_prfence_and_never_brings_a_fenced_key_back,
+    mpathpersist_and_fence_mpath_beside_prfence,
+];
+
+/// The same tests on a Debian 13 node (issue 45): multipath-tools 0.11.1 (its reservation
+/// handling reworked since 0.9.4; fence_scsi users reported duplicate keys after the upgrade,
+/// fence-agents #631), fence_mpath 4.16, Debian 13's kernel. Long tier, as `fence_debian13`.
+pub const SUITE_DEBIAN13: Suite = Suite {
+    name: "multipath_debian13",
+    kernel: GuestKernel::Suite("trixie"),
+    root: GuestRoot::Suite("trixie"),
+    tests: &[],
+    long: TESTS,
+    ..SUITE
 };
 
 const LUNS: usize = 2;
