@@ -2123,16 +2123,7 @@ fn another_node_on_part_of_the_lus_is_named_in_the_status() -> anyhow::Result<()
         t.lu(0).registrations()?.iter().any(|r| r.key == 0xb) && !on_lu1(&t)?,
         "node B's key should be on LU 0 alone"
     );
-    let config = watch_config(
-        t.node(Node::A).devices(),
-        "0xa",
-        500,
-        "grace = \"3s\"",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
-        "",
-    );
-    let mut agent = AgentProcess::start("a", &config)?;
-    agent.wait_state("healthy", Duration::from_secs(30))?;
+    let agent = staying_agent_a(&t)?;
     let start = Instant::now();
     let named = |agent: &AgentProcess| {
         agent.status().is_some_and(|s| {
@@ -2185,16 +2176,7 @@ fn another_node_on_part_of_the_lus_is_named_in_the_status() -> anyhow::Result<()
 fn a_node_sharing_this_nodes_initiator_is_named_at_the_self_fence() -> anyhow::Result<()> {
     let t = Topology::iscsi(2)?;
     unfence(&t, Node::A)?;
-    let config = watch_config(
-        t.node(Node::A).devices(),
-        "0xa",
-        500,
-        "grace = \"3s\"",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
-        "",
-    );
-    let mut agent = AgentProcess::start("a", &config)?;
-    agent.wait_state("healthy", Duration::from_secs(30))?;
+    let mut agent = staying_agent_a(&t)?;
     let a0 = t.device(Node::A, 0).display().to_string();
     crate::prfence(["register", "--key", "0xc", "--ignore-existing", a0.as_str()])?.ok()?;
     let on_a = t
@@ -2242,4 +2224,20 @@ fn a_node_sharing_this_nodes_initiator_is_named_at_the_self_fence() -> anyhow::R
         crate::secs(took)
     );
     Ok(())
+}
+
+/// Node A's agent, healthy: checks every 500 ms, `grace` 3 s, and a self-fence that runs a hook
+/// (`/bin/true`) and stays (`exit = false`), so that its status can be read afterwards.
+fn staying_agent_a(t: &Topology) -> anyhow::Result<AgentProcess> {
+    let config = watch_config(
+        t.node(Node::A).devices(),
+        "0xa",
+        500,
+        "grace = \"3s\"",
+        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        "",
+    );
+    let mut agent = AgentProcess::start("a", &config)?;
+    agent.wait_state("healthy", Duration::from_secs(30))?;
+    Ok(agent)
 }
