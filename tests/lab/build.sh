@@ -96,10 +96,11 @@ for a in sh mount modprobe mkdir cp sed cat chroot poweroff sleep ln echo; do ln
 boot="crc32c_generic virtio_pci 9pnet_virtio 9p overlay configfs target_core_mod target_core_file
       target_core_iblock tcm_loop iscsi_target_mod iscsi_tcp sd_mod sg"
 # nf_tables: the faults suite hangs one node's iSCSI path by dropping its packets; sch_prio, sch_netem,
-# cls_u32: it delays one node's path; veth: the cluster suite's link; ext4: a partition the agent
+# cls_u32: it delays one node's path; veth: the cluster suite's link, bridge: the quorum suite's
+# switch between three or more nodes; ext4: a partition the agent
 # suite mounts; dm_service_time, scsi_dh_alua: the path selector and hardware handler multipathd
 # picks for LIO's LUs (ALUA)
-extra="scsi_debug dm_multipath dm_round_robin dm_service_time scsi_dh_alua softdog target_core_pscsi target_core_user nf_tables veth
+extra="scsi_debug dm_multipath dm_round_robin dm_service_time scsi_dh_alua softdog target_core_pscsi target_core_user nf_tables veth bridge
        nvmet nvme_loop nvme_fabrics nvme_core nvmet_tcp nvme_tcp sch_prio sch_netem cls_u32 ext4"
 # Wanted only where the kernel has them. crc32c_generic: 6.1's iSCSI target and initiator hash their
 # CRC32C digests through the crypto API (crypto_alloc_ahash("crc32c")), so without this module login

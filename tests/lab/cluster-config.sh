@@ -3,7 +3,7 @@
 # Pacemaker's own tools, as an admin would without pcs or crmsh.
 # Usage: cluster-config.sh AGENT   AGENT: fence_pr (device storage-fence) or fence_scsi (device
 # scsi-fence, the name docs/pacemaker.md's migration replaces); the same parameters: fence_pr is a
-# drop-in.
+# drop-in. LAB_HOSTS: the cluster's node names (default "node1 node2").
 set -euo pipefail
 agent=${1:?usage: cluster-config.sh fence_pr|fence_scsi}
 case $agent in fence_scsi) id=scsi-fence ;; *) id=storage-fence ;; esac
@@ -12,7 +12,7 @@ cibadmin --create --scope resources --xml-text "
 <primitive id='$id' class='stonith' type='$agent'>
   <instance_attributes id='$id-params'>
     <nvpair id='$id-devices' name='devices' value='$devices'/>
-    <nvpair id='$id-hosts' name='pcmk_host_list' value='node1 node2'/>
+    <nvpair id='$id-hosts' name='pcmk_host_list' value='${LAB_HOSTS:-node1 node2}'/>
     <nvpair id='$id-delay' name='pcmk_delay_max' value='4s'/>
   </instance_attributes>
   <meta_attributes id='$id-meta'>

@@ -177,6 +177,11 @@ pub fn expect(
 /// first) as 4 decimal digits, read as hex. Computed here with md5sum, independently of both
 /// agents, once per process (the cluster suite asks in its polling loops).
 pub fn derived_key(node: Node) -> anyhow::Result<u64> {
+    derived_key_at(node.index())
+}
+
+/// fence_scsi's key (key_value=id) of the node at `position` in corosync's nodelist.
+pub fn derived_key_at(position: usize) -> anyhow::Result<u64> {
     static MD5: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let md5 = match MD5.get() {
         Some(md5) => md5,
@@ -185,6 +190,6 @@ pub fn derived_key(node: Node) -> anyhow::Result<u64> {
             MD5.get_or_init(|| out.stdout)
         }
     };
-    let text = format!("{}{:04}", md5.get(..4).unwrap_or_default(), node.index());
+    let text = format!("{}{:04}", md5.get(..4).unwrap_or_default(), position);
     Ok(u64::from_str_radix(&text, 16)?)
 }

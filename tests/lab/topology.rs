@@ -29,7 +29,8 @@ const PORTAL: &str = "127.0.0.1:3260";
 /// filter can tell B's session from A's.
 const SECOND_PORTAL: &str = "127.0.0.2:3260";
 /// The open-iscsi iface of [`Topology::third_initiator`].
-const THIRD_IFACE: &str = "lab-c";
+/// The ifaces of initiators beyond nodes A and B ([`Topology::extra_initiator`]).
+const EXTRA_IFACES: [&str; 3] = ["lab-c", "lab-d", "lab-e"];
 /// The nftables table of [`Topology::hang_path`].
 const HANG_TABLE: &str = "lab_hang";
 /// How long the asynchronous SCSI scan after a login or a LUN link may take under TCG.
@@ -817,11 +818,23 @@ impl Topology {
     /// node of the cluster (another host on the SAN), with an ACL of its own. Returns its disks
     /// in LUN order.
     pub fn third_initiator(&self) -> anyhow::Result<Vec<PathBuf>> {
+        self.extra_initiator('c')
+    }
+
+    /// Logs initiator `…:node-<letter>` (`c`, `d` or `e`: [`EXTRA_IFACES`]) in to every LU of an
+    /// [`Topology::iscsi`] topology, with an ACL and an iface `lab-<letter>` of its own. Returns
+    /// its disks in LUN order.
+    pub fn extra_initiator(&self, letter: char) -> anyhow::Result<Vec<PathBuf>> {
+        let iface = format!("lab-{letter}");
+        ensure!(
+            EXTRA_IFACES.contains(&iface.as_str()),
+            "no extra initiator {letter} (the teardown knows {EXTRA_IFACES:?})"
+        );
         ensure!(
             self.kind == Kind::Iscsi,
-            "a third initiator needs an iscsi topology"
+            "another initiator needs an iscsi topology"
         );
-        let initiator = format!("{IQN}:node-c");
+        let initiator = format!("{IQN}:node-{letter}");
         let tpg = iscsi_tpg();
         for index in 0..self.lus.len() {
             let mapped = tpg
@@ -831,10 +844,10 @@ impl Topology {
             fs::create_dir_all(&mapped).with_context(|| format!("mkdir {}", mapped.display()))?;
             link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
         }
-        new_iface(THIRD_IFACE, &initiator)?;
+        new_iface(&iface, &initiator)?;
         let target = format!("{IQN}:target");
         for action in [&["-o", "new"][..], &["--login"][..]] {
-            let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", THIRD_IFACE];
+            let mut args = vec!["-m", "node", "-T", &target, "-p", PORTAL, "-I", &iface];
             args.extend(action);
             run("iscsiadm", args)?.ok()?;
         }
@@ -843,7 +856,7 @@ impl Topology {
             let devices = iscsi_devices(&initiator).ok()?;
             (devices.len() == count).then_some(devices)
         })
-        .context("the third initiator sees no disks")
+        .with_context(|| format!("initiator {initiator} sees no disks"))
     }
 
     /// A dm-multipath map `lab-<name>` over `paths` to LUN `lun`, made with plain dmsetup (no
@@ -1427,7 +1440,7 @@ pub fn teardown_all() -> anyhow::Result<()> {
         let ifaces = Node::BOTH.iter().flat_map(|&node| {
             std::iter::once(iface(node)).chain((2..=SESSIONS).map(move |n| session_iface(node, n)))
         });
-        for iface in ifaces.chain([THIRD_IFACE.to_owned()]) {
+        for iface in ifaces.chain(EXTRA_IFACES.map(str::to_owned)) {
             let file = Path::new(db).join("ifaces").join(iface);
             if file.exists()
                 && let Err(e) = fs::remove_file(&file)

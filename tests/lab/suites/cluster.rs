@@ -23,9 +23,9 @@ use anyhow::{Context, bail, ensure};
 const LUNS: usize = 2;
 /// crmsh's log directory (made by its package; crmsh has the path built in).
 const CRMSH_LOG: &str = "/var/log/crmsh";
-const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
+pub(super) const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab");
 /// How long the cluster may take to form and start everything under TCG.
-const SETTLE: Duration = Duration::from_secs(300);
+pub(super) const SETTLE: Duration = Duration::from_secs(300);
 /// The longest one block of commands from the docs may take under emulation.
 const BLOCK_LIMIT: Duration = Duration::from_secs(180);
 /// Split-brain rounds in CI (`LAB_SPLIT_ROUNDS` overrides it). Each round proves the same
@@ -107,7 +107,7 @@ impl NodeAgent {
 }
 
 /// PATH inside the nodes: the lab's systemctl first (the nodes run no systemd).
-fn node_path() -> String {
+pub(super) fn node_path() -> String {
     format!(
         "{SOURCES}/bin:{}",
         std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".to_owned())
@@ -815,7 +815,7 @@ impl Drop for Cluster {
 
 /// What a cluster adds to the guest besides its nodes, taken away when dropped: the counter's OCF
 /// agent, a tmpfs for crmsh's log, and the cgroup2 and `/run/netns` mounts when the cluster made them.
-struct Installed {
+pub(super) struct Installed {
     ocf: PathBuf,
     /// crmsh writes its log to this fixed path (the package's directory): a tmpfs over it for the
     /// cluster's lifetime keeps the guest's root as it was
@@ -844,7 +844,7 @@ impl Drop for Installed {
 /// Puts the counter agent where the controller looks for OCF agents and mounts cgroup2 for the
 /// freezer (fence_pr is the package's, installed before the suite ran). The guest's root is a
 /// tmpfs overlay: nothing reaches the host.
-fn install(agent: FenceAgent) -> anyhow::Result<Installed> {
+pub(super) fn install(agent: FenceAgent) -> anyhow::Result<Installed> {
     let ocf = Path::new("/usr/lib/ocf/resource.d/lab");
     let installed = Installed {
         ocf: ocf.to_path_buf(),

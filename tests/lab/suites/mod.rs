@@ -16,6 +16,7 @@ mod fence;
 mod multipath;
 mod nvme;
 mod pr;
+mod quorum;
 mod stress;
 mod systemd;
 mod topology;
@@ -34,9 +35,11 @@ pub const ALL: &[Suite] = &[
     fence::SUITE,
     multipath::SUITE,
     cluster::SUITE,
+    quorum::SUITE,
     systemd::SUITE,
     nvme::SUITE,
     fence::SUITE_DEBIAN13,
     multipath::SUITE_DEBIAN13,
     cluster::SUITE_DEBIAN13,
+    quorum::SUITE_DEBIAN13,
 ];

@@ -1,0 +1,623 @@
+//! Clusters of more than two nodes, with quorum (issue 45): corosync's votequorum without
+//! `two_node`, so that only a majority partition may fence. Each node is a set of namespaces and
+//! a cgroup in the guest as in the two-node cluster suite (tests/lab/cluster-node.sh, unchanged:
+//! its own corosync, Pacemaker and prfence agent), its own iSCSI initiator (`…:node-a`, `-b`,
+//! then [`Topology::extra_initiator`]'s `-c`…) to the same LIO LUNs, named
+//! `/dev/disk/by-id/lab-lun<i>` on every node; the nodes' links meet on a bridge in the guest's
+//! root namespace. Pacemaker is configured with its own tools (tests/lab/cluster-config.sh,
+//! `LAB_HOSTS` naming every node): fence_pr with `provides=unfencing`. Every verdict comes from
+//! the target (configfs registrations, refused O_DIRECT writes). Run:
+//! `cargo lab --ignored quorum::` (as root).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::cluster::{Installed, SETTLE, SOURCES, install, node_path};
+use crate::WORK;
+use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at};
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
+use crate::{Node, Topology, WriteOutcome, block_data, write_to};
+use anyhow::{Context, bail, ensure};
+
+/// The LUNs every node shares (cluster-config.sh names two).
+const LUNS: usize = 2;
+/// The bridge the nodes' links meet on.
+const BRIDGE: &str = "lab-qbr";
+
+pub const SUITE: Suite = Suite {
+    name: "quorum",
+    kernel: GuestKernel::Host,
+    package: true,
+    init: GuestInit::Lab,
+    root: GuestRoot::Host,
+    budget: Duration::from_secs(20 * 60),
+    tests: &[],
+    long: TESTS,
+    reproducers: &[],
+};
+
+/// Long tier: three Pacemaker stacks under TCG take about as long as the whole two-node suite,
+/// which CI already runs.
+const TESTS: &[crate::plan::Test] = crate::tests![
+    three_nodes_the_majority_fences_the_node_cut_off,
+    five_nodes_split_two_three_the_majority_fences_the_minority,
+];
+
+/// The same on Debian 13 nodes (Pacemaker 3.0, its kernel).
+pub const SUITE_DEBIAN13: Suite = Suite {
+    name: "quorum_debian13",
+    kernel: GuestKernel::Suite("trixie"),
+    root: GuestRoot::Suite("trixie"),
+    ..SUITE
+};
+
+/// One node of the cluster: `node<position + 1>` in corosync's nodelist.
+struct Member {
+    position: usize,
+    devices: Vec<PathBuf>,
+    initiator: String,
+    child: Option<Child>,
+}
+
+impl Member {
+    fn name(&self) -> String {
+        format!("node{}", self.position + 1)
+    }
+
+    fn netns(&self) -> String {
+        format!("lab-q{}", self.name())
+    }
+
+    fn cgroup(&self) -> PathBuf {
+        PathBuf::from(format!("/sys/fs/cgroup/lab-q{}", self.name()))
+    }
+
+    fn logs(&self) -> PathBuf {
+        Path::new(WORK).join("quorum").join(self.name())
+    }
+
+    fn address(&self) -> String {
+        format!("10.78.0.{}", self.position + 1)
+    }
+
+    /// fence_scsi's key for this node (fence_pr's `key_value=id`, the default).
+    fn key(&self) -> anyhow::Result<u64> {
+        derived_key_at(self.position)
+    }
+}
+
+/// A running cluster of `members.len()` nodes. Dropping it kills every node and removes the
+/// namespaces and the bridge; the topology then tears the target down.
+struct Quorum {
+    members: Vec<Member>,
+    t: Topology,
+    _installed: Installed,
+}
+
+impl Quorum {
+    /// `size` nodes (3 to 5) with corosync and Pacemaker running and all online, fence_pr
+    /// configured, every node unfenced by Pacemaker and its agent healthy.
+    fn start(size: usize) -> anyhow::Result<Quorum> {
+        ensure!((3..=5).contains(&size), "a quorum cluster has 3 to 5 nodes");
+        let t = Topology::iscsi(LUNS)?;
+        t.settle()?;
+        let installed = install(FenceAgent::FencePr)?;
+        let mut members = Vec::new();
+        for position in 0..size {
+            let (devices, initiator) = match position {
+                0 => (
+                    t.node(Node::A).devices().to_vec(),
+                    t.node(Node::A).initiator.clone(),
+                ),
+                1 => (
+                    t.node(Node::B).devices().to_vec(),
+                    t.node(Node::B).initiator.clone(),
+                ),
+                _ => {
+                    let letter = char::from(b'a' + u8::try_from(position)?);
+                    let devices = t.extra_initiator(letter)?;
+                    (devices, format!("{}:node-{letter}", iqn_of(&t)))
+                }
+            };
+            members.push(Member {
+                position,
+                devices,
+                initiator,
+                child: None,
+            });
+        }
+        let mut q = Quorum {
+            members,
+            t,
+            _installed: installed,
+        };
+        q.network()?;
+        std::fs::create_dir_all("/run/lab")?;
+        std::fs::write("/run/lab/quorum-corosync.conf", q.corosync_conf())?;
+        let start = Instant::now();
+        for index in 0..q.members.len() {
+            q.boot(index)?;
+        }
+        q.wait("every node online", SETTLE, Duration::from_secs(2), |q| {
+            let xml = q.in_node(0, "crm_mon -1 --output-as=xml")?.stdout;
+            Ok(q.members.iter().all(|m| {
+                xml.split("<node ").any(|e| {
+                    e.contains(&format!("name=\"{}\"", m.name())) && e.contains("online=\"true\"")
+                })
+            }))
+        })?;
+        println!(
+            "  cluster of {size} nodes online after {}",
+            crate::secs(start.elapsed())
+        );
+        let hosts: Vec<String> = q.members.iter().map(Member::name).collect();
+        q.in_node(
+            0,
+            &format!(
+                "LAB_HOSTS='{}' bash {SOURCES}/cluster-config.sh fence_pr",
+                hosts.join(" ")
+            ),
+        )?
+        .ok()?;
+        let all: Vec<usize> = (0..size).collect();
+        let took = q.wait(
+            "every node unfenced (its key on every LU)",
+            SETTLE,
+            Duration::from_millis(500),
+            |q| q.registered_exactly(&all),
+        )?;
+        println!(
+            "  every node's key on every LU {} after the configuration",
+            crate::secs(took)
+        );
+        let took = q.wait(
+            "every agent healthy",
+            SETTLE,
+            Duration::from_millis(500),
+            |q| Ok((0..size).all(|i| q.agent_state(i).as_deref() == Some("healthy"))),
+        )?;
+        println!("  every agent healthy {} later", crate::secs(took));
+        Ok(q)
+    }
+
+    fn corosync_conf(&self) -> String {
+        let mut nodes = String::new();
+        for m in &self.members {
+            nodes.push_str(&format!(
+                "  node {{\n    ring0_addr: {}\n    name: {}\n    nodeid: {}\n  }}\n",
+                m.address(),
+                m.name(),
+                m.position + 1
+            ));
+        }
+        // no two_node: only a majority is quorate; token as the two-node suite's (TCG)
+        format!(
+            "totem {{\n  version: 2\n  cluster_name: {CLUSTER}\n  transport: knet\n  \
+             crypto_cipher: none\n  crypto_hash: none\n  token: 5000\n}}\n\
+             nodelist {{\n{nodes}}}\n\
+             quorum {{\n  provider: corosync_votequorum\n}}\n\
+             logging {{\n  to_logfile: yes\n  logfile: /var/log/cluster/corosync.log\n  \
+             to_syslog: no\n  to_stderr: no\n  timestamp: hires\n}}\n"
+        )
+    }
+
+    /// A network namespace per node, each linked to [`BRIDGE`] in the guest's root namespace.
+    fn network(&self) -> anyhow::Result<()> {
+        crate::run("modprobe", ["-a", "veth", "bridge"])?.ok()?;
+        let _ = crate::run("ip", ["link", "del", BRIDGE]);
+        crate::run("ip", ["link", "add", BRIDGE, "type", "bridge"])?.ok()?;
+        crate::run("ip", ["link", "set", BRIDGE, "up"])?.ok()?;
+        for m in &self.members {
+            let ns = m.netns();
+            let host_end = format!("lab-qv{}", m.position + 1);
+            let _ = crate::run("ip", ["netns", "del", &ns]);
+            crate::run("ip", ["netns", "add", &ns])?.ok()?;
+            crate::run(
+                "ip",
+                [
+                    "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+                ],
+            )?
+            .ok()?;
+            crate::run("ip", ["link", "set", &host_end, "master", BRIDGE, "up"])?.ok()?;
+            let cidr = format!("{}/24", m.address());
+            crate::run("ip", ["-n", &ns, "addr", "add", &cidr, "dev", "eth0"])?.ok()?;
+            crate::run("ip", ["-n", &ns, "link", "set", "eth0", "up"])?.ok()?;
+            crate::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
+        }
+        Ok(())
+    }
+
+    /// Starts member `index` in fresh namespaces inside its own cgroup.
+    fn boot(&mut self, index: usize) -> anyhow::Result<()> {
+        let m = &self.members[index];
+        let _ = std::fs::remove_dir_all(m.logs());
+        std::fs::create_dir_all(m.logs())?;
+        let group = m.cgroup();
+        std::fs::create_dir_all(&group)?;
+        let devices: Vec<String> = m.devices.iter().map(|d| d.display().to_string()).collect();
+        let script = format!(
+            "echo $$ >{}/cgroup.procs && exec ip netns exec {} unshare --mount --uts --ipc --pid \
+             --fork --mount-proc bash {SOURCES}/cluster-node.sh {} {} {}",
+            group.display(),
+            m.netns(),
+            m.name(),
+            m.logs().display(),
+            devices.join(" ")
+        );
+        let child = Command::new("sh")
+            .args(["-c", &script])
+            .env("LAB_COROSYNC_CONF", "/run/lab/quorum-corosync.conf")
+            .env("LAB_PRFENCE", crate::INSTALLED_PRFENCE)
+            .env("LAB_NODE_AGENT", "lab")
+            .env("PATH", node_path())
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting a cluster node")?;
+        self.members[index].child = Some(child);
+        Ok(())
+    }
+
+    /// The PID (in the guest's root namespace) of member `index`'s PID 1.
+    fn init_pid(&self, index: usize) -> anyhow::Result<u32> {
+        let m = &self.members[index];
+        let pid = m
+            .child
+            .as_ref()
+            .with_context(|| format!("{} is not running", m.name()))?
+            .id();
+        let start = Instant::now();
+        loop {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            if let Some(first) = children.split_whitespace().next() {
+                return Ok(first.parse()?);
+            }
+            ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} has no init",
+                m.name()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs a shell command inside member `index`'s namespaces (as the two-node suite does).
+    fn in_node(&self, index: usize, script: &str) -> anyhow::Result<crate::CommandRun> {
+        let pid = self.init_pid(index)?.to_string();
+        crate::run(
+            "nsenter",
+            [
+                "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
+            ],
+        )
+    }
+
+    fn agent_state(&self, index: usize) -> Option<String> {
+        let run = self.in_node(index, "cat /run/prfence/status.json").ok()?;
+        let status: serde_json::Value = serde_json::from_str(&run.stdout).ok()?;
+        status["state"].as_str().map(str::to_owned)
+    }
+
+    /// True once every process of member `index` is gone.
+    fn is_down(&self, index: usize) -> bool {
+        std::fs::read_to_string(self.members[index].cgroup().join("cgroup.procs"))
+            .map(|procs| procs.trim().is_empty())
+            .unwrap_or(true)
+    }
+
+    /// Splits the cluster network in two: `group` and the others no longer hear each other
+    /// (each node drops, in its own network namespace, what it sends to or receives from the
+    /// other side), while the nodes of each side still do. Storage paths are untouched.
+    fn partition(&self, group: &[usize]) -> anyhow::Result<()> {
+        for (index, m) in self.members.iter().enumerate() {
+            let inside = group.contains(&index);
+            let others: Vec<String> = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| group.contains(i) != inside)
+                .map(|(_, o)| o.address())
+                .collect();
+            let set = others.join(", ");
+            let rules = format!(
+                "table inet lab_split {{\n chain input {{ type filter hook input priority 0; \
+                 ip saddr {{ {set} }} drop; }}\n chain output {{ type filter hook output \
+                 priority 0; ip daddr {{ {set} }} drop; }}\n}}\n"
+            );
+            let file = format!("/run/lab/quorum-split-{}.nft", m.name());
+            std::fs::write(&file, rules)?;
+            crate::run("ip", ["netns", "exec", &m.netns(), "nft", "-f", &file])?.ok()?;
+        }
+        Ok(())
+    }
+
+    /// Joins the network again ([`Quorum::partition`] undone).
+    fn heal(&self) -> anyhow::Result<()> {
+        for m in &self.members {
+            let _ = crate::run(
+                "ip",
+                [
+                    "netns",
+                    "exec",
+                    &m.netns(),
+                    "nft",
+                    "delete",
+                    "table",
+                    "inet",
+                    "lab_split",
+                ],
+            );
+        }
+        Ok(())
+    }
+
+    /// The registrations on LU `lun` as (member index, key), sorted.
+    fn keys(&self, lun: usize) -> anyhow::Result<Vec<(usize, u64)>> {
+        let mut keys = Vec::new();
+        for reg in self.t.lu(lun).registrations()? {
+            let index = self
+                .members
+                .iter()
+                .position(|m| m.initiator == reg.initiator)
+                .with_context(|| format!("registration of an unknown initiator {reg:?}"))?;
+            keys.push((index, reg.key));
+        }
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    /// True when every LU holds exactly the registrations of `members`, each with its key.
+    fn registered_exactly(&self, members: &[usize]) -> anyhow::Result<bool> {
+        let want = members
+            .iter()
+            .map(|&i| Ok((i, self.members[i].key()?)))
+            .collect::<anyhow::Result<Vec<(usize, u64)>>>()?;
+        for lun in 0..LUNS {
+            if self.keys(lun)? != want {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn wait(
+        &self,
+        what: &str,
+        limit: Duration,
+        poll: Duration,
+        mut done: impl FnMut(&Self) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        loop {
+            if done(self)? {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > limit {
+                self.dump();
+                bail!("no {what} after {}", crate::secs(limit));
+            }
+            std::thread::sleep(poll);
+        }
+    }
+
+    /// The end of each node's logs, for a failure's report.
+    fn dump(&self) {
+        for m in &self.members {
+            for file in ["node.log", "agent.log", "pacemaker.log", "corosync.log"] {
+                let text = std::fs::read_to_string(m.logs().join(file)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                println!("--- {} {file} (last lines) ---", m.name());
+                for line in &lines[lines.len().saturating_sub(15)..] {
+                    println!("{line}");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Quorum {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            let group = m.cgroup();
+            if group.exists() {
+                let _ = std::fs::write(group.join("cgroup.freeze"), "0");
+                let _ = std::fs::write(group.join("cgroup.kill"), "1");
+            }
+            if let Some(mut child) = m.child.take() {
+                let _ = child.wait();
+            }
+            let start = Instant::now();
+            while !std::fs::read_to_string(group.join("cgroup.procs"))
+                .unwrap_or_default()
+                .trim()
+                .is_empty()
+                && start.elapsed() < Duration::from_secs(30)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = std::fs::remove_dir(&group);
+            let _ = crate::run("ip", ["netns", "del", &m.netns()]);
+        }
+        let _ = crate::run("ip", ["link", "del", BRIDGE]);
+        let _ = std::fs::remove_file("/run/lab/quorum-corosync.conf");
+        for m in &self.members {
+            let _ = std::fs::remove_file(format!("/run/lab/quorum-split-{}.nft", m.name()));
+        }
+    }
+}
+
+/// The lab target's IQN prefix, from node A's initiator name (`<prefix>:node-a`).
+fn iqn_of(t: &Topology) -> String {
+    let a = &t.node(Node::A).initiator;
+    a.rsplit_once(':')
+        .map_or(a.as_str(), |(prefix, _)| prefix)
+        .to_owned()
+}
+
+// ----- the tests -----
+
+/// Three nodes; node3's network is cut (its storage path stays). The other two keep quorum and
+/// fence it through fence_pr: its key leaves every LU, theirs stay, its writes are refused, and
+/// its agent self-fences (the node goes down: reboot(2) in its PID namespace). Node3, without
+/// quorum, fences nobody: never a node of the majority.
+fn three_nodes_the_majority_fences_the_node_cut_off() -> anyhow::Result<()> {
+    let mut q = Quorum::start(3)?;
+    let cut = 2;
+    let started = Instant::now();
+    q.partition(&[cut])?;
+    println!("  {} cut off from the others", q.members[cut].name());
+    let took = q.wait(
+        "node3's key gone from every LU, the majority's kept",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| q.registered_exactly(&[0, 1]),
+    )?;
+    println!(
+        "  the majority fenced {} {} after the cut: the target holds node1's and node2's keys \
+         alone on every LU",
+        q.members[cut].name(),
+        crate::secs(took)
+    );
+    let refused = write_to(
+        &q.members[cut].devices[0],
+        3,
+        &block_data("node3 after the cut"),
+    );
+    ensure!(
+        refused == WriteOutcome::Refused,
+        "node3's write after the fence: {refused:?}"
+    );
+    for lun in 0..LUNS {
+        let written = write_to(
+            &q.members[0].devices[lun],
+            4,
+            &block_data("node1 after the cut"),
+        );
+        ensure!(
+            written == WriteOutcome::Accepted,
+            "node1's write to LU {lun} after the fence: {written:?}"
+        );
+    }
+    let down = q.wait(
+        "node3 down (its agent's self-fence)",
+        Duration::from_secs(120),
+        Duration::from_millis(250),
+        |q| Ok(q.is_down(cut)),
+    )?;
+    let agent_log =
+        std::fs::read_to_string(q.members[cut].logs().join("agent.log")).unwrap_or_default();
+    ensure!(
+        agent_log.contains("fenced"),
+        "node3 went down without its agent saying it was fenced:\n{agent_log}"
+    );
+    // the majority stays up and registered: never a node of it fenced
+    ensure!(
+        !q.is_down(0) && !q.is_down(1) && q.registered_exactly(&[0, 1])?,
+        "a node of the majority was fenced or went down: {:?}",
+        (0..LUNS).map(|l| q.keys(l)).collect::<Vec<_>>()
+    );
+    println!(
+        "  node3's write refused; node1's accepted on every LU; node3 down {} after its fence \
+         (its agent: {}); node1 and node2 up and registered, {} after the cut",
+        crate::secs(down),
+        agent_log
+            .lines()
+            .rev()
+            .find(|l| l.contains("fenced"))
+            .unwrap_or("?")
+            .chars()
+            .take(160)
+            .collect::<String>(),
+        crate::secs(started.elapsed())
+    );
+    // node3 comes back (its "reboot": a fresh boot of its namespaces), the network healed:
+    // Pacemaker unfences it, and only its own key comes back
+    q.heal()?;
+    if let Some(mut child) = q.members[cut].child.take() {
+        child.wait()?;
+    }
+    let back = Instant::now();
+    q.boot(cut)?;
+    q.wait(
+        "node3 unfenced again after its reboot",
+        SETTLE,
+        Duration::from_millis(500),
+        |q| q.registered_exactly(&[0, 1, 2]),
+    )?;
+    let unfenced = back.elapsed();
+    q.wait(
+        "node3's agent healthy again",
+        SETTLE,
+        Duration::from_millis(500),
+        |q| Ok(q.agent_state(cut).as_deref() == Some("healthy")),
+    )?;
+    println!(
+        "  node3 rebooted: unfenced by Pacemaker {} after its start (the same three keys on \
+         every LU), its agent healthy {} after its start",
+        crate::secs(unfenced),
+        crate::secs(back.elapsed())
+    );
+    Ok(())
+}
+
+/// Five nodes; the network splits 2|3 (node4 and node5 still hear each other, not the others).
+/// The three keep quorum and fence both of the two (Pacemaker fences them concurrently);
+/// the two, without quorum, fence nobody. The target holds the three's keys alone on every LU,
+/// the two's writes are refused, their agents take them down, the three stay up.
+fn five_nodes_split_two_three_the_majority_fences_the_minority() -> anyhow::Result<()> {
+    let q = Quorum::start(5)?;
+    let minority = [3, 4];
+    let started = Instant::now();
+    q.partition(&minority)?;
+    println!("  network split: node4 and node5 | node1, node2 and node3");
+    let took = q.wait(
+        "the minority's keys gone from every LU, the majority's kept",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| {
+            // never a node of the majority losing its key meanwhile
+            for lun in 0..LUNS {
+                let keys = q.keys(lun)?;
+                for i in 0..3 {
+                    ensure!(
+                        keys.contains(&(i, q.members[i].key()?)),
+                        "node{} of the majority lost its key on LU {lun}: {keys:x?}",
+                        i + 1
+                    );
+                }
+            }
+            q.registered_exactly(&[0, 1, 2])
+        },
+    )?;
+    println!(
+        "  the majority fenced node4 and node5 {} after the split",
+        crate::secs(took)
+    );
+    for &i in &minority {
+        let refused = write_to(&q.members[i].devices[0], 3, &block_data("minority write"));
+        ensure!(
+            refused == WriteOutcome::Refused,
+            "{}'s write after the fence: {refused:?}",
+            q.members[i].name()
+        );
+    }
+    let down = q.wait(
+        "node4 and node5 down (their agents' self-fence)",
+        Duration::from_secs(120),
+        Duration::from_millis(250),
+        |q| Ok(minority.iter().all(|&i| q.is_down(i))),
+    )?;
+    ensure!(
+        (0..3).all(|i| !q.is_down(i)) && q.registered_exactly(&[0, 1, 2])?,
+        "a node of the majority went down or lost its key"
+    );
+    println!(
+        "  node4's and node5's writes refused; both down {} after the fence; node1-3 up and \
+         registered, {} after the split",
+        crate::secs(down),
+        crate::secs(started.elapsed())
+    );
+    Ok(())
+}
