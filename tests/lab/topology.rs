@@ -29,6 +29,11 @@ const PORTAL: &str = "127.0.0.1:3260";
 /// filter can tell B's session from A's.
 const SECOND_PORTAL: &str = "127.0.0.2:3260";
 /// The open-iscsi iface of [`Topology::third_initiator`].
+/// The initiator name [`Topology::extra_initiator`] logs in with.
+pub fn extra_initiator_name(letter: char) -> String {
+    format!("{IQN}:node-{letter}")
+}
+
 /// The ifaces of initiators beyond nodes A and B ([`Topology::extra_initiator`]).
 const EXTRA_IFACES: [&str; 3] = ["lab-c", "lab-d", "lab-e"];
 /// The nftables table of [`Topology::hang_path`].
@@ -834,7 +839,7 @@ impl Topology {
             self.kind == Kind::Iscsi,
             "another initiator needs an iscsi topology"
         );
-        let initiator = format!("{IQN}:node-{letter}");
+        let initiator = extra_initiator_name(letter);
         let tpg = iscsi_tpg();
         for index in 0..self.lus.len() {
             let mapped = tpg

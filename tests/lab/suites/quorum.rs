@@ -17,6 +17,7 @@ use super::cluster::{Installed, SETTLE, SOURCES, install, node_path};
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at};
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
+use crate::topology::extra_initiator_name;
 use crate::{Node, Topology, WriteOutcome, block_data, write_to};
 use anyhow::{Context, bail, ensure};
 
@@ -117,7 +118,7 @@ impl Quorum {
                 _ => {
                     let letter = char::from(b'a' + u8::try_from(position)?);
                     let devices = t.extra_initiator(letter)?;
-                    (devices, format!("{}:node-{letter}", iqn_of(&t)))
+                    (devices, extra_initiator_name(letter))
                 }
             };
             members.push(Member {
@@ -448,14 +449,6 @@ impl Drop for Quorum {
     }
 }
 
-/// The lab target's IQN prefix, from node A's initiator name (`<prefix>:node-a`).
-fn iqn_of(t: &Topology) -> String {
-    let a = &t.node(Node::A).initiator;
-    a.rsplit_once(':')
-        .map_or(a.as_str(), |(prefix, _)| prefix)
-        .to_owned()
-}
-
 // ----- the tests -----
 
 /// Three nodes; node3's network is cut (its storage path stays). The other two keep quorum and
@@ -467,7 +460,10 @@ fn three_nodes_the_majority_fences_the_node_cut_off() -> anyhow::Result<()> {
     let cut = 2;
     let started = Instant::now();
     q.partition(&[cut])?;
-    println!("  {} cut off from the others", q.members[cut].name());
+    println!(
+        "  {} cut off from the others (its network only)",
+        q.members[cut].name()
+    );
     let took = q.wait(
         "node3's key gone from every LU, the majority's kept",
         SETTLE,
