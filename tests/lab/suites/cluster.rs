@@ -384,37 +384,12 @@ impl Cluster {
 
     /// The PID (in the guest's root namespace) of `node`'s PID 1.
     fn init_pid(&self, node: Node) -> anyhow::Result<u32> {
-        let child = self.nodes[node.index()]
-            .as_ref()
-            .with_context(|| format!("{} is not running", node.cluster_name()))?;
-        let pid = child.id();
-        let start = Instant::now();
-        loop {
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            if let Some(first) = children.split_whitespace().next() {
-                return Ok(first.parse()?);
-            }
-            ensure!(
-                start.elapsed() < Duration::from_secs(30),
-                "{} has no init",
-                node.cluster_name()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        node_init_pid(self.nodes[node.index()].as_ref(), node.cluster_name())
     }
 
-    /// Runs a shell command inside `node`'s namespaces. `-r -w`: the guest runs chrooted into its
-    /// overlay, and entering a mount namespace alone would put the command at that namespace's
-    /// root (the initramfs); the node's init has the overlay as its root.
+    /// Runs a shell command inside `node`'s namespaces ([`in_node_namespaces`]).
     fn in_node(&self, node: Node, script: &str) -> anyhow::Result<crate::CommandRun> {
-        let pid = self.init_pid(node)?.to_string();
-        crate::run(
-            "nsenter",
-            [
-                "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
-            ],
-        )
+        in_node_namespaces(self.init_pid(node)?, script)
     }
 
     /// [`Cluster::in_node`], from inside `node`'s cgroup, as everything the node itself starts:
@@ -811,6 +786,40 @@ impl Drop for Cluster {
             let _ = crate::run("ip", ["netns", "del", &netns(node)]);
         }
     }
+}
+
+/// The PID (in the guest's root namespace) of the PID 1 of node `name`, started by `child` (the
+/// node's `unshare --fork`); waits up to 30 s for it.
+pub(super) fn node_init_pid(child: Option<&Child>, name: &str) -> anyhow::Result<u32> {
+    let pid = child
+        .with_context(|| format!("{name} is not running"))?
+        .id();
+    let start = Instant::now();
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(first) = children.split_whitespace().next() {
+            return Ok(first.parse()?);
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "{name} has no init"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs a shell command inside the namespaces of the node whose PID 1 is `init`. `-r -w`: the
+/// guest runs chrooted into its overlay, and entering a mount namespace alone would put the
+/// command at that namespace's root (the initramfs); the node's init has the overlay as its root.
+pub(super) fn in_node_namespaces(init: u32, script: &str) -> anyhow::Result<crate::CommandRun> {
+    let pid = init.to_string();
+    crate::run(
+        "nsenter",
+        [
+            "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
+        ],
+    )
 }
 
 /// What a cluster adds to the guest besides its nodes, taken away when dropped: the counter's OCF

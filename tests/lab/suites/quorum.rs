@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::cluster::{Installed, SETTLE, SOURCES, install, node_path};
+use super::cluster::{
+    Installed, SETTLE, SOURCES, in_node_namespaces, install, node_init_pid, node_path,
+};
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at};
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
@@ -263,36 +265,12 @@ impl Quorum {
     /// The PID (in the guest's root namespace) of member `index`'s PID 1.
     fn init_pid(&self, index: usize) -> anyhow::Result<u32> {
         let m = &self.members[index];
-        let pid = m
-            .child
-            .as_ref()
-            .with_context(|| format!("{} is not running", m.name()))?
-            .id();
-        let start = Instant::now();
-        loop {
-            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            if let Some(first) = children.split_whitespace().next() {
-                return Ok(first.parse()?);
-            }
-            ensure!(
-                start.elapsed() < Duration::from_secs(30),
-                "{} has no init",
-                m.name()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        node_init_pid(m.child.as_ref(), &m.name())
     }
 
-    /// Runs a shell command inside member `index`'s namespaces (as the two-node suite does).
+    /// Runs a shell command inside member `index`'s namespaces.
     fn in_node(&self, index: usize, script: &str) -> anyhow::Result<crate::CommandRun> {
-        let pid = self.init_pid(index)?.to_string();
-        crate::run(
-            "nsenter",
-            [
-                "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
-            ],
-        )
+        in_node_namespaces(self.init_pid(index)?, script)
     }
 
     fn agent_state(&self, index: usize) -> Option<String> {
