@@ -381,8 +381,19 @@ impl Quorum {
         }
     }
 
-    /// The end of each node's logs, for a failure's report.
+    /// The end of each node's logs, and the fencing history as the first live node knows it,
+    /// for a failure's report.
     fn dump(&self) {
+        if let Some(live) = (0..self.members.len()).find(|&i| !self.is_down(i))
+            && let Ok(run) = self.in_node(live, "stonith_admin --history '*' --verbose")
+        {
+            println!(
+                "--- fencing history on {} ---\n{}{}",
+                self.members[live].name(),
+                run.stdout,
+                run.stderr
+            );
+        }
         for m in &self.members {
             for file in ["node.log", "agent.log", "pacemaker.log", "corosync.log"] {
                 let text = std::fs::read_to_string(m.logs().join(file)).unwrap_or_default();
