@@ -437,19 +437,9 @@ impl Cluster {
         what: &str,
         limit: Duration,
         poll: Duration,
-        mut done: impl FnMut(&Self) -> anyhow::Result<bool>,
+        done: impl FnMut(&Self) -> anyhow::Result<bool>,
     ) -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        loop {
-            if done(self)? {
-                return Ok(start.elapsed());
-            }
-            if start.elapsed() > limit {
-                self.dump();
-                bail!("no {what} after {}", crate::secs(limit));
-            }
-            std::thread::sleep(poll);
-        }
+        poll_until(self, what, limit, poll, done, Self::dump)
     }
 
     /// Prints what each node's cluster stack logged last (for a failure's report).
@@ -785,6 +775,29 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir(cgroup(node));
             let _ = crate::run("ip", ["netns", "del", &netns(node)]);
         }
+    }
+}
+
+/// Polls `done` on `cluster` every `poll` until it holds (the time it took); after `limit`,
+/// `dump`s the nodes' logs and fails naming `what`.
+pub(super) fn poll_until<C>(
+    cluster: &C,
+    what: &str,
+    limit: Duration,
+    poll: Duration,
+    mut done: impl FnMut(&C) -> anyhow::Result<bool>,
+    dump: impl FnOnce(&C),
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    loop {
+        if done(cluster)? {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            dump(cluster);
+            bail!("no {what} after {}", crate::secs(limit));
+        }
+        std::thread::sleep(poll);
     }
 }
 

@@ -14,14 +14,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{
-    Installed, SETTLE, SOURCES, in_node_namespaces, install, node_init_pid, node_path,
+    Installed, SETTLE, SOURCES, in_node_namespaces, install, node_init_pid, node_path, poll_until,
 };
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at};
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::topology::extra_initiator_name;
 use crate::{Node, Topology, WriteOutcome, block_data, write_to};
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 /// The LUNs every node shares (cluster-config.sh names two).
 const LUNS: usize = 2;
@@ -366,19 +366,9 @@ impl Quorum {
         what: &str,
         limit: Duration,
         poll: Duration,
-        mut done: impl FnMut(&Self) -> anyhow::Result<bool>,
+        done: impl FnMut(&Self) -> anyhow::Result<bool>,
     ) -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        loop {
-            if done(self)? {
-                return Ok(start.elapsed());
-            }
-            if start.elapsed() > limit {
-                self.dump();
-                bail!("no {what} after {}", crate::secs(limit));
-            }
-            std::thread::sleep(poll);
-        }
+        poll_until(self, what, limit, poll, done, Self::dump)
     }
 
     /// The end of each node's logs, and the fencing history as the first live node knows it,
