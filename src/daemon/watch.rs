@@ -4,14 +4,16 @@
 //! Per tick the caller reads the keys of every LU (one READ KEYS through a read-only open) and
 //! feeds them to [`WatchState::tick`]. Per-path registration is only probed when the decision
 //! asks for it ([`LuVerdict::InspectPaths`]): at start, when discovery saw the path set change
-//! (an iSCSI re-login is a new session), when the LU's PRgeneration or the number of times our
-//! key is listed changed (someone's PR OUT: `prfence unfence`'s repair, another node's
-//! registration), every [`DEGRADED_RECHECK`] while the last probe found a path
-//! unregistered (to see `prfence unfence`'s repair), and once per `path_audit` if one is set.
+//! (an iSCSI re-login is a new session), when the number of times our key is listed changed,
+//! once per `path_audit` if one is set, and while the last probe found a path unregistered:
+//! every [`DEGRADED_RECHECK`], and at most every [`REPAIR_LOOK_SPACING`] when the LU's
+//! PRgeneration moved (to see `prfence unfence`'s repair, which may leave the count as it was).
 //! The count alone can miss an orphan: after an iSCSI re-login the old nexus's registration
 //! stays on the target, so the count still matches while the new nexus has none. A probe is a
 //! PERSISTENT RESERVE OUT (`ops::probe_registration`), and a PR OUT of the victim's can cross a
-//! PREEMPT on LIO (docs/target-notes.md); so a healthy node in a steady state sends none.
+//! PREEMPT on LIO (docs/target-notes.md); so a healthy node in a steady state sends none. A
+//! healthy node ignores the PRgeneration: every probe bumps it, so with probes on its change
+//! each node's probe would make every other node probe, for ever.
 //!
 //! The verdicts, in the order they are decided for one LU:
 //! - our key missing from the LU on `missing_confirmations` reads in a row: **fenced**. One LU is
@@ -74,8 +76,8 @@ pub struct LuKeys {
     /// Discovery saw a path appear, vanish or log in again since the previous tick.
     pub paths_changed: bool,
     /// The LU's PRgeneration as READ KEYS gave it: every PR OUT that changes something bumps it
-    /// (ours included), so a change since the previous tick means someone registered,
-    /// unregistered, reserved or preempted.
+    /// (our probes and every other node's included), so it is looked at only while a path is
+    /// found unregistered, to see a repair that left the count as it was.
     pub generation: u32,
 }
 
@@ -194,6 +196,12 @@ pub struct WatchConfig {
 /// the repair (`prfence unfence`) may not change the key count (the orphan it purges counted).
 pub const DEGRADED_RECHECK: Duration = Duration::from_secs(60);
 
+/// While a path is found unregistered, a PRgeneration that moved (someone's PR OUT: perhaps
+/// `prfence unfence`'s repair) asks for a probe, but no sooner than this after the last one, so
+/// that two degraded nodes' probes, each of which bumps the generation, do not chase each other
+/// at every check.
+pub const REPAIR_LOOK_SPACING: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone)]
 struct LuState {
     id: LuName,
@@ -204,8 +212,9 @@ struct LuState {
     last_audit: Option<Instant>,
     /// How many times our key was listed when the paths were last probed.
     audited_count: Option<usize>,
-    /// The PRgeneration of the previous tick; `None` right after a probe, whose own REGISTERs
-    /// bump it (the next tick takes the new value without probing again).
+    /// The PRgeneration as the first read after the last probe saw it (`None` until that read:
+    /// the probe's own REGISTERs bump it). Kept until the next probe, so a change is not lost
+    /// while [`REPAIR_LOOK_SPACING`] holds the probe back.
     generation: Option<u32>,
     /// The paths the last probe found without our registration. The key count cannot show
     /// them (an orphan of an earlier session counts as one), so they are reported until the
@@ -378,31 +387,30 @@ fn judge(
     }
     lu.missing_reads = 0;
     let Some(paths) = keys.paths else {
+        let generation_moved = *lu.generation.get_or_insert(keys.generation) != keys.generation;
         let audit_due = match lu.last_audit {
             None => true,
             Some(at) => {
                 let since = now.saturating_duration_since(at);
                 config.path_audit.is_some_and(|every| since >= every)
-                    || (!lu.unregistered.is_empty() && since >= DEGRADED_RECHECK)
+                    || (!lu.unregistered.is_empty()
+                        && (since >= DEGRADED_RECHECK
+                            || (generation_moved && since >= REPAIR_LOOK_SPACING)))
             }
         };
         let count_changed = lu.audited_count != Some(registered_paths);
-        let generation_changed = lu.generation.is_some_and(|g| g != keys.generation);
-        lu.generation = Some(keys.generation);
-        return Verdict::Lu(
-            if count_changed || generation_changed || keys.paths_changed || audit_due {
-                LuVerdict::InspectPaths {
-                    unregistered: lu.unregistered.clone(),
-                }
-            } else if !lu.unregistered.is_empty() {
-                // Between two audits the last one's finding stands; the heal ran at the audit.
-                LuVerdict::Orphaned {
-                    paths: lu.unregistered.clone(),
-                }
-            } else {
-                LuVerdict::Healthy
-            },
-        );
+        return Verdict::Lu(if count_changed || keys.paths_changed || audit_due {
+            LuVerdict::InspectPaths {
+                unregistered: lu.unregistered.clone(),
+            }
+        } else if !lu.unregistered.is_empty() {
+            // Between two audits the last one's finding stands; the heal ran at the audit.
+            LuVerdict::Orphaned {
+                paths: lu.unregistered.clone(),
+            }
+        } else {
+            LuVerdict::Healthy
+        });
     };
     lu.last_audit = Some(now);
     lu.audited_count = Some(registered_paths);
@@ -790,37 +798,57 @@ mod tests {
     }
 
     #[test]
-    fn a_pr_out_seen_in_the_generation_asks_for_one_probe() {
+    fn healthy_nodes_do_not_probe_for_each_others_pr_out() {
+        // Three nodes on one LU. Each probe is a REGISTER per path, which bumps the LU's
+        // PRgeneration; a node that probed whenever the generation moved made the next node
+        // probe, and so on for ever (seen in the lab's three-node cluster: every other check).
         let t0 = Instant::now();
-        let mut w = audited(config(), &["a"], t0);
-        let at_generation = |g: u32| {
-            let mut o = keys("a", &[OURS], 1);
-            if let Ok(k) = &mut o.result {
-                k.generation = g;
+        let mut nodes: Vec<WatchState> = (0..3)
+            .map(|_| WatchState::new(config(), [lu("a")], t0))
+            .collect();
+        let mut generation = 0_u32;
+        let mut probes = [0_u32; 3];
+        for second in 1..600 {
+            for (n, w) in nodes.iter_mut().enumerate() {
+                let mut read = keys("a", &[OURS], 1);
+                if let Ok(k) = &mut read.result {
+                    k.generation = generation;
+                }
+                if w.tick(at(t0, second), [read]).lus[0].1 == INSPECT {
+                    probes[n] += 1;
+                    generation += 1;
+                    let mut probed = all_registered("a");
+                    if let Ok(k) = &mut probed.result {
+                        k.generation = generation;
+                    }
+                    assert_eq!(
+                        w.tick(at(t0, second), [probed]).lus[0].1,
+                        LuVerdict::Healthy
+                    );
+                }
             }
-            o
-        };
-        // The first read after the start-up probe takes the generation its REGISTERs left.
+        }
         assert_eq!(
-            w.tick(at(t0, 1), [at_generation(5)]).lus[0].1,
-            LuVerdict::Healthy
+            probes,
+            [1, 1, 1],
+            "probes per node in 10 min (start-up only)"
         );
-        assert_eq!(
-            w.tick(at(t0, 2), [at_generation(5)]).lus[0].1,
-            LuVerdict::Healthy
-        );
-        // Someone's PR OUT (an unfence, another node's registration): probe once.
-        assert_eq!(w.tick(at(t0, 3), [at_generation(6)]).lus[0].1, INSPECT);
-        w.tick(at(t0, 4), [all_registered("a")]);
-        // Our probe bumped it again: taken, not probed for.
-        assert_eq!(
-            w.tick(at(t0, 5), [at_generation(7)]).lus[0].1,
-            LuVerdict::Healthy
-        );
-        assert_eq!(
-            w.tick(at(t0, 6), [at_generation(7)]).lus[0].1,
-            LuVerdict::Healthy
-        );
+        // Another node's registration or its fence changes the keys but not ours: no probe.
+        let mut w = audited(config(), &["a"], t0);
+        for (second, listed) in [
+            (1_u32, &[OURS, THEIRS][..]),
+            (2, &[OURS]),
+            (3, &[THEIRS, OURS, THEIRS]),
+        ] {
+            let mut read = keys("a", listed, 1);
+            if let Ok(k) = &mut read.result {
+                k.generation = 10 + second;
+            }
+            assert_eq!(
+                w.tick(at(t0, u64::from(second)), [read]).lus[0].1,
+                LuVerdict::Healthy
+            );
+        }
     }
 
     #[test]
@@ -890,23 +918,32 @@ mod tests {
             LuVerdict::Orphaned { paths: sdc.clone() }
         );
         // `prfence unfence` registered sdc and purged the orphan: the count is the same, the
-        // generation is not, so the paths are probed at once, and the probe clears it.
+        // generation is not, so the paths are probed again REPAIR_LOOK_SPACING after the last
+        // probe (t0+63), and the probe clears it.
         let mut repaired = count_only.clone();
         if let Ok(k) = &mut repaired.result {
             k.generation = 9;
         }
         assert_eq!(
-            w.tick(at(t0, 65), [repaired]).lus[0].1,
+            w.tick(at(t0, 65), [repaired.clone()]).lus[0].1,
+            LuVerdict::Orphaned { paths: sdc.clone() }
+        );
+        assert_eq!(
+            w.tick(at(t0, 68), [repaired.clone()]).lus[0].1,
             LuVerdict::InspectPaths { unregistered: sdc }
         );
-        w.tick(at(t0, 66), [obs_unregistered(&[])]);
+        w.tick(at(t0, 68), [obs_unregistered(&[])]);
         assert_eq!(
-            w.tick(at(t0, 67), [count_only.clone()]).lus[0].1,
+            w.tick(at(t0, 69), [repaired.clone()]).lus[0].1,
             LuVerdict::Healthy
         );
-        // Healthy again: no more probes.
+        // Healthy again: no more probes, whatever the generation does.
+        let mut moved = repaired;
+        if let Ok(k) = &mut moved.result {
+            k.generation = 12;
+        }
         assert_eq!(
-            w.tick(at(t0, 67 + 3600), [count_only]).lus[0].1,
+            w.tick(at(t0, 69 + 3600), [moved]).lus[0].1,
             LuVerdict::Healthy
         );
     }

@@ -801,6 +801,28 @@ pub(super) fn poll_until<C>(
     }
 }
 
+/// Healthy agents send no PERSISTENT RESERVE OUT: every LU's PRgeneration (which each PR OUT
+/// that changes something bumps, a path probe's REGISTER included) stays as it is for `watched`,
+/// several of the agents' checks (every 1 or 2 s). Agents that probed on each other's generation
+/// changes kept every LU's generation moving at every other check, for ever.
+pub(super) fn no_pr_out_while_healthy(t: &Topology, watched: Duration) -> anyhow::Result<()> {
+    let generations =
+        || -> anyhow::Result<Vec<u32>> { t.lus().iter().map(|lu| lu.generation()).collect() };
+    let before = generations()?;
+    std::thread::sleep(watched);
+    let after = generations()?;
+    ensure!(
+        before == after,
+        "healthy agents sent PR OUT commands: PRgeneration per LU {before:?} -> {after:?} in {}",
+        crate::secs(watched)
+    );
+    println!(
+        "  no PR OUT from the healthy agents in {}: PRgeneration per LU {after:?}",
+        crate::secs(watched)
+    );
+    Ok(())
+}
+
 /// The PID (in the guest's root namespace) of the PID 1 of node `name`, started by `child` (the
 /// node's `unshare --fork`); waits up to 30 s for it.
 pub(super) fn node_init_pid(child: Option<&Child>, name: &str) -> anyhow::Result<u32> {
@@ -1561,6 +1583,7 @@ fn quick_start_as_written() -> anyhow::Result<()> {
         crate::secs(took),
         crate::secs(armed)
     );
+    no_pr_out_while_healthy(&c.t, Duration::from_secs(8))?;
     // 3. armed
     for &node in nodes(2) {
         run_block(&c, 2, node)?;
