@@ -276,6 +276,37 @@ pub fn derive_key(
     }
 }
 
+/// Registered keys that carry this cluster's tag as `key_value=id` builds its keys (the first 4
+/// hex digits of md5(cluster name) above the low 16 bits) but that no node of `nodelist` derives
+/// now. Such a key is a position's that no node has any more, or not a position at all: after a
+/// node is removed from the middle of the nodelist, the nodes after it still hold the keys of
+/// their old positions, and a fence by name derives the new ones. So while any is registered,
+/// the key derived for a victim may not be the key it holds (fence-agents #289), and a fence that
+/// removed the derived key has not shown that the victim is off (P1). A removed node's key left
+/// behind looks the same and is treated the same: the key is still there, and nothing tells whose.
+pub fn id_keys_no_node_derives(
+    cluster_name: &str,
+    nodelist: &Nodelist,
+    registered: &[Key],
+) -> Vec<Key> {
+    let Ok(tag) = u64::from_str_radix(&md5_hex(cluster_name)[..4], 16) else {
+        return Vec::new();
+    };
+    let derived: Vec<u64> = nodelist
+        .nodes
+        .iter()
+        .filter_map(|n| parse_key(&format!("{:04x}{:04}", tag, n.position)).ok())
+        .collect();
+    let mut unknown: Vec<Key> = registered
+        .iter()
+        .copied()
+        .filter(|k| k.get() >> 16 == tag && !derived.contains(&k.get()))
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    unknown
+}
+
 /// The native 64-bit key (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NativeKey {
@@ -532,6 +563,47 @@ nodelist.node.12.nodeid (u32) = 13\n";
         assert_eq!(list.local().and_then(|n| n.name.as_deref()), Some("node2"));
         assert_eq!(list.find("10.0.0.2").map(|n| n.position), Some(1));
         assert!(list.find("node").is_none());
+    }
+
+    #[test]
+    fn id_keys_left_by_a_moved_or_removed_node_are_named() {
+        // node1..node3 at positions 0..2 registered …0000, …0001, …0002; node2 is removed and
+        // node3 moves to position 1: it still holds …0002, which no node derives now.
+        let tag = u64::from_str_radix(&md5_hex("mycluster")[..4], 16).unwrap();
+        let id_key = |position: u64| {
+            Key::new(tag << 16 | u64::from_str_radix(&format!("{position:04}"), 16).unwrap())
+        };
+        let before = Nodelist::parse(
+            "nodelist.node.0.name (str) = node1\nnodelist.node.1.name (str) = node2\n\
+             nodelist.node.2.name (str) = node3\n",
+        );
+        let after = Nodelist::parse(
+            "nodelist.node.0.name (str) = node1\nnodelist.node.1.name (str) = node3\n",
+        );
+        let registered = [id_key(0), id_key(1), id_key(2), id_key(2)];
+        assert_eq!(
+            derive_key("mycluster", &before, "node3", KeyScheme::FenceScsiId).unwrap(),
+            id_key(2).get()
+        );
+        assert!(id_keys_no_node_derives("mycluster", &before, &registered).is_empty());
+        assert_eq!(
+            id_keys_no_node_derives("mycluster", &after, &registered),
+            [id_key(2)]
+        );
+        // Another cluster's keys, native keys and fence_mpath's own keys are not this cluster's.
+        let others = [
+            Key::new(0xa),
+            Key::new(NativeKey::new("mycluster", 3).value()),
+            Key::new((tag ^ 1) << 16 | 0x0002),
+        ];
+        assert!(id_keys_no_node_derives("mycluster", &after, &others).is_empty());
+        // Position 12 is key …0012, not …000c.
+        let twelve = Nodelist::parse("nodelist.node.12.name (str) = node13\n");
+        assert!(id_keys_no_node_derives("mycluster", &twelve, &[id_key(12)]).is_empty());
+        assert_eq!(
+            id_keys_no_node_derives("mycluster", &twelve, &[Key::new(tag << 16 | 0xc)]),
+            [Key::new(tag << 16 | 0xc)]
+        );
     }
 
     #[test]

@@ -535,6 +535,43 @@ impl<'a> Corosync<'a> {
         Ok(Key::new(key))
     }
 
+    /// With `key_value=id` derived from the nodelist, the LUs that hold keys of this cluster's
+    /// tag that no node of the nodelist derives now ([`keys::id_keys_no_node_derives`]), as text
+    /// for a failure; `None` when there are none or the key was not derived that way.
+    fn keys_no_node_derives(
+        &mut self,
+        request: &FencePrRequest,
+        report: &Report,
+    ) -> Option<String> {
+        let options = &request.options;
+        if options.key.is_some()
+            || options.plug.is_none()
+            || options.key_value != keys::KeyScheme::FenceScsiId
+        {
+            return None;
+        }
+        let cluster = keys::parse_cluster_name(&self.query(keys::CLUSTER_NAME_QUERY).ok()?)?;
+        let nodelist = Nodelist::parse(&self.query(keys::NODELIST_QUERY).ok()?);
+        let found: Vec<String> = report
+            .lus
+            .iter()
+            .filter_map(|lu| {
+                let unknown =
+                    keys::id_keys_no_node_derives(&cluster, &nodelist, lu.keys.as_deref()?);
+                (!unknown.is_empty()).then(|| {
+                    let listed: Vec<String> = unknown.iter().map(Key::to_string).collect();
+                    format!("{} holds {}", lu.lu, listed.join(" "))
+                })
+            })
+            .collect();
+        (!found.is_empty()).then(|| {
+            format!(
+                "{}, a key of this cluster that no node of the corosync nodelist derives now",
+                found.join("; ")
+            )
+        })
+    }
+
     fn node_names(&mut self) -> Result<Vec<String>, Failed> {
         let nodelist = Nodelist::parse(&self.query(keys::NODELIST_QUERY).map_err(Failed::from)?);
         let names: Vec<String> = nodelist
@@ -767,9 +804,8 @@ fn fence(
     // A measured tie-break counts this fence's own work (corosync, discovery, the arbiter's first
     // answer), not the deliberate delay.
     let working = Instant::now();
-    let (victim, targets) = key_beside_targets(options, system, false, || {
-        Corosync::new(system, options).key_of(request)
-    });
+    let mut corosync = Corosync::new(system, options);
+    let (victim, targets) = key_beside_targets(options, system, false, || corosync.key_of(request));
     let victim = victim?;
     let own = stored_key(system, "needed to preempt the victim")?;
     super::check_not_self(victim.get(), own.get()).map_err(Failed::from)?;
@@ -785,6 +821,19 @@ fn fence(
     log_report(&report);
     match report.outcome {
         Outcome::Success => {
+            if let Some(problem) = corosync.keys_no_node_derives(request, &report) {
+                return Err(Failed(format!(
+                    "{victim} is off every LU, but {problem}. With key_value=id a node's key is \
+                     its position in the corosync nodelist: a node removed from the middle of \
+                     the nodelist leaves the nodes after it holding the keys of their old \
+                     positions, so {} may hold one of these keys and still write; this fence is \
+                     not reported done. `prfence full-status DEVICE` names the initiator of each \
+                     key; fence the right one by key (`prfence fence --key {own} --victim KEY \
+                     DEVICE...`) and confirm it to Pacemaker, and remove the keys of removed \
+                     nodes: docs/operations.md, \"Adding or removing a node\"",
+                    request.options.plug.as_deref().unwrap_or("the victim")
+                )));
+            }
             power_wait(options, system);
             let already = report
                 .lus

@@ -696,3 +696,53 @@ fn corosync_queries_are_the_ones_the_key_derivation_makes() {
         }
     }
 }
+
+/// fence-agents #289: with key_value=id a node's key is its nodelist position. node2 is removed
+/// from the middle of a three-node nodelist; node3 moves to position 1 but still holds the key
+/// of position 2. node1's `off` of node3 derives position 1's key: it must not report node3 off
+/// while node3's key stays, whether node2's old key was left behind (the derived key is there,
+/// and it is node2's) or fenced first (the derived key is nowhere: "already off").
+#[test]
+fn off_of_a_node_whose_position_moved_is_not_reported_done() {
+    let three = "nodelist.node.0.name (str) = node1\n\
+                 nodelist.node.1.name (str) = node2\n\
+                 nodelist.node.2.name (str) = node3\n";
+    let two = "nodelist.node.0.name (str) = node1\n\
+               nodelist.node.1.name (str) = node3\n";
+    for node2_fenced_first in [false, true] {
+        let cluster = Cluster::new(2);
+        let nodes: Vec<ModelSystem> = ["node1", "node2", "node3"]
+            .iter()
+            .map(|name| {
+                let node = cluster.node(name, 1);
+                node.host.set_corosync("nodelist", three);
+                assert_eq!(on(&node, name).0, FencePrExit::Success);
+                node
+            })
+            .collect();
+        let off = |victim: &str| {
+            agent(
+                &nodes[0],
+                &format!(
+                    "action=off\nport={victim}\ndevices={}\n",
+                    nodes[0].devices()
+                ),
+            )
+        };
+        if node2_fenced_first {
+            assert_eq!(off("node2").0, FencePrExit::Success);
+        }
+        for node in &nodes {
+            node.host.set_corosync("nodelist", two);
+        }
+        let (code, out) = off("node3");
+        assert_eq!(code, FencePrExit::Error, "{out}");
+        for lu in 0..2 {
+            assert!(
+                cluster.keys(lu).contains(&scsi_key(2)),
+                "node3's key is still on LU {lu}: {:?}",
+                cluster.keys(lu)
+            );
+        }
+    }
+}

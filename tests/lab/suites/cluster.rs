@@ -801,23 +801,36 @@ pub(super) fn poll_until<C>(
     }
 }
 
-/// Healthy agents send no PERSISTENT RESERVE OUT: every LU's PRgeneration (which each PR OUT
-/// that changes something bumps, a path probe's REGISTER included) stays as it is for `watched`,
-/// several of the agents' checks (every 1 or 2 s). Agents that probed on each other's generation
-/// changes kept every LU's generation moving at every other check, for ever.
-pub(super) fn no_pr_out_while_healthy(t: &Topology, watched: Duration) -> anyhow::Result<()> {
+/// Healthy agents send no PERSISTENT RESERVE OUT for another node's: `node` (the first node's
+/// initiator, with `key`) re-states its key on `device` (REGISTER key -> the same key: nothing
+/// changes but every LU's PRgeneration on that one), and then every LU's PRgeneration (which each
+/// PR OUT that changes something bumps, a path probe's REGISTER included) stays as it is for
+/// `watched`, several of the agents' checks (every 1 or 2 s). Agents that probed their paths
+/// whenever the generation moved each answered it with a REGISTER of their own, and in clusters
+/// of three or more kept each other at it.
+pub(super) fn no_pr_out_while_healthy(
+    t: &Topology,
+    device: &Path,
+    key: u64,
+    watched: Duration,
+) -> anyhow::Result<()> {
     let generations =
         || -> anyhow::Result<Vec<u32>> { t.lus().iter().map(|lu| lu.generation()).collect() };
+    let key = format!("{key:#x}");
+    let device = device.display().to_string();
+    crate::command::prfence(["register", "--key", &key, "--old-key", &key, &device])?.ok()?;
     let before = generations()?;
     std::thread::sleep(watched);
     let after = generations()?;
     ensure!(
         before == after,
-        "healthy agents sent PR OUT commands: PRgeneration per LU {before:?} -> {after:?} in {}",
+        "healthy agents answered one REGISTER with PR OUT commands: PRgeneration per LU \
+         {before:?} -> {after:?} in {}",
         crate::secs(watched)
     );
     println!(
-        "  no PR OUT from the healthy agents in {}: PRgeneration per LU {after:?}",
+        "  one REGISTER from outside, then no PR OUT from the healthy agents in {}: \
+         PRgeneration per LU {after:?}",
         crate::secs(watched)
     );
     Ok(())
@@ -1583,7 +1596,12 @@ fn quick_start_as_written() -> anyhow::Result<()> {
         crate::secs(took),
         crate::secs(armed)
     );
-    no_pr_out_while_healthy(&c.t, Duration::from_secs(8))?;
+    no_pr_out_while_healthy(
+        &c.t,
+        &c.t.node(Node::A).devices()[0],
+        derived_key(Node::A)?,
+        Duration::from_secs(8),
+    )?;
     // 3. armed
     for &node in nodes(2) {
         run_block(&c, 2, node)?;

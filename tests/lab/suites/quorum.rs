@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{
-    Installed, SETTLE, SOURCES, in_node_namespaces, install, node_init_pid, node_path, poll_until,
+    Installed, SETTLE, SOURCES, in_node_namespaces, install, no_pr_out_while_healthy,
+    node_init_pid, node_path, poll_until,
 };
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at};
@@ -44,6 +45,7 @@ pub const SUITE: Suite = Suite {
 /// which CI already runs.
 const TESTS: &[crate::plan::Test] = crate::tests![
     three_nodes_the_majority_fences_the_node_cut_off,
+    a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done,
     five_nodes_split_two_three_the_majority_fences_the_minority,
 ];
 
@@ -181,6 +183,12 @@ impl Quorum {
             |q| Ok((0..size).all(|i| q.agent_state(i).as_deref() == Some("healthy"))),
         )?;
         println!("  every agent healthy {} later", crate::secs(took));
+        no_pr_out_while_healthy(
+            &q.t,
+            &q.members[0].devices[0],
+            q.members[0].key()?,
+            Duration::from_secs(8),
+        )?;
         Ok(q)
     }
 
@@ -534,6 +542,140 @@ fn three_nodes_the_majority_fences_the_node_cut_off() -> anyhow::Result<()> {
         crate::secs(unfenced),
         crate::secs(back.elapsed())
     );
+    Ok(())
+}
+
+/// fence-agents #289, with fence_pr's default `key_value=id` (fence_scsi's): a node's key is its
+/// position in corosync's nodelist. node2 is removed as docs/operations.md says (fenced first,
+/// then taken out of corosync and Pacemaker); node3 moves from position 2 to 1 but still holds
+/// position 2's key. A fence of node3 derives position 1's key: it must not be reported done
+/// while node3's key stays (P1). After node3's reboot (what docs/operations.md tells the admin
+/// to do) it holds its new position's key, and a fence of it removes that key and is done.
+fn a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done() -> anyhow::Result<()> {
+    let mut q = Quorum::start(3)?;
+    // 1. node2 fenced first (its key leaves every LU), as the docs have it
+    let fenced = q.in_node(0, "stonith_admin --fence node2 --timeout 120")?;
+    ensure!(
+        fenced.code() == 0,
+        "stonith_admin --fence node2: {}{}",
+        fenced.stdout,
+        fenced.stderr
+    );
+    q.wait(
+        "node2's key gone",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| q.registered_exactly(&[0, 2]),
+    )?;
+    q.wait(
+        "node2 down (its agent)",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| Ok(q.is_down(1)),
+    )?;
+    // 2. taken out of corosync (each remaining node's corosync.conf, then a reload) and
+    // Pacemaker, as `pcs cluster node remove` does
+    let removed = q.members.remove(1);
+    let conf = q.corosync_conf();
+    q.members.insert(1, removed);
+    for index in [0, 2] {
+        q.in_node(
+            index,
+            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
+        )?
+        .ok()?;
+    }
+    q.in_node(0, "corosync-cfgtool -R && crm_node --force --remove node2")?
+        .ok()?;
+    let nodelist = q.in_node(2, "corosync-cmapctl nodelist")?.ok()?.stdout;
+    ensure!(
+        nodelist.contains("nodelist.node.1.name (str) = node3") && !nodelist.contains("node2"),
+        "node3 did not move to position 1 after the reload:\n{nodelist}"
+    );
+    println!("  node2 fenced and removed; corosync's nodelist now has node3 at position 1");
+    // 3. a fence of node3: not reported done while node3's key (position 2's) stays
+    let started = Instant::now();
+    let run = q.in_node(0, "stonith_admin --fence node3 --timeout 60")?;
+    let keys: Vec<Vec<(usize, u64)>> = (0..LUNS).map(|l| q.keys(l)).collect::<Result<_, _>>()?;
+    let node3_key = q.members[2].key()?;
+    let node3_kept = keys
+        .iter()
+        .all(|lu| lu.iter().any(|&(i, k)| i == 2 && k == node3_key));
+    ensure!(
+        run.code() != 0 || !node3_kept,
+        "P1: Pacemaker was told node3 is fenced (stonith_admin exit 0) while every LU still \
+         holds node3's key {node3_key:#x}: {keys:x?}"
+    );
+    ensure!(
+        node3_kept,
+        "node3's key left the LUs, yet the fence derived another: {keys:x?}"
+    );
+    let log =
+        std::fs::read_to_string(q.members[0].logs().join("pacemaker.log")).unwrap_or_default();
+    let named = log
+        .lines()
+        .find(|l| l.contains("no node of the corosync nodelist derives"))
+        .map(str::to_owned);
+    ensure!(
+        named.is_some_and(|l| l.contains(&format!("{node3_key:016x}"))),
+        "fence_pr's failure in node1's Pacemaker log does not name node3's key {node3_key:#x}"
+    );
+    let write = write_to(
+        &q.members[2].devices[0],
+        5,
+        &block_data("node3, not fenced"),
+    );
+    ensure!(
+        write == WriteOutcome::Accepted,
+        "node3's write: {write:?} (it is not fenced and was not reported fenced)"
+    );
+    println!(
+        "  the fence of node3 failed after {} (stonith_admin exit {}): fence_pr named node3's key \
+         {node3_key:#x}, which stays on every LU; node3's writes still land, as Pacemaker knows",
+        crate::secs(started.elapsed()),
+        run.code()
+    );
+    // 4. node3 rebooted (its namespaces killed and started again with the new nodelist): its
+    // unfencing registers its new position's key in place of the old one, and a fence of it is
+    // done again
+    std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
+    let group = q.members[2].cgroup();
+    std::fs::write(group.join("cgroup.kill"), "1")?;
+    if let Some(mut child) = q.members[2].child.take() {
+        child.wait()?;
+    }
+    q.wait("node3 down", SETTLE, Duration::from_millis(250), |q| {
+        Ok(q.is_down(2))
+    })?;
+    let back = Instant::now();
+    q.boot(2)?;
+    let new_key = derived_key_at(1)?;
+    let node1_key = q.members[0].key()?;
+    q.wait(
+        "node3 unfenced with position 1's key",
+        SETTLE,
+        Duration::from_millis(500),
+        |q| {
+            (0..LUNS).try_fold(true, |all, l| {
+                Ok(all && q.keys(l)? == [(0, node1_key), (2, new_key)])
+            })
+        },
+    )?;
+    println!(
+        "  node3 rebooted: unfenced by Pacemaker with {new_key:#x} (position 1) {} after its \
+         start; {node3_key:#x} gone",
+        crate::secs(back.elapsed())
+    );
+    let run = q.in_node(0, "stonith_admin --fence node3 --timeout 60")?;
+    let keys: Vec<Vec<(usize, u64)>> = (0..LUNS).map(|l| q.keys(l)).collect::<Result<_, _>>()?;
+    ensure!(
+        run.code() == 0 && keys.iter().all(|lu| lu == &[(0, node1_key)]),
+        "the fence of node3 after its reboot: stonith_admin exit {}, the LUs hold {keys:x?}: {}{}",
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    println!("  then fenced through Pacemaker: done, node1's key alone on every LU");
     Ok(())
 }
 
