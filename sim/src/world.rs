@@ -356,7 +356,15 @@ impl World {
                 } else {
                     UnfenceBy::Admin(record)
                 };
-                prfence_engine::ops::unfence_observed(targets, own, by, limits, &mut |_| {})
+                let initiators = lock(&self.cluster).own_initiators(node);
+                prfence_engine::ops::unfence_observed(
+                    targets,
+                    own,
+                    by,
+                    &initiators,
+                    limits,
+                    &mut |_| {},
+                )
             }
             Op::Fence { victim } | Op::Refence { victim } => {
                 prfence_engine::ops::fence(targets, own, self.key(victim), limits)

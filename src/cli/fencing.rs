@@ -8,8 +8,8 @@ use std::sync::Arc;
 use crate::fence_agent::store::{KeyStore, LuRecord};
 use crate::host::Host;
 use crate::ops::{
-    self, Limits, LuDone, LuReport, LuTarget, Outcome, PathUse, Report, RequestError, TieBreak,
-    UnfenceBy, targets,
+    self, Limits, LuDone, LuReport, LuTarget, Outcome, OwnInitiator, PathUse, Report, RequestError,
+    TieBreak, UnfenceBy, targets,
 };
 use crate::pr::Key;
 use crate::transport::Policy;
@@ -66,6 +66,7 @@ pub fn execute(
             unknown.error
         );
     }
+    let initiators = OwnInitiator::of_resolution(&resolution, |p| host.path_sysfs(p).nvme_host_id);
     let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
     make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
     let limits = Limits {
@@ -99,7 +100,7 @@ pub fn execute(
             match LuRecord::load(&KeyStore::from_environment(), key.get()) {
                 Ok(record) => {
                     let by = UnfenceBy::Admin(Arc::new(record));
-                    ops::unfence_observed(lus, key, by, limits, &mut observer)
+                    ops::unfence_observed(lus, key, by, &initiators, limits, &mut observer)
                 }
                 Err(e) => {
                     eprintln!("prfence: {e}");

@@ -66,15 +66,7 @@ fn lu_spec(
             .paths
             .into_iter()
             .map(|p| {
-                let initiator = match p.protocol {
-                    Protocol::Nvme => host.path_sysfs(&p).nvme_host_id.map(OwnInitiator::NvmeHost),
-                    Protocol::Scsi => p
-                        .transport
-                        .as_ref()
-                        .map(|t| t.initiator.clone())
-                        .filter(|name| !name.is_empty())
-                        .map(OwnInitiator::Iscsi),
-                };
+                let initiator = OwnInitiator::of_path(&p, || host.path_sysfs(&p).nvme_host_id);
                 PathSpec {
                     live: p.is_live(),
                     dev: p.generic.unwrap_or(p.dev),

@@ -65,11 +65,11 @@ use std::time::{Duration, Instant};
 use super::metadata::metadata_xml;
 use super::store::{KeyStore, LuRecord};
 use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
-use crate::discover::{DiscoverError, LuId, Resolution};
+use crate::discover::{DiscoverError, LuId, PathInfo, Resolution};
 use crate::host::{Host, SystemHost};
 use crate::keys::{self, KeyError, Nodelist};
 use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, TieBreak, Verdict};
-use crate::ops::{OpenPath, Opener, targets};
+use crate::ops::{OpenPath, Opener, OwnInitiator, targets};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
 
@@ -118,6 +118,11 @@ impl FenceNode {
     fn opener(&self, policy: Policy) -> Opener<Arc<dyn PrTransport>> {
         let host = Arc::clone(&self.host);
         Arc::new(move |device| host.open(device, policy))
+    }
+
+    /// The NVMe host id sysfs gives for an NVMe path ([`Host::path_sysfs`]).
+    fn nvme_host_id(&self, path: &PathInfo) -> Option<String> {
+        self.host.path_sysfs(path).nvme_host_id
     }
 
     fn store(&self) -> &KeyStore {
@@ -197,6 +202,8 @@ impl<T: PrTransport> PrTransport for FencePrPath<T> {
 struct Targets<T> {
     lus: Vec<LuTarget<FencePrPath<T>>>,
     given: HashMap<LuId, Vec<PathBuf>>,
+    /// This node's identities on the paths ([`OwnInitiator::of_resolution`]).
+    initiators: Vec<OwnInitiator>,
 }
 
 /// The devices of a run, opened.
@@ -315,6 +322,7 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
             }
         }
     }
+    let initiators = OwnInitiator::of_resolution(&resolution, |p| system.nvme_host_id(p));
     let policy = policy(options);
     let single = options.mpath_register_method == MpathRegisterMethod::Single;
     let lus: Vec<LuTarget<FencePrPath<Arc<dyn PrTransport>>>> =
@@ -350,7 +358,11 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
             e.raise_in("pacemaker.service")
         );
     }
-    Ok(Targets { lus, given })
+    Ok(Targets {
+        lus,
+        given,
+        initiators,
+    })
 }
 
 /// The key from `key` (corosync-cmapctl) and the devices resolved and opened ([`lu_targets`]),
@@ -746,6 +758,7 @@ fn unfence(
     system.store().write_key(key.get()).map_err(Failed::from)?;
     let targets = targets?;
     let given = targets.given;
+    let initiators = targets.initiators;
     // P3: the LUs this node began registering on earlier in this boot; if its key is gone from
     // any of them it was fenced since (Pacemaker may still ask it to unfence, fence-reaction=stop)
     // and the engine registers nowhere. The engine adds each other LU before registering there.
@@ -754,6 +767,7 @@ fn unfence(
         targets.lus,
         key,
         ops::UnfenceBy::Rejoin(Arc::new(record)),
+        &initiators,
         limits(started),
         &mut |_| {},
     ))?;

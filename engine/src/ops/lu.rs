@@ -1,7 +1,7 @@
 //! Working on one LU through its paths: path bookkeeping, reads through the first live path, the
 //! shared steps (preempt with fallback, make sure a reservation exists, verify) and the report.
 
-use crate::pr::{Key, PrOut, ReadKeys, ReadReservation};
+use crate::pr::{FullStatus, Key, PrOut, ReadKeys, ReadReservation};
 use crate::transport::{CommandError, ErrorKind, PrOutReport, PrTransport};
 
 use super::{
@@ -218,41 +218,47 @@ impl<'a, T: PrTransport> LuWork<'a, T> {
         Ok((index, keys))
     }
 
+    /// READ FULL STATUS through the first live path that answers; `None` where the target does
+    /// not have it (the tgt target), and from then on without asking again. Recorded for the
+    /// report.
+    pub fn read_full_status_any(&mut self) -> Result<Option<(usize, FullStatus)>, Stop> {
+        if self.full_status_refused {
+            return Ok(None);
+        }
+        let mut last = None;
+        for index in self.live_paths() {
+            match self.on(index, |p| p.read_full_status()) {
+                Ok(status) => {
+                    self.keys = Some(status.keys());
+                    self.reservation = Some(status.reservation());
+                    return Ok(Some((index, status)));
+                }
+                Err(e) if matches!(e.kind, ErrorKind::InvalidField | ErrorKind::NotSupported) => {
+                    // The target answered: the path is fine, the service action is not there.
+                    self.mark_answered(index);
+                    self.full_status_refused = true;
+                    return Ok(None);
+                }
+                Err(e) if is_dead(e.kind) => last = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(match last {
+            Some(e) => Stop::failed(Failure::after("no path answered; the last error", e)),
+            None => Stop::failed("every path is dead"),
+        })
+    }
+
     /// One look at the LU through the first live path that answers: READ FULL STATUS, one
     /// command, where the target has it (the tgt target does not: then READ KEYS and READ
     /// RESERVATION through the same path). Recorded for the report.
     pub fn read_state(&mut self) -> Result<(usize, LuState), Stop> {
-        if !self.full_status_refused {
-            let mut last = None;
-            for index in self.live_paths() {
-                match self.on(index, |p| p.read_full_status()) {
-                    Ok(status) => {
-                        let state = LuState {
-                            keys: status.keys(),
-                            reservation: status.reservation(),
-                        };
-                        self.keys = Some(state.keys.clone());
-                        self.reservation = Some(state.reservation.clone());
-                        return Ok((index, state));
-                    }
-                    Err(e)
-                        if matches!(e.kind, ErrorKind::InvalidField | ErrorKind::NotSupported) =>
-                    {
-                        // The target answered: the path is fine, the service action is not there.
-                        self.mark_answered(index);
-                        self.full_status_refused = true;
-                        break;
-                    }
-                    Err(e) if is_dead(e.kind) => last = Some(e),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if !self.full_status_refused {
-                return Err(match last {
-                    Some(e) => Stop::failed(Failure::after("no path answered; the last error", e)),
-                    None => Stop::failed("every path is dead"),
-                });
-            }
+        if let Some((index, status)) = self.read_full_status_any()? {
+            let state = LuState {
+                keys: status.keys(),
+                reservation: status.reservation(),
+            };
+            return Ok((index, state));
         }
         let (index, keys) = self.read_keys_any()?;
         let reservation = self.on(index, |p| p.read_reservation())?;

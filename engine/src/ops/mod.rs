@@ -53,7 +53,9 @@ use crate::transport::{Hints, PrTransport};
 pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
 pub use failure::Failure;
 pub use lu_set::{LastingPartialKeys, LuSet, keys_not_on_every_lu};
-pub use own_initiators::{OtherKeyOnOwnInitiator, OwnInitiator, other_keys_on_own_initiators};
+pub use own_initiators::{
+    OtherKeyOnOwnInitiator, OwnInitiator, other_keys_on_own_initiators, own_key_on_other_initiators,
+};
 pub use probe::probe_registration;
 pub use targets::{OpenPath, Opener, targets};
 pub use unfence::{BootRecord, UnfenceBy};

@@ -13,7 +13,9 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::discover::{PathInfo, Resolution};
 use crate::pr::{FullStatus, Key, TransportId};
+use crate::transport::Protocol;
 
 /// One initiator identity of this node's, as READ FULL STATUS can name it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,6 +27,43 @@ pub enum OwnInitiator {
 }
 
 impl OwnInitiator {
+    /// Who this node is to the target on `path`: its iSCSI session's initiator name, or the NVMe
+    /// host id (`nvme_host_id`, read from sysfs only for an NVMe path). `None` where the
+    /// transport does not say (FC, SAS, tcm_loop, a path without a session).
+    pub fn of_path(
+        path: &PathInfo,
+        nvme_host_id: impl FnOnce() -> Option<String>,
+    ) -> Option<OwnInitiator> {
+        match path.protocol {
+            Protocol::Nvme => nvme_host_id().map(OwnInitiator::NvmeHost),
+            Protocol::Scsi => path
+                .transport
+                .as_ref()
+                .map(|t| t.initiator.clone())
+                .filter(|name| !name.is_empty())
+                .map(OwnInitiator::Iscsi),
+        }
+    }
+
+    /// This node's identities on every path of `resolution`, each once, for
+    /// [`super::unfence_observed`]; empty when some path's identity is not known (then no
+    /// registration can be told to be another node's).
+    pub fn of_resolution(
+        resolution: &Resolution,
+        nvme_host_id: impl Fn(&PathInfo) -> Option<String>,
+    ) -> Vec<OwnInitiator> {
+        let mut all = Vec::new();
+        for path in resolution.lus.iter().flat_map(|lu| &lu.paths) {
+            match OwnInitiator::of_path(path, || nvme_host_id(path)) {
+                Some(own) => all.push(own),
+                None => return Vec::new(),
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// Whether `id`, a registrant's transport id, is this initiator (an iSCSI name with any ISID;
     /// names compare without case, as iSCSI names are case-insensitive).
     pub fn is(&self, id: &TransportId) -> bool {
@@ -75,6 +114,22 @@ pub fn other_keys_on_own_initiators(
             registrant: r.transport_id.to_string(),
             key: r.key.to_string(),
         })
+        .collect()
+}
+
+/// Every registrant in `status` that carries `ours` under an initiator that is none of `own`:
+/// another node holding this node's key. Two nodes with one key are one node to every fence: a
+/// fence of either removes both, and a fence by name removes only what its name derives.
+pub fn own_key_on_other_initiators(
+    own: &[OwnInitiator],
+    ours: Key,
+    status: &FullStatus,
+) -> Vec<String> {
+    status
+        .registrations
+        .iter()
+        .filter(|r| r.key == ours && !own.iter().any(|o| o.is(&r.transport_id)))
+        .map(|r| r.transport_id.to_string())
         .collect()
 }
 
@@ -153,5 +208,30 @@ mod tests {
                 .all(|f| f.registrant.to_ascii_lowercase().contains("nodea"))
         );
         assert!(other_keys_on_own_initiators(&[], Key::new(0xa), &status).is_empty());
+    }
+
+    #[test]
+    fn our_key_under_another_initiator_is_found() {
+        let status = FullStatus {
+            generation: 3,
+            registrations: vec![
+                registered(0xa, "iqn.2026-11.lab:nodea,i,0x23d000001"),
+                registered(0xa, "IQN.2026-11.LAB:NODEA,i,0x23d000002"),
+                registered(0xb, "iqn.2026-11.lab:nodeb,i,0x23d000001"),
+                registered(0xa, "iqn.2026-11.lab:nodec,i,0x23d000001"),
+                registered(0xa, &format!("nvme-hostid:{HOST}")),
+            ],
+        };
+        let own = [OwnInitiator::Iscsi("iqn.2026-11.lab:nodea".into())];
+        assert_eq!(
+            own_key_on_other_initiators(&own, Key::new(0xa), &status),
+            [
+                "iqn.2026-11.lab:nodec,i,0x23d000001".to_owned(),
+                format!("nvme-hostid:{HOST}")
+            ]
+        );
+        // node B's key is its own
+        let b = [OwnInitiator::Iscsi("iqn.2026-11.lab:nodeb".into())];
+        assert!(own_key_on_other_initiators(&b, Key::new(0xb), &status).is_empty());
     }
 }

@@ -215,6 +215,7 @@ fn rejoin_with(f: &Fixture, node: usize, key: Key, record: &Arc<MemoryRecord>) -
         f.targets(node),
         key,
         UnfenceBy::Rejoin(record),
+        &[],
         limits(),
         &mut |_| {},
     )
@@ -334,6 +335,7 @@ fn an_explicit_unfence_is_recorded_for_the_rejoins_after_it() {
             f.targets(1),
             B,
             UnfenceBy::Admin(record),
+            &[],
             limits(),
             &mut |_| {},
         )
@@ -999,7 +1001,7 @@ fn unfence_and_status_tell_each_lu_once_with_its_verdict() {
         paths: vec![extra],
     });
     let mut told = Vec::new();
-    let report = unfence_observed(targets, A, UnfenceBy::Unrecorded, limits(), &mut |d| {
+    let report = unfence_observed(targets, A, UnfenceBy::Unrecorded, &[], limits(), &mut |d| {
         told.push(Told::of(&d))
     })
     .unwrap();
@@ -1778,4 +1780,56 @@ fn a_hung_command_or_open_ends_at_the_deadline_with_those_lus_timed_out() {
     );
     assert!(!f.has(0, B), "the arbiter was fenced");
     assert!(f.has(1, B) && f.has(2, B), "the hung LUs were not touched");
+}
+
+/// Two nodes must never hold one key (fence_scsi's key_value=id after a node was added behind a
+/// removed one: the new node derives the key a moved node still holds). An unfence told this
+/// node's initiators reads every LU first and registers nowhere when another node's initiator
+/// holds its key; this node's own earlier session (same initiator name, another ISID) is its
+/// own.
+#[test]
+fn an_unfence_registers_nowhere_when_another_nodes_initiator_holds_its_key() {
+    let f = Fixture::new(2, &[1, 1], Quirks::lio());
+    f.unfence(0, A);
+    let unfence_as = |f: &Fixture, node: usize, key: Key| {
+        unfence_observed(
+            f.targets(node),
+            key,
+            UnfenceBy::Unrecorded,
+            &f.cluster.own_initiators(node),
+            limits(),
+            &mut |_| {},
+        )
+        .unwrap()
+    };
+    let report = unfence_as(&f, 1, A);
+    assert_eq!(report.outcome, Outcome::Failure, "{report:?}");
+    for lu in 0..2 {
+        assert_eq!(f.key_of(lu, 1, 0), None, "node 1 registered on LU {lu}");
+        assert_eq!(f.keys(lu), vec![A], "LU {lu}");
+    }
+    let named = report
+        .lus
+        .iter()
+        .filter_map(|r| r.error.as_ref())
+        .any(|e| e.to_string().contains("iqn.2026-11.lab:node0"));
+    assert!(named, "the holder is named: {report:?}");
+    // Told nothing (FC, SAS): not checked, as before.
+    let unchecked = unfence_observed(
+        f.targets(1),
+        A,
+        UnfenceBy::Unrecorded,
+        &[],
+        limits(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(unchecked.outcome, Outcome::Success);
+    // Node 0 after a re-login: its old session still holds A; that is its own.
+    let mut g = Fixture::new(1, &[1, 1], Quirks::lio());
+    g.unfence(0, A);
+    g.cluster.relogin(0, 0, 0);
+    let report = unfence_as(&g, 0, A);
+    assert_eq!(report.outcome, Outcome::Success, "{report:?}");
+    assert_eq!(g.key_of(0, 0, 0), Some(A));
 }

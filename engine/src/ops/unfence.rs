@@ -11,6 +11,7 @@ use crate::transport::PrTransport;
 
 use super::heal::{Orphans, find_orphans, preempt_own_key};
 use super::lu::{LuWork, Stop};
+use super::own_initiators::{OwnInitiator, own_key_on_other_initiators};
 use super::{Failure, LuReport, LuTarget, Verdict};
 
 /// A node's record of the LUs it began registering its key on in this boot (fence_pr's
@@ -86,6 +87,52 @@ fn steps<T: PrTransport>(
     purge_orphans(work, own, &registered)?;
     work.verify(own, None, true)?;
     Ok(Verdict::Unfenced)
+}
+
+/// Before any REGISTER: whether another node already holds `own` on this LU (READ FULL STATUS: a
+/// registration of `own` under an initiator that is none of `initiators`). Two nodes with one
+/// key are one node to every fence: a fence of either removes both, and a fence that derives
+/// the key from a name removes the other node's too or, looking for a key that moved, none of
+/// the right one (fence_scsi's `key_value=id`: a node added after one was removed from the
+/// middle of the nodelist takes the last position, whose key a node that moved up still holds).
+/// Registers nothing. Ok: [`Verdict::Intact`]; a target without READ FULL STATUS is not checked
+/// (a note says so).
+pub(super) fn key_shared_check_lu<T: PrTransport>(
+    target: &LuTarget<T>,
+    own: Key,
+    initiators: &[OwnInitiator],
+) -> LuReport {
+    let mut work = LuWork::new(target);
+    let result = refuse_if_key_shared(&mut work, own, initiators).map(|()| Verdict::Intact);
+    work.finish(result, &[Verdict::Intact])
+}
+
+fn refuse_if_key_shared<T: PrTransport>(
+    work: &mut LuWork<'_, T>,
+    own: Key,
+    initiators: &[OwnInitiator],
+) -> Result<(), Stop> {
+    let Some((_, status)) = work.read_full_status_any()? else {
+        work.notes.push(format!(
+            "the target has no READ FULL STATUS: whether another node's initiator holds {own} \
+             was not checked"
+        ));
+        return Ok(());
+    };
+    let others = own_key_on_other_initiators(initiators, own, &status);
+    if others.is_empty() {
+        return Ok(());
+    }
+    let ours: Vec<String> = initiators.iter().map(ToString::to_string).collect();
+    Err(Stop::failed(format!(
+        "{own} is already registered here by {}, none of this node's initiators ({}): two \
+         nodes would hold one key, and a fence of one would remove both or neither; not \
+         registered on any LU. Give each node its own key (with key_value=id, reboot first the \
+         nodes whose nodelist position moved when a node was removed; they still hold their \
+         old positions' keys)",
+        others.join(", "),
+        ours.join(", ")
+    )))
 }
 
 /// A rejoin's first step on an LU in its record: our key still registered ([`Verdict::Registered`])

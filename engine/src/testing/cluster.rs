@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::ops::LuTarget;
+use crate::ops::{LuTarget, OwnInitiator};
 use crate::pr::{Key, ReservationType, TransportId};
 use crate::spc_model::{Io, ModelLu, Nexus, Quirks, iscsi_initiator};
 use crate::testing::nvmet::{Namespace, NvmetHost};
@@ -184,6 +184,17 @@ impl Cluster {
     /// The device node of a path, as the node names it.
     pub fn device(node: usize, lu: usize, path: usize) -> String {
         format!("/dev/n{node}l{lu}p{path}")
+    }
+
+    /// Who node `node` is to the target, as an unfence is told ([`crate::ops::unfence_observed`]):
+    /// its iSCSI initiator name on the SCSI model; on the NVMe model nothing (not checked).
+    pub fn own_initiators(&self, node: usize) -> Vec<OwnInitiator> {
+        match (&self.model, initiator(node, 0)) {
+            (TargetModel::Scsi(_), TransportId::Iscsi { name, .. }) => {
+                vec![OwnInitiator::Iscsi(name)]
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Node `node`'s view of every LU, each path's transport made by `make`, handed over in

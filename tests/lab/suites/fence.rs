@@ -32,6 +32,7 @@ const TESTS: &[crate::plan::Test] = crate::tests![
     multipath_maps_register_and_lose_every_path,
     fence_pr_and_fence_scsi_side_by_side,
     fence_pr_on_refuses_a_node_fenced_in_this_boot,
+    an_unfence_of_a_key_another_node_holds_registers_nowhere,
     package_upgrade_keeps_and_removal_stops_an_armed_agent,
     commands_per_lu_at_the_minimum,
     a_soft_descriptor_limit_below_the_paths_is_raised,
@@ -708,6 +709,75 @@ fn fence_pr_on_refuses_a_node_fenced_in_this_boot() -> anyhow::Result<()> {
     ensure!(
         probe == WriteOutcome::Accepted,
         "B's write after its reboot and on: {probe:?}"
+    );
+    Ok(())
+}
+
+/// Two nodes must never hold one key: a fence of either removes both, and a fence that derives
+/// the key by name may leave the one it meant (fence_scsi's key_value=id: a node added after one
+/// was removed from the middle of the nodelist takes the last position, whose key a node that
+/// moved up still holds). Over iSCSI (the target names each registration's initiator): B's
+/// fence_pr `on` deriving A's key, and B's `prfence unfence` with it, register nowhere and
+/// name A's initiator; A's registration and writes are untouched, B's writes refused.
+fn an_unfence_of_a_key_another_node_holds_registers_nowhere() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    fake_cmapctl()?;
+    let (ka, kb) = (derived_key(Node::A)?, derived_key(Node::B)?);
+    agent_expect(&t, FenceAgent::FencePr, Node::A, "on", Node::A, 0)?;
+    let a_name = t.node(Node::A).initiator.clone();
+    let b_registered = |t: &Topology| -> anyhow::Result<Vec<u64>> {
+        let mut keys = Vec::new();
+        for lu in t.lus() {
+            for r in lu.registrations()? {
+                if r.initiator == t.node(Node::B).initiator {
+                    keys.push(r.key);
+                }
+            }
+        }
+        Ok(keys)
+    };
+    let refused = agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::A, 1)?;
+    ensure!(
+        refused.stderr.contains(&a_name) && refused.stderr.contains("two nodes would hold one key"),
+        "B's `on` with A's key says who holds it: {}",
+        refused.stderr
+    );
+    let cli = crate::prfence_with_devices(
+        &["unfence", "--key", &format!("{ka:#x}")],
+        t.node(Node::B).devices(),
+    )?;
+    ensure!(
+        cli.code() == 1 && format!("{}{}", cli.stdout, cli.stderr).contains(&a_name),
+        "B's `prfence unfence --key {ka:#x}`: exit {}: {}{}",
+        cli.code(),
+        cli.stdout,
+        cli.stderr
+    );
+    ensure!(
+        b_registered(&t)?.is_empty() && keys_everywhere(&t)? == [ka],
+        "after B's refused unfences: B holds {:x?}, the LUs {:x?}",
+        b_registered(&t)?,
+        keys_everywhere(&t)?
+    );
+    for lun in 0..2 {
+        let (a, b) = (
+            t.write_probe(Node::A, lun, 2),
+            t.write_probe(Node::B, lun, 3),
+        );
+        ensure!(
+            a == WriteOutcome::Accepted && b == WriteOutcome::Refused,
+            "LUN {lun}: A's write {a:?}, B's {b:?}"
+        );
+    }
+    println!(
+        "  B's on and unfence with A's key {ka:#x}: exit 1 naming {a_name}; nothing of B's \
+         registered, A's writes accepted and B's refused on both LUs"
+    );
+    // B's own key is B's: registered as always.
+    agent_expect(&t, FenceAgent::FencePr, Node::B, "on", Node::B, 0)?;
+    ensure!(
+        keys_everywhere(&t)? == [ka, kb] && !b_registered(&t)?.is_empty(),
+        "after B's on with its own key"
     );
     Ok(())
 }

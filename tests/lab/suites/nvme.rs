@@ -14,7 +14,7 @@ use crate::agent::{
     watch_config,
 };
 use crate::fence_agents::{self, FenceAgent, derived_key, fake_cmapctl};
-use crate::node::{self, fence, hex, unfence};
+use crate::node::{self, fence, hex, prfence_expect, unfence};
 use crate::nvme::{NvmeHost, NvmeTopology, NvmetReport, ReservationCounter};
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race;
@@ -218,6 +218,20 @@ fn reports_name_hosts_and_say_what_nvme_lacks() -> anyhow::Result<()> {
     let t = NvmeTopology::new(2)?;
     unfence(&t, Node::A)?;
     unfence(&t, Node::B)?;
+    // An unfence reads the registrants' host IDs first: A's own registration is A's (a rerun
+    // converges, P4), while B with A's key registers nowhere (two hosts must not share a key).
+    unfence(&t, Node::A)?;
+    let before = t.report(0)?;
+    let (refused, _) = prfence_expect(&t, Node::B, &["unfence", "--key", &hex(Node::A.key())], 1)?;
+    let a_id = NvmeHost::Node(Node::A).host_id();
+    ensure!(
+        format!("{}{}", refused.stdout, refused.stderr).contains(a_id)
+            && t.report(0)?.keys() == before.keys(),
+        "B's unfence with A's key: {}{}; the target before {before:?}, after {:?}",
+        refused.stdout,
+        refused.stderr,
+        t.report(0)?
+    );
     let a = one(&t, Node::A, 0);
 
     let full = prfence_on(&a, &["full-status", "--json"], 0)?.json()?;
