@@ -15,7 +15,7 @@ use super::heal::heal_lu;
 use super::lu::LuWork;
 use super::own_initiators::OwnInitiator;
 use super::status::status_lu;
-use super::unfence::{UnfenceBy, key_shared_check_lu, rejoin_check_lu, unfence_lu};
+use super::unfence::{UnfenceBy, rejoin_check_lu, unfence_lu};
 use super::{
     Failure, Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, TieBreak,
     Verdict, normalize,
@@ -164,8 +164,8 @@ pub fn unfence<T: PrTransport + 'static>(
 /// added to it before its REGISTER.
 ///
 /// `initiators`: this node's identities on every path (its iSCSI initiator names, its NVMe host
-/// id). Given, every LU is read first, and if another initiator already holds `own` on any, the
-/// key is registered nowhere (`unfence::key_shared_check_lu`); empty (not known on some path:
+/// id). Given, each LU is read (READ FULL STATUS) before anything else is done there, and where
+/// another initiator already holds `own` nothing is registered; empty (not known on some path:
 /// FC, SAS, tcm_loop), that is not checked.
 pub fn unfence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
@@ -178,18 +178,6 @@ pub fn unfence_observed<T: PrTransport + 'static>(
     let lus = prepare(lus, own)?;
     let until = runtime::now() + limits.deadline;
     let mut tally = Tally::new(observer, lus.len());
-    if !initiators.is_empty() {
-        let initiators: Arc<[OwnInitiator]> = initiators.into();
-        let checks = fan_out(
-            &lus,
-            until,
-            move |lu| key_shared_check_lu(lu, own, &initiators),
-            &mut silent,
-        );
-        if !all_ok(&checks) {
-            return Ok(key_shared_refused(&lus, own, checks, &mut tally));
-        }
-    }
     if let UnfenceBy::Rejoin(record) = &by {
         let recorded: Vec<Arc<LuTarget<T>>> = lus
             .iter()
@@ -207,12 +195,13 @@ pub fn unfence_observed<T: PrTransport + 'static>(
             return Ok(rejoin_refused(&lus, own, checks, &mut tally));
         }
     }
+    let initiators: Arc<[OwnInitiator]> = initiators.into();
     let reports = fan_out(
         &lus,
         until,
         move |lu| {
             let unrecorded = by.record().filter(|r| !r.contains(&lu.id));
-            unfence_lu(lu, own, unrecorded)
+            unfence_lu(lu, own, unrecorded, &initiators)
         },
         &mut |r, took| tally.tell(r, false, Some(took)),
     );
@@ -235,43 +224,6 @@ pub fn unfence_observed<T: PrTransport + 'static>(
         summary,
         lus: reports,
     })
-}
-
-/// Another initiator holds our key on some LU, or an LU could not be read to tell: nothing was
-/// registered; the LUs that were not clear report what they showed, the rest are skipped.
-fn key_shared_refused<T: PrTransport>(
-    lus: &[Arc<LuTarget<T>>],
-    own: Key,
-    checks: Vec<LuReport>,
-    tally: &mut Tally<'_, '_>,
-) -> Report {
-    let reports = lus
-        .iter()
-        .map(|lu| {
-            let report = match checks.iter().find(|c| c.lu == lu.id && !c.ok) {
-                Some(check) => check.clone(),
-                None => skipped(
-                    lu,
-                    format!(
-                        "not registered: another LU holds {own} under another node's initiator, \
-                         or could not be read to tell"
-                    ),
-                ),
-            };
-            tally.tell(&report, false, None);
-            report
-        })
-        .collect();
-    Report {
-        command: "unfence",
-        outcome: Outcome::Failure,
-        summary: format!(
-            "not registered on any LU: {} hold {own} under another node's initiator or could \
-             not be read to tell",
-            failed_ids(&checks)
-        ),
-        lus: reports,
-    }
 }
 
 /// A rejoin that found its key gone from (or could not read) an LU of its record: nothing was

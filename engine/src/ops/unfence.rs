@@ -52,13 +52,16 @@ impl UnfenceBy {
 /// explicit admin or cluster action (Pacemaker's "on"), never taken automatically.
 /// `record`: the node's record of this boot, unless it holds this LU already (a rejoin has read
 /// those first, [`rejoin_check_lu`]): the LU is added to it before anything is registered.
+/// `initiators`: this node's, to tell another node holding `own` here ([`refuse_if_key_shared`]);
+/// empty: not checked.
 pub(super) fn unfence_lu<T: PrTransport>(
     target: &LuTarget<T>,
     own: Key,
     record: Option<&dyn BootRecord>,
+    initiators: &[OwnInitiator],
 ) -> LuReport {
     let mut work = LuWork::new(target);
-    let result = steps(&mut work, own, record);
+    let result = steps(&mut work, own, record, initiators);
     work.finish(result, &[Verdict::Unfenced])
 }
 
@@ -66,13 +69,19 @@ fn steps<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
     record: Option<&dyn BootRecord>,
+    initiators: &[OwnInitiator],
 ) -> Result<Verdict, Stop> {
+    // First, so that an LU refused here is not in the record either: a later `on` once the
+    // other node gave the key up must not take this node for fenced.
+    let read = !initiators.is_empty() && refuse_if_key_shared(work, own, initiators)?;
     if let Some(record) = record {
         // The record comes first, so an `on` stopped anywhere after (killed at Pacemaker's
         // timeout, a lost reply, a fence racing its verification) leaves it naming every LU
         // where its REGISTER may have landed. One read first, so an LU this node cannot reach
         // now is not recorded and a plain rerun registers there.
-        work.read_keys_any()?;
+        if !read {
+            work.read_keys_any()?;
+        }
         record.add(&work.target.id).map_err(|e| {
             Stop::failed(format!(
                 "not registered: this LU could not be added to the node's record of this \
@@ -89,47 +98,37 @@ fn steps<T: PrTransport>(
     Ok(Verdict::Unfenced)
 }
 
-/// Before any REGISTER: whether another node already holds `own` on this LU (READ FULL STATUS: a
-/// registration of `own` under an initiator that is none of `initiators`). Two nodes with one
-/// key are one node to every fence: a fence of either removes both, and a fence that derives
+/// Two nodes must never hold one key: a fence of either removes both, and a fence that derives
 /// the key from a name removes the other node's too or, looking for a key that moved, none of
 /// the right one (fence_scsi's `key_value=id`: a node added after one was removed from the
 /// middle of the nodelist takes the last position, whose key a node that moved up still holds).
-/// Registers nothing. Ok: [`Verdict::Intact`]; a target without READ FULL STATUS is not checked
-/// (a note says so).
-pub(super) fn key_shared_check_lu<T: PrTransport>(
-    target: &LuTarget<T>,
-    own: Key,
-    initiators: &[OwnInitiator],
-) -> LuReport {
-    let mut work = LuWork::new(target);
-    let result = refuse_if_key_shared(&mut work, own, initiators).map(|()| Verdict::Intact);
-    work.finish(result, &[Verdict::Intact])
-}
-
+/// So before anything is registered or recorded on an LU, a registration of `own` under an
+/// initiator that is none of `initiators` (READ FULL STATUS) stops the unfence there. A target
+/// without READ FULL STATUS is not checked (a note says so).
+/// Ok(true): the LU answered and no other initiator holds `own`; Ok(false): not checked.
 fn refuse_if_key_shared<T: PrTransport>(
     work: &mut LuWork<'_, T>,
     own: Key,
     initiators: &[OwnInitiator],
-) -> Result<(), Stop> {
+) -> Result<bool, Stop> {
     let Some((_, status)) = work.read_full_status_any()? else {
         work.notes.push(format!(
             "the target has no READ FULL STATUS: whether another node's initiator holds {own} \
              was not checked"
         ));
-        return Ok(());
+        return Ok(false);
     };
     let others = own_key_on_other_initiators(initiators, own, &status);
     if others.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     let ours: Vec<String> = initiators.iter().map(ToString::to_string).collect();
     Err(Stop::failed(format!(
         "{own} is already registered here by {}, none of this node's initiators ({}): two \
          nodes would hold one key, and a fence of one would remove both or neither; not \
-         registered on any LU. Give each node its own key (with key_value=id, reboot first the \
-         nodes whose nodelist position moved when a node was removed; they still hold their \
-         old positions' keys)",
+         registered. Give each node its own key (with key_value=id, reboot first the nodes \
+         whose nodelist position moved when a node was removed; they still hold their old \
+         positions' keys)",
         others.join(", "),
         ours.join(", ")
     )))

@@ -45,7 +45,7 @@ pub const SUITE: Suite = Suite {
 /// which CI already runs.
 const TESTS: &[crate::plan::Test] = crate::tests![
     three_nodes_the_majority_fences_the_node_cut_off,
-    a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done,
+    a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_hold,
     five_nodes_split_two_three_the_majority_fences_the_minority,
 ];
 
@@ -104,40 +104,25 @@ impl Quorum {
     /// `size` nodes (3 to 5) with corosync and Pacemaker running and all online, fence_pr
     /// configured, every node unfenced by Pacemaker and its agent healthy.
     fn start(size: usize) -> anyhow::Result<Quorum> {
+        Quorum::start_for(size, size)
+    }
+
+    /// [`Quorum::start`], with the fence device's `pcmk_host_list` naming `hosts` nodes (node1
+    /// up), so that a node added later can be unfenced without changing the device.
+    fn start_for(size: usize, hosts: usize) -> anyhow::Result<Quorum> {
         ensure!((3..=5).contains(&size), "a quorum cluster has 3 to 5 nodes");
         let t = Topology::iscsi(LUNS)?;
         t.settle()?;
         let installed = install(FenceAgent::FencePr)?;
-        let mut members = Vec::new();
-        for position in 0..size {
-            let (devices, initiator) = match position {
-                0 => (
-                    t.node(Node::A).devices().to_vec(),
-                    t.node(Node::A).initiator.clone(),
-                ),
-                1 => (
-                    t.node(Node::B).devices().to_vec(),
-                    t.node(Node::B).initiator.clone(),
-                ),
-                _ => {
-                    let letter = char::from(b'a' + u8::try_from(position)?);
-                    let devices = t.extra_initiator(letter)?;
-                    (devices, extra_initiator_name(letter))
-                }
-            };
-            members.push(Member {
-                position,
-                devices,
-                initiator,
-                child: None,
-            });
-        }
         let mut q = Quorum {
-            members,
+            members: Vec::new(),
             t,
             _installed: installed,
         };
-        q.network()?;
+        q.bridge()?;
+        for position in 0..size {
+            q.add_member(position)?;
+        }
         std::fs::create_dir_all("/run/lab")?;
         std::fs::write("/run/lab/quorum-corosync.conf", q.corosync_conf())?;
         let start = Instant::now();
@@ -156,7 +141,7 @@ impl Quorum {
             "  cluster of {size} nodes online after {}",
             crate::secs(start.elapsed())
         );
-        let hosts: Vec<String> = q.members.iter().map(Member::name).collect();
+        let hosts: Vec<String> = (1..=hosts.max(size)).map(|n| format!("node{n}")).collect();
         q.in_node(
             0,
             &format!(
@@ -193,8 +178,18 @@ impl Quorum {
     }
 
     fn corosync_conf(&self) -> String {
+        self.corosync_conf_without(&[])
+    }
+
+    /// The corosync.conf of every member but those at the indexes in `left` (removed).
+    fn corosync_conf_without(&self, left: &[usize]) -> String {
         let mut nodes = String::new();
-        for m in &self.members {
+        for (_, m) in self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !left.contains(i))
+        {
             nodes.push_str(&format!(
                 "  node {{\n    ring0_addr: {}\n    name: {}\n    nodeid: {}\n  }}\n",
                 m.address(),
@@ -213,31 +208,57 @@ impl Quorum {
         )
     }
 
-    /// A network namespace per node, each linked to [`BRIDGE`] in the guest's root namespace.
-    fn network(&self) -> anyhow::Result<()> {
+    /// The bridge the members' links meet on, in the guest's root namespace.
+    fn bridge(&self) -> anyhow::Result<()> {
         crate::run("modprobe", ["-a", "veth", "bridge"])?.ok()?;
         let _ = crate::run("ip", ["link", "del", BRIDGE]);
         crate::run("ip", ["link", "add", BRIDGE, "type", "bridge"])?.ok()?;
         crate::run("ip", ["link", "set", BRIDGE, "up"])?.ok()?;
-        for m in &self.members {
-            let ns = m.netns();
-            let host_end = format!("lab-qv{}", m.position + 1);
-            let _ = crate::run("ip", ["netns", "del", &ns]);
-            crate::run("ip", ["netns", "add", &ns])?.ok()?;
-            crate::run(
-                "ip",
-                [
-                    "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
-                ],
-            )?
-            .ok()?;
-            crate::run("ip", ["link", "set", &host_end, "master", BRIDGE, "up"])?.ok()?;
-            let cidr = format!("{}/24", m.address());
-            crate::run("ip", ["-n", &ns, "addr", "add", &cidr, "dev", "eth0"])?.ok()?;
-            crate::run("ip", ["-n", &ns, "link", "set", "eth0", "up"])?.ok()?;
-            crate::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
-        }
         Ok(())
+    }
+
+    /// Member `node<position + 1>`: its own iSCSI initiator (node A's and B's for the first two,
+    /// extra ones after), and its network namespace linked to [`BRIDGE`]. Not started.
+    fn add_member(&mut self, position: usize) -> anyhow::Result<usize> {
+        let (devices, initiator) = match position {
+            0 => (
+                self.t.node(Node::A).devices().to_vec(),
+                self.t.node(Node::A).initiator.clone(),
+            ),
+            1 => (
+                self.t.node(Node::B).devices().to_vec(),
+                self.t.node(Node::B).initiator.clone(),
+            ),
+            _ => {
+                let letter = char::from(b'a' + u8::try_from(position)?);
+                let devices = self.t.extra_initiator(letter)?;
+                (devices, extra_initiator_name(letter))
+            }
+        };
+        let m = Member {
+            position,
+            devices,
+            initiator,
+            child: None,
+        };
+        let ns = m.netns();
+        let host_end = format!("lab-qv{}", m.position + 1);
+        let _ = crate::run("ip", ["netns", "del", &ns]);
+        crate::run("ip", ["netns", "add", &ns])?.ok()?;
+        crate::run(
+            "ip",
+            [
+                "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ],
+        )?
+        .ok()?;
+        crate::run("ip", ["link", "set", &host_end, "master", BRIDGE, "up"])?.ok()?;
+        let cidr = format!("{}/24", m.address());
+        crate::run("ip", ["-n", &ns, "addr", "add", &cidr, "dev", "eth0"])?.ok()?;
+        crate::run("ip", ["-n", &ns, "link", "set", "eth0", "up"])?.ok()?;
+        crate::run("ip", ["-n", &ns, "link", "set", "lo", "up"])?.ok()?;
+        self.members.push(m);
+        Ok(self.members.len() - 1)
     }
 
     /// Starts member `index` in fresh namespaces inside its own cgroup.
@@ -391,6 +412,29 @@ impl Quorum {
                 run.stdout,
                 run.stderr
             );
+            if let Ok(run) = self.in_node(live, "crm_mon -1") {
+                println!("--- crm_mon -1 ---\n{}{}", run.stdout, run.stderr);
+            }
+            // What the partition's scheduler and controller decided about the lost nodes.
+            let log = std::fs::read_to_string(self.members[live].logs().join("pacemaker.log"))
+                .unwrap_or_default();
+            let decided: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    [
+                        "unclean", "fence", "Fence", "lost", "election", "Election", "is now",
+                    ]
+                    .iter()
+                    .any(|w| l.contains(w))
+                })
+                .collect();
+            println!(
+                "--- {} pacemaker.log, decisions ---",
+                self.members[live].name()
+            );
+            for line in &decided[decided.len().saturating_sub(80)..] {
+                println!("{line}");
+            }
         }
         for m in &self.members {
             for file in ["node.log", "agent.log", "pacemaker.log", "corosync.log"] {
@@ -549,10 +593,14 @@ fn three_nodes_the_majority_fences_the_node_cut_off() -> anyhow::Result<()> {
 /// position in corosync's nodelist. node2 is removed as docs/operations.md says (fenced first,
 /// then taken out of corosync and Pacemaker); node3 moves from position 2 to 1 but still holds
 /// position 2's key. A fence of node3 derives position 1's key: it must not be reported done
-/// while node3's key stays (P1). After node3's reboot (what docs/operations.md tells the admin
-/// to do) it holds its new position's key, and a fence of it removes that key and is done.
-fn a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done() -> anyhow::Result<()> {
-    let mut q = Quorum::start(3)?;
+/// while node3's key stays (P1). node4, added then, takes position 2, whose key node3 still
+/// holds: its unfencing must register nowhere (two nodes with one key cannot be fenced apart).
+/// After node3's reboot (what docs/operations.md tells the admin to do) it holds its new
+/// position's key, node4 is unfenced with position 2's, and a fence of node3 removes its key
+/// alone and is done.
+fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_hold()
+-> anyhow::Result<()> {
+    let mut q = Quorum::start_for(3, 4)?;
     // 1. node2 fenced first (its key leaves every LU), as the docs have it
     let fenced = q.in_node(0, "stonith_admin --fence node2 --timeout 120")?;
     ensure!(
@@ -575,9 +623,7 @@ fn a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done() -> anyhow::
     )?;
     // 2. taken out of corosync (each remaining node's corosync.conf, then a reload) and
     // Pacemaker, as `pcs cluster node remove` does
-    let removed = q.members.remove(1);
-    let conf = q.corosync_conf();
-    q.members.insert(1, removed);
+    let conf = q.corosync_conf_without(&[1]);
     for index in [0, 2] {
         q.in_node(
             index,
@@ -635,10 +681,57 @@ fn a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done() -> anyhow::
         crate::secs(started.elapsed()),
         run.code()
     );
-    // 4. node3 rebooted (its namespaces killed and started again with the new nodelist): its
-    // unfencing registers its new position's key in place of the old one, and a fence of it is
-    // done again
+    // 4. node4 added now takes position 2, whose key node3 still holds: its unfencing must
+    // register nowhere (two nodes with one key cannot be fenced apart)
+    let node4 = q.add_member(3)?;
+    let conf = q.corosync_conf_without(&[1]);
     std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
+    for index in [0, 2] {
+        q.in_node(
+            index,
+            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
+        )?
+        .ok()?;
+    }
+    q.in_node(0, "corosync-cfgtool -R")?.ok()?;
+    let joined = Instant::now();
+    q.boot(node4)?;
+    let node4_log = q.members[node4].logs().join("pacemaker.log");
+    q.wait(
+        "node4's unfencing refused",
+        SETTLE,
+        Duration::from_millis(500),
+        |_| {
+            Ok(std::fs::read_to_string(&node4_log)
+                .is_ok_and(|log| log.contains("two nodes would hold one key")))
+        },
+    )?;
+    let keys: Vec<Vec<(usize, u64)>> = (0..LUNS).map(|l| q.keys(l)).collect::<Result<_, _>>()?;
+    let node1_key = q.members[0].key()?;
+    ensure!(
+        keys.iter()
+            .all(|lu| lu == &[(0, node1_key), (2, node3_key)]),
+        "after node4's refused unfencing the LUs hold {keys:x?}, not node1's and node3's keys \
+         alone"
+    );
+    let write = write_to(
+        &q.members[node4].devices[0],
+        6,
+        &block_data("node4, unfenced not"),
+    );
+    ensure!(write == WriteOutcome::Refused, "node4's write: {write:?}");
+    let named = std::fs::read_to_string(&node4_log)?.contains(&q.members[2].initiator);
+    ensure!(named, "node4's refusal does not name node3's initiator");
+    println!(
+        "  node4 added at position 2: its unfencing by Pacemaker refused {} after its start, \
+         naming node3's initiator, which holds {node3_key:#x}; nothing of node4's registered, \
+         its write refused",
+        crate::secs(joined.elapsed())
+    );
+    // 5. node3 rebooted (its namespaces killed and started again with the new nodelist): its
+    // unfencing registers its new position's key in place of the old one; then node4's
+    // unfencing, retried by Pacemaker, registers position 2's; and a fence of node3 is done
+    // again
     let group = q.members[2].cgroup();
     std::fs::write(group.join("cgroup.kill"), "1")?;
     if let Some(mut child) = q.members[2].child.take() {
@@ -650,32 +743,36 @@ fn a_middle_node_removed_no_fence_of_a_moved_node_is_reported_done() -> anyhow::
     let back = Instant::now();
     q.boot(2)?;
     let new_key = derived_key_at(1)?;
-    let node1_key = q.members[0].key()?;
     q.wait(
-        "node3 unfenced with position 1's key",
+        "node3 unfenced with position 1's key, then node4 with position 2's",
         SETTLE,
         Duration::from_millis(500),
         |q| {
             (0..LUNS).try_fold(true, |all, l| {
-                Ok(all && q.keys(l)? == [(0, node1_key), (2, new_key)])
+                Ok(all && q.keys(l)? == [(0, node1_key), (2, new_key), (node4, node3_key)])
             })
         },
     )?;
     println!(
-        "  node3 rebooted: unfenced by Pacemaker with {new_key:#x} (position 1) {} after its \
-         start; {node3_key:#x} gone",
+        "  node3 rebooted: unfenced by Pacemaker with {new_key:#x} (position 1), and node4 then \
+         with {node3_key:#x} (position 2), {} after node3's start",
         crate::secs(back.elapsed())
     );
     let run = q.in_node(0, "stonith_admin --fence node3 --timeout 60")?;
     let keys: Vec<Vec<(usize, u64)>> = (0..LUNS).map(|l| q.keys(l)).collect::<Result<_, _>>()?;
     ensure!(
-        run.code() == 0 && keys.iter().all(|lu| lu == &[(0, node1_key)]),
+        run.code() == 0
+            && keys
+                .iter()
+                .all(|lu| lu == &[(0, node1_key), (node4, node3_key)]),
         "the fence of node3 after its reboot: stonith_admin exit {}, the LUs hold {keys:x?}: {}{}",
         run.code(),
         run.stdout,
         run.stderr
     );
-    println!("  then fenced through Pacemaker: done, node1's key alone on every LU");
+    println!(
+        "  then node3 fenced through Pacemaker: done, node1's and node4's keys alone on every LU"
+    );
     Ok(())
 }
 
