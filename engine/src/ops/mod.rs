@@ -3,7 +3,9 @@
 //!
 //! Safety properties (issue #4) and where each is decided:
 //! - P1 (after fence succeeds no write from the victim's key lands): [`fence`] verifies the victim
-//!   is gone and a reservation exists on every LU before it reports success.
+//!   is gone and a reservation exists on every LU before it reports success. A key must name one
+//!   node for that to mean the node: [`unfence_observed`], told this node's initiators, registers
+//!   on no LU where another initiator holds its key.
 //! - P2 (two nodes fencing each other never both survive, never split across LUs):
 //!   `fence::fence_arbiter` — the first LU by identifier decides alone, and nothing else is
 //!   touched until it has.
