@@ -661,12 +661,12 @@ fn status(
     out: &mut dyn Write,
     started: Instant,
 ) -> Result<FencePrExit, Failed> {
-    let (key, targets) = key_beside_targets(&request.options, system, false, || {
-        Corosync::new(system, &request.options).key_of(request)
-    });
+    let mut corosync = Corosync::new(system, &request.options);
+    let (key, targets) =
+        key_beside_targets(&request.options, system, false, || corosync.key_of(request));
     let key = key?;
     let report = status_report(targets?, key, started)?;
-    match status_verdict(&report) {
+    match off_unless_moved(status_verdict(&report), &mut corosync, request, &report) {
         Some(true) => {
             let missing = registered_partially(&report);
             if !missing.is_empty() {
@@ -690,6 +690,31 @@ fn status(
     }
 }
 
+/// A node's key on no LU is OFF, unless it may hold another: with key_value=id, a key of this
+/// cluster that no node of the nodelist derives now ([`Corosync::keys_no_node_derives`]) may be
+/// its old position's. Then: unknown (logged), as `off` refuses to report it done.
+fn off_unless_moved(
+    verdict: Option<bool>,
+    corosync: &mut Corosync<'_>,
+    request: &FencePrRequest,
+    report: &Report,
+) -> Option<bool> {
+    if verdict != Some(false) {
+        return verdict;
+    }
+    match corosync.keys_no_node_derives(request, report) {
+        Some(problem) => {
+            tracing::error!(
+                "cannot tell whether {} is off: its derived key is on no LU, but {problem}; \
+                 it may hold one of those (its nodelist position moved)",
+                request.options.plug.as_deref().unwrap_or("the node")
+            );
+            None
+        }
+        None => Some(false),
+    }
+}
+
 fn list_status(
     request: &FencePrRequest,
     system: &FenceNode,
@@ -704,12 +729,15 @@ fn list_status(
         per_node.options.plug = Some(name.clone());
         per_node.options.key = None;
         let on = match corosync.key_of(&per_node) {
-            Ok(key) => status_of(&request.options, system, key, started)
-                .map(|report| status_verdict(&report))
-                .unwrap_or_else(|e| {
+            Ok(key) => match status_of(&request.options, system, key, started) {
+                Ok(report) => {
+                    off_unless_moved(status_verdict(&report), &mut corosync, &per_node, &report)
+                }
+                Err(e) => {
                     tracing::error!("status of {name}: {e}");
                     None
-                }),
+                }
+            },
             Err(e) => {
                 tracing::error!("key of {name}: {e}");
                 None

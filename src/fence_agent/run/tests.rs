@@ -737,6 +737,20 @@ fn off_of_a_node_whose_position_moved_is_not_reported_done() {
         }
         let (code, out) = off("node3");
         assert_eq!(code, FencePrExit::Error, "{out}");
+        // Nor is it reported OFF by `status`, or by `list-status`.
+        let status = agent(
+            &nodes[0],
+            &format!(
+                "action=status\nport=node3\ndevices={}\n",
+                nodes[0].devices()
+            ),
+        );
+        assert_eq!(status.0, FencePrExit::Error, "{}", status.1);
+        let listed = agent(
+            &nodes[0],
+            &format!("action=list-status\ndevices={}\n", nodes[0].devices()),
+        );
+        assert!(listed.1.contains("node3,node3,UNKNOWN"), "{}", listed.1);
         for lu in 0..2 {
             assert!(
                 cluster.keys(lu).contains(&scsi_key(2)),

@@ -666,6 +666,19 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
         named.is_some_and(|l| l.contains(&format!("{node3_key:016x}"))),
         "fence_pr's failure in node1's Pacemaker log does not name node3's key {node3_key:#x}"
     );
+    // Nor does fence_pr call it off when asked for its status.
+    let status = q.in_node(
+        0,
+        "fence_pr --action=status --plug=node3 \
+         --devices=/dev/disk/by-id/lab-lun0,/dev/disk/by-id/lab-lun1",
+    )?;
+    ensure!(
+        status.code() == 1,
+        "fence_pr status of node3: exit {} (2 is OFF): {}{}",
+        status.code(),
+        status.stdout,
+        status.stderr
+    );
     let write = write_to(
         &q.members[2].devices[0],
         5,
@@ -677,7 +690,8 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
     );
     println!(
         "  the fence of node3 failed after {} (stonith_admin exit {}): fence_pr named node3's key \
-         {node3_key:#x}, which stays on every LU; node3's writes still land, as Pacemaker knows",
+         {node3_key:#x}, which stays on every LU, and its status unknown, not OFF; node3's \
+         writes still land, as Pacemaker knows",
         crate::secs(started.elapsed()),
         run.code()
     );
@@ -743,19 +757,44 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
     let back = Instant::now();
     q.boot(2)?;
     let new_key = derived_key_at(1)?;
+    let all_three = [(0, node1_key), (2, new_key), (node4, node3_key)];
+    // Pacemaker retries node4's unfencing, or, when the DC changed while one was pending (the
+    // new DC presumes it failed), fences node4 instead, which then needs a boot of its own.
     q.wait(
-        "node3 unfenced with position 1's key, then node4 with position 2's",
+        "node3 unfenced with position 1's key, node4 then unfenced or fenced",
         SETTLE,
         Duration::from_millis(500),
         |q| {
-            (0..LUNS).try_fold(true, |all, l| {
-                Ok(all && q.keys(l)? == [(0, node1_key), (2, new_key), (node4, node3_key)])
-            })
+            let node3_rekeyed = (0..LUNS).try_fold(true, |all, l| {
+                Ok::<bool, anyhow::Error>(all && q.keys(l)?.contains(&(2, new_key)))
+            })?;
+            let node4_on = (0..LUNS).try_fold(true, |all, l| {
+                Ok::<bool, anyhow::Error>(all && q.keys(l)? == all_three)
+            })?;
+            Ok(node4_on || (node3_rekeyed && q.is_down(node4)))
         },
     )?;
+    let node4_fenced = q.is_down(node4);
+    if node4_fenced {
+        if let Some(mut child) = q.members[node4].child.take() {
+            child.wait()?;
+        }
+        q.boot(node4)?;
+        q.wait(
+            "node4 unfenced with position 2's key after its boot",
+            SETTLE,
+            Duration::from_millis(500),
+            |q| (0..LUNS).try_fold(true, |all, l| Ok(all && q.keys(l)? == all_three)),
+        )?;
+    }
     println!(
-        "  node3 rebooted: unfenced by Pacemaker with {new_key:#x} (position 1), and node4 then \
-         with {node3_key:#x} (position 2), {} after node3's start",
+        "  node3 rebooted: unfenced by Pacemaker with {new_key:#x} (position 1); node4 {} with \
+         {node3_key:#x} (position 2), {} after node3's start",
+        if node4_fenced {
+            "fenced by Pacemaker meanwhile (its failed unfencing), then booted and unfenced"
+        } else {
+            "then unfenced"
+        },
         crate::secs(back.elapsed())
     );
     let run = q.in_node(0, "stonith_admin --fence node3 --timeout 60")?;
