@@ -248,11 +248,13 @@ pub fn fence_scsi_id_key_string(
     let found = nodelist.find(node).ok_or_else(|| KeyError::NodeNotFound {
         node: node.to_owned(),
     })?;
-    Ok(format!(
-        "{}{:04}",
-        &md5_hex(cluster_name)[..4],
-        found.position
-    ))
+    Ok(id_key_text(cluster_name, found.position))
+}
+
+/// `key_value=id`'s key text for nodelist `position`: the cluster's md5 tag, then the position's
+/// decimal digits (read as hex digits when parsed).
+fn id_key_text(cluster_name: &str, position: u32) -> String {
+    format!("{}{:04}", &md5_hex(cluster_name)[..4], position)
 }
 
 /// fence_scsi's `key_value=hash` key for `node`, as a hex string.
@@ -295,7 +297,7 @@ pub fn id_keys_no_node_derives(
     let derived: Vec<u64> = nodelist
         .nodes
         .iter()
-        .filter_map(|n| parse_key(&format!("{:04x}{:04}", tag, n.position)).ok())
+        .filter_map(|n| parse_key(&id_key_text(cluster_name, n.position)).ok())
         .collect();
     let mut unknown: Vec<Key> = registered
         .iter()
