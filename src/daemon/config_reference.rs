@@ -73,8 +73,9 @@ pub const SECTIONS: &[SectionDoc] = &[
     },
     SectionDoc {
         section: "watch",
-        text: "Watch mode judges nothing until our key has been seen on every LU once (fence_pr's \
-               unfencing registers it when the cluster starts): before that a missing key is \
+        text: "Watch mode judges nothing until one of this node's paths has been seen holding our \
+               key on every LU (fence_pr's unfencing registers it when the cluster starts; our key \
+               listed under another node's path does not count): before that a missing key is \
                `waiting_for_registration`, nothing is fenced and the watchdog is not opened.",
     },
     SectionDoc {

@@ -517,6 +517,75 @@ async fn a_reload_that_adds_an_unregistered_lu_waits_for_our_key_on_it() {
     assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
 }
 
+/// Two nodes deriving one key (a node left the middle of the corosync nodelist, another took
+/// the freed position): node B's paths hold KA, node A's none. A's agent does not arm on KA
+/// listed: it is degraded and says why, and when B's KA goes A is not fenced, having never been
+/// unfenced (armed, it self-fenced: rebooted a node that held nothing). Once A's own paths hold
+/// KA it arms and is judged as always.
+#[tokio::test(start_paused = true)]
+async fn an_agent_arms_only_on_a_key_its_own_paths_hold() {
+    let t = two_lus();
+    let a: Vec<Nexus> = ["/dev/sd0", "/dev/sd1"]
+        .iter()
+        .map(|d| t.storage.device(Path::new(d)).unwrap().nexus())
+        .collect();
+    for (lu, (a, b)) in t.lus.iter().zip(a.iter().zip(t.b)) {
+        register(lu, *a, Key::new(0));
+        register(lu, b, KA);
+    }
+    let run = start(
+        watch_settings(&["/dev/mapper/lu0", "/dev/mapper/lu1"], ""),
+        &t.storage,
+        Some(KA),
+    );
+    let held_elsewhere = |s: &Status| {
+        s.state == State::Degraded
+            && s.lus
+                .iter()
+                .all(|lu| lu.verdict.contains("none of this node's paths holds it"))
+    };
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), held_elsewhere).await,
+        "{:?}",
+        lock(&run.status)
+    );
+    for (lu, a) in t.lus.iter().zip(&a) {
+        assert_eq!(
+            lock(lu).registered_key(*a),
+            None,
+            "the agent registered nothing"
+        );
+    }
+    // B's KA goes (B rebooted into its own key): A was never unfenced, so it is not fenced.
+    for (lu, b) in t.lus.iter().zip(t.b) {
+        register(lu, b, KB);
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        !run.task.is_finished(),
+        "the agent ended: {:?}",
+        lock(&run.status)
+    );
+    let status = lock(&run.status).clone();
+    assert_eq!(status.state, State::WaitingForRegistration, "{status:?}");
+    assert!(status.self_fence.is_none(), "{status:?}");
+    // A's unfencing: its own paths hold KA; armed, and judged.
+    for (lu, a) in t.lus.iter().zip(&a) {
+        register(lu, *a, KA);
+    }
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), |s| s.state
+            == State::Healthy)
+        .await,
+        "{:?}",
+        lock(&run.status)
+    );
+    lock(&t.lus[1])
+        .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
+        .unwrap();
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
+}
+
 /// Issue 44: a hook that a reload adds runs at the self-fence. The hook's thread used to start
 /// only with a hook in the configuration at start, and the self-fence skipped a hook that had no
 /// thread while the status showed it running.

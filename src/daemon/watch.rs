@@ -15,6 +15,9 @@
 //! healthy node ignores the PRgeneration: every probe bumps it, so with probes on its change
 //! each node's probe would make every other node probe, for ever.
 //!
+//! An LU is judged only once armed: one of this node's own paths seen holding our key there
+//! ([`ArmCheck`]), not merely our key listed, which a node deriving the same key also makes.
+//!
 //! The verdicts, in the order they are decided for one LU:
 //! - our key missing from the LU on `missing_confirmations` reads in a row: **fenced**. One LU is
 //!   enough: fence_scsi_check passes if the key is on any device, which let a multi-LUN split
@@ -149,9 +152,15 @@ pub enum LuVerdict {
     },
     /// This node is fenced (latched).
     Fenced,
-    /// Added by a reload and our key not yet seen on it: not judged (no fence, no unreachable
-    /// grace) until it is.
+    /// Added by a reload and our key not yet held on it: not judged (no fence, no unreachable
+    /// grace) until it is ([`ArmCheck`]).
     WaitingForRegistration,
+    /// Added by a reload: our key is listed on it, not yet judged; `probe`: probe every path at
+    /// the next check to see whether one of ours holds it ([`ArmCheck`]).
+    CheckingOwnRegistration { probe: bool },
+    /// Added by a reload: our key is listed on it, but the probe found none of this node's paths
+    /// holding it ([`Arming::HeldElsewhere`]); not judged.
+    HeldElsewhere,
 }
 
 impl LuVerdict {
@@ -220,10 +229,12 @@ struct LuState {
     /// them (an orphan of an earlier session counts as one), so they are reported until the
     /// next probe finds them registered (after `prfence unfence`).
     unregistered: Vec<PathId>,
-    /// Judged: our key has been seen on it. An LU added by a reload starts unjudged until our key
-    /// is registered there, as every LU does at start: a missing key on an LU nobody registered
+    /// Judged: one of our paths has been seen holding our key. An LU added by a reload starts
+    /// unjudged until then, as every LU does at start: a missing key on an LU nobody registered
     /// yet is no fence.
     armed: bool,
+    /// Until armed: whether our own paths hold the key ([`ArmCheck`]).
+    arm_check: ArmCheck,
 }
 
 /// The watch-mode state: per LU, when it was last read well and how many reads missed our key.
@@ -242,8 +253,9 @@ impl WatchState {
     }
 
     /// Starts watching `lus`, each `(name, armed)`: an LU not armed (added by a reload) is not
-    /// judged until a read shows our key on it ([`LuVerdict::WaitingForRegistration`]); from
-    /// then on it is judged like the others.
+    /// judged until one of this node's paths holds our key there ([`ArmCheck`]; until then
+    /// [`LuVerdict::WaitingForRegistration`] or [`LuVerdict::HeldElsewhere`]); from then on it is
+    /// judged like the others.
     pub fn with_pending(
         config: WatchConfig,
         lus: impl IntoIterator<Item = (LuName, bool)>,
@@ -261,6 +273,7 @@ impl WatchState {
                 generation: None,
                 unregistered: Vec::new(),
                 armed,
+                arm_check: ArmCheck::default(),
             })
             .collect();
         WatchState {
@@ -342,12 +355,22 @@ fn judge(
     now: Instant,
 ) -> Verdict {
     if !lu.armed {
-        match &result {
-            Some(Ok(keys)) if keys.keys.contains(&config.own_key) => {
+        let Some(Ok(keys)) = &result else {
+            return Verdict::Lu(LuVerdict::WaitingForRegistration);
+        };
+        match lu.arm_check.judge(now, config.own_key, keys) {
+            Arming::Held => {
                 lu.armed = true;
                 lu.last_good = now;
             }
-            _ => return Verdict::Lu(LuVerdict::WaitingForRegistration),
+            Arming::Probe => {
+                return Verdict::Lu(LuVerdict::CheckingOwnRegistration { probe: true });
+            }
+            Arming::Pending => {
+                return Verdict::Lu(LuVerdict::CheckingOwnRegistration { probe: false });
+            }
+            Arming::HeldElsewhere => return Verdict::Lu(LuVerdict::HeldElsewhere),
+            Arming::NotListed => return Verdict::Lu(LuVerdict::WaitingForRegistration),
         }
     }
     let keys = match result {
@@ -426,6 +449,76 @@ fn judge(
         (false, true) => LuVerdict::Heal { paths: orphans },
         (false, false) => LuVerdict::Orphaned { paths: orphans },
     })
+}
+
+/// Whether this node holds its key on one LU, before the LU is judged (armed). Our key listed
+/// by READ KEYS is not enough: a node that derives the same key (a corosync position another node
+/// kept after a removal) lists it too, and a node armed on it would self-fence when that other
+/// node's key goes, though it was never unfenced. One of this node's own paths must hold it, as
+/// a probe (`ops::probe_registration`: REGISTER key -> same key, refused on a path that does not
+/// hold it, so it changes nothing there) shows. The single place arming is decided: at start for
+/// every LU and for an LU a reload adds.
+///
+/// Probes are PR OUTs, so they are spaced as the armed watch spaces them: one when the key is
+/// first listed, then, while the last one found no path holding it, every [`DEGRADED_RECHECK`]
+/// or at most every [`REPAIR_LOOK_SPACING`] when the PRgeneration moved; a finding that the
+/// key is held stands until the PRgeneration moves.
+#[derive(Debug, Clone, Default)]
+pub struct ArmCheck {
+    /// When the paths were last probed, and whether one held our key.
+    probed: Option<(Instant, bool)>,
+    /// The PRgeneration as the first read after the last probe saw it (the probe's own
+    /// REGISTER bumps it).
+    generation: Option<u32>,
+}
+
+/// What [`ArmCheck::judge`] found on one LU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arming {
+    /// Our key is not listed: waiting for fence_pr's `on` or `prfence unfence`.
+    NotListed,
+    /// Listed: probe every path at the next check.
+    Probe,
+    /// Listed, and a probe is due but spaced: nothing to conclude yet.
+    Pending,
+    /// Listed, but the last probe found no path of this node holding it: another node registered
+    /// the same key, or this node's session logged in again since its unfencing (an orphan).
+    HeldElsewhere,
+    /// One of this node's paths holds our key: the LU can be judged.
+    Held,
+}
+
+impl ArmCheck {
+    /// Judges one good read of the LU (`keys.paths` set when this check probed).
+    pub fn judge(&mut self, now: Instant, own_key: Key, keys: &LuKeys) -> Arming {
+        if !keys.keys.contains(&own_key) {
+            // A key that comes back is probed afresh.
+            *self = ArmCheck::default();
+            return Arming::NotListed;
+        }
+        if let Some(paths) = &keys.paths {
+            let held = paths.iter().any(|p| p.registered);
+            self.probed = Some((now, held));
+            self.generation = None;
+            return if held {
+                Arming::Held
+            } else {
+                Arming::HeldElsewhere
+            };
+        }
+        let Some((at, held)) = self.probed else {
+            return Arming::Probe;
+        };
+        let moved = *self.generation.get_or_insert(keys.generation) != keys.generation;
+        let since = now.saturating_duration_since(at);
+        match (held, moved) {
+            (true, false) => Arming::Held,
+            (_, true) if since >= REPAIR_LOOK_SPACING => Arming::Probe,
+            (false, _) if since >= DEGRADED_RECHECK => Arming::Probe,
+            (true, true) => Arming::Pending,
+            (false, _) => Arming::HeldElsewhere,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -946,5 +1039,78 @@ mod tests {
             w.tick(at(t0, 69 + 3600), [moved]).lus[0].1,
             LuVerdict::Healthy
         );
+    }
+
+    fn listed(generation: u32, paths: Option<Vec<ProbedPath>>) -> LuKeys {
+        LuKeys {
+            keys: vec![THEIRS, OURS],
+            path_count: 1,
+            paths,
+            paths_changed: false,
+            generation,
+        }
+    }
+
+    fn probed(registered: bool) -> Option<Vec<ProbedPath>> {
+        Some(vec![ProbedPath {
+            path: PathId("sdb".into()),
+            registered,
+        }])
+    }
+
+    /// Arming rests on a probe of our own paths, not on our key listed; the probes are spaced
+    /// like the armed watch's.
+    #[test]
+    fn arming_needs_one_of_our_paths_holding_the_key() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut check = ArmCheck::default();
+        let not_listed = LuKeys {
+            keys: vec![THEIRS],
+            ..listed(0, None)
+        };
+        assert_eq!(check.judge(at(0), OURS, &not_listed), Arming::NotListed);
+        // Listed: probe first; held by another node's path only: not armed.
+        assert_eq!(check.judge(at(1), OURS, &listed(4, None)), Arming::Probe);
+        assert_eq!(
+            check.judge(at(2), OURS, &listed(4, probed(false))),
+            Arming::HeldElsewhere
+        );
+        // No new probe while nothing moves, until the recheck.
+        assert_eq!(
+            check.judge(at(3), OURS, &listed(4, None)),
+            Arming::HeldElsewhere
+        );
+        assert_eq!(
+            check.judge(at(61), OURS, &listed(4, None)),
+            Arming::HeldElsewhere
+        );
+        assert_eq!(check.judge(at(62), OURS, &listed(4, None)), Arming::Probe);
+        // A generation that moves asks again, spaced.
+        assert_eq!(
+            check.judge(at(63), OURS, &listed(4, probed(false))),
+            Arming::HeldElsewhere
+        );
+        assert_eq!(
+            check.judge(at(64), OURS, &listed(4, None)),
+            Arming::HeldElsewhere
+        );
+        assert_eq!(
+            check.judge(at(65), OURS, &listed(5, None)),
+            Arming::HeldElsewhere
+        );
+        assert_eq!(check.judge(at(68), OURS, &listed(5, None)), Arming::Probe);
+        // Our unfencing: one of our paths holds it.
+        assert_eq!(
+            check.judge(at(69), OURS, &listed(5, probed(true))),
+            Arming::Held
+        );
+        assert_eq!(check.judge(at(70), OURS, &listed(6, None)), Arming::Held);
+        // Held, then the generation moves: not armed on that stale look; probed again, spaced.
+        assert_eq!(check.judge(at(71), OURS, &listed(7, None)), Arming::Pending);
+        assert_eq!(check.judge(at(74), OURS, &listed(7, None)), Arming::Probe);
+        // The key gone and back: probed afresh.
+        assert_eq!(check.judge(at(75), OURS, &not_listed), Arming::NotListed);
+        assert_eq!(check.judge(at(76), OURS, &listed(8, None)), Arming::Probe);
     }
 }

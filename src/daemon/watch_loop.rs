@@ -2,9 +2,10 @@
 //! LU on one live path (every LU in one batch), probe each path's registration only when the
 //! [`WatchState`] asks ([`LuVerdict::InspectPaths`]), feed the decision back, and carry it out.
 //!
-//! Arming: the agent judges nothing until our key has been seen on every LU once (fence_pr's
-//! unfencing registers it when the cluster starts; fence_scsi_check likewise checks only devices
-//! that were unfenced). Until then a missing key is "waiting for registration", the hardware
+//! Arming: the agent judges nothing until one of this node's paths has been seen holding our key
+//! on every LU ([`ArmCheck`]: listed is not enough, a node deriving the same key lists it too;
+//! fence_pr's unfencing registers it when the cluster starts; fence_scsi_check likewise checks
+//! only devices that were unfenced). Until then a missing key is "waiting for registration", the hardware
 //! watchdog is not opened, and nothing is fenced. A node fenced while its agent was down is still
 //! refused by the target (P5); it is only not stopped by the agent.
 
@@ -27,8 +28,8 @@ use super::metrics::CommandResult;
 use super::own_initiators::OwnInitiatorLooks;
 use super::status::{KeyNotOnEveryLu, State, WatchdogState};
 use super::watch::{
-    CommandFailure, Decision, LuKeys, LuName, LuVerdict, Observation, PathId, ProbedPath,
-    WatchConfig, WatchState,
+    ArmCheck, Arming, CommandFailure, Decision, LuKeys, LuName, LuVerdict, Observation, PathId,
+    ProbedPath, WatchConfig, WatchState,
 };
 use crate::discover::LuId;
 use crate::fence_agent::store::KeyStore;
@@ -245,6 +246,8 @@ struct WatchRun {
     state: Option<WatchState>,
     /// Per LU: probe every path at the next check.
     inspect: Vec<bool>,
+    /// Until armed, per LU: whether this node's own paths hold our key.
+    arm_checks: Vec<ArmCheck>,
     /// Per LU: the last verdict logged (logged again only when it changes).
     last_verdicts: Vec<String>,
     /// The last "waiting for registration" message logged.
@@ -257,10 +260,33 @@ impl WatchRun {
             key,
             state: None,
             inspect: vec![false; lus],
+            arm_checks: vec![ArmCheck::default(); lus],
             last_verdicts: vec![String::new(); lus],
             waiting: String::new(),
         }
     }
+}
+
+/// Why one LU keeps the watch from arming.
+enum NotArmed {
+    /// Our key is not listed.
+    Unregistered,
+    /// Listed; this node's paths are being probed.
+    Checking,
+    /// Listed, held by no path of this node ([`Arming::HeldElsewhere`]).
+    HeldElsewhere,
+    /// The LU cannot be read: why.
+    Unreadable(String),
+}
+
+/// What our key (`key`) listed but held by none of this node's paths means, and what to do.
+fn held_elsewhere(key: &str) -> String {
+    format!(
+        "key {key} is listed, but none of this node's paths holds it: another node registered \
+         the same key (two nodes derive one key: a node left the middle of the corosync \
+         nodelist; see docs/operations.md), or this node's session logged in again since its \
+         unfencing. `prfence unfence` repairs the second and refuses the first, naming the holder"
+    )
 }
 
 /// Watch mode's driver: the agent's shared part, borrowed for the run, and what the watch loop
@@ -357,11 +383,9 @@ impl WatchDriver<'_> {
             tracing::error!(first = %a, second = %b, %id, "two configured devices are the same LU; list each LU once");
         }
         let now = Instant::now();
-        let probe: Vec<bool> = if self.run.state.is_some() {
-            self.run.inspect.clone()
-        } else {
-            vec![false; self.run.inspect.len()]
-        };
+        // Armed or not, `inspect` holds the LUs whose paths are to be probed (before arming:
+        // the ones whose ArmCheck asked).
+        let probe = self.run.inspect.clone();
         let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         self.record_checks(&checks, key, now);
         // Never armed on a key in doubt: our key on the LUs may be another node's registration.
@@ -453,20 +477,42 @@ impl WatchDriver<'_> {
         self.agent.notifier.watchdog();
     }
 
-    /// Arms the watch once our key was read on every LU (true). Until then it says why each LU
-    /// is not armed: not registered (waiting is normal until Pacemaker unfences this node), or
-    /// unreadable, which no unfencing cures (a descriptor limit, a missing capability, a dead
-    /// path) and is said at error level at once.
+    /// Arms the watch once one of this node's paths holds our key on every LU (true), as
+    /// [`ArmCheck`] judges it: our key listed is not enough, a node deriving the same key lists
+    /// it too. Until then it says why each LU is not armed: not registered (waiting is normal
+    /// until Pacemaker unfences this node), this node's paths being checked, held by another
+    /// node or an old session only, or unreadable, which no unfencing cures (a descriptor limit,
+    /// a missing capability, a dead path) and is said at error level at once.
     fn arm_if_ready(&mut self, checks: &[LuCheck], key: Key, now: Instant) -> bool {
-        let causes: Vec<(usize, Option<String>)> = checks
-            .iter()
-            .enumerate()
-            .filter_map(|(index, check)| match &check.keys {
-                Ok(keys) if keys.keys.contains(&key) => None,
-                Ok(_) => Some((index, None)),
-                Err(e) => Some((index, Some(e.to_string()))),
-            })
-            .collect();
+        let mut causes: Vec<(usize, NotArmed)> = Vec::new();
+        for (index, check) in checks.iter().enumerate() {
+            let cause = match &check.keys {
+                Ok(keys) => {
+                    let lu_keys = LuKeys {
+                        keys: keys.keys.clone(),
+                        path_count: 0,
+                        paths: check.registrations.clone(),
+                        paths_changed: false,
+                        generation: keys.generation,
+                    };
+                    let Some(arm_check) = self.run.arm_checks.get_mut(index) else {
+                        continue;
+                    };
+                    let arming = arm_check.judge(now.into_std(), key, &lu_keys);
+                    if let Some(flag) = self.run.inspect.get_mut(index) {
+                        *flag = arming == Arming::Probe;
+                    }
+                    match arming {
+                        Arming::Held => continue,
+                        Arming::NotListed => NotArmed::Unregistered,
+                        Arming::Probe | Arming::Pending => NotArmed::Checking,
+                        Arming::HeldElsewhere => NotArmed::HeldElsewhere,
+                    }
+                }
+                Err(e) => NotArmed::Unreadable(e.to_string()),
+            };
+            causes.push((index, cause));
+        }
         if !causes.is_empty() {
             self.show_not_armed(&causes, key);
             return false;
@@ -474,7 +520,7 @@ impl WatchDriver<'_> {
         let Some(config) = self.agent.settings.watch_config(key) else {
             return false;
         };
-        tracing::info!(%key, "our key is on every LU: armed");
+        tracing::info!(%key, "our key is held on every LU by this node's paths: armed");
         self.run.state = Some(WatchState::new(
             config,
             self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
@@ -483,42 +529,63 @@ impl WatchDriver<'_> {
         true
     }
 
-    /// Logs (once per change), shows and notifies why the watch is not armed: for each LU in
-    /// `causes`, `None` when our key is not registered there, else why it cannot be read.
-    fn show_not_armed(&mut self, causes: &[(usize, Option<String>)], key: Key) {
-        let names = |unreadable: bool| -> Vec<String> {
+    /// Logs (once per change), shows and notifies why the watch is not armed, for each LU in
+    /// `causes`.
+    fn show_not_armed(&mut self, causes: &[(usize, NotArmed)], key: Key) {
+        let names = |which: fn(&NotArmed) -> bool| -> Vec<String> {
             causes
                 .iter()
-                .filter(|c| c.1.is_some() == unreadable)
+                .filter(|c| which(&c.1))
                 .filter_map(|c| self.agent.table.lus.get(c.0).map(|l| l.name.clone()))
                 .collect()
         };
-        let (unregistered, unreadable) = (names(false), names(true));
-        let mut text = String::new();
-        if !unregistered.is_empty() {
-            text = format!("waiting for key {key} on {}", unregistered.join(", "));
-        }
-        if !unreadable.is_empty() {
-            if !text.is_empty() {
-                text.push_str("; ");
-            }
-            text.push_str(&format!("cannot read {}", unreadable.join(", ")));
-        }
+        let parts = [
+            (
+                names(|c| matches!(c, NotArmed::Unregistered)),
+                format!("waiting for key {key} on"),
+            ),
+            (
+                names(|c| matches!(c, NotArmed::Checking)),
+                "checking this node's own registration on".to_owned(),
+            ),
+            (
+                names(|c| matches!(c, NotArmed::HeldElsewhere)),
+                format!("key {key} held by no path of this node on"),
+            ),
+            (
+                names(|c| matches!(c, NotArmed::Unreadable(_))),
+                "cannot read".to_owned(),
+            ),
+        ];
+        let text = parts
+            .iter()
+            .filter(|(lus, _)| !lus.is_empty())
+            .map(|(lus, what)| format!("{what} {}", lus.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ");
         if self.run.waiting != text {
-            for (index, error) in causes {
+            for (index, cause) in causes {
                 let Some(lu) = self.agent.table.lus.get(*index) else {
                     continue;
                 };
-                match error {
-                    Some(e) => tracing::error!(
+                match cause {
+                    NotArmed::Unreadable(e) => tracing::error!(
                         lu = %lu.name,
                         error = %e,
                         "not armed: the LU cannot be read, and no unfencing changes that"
                     ),
-                    None => tracing::info!(
+                    NotArmed::HeldElsewhere => tracing::error!(
+                        lu = %lu.name,
+                        "not armed: {}", held_elsewhere(&key.to_string())
+                    ),
+                    NotArmed::Unregistered => tracing::info!(
                         lu = %lu.name,
                         "not armed: key {key} is not registered (fence_pr's unfencing \
                          registers it); nothing is judged until it is on every LU"
+                    ),
+                    NotArmed::Checking => tracing::info!(
+                        lu = %lu.name,
+                        "not armed yet: key {key} is listed; probing this node's paths"
                     ),
                 }
             }
@@ -526,30 +593,40 @@ impl WatchDriver<'_> {
         }
         {
             let mut status = lock(&self.agent.status);
-            // Waiting is for a key only unfencing brings; an LU that cannot be read is a fault
-            // to look at (alerts and `--once` treat degraded as one).
-            // So is this node's initiator registered with another key: unfencing it would
-            // take that registration over from whoever made it.
+            // Waiting is for a key only unfencing brings; an LU that cannot be read, or our key
+            // held only by a path not ours, is a fault to look at (alerts and `--once` treat
+            // degraded as one). So is this node's initiator registered with another key:
+            // unfencing it would take that registration over from whoever made it.
             let other_keys = status
                 .lus
                 .iter()
                 .any(|lu| !lu.other_keys_on_own_initiator.is_empty());
-            status.state = if unreadable.is_empty() && !other_keys {
+            let fault = causes
+                .iter()
+                .any(|(_, c)| matches!(c, NotArmed::Unreadable(_) | NotArmed::HeldElsewhere));
+            status.state = if !fault && !other_keys {
                 State::WaitingForRegistration
             } else {
                 State::Degraded
             };
             for shown in &mut status.lus {
-                shown.verdict = "not armed: key registered here, not yet on every LU".to_owned();
+                shown.verdict =
+                    "not armed: key held here by this node, not yet on every LU".to_owned();
             }
-            for (index, error) in causes {
+            for (index, cause) in causes {
                 if let Some(shown) = status.lus.get_mut(*index) {
-                    shown.verdict = match error {
-                        Some(e) => format!("not armed: cannot be read: {e}"),
-                        None => format!(
+                    shown.verdict = match cause {
+                        NotArmed::Unreadable(e) => format!("not armed: cannot be read: {e}"),
+                        NotArmed::Unregistered => format!(
                             "not armed: key {key} not registered (fence_pr's unfencing \
                              registers it)"
                         ),
+                        NotArmed::Checking => {
+                            format!("not armed yet: key {key} listed; probing this node's paths")
+                        }
+                        NotArmed::HeldElsewhere => {
+                            format!("not armed: {}", held_elsewhere(&key.to_string()))
+                        }
                     };
                 }
             }
@@ -564,7 +641,11 @@ impl WatchDriver<'_> {
         let mut degraded = false;
         for (index, (_, verdict)) in decision.lus.iter().enumerate() {
             if let Some(flag) = self.run.inspect.get_mut(index) {
-                *flag = matches!(verdict, LuVerdict::InspectPaths { .. });
+                *flag = matches!(
+                    verdict,
+                    LuVerdict::InspectPaths { .. }
+                        | LuVerdict::CheckingOwnRegistration { probe: true }
+                );
             }
             let Some(lu) = self.agent.table.lus.get(index) else {
                 continue;
@@ -1004,6 +1085,14 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
                                               judged until `prfence unfence` (or fence_pr's \
                                               `on`) registers it"
             .to_owned(),
+        LuVerdict::CheckingOwnRegistration { .. } => {
+            "added by a reload, our key listed on it: probing this node's paths before it is \
+             judged"
+                .to_owned()
+        }
+        LuVerdict::HeldElsewhere => {
+            format!("added by a reload, not judged: {}", held_elsewhere("ours"))
+        }
     }
 }
 

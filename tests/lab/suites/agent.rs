@@ -59,6 +59,7 @@ pub const SUITE: Suite = Suite {
         an_agent_booted_before_corosync_waits_then_arms_on_the_unfenced_key,
         another_node_on_part_of_the_lus_is_named_in_the_status,
         a_node_sharing_this_nodes_initiator_is_named_at_the_self_fence,
+        an_agent_arms_only_on_its_key_held_by_its_own_paths,
     ],
     long: crate::tests![renew_racing_takeover_two_hundred_rounds_under_load],
     reproducers: &[],
@@ -2222,6 +2223,108 @@ fn a_node_sharing_this_nodes_initiator_is_named_at_the_self_fence() -> anyhow::R
     println!(
         "  another key through A's initiator port: fenced {} later, reason: {reason}",
         crate::secs(took)
+    );
+    Ok(())
+}
+
+/// Two nodes deriving one key (a node left the middle of the corosync nodelist and another took
+/// the freed position; fence_pr's unfencing now refuses that, an older one or a hand-run REGISTER
+/// does not): node B's sessions hold A's key 0xa, A's none. A's agent must not arm on 0xa listed
+/// (armed, it self-fenced when B's 0xa went, rebooting a node that was never unfenced): it is
+/// degraded and says why; B's 0xa goes and A stays unfenced and unfenced-by-nobody; A's own
+/// unfencing arms it. Judged against the target's registrations.
+fn an_agent_arms_only_on_its_key_held_by_its_own_paths() -> anyhow::Result<()> {
+    let t = Topology::iscsi(2)?;
+    let b_devices: Vec<String> = (0..2)
+        .map(|lun| t.device(Node::B, lun).display().to_string())
+        .collect();
+    for device in &b_devices {
+        crate::prfence(["register", "--key", "0xa", device.as_str()])?.ok()?;
+    }
+    let holders = |t: &Topology| -> anyhow::Result<Vec<(String, u64)>> {
+        let mut found = Vec::new();
+        for lun in 0..2 {
+            for r in t.lu(lun).registrations()? {
+                found.push((r.initiator, r.key));
+            }
+        }
+        Ok(found)
+    };
+    let a_name = t.node(Node::A).initiator.clone();
+    let before = holders(&t)?;
+    ensure!(
+        before.len() == 2 && before.iter().all(|(i, k)| *k == 0xa && *i != a_name),
+        "node B's sessions alone should hold 0xa: {before:?}"
+    );
+    let config = watch_config(
+        t.node(Node::A).devices(),
+        "0xa",
+        500,
+        "grace = \"3s\"",
+        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
+        "",
+    );
+    let mut agent = AgentProcess::start("a", &config)?;
+    let start = Instant::now();
+    let says_why = |agent: &AgentProcess| {
+        agent.status().is_some_and(|s| {
+            s["state"] == "degraded"
+                && (0..2).all(|lu| {
+                    s["lus"][lu]["verdict"]
+                        .as_str()
+                        .is_some_and(|v| v.contains("none of this node's paths holds it"))
+                })
+        })
+    };
+    while !says_why(&agent) {
+        ensure!(
+            start.elapsed() < Duration::from_secs(20) && agent.exited().is_none(),
+            "A's agent does not say that 0xa is held by no path of its own: {:?}\n{}",
+            agent.status(),
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let said = start.elapsed();
+    ensure!(
+        holders(&t)? == before,
+        "A's agent changed the registrations: {:?}",
+        holders(&t)?
+    );
+    // B's 0xa goes, as when B reboots into its own key: A was never unfenced, so nothing fences it.
+    for device in &b_devices {
+        crate::prfence(["unregister", "--key", "0xa", device.as_str()])?.ok()?;
+    }
+    ensure!(holders(&t)?.is_empty(), "B's 0xa is still registered");
+    let gone = Instant::now();
+    // grace 3 s, two missed reads at 500 ms: an armed agent is fenced well within 8 s.
+    while gone.elapsed() < Duration::from_secs(8) {
+        let state = agent.state();
+        ensure!(
+            state != "fenced" && agent.exited().is_none(),
+            "A's agent, never unfenced, is {state} after B's 0xa went:\n{}",
+            agent.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ensure!(
+        agent.state() == "waiting_for_registration",
+        "A's agent is {} once 0xa is gone:\n{}",
+        agent.state(),
+        agent.log_tail()
+    );
+    crate::node::unfence(&t, Node::A)?;
+    agent.wait_state("healthy", Duration::from_secs(20))?;
+    let a_holds = holders(&t)?;
+    ensure!(
+        a_holds.len() == 2 && a_holds.iter().all(|(i, k)| *k == 0xa && *i == a_name),
+        "after A's unfencing: {a_holds:?}"
+    );
+    println!(
+        "  0xa held by B's sessions only: A's agent degraded, not armed, in {} (registrations \
+         untouched); B's 0xa gone: A waiting for registration, not fenced, over 8 s; A unfenced: \
+         healthy",
+        crate::secs(said)
     );
     Ok(())
 }
