@@ -1806,7 +1806,7 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let probed = runtime.block_on(async {
         let until = agent.check_deadline();
         agent.table.refresh(&agent.host, until).await;
-        let probe = vec![true; agent.table.lus.len()];
+        let probe = vec![super::watch_loop::Probe::Yes; agent.table.lus.len()];
         super::watch_loop::check_all(&agent.exec, &agent.table, KA, &probe, until).await
     });
     let took = started.elapsed();

@@ -489,6 +489,12 @@ pub enum Arming {
 }
 
 impl ArmCheck {
+    /// No probe yet since our key was last listed: the caller may probe in the check that
+    /// first lists it, where [`ArmCheck::judge`] would ask for one.
+    pub fn never_probed(&self) -> bool {
+        self.probed.is_none()
+    }
+
     /// Judges one good read of the LU (`keys.paths` set when this check probed).
     pub fn judge(&mut self, now: Instant, own_key: Key, keys: &LuKeys) -> Arming {
         if !keys.keys.contains(&own_key) {

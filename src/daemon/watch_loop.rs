@@ -46,15 +46,36 @@ pub(super) struct LuCheck {
     registrations: Option<Vec<ProbedPath>>,
 }
 
+/// Whether a check probes an LU's paths after its READ KEYS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Probe {
+    No,
+    Yes,
+    /// Only if the read lists our key: before arming, the first look at our own paths comes in
+    /// the check that first sees our key, so arming waits for no extra check, and a node waiting
+    /// for its unfencing sends no PR OUT.
+    IfListed,
+}
+
+impl Probe {
+    fn wanted(self, keys: &ReadKeys, key: Key) -> bool {
+        match self {
+            Probe::No => false,
+            Probe::Yes => true,
+            Probe::IfListed => keys.keys.contains(&key),
+        }
+    }
+}
+
 /// A READ KEYS on one live path (`first`: the first live path's, already read), then, if
-/// `probe` and the keys were read, the per-path probes, every live path at once: at most
+/// `probe` wants it of the keys read, the per-path probes, every live path at once: at most
 /// [`super::config::CHECK_SLOTS`] command slots.
 async fn check_lu(
     exec: Arc<Executor>,
     device: PathBuf,
     paths: Vec<PathHandle>,
     key: Key,
-    probe: bool,
+    probe: Probe,
     first: Option<(usize, KeysRead)>,
 ) -> LuCheck {
     let read = match first {
@@ -68,7 +89,7 @@ async fn check_lu(
         ),
         Err(e) => (Err(e), false),
     };
-    let registrations = if probe && keys.is_ok() {
+    let registrations = if keys.as_ref().is_ok_and(|k| probe.wanted(k, key)) {
         let mut probes = JoinSet::new();
         for (index, path) in paths.iter().enumerate().filter(|(_, p)| p.spec.live) {
             let (exec, path) = (Arc::clone(&exec), path.clone());
@@ -120,7 +141,7 @@ pub(super) async fn check_all(
     exec: &Arc<Executor>,
     table: &LuTable,
     key: Key,
-    probe: &[bool],
+    probe: &[Probe],
     until: Instant,
 ) -> Vec<LuCheck> {
     // Every LU's first live path in one batch; an LU goes on alone only when that read failed
@@ -137,13 +158,13 @@ pub(super) async fn check_all(
     let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
     let mut jobs = JoinSet::new();
     for (index, lu) in table.lus.iter().enumerate() {
-        let probe = probe.get(index).copied().unwrap_or(false);
+        let probe = probe.get(index).copied().unwrap_or(Probe::No);
         let first = match firsts[index] {
             Some(path) => reads.next().map(|read| (path, read)),
             None => None,
         };
-        let first = match (first, probe) {
-            (Some((_, Ok((keys, events)))), false) => {
+        let first = match first {
+            Some((_, Ok((keys, events)))) if !probe.wanted(&keys, key) => {
                 results.insert(
                     index,
                     LuCheck {
@@ -156,7 +177,7 @@ pub(super) async fn check_all(
                 );
                 continue;
             }
-            (first, _) => first,
+            first => first,
         };
         if let (true, Some(e)) = (lu.paths.is_empty(), &lu.discover_error) {
             let e = CommandError::without_completion(
@@ -384,8 +405,20 @@ impl WatchDriver<'_> {
         }
         let now = Instant::now();
         // Armed or not, `inspect` holds the LUs whose paths are to be probed (before arming:
-        // the ones whose ArmCheck asked).
-        let probe = self.run.inspect.clone();
+        // the ones whose ArmCheck asked); before arming, an LU whose paths were never probed is
+        // probed in the check that first lists our key there.
+        let armed = self.run.state.is_some();
+        let probe: Vec<Probe> = self
+            .run
+            .inspect
+            .iter()
+            .zip(&self.run.arm_checks)
+            .map(|(&inspect, arm_check)| match (inspect, armed) {
+                (true, _) => Probe::Yes,
+                (false, false) if arm_check.never_probed() => Probe::IfListed,
+                (false, _) => Probe::No,
+            })
+            .collect();
         let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         self.record_checks(&checks, key, now);
         // Never armed on a key in doubt: our key on the LUs may be another node's registration.
@@ -909,7 +942,7 @@ impl WatchDriver<'_> {
         // Read-only: READ KEYS only. A path probe is a PERSISTENT RESERVE OUT (REGISTER key ->
         // same key), which --once must not send; the paths are judged by how often our key is
         // listed, and `prfence doctor` names the path when the count is short.
-        let probe = vec![false; self.agent.table.lus.len()];
+        let probe = vec![Probe::No; self.agent.table.lus.len()];
         let checks = check_all(&self.agent.exec, &self.agent.table, key, &probe, until).await;
         let Some(config) = self.agent.settings.watch_config(key) else {
             return false;
