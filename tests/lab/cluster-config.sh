@@ -3,7 +3,8 @@
 # Pacemaker's own tools, as an admin would without pcs or crmsh.
 # Usage: cluster-config.sh AGENT   AGENT: fence_pr (device storage-fence) or fence_scsi (device
 # scsi-fence, the name docs/pacemaker.md's migration replaces); the same parameters: fence_pr is a
-# drop-in. LAB_HOSTS: the cluster's node names (default "node1 node2").
+# drop-in. LAB_HOSTS: the cluster's node names (default "node1 node2"). LAB_KEY_VALUE: fence_scsi's
+# key_value (id or hash; unset: not given, which is id).
 set -euo pipefail
 agent=${1:?usage: cluster-config.sh fence_pr|fence_scsi}
 case $agent in fence_scsi) id=scsi-fence ;; *) id=storage-fence ;; esac
@@ -14,6 +15,7 @@ cibadmin --create --scope resources --xml-text "
     <nvpair id='$id-devices' name='devices' value='$devices'/>
     <nvpair id='$id-hosts' name='pcmk_host_list' value='${LAB_HOSTS:-node1 node2}'/>
     <nvpair id='$id-delay' name='pcmk_delay_max' value='4s'/>
+    ${LAB_KEY_VALUE:+<nvpair id='$id-key-value' name='key_value' value='$LAB_KEY_VALUE'/>}
   </instance_attributes>
   <meta_attributes id='$id-meta'>
     <nvpair id='$id-provides' name='provides' value='unfencing'/>

@@ -84,6 +84,7 @@ mkdir -p /run/prfence
   echo 'command_timeout = "5s"'
   for ((j = 0; j < i; j++)); do printf '[[device]]\npath = "/dev/disk/by-id/lab-lun%d"\n' "$j"; done
   printf '[key]\nderive = "fence_scsi"\nnode = "%s"\n' "$name"
+  [ -z "${LAB_KEY_VALUE:-}" ] || printf 'key_value = "%s"\n' "$LAB_KEY_VALUE"
   printf '[watch]\ngrace = "20s"\nmissing_confirmations = 2\n'
   printf '[self_fence]\nreboot = true\n'
   printf '[log]\ntarget = "stderr"\n'

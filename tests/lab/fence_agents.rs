@@ -180,6 +180,19 @@ pub fn derived_key(node: Node) -> anyhow::Result<u64> {
     derived_key_at(node.index())
 }
 
+/// fence_scsi's key with `key_value=hash` of the node named `node`: md5(cluster name)'s first 4
+/// hex digits, then md5(node name)'s.
+pub fn hash_key(node: &str) -> anyhow::Result<u64> {
+    let md5 = |text: &str| -> anyhow::Result<String> {
+        let out = super::run("sh", ["-c", &format!("printf %s '{text}' | md5sum")])?.ok()?;
+        Ok(out.stdout.get(..4).unwrap_or_default().to_owned())
+    };
+    Ok(u64::from_str_radix(
+        &format!("{}{}", md5(CLUSTER)?, md5(node)?),
+        16,
+    )?)
+}
+
 /// fence_scsi's key (key_value=id) of the node at `position` in corosync's nodelist.
 pub fn derived_key_at(position: usize) -> anyhow::Result<u64> {
     static MD5: std::sync::OnceLock<String> = std::sync::OnceLock::new();

@@ -18,7 +18,7 @@ use super::cluster::{
     node_init_pid, node_path, poll_until,
 };
 use crate::WORK;
-use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at};
+use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at, hash_key};
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::topology::extra_initiator_name;
 use crate::{Node, Topology, WriteOutcome, block_data, write_to};
@@ -46,6 +46,7 @@ pub const SUITE: Suite = Suite {
 const TESTS: &[crate::plan::Test] = crate::tests![
     three_nodes_the_majority_fences_the_node_cut_off,
     a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_hold,
+    with_hash_keys_a_node_removed_and_one_added_move_no_other_key,
     five_nodes_split_two_three_the_majority_fences_the_minority,
 ];
 
@@ -63,6 +64,8 @@ struct Member {
     devices: Vec<PathBuf>,
     initiator: String,
     child: Option<Child>,
+    /// The cluster's keys are `key_value=hash`'s (else `id`'s, fence_pr's default).
+    hash_keys: bool,
 }
 
 impl Member {
@@ -86,9 +89,14 @@ impl Member {
         format!("10.78.0.{}", self.position + 1)
     }
 
-    /// fence_scsi's key for this node (fence_pr's `key_value=id`, the default).
+    /// fence_scsi's key for this node: `key_value=id`'s (fence_pr's default), from its
+    /// position, or `key_value=hash`'s, from its name.
     fn key(&self) -> anyhow::Result<u64> {
-        derived_key_at(self.position)
+        if self.hash_keys {
+            hash_key(&self.name())
+        } else {
+            derived_key_at(self.position)
+        }
     }
 }
 
@@ -96,6 +104,8 @@ impl Member {
 /// namespaces and the bridge; the topology then tears the target down.
 struct Quorum {
     members: Vec<Member>,
+    /// fence_pr and the agents use `key_value=hash` (else `id`).
+    hash_keys: bool,
     t: Topology,
     _installed: Installed,
 }
@@ -110,12 +120,19 @@ impl Quorum {
     /// [`Quorum::start`], with the fence device's `pcmk_host_list` naming `hosts` nodes (node1
     /// up), so that a node added later can be unfenced without changing the device.
     fn start_for(size: usize, hosts: usize) -> anyhow::Result<Quorum> {
+        Quorum::start_keyed(size, hosts, false)
+    }
+
+    /// [`Quorum::start_for`], with `key_value=hash` on the fence device and in every agent's
+    /// configuration when `hash_keys`.
+    fn start_keyed(size: usize, hosts: usize, hash_keys: bool) -> anyhow::Result<Quorum> {
         ensure!((3..=5).contains(&size), "a quorum cluster has 3 to 5 nodes");
         let t = Topology::iscsi(LUNS)?;
         t.settle()?;
         let installed = install(FenceAgent::FencePr)?;
         let mut q = Quorum {
             members: Vec::new(),
+            hash_keys,
             t,
             _installed: installed,
         };
@@ -145,8 +162,9 @@ impl Quorum {
         q.in_node(
             0,
             &format!(
-                "LAB_HOSTS='{}' bash {SOURCES}/cluster-config.sh fence_pr",
-                hosts.join(" ")
+                "LAB_HOSTS='{}' LAB_KEY_VALUE={} bash {SOURCES}/cluster-config.sh fence_pr",
+                hosts.join(" "),
+                if hash_keys { "hash" } else { "" }
             ),
         )?
         .ok()?;
@@ -240,6 +258,7 @@ impl Quorum {
             devices,
             initiator,
             child: None,
+            hash_keys: self.hash_keys,
         };
         let ns = m.netns();
         let host_end = format!("lab-qv{}", m.position + 1);
@@ -283,6 +302,7 @@ impl Quorum {
             .env("LAB_COROSYNC_CONF", "/run/lab/quorum-corosync.conf")
             .env("LAB_PRFENCE", crate::INSTALLED_PRFENCE)
             .env("LAB_NODE_AGENT", "lab")
+            .env("LAB_KEY_VALUE", if m.hash_keys { "hash" } else { "" })
             .env("PATH", node_path())
             .stdin(Stdio::null())
             .spawn()
@@ -303,9 +323,15 @@ impl Quorum {
     }
 
     fn agent_state(&self, index: usize) -> Option<String> {
+        self.agent_status(index)?["state"]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// Member `index`'s agent status document, as `/run/prfence/status.json` holds it.
+    fn agent_status(&self, index: usize) -> Option<serde_json::Value> {
         let run = self.in_node(index, "cat /run/prfence/status.json").ok()?;
-        let status: serde_json::Value = serde_json::from_str(&run.stdout).ok()?;
-        status["state"].as_str().map(str::to_owned)
+        serde_json::from_str(&run.stdout).ok()
     }
 
     /// True once every process of member `index` is gone.
@@ -736,6 +762,24 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
     ensure!(write == WriteOutcome::Refused, "node4's write: {write:?}");
     let named = std::fs::read_to_string(&node4_log)?.contains(&q.members[2].initiator);
     ensure!(named, "node4's refusal does not name node3's initiator");
+    // node4's agent sees its key listed (node3's registrations) under no path of its own: not
+    // armed, or it would self-fence when node3's reboot takes that key away
+    q.wait(
+        "node4's agent not armed on node3's registrations of its key",
+        SETTLE,
+        Duration::from_millis(500),
+        |q| {
+            Ok(q.agent_status(node4).is_some_and(|s| {
+                s["state"] == "degraded"
+                    && (0..LUNS).all(|l| {
+                        s["lus"][l]["verdict"]
+                            .as_str()
+                            .is_some_and(|v| v.contains("none of this node's paths holds it"))
+                    })
+            }))
+        },
+    )?;
+    println!("  node4's agent: not armed, degraded, its key listed under no path of its own");
     println!(
         "  node4 added at position 2: its unfencing by Pacemaker refused {} after its start, \
          naming node3's initiator, which holds {node3_key:#x}; nothing of node4's registered, \
@@ -765,6 +809,13 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
         SETTLE,
         Duration::from_millis(500),
         |q| {
+            // never unfenced, node4's agent has nothing to self-fence on
+            if let Some(state) = q.agent_state(node4) {
+                ensure!(
+                    state != "fenced",
+                    "node4's agent self-fenced, never unfenced"
+                );
+            }
             let node3_rekeyed = (0..LUNS).try_fold(true, |all, l| {
                 Ok::<bool, anyhow::Error>(all && q.keys(l)?.contains(&(2, new_key)))
             })?;
@@ -812,6 +863,142 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
     println!(
         "  then node3 fenced through Pacemaker: done, node1's and node4's keys alone on every LU"
     );
+    Ok(())
+}
+
+/// Issue 45: with fence_pr's `key_value=hash` (and the agents' `key_value = "hash"`), a key comes
+/// from the node's name, so membership changes move nobody's key. node2 fenced and removed: node1's
+/// and node3's keys stay as they were, node3's status is ON with the key it holds, the agents stay
+/// healthy; node4 added: Pacemaker unfences it with its own key, and nothing else changes; a fence of
+/// node3 then removes node3's key alone. Judged on the target's registrations.
+fn with_hash_keys_a_node_removed_and_one_added_move_no_other_key() -> anyhow::Result<()> {
+    let mut q = Quorum::start_keyed(3, 4, true)?;
+    let keys: Vec<u64> = (0..3)
+        .map(|i| q.members[i].key())
+        .collect::<Result<_, _>>()?;
+    let tag = derived_key_at(0)? >> 16;
+    ensure!(
+        keys.iter().all(|&k| k >> 16 == tag) && keys[0] != keys[2],
+        "hash keys {keys:x?}: the cluster's tag, one per node"
+    );
+    // 1. node2 fenced and removed, as docs/operations.md has it
+    let fenced = q.in_node(0, "stonith_admin --fence node2 --timeout 120")?;
+    ensure!(
+        fenced.code() == 0,
+        "stonith_admin --fence node2: {}{}",
+        fenced.stdout,
+        fenced.stderr
+    );
+    q.wait(
+        "node2's key gone, no other",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| q.registered_exactly(&[0, 2]),
+    )?;
+    q.wait(
+        "node2 down (its agent)",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| Ok(q.is_down(1)),
+    )?;
+    let conf = q.corosync_conf_without(&[1]);
+    std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
+    for index in [0, 2] {
+        q.in_node(
+            index,
+            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
+        )?
+        .ok()?;
+    }
+    q.in_node(0, "corosync-cfgtool -R && crm_node --force --remove node2")?
+        .ok()?;
+    let devices = "/dev/disk/by-id/lab-lun0,/dev/disk/by-id/lab-lun1";
+    let status = q.in_node(
+        0,
+        &format!("fence_pr --action=status --plug=node3 --key-value=hash --devices={devices}"),
+    )?;
+    ensure!(
+        status.code() == 0 && q.registered_exactly(&[0, 2])?,
+        "after node2's removal: fence_pr status of node3 exit {} (0 is ON): {}{}",
+        status.code(),
+        status.stdout,
+        status.stderr
+    );
+    for index in [0, 2] {
+        ensure!(
+            q.agent_state(index).as_deref() == Some("healthy"),
+            "node{}'s agent after the removal: {:?}",
+            index + 1,
+            q.agent_status(index)
+        );
+    }
+    println!(
+        "  node2 fenced and removed: node1's {:#x} and node3's {:#x} unchanged on every LU, \
+         node3's status ON, both agents healthy",
+        keys[0], keys[2]
+    );
+    // 2. node4 added: unfenced with its own key; nothing else moves
+    let node4 = q.add_member(3)?;
+    let conf = q.corosync_conf_without(&[1]);
+    std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
+    for index in [0, 2] {
+        q.in_node(
+            index,
+            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
+        )?
+        .ok()?;
+    }
+    q.in_node(0, "corosync-cfgtool -R")?.ok()?;
+    let joined = Instant::now();
+    q.boot(node4)?;
+    let node4_key = q.members[node4].key()?;
+    ensure!(
+        !keys.contains(&node4_key),
+        "node4's hash key {node4_key:#x} is another's"
+    );
+    let took = q.wait(
+        "node4 unfenced with its own key, nothing else changed",
+        SETTLE,
+        Duration::from_millis(500),
+        |q| q.registered_exactly(&[0, 2, node4]),
+    )?;
+    q.wait(
+        "node4's agent healthy",
+        SETTLE,
+        Duration::from_millis(500),
+        |q| Ok(q.agent_state(node4).as_deref() == Some("healthy")),
+    )?;
+    for index in [0, 2] {
+        ensure!(
+            q.agent_state(index).as_deref() == Some("healthy"),
+            "node{}'s agent after node4 joined: {:?}",
+            index + 1,
+            q.agent_status(index)
+        );
+    }
+    println!(
+        "  node4 added: unfenced by Pacemaker with {node4_key:#x} {} after its start ({} after \
+         the reload), no other key changed, every agent healthy",
+        crate::secs(took),
+        crate::secs(joined.elapsed())
+    );
+    // 3. a fence of node3 removes node3's key alone
+    let run = q.in_node(0, "stonith_admin --fence node3 --timeout 60")?;
+    ensure!(
+        run.code() == 0,
+        "stonith_admin --fence node3: {}{}",
+        run.stdout,
+        run.stderr
+    );
+    q.wait(
+        "node3's key gone, node1's and node4's alone",
+        SETTLE,
+        Duration::from_millis(250),
+        |q| q.registered_exactly(&[0, node4]),
+    )?;
+    let write = write_to(&q.members[2].devices[0], 7, &block_data("node3, fenced"));
+    ensure!(write == WriteOutcome::Refused, "node3's write: {write:?}");
+    println!("  then node3 fenced through Pacemaker: its key alone gone, its write refused");
     Ok(())
 }
 
