@@ -61,6 +61,16 @@ pub const SUITE: Suite = Suite {
     reproducers: &[],
 };
 
+/// The 16-LU comparison on Debian 13 nodes: fence_scsi 4.16 and sg3_utils 1.48 beside the same
+/// prfence binary (issue 45), on Debian 13's kernel.
+pub const SUITE_DEBIAN13: Suite = Suite {
+    name: "bench_debian13",
+    kernel: GuestKernel::Suite("trixie"),
+    root: GuestRoot::Suite("trixie"),
+    long: crate::tests![performance_16_luns],
+    ..SUITE
+};
+
 /// CPU time and memory of one measured job.
 struct Cost {
     cpu: Duration,

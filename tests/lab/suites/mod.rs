@@ -42,4 +42,5 @@ pub const ALL: &[Suite] = &[
     multipath::SUITE_DEBIAN13,
     cluster::SUITE_DEBIAN13,
     quorum::SUITE_DEBIAN13,
+    bench::SUITE_DEBIAN13,
 ];
