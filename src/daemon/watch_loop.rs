@@ -5,9 +5,9 @@
 //! Arming: the agent judges nothing until one of this node's paths has been seen holding our key
 //! on every LU ([`ArmCheck`]: listed is not enough, a node deriving the same key lists it too;
 //! fence_pr's unfencing registers it when the cluster starts; fence_scsi_check likewise checks
-//! only devices that were unfenced). Until then a missing key is "waiting for registration", the hardware
-//! watchdog is not opened, and nothing is fenced. A node fenced while its agent was down is still
-//! refused by the target (P5); it is only not stopped by the agent.
+//! only devices that were unfenced). Until then a missing key is "waiting for registration",
+//! the hardware watchdog is not opened, and nothing is fenced. A node fenced while its agent was
+//! down is still refused by the target (P5); it is only not stopped by the agent.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
