@@ -44,7 +44,10 @@ pub const SUITE: Suite = Suite {
     root: GuestRoot::Host,
     budget: Duration::from_secs(45 * 60),
     tests: TESTS,
-    long: crate::tests![fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds],
+    long: crate::tests![
+        fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds,
+        quick_start_then_a_rolling_upgrade
+    ],
     reproducers: &[],
 };
 
@@ -60,7 +63,11 @@ pub const SUITE_DEBIAN13: Suite = Suite {
     kernel: GuestKernel::Suite("trixie"),
     root: GuestRoot::Suite("trixie"),
     tests: &[],
-    long: TESTS,
+    long: crate::tests![
+        quick_start_as_written,
+        fence_scsi_cluster_migrated_to_fence_pr_failover_rejoin_split_brain,
+        quick_start_then_a_rolling_upgrade
+    ],
     ..SUITE
 };
 
@@ -563,13 +570,22 @@ impl Cluster {
 
     /// True when `node` runs its prfence agent (the watch that self-fences it).
     fn runs_agent(&self, node: Node) -> bool {
+        !self.prfence_agent_pids(node).is_empty()
+    }
+
+    /// The PIDs of `node`'s `prfence agent` processes.
+    fn prfence_agent_pids(&self, node: Node) -> Vec<String> {
         let procs = std::fs::read_to_string(cgroup(node).join("cgroup.procs")).unwrap_or_default();
-        procs.lines().any(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-                args.len() > 1 && args[0].ends_with(b"prfence") && args[1] == b"agent"
+        procs
+            .lines()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+                    args.len() > 1 && args[0].ends_with(b"prfence") && args[1] == b"agent"
+                })
             })
-        })
+            .map(str::to_owned)
+            .collect()
     }
 
     /// The state `node`'s agent last wrote to its status file (`healthy` once its key is on
@@ -1508,6 +1524,17 @@ impl Drop for Restore {
 /// enabled agent, Pacemaker unfences it, and both agents watch again. Only `NODES` and `LUS` are
 /// set by the test, as README asks an admin to.
 fn quick_start_as_written() -> anyhow::Result<()> {
+    quick_start(|_, _| Ok(()))
+}
+
+/// Long tier: README's quick start, then a rolling upgrade as docs/operations.md writes it.
+fn quick_start_then_a_rolling_upgrade() -> anyhow::Result<()> {
+    quick_start(rolling_upgrade)
+}
+
+/// README's quick start as written ([`quick_start_as_written`]), then `then` on the cluster it
+/// left (both nodes unfenced, both agents healthy), given the package's directory.
+fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::Result<()> {
     use crate::doc_blocks::{README, Where, blocks, site_values};
     let blocks = blocks(README, "quick-start").map_err(anyhow::Error::msg)?;
     let steps: Vec<Where> = blocks.iter().map(|(w, _)| *w).collect();
@@ -1665,6 +1692,161 @@ fn quick_start_as_written() -> anyhow::Result<()> {
         "  node2 back: unfenced by Pacemaker and both agents healthy {} after its power-on",
         crate::secs(restart.elapsed())
     );
+    then(&mut c, &deb_dir)
+}
+
+/// Installs the package at its path again when dropped, then gives the files dpkg and apt wrote
+/// their times back (the same package, the same files: the next test finds the guest as it was).
+struct ReinstallOnDrop(PathBuf, crate::residue::WrittenTimes);
+
+impl Drop for ReinstallOnDrop {
+    fn drop(&mut self) {
+        let _ = crate::run("dpkg", ["-i", &self.0.display().to_string()]);
+        self.1.restore();
+    }
+}
+
+/// Issue 45: a rolling upgrade of a running cluster, as docs/operations.md has it: the new package
+/// installed, its `--check-config` on the kept configuration, the agent restarted and seen
+/// `healthy` on one node before the next. The next release is stood in for by the same package
+/// with a higher version (`+next1`), and the nodes share one root, so the install on node1 is the
+/// install on both (node2's is a reinstall); the restarts are each node's own. Judged on the
+/// target (both keys on every LU at every poll, 250 ms apart), the nodes (neither goes down, no
+/// fencing in Pacemaker's history) and the agents (a new process on the new binary, healthy).
+fn rolling_upgrade(c: &mut Cluster, deb_dir: &Path) -> anyhow::Result<()> {
+    let built = std::fs::read_dir(deb_dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .context("no .deb in the package's directory")?;
+    // Where both nodes see it (each node has its own /run).
+    let next = Path::new("/var/tmp/prfence_next.deb");
+    let _next = crate::RemoveOnDrop::new(next);
+    // The guest's package as it was, put back afterwards (dpkg -i downgrades), so that a later
+    // quick start installs onto what it expects.
+    let _installed = ReinstallOnDrop(built.clone(), crate::residue::WrittenTimes::take());
+    crate::run(
+        "sh",
+        [
+            "-c",
+            &format!(
+                "dir=$(mktemp -d) && dpkg-deb -R {built} $dir/p && \
+                 sed -i 's/^Version: .*/&+next1/' $dir/p/DEBIAN/control && \
+                 dpkg-deb --root-owner-group -Znone -b $dir/p {next} >/dev/null; \
+                 status=$?; rm -rf $dir; exit $status",
+                built = built.display(),
+                next = next.display()
+            ),
+        ],
+    )?
+    .ok()?;
+    let version = crate::run("dpkg-deb", ["-f", &next.display().to_string(), "Version"])?
+        .ok()?
+        .stdout
+        .trim()
+        .to_owned();
+    let history = |c: &Cluster| -> anyhow::Result<String> {
+        Ok(c.in_node(Node::A, "stonith_admin --history '*'")?.stdout)
+    };
+    let fenced_before = history(c)?;
+    for node in Node::BOTH {
+        let old_pids = c.prfence_agent_pids(node);
+        // docs/operations.md's steps, one node at a time
+        let script = format!(
+            "set -eu\nexport PATH={}\ncd /var/tmp\n\
+             dpkg -i ./prfence_next.deb\n\
+             prfence agent --config /etc/prfence/agent.toml --check-config\n\
+             echo restart at $(date +%s.%N)\n\
+             systemctl restart prfence-agent\n\
+             until grep -q '\"state\": \"healthy\"' /run/prfence/status.json; do sleep 1; done\n\
+             echo healthy at $(date +%s.%N)\n",
+            node_path()
+        );
+        let started = Instant::now();
+        let mut polls = 0u32;
+        let run = std::thread::scope(|scope| -> anyhow::Result<crate::CommandRun> {
+            let admin = scope.spawn(|| c.in_node_cgroup(node, &script));
+            while !admin.is_finished() {
+                polls += 1;
+                ensure!(
+                    c.registered_exactly(&Node::BOTH)?,
+                    "during {}'s upgrade, {} s in: the LUs hold {:?} and {:?}, not both keys",
+                    node.cluster_name(),
+                    crate::secs(started.elapsed()),
+                    c.keys(0)?,
+                    c.keys(1)?
+                );
+                ensure!(
+                    Node::BOTH.iter().all(|&n| !c.is_down(n)),
+                    "a node went down during {}'s upgrade",
+                    node.cluster_name()
+                );
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            admin
+                .join()
+                .map_err(|_| anyhow::anyhow!("the admin's thread panicked"))?
+        })?;
+        let took = started.elapsed();
+        ensure!(
+            run.code() == 0,
+            "{}'s upgrade: exit {}:\n{}{}",
+            node.cluster_name(),
+            run.code(),
+            indent(&run.stdout),
+            indent(&run.stderr)
+        );
+        let at = |what: &str| -> Option<f64> {
+            run.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(what))
+                .and_then(|t| t.trim().parse().ok())
+        };
+        let unwatched = at("healthy at ")
+            .zip(at("restart at "))
+            .map(|(b, a)| b - a)
+            .context("the script's times")?;
+        let new_pids = c.prfence_agent_pids(node);
+        ensure!(
+            !new_pids.is_empty() && new_pids.iter().all(|p| !old_pids.contains(p)),
+            "{}'s agent was not restarted: {old_pids:?} then {new_pids:?}",
+            node.cluster_name()
+        );
+        for pid in &new_pids {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+            ensure!(
+                !exe.display().to_string().ends_with("(deleted)"),
+                "{}'s agent {pid} runs a replaced binary: {}",
+                node.cluster_name(),
+                exe.display()
+            );
+        }
+        ensure!(
+            c.registered_exactly(&Node::BOTH)?
+                && Node::BOTH
+                    .iter()
+                    .all(|&n| c.agent_state(n).as_deref() == Some("healthy")),
+            "after {}'s upgrade",
+            node.cluster_name()
+        );
+        println!(
+            "  {}: installed {version}, --check-config, restarted: healthy {unwatched:.1} s after \
+             the restart began, {} after the install began (both keys on every LU at all {polls} \
+             polls)",
+            node.cluster_name(),
+            crate::secs(took)
+        );
+    }
+    let installed = c
+        .in_node(Node::B, "dpkg-query -W -f '${Version}' prfence")?
+        .stdout;
+    ensure!(installed == version, "dpkg says {installed}, not {version}");
+    let fenced_after = history(c)?;
+    ensure!(
+        fenced_after == fenced_before,
+        "Pacemaker fenced during the upgrade:\n{fenced_after}"
+    );
+    println!("  no fencing in Pacemaker's history, neither node down; {installed} installed");
     Ok(())
 }
 
