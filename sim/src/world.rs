@@ -1190,6 +1190,7 @@ impl World {
                             paths,
                             paths_changed: false,
                             generation: keys.generation,
+                            probe_failed: false,
                         })
                     }
                     None => Err(prfence::daemon::failure::CommandFailure::Unreachable),

@@ -82,6 +82,10 @@ pub struct LuKeys {
     /// (our probes and every other node's included), so it is looked at only while a path is
     /// found unregistered, to see a repair that left the count as it was.
     pub generation: u32,
+    /// A probe of the paths was asked for and no path answered it: the block PR ioctls that
+    /// change a reservation need CAP_SYS_ADMIN, which the packaged unit does not grant, so on
+    /// NVMe under it no probe is ever made.
+    pub probe_failed: bool,
 }
 
 /// One LU's result for this tick.
@@ -359,7 +363,7 @@ fn judge(
             return Verdict::Lu(LuVerdict::WaitingForRegistration);
         };
         match lu.arm_check.judge(now, config.own_key, keys) {
-            Arming::Held => {
+            Arming::Held | Arming::ListedUnprobed => {
                 lu.armed = true;
                 lu.last_good = now;
             }
@@ -486,6 +490,10 @@ pub enum Arming {
     HeldElsewhere,
     /// One of this node's paths holds our key: the LU can be judged.
     Held,
+    /// Listed, and no path of this node can be probed (see [`LuKeys::probe_failed`]): judged on
+    /// the key as listed, as before probes existed. Only the check that another node does not
+    /// hold the same key is lost.
+    ListedUnprobed,
 }
 
 impl ArmCheck {
@@ -511,6 +519,9 @@ impl ArmCheck {
             } else {
                 Arming::HeldElsewhere
             };
+        }
+        if keys.probe_failed {
+            return Arming::ListedUnprobed;
         }
         let Some((at, held)) = self.probed else {
             return Arming::Probe;
@@ -560,6 +571,7 @@ mod tests {
                 }]),
                 paths_changed: false,
                 generation: 0,
+                probe_failed: false,
             }),
         }
     }
@@ -590,6 +602,7 @@ mod tests {
                 paths: Some(probed),
                 paths_changed: false,
                 generation: 0,
+                probe_failed: false,
             }),
         }
     }
@@ -607,6 +620,7 @@ mod tests {
                 paths: None,
                 paths_changed: false,
                 generation: 0,
+                probe_failed: false,
             }),
         }
     }
@@ -735,6 +749,7 @@ mod tests {
                 path_count: 2,
                 paths_changed: false,
                 generation: 0,
+                probe_failed: false,
                 paths: Some(vec![
                     ProbedPath {
                         path: PathId("sdb".into()),
@@ -1054,6 +1069,7 @@ mod tests {
             paths,
             paths_changed: false,
             generation,
+            probe_failed: false,
         }
     }
 
@@ -1118,5 +1134,15 @@ mod tests {
         // The key gone and back: probed afresh.
         assert_eq!(check.judge(at(75), OURS, &not_listed), Arming::NotListed);
         assert_eq!(check.judge(at(76), OURS, &listed(8, None)), Arming::Probe);
+        // No path can be probed (NVMe under the packaged unit: EPERM): judged on the key as
+        // listed, as before probes existed, rather than never armed.
+        let unprobeable = LuKeys {
+            probe_failed: true,
+            ..listed(8, None)
+        };
+        assert_eq!(
+            check.judge(at(77), OURS, &unprobeable),
+            Arming::ListedUnprobed
+        );
     }
 }

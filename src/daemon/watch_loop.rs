@@ -44,6 +44,8 @@ pub(super) struct LuCheck {
     preempted_unit_attention: bool,
     /// Per-path registration, when probed.
     registrations: Option<Vec<ProbedPath>>,
+    /// A probe was wanted and no path answered it ([`LuKeys::probe_failed`]).
+    probe_failed: bool,
 }
 
 /// Whether a check probes an LU's paths after its READ KEYS.
@@ -89,7 +91,8 @@ async fn check_lu(
         ),
         Err(e) => (Err(e), false),
     };
-    let registrations = if keys.as_ref().is_ok_and(|k| probe.wanted(k, key)) {
+    let wanted = keys.as_ref().is_ok_and(|k| probe.wanted(k, key));
+    let registrations = if wanted {
         let mut probes = JoinSet::new();
         for (index, path) in paths.iter().enumerate().filter(|(_, p)| p.spec.live) {
             let (exec, path) = (Arc::clone(&exec), path.clone());
@@ -129,6 +132,7 @@ async fn check_lu(
     LuCheck {
         keys,
         preempted_unit_attention,
+        probe_failed: wanted && registrations.is_none(),
         registrations,
     }
 }
@@ -173,6 +177,7 @@ pub(super) async fn check_all(
                             .iter()
                             .any(Event::is_registration_preempted),
                         registrations: None,
+                        probe_failed: false,
                     },
                 );
                 continue;
@@ -192,6 +197,7 @@ pub(super) async fn check_all(
                     keys: Err(e),
                     preempted_unit_attention: false,
                     registrations: None,
+                    probe_failed: false,
                 },
             );
             continue;
@@ -228,6 +234,7 @@ pub(super) async fn check_all(
                 )),
                 preempted_unit_attention: false,
                 registrations: None,
+                probe_failed: false,
             })
         })
         .collect()
@@ -254,6 +261,7 @@ fn observations(
                     paths: check.registrations.clone(),
                     paths_changed: paths_changed(lu, check),
                     generation: keys.generation,
+                    probe_failed: check.probe_failed,
                 }),
                 Err(e) => Err(CommandFailure::of(e)),
             },
@@ -518,6 +526,7 @@ impl WatchDriver<'_> {
     /// a missing capability, a dead path) and is said at error level at once.
     fn arm_if_ready(&mut self, checks: &[LuCheck], key: Key, now: Instant) -> bool {
         let mut causes: Vec<(usize, NotArmed)> = Vec::new();
+        let mut unprobed = Vec::new();
         for (index, check) in checks.iter().enumerate() {
             let cause = match &check.keys {
                 Ok(keys) => {
@@ -527,6 +536,7 @@ impl WatchDriver<'_> {
                         paths: check.registrations.clone(),
                         paths_changed: false,
                         generation: keys.generation,
+                        probe_failed: check.probe_failed,
                     };
                     let Some(arm_check) = self.run.arm_checks.get_mut(index) else {
                         continue;
@@ -537,6 +547,10 @@ impl WatchDriver<'_> {
                     }
                     match arming {
                         Arming::Held => continue,
+                        Arming::ListedUnprobed => {
+                            unprobed.push(index);
+                            continue;
+                        }
                         Arming::NotListed => NotArmed::Unregistered,
                         Arming::Probe | Arming::Pending => NotArmed::Checking,
                         Arming::HeldElsewhere => NotArmed::HeldElsewhere,
@@ -553,7 +567,17 @@ impl WatchDriver<'_> {
         let Some(config) = self.agent.settings.watch_config(key) else {
             return false;
         };
-        tracing::info!(%key, "our key is held on every LU by this node's paths: armed");
+        for index in unprobed {
+            if let Some(lu) = self.agent.table.lus.get(index) {
+                tracing::warn!(
+                    lu = %lu.name,
+                    "no path could be probed for its registration (on NVMe the block PR ioctls \
+                     need CAP_SYS_ADMIN): armed on our key as READ KEYS lists it, without \
+                     checking that it is this node's registration"
+                );
+            }
+        }
+        tracing::info!(%key, "our key is held on every LU: armed");
         self.run.state = Some(WatchState::new(
             config,
             self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
