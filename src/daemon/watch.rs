@@ -490,8 +490,8 @@ pub enum Arming {
     HeldElsewhere,
     /// One of this node's paths holds our key: the LU can be judged.
     Held,
-    /// Listed, and no path of this node can be probed (see [`LuKeys::probe_failed`]): judged on
-    /// the key as listed, as before probes existed. Only the check that another node does not
+    /// Listed, no path of this node could be probed (see [`LuKeys::probe_failed`]) and none
+    /// ever was since the key was listed: judged on the key as listed, as before probes existed. Only the check that another node does not
     /// hold the same key is lost.
     ListedUnprobed,
 }
@@ -520,7 +520,9 @@ impl ArmCheck {
                 Arming::HeldElsewhere
             };
         }
-        if keys.probe_failed {
+        // Never looked at: judged on the key as listed. Looked at before: that finding stands
+        // (a probe that fails once must not arm a node the last one found holding nothing).
+        if keys.probe_failed && self.probed.is_none() {
             return Arming::ListedUnprobed;
         }
         let Some((at, held)) = self.probed else {
@@ -1143,6 +1145,15 @@ mod tests {
         assert_eq!(
             check.judge(at(77), OURS, &unprobeable),
             Arming::ListedUnprobed
+        );
+        // But a failed probe after one that found no path holding the key keeps that finding.
+        assert_eq!(
+            check.judge(at(78), OURS, &listed(8, probed(false))),
+            Arming::HeldElsewhere
+        );
+        assert_eq!(
+            check.judge(at(79), OURS, &unprobeable),
+            Arming::HeldElsewhere
         );
     }
 }
