@@ -2256,15 +2256,7 @@ fn an_agent_arms_only_on_its_key_held_by_its_own_paths() -> anyhow::Result<()> {
         before.len() == 2 && before.iter().all(|(i, k)| *k == 0xa && *i != a_name),
         "node B's sessions alone should hold 0xa: {before:?}"
     );
-    let config = watch_config(
-        t.node(Node::A).devices(),
-        "0xa",
-        500,
-        "grace = \"3s\"",
-        "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
-        "",
-    );
-    let mut agent = AgentProcess::start("a", &config)?;
+    let mut agent = AgentProcess::start("a", &staying_config_a(&t))?;
     let start = Instant::now();
     let says_why = |agent: &AgentProcess| {
         agent.status().is_some_and(|s| {
@@ -2329,18 +2321,22 @@ fn an_agent_arms_only_on_its_key_held_by_its_own_paths() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Node A's agent, healthy: checks every 500 ms, `grace` 3 s, and a self-fence that runs a hook
-/// (`/bin/true`) and stays (`exit = false`), so that its status can be read afterwards.
-fn staying_agent_a(t: &Topology) -> anyhow::Result<AgentProcess> {
-    let config = watch_config(
+/// [`staying_agent_a`]'s configuration.
+fn staying_config_a(t: &Topology) -> String {
+    watch_config(
         t.node(Node::A).devices(),
         "0xa",
         500,
         "grace = \"3s\"",
         "exit = false\ncommand_timeout = \"1s\"\ncommand = [\"/bin/true\"]",
         "",
-    );
-    let mut agent = AgentProcess::start("a", &config)?;
+    )
+}
+
+/// Node A's agent, healthy: checks every 500 ms, `grace` 3 s, and a self-fence that runs a hook
+/// (`/bin/true`) and stays (`exit = false`), so that its status can be read afterwards.
+fn staying_agent_a(t: &Topology) -> anyhow::Result<AgentProcess> {
+    let mut agent = AgentProcess::start("a", &staying_config_a(t))?;
     agent.wait_state("healthy", Duration::from_secs(30))?;
     Ok(agent)
 }

@@ -226,6 +226,50 @@ impl Quorum {
         )
     }
 
+    /// The corosync.conf without node2, written to node1's and node3's /etc/corosync and to the
+    /// one the nodes booted from now read; nothing reloaded.
+    fn write_corosync_conf_without_node2(&self) -> anyhow::Result<()> {
+        let conf = self.corosync_conf_without(&[1]);
+        std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
+        for index in [0, 2] {
+            self.in_node(
+                index,
+                &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
+            )?
+            .ok()?;
+        }
+        Ok(())
+    }
+
+    /// node2 fenced through Pacemaker (its key alone leaves every LU, its agent takes it down),
+    /// then taken out of corosync (node1's and node3's corosync.conf, a reload) and Pacemaker,
+    /// as docs/operations.md has it and `pcs cluster node remove` does.
+    fn fence_and_remove_node2(&self) -> anyhow::Result<()> {
+        let fenced = self.in_node(0, "stonith_admin --fence node2 --timeout 120")?;
+        ensure!(
+            fenced.code() == 0,
+            "stonith_admin --fence node2: {}{}",
+            fenced.stdout,
+            fenced.stderr
+        );
+        self.wait(
+            "node2's key gone, no other",
+            SETTLE,
+            Duration::from_millis(250),
+            |q| q.registered_exactly(&[0, 2]),
+        )?;
+        self.wait(
+            "node2 down (its agent)",
+            SETTLE,
+            Duration::from_millis(250),
+            |q| Ok(q.is_down(1)),
+        )?;
+        self.write_corosync_conf_without_node2()?;
+        self.in_node(0, "corosync-cfgtool -R && crm_node --force --remove node2")?
+            .ok()?;
+        Ok(())
+    }
+
     /// The bridge the members' links meet on, in the guest's root namespace.
     fn bridge(&self) -> anyhow::Result<()> {
         crate::run("modprobe", ["-a", "veth", "bridge"])?.ok()?;
@@ -627,38 +671,8 @@ fn three_nodes_the_majority_fences_the_node_cut_off() -> anyhow::Result<()> {
 fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_hold()
 -> anyhow::Result<()> {
     let mut q = Quorum::start_for(3, 4)?;
-    // 1. node2 fenced first (its key leaves every LU), as the docs have it
-    let fenced = q.in_node(0, "stonith_admin --fence node2 --timeout 120")?;
-    ensure!(
-        fenced.code() == 0,
-        "stonith_admin --fence node2: {}{}",
-        fenced.stdout,
-        fenced.stderr
-    );
-    q.wait(
-        "node2's key gone",
-        SETTLE,
-        Duration::from_millis(250),
-        |q| q.registered_exactly(&[0, 2]),
-    )?;
-    q.wait(
-        "node2 down (its agent)",
-        SETTLE,
-        Duration::from_millis(250),
-        |q| Ok(q.is_down(1)),
-    )?;
-    // 2. taken out of corosync (each remaining node's corosync.conf, then a reload) and
-    // Pacemaker, as `pcs cluster node remove` does
-    let conf = q.corosync_conf_without(&[1]);
-    for index in [0, 2] {
-        q.in_node(
-            index,
-            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
-        )?
-        .ok()?;
-    }
-    q.in_node(0, "corosync-cfgtool -R && crm_node --force --remove node2")?
-        .ok()?;
+    // 1.-2. node2 fenced and removed, as the docs have it
+    q.fence_and_remove_node2()?;
     let nodelist = q.in_node(2, "corosync-cmapctl nodelist")?.ok()?.stdout;
     ensure!(
         nodelist.contains("nodelist.node.1.name (str) = node3") && !nodelist.contains("node2"),
@@ -724,15 +738,7 @@ fn a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_h
     // 4. node4 added now takes position 2, whose key node3 still holds: its unfencing must
     // register nowhere (two nodes with one key cannot be fenced apart)
     let node4 = q.add_member(3)?;
-    let conf = q.corosync_conf_without(&[1]);
-    std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
-    for index in [0, 2] {
-        q.in_node(
-            index,
-            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
-        )?
-        .ok()?;
-    }
+    q.write_corosync_conf_without_node2()?;
     q.in_node(0, "corosync-cfgtool -R")?.ok()?;
     let joined = Instant::now();
     q.boot(node4)?;
@@ -882,36 +888,7 @@ fn with_hash_keys_a_node_removed_and_one_added_move_no_other_key() -> anyhow::Re
         "hash keys {keys:x?}: the cluster's tag, one per node"
     );
     // 1. node2 fenced and removed, as docs/operations.md has it
-    let fenced = q.in_node(0, "stonith_admin --fence node2 --timeout 120")?;
-    ensure!(
-        fenced.code() == 0,
-        "stonith_admin --fence node2: {}{}",
-        fenced.stdout,
-        fenced.stderr
-    );
-    q.wait(
-        "node2's key gone, no other",
-        SETTLE,
-        Duration::from_millis(250),
-        |q| q.registered_exactly(&[0, 2]),
-    )?;
-    q.wait(
-        "node2 down (its agent)",
-        SETTLE,
-        Duration::from_millis(250),
-        |q| Ok(q.is_down(1)),
-    )?;
-    let conf = q.corosync_conf_without(&[1]);
-    std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
-    for index in [0, 2] {
-        q.in_node(
-            index,
-            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
-        )?
-        .ok()?;
-    }
-    q.in_node(0, "corosync-cfgtool -R && crm_node --force --remove node2")?
-        .ok()?;
+    q.fence_and_remove_node2()?;
     let devices = "/dev/disk/by-id/lab-lun0,/dev/disk/by-id/lab-lun1";
     let status = q.in_node(
         0,
@@ -939,15 +916,7 @@ fn with_hash_keys_a_node_removed_and_one_added_move_no_other_key() -> anyhow::Re
     );
     // 2. node4 added: unfenced with its own key; nothing else moves
     let node4 = q.add_member(3)?;
-    let conf = q.corosync_conf_without(&[1]);
-    std::fs::write("/run/lab/quorum-corosync.conf", &conf)?;
-    for index in [0, 2] {
-        q.in_node(
-            index,
-            &format!("cat >/etc/corosync/corosync.conf <<'EOF'\n{conf}EOF"),
-        )?
-        .ok()?;
-    }
+    q.write_corosync_conf_without_node2()?;
     q.in_node(0, "corosync-cfgtool -R")?.ok()?;
     let joined = Instant::now();
     q.boot(node4)?;
