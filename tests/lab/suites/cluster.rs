@@ -57,7 +57,7 @@ const TESTS: &[crate::plan::Test] = crate::tests![
 ];
 
 /// The same tests on Debian 13 nodes (issue 45): Pacemaker 3.0, corosync 3.1.9, pcs 0.12,
-/// fence_scsi 4.16, Debian 13's kernel. Long tier, as `fence_debian13`.
+/// crmsh 5, fence_scsi 4.16, Debian 13's kernel. Long tier, as `fence_debian13`.
 pub const SUITE_DEBIAN13: Suite = Suite {
     name: "cluster_debian13",
     kernel: GuestKernel::Suite("trixie"),
@@ -66,6 +66,7 @@ pub const SUITE_DEBIAN13: Suite = Suite {
     long: crate::tests![
         quick_start_as_written,
         fence_scsi_cluster_migrated_to_fence_pr_failover_rejoin_split_brain,
+        fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds,
         quick_start_then_a_rolling_upgrade
     ],
     ..SUITE
