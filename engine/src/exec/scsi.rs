@@ -11,6 +11,8 @@
 //! - Everything else is classified into an [`ErrorKind`] and returned with the full evidence.
 //! - PR IN responses are never trusted for their length: when ADDITIONAL LENGTH says more data
 //!   exists than was allocated, the command is re-issued once with a larger (bounded) allocation.
+//! - A REGISTER keeps the LU's persist-through-power-loss state unless it asks for APTPL itself
+//!   ([`ScsiPr::keeping_ptpl`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,7 +23,8 @@ use sg_io::{
 };
 
 use crate::pr::{
-    self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, ReadKeys, ReadReservation,
+    self, Capabilities, DecodeError, FullStatus, PrInAction, PrOut, PrOutAction, ReadKeys,
+    ReadReservation,
 };
 use crate::transport::{
     Command, CommandError, ErrorKind, Event, Policy, PrAnswer, PrOutReport, PrRequest, PrTransport,
@@ -265,11 +268,43 @@ impl<D: ScsiDevice> ScsiPr<D> {
 const MAX_PR_IN_ROUNDS: usize = 4;
 
 impl<D: ScsiDevice> ScsiPr<D> {
+    /// The request with APTPL set when it registers a key without asking for APTPL and the LU
+    /// persists through power loss now (PTPL_A of REPORT CAPABILITIES, read just before); `None`
+    /// to send it as it is. Why: the APTPL bit of the last REGISTER or REGISTER AND IGNORE
+    /// EXISTING KEY decides for every registration of the LU whether it survives a power loss
+    /// (SPC-4's APTPL bit; LIO does so), so a REGISTER with APTPL=0 (an unfence, the agent's path
+    /// probe, a heal, a lease renewal) would silently undo another node's `aptpl=1`, and a target
+    /// restart would then forget every fence (LIO applies the bit of an unregister too). A target
+    /// that cannot report its capabilities has no state to read: the request is sent as asked.
+    fn keeping_ptpl(
+        &self,
+        request: &PrOut,
+        events: &mut Vec<Event>,
+    ) -> Result<Option<PrOut>, CommandError> {
+        let registers = matches!(
+            request.action,
+            PrOutAction::Register | PrOutAction::RegisterAndIgnoreExistingKey
+        );
+        if !registers || request.aptpl {
+            return Ok(None);
+        }
+        match self.pr_in(PrInAction::ReportCapabilities, Capabilities::decode, events) {
+            Ok(capabilities) if capabilities.ptpl_a => Ok(Some(request.clone().with_aptpl(true))),
+            Ok(_) => Ok(None),
+            Err(e) if matches!(e.kind, ErrorKind::NotSupported | ErrorKind::InvalidField) => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn pr_out_with(
         &self,
         request: &PrOut,
         events: &mut Vec<Event>,
     ) -> Result<PrOutReport, CommandError> {
+        let kept = self.keeping_ptpl(request, events)?;
+        let request = kept.as_ref().unwrap_or(request);
         let command = Command::PrOut(request.action);
         let encoded = request.encode().map_err(|e| {
             CommandError::without_completion(
@@ -458,6 +493,33 @@ mod tests {
             b: ScsiPr::new(ModelDevice::new(Arc::clone(&lu), nb, "/dev/sdb"), quick()),
             lu,
         }
+    }
+
+    /// Another node's REGISTER with APTPL made the LU persist through power loss: this node's
+    /// REGISTERs without APTPL (a first registration, a re-registration of the same key as the
+    /// agent's probe sends, an unregister) keep it so; with APTPL off they leave it off; asking
+    /// for APTPL still sets it.
+    #[test]
+    fn a_register_without_aptpl_keeps_the_lus_persistence() {
+        let s = setup(Quirks::lio());
+        let persists = || s.lu.lock().unwrap().aptpl();
+        s.b.pr_out(&PrOut::register_ignore(B)).unwrap();
+        s.a.pr_out(&PrOut::register(Key::ZERO, A)).unwrap();
+        assert!(!persists(), "off stays off");
+        s.b.pr_out(&PrOut::register(B, B).with_aptpl(true)).unwrap();
+        assert!(persists());
+        s.a.pr_out(&PrOut::register(A, A)).unwrap();
+        assert!(persists(), "the probe's re-registration turned APTPL off");
+        s.a.pr_out(&PrOut::unregister(A)).unwrap();
+        assert!(persists(), "an unregister turned APTPL off");
+        s.a.pr_out(&PrOut::register_ignore(A)).unwrap();
+        assert!(persists(), "a first registration turned APTPL off");
+        let caps = s.a.pr_in(
+            PrInAction::ReportCapabilities,
+            Capabilities::decode,
+            &mut Vec::new(),
+        );
+        assert!(caps.unwrap().ptpl_a);
     }
 
     #[test]

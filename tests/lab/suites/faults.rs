@@ -1570,8 +1570,9 @@ fn after_restart(t: &Topology, label: &str) -> anyhow::Result<[Ended; 3]> {
 /// The target restarts. Without APTPL it forgets every registration and the reservation:
 /// `status` says "registered on no LU" (2), the agent check is not healthy (3), `fence` finds
 /// this node fenced and touches nothing (4), and the target now takes anyone's writes. With
-/// APTPL (registrations made with it, LIO's files loaded back) nothing changed: status 0,
-/// agent 0, and the fence works (B's writes refused).
+/// APTPL (registrations made with it, then one made without it, as the agent's probe does, which
+/// keeps the LU's state; LIO's files loaded back) nothing changed: status 0, agent 0, and the
+/// fence works (B's writes refused).
 fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
     let t = Topology::iscsi(2)?;
     t.settle()?;
@@ -1619,6 +1620,10 @@ fn target_restart_forgets_or_keeps_pr_state() -> anyhow::Result<()> {
             0,
         )?;
     }
+    // Then A re-registers its key without --aptpl, as the node agent's path probe does: the bit
+    // of the last REGISTER applies to the whole LU, and prfence sends the LU's state along.
+    let a = hex(Node::A.key());
+    prfence_expect(&t, Node::A, &["register", "--key", &a, "--old-key", &a], 0)?;
     let before: Vec<Vec<u64>> = (0..2)
         .map(|l| keys_on(&t, l))
         .collect::<anyhow::Result<_>>()?;
