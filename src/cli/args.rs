@@ -144,7 +144,8 @@ pub struct Devices {
     /// still blocked in the kernel then is reported as timed out (default: twice --timeout).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub deadline: Option<Duration>,
-    /// Block (/dev/sdX), SCSI generic (/dev/sgN) or NVMe namespace (/dev/nvmeXnY) devices.
+    /// Block (/dev/sdX), SCSI generic (/dev/sgN) or NVMe namespace (/dev/nvmeXnY) devices; on a
+    /// dm-multipath map (/dev/mapper/NAME) the kernel passes the command to one of its paths.
     #[arg(required = true, value_name = "DEVICE")]
     pub devices: Vec<PathBuf>,
 }
@@ -177,7 +178,8 @@ pub struct Register {
     /// Replace whatever key this path has (REGISTER AND IGNORE EXISTING KEY).
     #[arg(long)]
     pub ignore_existing: bool,
-    /// Ask the target to keep registrations across power loss (APTPL).
+    /// Ask the target to keep registrations across power loss (APTPL). Without it the LU's
+    /// current state is kept: prfence reads it (REPORT CAPABILITIES) and sends it along.
     #[arg(long)]
     pub aptpl: bool,
     /// Register on every target port of this initiator (ALL_TG_PT).
@@ -199,8 +201,8 @@ pub struct Unregister {
     /// The registration was made with ALL_TG_PT (LIO refuses to remove it otherwise).
     #[arg(long)]
     pub all_target_ports: bool,
-    /// Keep persist-through-power-loss active for the LU's remaining registrations (LIO turns
-    /// APTPL off on any REGISTER sent without it).
+    /// Turn persist-through-power-loss on for the LU's remaining registrations. Without it the
+    /// LU's current state is kept (a REGISTER's APTPL bit applies to the whole LU).
     #[arg(long)]
     pub aptpl: bool,
     #[command(flatten)]
@@ -301,7 +303,8 @@ Exit status:
   3   --once found a problem (see the JSON)
   86  fenced (self_fence.exit_status)")]
 pub struct AgentArgs {
-    /// The agent's TOML configuration (see packaging/prfence-agent.toml).
+    /// The agent's TOML configuration (every setting: `man prfence-agent.toml`; the package
+    /// installs a commented one as /etc/prfence/agent.toml).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
     /// Validate the configuration and exit.

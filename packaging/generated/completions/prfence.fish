@@ -72,7 +72,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand register" -l transport-i
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l ignore-existing -d 'Replace whatever key this path has (REGISTER AND IGNORE EXISTING KEY)'
-complete -c prfence -n "__fish_prfence_using_subcommand register" -l aptpl -d 'Ask the target to keep registrations across power loss (APTPL)'
+complete -c prfence -n "__fish_prfence_using_subcommand register" -l aptpl -d 'Ask the target to keep registrations across power loss (APTPL). Without it the LU\'s current state is kept: prfence reads it (REPORT CAPABILITIES) and sends it along'
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l all-target-ports -d 'Register on every target port of this initiator (ALL_TG_PT)'
 complete -c prfence -n "__fish_prfence_using_subcommand register" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand register" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
@@ -81,7 +81,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l key -d 'T
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l deadline -d 'Overall deadline in seconds for all devices together; a device whose open or command is still blocked in the kernel then is reported as timed out (default: twice --timeout)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l all-target-ports -d 'The registration was made with ALL_TG_PT (LIO refuses to remove it otherwise)'
-complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l aptpl -d 'Keep persist-through-power-loss active for the LU\'s remaining registrations (LIO turns APTPL off on any REGISTER sent without it)'
+complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l aptpl -d 'Turn persist-through-power-loss on for the LU\'s remaining registrations. Without it the LU\'s current state is kept (a REGISTER\'s APTPL bit applies to the whole LU)'
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand unregister" -s h -l help -d 'Print help'
@@ -146,7 +146,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand status" -l timeout -d 'P
 complete -c prfence -n "__fish_prfence_using_subcommand status" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand status" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand status" -s h -l help -d 'Print help'
-complete -c prfence -n "__fish_prfence_using_subcommand agent" -l config -d 'The agent\'s TOML configuration (see packaging/prfence-agent.toml)' -r -F
+complete -c prfence -n "__fish_prfence_using_subcommand agent" -l config -d 'The agent\'s TOML configuration (every setting: `man prfence-agent.toml`; the package installs a commented one as /etc/prfence/agent.toml)' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l status-file -d 'Write the status as JSON to FILE after every check (atomically replaced)' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand agent" -l check-config -d 'Validate the configuration and exit'
