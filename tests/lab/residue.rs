@@ -272,6 +272,24 @@ impl WrittenTimes {
     }
 }
 
+/// Installs the package at its path again when dropped, then gives the files dpkg and apt wrote
+/// their times back (the same package, the same files: the next test finds the guest as it was).
+pub struct ReinstallOnDrop(std::path::PathBuf, WrittenTimes);
+
+impl ReinstallOnDrop {
+    /// Takes the times now: create it before the test changes the installation.
+    pub fn new(deb: &Path) -> ReinstallOnDrop {
+        ReinstallOnDrop(deb.to_path_buf(), WrittenTimes::take())
+    }
+}
+
+impl Drop for ReinstallOnDrop {
+    fn drop(&mut self) {
+        let _ = crate::run("dpkg", ["-i", &self.0.display().to_string()]);
+        self.1.restore();
+    }
+}
+
 fn collect_times(
     upper: &Path,
     shown: &Path,

@@ -192,9 +192,25 @@ fn stage(root: &Path, binary: &Binary, stage: &Path, unit_dir: &str) -> anyhow::
     Ok(())
 }
 
-/// Every path in the staged tree, `/`-rooted, directories included.
+/// Every file and link in the staged tree, `/`-rooted, sorted (no directories).
 fn staged_files(stage: &Path) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
+    Ok(staged(stage)?.0)
+}
+
+/// The staged tree's directories that are the package's own (named for it: /etc/prfence,
+/// /usr/share/doc/prfence and below), `/`-rooted, sorted; the others (/usr/sbin, /usr/share/man…)
+/// belong to the system.
+fn own_dirs(stage: &Path) -> anyhow::Result<Vec<String>> {
+    Ok(staged(stage)?
+        .1
+        .into_iter()
+        .filter(|d| d.contains(NAME))
+        .collect())
+}
+
+/// (files and links, directories) of the staged tree, each `/`-rooted and sorted.
+fn staged(stage: &Path) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (mut files, mut dirs_seen) = (Vec::new(), Vec::new());
     let mut dirs = vec![stage.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir)? {
@@ -202,13 +218,15 @@ fn staged_files(stage: &Path) -> anyhow::Result<Vec<String>> {
             let rel = format!("/{}", path.strip_prefix(stage)?.display());
             if path.is_dir() && !path.is_symlink() {
                 dirs.push(path);
+                dirs_seen.push(rel);
             } else {
-                out.push(rel);
+                files.push(rel);
             }
         }
     }
-    out.sort();
-    Ok(out)
+    files.sort();
+    dirs_seen.sort();
+    Ok((files, dirs_seen))
 }
 
 /// Cargo's target dir: `CARGO_TARGET_DIR`, a relative one taken from the workspace root as the
@@ -223,6 +241,9 @@ fn out_dir(root: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
+
+/// The link `systemctl enable prfence-agent` makes (the unit's `WantedBy=multi-user.target`).
+const ENABLED_LINK: &str = "/etc/systemd/system/multi-user.target.wants/prfence-agent.service";
 
 /// The .deb: staged tree + DEBIAN/{control,conffiles,postinst,prerm,postrm,md5sums}, written to
 /// `out` (default `target/packages`). The release package is checked with lintian (no errors
@@ -283,9 +304,17 @@ pub fn deb(root: &Path, binary: &Binary, out: Option<&Path>) -> anyhow::Result<P
         b"#!/bin/sh\nset -e\nif [ -d /run/systemd/system ] && [ \"$1\" = remove ]; then\n\tdeb-systemd-invoke stop prfence-agent.service >/dev/null || true\nfi\n",
         0o755,
     )?;
+    // remove keeps the admin's configuration, the enable link included (a reinstall finds the
+    // agent enabled as it was); purge takes the link `systemctl enable` made, which would point
+    // at a unit no longer there, and the unit's runtime directory (RuntimeDirectoryPreserve=yes).
     write(
         &debian.join("postrm"),
-        b"#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then\n\tsystemctl --system daemon-reload >/dev/null || true\nfi\n",
+        format!(
+            "#!/bin/sh\nset -e\nif [ \"$1\" = purge ]; then\n\trm -f {ENABLED_LINK}\n\trm -rf \
+             /run/prfence\nfi\nif [ -d /run/systemd/system ]; then\n\tsystemctl --system \
+             daemon-reload >/dev/null || true\nfi\n"
+        )
+        .as_bytes(),
         0o755,
     )?;
     let mut sums = Vec::new();
@@ -372,7 +401,11 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
         std::fs::remove_dir_all(&top)?;
     }
     std::fs::create_dir_all(top.join("SPECS"))?;
-    let mut list = String::new();
+    // The package owns its own directories, so that erasing it removes them.
+    let mut list: String = own_dirs(&tree)?
+        .iter()
+        .map(|d| format!("%dir {d}\n"))
+        .collect();
     for file in &files {
         let line = if file == &format!("/{CONFFILE}") {
             format!("%config(noreplace) %attr(0600,root,root) {file}\n")
@@ -388,9 +421,9 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
          URL: https://example.invalid/prfence\n\n%description\n{DESCRIPTION}\n\n\
          %install\ncp -a {}/. %{{buildroot}}/\n\n\
          %post\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
-         %preun\nif [ $1 -eq 0 ] && [ -d /run/systemd/system ]; then systemctl stop prfence-agent.service >/dev/null 2>&1 || :; fi\n\n\
+         %preun\nif [ $1 -eq 0 ]; then systemctl --no-reload disable --now prfence-agent.service >/dev/null 2>&1 || :; rm -rf /run/prfence; fi\n\n\
          %postun\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
-         %files\n%dir /etc/prfence\n{list}",
+         %files\n{list}",
         tree.display()
     );
     let spec_path = top.join("SPECS/prfence.spec");
@@ -414,13 +447,23 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
     let built = top.join(format!("RPMS/{arch}/{NAME}-{VERSION}-1.{arch}.rpm"));
     let rpm = out.join(built.file_name().context("rpm name")?);
     std::fs::rename(&built, &rpm).with_context(|| format!("moving {}", built.display()))?;
-    same_files(root, &rpm)?;
+    same_files(root, &rpm, &own_dirs(&tree)?)?;
     Ok(rpm)
 }
 
 /// The .rpm's files are the .deb's but for the unit directory (both are staged by one function;
-/// this proves it from the packages themselves).
-fn same_files(root: &Path, rpm: &Path) -> anyhow::Result<()> {
+/// this proves it from the packages themselves); `dirs`, the directories the .rpm owns, are
+/// left out of its list as the .deb's directories are out of the .deb's.
+fn same_files(root: &Path, rpm: &Path, dirs: &[String]) -> anyhow::Result<()> {
+    let listed = run(Command::new("rpm").arg("-qlp").arg(rpm))?;
+    let missing: Vec<&String> = dirs
+        .iter()
+        .filter(|d| !listed.lines().any(|l| l == d.as_str()))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "the .rpm does not own its directories {missing:?}"
+    );
     let out = out_dir(root)?;
     let debs: Vec<PathBuf> = std::fs::read_dir(&out)?
         .filter_map(Result::ok)
@@ -443,9 +486,9 @@ fn same_files(root: &Path, rpm: &Path) -> anyhow::Result<()> {
                 .replacen(DEB_UNIT_DIR, RPM_UNIT_DIR, 1)
         })
         .collect();
-    let rpm_list: Vec<String> = run(Command::new("rpm").arg("-qlp").arg(rpm))?
+    let rpm_list: Vec<String> = listed
         .lines()
-        .filter(|l| *l != "/etc/prfence")
+        .filter(|l| !dirs.iter().any(|d| d == l))
         .map(str::to_owned)
         .collect();
     let (mut d, mut r) = (deb_list, rpm_list);

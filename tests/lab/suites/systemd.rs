@@ -27,6 +27,7 @@ pub const SUITE: Suite = Suite {
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,
+        the_package_removes_then_purges_to_nothing_on_an_enabled_node,
         a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status,
         a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it,
         // ends the guest: the last test of the last suite of its guest
@@ -330,6 +331,95 @@ fn the_packaged_unit_starts_reloads_restarts_and_stops_disarmed() -> anyhow::Res
         secs(start.elapsed())
     );
     drop(restore);
+    Ok(())
+}
+
+/// The link `systemctl enable` makes for the unit (its `WantedBy=multi-user.target`).
+const ENABLED_LINK: &str = "/etc/systemd/system/multi-user.target.wants/prfence-agent.service";
+
+/// Issue 46: the .deb's life on a node where the admin enabled the agent, as piuparts checks a
+/// package, with docs/packages.md's commands (`-y` added: no one answers apt's question here):
+/// `apt-get remove` takes every file but the configuration; `apt-get purge` then leaves no
+/// file, directory or link of the package's, the enable link included (a dangling link there
+/// made systemd warn at every boot). Judged on the file system and on dpkg's and systemd's own
+/// view. The package is installed again afterwards, as the suite found it.
+fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Result<()> {
+    let deb = PathBuf::from(std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?);
+    let _restore = Restore::take()?;
+    let _reinstall = crate::residue::ReinstallOnDrop::new(&deb);
+    let listed = crate::run("dpkg", ["-L", "prfence"])?.ok()?.stdout;
+    // What is the package's alone: its files and links, and the directories named for it (the
+    // others, /usr/share/man and such, belong to every package that puts a file there).
+    let owned: Vec<PathBuf> = listed
+        .lines()
+        .map(PathBuf::from)
+        .filter(|p| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir())
+                || p.to_string_lossy().contains("prfence")
+        })
+        .collect();
+    ensure!(
+        owned.iter().any(|p| p.ends_with("usr/sbin/prfence"))
+            && owned.iter().any(|p| p.ends_with("etc/prfence")),
+        "dpkg -L prfence lists no binary or /etc/prfence: {listed}"
+    );
+    systemctl(&["enable", UNIT])?;
+    ensure!(
+        std::fs::symlink_metadata(ENABLED_LINK).is_ok(),
+        "systemctl enable made no {ENABLED_LINK}"
+    );
+    let left = |paths: &[PathBuf]| -> Vec<String> {
+        paths
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_ok())
+            .map(|p| p.display().to_string())
+            .collect()
+    };
+    crate::run("apt-get", ["remove", "-y", "prfence"])?.ok()?;
+    let status = crate::run("dpkg-query", ["-W", "-f", "${Status}", "prfence"])?.stdout;
+    ensure!(
+        status.trim() == "deinstall ok config-files",
+        "after apt-get remove, dpkg says {status:?}"
+    );
+    let kept: Vec<PathBuf> = owned
+        .iter()
+        .filter(|p| !p.starts_with("/etc/prfence"))
+        .cloned()
+        .collect();
+    ensure!(
+        left(&kept).is_empty(),
+        "apt-get remove left {:?}",
+        left(&kept)
+    );
+    ensure!(
+        std::path::Path::new(CONFIG).exists(),
+        "apt-get remove took the configuration {CONFIG}"
+    );
+    println!("  apt-get remove: every file gone but {CONFIG}");
+    crate::run("apt-get", ["purge", "-y", "prfence"])?.ok()?;
+    let mut after: Vec<PathBuf> = owned.clone();
+    after.extend([PathBuf::from(ENABLED_LINK), PathBuf::from(RUNTIME_DIR)]);
+    ensure!(
+        left(&after).is_empty(),
+        "apt-get purge left {:?}",
+        left(&after)
+    );
+    let status = crate::run("dpkg-query", ["-W", "-f", "${Status}", "prfence"])?;
+    ensure!(
+        status.code() != 0 || status.stdout.trim() == "unknown ok not-installed",
+        "after apt-get purge, dpkg says {:?}",
+        status.stdout
+    );
+    let files = crate::run("systemctl", ["list-unit-files", "--no-legend", UNIT])?.stdout;
+    ensure!(
+        files.trim().is_empty(),
+        "systemd still lists {UNIT} after the purge: {files}"
+    );
+    println!(
+        "  apt-get purge: none of the package's {} files, directories and links left, nor the \
+         enable link; systemd lists no {UNIT}",
+        owned.len()
+    );
     Ok(())
 }
 
