@@ -115,6 +115,8 @@ fn the_quick_start_configures_an_agent_that_watches_the_key_its_fence_device_reg
         "[fence_pr]",
         "[devices=/dev/mapper/mpatha,/dev/mapper/mpathb]",
         "[pcmk_host_list=node1 node2]",
+        // the registrations outlive a target's power loss (docs/pacemaker.md)
+        "[aptpl=1]",
         "[meta] [provides=unfencing]",
     ] {
         assert!(create.contains(arg), "{arg} missing: {create}");
@@ -125,11 +127,11 @@ fn the_quick_start_configures_an_agent_that_watches_the_key_its_fence_device_reg
     );
     for call in [
         "systemctl [enable] [--now] [prfence-agent]",
-        "pcs [property] [set] [stonith-enabled=true]",
+        "pcs [property] [set] [stonith-enabled=true] [stonith-action=off] [fence-reaction=panic]",
         "prfence [capabilities] [/dev/mapper/mpatha] [/dev/mapper/mpathb]",
         "prfence [agent] [--config]",
         "[--once]",
-        "prfence [doctor] [--key]",
+        "prfence [doctor] [--config]",
     ] {
         assert!(calls.contains(call), "{call} not run: {calls}");
     }

@@ -111,6 +111,22 @@ impl TargetLu {
         read_file(self.backstore.join("pr").join(name))
     }
 
+    /// The keys LIO saved for a power loss: those of the registrations made with APTPL, from
+    /// `<dbroot>/pr/aptpl_<serial>` (`sa_res_key=`, decimal), in the file's order.
+    pub fn aptpl_saved_keys(&self) -> anyhow::Result<Vec<u64>> {
+        aptpl_records(&self.serial)?
+            .iter()
+            .map(|record| {
+                let key = record
+                    .split(',')
+                    .find_map(|field| field.strip_prefix("sa_res_key="))
+                    .with_context(|| format!("no sa_res_key in the APTPL record {record:?}"))?;
+                key.parse()
+                    .with_context(|| format!("sa_res_key {key:?} in {record:?}"))
+            })
+            .collect()
+    }
+
     /// The target's registrations for this LU (`pr/res_pr_registered_i_pts`).
     pub fn registrations(&self) -> anyhow::Result<Vec<TargetRegistration>> {
         let text = self.pr_file("res_pr_registered_i_pts")?;

@@ -6,8 +6,8 @@
 //!   out as a Debian and an RPM package in `target/packages/`.
 //! - `cargo xtask deb --binary PATH --out DIR`: the same .deb around a binary built already (the
 //!   lab installs the binary under test this way), without lintian.
-//! - `cargo xtask perf LOG`: README's performance table and `docs/performance.svg` from a lab
-//!   log of the bench suite (README, "Performance").
+//! - `cargo xtask perf LOG`: docs/performance.md's table and `docs/performance.svg` from a lab
+//!   log of the bench suite (docs/performance.md).
 
 mod completions;
 mod man;

@@ -5,7 +5,7 @@
 //!
 //! - `performance_*`: unfence, fence (both key orders) and status by fence_pr, fence_scsi and
 //!   `prfence`, and the floor, on N LUs x 1 or 2 paths. Each prints a table and `perf-data` lines
-//!   that `cargo xtask perf` turns into README's table and plot (README, "Performance").
+//!   that `cargo xtask perf` turns into docs/performance.md's table and plot.
 //! - `watch_cost_*`: `prfence agent` in watch mode at a 1 s interval, next to the floor's READ KEYS
 //!   loop over the same LUs and fence-agents' `fence_scsi_check` run once a second as the watchdog
 //!   daemon runs it.

@@ -46,7 +46,8 @@ pub const SUITE: Suite = Suite {
     tests: TESTS,
     long: crate::tests![
         fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds,
-        quick_start_then_a_rolling_upgrade
+        quick_start_then_a_rolling_upgrade,
+        quick_start_then_back_to_fence_scsi
     ],
     reproducers: &[],
 };
@@ -67,7 +68,8 @@ pub const SUITE_DEBIAN13: Suite = Suite {
         quick_start_as_written,
         fence_scsi_cluster_migrated_to_fence_pr_failover_rejoin_split_brain,
         fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds,
-        quick_start_then_a_rolling_upgrade
+        quick_start_then_a_rolling_upgrade,
+        quick_start_then_back_to_fence_scsi
     ],
     ..SUITE
 };
@@ -1533,6 +1535,110 @@ fn quick_start_then_a_rolling_upgrade() -> anyhow::Result<()> {
     quick_start(rolling_upgrade)
 }
 
+/// Issue 46: README's quick start, then docs/pacemaker.md's way back to fence_scsi as written.
+fn quick_start_then_back_to_fence_scsi() -> anyhow::Result<()> {
+    quick_start(back_to_fence_scsi)
+}
+
+/// docs/pacemaker.md's "Going back to fence_scsi" blocks as written on the quick start's cluster:
+/// the fence_scsi device created and taken up by both fencers, fence_pr's deleted, the agents
+/// disabled and stopped, the target's keys unchanged after every block; then a fence through
+/// fence_scsi removes node2's key alone, and Pacemaker's log names the fence_scsi device.
+fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
+    use crate::doc_blocks::{PACEMAKER, Where, blocks, site_values};
+    let blocks = blocks(PACEMAKER, "rollback").map_err(anyhow::Error::msg)?;
+    let site = site_values(PACEMAKER, "## Going back to fence_scsi").map_err(anyhow::Error::msg)?;
+    let options = site
+        .lines()
+        .find_map(|l| l.strip_prefix("OPTIONS="))
+        .and_then(|v| v.split('"').nth(1))
+        .with_context(|| format!("docs/pacemaker.md's way back sets no OPTIONS: {site}"))?;
+    ensure!(
+        site.contains("NODES=") && site.contains("LUS="),
+        "docs/pacemaker.md's way back no longer sets NODES and LUS: {site}"
+    );
+    let values = format!(
+        "NODES=\"node1 node2\"\nLUS=\"{}\"\nOPTIONS=\"{options}\"\n",
+        site_lus()
+    );
+    let start = Instant::now();
+    for (step, (at, body)) in blocks.iter().enumerate() {
+        let nodes: &[Node] = match at {
+            Where::EveryNode => &Node::BOTH,
+            Where::OneNode => &[Node::A],
+        };
+        for &node in nodes {
+            let run = c.in_node_cgroup(node, &format!("set -eu\n{values}{body}"))?;
+            ensure!(
+                run.code() == 0,
+                "way-back block {} on {}: exit {}:\n{}{}\n--- the block:\n{body}",
+                step + 1,
+                node.cluster_name(),
+                run.code(),
+                run.stdout,
+                run.stderr
+            );
+            ensure!(
+                c.registered_exactly(&Node::BOTH)?,
+                "after way-back block {} on {}: {:?} {:?}",
+                step + 1,
+                node.cluster_name(),
+                c.keys(0)?,
+                c.keys(1)?
+            );
+        }
+    }
+    let fenced_by = FenceAgent::FenceScsi.device();
+    for node in Node::BOTH {
+        let run = c.in_node(node, "stonith_admin --list-registered")?.ok()?;
+        let devices: Vec<&str> = run.stdout.split_whitespace().collect();
+        ensure!(
+            devices.contains(&fenced_by) && !devices.contains(&FenceAgent::FencePr.device()),
+            "{}'s fencer has {devices:?}",
+            node.cluster_name()
+        );
+        ensure!(
+            !c.runs_agent(node),
+            "{}: the prfence agent still runs after `systemctl disable --now`",
+            node.cluster_name()
+        );
+    }
+    // Pacemaker unfences with the new device (fence_scsi registers the key already there): the
+    // fence below comes after that transition
+    c.in_node(Node::A, "crm_resource --wait --timeout=120s")?
+        .ok()?;
+    ensure!(
+        c.registered_exactly(&Node::BOTH)?,
+        "after Pacemaker took up {fenced_by}: {:?} {:?}",
+        c.keys(0)?,
+        c.keys(1)?
+    );
+    println!(
+        "  back to fence_scsi in {}: {fenced_by} on both fencers, fence_pr's device gone, both \
+         agents stopped, the target's keys unchanged",
+        crate::secs(start.elapsed())
+    );
+    let run = c.in_node_cgroup(Node::A, "pcs stonith fence node2 --off")?;
+    ensure!(
+        run.code() == 0,
+        "pcs stonith fence node2 --off: exit {}:\n{}{}",
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    c.wait("node2's key gone, node1's kept", SETTLE, |c| {
+        c.registered_exactly(&[Node::A])
+    })?;
+    let log = std::fs::read_to_string(logs(Node::A).join("pacemaker.log")).unwrap_or_default();
+    ensure!(
+        log.lines()
+            .any(|l| l.contains("targeting node2 using") && l.contains(fenced_by)),
+        "node1's Pacemaker log names no fence of node2 by {fenced_by}"
+    );
+    println!("  node2 fenced by fence_scsi ({fenced_by}): its key alone gone from every LU");
+    Ok(())
+}
+
 /// README's quick start as written ([`quick_start_as_written`]), then `then` on the cluster it
 /// left (both nodes unfenced, both agents healthy), given the package's directory.
 fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::Result<()> {
@@ -1624,6 +1730,19 @@ fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::R
         crate::secs(took),
         crate::secs(armed)
     );
+    // README's `aptpl=1`: the target keeps both registrations through a power loss.
+    if blocks[1].1.contains("aptpl=1") {
+        let want = [derived_key(Node::A)?, derived_key(Node::B)?];
+        for lun in 0..2 {
+            let saved = c.t.lu(lun).aptpl_saved_keys()?;
+            ensure!(
+                want.iter().all(|k| saved.contains(k)),
+                "LU {lun}: the target saved the keys {saved:x?} for a power loss, not both of \
+                 {want:x?}"
+            );
+        }
+        println!("  the target saved both keys on every LU for a power loss (APTPL)");
+    }
     no_pr_out_while_healthy(
         &c.t,
         &c.t.node(Node::A).devices()[0],
@@ -1696,17 +1815,6 @@ fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::R
     then(&mut c, &deb_dir)
 }
 
-/// Installs the package at its path again when dropped, then gives the files dpkg and apt wrote
-/// their times back (the same package, the same files: the next test finds the guest as it was).
-struct ReinstallOnDrop(PathBuf, crate::residue::WrittenTimes);
-
-impl Drop for ReinstallOnDrop {
-    fn drop(&mut self) {
-        let _ = crate::run("dpkg", ["-i", &self.0.display().to_string()]);
-        self.1.restore();
-    }
-}
-
 /// Issue 45: a rolling upgrade of a running cluster, as docs/operations.md has it: the new package
 /// installed, its `--check-config` on the kept configuration, the agent restarted and seen
 /// `healthy` on one node before the next. The next release is stood in for by the same package
@@ -1725,7 +1833,7 @@ fn rolling_upgrade(c: &mut Cluster, deb_dir: &Path) -> anyhow::Result<()> {
     let _next = crate::RemoveOnDrop::new(next);
     // The guest's package as it was, put back afterwards (dpkg -i downgrades), so that a later
     // quick start installs onto what it expects.
-    let _installed = ReinstallOnDrop(built.clone(), crate::residue::WrittenTimes::take());
+    let _installed = crate::residue::ReinstallOnDrop::new(&built);
     crate::run(
         "sh",
         [
