@@ -338,8 +338,8 @@ fn the_packaged_unit_starts_reloads_restarts_and_stops_disarmed() -> anyhow::Res
 const ENABLED_LINK: &str = "/etc/systemd/system/multi-user.target.wants/prfence-agent.service";
 
 /// Issue 46: the .deb's life on a node where the admin enabled the agent, as piuparts checks a
-/// package, with docs/packages.md's commands (`-y` added: no one answers apt's question here):
-/// `apt-get remove` takes every file but the configuration; `apt-get purge` then leaves no
+/// package, with docs/packages.md's commands: `dpkg --remove` takes every file but the
+/// configuration; `dpkg --purge` then leaves no
 /// file, directory or link of the package's, the enable link included (a dangling link there
 /// made systemd warn at every boot). Judged on the file system and on dpkg's and systemd's own
 /// view. The package is installed again afterwards, as the suite found it.
@@ -349,12 +349,13 @@ fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Re
     let _reinstall = crate::residue::ReinstallOnDrop::new(&deb);
     let listed = crate::run("dpkg", ["-L", "prfence"])?.ok()?.stdout;
     // What is the package's alone: its files and links, and the directories named for it (the
-    // others, /usr/share/man and such, belong to every package that puts a file there).
+    // others, /usr/share/man and such, belong to every package that puts a file there; /lib is
+    // a link to one on a merged-/usr system).
     let owned: Vec<PathBuf> = listed
         .lines()
         .map(PathBuf::from)
         .filter(|p| {
-            std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir())
+            std::fs::metadata(p).is_ok_and(|m| !m.is_dir())
                 || p.to_string_lossy().contains("prfence")
         })
         .collect();
@@ -375,11 +376,11 @@ fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Re
             .map(|p| p.display().to_string())
             .collect()
     };
-    crate::run("apt-get", ["remove", "-y", "prfence"])?.ok()?;
+    crate::run("dpkg", ["--remove", "prfence"])?.ok()?;
     let status = crate::run("dpkg-query", ["-W", "-f", "${Status}", "prfence"])?.stdout;
     ensure!(
         status.trim() == "deinstall ok config-files",
-        "after apt-get remove, dpkg says {status:?}"
+        "after dpkg --remove, dpkg says {status:?}"
     );
     let kept: Vec<PathBuf> = owned
         .iter()
@@ -388,26 +389,26 @@ fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Re
         .collect();
     ensure!(
         left(&kept).is_empty(),
-        "apt-get remove left {:?}",
+        "dpkg --remove left {:?}",
         left(&kept)
     );
     ensure!(
         std::path::Path::new(CONFIG).exists(),
-        "apt-get remove took the configuration {CONFIG}"
+        "dpkg --remove took the configuration {CONFIG}"
     );
-    println!("  apt-get remove: every file gone but {CONFIG}");
-    crate::run("apt-get", ["purge", "-y", "prfence"])?.ok()?;
+    println!("  dpkg --remove: every file gone but {CONFIG}");
+    crate::run("dpkg", ["--purge", "prfence"])?.ok()?;
     let mut after: Vec<PathBuf> = owned.clone();
     after.extend([PathBuf::from(ENABLED_LINK), PathBuf::from(RUNTIME_DIR)]);
     ensure!(
         left(&after).is_empty(),
-        "apt-get purge left {:?}",
+        "dpkg --purge left {:?}",
         left(&after)
     );
     let status = crate::run("dpkg-query", ["-W", "-f", "${Status}", "prfence"])?;
     ensure!(
         status.code() != 0 || status.stdout.trim() == "unknown ok not-installed",
-        "after apt-get purge, dpkg says {:?}",
+        "after dpkg --purge, dpkg says {:?}",
         status.stdout
     );
     let files = crate::run("systemctl", ["list-unit-files", "--no-legend", UNIT])?.stdout;
@@ -416,7 +417,7 @@ fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Re
         "systemd still lists {UNIT} after the purge: {files}"
     );
     println!(
-        "  apt-get purge: none of the package's {} files, directories and links left, nor the \
+        "  dpkg --purge: none of the package's {} files, directories and links left, nor the \
          enable link; systemd lists no {UNIT}",
         owned.len()
     );
