@@ -1568,7 +1568,9 @@ fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
             Where::OneNode => &[Node::A],
         };
         for &node in nodes {
-            let run = c.in_node_cgroup(node, &format!("set -eu\n{values}{body}"))?;
+            // the lab's systemctl stands in for systemd's on these nodes, as in the quick start
+            let script = format!("set -eu\nexport PATH={}\n{values}{body}", node_path());
+            let run = c.in_node_cgroup(node, &script)?;
             ensure!(
                 run.code() == 0,
                 "way-back block {} on {}: exit {}:\n{}{}\n--- the block:\n{body}",
