@@ -571,6 +571,29 @@ impl Cluster {
             .unwrap_or(true)
     }
 
+    /// The fence devices `node`'s fencer holds (`stonith_admin --list-registered`).
+    fn fencer_devices(&self, node: Node) -> anyhow::Result<Vec<String>> {
+        let run = self
+            .in_node(node, "stonith_admin --list-registered")?
+            .ok()?;
+        Ok(run.stdout.split_whitespace().map(str::to_owned).collect())
+    }
+
+    /// Waits for Pacemaker's transition after a fence device changed (it unfences with the new
+    /// device, which finds each key registered), so that what follows comes after it, not into
+    /// it; then both keys must still be the target's, as before (`after` says after what).
+    fn settled_with_both_keys(&self, after: &str) -> anyhow::Result<()> {
+        self.in_node(Node::A, "crm_resource --wait --timeout=120s")?
+            .ok()?;
+        ensure!(
+            self.registered_exactly(&Node::BOTH)?,
+            "keys after {after}: {:?} {:?}",
+            self.keys(0)?,
+            self.keys(1)?
+        );
+        Ok(())
+    }
+
     /// True when `node` runs its prfence agent (the watch that self-fences it).
     fn runs_agent(&self, node: Node) -> bool {
         !self.prfence_agent_pids(node).is_empty()
@@ -1592,10 +1615,10 @@ fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
     }
     let fenced_by = FenceAgent::FenceScsi.device();
     for node in Node::BOTH {
-        let run = c.in_node(node, "stonith_admin --list-registered")?.ok()?;
-        let devices: Vec<&str> = run.stdout.split_whitespace().collect();
+        let devices = c.fencer_devices(node)?;
         ensure!(
-            devices.contains(&fenced_by) && !devices.contains(&FenceAgent::FencePr.device()),
+            devices.iter().any(|d| d == fenced_by)
+                && !devices.iter().any(|d| d == FenceAgent::FencePr.device()),
             "{}'s fencer has {devices:?}",
             node.cluster_name()
         );
@@ -1605,16 +1628,7 @@ fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
             node.cluster_name()
         );
     }
-    // Pacemaker unfences with the new device (fence_scsi registers the key already there): the
-    // fence below comes after that transition
-    c.in_node(Node::A, "crm_resource --wait --timeout=120s")?
-        .ok()?;
-    ensure!(
-        c.registered_exactly(&Node::BOTH)?,
-        "after Pacemaker took up {fenced_by}: {:?} {:?}",
-        c.keys(0)?,
-        c.keys(1)?
-    );
+    c.settled_with_both_keys(&format!("Pacemaker took up {fenced_by}"))?;
     println!(
         "  back to fence_scsi in {}: {fenced_by} on both fencers, fence_pr's device gone, both \
          agents stopped, the target's keys unchanged",
@@ -2044,8 +2058,7 @@ fn set_up_with_crmsh_and_fence(c: &Cluster, old: &str) -> anyhow::Result<()> {
     let registered = |c: &Cluster, device: &str| -> anyhow::Result<[bool; 2]> {
         let mut on = [false; 2];
         for node in Node::BOTH {
-            let run = c.in_node(node, "stonith_admin --list-registered")?.ok()?;
-            on[node.index()] = run.stdout.split_whitespace().any(|w| w == device);
+            on[node.index()] = c.fencer_devices(node)?.iter().any(|d| d == device);
         }
         Ok(on)
     };
@@ -2073,16 +2086,7 @@ fn set_up_with_crmsh_and_fence(c: &Cluster, old: &str) -> anyhow::Result<()> {
     c.wait_in_node(&format!("{device} registered by both fencers"), |c| {
         Ok(registered(c, device)? == [true; 2])
     })?;
-    // Pacemaker unfences with the new device (fence_pr finds each key registered): the fence
-    // below comes after that transition, not into it
-    c.in_node(Node::A, "crm_resource --wait --timeout=120s")?
-        .ok()?;
-    ensure!(
-        c.registered_exactly(&Node::BOTH)?,
-        "keys after the crmsh set-up: {:?} {:?}",
-        c.keys(0)?,
-        c.keys(1)?
-    );
+    c.settled_with_both_keys("the crmsh set-up")?;
     println!(
         "  crmsh: {old} deleted, {device} created by docs/pacemaker.md's crmsh block and taken up \
          by Pacemaker in {}; the target's keys unchanged",
