@@ -21,7 +21,7 @@ fn blocks() -> Result<Vec<(Where, String)>, String> {
 }
 
 fn site_values() -> Result<String, String> {
-    doc_blocks::site_values(README, "## Quick start")
+    doc_blocks::site_values(README, "quick-start")
 }
 
 fn write_executable(path: &Path, text: &str) {

@@ -1,11 +1,13 @@
-//! Command blocks of the docs that tests run as written: README.md's quick start and
-//! docs/pacemaker.md's fence_scsi → fence_pr migration, docs/agent.md's stop hook. A block is a ```sh block right after a
-//! marker `<!-- NAME: every node -->` or `<!-- NAME: one node -->`; the first ```sh block after
-//! the section's heading holds the site-specific values an admin sets first.
+//! Command blocks of the docs that tests run as written: README.md's quick start,
+//! docs/pacemaker.md's fence_scsi → fence_pr migration and way back, docs/agent.md's stop hook,
+//! docs/operations.md's cluster upgrade. A block is a ```sh block right after a
+//! marker `<!-- NAME: every node -->` or `<!-- NAME: one node -->`; the block after
+//! `<!-- NAME: site values -->` holds the site-specific values an admin sets first.
 
 pub const README: &str = include_str!("../../README.md");
 pub const PACEMAKER: &str = include_str!("../../docs/pacemaker.md");
 pub const AGENT: &str = include_str!("../../docs/agent.md");
+pub const OPERATIONS: &str = include_str!("../../docs/operations.md");
 
 /// Where a block runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,16 +42,17 @@ pub fn blocks(doc: &str, name: &str) -> Result<Vec<(Where, String)>, String> {
     Ok(blocks)
 }
 
-/// The site-specific values of the section under `heading`: its first ```sh block.
-pub fn site_values(doc: &str, heading: &str) -> Result<String, String> {
-    let start = doc
-        .find(heading)
-        .ok_or_else(|| format!("no heading {heading:?}"))?;
-    let rest = &doc[start..];
-    let block = rest
-        .find("```sh\n")
-        .ok_or_else(|| format!("{heading:?} has no block"))?
-        + "```sh\n".len();
-    let end = rest[block..].find("```").ok_or("an unterminated block")?;
-    Ok(rest[block..block + end].to_owned())
+/// The site-specific values the blocks marked `name` start from: the ```sh block after
+/// `<!-- NAME: site values -->`.
+pub fn site_values(doc: &str, name: &str) -> Result<String, String> {
+    let marker = format!("<!-- {name}: site values -->");
+    let mut lines = doc.lines().skip_while(|l| l.trim() != marker);
+    if lines.next().is_none() {
+        return Err(format!("no {marker}"));
+    }
+    if lines.next() != Some("```sh") {
+        return Err(format!("{marker} must precede a ```sh block"));
+    }
+    let body: Vec<&str> = lines.take_while(|l| *l != "```").collect();
+    Ok(body.join("\n") + "\n")
 }

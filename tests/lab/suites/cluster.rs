@@ -406,20 +406,7 @@ impl Cluster {
     /// a service started by `script` (the agent) is frozen and killed with its node. Killed
     /// after [`BLOCK_LIMIT`] (exit 124): an admin's command that hangs fails the test.
     fn in_node_cgroup(&self, node: Node, script: &str) -> anyhow::Result<crate::CommandRun> {
-        let pid = self.init_pid(node)?.to_string();
-        crate::run(
-            "sh",
-            [
-                "-c",
-                &format!(
-                    "echo $$ >{}/cgroup.procs && exec timeout {} nsenter -t {pid} -n -m -u -i -p \
-                     -r -w sh -c \"$0\"",
-                    cgroup(node).display(),
-                    BLOCK_LIMIT.as_secs()
-                ),
-                script,
-            ],
-        )
+        in_node_cgroup(&cgroup(node), self.init_pid(node)?, script)
     }
 
     /// Polls `done` every 500 ms until it holds; fails (with the nodes' logs) after `limit`.
@@ -601,17 +588,7 @@ impl Cluster {
 
     /// The PIDs of `node`'s `prfence agent` processes.
     fn prfence_agent_pids(&self, node: Node) -> Vec<String> {
-        let procs = std::fs::read_to_string(cgroup(node).join("cgroup.procs")).unwrap_or_default();
-        procs
-            .lines()
-            .filter(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-                    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-                    args.len() > 1 && args[0].ends_with(b"prfence") && args[1] == b"agent"
-                })
-            })
-            .map(str::to_owned)
-            .collect()
+        prfence_agent_pids(&cgroup(node))
     }
 
     /// The state `node`'s agent last wrote to its status file (`healthy` once its key is on
@@ -795,7 +772,7 @@ impl Cluster {
     }
 
     /// The fence agent processes (fence_pr or fence_scsi) running in `node`'s cgroup.
-    fn agent_pids(&self, node: Node) -> Vec<String> {
+    fn fence_agent_pids(&self, node: Node) -> Vec<String> {
         let procs = std::fs::read_to_string(cgroup(node).join("cgroup.procs")).unwrap_or_default();
         procs
             .lines()
@@ -910,6 +887,44 @@ pub(super) fn in_node_namespaces(init: u32, script: &str) -> anyhow::Result<crat
             "-t", &pid, "-n", "-m", "-u", "-i", "-p", "-r", "-w", "sh", "-c", script,
         ],
     )
+}
+
+/// [`in_node_namespaces`], from inside the node's cgroup `group`, as everything the node itself
+/// starts: a service started by `script` (the agent) is frozen and killed with its node. Killed
+/// after [`BLOCK_LIMIT`] (exit 124): an admin's command that hangs fails the test.
+pub(super) fn in_node_cgroup(
+    group: &Path,
+    init: u32,
+    script: &str,
+) -> anyhow::Result<crate::CommandRun> {
+    crate::run(
+        "sh",
+        [
+            "-c",
+            &format!(
+                "echo $$ >{}/cgroup.procs && exec timeout {} nsenter -t {init} -n -m -u -i -p -r \
+                 -w sh -c \"$0\"",
+                group.display(),
+                BLOCK_LIMIT.as_secs()
+            ),
+            script,
+        ],
+    )
+}
+
+/// The PIDs of the `prfence agent` processes in a node's cgroup `group`.
+pub(super) fn prfence_agent_pids(group: &Path) -> Vec<String> {
+    let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+    procs
+        .lines()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+                args.len() > 1 && args[0].ends_with(b"prfence") && args[1] == b"agent"
+            })
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// What a cluster adds to the guest besides its nodes, taken away when dropped: the counter's OCF
@@ -1116,7 +1131,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         before.1
     };
     // an agent already running at the freeze (a monitor, an unfencing) is not the fencing
-    let running_at_freeze = c.agent_pids(survivor);
+    let running_at_freeze = c.fence_agent_pids(survivor);
     let mut agent_seen = None;
     let mut fenced = None;
     let started;
@@ -1124,7 +1139,7 @@ fn failover(c: &Cluster, victim: Node, survivor: Node) -> anyhow::Result<Times> 
         let now = freeze.elapsed();
         if agent_seen.is_none()
             && fenced.is_none()
-            && c.agent_pids(survivor)
+            && c.fence_agent_pids(survivor)
                 .iter()
                 .any(|p| !running_at_freeze.contains(p))
         {
@@ -1555,7 +1570,7 @@ fn quick_start_as_written() -> anyhow::Result<()> {
 
 /// Long tier: README's quick start, then a rolling upgrade as docs/operations.md writes it.
 fn quick_start_then_a_rolling_upgrade() -> anyhow::Result<()> {
-    quick_start(rolling_upgrade)
+    quick_start(|c, deb_dir| rolling_upgrade(c, deb_dir))
 }
 
 /// Issue 46: README's quick start, then docs/pacemaker.md's way back to fence_scsi as written.
@@ -1570,7 +1585,7 @@ fn quick_start_then_back_to_fence_scsi() -> anyhow::Result<()> {
 fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
     use crate::doc_blocks::{PACEMAKER, Where, blocks, site_values};
     let blocks = blocks(PACEMAKER, "rollback").map_err(anyhow::Error::msg)?;
-    let site = site_values(PACEMAKER, "## Going back to fence_scsi").map_err(anyhow::Error::msg)?;
+    let site = site_values(PACEMAKER, "rollback").map_err(anyhow::Error::msg)?;
     let options = site
         .lines()
         .find_map(|l| l.strip_prefix("OPTIONS="))
@@ -1655,66 +1670,72 @@ fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// README's quick start, read and checked for the shape the lab runs (set-up on every node, the
+/// fence device on one, the armed check on every node, a test fence on one), with what it
+/// changes on the guest's shared root put back when dropped: the agent's configuration and the
+/// unit's wants/ link (the same on every node, as README has it).
+pub(super) struct QuickStart {
+    pub(super) blocks: Vec<(crate::doc_blocks::Where, String)>,
+    /// Where the package is: the blocks run there (`apt-get install -y ./prfence_…deb`).
+    pub(super) deb_dir: PathBuf,
+    _config: Restore,
+    _enabled: crate::RemoveOnDrop,
+}
+
+impl QuickStart {
+    pub(super) fn prepare() -> anyhow::Result<QuickStart> {
+        use crate::doc_blocks::{README, Where, blocks, site_values};
+        let blocks = blocks(README, "quick-start").map_err(anyhow::Error::msg)?;
+        let steps: Vec<Where> = blocks.iter().map(|(w, _)| *w).collect();
+        ensure!(
+            steps
+                == [
+                    Where::EveryNode,
+                    Where::OneNode,
+                    Where::EveryNode,
+                    Where::OneNode
+                ],
+            "README's quick start has the blocks {steps:?}; the lab runs set-up (every node), the \
+             fence device (one node), the armed check (every node) and a test fence (one node): \
+             change both together"
+        );
+        let site = site_values(README, "quick-start").map_err(anyhow::Error::msg)?;
+        ensure!(
+            site.contains("NODES=") && site.contains("LUS="),
+            "README's site values are no longer NODES and LUS: {site}"
+        );
+        let deb = PathBuf::from(std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?);
+        let deb_dir = deb
+            .parent()
+            .context("the package's directory")?
+            .to_path_buf();
+        Ok(QuickStart {
+            blocks,
+            deb_dir,
+            _config: Restore::file(Path::new("/etc/prfence/agent.toml")),
+            _enabled: crate::RemoveOnDrop::new(
+                "/etc/systemd/system/multi-user.target.wants/prfence-agent.service",
+            ),
+        })
+    }
+
+    /// README's two site-specific values for the lab's cluster of `names`.
+    pub(super) fn values(names: &[&str]) -> String {
+        format!("NODES=\"{}\"\nLUS=\"{}\"\n", names.join(" "), site_lus())
+    }
+}
+
 /// README's quick start as written ([`quick_start_as_written`]), then `then` on the cluster it
 /// left (both nodes unfenced, both agents healthy), given the package's directory.
 fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::Result<()> {
-    use crate::doc_blocks::{README, Where, blocks, site_values};
-    let blocks = blocks(README, "quick-start").map_err(anyhow::Error::msg)?;
-    let steps: Vec<Where> = blocks.iter().map(|(w, _)| *w).collect();
-    ensure!(
-        steps
-            == [
-                Where::EveryNode,
-                Where::OneNode,
-                Where::EveryNode,
-                Where::OneNode
-            ],
-        "README's quick start has the blocks {steps:?}; this test runs set-up (every node), the          fence device (one node), the armed check (every node) and a test fence (one node):          change both together"
-    );
-    let site = site_values(README, "## Quick start").map_err(anyhow::Error::msg)?;
-    ensure!(
-        site.contains("NODES=") && site.contains("LUS="),
-        "README's site values are no longer NODES and LUS: {site}"
-    );
-    let deb = PathBuf::from(std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?);
-    let deb_dir = deb
-        .parent()
-        .context("the package's directory")?
-        .to_path_buf();
-    // The config and the unit's wants/ link live on the guest's overlay, shared by both nodes
-    // (the same file on every node, as README has it): put back afterwards.
-    let _config = Restore::file(Path::new("/etc/prfence/agent.toml"));
-    let _enabled = crate::RemoveOnDrop::new(
-        "/etc/systemd/system/multi-user.target.wants/prfence-agent.service",
-    );
+    use crate::doc_blocks::Where;
+    let qs = QuickStart::prepare()?;
+    let (blocks, deb_dir) = (&qs.blocks, qs.deb_dir.clone());
     let mut c = Cluster::online(FenceAgent::FencePr, NodeAgent::Units)?;
-    let values = format!("NODES=\"node1 node2\"\nLUS=\"{}\"\n", site_lus());
+    let values = QuickStart::values(&Node::BOTH.map(Node::cluster_name));
     let run_block = |c: &Cluster, step: usize, node: Node| -> anyhow::Result<()> {
-        let body = &blocks[step].1;
-        let script = format!(
-            "set -eu\nexport PATH={}\ncd {}\n{values}{body}",
-            node_path(),
-            deb_dir.display()
-        );
-        let run = c.in_node_cgroup(node, &script)?;
-        let shown = format!("{}{}", run.stdout, run.stderr);
-        ensure!(
-            run.code() == 0,
-            "quick start block {} on {}: exit {} after {}:\n{}\n--- the block:\n{body}",
-            step + 1,
-            node.cluster_name(),
-            run.code(),
-            crate::secs(run.elapsed),
-            indent(&shown)
-        );
-        println!(
-            "  quick start block {} on {}: exit 0 in {}\n{}",
-            step + 1,
-            node.cluster_name(),
-            crate::secs(run.elapsed),
-            indent(shown.trim_end())
-        );
-        Ok(())
+        let what = format!("quick start block {}", step + 1);
+        run_doc_block(c, node.index(), &what, &deb_dir, &values, &blocks[step].1)
     };
     let nodes = |step: usize| -> &'static [Node] {
         match blocks[step].0 {
@@ -1831,20 +1852,105 @@ fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::R
     then(&mut c, &deb_dir)
 }
 
-/// Issue 45: a rolling upgrade of a running cluster, as docs/operations.md has it: the new package
-/// installed, its `--check-config` on the kept configuration, the agent restarted and seen
-/// `healthy` on one node before the next. The next release is stood in for by the same package
-/// with a higher version (`+next1`), and the nodes share one root, so the install on node1 is the
-/// install on both (node2's is a reinstall); the restarts are each node's own. Judged on the
-/// target (both keys on every LU at every poll, 250 ms apart), the nodes (neither goes down, no
-/// fencing in Pacemaker's history) and the agents (a new process on the new binary, healthy).
-fn rolling_upgrade(c: &mut Cluster, deb_dir: &Path) -> anyhow::Result<()> {
+/// Runs a docs block (`what`) as written on node `i`, in `dir`, after the site's `values`: `set
+/// -eu`, and the lab's PATH, whose systemctl stands in for systemd's. Prints what it printed;
+/// fails with it and the block.
+pub(super) fn run_doc_block(
+    c: &impl Nodes,
+    i: usize,
+    what: &str,
+    dir: &Path,
+    values: &str,
+    body: &str,
+) -> anyhow::Result<()> {
+    let script = format!(
+        "set -eu\nexport PATH={}\ncd {}\n{values}{body}",
+        node_path(),
+        dir.display()
+    );
+    let run = c.admin(i, &script)?;
+    let shown = format!("{}{}", run.stdout, run.stderr);
+    ensure!(
+        run.code() == 0,
+        "{what} on node{}: exit {} after {}:\n{}\n--- the block:\n{body}",
+        i + 1,
+        run.code(),
+        crate::secs(run.elapsed),
+        indent(&shown)
+    );
+    println!(
+        "  {what} on node{}: exit 0 in {}\n{}",
+        i + 1,
+        crate::secs(run.elapsed),
+        indent(shown.trim_end())
+    );
+    Ok(())
+}
+
+/// What docs' procedures need of a running lab cluster of any size: the cluster suite's two
+/// nodes ([`Cluster`]) and the quorum suite's three to five. Node `i` is corosync's `node<i+1>`.
+pub(super) trait Nodes {
+    /// How many nodes the cluster has.
+    fn count(&self) -> usize;
+    /// Runs `script` on node `i` as its admin does ([`in_node_cgroup`]).
+    fn admin(&self, i: usize, script: &str) -> anyhow::Result<crate::CommandRun>;
+    /// True when every LU holds every node's key and no other registration.
+    fn every_key_registered(&self) -> anyhow::Result<bool>;
+    /// What the LUs hold, for a failure's message.
+    fn registrations(&self) -> String;
+    /// True once every process of node `i` is gone.
+    fn node_down(&self, i: usize) -> bool;
+    /// The state node `i`'s agent last wrote to /run/prfence/status.json.
+    fn node_agent_state(&self, i: usize) -> Option<String>;
+    /// The PIDs of node `i`'s `prfence agent` processes.
+    fn node_agent_pids(&self, i: usize) -> Vec<String>;
+}
+
+impl Nodes for Cluster {
+    fn count(&self) -> usize {
+        Node::BOTH.len()
+    }
+
+    fn admin(&self, i: usize, script: &str) -> anyhow::Result<crate::CommandRun> {
+        self.in_node_cgroup(Node::BOTH[i], script)
+    }
+
+    fn every_key_registered(&self) -> anyhow::Result<bool> {
+        self.registered_exactly(&Node::BOTH)
+    }
+
+    fn registrations(&self) -> String {
+        format!("{:?} and {:?}", self.keys(0), self.keys(1))
+    }
+
+    fn node_down(&self, i: usize) -> bool {
+        self.is_down(Node::BOTH[i])
+    }
+
+    fn node_agent_state(&self, i: usize) -> Option<String> {
+        self.agent_state(Node::BOTH[i])
+    }
+
+    fn node_agent_pids(&self, i: usize) -> Vec<String> {
+        self.prfence_agent_pids(Node::BOTH[i])
+    }
+}
+
+/// Issue 45: a rolling upgrade of a running cluster, docs/operations.md's block as written on one
+/// node after the other: the new package installed, its `--check-config` on the kept
+/// configuration, the agent restarted and seen `healthy` before the next node. The next release
+/// is stood in for by the same package with a higher version (`+next1`), and the nodes share one
+/// root, so the install on node1 is the install on every node (the others' are reinstalls); the
+/// restarts are each node's own. Judged on the target (every key on every LU at every poll, 250
+/// ms apart), the nodes (none goes down, no fencing in Pacemaker's history) and the agents (a new
+/// process on the new binary, healthy).
+pub(super) fn rolling_upgrade(c: &(impl Nodes + Sync), deb_dir: &Path) -> anyhow::Result<()> {
     let built = std::fs::read_dir(deb_dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
         .context("no .deb in the package's directory")?;
-    // Where both nodes see it (each node has its own /run).
+    // Where every node sees it (each node has its own /run).
     let next = Path::new("/var/tmp/prfence_next.deb");
     let _next = crate::RemoveOnDrop::new(next);
     // The guest's package as it was, put back afterwards (dpkg -i downgrades), so that a later
@@ -1870,41 +1976,59 @@ fn rolling_upgrade(c: &mut Cluster, deb_dir: &Path) -> anyhow::Result<()> {
         .stdout
         .trim()
         .to_owned();
-    let history = |c: &Cluster| -> anyhow::Result<String> {
-        Ok(c.in_node(Node::A, "stonith_admin --history '*'")?.stdout)
+    // docs/operations.md's "Upgrading a cluster" as written, the package's name put in for its
+    // `NEW`, with the time printed before and after its restart (the agent's unwatched window)
+    let upgrade = {
+        use crate::doc_blocks::{OPERATIONS, Where, blocks};
+        let blocks = blocks(OPERATIONS, "upgrade").map_err(anyhow::Error::msg)?;
+        let [(Where::EveryNode, body)] = &blocks[..] else {
+            bail!("docs/operations.md's upgrade is no longer one block for every node: {blocks:?}");
+        };
+        ensure!(
+            body.contains("./prfence_NEW_amd64.deb") && body.contains("systemctl restart "),
+            "docs/operations.md's upgrade no longer installs ./prfence_NEW_amd64.deb and restarts \
+             the agent:\n{body}"
+        );
+        body.replace("./prfence_NEW_amd64.deb", "./prfence_next.deb")
+            .lines()
+            .map(|l| {
+                if l.starts_with("systemctl restart ") {
+                    format!("echo restart at $(date +%s.%N)\n{l}")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .chain(["echo healthy at $(date +%s.%N)".to_owned()])
+            .collect::<Vec<_>>()
+            .join("\n")
     };
-    let fenced_before = history(c)?;
-    for node in Node::BOTH {
-        let old_pids = c.prfence_agent_pids(node);
-        // docs/operations.md's steps, one node at a time
+    let history =
+        || -> anyhow::Result<String> { Ok(c.admin(0, "stonith_admin --history '*'")?.stdout) };
+    let fenced_before = history()?;
+    let nodes = c.count();
+    for node in 0..nodes {
+        let name = format!("node{}", node + 1);
+        let old_pids = c.node_agent_pids(node);
+        // docs/operations.md's block, one node at a time
         let script = format!(
-            "set -eu\nexport PATH={}\ncd /var/tmp\n\
-             dpkg -i ./prfence_next.deb\n\
-             prfence agent --config /etc/prfence/agent.toml --check-config\n\
-             echo restart at $(date +%s.%N)\n\
-             systemctl restart prfence-agent\n\
-             until grep -q '\"state\": \"healthy\"' /run/prfence/status.json; do sleep 1; done\n\
-             echo healthy at $(date +%s.%N)\n",
+            "set -eu\nexport PATH={}\ncd /var/tmp\n{upgrade}\n",
             node_path()
         );
         let started = Instant::now();
         let mut polls = 0u32;
         let run = std::thread::scope(|scope| -> anyhow::Result<crate::CommandRun> {
-            let admin = scope.spawn(|| c.in_node_cgroup(node, &script));
+            let admin = scope.spawn(|| c.admin(node, &script));
             while !admin.is_finished() {
                 polls += 1;
                 ensure!(
-                    c.registered_exactly(&Node::BOTH)?,
-                    "during {}'s upgrade, {} s in: the LUs hold {:?} and {:?}, not both keys",
-                    node.cluster_name(),
+                    c.every_key_registered()?,
+                    "during {name}'s upgrade, {} in: the LUs hold {}, not every node's key",
                     crate::secs(started.elapsed()),
-                    c.keys(0)?,
-                    c.keys(1)?
+                    c.registrations()
                 );
                 ensure!(
-                    Node::BOTH.iter().all(|&n| !c.is_down(n)),
-                    "a node went down during {}'s upgrade",
-                    node.cluster_name()
+                    (0..nodes).all(|n| !c.node_down(n)),
+                    "a node went down during {name}'s upgrade"
                 );
                 std::thread::sleep(Duration::from_millis(250));
             }
@@ -1915,8 +2039,7 @@ fn rolling_upgrade(c: &mut Cluster, deb_dir: &Path) -> anyhow::Result<()> {
         let took = started.elapsed();
         ensure!(
             run.code() == 0,
-            "{}'s upgrade: exit {}:\n{}{}",
-            node.cluster_name(),
+            "{name}'s upgrade: exit {}:\n{}{}",
             run.code(),
             indent(&run.stdout),
             indent(&run.stderr)
@@ -1931,47 +2054,45 @@ fn rolling_upgrade(c: &mut Cluster, deb_dir: &Path) -> anyhow::Result<()> {
             .zip(at("restart at "))
             .map(|(b, a)| b - a)
             .context("the script's times")?;
-        let new_pids = c.prfence_agent_pids(node);
+        let new_pids = c.node_agent_pids(node);
         ensure!(
             !new_pids.is_empty() && new_pids.iter().all(|p| !old_pids.contains(p)),
-            "{}'s agent was not restarted: {old_pids:?} then {new_pids:?}",
-            node.cluster_name()
+            "{name}'s agent was not restarted: {old_pids:?} then {new_pids:?}"
         );
         for pid in &new_pids {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
             ensure!(
                 !exe.display().to_string().ends_with("(deleted)"),
-                "{}'s agent {pid} runs a replaced binary: {}",
-                node.cluster_name(),
+                "{name}'s agent {pid} runs a replaced binary: {}",
                 exe.display()
             );
         }
         ensure!(
-            c.registered_exactly(&Node::BOTH)?
-                && Node::BOTH
-                    .iter()
-                    .all(|&n| c.agent_state(n).as_deref() == Some("healthy")),
-            "after {}'s upgrade",
-            node.cluster_name()
+            c.every_key_registered()?
+                && (0..nodes).all(|n| c.node_agent_state(n).as_deref() == Some("healthy")),
+            "after {name}'s upgrade: the LUs hold {}; the agents' states {:?}",
+            c.registrations(),
+            (0..nodes)
+                .map(|n| c.node_agent_state(n))
+                .collect::<Vec<_>>()
         );
         println!(
-            "  {}: installed {version}, --check-config, restarted: healthy {unwatched:.1} s after \
-             the restart began, {} after the install began (both keys on every LU at all {polls} \
-             polls)",
-            node.cluster_name(),
+            "  {name}: installed {version}, --check-config, restarted: healthy {unwatched:.1} s \
+             after the restart began, {} after the install began (every key on every LU at all \
+             {polls} polls)",
             crate::secs(took)
         );
     }
     let installed = c
-        .in_node(Node::B, "dpkg-query -W -f '${Version}' prfence")?
+        .admin(nodes - 1, "dpkg-query -W -f '${Version}' prfence")?
         .stdout;
     ensure!(installed == version, "dpkg says {installed}, not {version}");
-    let fenced_after = history(c)?;
+    let fenced_after = history()?;
     ensure!(
         fenced_after == fenced_before,
         "Pacemaker fenced during the upgrade:\n{fenced_after}"
     );
-    println!("  no fencing in Pacemaker's history, neither node down; {installed} installed");
+    println!("  no fencing in Pacemaker's history, no node down; {installed} installed");
     Ok(())
 }
 
@@ -2050,7 +2171,7 @@ fn cluster_story(split_rounds: usize, tier: Tier) -> anyhow::Result<()> {
 fn set_up_with_crmsh_and_fence(c: &Cluster, old: &str) -> anyhow::Result<()> {
     use crate::doc_blocks::{PACEMAKER, blocks, site_values};
     let blocks = blocks(PACEMAKER, "crmsh-setup").map_err(anyhow::Error::msg)?;
-    let site = site_values(PACEMAKER, "## Setting it up").map_err(anyhow::Error::msg)?;
+    let site = site_values(PACEMAKER, "crmsh-setup").map_err(anyhow::Error::msg)?;
     ensure!(
         site.contains("NODES=") && site.contains("LUS="),
         "docs/pacemaker.md's set-up no longer sets NODES and LUS: {site}"
@@ -2174,8 +2295,7 @@ fn rejoin(c: &mut Cluster, node: Node) -> anyhow::Result<()> {
 fn migrate_to_fence_pr(c: &mut Cluster, tool: ConfigTool) -> anyhow::Result<()> {
     use crate::doc_blocks::{PACEMAKER, Where, blocks, site_values};
     let blocks = blocks(PACEMAKER, tool.migration()).map_err(anyhow::Error::msg)?;
-    let site = site_values(PACEMAKER, "## Replacing fence_scsi in a running cluster")
-        .map_err(anyhow::Error::msg)?;
+    let site = site_values(PACEMAKER, "migration").map_err(anyhow::Error::msg)?;
     for name in ["NODES=", "LUS=", "OLD=", "OPTIONS="] {
         ensure!(
             site.contains(name),

@@ -14,8 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{
-    Installed, SETTLE, SOURCES, in_node_namespaces, install, no_pr_out_while_healthy,
-    node_init_pid, node_path, poll_until,
+    Installed, Nodes, QuickStart, SETTLE, SOURCES, in_node_cgroup, in_node_namespaces, install,
+    no_pr_out_while_healthy, node_init_pid, node_path, poll_until, prfence_agent_pids,
+    rolling_upgrade, run_doc_block,
 };
 use crate::WORK;
 use crate::fence_agents::{CLUSTER, FenceAgent, derived_key_at, hash_key};
@@ -48,6 +49,7 @@ const TESTS: &[crate::plan::Test] = crate::tests![
     a_middle_node_removed_then_one_added_no_node_is_fenced_by_a_key_it_does_not_hold,
     with_hash_keys_a_node_removed_and_one_added_move_no_other_key,
     five_nodes_split_two_three_the_majority_fences_the_minority,
+    three_nodes_set_up_by_the_quick_start_then_a_rolling_upgrade,
 ];
 
 /// The same on Debian 13 nodes (Pacemaker 3.0, its kernel).
@@ -106,6 +108,8 @@ struct Quorum {
     members: Vec<Member>,
     /// fence_pr and the agents use `key_value=hash` (else `id`).
     hash_keys: bool,
+    /// The nodes start the agent an admin enabled (else the lab's own: [`Quorum::online`]).
+    units: bool,
     t: Topology,
     _installed: Installed,
 }
@@ -126,6 +130,60 @@ impl Quorum {
     /// [`Quorum::start_for`], with `key_value=hash` on the fence device and in every agent's
     /// configuration when `hash_keys`.
     fn start_keyed(size: usize, hosts: usize, hash_keys: bool) -> anyhow::Result<Quorum> {
+        let q = Quorum::online(size, hash_keys, false)?;
+        let hosts: Vec<String> = (1..=hosts.max(size)).map(|n| format!("node{n}")).collect();
+        q.in_node(
+            0,
+            &format!(
+                "LAB_HOSTS='{}' LAB_KEY_VALUE={} bash {SOURCES}/cluster-config.sh fence_pr",
+                hosts.join(" "),
+                if hash_keys { "hash" } else { "" }
+            ),
+        )?
+        .ok()?;
+        q.every_node_armed("the configuration")?;
+        Ok(q)
+    }
+
+    /// Waits for Pacemaker's unfencing of every node (its key on every LU, nothing else) and for
+    /// every agent healthy (`after` says after what); then checks that healthy agents send no
+    /// PR OUT.
+    fn every_node_armed(&self, after: &str) -> anyhow::Result<()> {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        let took = self.wait(
+            "every node unfenced (its key on every LU)",
+            SETTLE,
+            Duration::from_millis(500),
+            |q| q.registered_exactly(&all),
+        )?;
+        println!(
+            "  every node's key on every LU {} after {after}",
+            crate::secs(took)
+        );
+        let took = self.wait(
+            "every agent healthy",
+            SETTLE,
+            Duration::from_millis(500),
+            |q| {
+                Ok(all
+                    .iter()
+                    .all(|&i| q.agent_state(i).as_deref() == Some("healthy")))
+            },
+        )?;
+        println!("  every agent healthy {} later", crate::secs(took));
+        no_pr_out_while_healthy(
+            &self.t,
+            &self.members[0].devices[0],
+            self.members[0].key()?,
+            Duration::from_secs(8),
+        )
+    }
+
+    /// `size` nodes (3 to 5) with corosync and Pacemaker running and all online, nothing
+    /// configured. Each node's agent is the lab's (its own configuration, derived keys; `hash`'s
+    /// when `hash_keys`), or with `units` what an admin enabled, started as a booting node
+    /// starts it (tests/lab/cluster-node.sh's LAB_NODE_AGENT=units).
+    fn online(size: usize, hash_keys: bool, units: bool) -> anyhow::Result<Quorum> {
         ensure!((3..=5).contains(&size), "a quorum cluster has 3 to 5 nodes");
         let t = Topology::iscsi(LUNS)?;
         t.settle()?;
@@ -133,6 +191,7 @@ impl Quorum {
         let mut q = Quorum {
             members: Vec::new(),
             hash_keys,
+            units,
             t,
             _installed: installed,
         };
@@ -158,40 +217,6 @@ impl Quorum {
             "  cluster of {size} nodes online after {}",
             crate::secs(start.elapsed())
         );
-        let hosts: Vec<String> = (1..=hosts.max(size)).map(|n| format!("node{n}")).collect();
-        q.in_node(
-            0,
-            &format!(
-                "LAB_HOSTS='{}' LAB_KEY_VALUE={} bash {SOURCES}/cluster-config.sh fence_pr",
-                hosts.join(" "),
-                if hash_keys { "hash" } else { "" }
-            ),
-        )?
-        .ok()?;
-        let all: Vec<usize> = (0..size).collect();
-        let took = q.wait(
-            "every node unfenced (its key on every LU)",
-            SETTLE,
-            Duration::from_millis(500),
-            |q| q.registered_exactly(&all),
-        )?;
-        println!(
-            "  every node's key on every LU {} after the configuration",
-            crate::secs(took)
-        );
-        let took = q.wait(
-            "every agent healthy",
-            SETTLE,
-            Duration::from_millis(500),
-            |q| Ok((0..size).all(|i| q.agent_state(i).as_deref() == Some("healthy"))),
-        )?;
-        println!("  every agent healthy {} later", crate::secs(took));
-        no_pr_out_while_healthy(
-            &q.t,
-            &q.members[0].devices[0],
-            q.members[0].key()?,
-            Duration::from_secs(8),
-        )?;
         Ok(q)
     }
 
@@ -345,7 +370,7 @@ impl Quorum {
             .args(["-c", &script])
             .env("LAB_COROSYNC_CONF", "/run/lab/quorum-corosync.conf")
             .env("LAB_PRFENCE", crate::INSTALLED_PRFENCE)
-            .env("LAB_NODE_AGENT", "lab")
+            .env("LAB_NODE_AGENT", if self.units { "units" } else { "lab" })
             .env("LAB_KEY_VALUE", if m.hash_keys { "hash" } else { "" })
             .env("PATH", node_path())
             .stdin(Stdio::null())
@@ -562,6 +587,39 @@ impl Quorum {
                 }
             }
         }
+    }
+}
+
+impl Nodes for Quorum {
+    fn count(&self) -> usize {
+        self.members.len()
+    }
+
+    fn admin(&self, i: usize, script: &str) -> anyhow::Result<crate::CommandRun> {
+        in_node_cgroup(&self.members[i].cgroup(), self.init_pid(i)?, script)
+    }
+
+    fn every_key_registered(&self) -> anyhow::Result<bool> {
+        self.registered_exactly(&(0..self.members.len()).collect::<Vec<_>>())
+    }
+
+    fn registrations(&self) -> String {
+        let held: Vec<String> = (0..LUNS)
+            .map(|lun| format!("{:x?}", self.keys(lun)))
+            .collect();
+        held.join(" and ")
+    }
+
+    fn node_down(&self, i: usize) -> bool {
+        self.is_down(i)
+    }
+
+    fn node_agent_state(&self, i: usize) -> Option<String> {
+        self.agent_state(i)
+    }
+
+    fn node_agent_pids(&self, i: usize) -> Vec<String> {
+        prfence_agent_pids(&self.members[i].cgroup())
     }
 }
 
@@ -1099,4 +1157,43 @@ fn five_nodes_split_two_three_the_majority_fences_the_minority() -> anyhow::Resu
         crate::secs(started.elapsed())
     );
     Ok(())
+}
+
+/// Issue 45: README's quick start as written on three nodes (`NODES` names the three, `LUS` the
+/// lab's LUs; nothing else changed): every node installs the package, writes the agent's
+/// configuration and enables the packaged unit; node1 creates the fence device; Pacemaker unfences
+/// every node and every agent arms; the armed check passes on every node. Then docs/operations.md's
+/// rolling upgrade, node by node ([`rolling_upgrade`]): every key on every LU at every poll, no node
+/// down, no fencing. The quick start's last block (a test fence) is the cluster suite's; fencing
+/// in a quorum cluster is [`three_nodes_the_majority_fences_the_node_cut_off`]'s.
+fn three_nodes_set_up_by_the_quick_start_then_a_rolling_upgrade() -> anyhow::Result<()> {
+    let qs = QuickStart::prepare()?;
+    let q = Quorum::online(3, false, true)?;
+    let names: Vec<String> = q.members.iter().map(Member::name).collect();
+    let values = QuickStart::values(&names.iter().map(String::as_str).collect::<Vec<_>>());
+    let every: Vec<usize> = (0..q.members.len()).collect();
+    // set-up on every node, the fence device on one, the armed check on every node
+    for (step, (at, body)) in qs.blocks.iter().enumerate().take(3) {
+        let on = match at {
+            crate::doc_blocks::Where::EveryNode => &every[..],
+            crate::doc_blocks::Where::OneNode => &every[..1],
+        };
+        for &i in on {
+            let what = format!("quick start block {}", step + 1);
+            run_doc_block(&q, i, &what, &qs.deb_dir, &values, body)?;
+        }
+        if step == 0 {
+            for &i in &every {
+                ensure!(
+                    !q.node_agent_pids(i).is_empty(),
+                    "node{}: no agent running after `systemctl enable --now`",
+                    i + 1
+                );
+            }
+        }
+        if step == 1 {
+            q.every_node_armed("the fence device")?;
+        }
+    }
+    rolling_upgrade(&q, &qs.deb_dir)
 }

@@ -459,6 +459,17 @@ fn a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status() -> any
         "docs/agent.md has {} stop-hook blocks",
         block.len()
     );
+    let site = crate::doc_blocks::site_values(crate::doc_blocks::AGENT, "stop-hook")
+        .map_err(anyhow::Error::msg)?;
+    let names: Vec<&str> = site
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(n, _)| n)
+        .collect();
+    ensure!(
+        names == ["APP", "APP_USER"],
+        "docs/agent.md's stop hook starts from the values {names:?}, the lab sets APP and APP_USER"
+    );
     let script = format!("set -e\nAPP={APP}\nAPP_USER={APP_USER}\n{}\n", block[0].1);
     crate::run("bash", ["-c", &script])?.ok()?;
 
