@@ -1,6 +1,6 @@
 //! The .deb and the .rpm, laid out from one staged tree so their file lists are the same by
 //! construction (and checked): `dpkg-deb` and `rpmbuild` from the distribution's own packages
-//! (`apt-get install dpkg-dev lintian rpm`), nothing compiled for the job.
+//! (`apt-get install dpkg-dev lintian rpm rpmlint`), nothing compiled for the job.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,15 +17,17 @@ reservations (PERSISTENT RESERVE IN/OUT through SG_IO): fence_pr is a drop-in re
 fence_scsi (same parameters, same keys), prfence is the admin command (keys, reservations, \
 fence, unfence, status, JSON output), and prfence agent keeps a node's registrations watched \
 and self-fences when the node is fenced.";
+/// Who packages it: the .deb's Maintainer, the .rpm's Packager, packaging/changelog's signer.
+const MAINTAINER: &str = "prfence developers <prfence@example.invalid>";
 /// The configuration file, a conffile/%config(noreplace): an upgrade never overwrites it.
 const CONFFILE: &str = "etc/prfence/agent.toml";
 
 /// Runs a command and fails with its output when it fails.
 fn run(cmd: &mut Command) -> anyhow::Result<String> {
     let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {shown} (apt-get install dpkg-dev lintian rpm)"))?;
+    let out = cmd.output().with_context(|| {
+        format!("running {shown} (apt-get install dpkg-dev lintian rpm rpmlint)")
+    })?;
     ensure!(
         out.status.success(),
         "{shown} failed ({}): {}{}",
@@ -280,8 +282,8 @@ pub fn deb(root: &Path, binary: &Binary, out: Option<&Path>) -> anyhow::Result<P
     let installed_kib = dir_size(&tree)?.div_ceil(1024);
     let debian = tree.join("DEBIAN");
     let control = format!(
-        "Package: {NAME}\nVersion: {VERSION}\nArchitecture: {arch}\nMaintainer: prfence developers \
-         <prfence@example.invalid>\nInstalled-Size: {installed_kib}\nDepends: {depends}\n\
+        "Package: {NAME}\nVersion: {VERSION}\nArchitecture: {arch}\nMaintainer: {MAINTAINER}\n\
+         Installed-Size: {installed_kib}\nDepends: {depends}\n\
          Recommends: sg3-utils\nSuggests: pacemaker, corosync\nSection: admin\nPriority: optional\n\
          Homepage: https://example.invalid/prfence\nDescription: {SUMMARY}\n{}",
         wrap_description(DESCRIPTION)
@@ -364,6 +366,46 @@ fn lintian(deb: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// packaging/changelog (Debian's format, the one source) as an RPM %changelog: each entry's
+/// signer and date as its `*` line with `VERSION-1`, each `  * ` item as a `- ` item.
+fn rpm_changelog(debian: &str) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let mut version = None;
+    let mut items = String::new();
+    for line in debian.lines() {
+        if let Some(rest) = line.strip_prefix(&format!("{NAME} (")) {
+            version = Some(
+                rest.split(')')
+                    .next()
+                    .context("a changelog heading without ')'")?,
+            );
+        } else if let Some(item) = line.strip_prefix("  * ") {
+            items.push_str(&format!("- {item}\n"));
+        } else if let Some(more) = line.strip_prefix("    ") {
+            items.push_str(&format!("  {more}\n"));
+        } else if let Some(trailer) = line.strip_prefix(" -- ") {
+            let (who, date) = trailer
+                .split_once("  ")
+                .context("a changelog trailer without its date")?;
+            // "Tue, 01 Dec 2026 06:00:00 +0000" -> "Tue Dec 01 2026"
+            let words: Vec<&str> = date.split_whitespace().collect();
+            let [day, number, month, year, ..] = words[..] else {
+                anyhow::bail!("a changelog date rpm cannot take: {date}");
+            };
+            let version = version
+                .take()
+                .context("a changelog trailer before its heading")?;
+            out.push_str(&format!(
+                "* {} {month} {number} {year} {who} - {version}-1\n{}\n",
+                day.trim_end_matches(','),
+                std::mem::take(&mut items)
+            ));
+        }
+    }
+    ensure!(!out.is_empty(), "packaging/changelog has no entry");
+    Ok(out)
+}
+
 fn wrap_description(text: &str) -> String {
     let mut lines = Vec::new();
     let mut line = String::new();
@@ -418,13 +460,19 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
     }
     let spec = format!(
         "Name: {NAME}\nVersion: {VERSION}\nRelease: 1\nSummary: {SUMMARY}\nLicense: MIT OR Apache-2.0\n\
-         URL: https://example.invalid/prfence\n\n%description\n{DESCRIPTION}\n\n\
+         Group: Applications/System\nPackager: {MAINTAINER}\n\
+         URL: https://example.invalid/prfence\n\n%description\n{}\n\
          %install\ncp -a {}/. %{{buildroot}}/\n\n\
          %post\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
          %preun\nif [ $1 -eq 0 ]; then systemctl --no-reload disable --now prfence-agent.service >/dev/null 2>&1 || :; rm -rf /run/prfence; fi\n\n\
          %postun\nif [ -d /run/systemd/system ]; then systemctl --system daemon-reload >/dev/null || :; fi\n\n\
-         %files\n{list}",
-        tree.display()
+         %files\n{list}\n\
+         %changelog\n{}",
+        wrap_description(DESCRIPTION)
+            .replace("\n ", "\n")
+            .trim_start(),
+        tree.display(),
+        rpm_changelog(&std::fs::read_to_string(root.join("packaging/changelog"))?)?
     );
     let spec_path = top.join("SPECS/prfence.spec");
     std::fs::write(&spec_path, spec)?;
@@ -448,7 +496,28 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
     let rpm = out.join(built.file_name().context("rpm name")?);
     std::fs::rename(&built, &rpm).with_context(|| format!("moving {}", built.display()))?;
     same_files(root, &rpm, &own_dirs(&tree)?)?;
+    rpmlint(root, &rpm)?;
     Ok(rpm)
+}
+
+/// rpmlint, as lintian for the .deb: errors fail the build, warnings are printed. The two errors
+/// it is told to ignore are argued in packaging/rpmlintrc.
+fn rpmlint(root: &Path, rpm: &Path) -> anyhow::Result<()> {
+    let out = Command::new("rpmlint")
+        .arg("--rpmlintrc")
+        .arg(root.join("packaging/rpmlintrc"))
+        .arg(rpm)
+        .output()
+        .context("running rpmlint (apt-get install rpmlint)")?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    ensure!(
+        out.status.success(),
+        "rpmlint found errors in {}: {}{}",
+        rpm.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 /// The .rpm's files are the .deb's but for the unit directory (both are staged by one function;
@@ -496,4 +565,36 @@ fn same_files(root: &Path, rpm: &Path, dirs: &[String]) -> anyhow::Result<()> {
     r.sort();
     ensure!(d == r, "file lists differ:\n.deb: {d:?}\n.rpm: {r:?}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_debian_changelog_becomes_an_rpm_changelog() {
+        let debian = "prfence (0.2.0) unstable; urgency=medium\n\n  * Second: a fix\n    \
+                      continued.\n  * Another.\n\n -- A B <a@b.invalid>  Wed, 02 Dec 2026 \
+                      06:00:00 +0000\n\nprfence (0.1.0) unstable; urgency=medium\n\n  * \
+                      First.\n\n -- A B <a@b.invalid>  Tue, 01 Dec 2026 06:00:00 +0000\n";
+        assert_eq!(
+            rpm_changelog(debian).unwrap(),
+            "* Wed Dec 02 2026 A B <a@b.invalid> - 0.2.0-1\n- Second: a fix\n  continued.\n\
+             - Another.\n\n* Tue Dec 01 2026 A B <a@b.invalid> - 0.1.0-1\n- First.\n\n"
+        );
+        assert!(rpm_changelog("no entry").is_err());
+        assert!(rpm_changelog("prfence (1) x\n -- A B <a@b>  Tue\n").is_err());
+    }
+
+    #[test]
+    fn the_packaged_changelog_converts() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let text = std::fs::read_to_string(root.join("packaging/changelog")).unwrap();
+        let rpm = rpm_changelog(&text).unwrap();
+        assert!(rpm.starts_with("* "), "{rpm}");
+        assert!(
+            rpm.contains(&format!("{MAINTAINER} - {VERSION}-1")),
+            "{rpm}"
+        );
+    }
 }
