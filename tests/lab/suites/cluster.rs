@@ -47,6 +47,7 @@ pub const SUITE: Suite = Suite {
     long: crate::tests![
         fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds,
         quick_start_then_a_rolling_upgrade,
+        quick_start_then_an_lu_added,
         quick_start_then_back_to_fence_scsi
     ],
     reproducers: &[],
@@ -69,6 +70,7 @@ pub const SUITE_DEBIAN13: Suite = Suite {
         fence_scsi_cluster_migrated_to_fence_pr_failover_rejoin_split_brain,
         fence_pr_cluster_migrated_by_crmsh_with_twenty_split_brain_rounds,
         quick_start_then_a_rolling_upgrade,
+        quick_start_then_an_lu_added,
         quick_start_then_back_to_fence_scsi
     ],
     ..SUITE
@@ -200,7 +202,19 @@ impl Cluster {
 
     /// Two nodes with corosync and Pacemaker running and both online, nothing configured.
     fn online(agent: FenceAgent, node_agent: NodeAgent) -> anyhow::Result<Self> {
-        let t = Topology::iscsi(LUNS)?;
+        Cluster::online_with(agent, node_agent, LUNS)
+    }
+
+    /// [`Cluster::online`] over `luns` LUs: the first [`LUNS`] are the cluster's, those after
+    /// are mapped on both nodes (`/dev/disk/by-id/lab-lun<i>`) and used by nothing yet, as a new
+    /// LU an admin is about to add. The lab's own agent (`NodeAgent::Lab`) would watch them all:
+    /// only with `NodeAgent::Units`, whose configuration names its LUs.
+    fn online_with(agent: FenceAgent, node_agent: NodeAgent, luns: usize) -> anyhow::Result<Self> {
+        ensure!(
+            luns == LUNS || node_agent == NodeAgent::Units,
+            "the lab's own agent watches every LU the node sees"
+        );
+        let t = Topology::iscsi(luns)?;
         t.settle()?;
         let installed = install(agent)?;
         let mut cluster = Cluster {
@@ -1578,6 +1592,163 @@ fn quick_start_then_back_to_fence_scsi() -> anyhow::Result<()> {
     quick_start(back_to_fence_scsi)
 }
 
+/// Issue 46: README's quick start, then docs/operations.md's "Adding or removing an LU" as written.
+fn quick_start_then_an_lu_added() -> anyhow::Result<()> {
+    quick_start(|c, _| lu_added(c))
+}
+
+/// docs/operations.md's blocks for adding an LU, as written, for the LU the quick start's
+/// cluster has mapped and not named (`lab-lun2`): each node's key registered there by fence_pr;
+/// the fence device's new `devices` on node1 (nothing on the target changes); then on each node
+/// the `[[device]]` added, `--check-config`, `systemctl reload`, and `doctor` exits 0. Both agents
+/// then watch three LUs, the same set (fingerprint), healthy. Last, the proof that the reload
+/// took: node2's key preempted on the new LU alone (from node1's path, as a fence of that LU
+/// would) takes node2 down through its own agent.
+fn lu_added(c: &mut Cluster) -> anyhow::Result<()> {
+    use crate::doc_blocks::{OPERATIONS, Where, blocks, site_values};
+    let blocks = blocks(OPERATIONS, "add-lu").map_err(anyhow::Error::msg)?;
+    let steps: Vec<Where> = blocks.iter().map(|(w, _)| *w).collect();
+    ensure!(
+        steps == [Where::EveryNode, Where::OneNode, Where::EveryNode],
+        "docs/operations.md's add-lu blocks are {steps:?}: the lab runs the registration on every \
+         node, the device's update on one, then the agent's on every node"
+    );
+    let site = site_values(OPERATIONS, "add-lu").map_err(anyhow::Error::msg)?;
+    ensure!(
+        site.contains("NEW_LU=") && site.contains("LUS=\"") && site.contains("$NEW_LU\""),
+        "docs/operations.md's add-lu values are no longer NEW_LU and LUS ending with it: {site}"
+    );
+    let new = LUNS;
+    let values = format!(
+        "NEW_LU=/dev/disk/by-id/lab-lun{new}\nLUS=\"{} $NEW_LU\"\n",
+        site_lus()
+    );
+    let want = [
+        (Node::A, derived_key(Node::A)?),
+        (Node::B, derived_key(Node::B)?),
+    ];
+    ensure!(
+        c.keys(new)?.is_empty(),
+        "the new LU holds {:?} before it is added",
+        c.keys(new)?
+    );
+    let start = Instant::now();
+    let mut registered = Vec::new();
+    for node in Node::BOTH {
+        let what = "add-lu block 1";
+        run_doc_block(c, node.index(), what, Path::new("/"), &values, &blocks[0].1)?;
+        registered.push((node, derived_key(node)?));
+        ensure!(
+            c.keys(new)? == registered,
+            "after {what} on {}: the new LU holds {:?}",
+            node.cluster_name(),
+            c.keys(new)?
+        );
+    }
+    let saved = c.t.lu(new).aptpl_saved_keys()?;
+    ensure!(
+        want.iter().all(|(_, k)| saved.contains(k)),
+        "the new LU saved {saved:x?} for a power loss, not both keys (`--aptpl`)"
+    );
+    run_doc_block(
+        c,
+        0,
+        "add-lu block 2",
+        Path::new("/"),
+        &values,
+        &blocks[1].1,
+    )?;
+    c.settled_with_both_keys("the device's new list")?;
+    ensure!(
+        c.keys(new)? == want,
+        "the new LU holds {:?} after the device's update",
+        c.keys(new)?
+    );
+    println!(
+        "  both keys on the new LU (and saved for a power loss), the device's list updated, \
+         nothing else changed on the target, {} from the first block",
+        crate::secs(start.elapsed())
+    );
+    for node in Node::BOTH {
+        run_doc_block(
+            c,
+            node.index(),
+            "add-lu block 3",
+            Path::new("/"),
+            &values,
+            &blocks[2].1,
+        )?;
+    }
+    let status = |c: &Cluster, n: Node| -> Option<serde_json::Value> {
+        let run = c.in_node(n, "cat /run/prfence/status.json").ok()?;
+        serde_json::from_str(&run.stdout).ok()
+    };
+    let took = c.wait("both agents healthy on three LUs", SETTLE, |c| {
+        Ok(Node::BOTH.iter().all(|&n| {
+            status(c, n)
+                .is_some_and(|s| s["state"] == "healthy" && s["lu_set"]["count"] == LUNS + 1)
+        }))
+    })?;
+    let sets: Vec<serde_json::Value> = Node::BOTH
+        .iter()
+        .map(|&n| {
+            status(c, n)
+                .map(|s| s["lu_set"].clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    ensure!(
+        sets[0] == sets[1] && sets[0]["unidentified"] == 0,
+        "the agents watch different LU sets: {} and {}",
+        sets[0],
+        sets[1]
+    );
+    println!(
+        "  both agents healthy on the same {} LUs {} after the reloads ({} from the first block)",
+        LUNS + 1,
+        crate::secs(took),
+        crate::secs(start.elapsed())
+    );
+    let preempt = crate::run(
+        crate::INSTALLED_PRFENCE,
+        [
+            "preempt",
+            "--key",
+            &format!("{:#x}", want[0].1),
+            "--victim",
+            &format!("{:#x}", want[1].1),
+            "--abort",
+            &c.t.device(Node::A, new).display().to_string(),
+        ],
+    )?;
+    preempt.ok()?;
+    let preempted = Instant::now();
+    c.wait(
+        "node2 down (its agent, on the new LU)",
+        Duration::from_secs(60),
+        |c| Ok(c.is_down(Node::B)),
+    )?;
+    // the lab's systemctl writes the unit's output in the node's log directory
+    let log = std::fs::read_to_string(logs(Node::B).join("prfence-agent.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+    ensure!(
+        log.contains("rebooting now"),
+        "node2 went down, but its agent's log does not say it self-fenced:\n{}",
+        indent(&tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+    );
+    let why = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("lab-lun2"))
+        .unwrap_or("(no line of its log names lab-lun2)");
+    println!(
+        "  node2's key preempted on the new LU alone: its agent took it down {} later; its log: \
+         {why}",
+        crate::secs(preempted.elapsed())
+    );
+    Ok(())
+}
+
 /// docs/pacemaker.md's "Going back to fence_scsi" blocks as written on the quick start's cluster:
 /// the fence_scsi device created and taken up by both fencers, fence_pr's deleted, the agents
 /// disabled and stopped, the target's keys unchanged after every block; then a fence through
@@ -1731,7 +1902,8 @@ fn quick_start(then: fn(&mut Cluster, &Path) -> anyhow::Result<()>) -> anyhow::R
     use crate::doc_blocks::Where;
     let qs = QuickStart::prepare()?;
     let (blocks, deb_dir) = (&qs.blocks, qs.deb_dir.clone());
-    let mut c = Cluster::online(FenceAgent::FencePr, NodeAgent::Units)?;
+    // one LU more than the quick start names: mapped, unused, for `then` to add
+    let mut c = Cluster::online_with(FenceAgent::FencePr, NodeAgent::Units, LUNS + 1)?;
     let values = QuickStart::values(&Node::BOTH.map(Node::cluster_name));
     let run_block = |c: &Cluster, step: usize, node: Node| -> anyhow::Result<()> {
         let what = format!("quick start block {}", step + 1);
