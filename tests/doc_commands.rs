@@ -2,7 +2,8 @@
 //! README.md and docs/ follows a marker `<!-- NAME: every node -->`, `<!-- NAME: one node -->` or
 //! `<!-- NAME: site values -->` (tests/common/doc_blocks.rs), and every NAME is one a test reads.
 //! A new shell block without a marker, or a marker no test reads, fails here in seconds, before
-//! the lab would have to notice.
+//! the lab would have to notice. The one-line `prfence` examples of the pages (indented, not
+//! blocks the lab runs) are parsed by prfence's own command line definition.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -79,6 +80,73 @@ fn every_shell_block_of_the_docs_is_marked_with_a_name_a_test_reads() {
     assert!(unread.is_empty(), "markers no test reads: {unread:?}");
     // README's quick start alone has five: the test would pass vacuously if it found none
     assert!(blocks >= 5, "only {blocks} shell blocks found");
+}
+
+/// The `prfence …` command lines the pages show as indented examples (`$ ` prompts taken off,
+/// comments and `...` dropped); synopses (with `[…]` or an upper-case placeholder) left out.
+fn example_commands(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("    "))
+        .map(|l| l.trim().trim_start_matches("$ "))
+        .filter(|l| l.starts_with("prfence "))
+        .map(|l| l.split(" #").next().unwrap_or(l).trim())
+        .filter(|l| {
+            !l.contains('[')
+                && !l
+                    .split_whitespace()
+                    .any(|w| w.len() > 2 && w.chars().all(|c| c.is_ascii_uppercase()))
+        })
+        .map(|l| {
+            l.split_whitespace()
+                .filter(|w| *w != "..." && *w != "…")
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn every_prfence_example_of_the_docs_parses() {
+    use clap::Parser;
+    let mut parsed = 0;
+    let mut refused = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for command in example_commands(&text) {
+            match prfence::cli::Cli::try_parse_from(command.split_whitespace()) {
+                Ok(_) => parsed += 1,
+                Err(e) => refused.push(format!(
+                    "{}: {command}: {}",
+                    page.file_name().unwrap().to_string_lossy(),
+                    e.kind()
+                )),
+            }
+        }
+    }
+    assert!(refused.is_empty(), "examples prfence refuses: {refused:#?}");
+    // docs/cli.md alone shows about twenty: none found means the filter broke
+    assert!(parsed >= 15, "only {parsed} examples found");
+    println!("{parsed} examples parse");
+}
+
+#[test]
+fn examples_are_taken_as_an_admin_types_them() {
+    let text = "    prfence keys /dev/sdb   # a comment\n    $ prfence --json keys /dev/sdb\n    \
+                prfence [--json] COMMAND DEVICE...\n    prfence fence --key 0xb /dev/sdd ...\n\
+                prfence keys /dev/not-indented\n";
+    assert_eq!(
+        example_commands(text),
+        [
+            "prfence keys /dev/sdb",
+            "prfence --json keys /dev/sdb",
+            "prfence fence --key 0xb /dev/sdd"
+        ]
+    );
+    // and a misspelt option is what the parse catches
+    use clap::Parser;
+    assert!(
+        prfence::cli::Cli::try_parse_from("prfence keys --kee 0xa /dev/sdb".split(' ')).is_err()
+    );
 }
 
 #[test]
