@@ -350,16 +350,25 @@ pub fn deb(root: &Path, binary: &Binary, out: Option<&Path>) -> anyhow::Result<P
 
 /// lintian, with errors failing the build. Warnings are printed.
 fn lintian(deb: &Path) -> anyhow::Result<()> {
-    let out = Command::new("lintian")
-        .args(["--no-tag-display-limit", "--fail-on", "error"])
-        .arg(deb)
+    package_check(
+        Command::new("lintian").args(["--no-tag-display-limit", "--fail-on", "error"]),
+        "lintian",
+        deb,
+    )
+}
+
+/// Runs a package checker `name` (`command`, the package appended) with its report printed;
+/// fails, with the report, when it exits non-zero (an error found).
+fn package_check(command: &mut Command, name: &str, package: &Path) -> anyhow::Result<()> {
+    let out = command
+        .arg(package)
         .output()
-        .context("running lintian (apt-get install lintian)")?;
+        .with_context(|| format!("running {name} (apt-get install {name})"))?;
     print!("{}", String::from_utf8_lossy(&out.stdout));
     ensure!(
         out.status.success(),
-        "lintian found errors in {}: {}{}",
-        deb.display(),
+        "{name} found errors in {}: {}{}",
+        package.display(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -503,21 +512,13 @@ pub fn rpm(root: &Path) -> anyhow::Result<PathBuf> {
 /// rpmlint, as lintian for the .deb: errors fail the build, warnings are printed. The two errors
 /// it is told to ignore are argued in packaging/rpmlintrc.
 fn rpmlint(root: &Path, rpm: &Path) -> anyhow::Result<()> {
-    let out = Command::new("rpmlint")
-        .arg("--rpmlintrc")
-        .arg(root.join("packaging/rpmlintrc"))
-        .arg(rpm)
-        .output()
-        .context("running rpmlint (apt-get install rpmlint)")?;
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    ensure!(
-        out.status.success(),
-        "rpmlint found errors in {}: {}{}",
-        rpm.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
+    package_check(
+        Command::new("rpmlint")
+            .arg("--rpmlintrc")
+            .arg(root.join("packaging/rpmlintrc")),
+        "rpmlint",
+        rpm,
+    )
 }
 
 /// The .rpm's files are the .deb's but for the unit directory (both are staged by one function;

@@ -1777,18 +1777,8 @@ fn back_to_fence_scsi(c: &mut Cluster, _deb_dir: &Path) -> anyhow::Result<()> {
             Where::OneNode => &[Node::A],
         };
         for &node in nodes {
-            // the lab's systemctl stands in for systemd's on these nodes, as in the quick start
-            let script = format!("set -eu\nexport PATH={}\n{values}{body}", node_path());
-            let run = c.in_node_cgroup(node, &script)?;
-            ensure!(
-                run.code() == 0,
-                "way-back block {} on {}: exit {}:\n{}{}\n--- the block:\n{body}",
-                step + 1,
-                node.cluster_name(),
-                run.code(),
-                run.stdout,
-                run.stderr
-            );
+            let what = format!("way-back block {}", step + 1);
+            run_doc_block(c, node.index(), &what, Path::new("/"), &values, body)?;
             ensure!(
                 c.registered_exactly(&Node::BOTH)?,
                 "after way-back block {} on {}: {:?} {:?}",
