@@ -9,7 +9,7 @@ need=(qemu-system-x86_64:qemu-system-x86 busybox:busybox-static depmod:kmod cpio
       iscsiadm:open-iscsi sg_persist:sg3-utils fence_scsi:fence-agents targetcli:targetcli-fb
       dbus-daemon:dbus-daemon xmllint:libxml2-utils nft:nftables tc:iproute2 corosync:corosync
       corosync-cmapctl:corosync pacemakerd:pacemaker cibadmin:pacemaker-cli-utils
-      crm_mon:pacemaker-cli-utils dpkg-shlibdeps:dpkg-dev strip:binutils man:man-db
+      crm_mon:pacemaker-cli-utils dpkg-shlibdeps:dpkg-dev rpmbuild:rpm strip:binutils man:man-db
       nvme:nvme-cli pcs:pcs crm:crmsh multipathd:multipath-tools udevadm:udev
       promtool:prometheus systemctl:systemd journalctl:systemd curl:curl pkill:procps
       logger:bsdutils setpriv:util-linux)

@@ -65,13 +65,13 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
             if waiting.is_empty() {
                 break;
             }
-            let deb = match (&mut package, setup.1) {
+            let packages = match (&mut package, setup.1) {
                 (Some(build), true) => build.wait().map(Some),
                 _ => Ok(None),
             };
-            let progress = deb
-                .and_then(|deb| {
-                    guest.boot(&waiting, deb.as_deref(), setup.2, setup.3, &mut results)
+            let progress = packages
+                .and_then(|packages| {
+                    guest.boot(&waiting, packages.as_ref(), setup.2, setup.3, &mut results)
                 })
                 .unwrap_or_else(|e| {
                     println!("lab: FAILED: {e:#}");
@@ -258,14 +258,14 @@ impl Guest {
         Ok(())
     }
 
-    /// Boots a guest that runs `picked` (the suites of one setup not yet run), with `package`
-    /// for it to install and `init` as its PID 1, and records what the guest reported in `results`. True when the guest
+    /// Boots a guest that runs `picked` (the suites of one setup not yet run), with `packages`
+    /// for it to install (the .deb) and `init` as its PID 1, and records what the guest reported in `results`. True when the guest
     /// started a suite (a guest that stops early is then worth booting again for the suites it
     /// did not start).
     fn boot(
         &mut self,
         picked: &[Picked],
-        package: Option<&Path>,
+        packages: Option<&Packages>,
         init: GuestInit,
         root: GuestRoot,
         results: &mut [SuiteResult],
@@ -276,14 +276,14 @@ impl Guest {
             GuestRoot::Suite(suite) => node_root(suite)?,
         };
         let names: Vec<String> = picked.iter().map(Picked::name).collect();
-        let script = self.script(&names, package)?;
+        let script = self.script(&names, packages)?;
         let _remove_script = super::RemoveOnDrop::new(&script);
         let script_arg = script.to_str().filter(|s| !s.contains(char::is_whitespace));
         let script_arg = script_arg.ok_or_else(|| {
             anyhow::anyhow!("the lab needs a path without spaces: {}", script.display())
         })?;
         let mut label = self.label();
-        if package.is_some() {
+        if packages.is_some() {
             label.push_str(" +deb");
         }
         let mut init_arg = "";
@@ -440,21 +440,26 @@ impl Guest {
 
     /// The script the guest runs (from the shared host root, never /run: the guest's is fresh):
     /// this binary with the tests' names, in the host's working directory, with the host's
-    /// `LAB_*` settings (the guest starts from init's bare environment) and the package.
-    fn script(&self, names: &[String], package: Option<&Path>) -> anyhow::Result<PathBuf> {
+    /// `LAB_*` settings (the guest starts from init's bare environment) and the packages.
+    fn script(&self, names: &[String], packages: Option<&Packages>) -> anyhow::Result<PathBuf> {
         let exe = std::env::current_exe()?;
         let script = self.dir.join(format!("run-{}.sh", std::process::id()));
         let mut settings: String = std::env::vars()
             .filter(|(name, _)| {
                 name.starts_with("LAB_")
                     && name != "LAB_GUEST"
-                    && name != "LAB_PACKAGE"
+                    && !Packages::SETTINGS.contains(&name.as_str())
                     && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             })
             .map(|(name, value)| format!("{name}={} ", quote(Path::new(&value))))
             .collect();
-        if let Some(deb) = package {
-            settings.push_str(&format!("LAB_PACKAGE={} ", quote(deb)));
+        if let Some(p) = packages {
+            for (name, path) in Packages::SETTINGS
+                .iter()
+                .zip([&p.deb, &p.rpm, &p.rpm_upgrade])
+            {
+                settings.push_str(&format!("{name}={} ", quote(path)));
+            }
         }
         let mut line = format!(
             "cd {} && {settings}LAB_GUEST=1 exec {}",
@@ -850,13 +855,27 @@ fn target_dir(exe: &Path) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")))
 }
 
-/// The .deb of the binary under test, built by the packaging code itself (`cargo xtask deb
-/// --binary`) in a thread of its own at the lowest CPU priority, so that the guests that do not
-/// install it run meanwhile; removed when dropped.
+/// The packages of the binary under test: the .deb each package suite's guest installs, and the
+/// .rpm at releases 1 and 2, which the systemd suite installs and upgrades with rpm.
+#[derive(Clone)]
+struct Packages {
+    deb: PathBuf,
+    rpm: PathBuf,
+    rpm_upgrade: PathBuf,
+}
+
+impl Packages {
+    /// The settings the guest finds them in, in the order of the fields.
+    const SETTINGS: [&str; 3] = ["LAB_PACKAGE", "LAB_RPM", "LAB_RPM_UPGRADE"];
+}
+
+/// The packages of the binary under test, built by the packaging code itself (`cargo xtask deb
+/// --binary`, then `rpm --binary`) in a thread of its own at the lowest CPU priority, so that
+/// the guests that do not install them run meanwhile; removed when dropped.
 struct PackageBuild {
     dir: PathBuf,
-    building: Option<std::thread::JoinHandle<anyhow::Result<(PathBuf, Duration)>>>,
-    built: Option<PathBuf>,
+    building: Option<std::thread::JoinHandle<anyhow::Result<(Packages, Duration)>>>,
+    built: Option<Packages>,
 }
 
 impl PackageBuild {
@@ -866,7 +885,7 @@ impl PackageBuild {
         let out = dir.clone();
         let building = std::thread::spawn(move || {
             let start = Instant::now();
-            build_package(&out).map(|deb| (deb, start.elapsed()))
+            build_packages(&out).map(|built| (built, start.elapsed()))
         });
         PackageBuild {
             dir,
@@ -875,18 +894,21 @@ impl PackageBuild {
         }
     }
 
-    /// The .deb, once built (waits for the build).
-    fn wait(&mut self) -> anyhow::Result<PathBuf> {
+    /// The packages, once built (waits for the build).
+    fn wait(&mut self) -> anyhow::Result<Packages> {
         if let Some(building) = self.building.take() {
-            let (deb, took) = building
+            let (built, took) = building
                 .join()
                 .map_err(|_| anyhow::anyhow!("the package build panicked"))??;
             println!(
-                "lab: package {} built in {} (at the lowest CPU priority, beside the guests)",
-                deb.display(),
+                "lab: packages {}, {} and {} built in {} (at the lowest CPU priority, beside the \
+                 guests)",
+                built.deb.display(),
+                built.rpm.display(),
+                built.rpm_upgrade.display(),
                 secs(took)
             );
-            self.built = Some(deb);
+            self.built = Some(built);
         }
         self.built
             .clone()
@@ -903,33 +925,58 @@ impl Drop for PackageBuild {
     }
 }
 
-/// Builds the .deb into `dir` (`nice -n 19 cargo xtask deb --binary PRFENCE --out DIR`); returns
-/// its path. Its output is shown only when it fails: it runs while a guest's console is shown.
-fn build_package(dir: &Path) -> anyhow::Result<PathBuf> {
+/// Builds the packages into `dir` (`nice -n 19 cargo xtask deb --binary PRFENCE --out DIR`,
+/// then `rpm ... --release 1` and `2`; the .rpm's file list is compared with the .deb's there).
+fn build_packages(dir: &Path) -> anyhow::Result<Packages> {
+    let deb = xtask(&["deb", "--binary", super::PRFENCE, "--out"], dir, "deb")?;
+    let rpm = |release: &str| {
+        xtask(
+            &[
+                "rpm",
+                "--binary",
+                super::PRFENCE,
+                "--release",
+                release,
+                "--out",
+            ],
+            dir,
+            "rpm",
+        )
+    };
+    Ok(Packages {
+        deb,
+        rpm: rpm("1")?,
+        rpm_upgrade: rpm("2")?,
+    })
+}
+
+/// `nice -n 19 cargo xtask ARGS DIR`, which prints the package it built (extension `ext`) last;
+/// its output is shown only when it fails: it runs while a guest's console is shown.
+fn xtask(args: &[&str], dir: &Path, ext: &str) -> anyhow::Result<PathBuf> {
     let out = Command::new("nice")
         .args(["-n", "19"])
         .arg(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["xtask", "deb", "--binary", super::PRFENCE, "--out"])
+        .arg("xtask")
+        .args(args)
         .arg(dir)
         .output()
-        .map_err(|e| anyhow::anyhow!("cannot run cargo xtask deb: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot run cargo xtask: {e}"))?;
+    let command = format!("cargo xtask {} {}", args.join(" "), dir.display());
     anyhow::ensure!(
         out.status.success(),
-        "cargo xtask deb --binary {} failed ({}): {}{}",
-        super::PRFENCE,
+        "{command} failed ({}): {}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let deb = stdout
+    stdout
         .lines()
         .last()
         .map(PathBuf::from)
-        .filter(|p| p.extension().is_some_and(|e| e == "deb") && p.is_file())
-        .ok_or_else(|| anyhow::anyhow!("cargo xtask deb printed no package: {stdout}"))?;
-    Ok(deb)
+        .filter(|p| p.extension().is_some_and(|e| e == ext) && p.is_file())
+        .ok_or_else(|| anyhow::anyhow!("{command} printed no .{ext}: {stdout}"))
 }
 
 /// Single-quotes a path for sh.

@@ -4,8 +4,9 @@
 //!   is committed and checked fresh by this crate's test, so a stale page fails CI).
 //! - `cargo xtask deb|rpm|packages`: the release binary, the generated files and `packaging/` laid
 //!   out as a Debian and an RPM package in `target/packages/`.
-//! - `cargo xtask deb --binary PATH --out DIR`: the same .deb around a binary built already (the
-//!   lab installs the binary under test this way), without lintian.
+//! - `cargo xtask deb --binary PATH --out DIR` and `rpm --binary PATH --release N --out DIR`: the
+//!   same packages around a binary built already (the lab installs the binary under test this
+//!   way, and upgrades the .rpm from release 1 to 2), without lintian or rpmlint.
 //! - `cargo xtask perf LOG`: docs/performance.md's table and `docs/performance.svg` from a lab
 //!   log of the bench suite (docs/performance.md).
 
@@ -64,17 +65,36 @@ fn main() -> anyhow::Result<()> {
         )
         .map(|p| println!("{}", p.display())),
         ["perf", log] => perf::run(&root, Path::new(log)),
-        ["rpm"] => package::rpm(&root).map(|p| println!("{}", p.display())),
+        ["rpm"] => package::rpm(&root, &package::Binary::Release, None, 1)
+            .map(|p| println!("{}", p.display())),
+        [
+            "rpm",
+            "--binary",
+            binary,
+            "--release",
+            release,
+            "--out",
+            out,
+        ] => package::rpm(
+            &root,
+            &package::Binary::Given(PathBuf::from(binary)),
+            Some(Path::new(out)),
+            release
+                .parse()
+                .with_context(|| format!("--release {release}: not a number"))?,
+        )
+        .map(|p| println!("{}", p.display())),
         ["packages"] => {
             let deb = package::deb(&root, &package::Binary::Release, None)?;
             println!("{}", deb.display());
-            println!("{}", package::rpm(&root)?.display());
+            let rpm = package::rpm(&root, &package::Binary::Release, None, 1)?;
+            println!("{}", rpm.display());
             Ok(())
         }
         _ => {
             bail!(
-                "usage: cargo xtask docs [DIR] | deb [--binary PATH --out DIR] | rpm | packages | \
-                 perf LOG"
+                "usage: cargo xtask docs [DIR] | deb [--binary PATH --out DIR] | \
+                 rpm [--binary PATH --release N --out DIR] | packages | perf LOG"
             )
         }
     }

@@ -27,7 +27,7 @@ pub const SUITE: Suite = Suite {
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,
-        the_package_removes_then_purges_to_nothing_on_an_enabled_node,
+        the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases,
         a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status,
         a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it,
         // ends the guest: the last test of the last suite of its guest
@@ -337,15 +337,23 @@ fn the_packaged_unit_starts_reloads_restarts_and_stops_disarmed() -> anyhow::Res
 /// The link `systemctl enable` makes for the unit (its `WantedBy=multi-user.target`).
 const ENABLED_LINK: &str = "/etc/systemd/system/multi-user.target.wants/prfence-agent.service";
 
-/// Issue 46: the .deb's life on a node where the admin enabled the agent, as piuparts checks a
-/// package, with docs/packages.md's commands: `dpkg --remove` takes every file but the
-/// configuration; `dpkg --purge` then leaves no
-/// file, directory or link of the package's, the enable link included (a dangling link there
-/// made systemd warn at every boot). Judged on the file system and on dpkg's and systemd's own
-/// view. The package is installed again afterwards, as the suite found it.
-fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Result<()> {
+/// Issue 46: the packages' lives on one node, as piuparts checks a package, with
+/// docs/packages.md's commands. The .deb, on a node where the admin enabled the agent:
+/// `dpkg --remove` takes every file but the configuration; `dpkg --purge` then leaves no file,
+/// directory or link of the package's, the enable link included (a dangling link there made
+/// systemd warn at every boot). Then the .rpm on the purged node (see [`rpm_cycle`]). Judged on
+/// the file system and on dpkg's, rpm's and systemd's own view. The .deb is installed again
+/// afterwards, as the suite found it (its install is the guest's first step, its upgrade under
+/// a running agent the cluster suites' rolling upgrade). One test: the purge the .rpm needs is
+/// this one.
+fn the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases() -> anyhow::Result<()> {
     let deb = PathBuf::from(std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?);
-    let _restore = Restore::take()?;
+    let t = Topology::iscsi(2)?;
+    node::unfence(&t, Node::A)?;
+    let mut restore = Restore::take()?;
+    restore
+        .remove
+        .extend([PathBuf::from(RPM_DB), PathBuf::from(RPMSAVE)]);
     let _reinstall = crate::residue::ReinstallOnDrop::new(&deb);
     let listed = crate::run("dpkg", ["-L", "prfence"])?.ok()?.stdout;
     // What is the package's alone: its files and links, and the directories named for it (the
@@ -420,6 +428,189 @@ fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Re
         "  dpkg --purge: none of the package's {} files, directories and links left, nor the \
          enable link; systemd lists no {UNIT}",
         owned.len()
+    );
+    rpm_cycle(&t)
+    // dropped in turn: the .deb installed again, then the guest's files put back
+}
+
+/// rpm's own database in the lab: Debian's rpm keeps none of the system's (its default is
+/// ~/.rpmdb), and this one is removed afterwards.
+const RPM_DB: &str = "/var/lib/rpm-lab";
+/// Where rpm keeps an edited configuration when the package is erased.
+const RPMSAVE: &str = "/etc/prfence/agent.toml.rpmsave";
+
+/// `rpm --dbpath RPM_DB ARGS` as Debian's rpm must be told: `--force-debian` to install (else it
+/// complains that dpkg should be used) and `--nodeps` to install and verify (its database knows
+/// no Debian package; what the package requires is checked against the node's own libraries
+/// instead).
+fn rpm(args: &[&str]) -> anyhow::Result<crate::command::CommandRun> {
+    let mut all = vec!["--dbpath", RPM_DB];
+    match args.first() {
+        Some(a) if a.starts_with("-i") || a.starts_with("-U") => {
+            all.extend(["--force-debian", "--nodeps"]);
+        }
+        Some(&"-V") => all.push("--nodeps"),
+        _ => {}
+    }
+    all.extend(args);
+    crate::run("rpm", all)
+}
+
+/// The .rpm's life with rpm itself, on a node without the .deb (what the lab stands in for: a
+/// RHEL or Fedora node; rpm keeps its own database here and is told `--nodeps`, so the
+/// package's requirements are checked against the node's libraries instead). Install: `rpm -V`
+/// clean, the unit known to systemd and neither enabled nor started, agent.toml root's alone.
+/// Upgrade from release 1 to 2 with the agent the admin enabled running and its agent.toml
+/// edited: the same process runs on (the scriptlets neither stop nor restart it), the edited
+/// file is kept and no .rpmnew written. Erase: the agent stopped and disabled, the enable link
+/// and /run/prfence gone, none of the package's files left but the edited configuration as
+/// agent.toml.rpmsave, and systemd lists no unit.
+fn rpm_cycle(t: &Topology) -> anyhow::Result<()> {
+    let first = std::env::var("LAB_RPM").context("LAB_RPM")?;
+    let second = std::env::var("LAB_RPM_UPGRADE").context("LAB_RPM_UPGRADE")?;
+    // what --nodeps does not check: every library the package requires is on the node
+    let required = rpm(&["-qpR", &first])?.ok()?.stdout;
+    let libraries = crate::run("ldconfig", ["-p"])?.ok()?.stdout;
+    let mut libs: Vec<&str> = required
+        .lines()
+        .filter_map(|r| r.split('(').next())
+        .filter(|r| r.contains(".so"))
+        .collect();
+    libs.dedup();
+    let absent: Vec<&&str> = libs
+        .iter()
+        .filter(|l| !libraries.contains(&format!("{l} (")))
+        .collect();
+    ensure!(
+        !libs.is_empty() && absent.is_empty(),
+        "the .rpm requires {libs:?}; not on this node: {absent:?}\n{required}"
+    );
+
+    rpm(&["-ivh", &first])?.ok()?;
+    let name = rpm(&["-q", "prfence"])?.ok()?.stdout;
+    ensure!(
+        name.trim().starts_with("prfence-") && name.trim().contains("-1."),
+        "after rpm -i, rpm -q says {name:?}"
+    );
+    let verify = rpm(&["-V", "prfence"])?;
+    ensure!(
+        verify.code() == 0 && verify.stdout.trim().is_empty(),
+        "rpm -V after the install ({}): {}{}",
+        verify.code(),
+        verify.stdout,
+        verify.stderr
+    );
+    let owner = rpm(&["-qf", crate::INSTALLED_FENCE_PR])?.ok()?.stdout;
+    ensure!(
+        owner.trim() == name.trim(),
+        "rpm -qf {}: {owner:?}",
+        crate::INSTALLED_FENCE_PR
+    );
+    let enabled = crate::run("systemctl", ["is-enabled", UNIT])?.stdout;
+    ensure!(
+        enabled.trim() == "disabled" && show(UNIT, "ActiveState")? == "inactive",
+        "after rpm -i, {UNIT} is {} and {} (want disabled, inactive)",
+        enabled.trim(),
+        show(UNIT, "ActiveState")?
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(CONFIG)?.permissions());
+    ensure!(mode & 0o777 == 0o600, "{CONFIG} has mode {mode:o}");
+    let files: Vec<PathBuf> = rpm(&["-ql", "prfence"])?
+        .ok()?
+        .stdout
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    println!(
+        "  rpm -i {name}: {} files and directories, rpm -V clean, {UNIT} disabled and inactive, \
+         {CONFIG} 0600; the libraries it requires ({}) on the node",
+        files.len(),
+        libs.join(", "),
+        name = name.trim()
+    );
+
+    // the admin's configuration, the agent enabled and running, then the upgrade
+    let devices = t.node(Node::A).devices().to_vec();
+    let edited = config(&devices[..1], "[self_fence]\nreboot = false\n");
+    crate::write_file(CONFIG, &edited)?;
+    systemctl(&["enable", "--now", UNIT])?;
+    wait_for("the agent healthy", SETTLE, || state_is("healthy"))?;
+    let pid = show(UNIT, "MainPID")?;
+    rpm(&["-Uvh", &second])?.ok()?;
+    let upgraded = rpm(&["-q", "prfence"])?.ok()?.stdout;
+    ensure!(
+        upgraded.trim().contains("-2."),
+        "after rpm -U, rpm -q says {upgraded:?}"
+    );
+    ensure!(
+        show(UNIT, "MainPID")? == pid && state_is("healthy")?,
+        "the upgrade touched the running agent: main pid {} (was {pid}), state {}",
+        show(UNIT, "MainPID")?,
+        status()?["state"]
+    );
+    ensure!(
+        std::fs::read_to_string(CONFIG)? == edited,
+        "the upgrade changed the admin's {CONFIG}"
+    );
+    let rpmnew = format!("{CONFIG}.rpmnew");
+    ensure!(
+        !std::path::Path::new(&rpmnew).exists(),
+        "the upgrade wrote {rpmnew} for an unchanged packaged file"
+    );
+    let verify = rpm(&["-V", "prfence"])?.stdout;
+    ensure!(
+        verify.lines().count() == 1
+            && verify
+                .trim_end()
+                .ends_with(&format!(" c /{}", CONFIG.trim_start_matches('/'))),
+        "rpm -V after the upgrade should report the edited configuration only: {verify}"
+    );
+    println!(
+        "  rpm -U {}: the agent (pid {pid}) runs on, healthy; the edited {CONFIG} kept, no \
+         .rpmnew; rpm -V reports only it",
+        upgraded.trim()
+    );
+
+    ensure!(
+        std::path::Path::new(RUNTIME_DIR).is_dir(),
+        "no {RUNTIME_DIR} before the erase: the check below would prove nothing"
+    );
+    rpm(&["-e", "prfence"])?.ok()?;
+    ensure!(
+        rpm(&["-q", "prfence"])?.code() != 0,
+        "rpm -q still finds prfence after rpm -e"
+    );
+    ensure!(
+        show(UNIT, "ActiveState")? != "active",
+        "rpm -e left the agent running"
+    );
+    let mut gone = files.clone();
+    gone.extend([PathBuf::from(ENABLED_LINK), PathBuf::from(RUNTIME_DIR)]);
+    let left: Vec<String> = gone
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .filter(|p| {
+            // the directory of the saved configuration, and directories others share
+            !(p.as_os_str() == "/etc/prfence"
+                || std::fs::metadata(p).is_ok_and(|m| m.is_dir())
+                    && !p.to_string_lossy().contains("prfence"))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    ensure!(left.is_empty(), "rpm -e left {left:?}");
+    ensure!(
+        std::fs::read_to_string(RPMSAVE).ok().as_deref() == Some(edited.as_str()),
+        "rpm -e did not keep the edited configuration as {RPMSAVE}"
+    );
+    let listed = crate::run("systemctl", ["list-unit-files", "--no-legend", UNIT])?.stdout;
+    ensure!(
+        listed.trim().is_empty(),
+        "systemd still lists {UNIT} after rpm -e: {listed}"
+    );
+    println!(
+        "  rpm -e: agent stopped and disabled, none of the package's {} paths left, the edited \
+         configuration kept as {RPMSAVE}; systemd lists no {UNIT}",
+        files.len()
     );
     Ok(())
 }
