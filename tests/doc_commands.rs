@@ -3,11 +3,16 @@
 //! `<!-- NAME: site values -->` (tests/common/doc_blocks.rs), and every NAME is one a test reads.
 //! A new shell block without a marker, or a marker no test reads, fails here in seconds, before
 //! the lab would have to notice. The one-line `prfence` examples of the pages (indented, not
-//! blocks the lab runs) are parsed by prfence's own command line definition.
+//! blocks) are parsed by prfence's own command line definition; docs/cli.md's are also run in
+//! the lab (pr::cli_md_examples_as_written_iscsi).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
+
+#[path = "common/doc_blocks.rs"]
+#[allow(dead_code)] // each test binary uses part of it
+mod doc_blocks;
 
 /// The admin's pages: README.md and every page of docs/.
 fn pages() -> Vec<PathBuf> {
@@ -82,29 +87,6 @@ fn every_shell_block_of_the_docs_is_marked_with_a_name_a_test_reads() {
     assert!(blocks >= 5, "only {blocks} shell blocks found");
 }
 
-/// The `prfence …` command lines the pages show as indented examples (`$ ` prompts taken off,
-/// comments and `...` dropped); synopses (with `[…]` or an upper-case placeholder) left out.
-fn example_commands(text: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with("    "))
-        .map(|l| l.trim().trim_start_matches("$ "))
-        .filter(|l| l.starts_with("prfence "))
-        .map(|l| l.split(" #").next().unwrap_or(l).trim())
-        .filter(|l| {
-            !l.contains('[')
-                && !l
-                    .split_whitespace()
-                    .any(|w| w.len() > 2 && w.chars().all(|c| c.is_ascii_uppercase()))
-        })
-        .map(|l| {
-            l.split_whitespace()
-                .filter(|w| *w != "..." && *w != "…")
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect()
-}
-
 #[test]
 fn every_prfence_example_of_the_docs_parses() {
     use clap::Parser;
@@ -112,7 +94,7 @@ fn every_prfence_example_of_the_docs_parses() {
     let mut refused = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).unwrap();
-        for command in example_commands(&text) {
+        for command in doc_blocks::example_commands(&text) {
             match prfence::cli::Cli::try_parse_from(command.split_whitespace()) {
                 Ok(_) => parsed += 1,
                 Err(e) => refused.push(format!(
@@ -135,7 +117,7 @@ fn examples_are_taken_as_an_admin_types_them() {
                 prfence [--json] COMMAND DEVICE...\n    prfence fence --key 0xb /dev/sdd ...\n\
                 prfence keys /dev/not-indented\n";
     assert_eq!(
-        example_commands(text),
+        doc_blocks::example_commands(text),
         [
             "prfence keys /dev/sdb",
             "prfence --json keys /dev/sdb",

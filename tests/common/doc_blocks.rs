@@ -2,12 +2,14 @@
 //! docs/pacemaker.md's fence_scsi → fence_pr migration and way back, docs/agent.md's stop hook,
 //! docs/operations.md's cluster upgrade. A block is a ```sh block right after a
 //! marker `<!-- NAME: every node -->` or `<!-- NAME: one node -->`; the block after
-//! `<!-- NAME: site values -->` holds the site-specific values an admin sets first.
+//! `<!-- NAME: site values -->` holds the site-specific values an admin sets first. The
+//! one-line `prfence` examples of a page (indented, not in a block): [`example_commands`].
 
 pub const README: &str = include_str!("../../README.md");
 pub const PACEMAKER: &str = include_str!("../../docs/pacemaker.md");
 pub const AGENT: &str = include_str!("../../docs/agent.md");
 pub const OPERATIONS: &str = include_str!("../../docs/operations.md");
+pub const CLI: &str = include_str!("../../docs/cli.md");
 
 /// Where a block runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,4 +57,27 @@ pub fn site_values(doc: &str, name: &str) -> Result<String, String> {
     }
     let body: Vec<&str> = lines.take_while(|l| *l != "```").collect();
     Ok(body.join("\n") + "\n")
+}
+
+/// The `prfence …` command lines the pages show as indented examples (`$ ` prompts taken off,
+/// comments and `...` dropped); synopses (with `[…]` or an upper-case placeholder) left out.
+pub fn example_commands(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("    "))
+        .map(|l| l.trim().trim_start_matches("$ "))
+        .filter(|l| l.starts_with("prfence "))
+        .map(|l| l.split(" #").next().unwrap_or(l).trim())
+        .filter(|l| {
+            !l.contains('[')
+                && !l
+                    .split_whitespace()
+                    .any(|w| w.len() > 2 && w.chars().all(|c| c.is_ascii_uppercase()))
+        })
+        .map(|l| {
+            l.split_whitespace()
+                .filter(|w| *w != "..." && *w != "…")
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
 }
