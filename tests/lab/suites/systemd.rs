@@ -1,7 +1,8 @@
 //! A booted node: the guest runs systemd as PID 1 (tests/lab/init, `lab.init=systemd`), the .deb
-//! is installed with dpkg, and the agent runs as the packaged unit with its whole sandbox
-//! (capabilities, device policy, read-only system, seccomp), driven by the admin's own commands
-//! (`systemctl enable --now`, `reload`, `restart`, `stop`). What the lab stands in for: the root
+//! is installed with dpkg (and, once it is purged, the .rpm with rpm), and the agent runs as the
+//! packaged unit with its whole sandbox (capabilities, device policy, read-only system,
+//! seccomp), driven by the admin's own commands (`systemctl enable --now`, `reload`, `restart`,
+//! `stop`). What the lab stands in for: the root
 //! file system is the host's, seen through a tmpfs overlay; the second node is a second iSCSI
 //! initiator in the same guest, driven with the prfence CLI. Every verdict comes from the target
 //! (READ KEYS through configfs), from systemd (`systemctl show`), from /proc (the process's
@@ -429,8 +430,8 @@ fn the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases() -> anyh
          enable link; systemd lists no {UNIT}",
         owned.len()
     );
+    // then, dropped in turn: the .deb installed again, the guest's files put back
     rpm_cycle(&t)
-    // dropped in turn: the .deb installed again, then the guest's files put back
 }
 
 /// rpm's own database in the lab: Debian's rpm keeps none of the system's (its default is
