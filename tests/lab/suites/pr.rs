@@ -1366,8 +1366,8 @@ fn lu0(t: &Topology) -> anyhow::Result<(Vec<(String, u64)>, bool)> {
 }
 
 /// Issue 46: every example of docs/cli.md is run as written, the lab's devices put in for the
-/// page's (/dev/sdb and /dev/sdd: the node's path to LU 0, /dev/sdc and /dev/mapper/mpatha: to
-/// LU 1; node B's TransportID for the page's; a configuration naming both LUs with key 0xa for
+/// page's (/dev/sda, /dev/sdb and /dev/sdd: the node's path to LU 0, /dev/sdc and
+/// /dev/mapper/mpatha: to LU 1; node B's TransportID for the page's; a configuration naming both LUs with key 0xa for
 /// /etc/prfence/agent.toml), each from the state it assumes: it exits 0, and the target then
 /// holds what the page says it does (or, for a read, what it held before). The page's JSON
 /// example is compared with what `--json keys` prints. A new example on the page without an
