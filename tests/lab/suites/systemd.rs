@@ -1,8 +1,8 @@
 //! A booted node: the guest runs systemd as PID 1 (tests/lab/init, `lab.init=systemd`), the .deb
-//! is installed with dpkg (and, once it is purged, the .rpm with rpm), and the agent runs as the
-//! packaged unit with its whole sandbox (capabilities, device policy, read-only system,
-//! seccomp), driven by the admin's own commands (`systemctl enable --now`, `reload`, `restart`,
-//! `stop`). What the lab stands in for: the root
+//! is installed with dpkg (and, once it is purged, the .rpm with rpm: long tier), and the agent
+//! runs as the packaged unit with its whole sandbox (capabilities, device policy, read-only
+//! system, seccomp), driven by the admin's own commands (`systemctl enable --now`, `reload`,
+//! `restart`, `stop`). What the lab stands in for: the root
 //! file system is the host's, seen through a tmpfs overlay; the second node is a second iSCSI
 //! initiator in the same guest, driven with the prfence CLI. Every verdict comes from the target
 //! (READ KEYS through configfs), from systemd (`systemctl show`), from /proc (the process's
@@ -28,13 +28,15 @@ pub const SUITE: Suite = Suite {
     budget: Duration::from_secs(10 * 60),
     tests: crate::tests![
         the_packaged_unit_starts_reloads_restarts_and_stops_disarmed,
-        the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases,
+        the_package_removes_then_purges_to_nothing_on_an_enabled_node,
         a_fenced_node_runs_its_stop_hook_in_the_sandbox_and_keeps_its_status,
         a_node_started_with_the_cluster_down_arms_once_pacemaker_unfences_it,
         // ends the guest: the last test of the last suite of its guest
         a_fenced_node_runs_its_hook_then_resets
     ],
-    long: &[],
+    // the .rpm on a Debian node stands in for a RHEL one: the long tier's (CI's 25 minutes);
+    // run with --ignored alone, as the long tier is: CI's last test above ends the guest
+    long: crate::tests![the_rpm_installs_upgrades_under_a_running_agent_and_erases],
     reproducers: &[],
 };
 
@@ -338,16 +340,22 @@ fn the_packaged_unit_starts_reloads_restarts_and_stops_disarmed() -> anyhow::Res
 /// The link `systemctl enable` makes for the unit (its `WantedBy=multi-user.target`).
 const ENABLED_LINK: &str = "/etc/systemd/system/multi-user.target.wants/prfence-agent.service";
 
-/// Issue 46: the packages' lives on one node, as piuparts checks a package, with
-/// docs/packages.md's commands. The .deb, on a node where the admin enabled the agent:
-/// `dpkg --remove` takes every file but the configuration; `dpkg --purge` then leaves no file,
-/// directory or link of the package's, the enable link included (a dangling link there made
-/// systemd warn at every boot). Then the .rpm on the purged node (see [`rpm_cycle`]). Judged on
-/// the file system and on dpkg's, rpm's and systemd's own view. The .deb is installed again
-/// afterwards, as the suite found it (its install is the guest's first step, its upgrade under
-/// a running agent the cluster suites' rolling upgrade). One test: the purge the .rpm needs is
-/// this one.
-fn the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases() -> anyhow::Result<()> {
+/// Issue 46: the .deb's life on a node where the admin enabled the agent, as piuparts checks a
+/// package, with docs/packages.md's commands: `dpkg --remove` takes every file but the
+/// configuration; `dpkg --purge` then leaves no file, directory or link of the package's, the
+/// enable link included (a dangling link there made systemd warn at every boot). Judged on the
+/// file system and on dpkg's and systemd's own view. The package is installed again
+/// afterwards, as the suite found it.
+fn the_package_removes_then_purges_to_nothing_on_an_enabled_node() -> anyhow::Result<()> {
+    let deb = PathBuf::from(std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?);
+    let _restore = Restore::take()?;
+    let _reinstall = crate::residue::ReinstallOnDrop::new(&deb);
+    remove_then_purge()
+}
+
+/// Issue 46: the .rpm's life with rpm itself (see [`rpm_cycle`]) on this node, the .deb purged
+/// first and installed again afterwards.
+fn the_rpm_installs_upgrades_under_a_running_agent_and_erases() -> anyhow::Result<()> {
     let deb = PathBuf::from(std::env::var("LAB_PACKAGE").context("LAB_PACKAGE")?);
     let t = Topology::iscsi(2)?;
     node::unfence(&t, Node::A)?;
@@ -356,6 +364,18 @@ fn the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases() -> anyh
         .remove
         .extend([PathBuf::from(RPM_DB), PathBuf::from(RPMSAVE)]);
     let _reinstall = crate::residue::ReinstallOnDrop::new(&deb);
+    crate::run("dpkg", ["--purge", "prfence"])?.ok()?;
+    ensure!(
+        !std::path::Path::new(crate::INSTALLED_PRFENCE).exists(),
+        "dpkg --purge left {}",
+        crate::INSTALLED_PRFENCE
+    );
+    // then, dropped in turn: the .deb installed again, the guest's files put back
+    rpm_cycle(&t)
+}
+
+/// `dpkg --remove`, then `dpkg --purge`, of the installed .deb, each judged.
+fn remove_then_purge() -> anyhow::Result<()> {
     let listed = crate::run("dpkg", ["-L", "prfence"])?.ok()?.stdout;
     // What is the package's alone: its files and links, and the directories named for it (the
     // others, /usr/share/man and such, belong to every package that puts a file there; /lib is
@@ -430,8 +450,7 @@ fn the_deb_purges_to_nothing_then_the_rpm_installs_upgrades_and_erases() -> anyh
          enable link; systemd lists no {UNIT}",
         owned.len()
     );
-    // then, dropped in turn: the .deb installed again, the guest's files put back
-    rpm_cycle(&t)
+    Ok(())
 }
 
 /// rpm's own database in the lab: Debian's rpm keeps none of the system's (its default is
