@@ -242,8 +242,12 @@ fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |dir| root.join(dir))
 }
 
-fn out_dir(root: &Path) -> anyhow::Result<PathBuf> {
-    let dir = target_dir(root).join("packages");
+/// Where a package is written: `out`, or `target/packages` by default; made if missing.
+fn out_dir(root: &Path, out: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = match out {
+        Some(dir) => dir.to_path_buf(),
+        None => target_dir(root).join("packages"),
+    };
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
@@ -255,13 +259,7 @@ const ENABLED_LINK: &str = "/etc/systemd/system/multi-user.target.wants/prfence-
 /// `out` (default `target/packages`). The release package is checked with lintian (no errors
 /// allowed); a package of a given binary (the lab's) is not: lintian judges a release.
 pub fn deb(root: &Path, binary: &Binary, out: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let out = match out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            dir.to_path_buf()
-        }
-        None => out_dir(root)?,
-    };
+    let out = out_dir(root, out)?;
     let tree = out.join("deb-root");
     stage(root, binary, &tree, DEB_UNIT_DIR)?;
     write(
@@ -466,13 +464,7 @@ pub fn rpm(
     out: Option<&Path>,
     release: u32,
 ) -> anyhow::Result<PathBuf> {
-    let out = match out {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)?;
-            dir.to_path_buf()
-        }
-        None => out_dir(root)?,
-    };
+    let out = out_dir(root, out)?;
     let tree = out.join("rpm-root");
     stage(root, binary, &tree, RPM_UNIT_DIR)?;
     let files = staged_files(&tree)?;

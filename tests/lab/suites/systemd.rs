@@ -374,6 +374,15 @@ fn the_rpm_installs_upgrades_under_a_running_agent_and_erases() -> anyhow::Resul
     rpm_cycle(&t)
 }
 
+/// Those of `paths` that still exist (a link counts, whatever it points to).
+fn left(paths: &[PathBuf]) -> Vec<String> {
+    paths
+        .iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
 /// `dpkg --remove`, then `dpkg --purge`, of the installed .deb, each judged.
 fn remove_then_purge() -> anyhow::Result<()> {
     let listed = crate::run("dpkg", ["-L", "prfence"])?.ok()?.stdout;
@@ -398,13 +407,6 @@ fn remove_then_purge() -> anyhow::Result<()> {
         std::fs::symlink_metadata(ENABLED_LINK).is_ok(),
         "systemctl enable made no {ENABLED_LINK}"
     );
-    let left = |paths: &[PathBuf]| -> Vec<String> {
-        paths
-            .iter()
-            .filter(|p| std::fs::symlink_metadata(p).is_ok())
-            .map(|p| p.display().to_string())
-            .collect()
-    };
     crate::run("dpkg", ["--remove", "prfence"])?.ok()?;
     let status = crate::run("dpkg-query", ["-W", "-f", "${Status}", "prfence"])?.stdout;
     ensure!(
@@ -606,18 +608,17 @@ fn rpm_cycle(t: &Topology) -> anyhow::Result<()> {
     );
     let mut gone = files.clone();
     gone.extend([PathBuf::from(ENABLED_LINK), PathBuf::from(RUNTIME_DIR)]);
-    let left: Vec<String> = gone
-        .iter()
-        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+    // but the directory of the saved configuration, and directories others share
+    let gone: Vec<PathBuf> = gone
+        .into_iter()
         .filter(|p| {
-            // the directory of the saved configuration, and directories others share
             !(p.as_os_str() == "/etc/prfence"
                 || std::fs::metadata(p).is_ok_and(|m| m.is_dir())
                     && !p.to_string_lossy().contains("prfence"))
         })
-        .map(|p| p.display().to_string())
         .collect();
-    ensure!(left.is_empty(), "rpm -e left {left:?}");
+    let remaining = left(&gone);
+    ensure!(remaining.is_empty(), "rpm -e left {remaining:?}");
     ensure!(
         std::fs::read_to_string(RPMSAVE).ok().as_deref() == Some(edited.as_str()),
         "rpm -e did not keep the edited configuration as {RPMSAVE}"
