@@ -2,12 +2,12 @@
 //! command and the picked tests as its arguments, relay the console, hold each suite to its
 //! budget, and turn what the guests reported into per-suite results and this process's status.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::plan::{GuestInit, GuestKernel, GuestRoot, Picked, Suite};
@@ -20,12 +20,17 @@ const BOOT_BUDGET: Duration = Duration::from_secs(5 * 60);
 /// How long a guest may take from its last suite to its exit.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(60);
 
-/// Runs `picked` (in order). The suites of one guest setup (a kernel, with or without the package
-/// installed, an init) share one guest, booted once; the package is built once, at the lowest CPU
-/// priority beside the guests that do not need it. A guest that stops before its last suite (a
-/// kernel lock-up, a suite over its budget) fails the suite it was running, and a new guest runs
-/// the suites it had not started. Prints each suite's result and a summary; fails unless every
-/// picked test passed. `filtered` is how many tests the filters left out.
+/// Runs `picked`. The suites of one guest setup (a kernel, with or without the package
+/// installed, an init, a root) run in order in one guest, booted once, or in a few when the
+/// setup's budgets would hold up the run: the work is cut at suite boundaries into jobs, run
+/// longest first by `LAB_GUESTS` guests at once (default [`GUESTS`]), for a guest leaves the CPU
+/// idle for most of its time (waiting on agents' intervals, timeouts and Pacemaker's timers).
+/// The package is built once, at the lowest CPU priority beside the guests that do not need it.
+/// A guest that stops before its last suite (a kernel lock-up, a suite over its budget) fails
+/// the suite it was running, and a new guest runs the suites it had not started. With more than
+/// one guest at once, each guest's console is printed whole when it ends, so that no two
+/// interleave. Prints each suite's result and a summary; fails unless every picked test passed.
+/// `filtered` is how many tests the filters left out.
 pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
     let start = Instant::now();
     if picked.is_empty() {
@@ -36,45 +41,162 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
     for pick in picked {
         match results.last_mut() {
             Some(r) if std::ptr::eq(r.suite, pick.suite) => r.picked.push(pick.name()),
-            _ => results.push(SuiteResult::new(pick)),
+            _ => results.push(SuiteResult::new(pick, results.len())),
         }
     }
-    let mut package = picked
+    let package = picked
         .iter()
         .any(|p| p.suite.package)
-        .then(PackageBuild::start);
-    let mut guests: Vec<Guest> = Vec::new();
-    let mut boots = 0;
+        .then(|| Mutex::new(PackageBuild::start()));
+    let slots = guests();
+    let jobs = jobs(picked, &mut results, slots);
+    let slots = slots.min(jobs.len());
+    let live = slots == 1;
+    if !live {
+        println!(
+            "lab: {} guests, {slots} at once, each guest's console printed when it ends:",
+            jobs.len()
+        );
+        for job in &jobs {
+            println!("lab:   {}", job.describe());
+        }
+    }
+    let queue = Mutex::new(jobs.into_iter());
+    let done: Mutex<(Vec<SuiteResult>, usize)> = Mutex::new((Vec::new(), 0));
+    std::thread::scope(|scope| {
+        for _ in 0..slots {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().map(|mut q| q.next()).ok().flatten();
+                    let Some(mut job) = next else { break };
+                    let mut console = Console::new(live);
+                    if !live {
+                        println!("lab: guest for {} started", job.describe());
+                    }
+                    let boots = job.run(package.as_ref(), &mut console);
+                    if !live {
+                        println!("lab: guest for {} ended; its console:", job.describe());
+                    }
+                    console.flush();
+                    if let Ok(mut done) = done.lock() {
+                        done.0.append(&mut job.results);
+                        done.1 += boots;
+                    }
+                }
+            });
+        }
+    });
+    drop(package);
+    let (mut results, boots) = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|r| r.order);
+    summary(&results, boots, filtered, start.elapsed())
+}
+
+/// How many guests run at once when `LAB_GUESTS` does not say. A guest keeps about one of the
+/// 2-CPU machine's cores busy on average (sampled every 5 s: the agent suite 0.84, the fence
+/// suite 1.07, both alone), so two share the machine; three ran every suite about twice as
+/// slowly as alone (the two cores busy throughout) and pushed a timing test past its slack.
+const GUESTS: usize = 2;
+
+fn guests() -> usize {
+    std::env::var("LAB_GUESTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(GUESTS)
+}
+
+/// One guest's work: suites of one setup, in the order picked, with their results.
+struct Job {
+    setup: Setup,
+    picked: Vec<Picked>,
+    results: Vec<SuiteResult>,
+}
+
+/// Cuts `picked` into jobs for `slots` guests at once, longest first: each setup's suites in
+/// order, cut before a suite that would take a job past an even share of the whole (by the
+/// suites' budgets, each about three times its usual time).
+fn jobs(picked: &[Picked], results: &mut Vec<SuiteResult>, slots: usize) -> Vec<Job> {
+    let total: Duration = results.iter().map(|r| budget(r.suite)).sum();
+    let share = total / u32::try_from(slots).unwrap_or(u32::MAX);
+    let mut jobs: Vec<Job> = Vec::new();
     for setup in setups(picked) {
-        let guest = match guests.iter().position(|g| g.kernel == setup.0) {
-            Some(at) => &mut guests[at],
-            None => {
-                guests.push(Guest::new(setup.0));
-                guests
-                    .last_mut()
-                    .unwrap_or_else(|| unreachable!("just pushed"))
+        let mut current: Option<Job> = None;
+        for r in results.extract_if(.., |r| setup_of(r.suite) == setup) {
+            if let Some(job) = current
+                .take_if(|job| job.weight() + budget(r.suite) > share && !job.results.is_empty())
+            {
+                jobs.push(job);
             }
+            let job = current.get_or_insert_with(|| Job {
+                setup,
+                picked: Vec::new(),
+                results: Vec::new(),
+            });
+            job.picked.extend(
+                picked
+                    .iter()
+                    .filter(|p| std::ptr::eq(p.suite, r.suite))
+                    .copied(),
+            );
+            job.results.push(r);
+        }
+        jobs.extend(current);
+    }
+    jobs.sort_by_key(|job| std::cmp::Reverse(job.weight()));
+    jobs
+}
+
+impl Job {
+    fn weight(&self) -> Duration {
+        self.results.iter().map(|r| budget(r.suite)).sum()
+    }
+
+    fn describe(&self) -> String {
+        let suites: Vec<&str> = self.results.iter().map(|r| r.suite.name).collect();
+        let kernel = match self.setup.0 {
+            GuestKernel::Host => "the host release's kernel".to_owned(),
+            GuestKernel::Suite(suite) => format!("{suite}'s kernel"),
         };
+        format!("{} on {kernel}", suites.join(", "))
+    }
+
+    /// Boots guests until every suite ran or could not; returns how many were booted.
+    fn run(&mut self, package: Option<&Mutex<PackageBuild>>, console: &mut Console) -> usize {
+        let setup = self.setup;
+        let mut guest = Guest::new(setup.0);
+        let mut boots = 0;
         loop {
-            let waiting: Vec<Picked> = picked
+            let waiting: Vec<Picked> = self
+                .picked
                 .iter()
-                .filter(|p| setup_of(p.suite) == setup)
-                .filter(|p| suite_result(&results, p.suite).state == State::Waiting)
+                .filter(|p| suite_result(&self.results, p.suite).state == State::Waiting)
                 .copied()
                 .collect();
             if waiting.is_empty() {
-                break;
+                return boots;
             }
-            let packages = match (&mut package, setup.1) {
-                (Some(build), true) => build.wait().map(Some),
+            let packages = match (package, setup.1) {
+                (Some(build), true) => build
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("the package build panicked"))
+                    .and_then(|mut build| build.wait(console))
+                    .map(Some),
                 _ => Ok(None),
             };
             let progress = packages
                 .and_then(|packages| {
-                    guest.boot(&waiting, packages.as_ref(), setup.2, setup.3, &mut results)
+                    guest.boot(
+                        &waiting,
+                        packages.as_ref(),
+                        setup.2,
+                        setup.3,
+                        &mut self.results,
+                        console,
+                    )
                 })
                 .unwrap_or_else(|e| {
-                    println!("lab: FAILED: {e:#}");
+                    console.line(format!("lab: FAILED: {e:#}"));
                     false
                 });
             boots += 1;
@@ -83,15 +205,15 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
             // fails the suites.
             if !progress && std::mem::take(&mut guest.failed_in_boot) && !guest.booted_again {
                 guest.booted_again = true;
-                println!(
+                console.line(
                     "lab: the guest's kernel failed in its own boot, before any test: booting it \
-                     once more"
+                     once more",
                 );
                 continue;
             }
             if !progress {
                 for p in &waiting {
-                    let r = suite_result_mut(&mut results, p.suite);
+                    let r = suite_result_mut(&mut self.results, p.suite);
                     if r.state == State::Waiting {
                         r.state = State::NotRun("its guest did not run it".into());
                     }
@@ -99,8 +221,38 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
             }
         }
     }
-    drop(package);
-    summary(&results, boots, filtered, start.elapsed())
+}
+
+/// Where a guest's lines go: straight to stdout when it is the only guest running, else kept
+/// and printed whole at its end.
+struct Console {
+    live: bool,
+    kept: Vec<String>,
+}
+
+impl Console {
+    fn new(live: bool) -> Self {
+        Console {
+            live,
+            kept: Vec::new(),
+        }
+    }
+
+    fn line(&mut self, text: impl Into<String>) {
+        let text = text.into();
+        if self.live {
+            println!("{text}");
+        } else {
+            self.kept.push(text);
+        }
+    }
+
+    fn flush(&mut self) {
+        let mut out = std::io::stdout().lock();
+        for line in self.kept.drain(..) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
 }
 
 /// What became of one picked suite.
@@ -114,6 +266,8 @@ struct SuiteResult {
     took: Option<Duration>,
     /// The guest it ran in: its kernel package and which boot of the run it was.
     guest: String,
+    /// Its place in the run's order, which the results are printed in.
+    order: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,8 +281,9 @@ enum State {
 }
 
 impl SuiteResult {
-    fn new(pick: &Picked) -> Self {
+    fn new(pick: &Picked, order: usize) -> Self {
         SuiteResult {
+            order,
             suite: pick.suite,
             picked: vec![pick.name()],
             passed: Vec::new(),
@@ -235,7 +390,7 @@ impl Guest {
             .unwrap_or_else(|| self.dir.display().to_string())
     }
 
-    fn build(&mut self) -> anyhow::Result<()> {
+    fn build(&mut self, console: &mut Console) -> anyhow::Result<()> {
         if self.built {
             return Ok(());
         }
@@ -249,11 +404,11 @@ impl Guest {
             .status()
             .map_err(|e| anyhow::anyhow!("cannot run {LAB_SOURCES}/build.sh: {e}"))?;
         anyhow::ensure!(status.success(), "building the lab guest failed ({status})");
-        println!(
+        console.line(format!(
             "lab: guest {} ready in {}",
             self.label(),
             secs(start.elapsed())
-        );
+        ));
         self.built = true;
         Ok(())
     }
@@ -269,11 +424,12 @@ impl Guest {
         init: GuestInit,
         root: GuestRoot,
         results: &mut [SuiteResult],
+        console: &mut Console,
     ) -> anyhow::Result<bool> {
-        self.build()?;
+        self.build(console)?;
         let root_arg = match root {
             GuestRoot::Host => String::new(),
-            GuestRoot::Suite(suite) => node_root(suite)?,
+            GuestRoot::Suite(suite) => node_root(suite, console)?,
         };
         let names: Vec<String> = picked.iter().map(Picked::name).collect();
         let script = self.script(&names, packages)?;
@@ -337,14 +493,14 @@ impl Guest {
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| anyhow::anyhow!("cannot start qemu-system-x86_64: {e}"))?;
-        let console = qemu
+        let serial = qemu
             .stdout
             .take()
             .ok_or_else(|| anyhow::anyhow!("qemu has no stdout"))?;
         let watchdog = Watchdog::start(qemu.id(), boot_start + BOOT_BUDGET);
 
         let mut report = Report::default();
-        for raw in BufReader::new(console).split(b'\n') {
+        for raw in BufReader::new(serial).split(b'\n') {
             let raw = raw?;
             let text = String::from_utf8_lossy(&raw);
             let text = text.trim_end_matches('\r');
@@ -360,7 +516,7 @@ impl Guest {
                 }
                 _ => text,
             };
-            println!("{text}");
+            console.line(text);
             match report.observe(text, now, results) {
                 Some(Event::SuiteStart(suite)) => {
                     watchdog.until(Instant::now() + budget(suite));
@@ -381,18 +537,18 @@ impl Guest {
         let expired = watchdog.expired();
         drop(watchdog);
         if !expired && report.trouble.is_none() && report.exit.is_none() {
-            report.judge_reset(boot_start.elapsed(), results);
+            report.judge_reset(boot_start.elapsed(), results, console);
         }
         let boot = report.ready.map(secs).unwrap_or_else(|| "-".into());
-        println!(
+        console.line(format!(
             "lab: guest {label}: boot {boot}, {} suites done, guest {} (qemu {status})",
             report.done.len(),
             secs(boot_start.elapsed())
-        );
+        ));
         if report.ready.is_none() {
             let tail = report.early.len().saturating_sub(40);
             for line in &report.early[tail..] {
-                println!("guest console: {line}");
+                console.line(format!("guest console: {line}"));
             }
         }
         self.failed_in_boot = report.ready.is_none() && report.trouble.is_some();
@@ -433,7 +589,7 @@ impl Guest {
             });
         }
         if !why.is_empty() {
-            println!("lab: FAILED: {why}");
+            console.line(format!("lab: FAILED: {why}"));
         }
         Ok(!report.done.is_empty() || report.current.is_some())
     }
@@ -443,7 +599,12 @@ impl Guest {
     /// `LAB_*` settings (the guest starts from init's bare environment) and the packages.
     fn script(&self, names: &[String], packages: Option<&Packages>) -> anyhow::Result<PathBuf> {
         let exe = std::env::current_exe()?;
-        let script = self.dir.join(format!("run-{}.sh", std::process::id()));
+        // one per boot: guests of one kernel may run at once
+        static BOOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let boot = BOOTS.fetch_add(1, Ordering::SeqCst);
+        let script = self
+            .dir
+            .join(format!("run-{}-{boot}.sh", std::process::id()));
         let mut settings: String = std::env::vars()
             .filter(|(name, _)| {
                 name.starts_with("LAB_")
@@ -664,7 +825,7 @@ impl Report {
     /// The guest ended without an exit status: if a test announced this reset, it passes when
     /// the kernel restarted within the announced time after the announced evidence, and its
     /// suite is done when that was its last test; otherwise it fails, saying what was missing.
-    fn judge_reset(&mut self, ended: Duration, results: &mut [SuiteResult]) {
+    fn judge_reset(&mut self, ended: Duration, results: &mut [SuiteResult], console: &mut Console) {
         let Some(reset) = self.reset.take() else {
             return;
         };
@@ -690,19 +851,19 @@ impl Report {
         };
         match verdict {
             Ok(evidence) => {
-                println!(
+                console.line(format!(
                     "test {} ... ok (the guest reset {} after the announcement, {:?} seen {} \
                      after it)",
                     reset.name,
                     secs(after),
                     reset.evidence,
                     secs(evidence)
-                );
+                ));
                 r.passed.push(reset.name);
             }
             Err(why) => {
-                println!("---- {} ----\n{why}", reset.name);
-                println!("test {} ... FAILED", reset.name);
+                console.line(format!("---- {} ----\n{why}", reset.name));
+                console.line(format!("test {} ... FAILED", reset.name));
                 r.failed.push(reset.name);
             }
         }
@@ -798,7 +959,7 @@ impl Report {
 /// its cache) by root.sh, and the host directories the guest must see in it: the checkout (the
 /// tests' working directory and the lab's sources) and the build's target directory (the test
 /// binary, prfence, the package, the guest's run script), each once.
-fn node_root(suite: &str) -> anyhow::Result<String> {
+fn node_root(suite: &str, console: &mut Console) -> anyhow::Result<String> {
     let exe = std::env::current_exe()?;
     let target = target_dir(&exe);
     let out = target.join(format!("lab-root-{suite}"));
@@ -813,7 +974,10 @@ fn node_root(suite: &str) -> anyhow::Result<String> {
         status.success(),
         "building the {suite} node root failed ({status})"
     );
-    println!("lab: {suite} node root ready in {}", secs(start.elapsed()));
+    console.line(format!(
+        "lab: {suite} node root ready in {}",
+        secs(start.elapsed())
+    ));
     let mut binds: Vec<PathBuf> =
         vec![std::env::current_dir()?, PathBuf::from(LAB_SOURCES), target];
     binds.sort();
@@ -895,19 +1059,19 @@ impl PackageBuild {
     }
 
     /// The packages, once built (waits for the build).
-    fn wait(&mut self) -> anyhow::Result<Packages> {
+    fn wait(&mut self, console: &mut Console) -> anyhow::Result<Packages> {
         if let Some(building) = self.building.take() {
             let (built, took) = building
                 .join()
                 .map_err(|_| anyhow::anyhow!("the package build panicked"))??;
-            println!(
+            console.line(format!(
                 "lab: packages {}, {} and {} built in {} (at the lowest CPU priority, beside the \
                  guests)",
                 built.deb.display(),
                 built.rpm.display(),
                 built.rpm_upgrade.display(),
                 secs(took)
-            );
+            ));
             self.built = Some(built);
         }
         self.built

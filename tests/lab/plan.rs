@@ -14,6 +14,22 @@ pub struct Test {
     pub run: TestFn,
 }
 
+/// `a`'s tests, then `b`'s: for a suite whose long tier is another suite's two tiers
+/// (`const BOTH: [Test; A.len() + B.len()] = plan::both(A, B);`).
+pub const fn both<const N: usize>(a: &[Test], b: &[Test]) -> [Test; N] {
+    assert!(
+        a.len() + b.len() == N && !a.is_empty(),
+        "both: N must be the two lengths"
+    );
+    let mut out = [a[0]; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
+        i += 1;
+    }
+    out
+}
+
 /// `crate::tests![a, b]`: the tests `a` and `b` (functions of the calling module) by their names.
 #[macro_export]
 macro_rules! tests {

@@ -7,6 +7,8 @@
 //! - `cargo xtask deb --binary PATH --out DIR` and `rpm --binary PATH --release N --out DIR`: the
 //!   same packages around a binary built already (the lab installs the binary under test this
 //!   way, and upgrades the .rpm from release 1 to 2), without lintian or rpmlint.
+//! - `cargo xtask packages --binary PATH`: both packages around a binary built already, checked
+//!   as `packages` checks the release's (CI, with the binary its tests ran).
 //! - `cargo xtask perf LOG`: docs/performance.md's table and `docs/performance.svg` from a lab
 //!   log of the bench suite (docs/performance.md).
 
@@ -84,20 +86,26 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("--release {release}: not a number"))?,
         )
         .map(|p| println!("{}", p.display())),
-        ["packages"] => {
-            let deb = package::deb(&root, &package::Binary::Release, None)?;
-            println!("{}", deb.display());
-            let rpm = package::rpm(&root, &package::Binary::Release, None, 1)?;
-            println!("{}", rpm.display());
-            Ok(())
+        ["packages"] => packages(&root, &package::Binary::Release),
+        ["packages", "--binary", binary] => {
+            packages(&root, &package::Binary::Checked(PathBuf::from(binary)))
         }
         _ => {
             bail!(
                 "usage: cargo xtask docs [DIR] | deb [--binary PATH --out DIR] | \
-                 rpm [--binary PATH --release N --out DIR] | packages | perf LOG"
+                 rpm [--binary PATH --release N --out DIR] | packages [--binary PATH] | perf LOG"
             )
         }
     }
+}
+
+/// The .deb and the .rpm in `target/packages`, each checked as one that ships.
+fn packages(root: &Path, binary: &package::Binary) -> anyhow::Result<()> {
+    let deb = package::deb(root, binary, None)?;
+    println!("{}", deb.display());
+    let rpm = package::rpm(root, binary, None, 1)?;
+    println!("{}", rpm.display());
+    Ok(())
 }
 
 #[cfg(test)]
