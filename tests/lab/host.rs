@@ -25,7 +25,7 @@ const SHUTDOWN_BUDGET: Duration = Duration::from_secs(60);
 /// setup's budgets would hold up the run: the work is cut at suite boundaries into jobs, run
 /// longest first by `LAB_GUESTS` guests at once (default [`GUESTS`]), for a guest leaves the CPU
 /// idle for most of its time (waiting on agents' intervals, timeouts and Pacemaker's timers).
-/// The package is built once, at the lowest CPU priority beside the guests that do not need it.
+/// The package is built once, beside the guests that do not need it.
 /// A guest that stops before its last suite (a kernel lock-up, a suite over its budget) fails
 /// the suite it was running, and a new guest runs the suites it had not started. With more than
 /// one guest at once, each guest's console is printed whole when it ends, so that no two
@@ -113,18 +113,23 @@ struct Job {
     results: Vec<SuiteResult>,
 }
 
-/// Cuts `picked` into jobs for `slots` guests at once, longest first: each setup's suites in
-/// order, cut before a suite that would take a job past an even share of the whole (by the
-/// suites' budgets, each about three times its usual time).
+/// Cuts `picked` into jobs for `slots` guests at once, longest first (by the suites' usual
+/// times): each setup's suites in order, one job when one guest runs at a time; with more, cut
+/// before a suite that would take a job past two thirds of an even share of the whole, so that
+/// the slots have jobs to even out with (each cut costs a boot: 10-50 s).
 fn jobs(picked: &[Picked], results: &mut Vec<SuiteResult>, slots: usize) -> Vec<Job> {
-    let total: Duration = results.iter().map(|r| budget(r.suite)).sum();
-    let share = total / u32::try_from(slots).unwrap_or(u32::MAX);
+    let total: Duration = results.iter().map(|r| r.suite.usual).sum();
+    let share = if slots == 1 {
+        Duration::MAX
+    } else {
+        total * 2 / u32::try_from(3 * slots).unwrap_or(u32::MAX)
+    };
     let mut jobs: Vec<Job> = Vec::new();
     for setup in setups(picked) {
         let mut current: Option<Job> = None;
         for r in results.extract_if(.., |r| setup_of(r.suite) == setup) {
             if let Some(job) = current
-                .take_if(|job| job.weight() + budget(r.suite) > share && !job.results.is_empty())
+                .take_if(|job| job.weight() + r.suite.usual > share && !job.results.is_empty())
             {
                 jobs.push(job);
             }
@@ -149,7 +154,7 @@ fn jobs(picked: &[Picked], results: &mut Vec<SuiteResult>, slots: usize) -> Vec<
 
 impl Job {
     fn weight(&self) -> Duration {
-        self.results.iter().map(|r| budget(r.suite)).sum()
+        self.results.iter().map(|r| r.suite.usual).sum()
     }
 
     fn describe(&self) -> String {
@@ -1034,7 +1039,7 @@ impl Packages {
 }
 
 /// The packages of the binary under test, built by the packaging code itself (`cargo xtask deb
-/// --binary`, then `rpm --binary`) in a thread of its own at the lowest CPU priority, so that
+/// --binary`, then `rpm --binary`) in a thread of its own, so that
 /// the guests that do not install them run meanwhile; removed when dropped.
 struct PackageBuild {
     dir: PathBuf,
@@ -1065,8 +1070,7 @@ impl PackageBuild {
                 .join()
                 .map_err(|_| anyhow::anyhow!("the package build panicked"))??;
             console.line(format!(
-                "lab: packages {}, {} and {} built in {} (at the lowest CPU priority, beside the \
-                 guests)",
+                "lab: packages {}, {} and {} built in {} (beside the guests)",
                 built.deb.display(),
                 built.rpm.display(),
                 built.rpm_upgrade.display(),
@@ -1089,7 +1093,7 @@ impl Drop for PackageBuild {
     }
 }
 
-/// Builds the packages into `dir` (`nice -n 19 cargo xtask deb --binary PRFENCE --out DIR`,
+/// Builds the packages into `dir` (`cargo xtask deb --binary PRFENCE --out DIR`,
 /// then `rpm ... --release 1` and `2`; the .rpm's file list is compared with the .deb's there).
 fn build_packages(dir: &Path) -> anyhow::Result<Packages> {
     let deb = xtask(&["deb", "--binary", super::PRFENCE, "--out"], dir, "deb")?;
@@ -1114,12 +1118,12 @@ fn build_packages(dir: &Path) -> anyhow::Result<Packages> {
     })
 }
 
-/// `nice -n 19 cargo xtask ARGS DIR`, which prints the package it built (extension `ext`) last;
-/// its output is shown only when it fails: it runs while a guest's console is shown.
+/// `cargo xtask ARGS DIR`, which prints the package it built (extension `ext`) last; its output
+/// is shown only when it fails: it runs while a guest's console is shown. At the guests' own
+/// priority: a guest that installs the package waits for it (niced, with two guests busy, it
+/// took 308 s in CI, most of it compiling xtask, which CI now builds with the tests).
 fn xtask(args: &[&str], dir: &Path, ext: &str) -> anyhow::Result<PathBuf> {
-    let out = Command::new("nice")
-        .args(["-n", "19"])
-        .arg(env!("CARGO"))
+    let out = Command::new(env!("CARGO"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .arg("xtask")
         .args(args)

@@ -89,6 +89,11 @@ pub struct Suite {
     /// emulation); past it the guest is stopped and the suite fails. `LAB_TIMEOUT` (seconds)
     /// overrides it.
     pub budget: Duration,
+    /// How long its tests usually take in a guest on the 2-CPU machine (CI's tier measured in
+    /// the fresh-clone CI of 9bc400a; for a suite of the long tier alone, a third of its
+    /// budget): orders the guests longest first and cuts a setup's suites into guests of their
+    /// own when several run at once. Never a limit.
+    pub usual: Duration,
     /// The tests `cargo test` runs (CI's tier).
     pub tests: &'static [Test],
     /// The long tier: run only when asked for (`-- --ignored`, libtest's ignored tests), never

@@ -45,6 +45,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(15 * 60),
+    usual: Duration::from_secs(264),
     tests: crate::tests![
         lease_takeover_refuses_the_paused_holder,
         renew_racing_takeover_never_two_writers,

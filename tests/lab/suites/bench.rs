@@ -50,6 +50,7 @@ pub const SUITE: Suite = Suite {
     // table about 1, the growth series about 20 (its 64-LU cases with fence_scsi alone about 5 each), the 256-LU
     // watch cost 3 to 5
     budget: Duration::from_secs(40 * 60),
+    usual: Duration::from_secs(800),
     tests: &[],
     long: crate::tests![
         watch_cost_16_luns,

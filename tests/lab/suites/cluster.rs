@@ -43,6 +43,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(45 * 60),
+    usual: Duration::from_secs(271),
     tests: TESTS,
     // the migration with failover, rejoin and a split: the long tier's (CI's 25 minutes on the
     // slower 2-CPU machine, where it ran 401 s); CI keeps the quick start's fence, reset and

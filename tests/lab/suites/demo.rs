@@ -25,6 +25,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(4 * 60),
+    usual: Duration::from_secs(6),
     tests: crate::tests![phantom_write_fenced],
     long: &[],
     reproducers: &[],

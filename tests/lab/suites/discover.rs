@@ -18,6 +18,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(4 * 60),
+    usual: Duration::from_secs(10),
     tests: crate::tests![
         node_disks_group_into_luns_sorted_by_id,
         vpd_fallback_matches_the_kernels_wwid,

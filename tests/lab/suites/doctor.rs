@@ -20,6 +20,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(10 * 60),
+    usual: Duration::from_secs(23),
     tests: crate::tests![
         iscsi_ready_after_unfence_not_before,
         tcm_loop_ready_after_unfence_not_before,

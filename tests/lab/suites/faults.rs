@@ -43,6 +43,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(12 * 60),
+    usual: Duration::from_secs(168),
     tests: crate::tests![
         hung_path_every_entry_point_ends_within_its_budget,
         reregistering_victim_is_never_reported_fenced,

@@ -32,7 +32,6 @@ const TESTS: &[crate::plan::Test] = crate::tests![
     multipath_maps_register_and_lose_every_path,
     fence_pr_on_refuses_a_node_fenced_in_this_boot,
     an_unfence_of_a_key_another_node_holds_registers_nowhere,
-    package_upgrade_keeps_and_removal_stops_an_armed_agent,
     commands_per_lu_at_the_minimum,
 ];
 
@@ -40,10 +39,14 @@ const TESTS: &[crate::plan::Test] = crate::tests![
 /// fence_scsi beside fence_pr (CI keeps the keys' derivation against fence_scsi's own code,
 /// tests/fence_scsi_keys.rs, and fence_pr's `on` refusal, `fence_pr_on_refuses_a_node_fenced_in_
 /// this_boot`); the soft descriptor limit raised (CI keeps the agent's refusal under a hard
-/// limit, `agent::a_descriptor_limit_too_small_for_the_paths_is_refused_at_start`).
+/// limit, `agent::a_descriptor_limit_too_small_for_the_paths_is_refused_at_start`); the
+/// package's upgrade and removal under an armed agent (CI keeps the .deb's install in every
+/// package guest and the unit's stop, `systemd::the_packaged_unit_starts_reloads_restarts_and_
+/// stops_disarmed`).
 const LONG: &[crate::plan::Test] = crate::tests![
     fence_pr_and_fence_scsi_side_by_side,
     a_soft_descriptor_limit_below_the_paths_is_raised,
+    package_upgrade_keeps_and_removal_stops_an_armed_agent,
 ];
 
 /// Both tiers, for the Debian 13 suite's long tier.
@@ -56,6 +59,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(12 * 60),
+    usual: Duration::from_secs(177),
     tests: TESTS,
     long: LONG,
     reproducers: &[],

@@ -22,6 +22,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(8 * 60),
+    usual: Duration::from_secs(80),
     tests: TESTS,
     long: LONG,
     reproducers: &[],

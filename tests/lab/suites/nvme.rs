@@ -42,6 +42,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(12 * 60),
+    usual: Duration::from_secs(139),
     tests: crate::tests![
         the_oracle_sees_nvmet_refuse_a_preempted_host,
         single_commands_act_on_the_namespace,

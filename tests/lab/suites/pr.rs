@@ -25,6 +25,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(8 * 60),
+    usual: Duration::from_secs(167),
     // CI runs each behaviour over iSCSI and the tcm_loop fabric once (register and key
     // changes); the tcm_loop twins of the rest are the long tier's (LIO's PR logic is the
     // fabric's core, and CI's 25 minutes are short).

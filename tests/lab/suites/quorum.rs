@@ -37,6 +37,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(20 * 60),
+    usual: Duration::from_secs(492),
     tests: &[],
     long: TESTS,
     reproducers: &[],

@@ -23,6 +23,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(60 * 60),
+    usual: Duration::from_secs(1200),
     tests: &[],
     long: crate::tests![mutual_fence],
     reproducers: crate::tests![raw_preempts],

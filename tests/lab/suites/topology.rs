@@ -13,6 +13,7 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(5 * 60),
+    usual: Duration::from_secs(20),
     tests: crate::tests![
         tcm_loop_two_nexuses,
         iscsi_16_luns,
