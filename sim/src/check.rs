@@ -459,7 +459,10 @@ impl Checker {
             );
             self.violate("P2", message, Some(index));
         }
-        let lus = world.cluster().lus.len();
+        // What a fence promises is on the data LUs: the coordinators a loser won keep the
+        // victim's key (the winner's is gone there), which decides nothing once the winner holds
+        // the majority (issue 47).
+        let lus = world.data_lus();
         // An explicit unfence of the victim that ran at the same time as this fence (a cluster
         // or an admin unfencing the node while another fences it: two explicit orders that
         // contradict each other) wins: P3 ends with an explicit unfence.
@@ -623,10 +626,11 @@ impl Checker {
             }
             let (ka, kb) = (world.key(a), world.key(b));
             let kept = |l: &usize| !self.forgot.iter().any(|(lu, _)| lu == l);
-            let a_only = (0..cluster.lus.len())
+            // The data LUs: coordinators are split by design after a race (issue 47).
+            let a_only = (0..world.data_lus())
                 .filter(kept)
                 .find(|&l| cluster.has(l, ka) && !cluster.has(l, kb));
-            let b_only = (0..cluster.lus.len())
+            let b_only = (0..world.data_lus())
                 .filter(kept)
                 .find(|&l| cluster.has(l, kb) && !cluster.has(l, ka));
             if let (Some(la), Some(lb)) = (a_only, b_only) {

@@ -276,7 +276,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
     let keys: Vec<Key> = (0..scenario.nodes).map(node_key).collect();
     let cluster = Cluster::new(
         model(scenario.target),
-        scenario.lus,
+        scenario.lus + scenario.coordinators,
         &vec![scenario.paths; scenario.nodes],
     );
     // Fencing scenarios start with every node unfenced; lease agents start from bare LUs.
@@ -302,6 +302,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
         keys,
         policy(Some(scenario)),
         scenario.tie_break.map(Duration::from_nanos),
+        scenario.coordinators,
     );
     for &node in &scenario.booting {
         world.boot(node);
@@ -439,6 +440,18 @@ pub struct Exhaustive {
     pub failure: Option<(Vec<usize>, ScheduleRun)>,
 }
 
+/// The schedule after `run`'s in depth-first order: its last pick that has an untried option, one
+/// further; `None` when every pick took its last option.
+pub fn next_prefix(run: &ScheduleRun) -> Option<Vec<usize>> {
+    let i = run
+        .picks
+        .iter()
+        .rposition(|pick| pick.value + 1 < pick.options)?;
+    let mut prefix: Vec<usize> = run.picks[..i].iter().map(|p| p.value).collect();
+    prefix.push(run.picks[i].value + 1);
+    Some(prefix)
+}
+
 pub fn exhaustive(scenario: &Scenario, limit: usize) -> Exhaustive {
     let mut prefix: Vec<usize> = Vec::new();
     let mut schedules = 0;
@@ -453,23 +466,14 @@ pub fn exhaustive(scenario: &Scenario, limit: usize) -> Exhaustive {
                 failure: Some((picks, result)),
             };
         }
-        // The next schedule: the last pick that has an untried option, one further.
-        let mut next = None;
-        for (i, pick) in result.picks.iter().enumerate().rev() {
-            if pick.value + 1 < pick.options {
-                next = Some(i);
-                break;
-            }
-        }
-        let Some(i) = next else {
+        let Some(next) = next_prefix(&result) else {
             return Exhaustive {
                 schedules,
                 complete: true,
                 failure: None,
             };
         };
-        prefix = result.picks[..i].iter().map(|p| p.value).collect();
-        prefix.push(result.picks[i].value + 1);
+        prefix = next;
         if schedules >= limit {
             return Exhaustive {
                 schedules,
@@ -582,13 +586,16 @@ fn simpler_scenarios(s: &Scenario) -> Vec<Scenario> {
             c.actions.remove(i);
         });
     }
-    if s.lus > 1 {
+    // With coordinators the LU indices past the data LUs name them: dropping a data LU would
+    // renumber them under the scenario's happenings.
+    if s.lus > 1 && s.coordinators == 0 {
         with(&|c| {
             c.lus -= 1;
             c.happenings.retain(|(_, h)| match h {
                 crate::world::Happening::Relogin { lu, .. }
                 | crate::world::Happening::PowerCycle { lu }
-                | crate::world::Happening::Vanish { lu, .. } => *lu < c.lus,
+                | crate::world::Happening::Vanish { lu, .. }
+                | crate::world::Happening::Cut { lu, .. } => *lu < c.lus,
                 _ => true,
             });
         });

@@ -57,11 +57,22 @@ pub struct Scenario {
     /// Nodes that start unregistered, fence_pr's record of their boot empty (`booting:n1`): their
     /// first `rejoin` is the first `on` of their boot.
     pub booting: Vec<usize>,
+    /// Coordinator LUs (`coordinators=3`), after the `lus` data LUs (LU `lus` is the first):
+    /// fences race on them and win with a majority (issue 47); 0: the first LU arbitrates.
+    pub coordinators: usize,
 }
 
 /// The scenario families a random run draws from, each aimed at a kind of race.
-pub const FAMILIES: [&str; 8] = [
-    "mutual", "ring", "crowd", "churn", "pause", "refence", "lease", "rerun",
+pub const FAMILIES: [&str; 9] = [
+    "mutual",
+    "ring",
+    "crowd",
+    "churn",
+    "pause",
+    "refence",
+    "lease",
+    "rerun",
+    "coordinated",
 ];
 
 impl Scenario {
@@ -97,6 +108,7 @@ impl Scenario {
             quiet_after: None,
             tie_break: None,
             booting: Vec::new(),
+            coordinators: 0,
         };
         // A start offset from none to around the longest tie-break (1 s, the cap of the measured
         // one), where the two fences' steps interleave.
@@ -289,6 +301,7 @@ impl Scenario {
                 s.writers = (0..s.nodes).filter(|_| rng.chance(1, 2)).collect();
                 s.boot_one(rng);
             }
+            "coordinated" => s.draw_coordinated(rng, offset),
             "rerun" => {
                 // P4: a fence under faults and timeouts, then the same fence once the faults are
                 // over: it must succeed, whatever the first one left behind.
@@ -337,6 +350,82 @@ impl Scenario {
 }
 
 impl Scenario {
+    /// Issue 47: 3 or 5 coordinators, each its own failure domain, 1-3 data LUs; two to four
+    /// nodes fencing each other (a mutual fence, a ring, a crowd), and arrays lost: one
+    /// coordinator's from every node (an array down), from one node only (a split view), or from
+    /// the node being fenced together with a data LU (a site lost with its node); before the
+    /// race or during it. Some nodes run their agent, some write.
+    fn draw_coordinated(&mut self, rng: &mut Rng, offset: impl Fn(&mut Rng) -> Nanos) {
+        self.coordinators = if rng.chance(3, 4) { 3 } else { 5 };
+        self.lus = 1 + rng.below(3);
+        self.nodes = 2 + rng.below(3);
+        let fences = match self.nodes {
+            2 => 2,
+            n => 2 + rng.below(n),
+        };
+        for i in 0..fences {
+            let node = if i < 2 { i } else { rng.below(self.nodes) };
+            let victim = if i < 2 {
+                1 - i
+            } else {
+                (node + 1 + rng.below(self.nodes - 1)) % self.nodes
+            };
+            self.actions.push(ScheduledOp {
+                node,
+                op: Op::Fence { victim },
+                at: if i == 0 { 0 } else { offset(rng) },
+            });
+        }
+        self.writers = (0..self.nodes).filter(|_| rng.chance(1, 2)).collect();
+        let when = |rng: &mut Rng| {
+            if rng.chance(1, 2) {
+                0
+            } else {
+                rng.below(2000) as Nanos * MS
+            }
+        };
+        let coordinator =
+            |rng: &mut Rng, lus: usize, coordinators: usize| lus + rng.below(coordinators);
+        let losses = rng.below(3);
+        for _ in 0..losses {
+            let lu = coordinator(rng, self.lus, self.coordinators);
+            let at = when(rng);
+            match rng.below(3) {
+                0 => {
+                    for node in 0..self.nodes {
+                        self.happenings.push((at, Happening::Cut { node, lu }));
+                    }
+                }
+                1 => {
+                    let node = rng.below(self.nodes);
+                    self.happenings.push((at, Happening::Cut { node, lu }));
+                }
+                _ => {
+                    // A site: node 1, the first fence's victim, frozen with its array (one
+                    // coordinator and data LU 0) cut off from every other node.
+                    for node in (0..self.nodes).filter(|&n| n != 1) {
+                        self.happenings.push((at, Happening::Cut { node, lu }));
+                        self.happenings.push((at, Happening::Cut { node, lu: 0 }));
+                    }
+                    self.happenings.push((at, Happening::Pause { node: 1 }));
+                    self.happenings.push((
+                        at + (1 + rng.below(10)) as Nanos * 500 * MS,
+                        Happening::Resume { node: 1 },
+                    ));
+                }
+            }
+        }
+        for node in 0..self.nodes {
+            if rng.chance(1, 3) {
+                self.actions.push(ScheduledOp {
+                    node,
+                    op: Op::Watch,
+                    at: 0,
+                });
+            }
+        }
+    }
+
     /// One node boots during the run: unregistered, its record empty; its first `on` (under
     /// the scenario's faults), a fence of it by another node, and its `on` again in the same
     /// boot (Pacemaker's retry, or its re-unfencing of a node it just fenced).
@@ -388,6 +477,9 @@ impl fmt::Display for Scenario {
             "{target} nodes={} lus={} paths={}",
             self.nodes, self.lus, self.paths
         )?;
+        if self.coordinators > 0 {
+            write!(f, " coordinators={}", self.coordinators)?;
+        }
         for a in &self.actions {
             write!(f, " n{}:{}@{}", a.node, a.op, at_ms(a.at))?;
         }
@@ -403,6 +495,7 @@ impl fmt::Display for Scenario {
                 Happening::Pause { node } => write!(f, " pause:n{node}@{}", at_ms(*t))?,
                 Happening::Resume { node } => write!(f, " resume:n{node}@{}", at_ms(*t))?,
                 Happening::Vanish { node, lu } => write!(f, " vanish:n{node}/l{lu}@{}", at_ms(*t))?,
+                Happening::Cut { node, lu } => write!(f, " cut:n{node}/l{lu}@{}", at_ms(*t))?,
             }
         }
         let ppm: Vec<String> = self.ppm.iter().map(ToString::to_string).collect();
@@ -508,6 +601,7 @@ impl FromStr for Scenario {
             quiet_after: None,
             tie_break: None,
             booting: Vec::new(),
+            coordinators: 0,
         };
         for word in words {
             let (key, value) = word.split_once(['=', ':']).unwrap_or((word, ""));
@@ -515,6 +609,7 @@ impl FromStr for Scenario {
                 "nodes" => s.nodes = number(value, "nodes")?,
                 "lus" => s.lus = number(value, "lus")?,
                 "paths" => s.paths = number(value, "paths")?,
+                "coordinators" => s.coordinators = number(value, "coordinators")?,
                 "writer" => s.writers.push(node(value)?),
                 "booting" => s.booting.push(node(value)?),
                 "ppm" => {
@@ -530,7 +625,7 @@ impl FromStr for Scenario {
                 _ if word.starts_with("quiet@") => {
                     s.quiet_after = Some(time(word.trim_start_matches("quiet@"))?)
                 }
-                "relogin" | "powercycle" | "pause" | "resume" | "vanish" => {
+                "relogin" | "powercycle" | "pause" | "resume" | "vanish" | "cut" => {
                     let (what, at) = value
                         .split_once('@')
                         .ok_or_else(|| ParseError(format!("`{word}` needs @TIME")))?;
@@ -550,13 +645,15 @@ impl FromStr for Scenario {
                         "powercycle" => Happening::PowerCycle {
                             lu: number(what.trim_start_matches('l'), "lu")?,
                         },
-                        "vanish" => {
+                        "vanish" | "cut" => {
                             let (n, l) = what
                                 .split_once('/')
                                 .ok_or_else(|| ParseError(format!("`{word}`: nN/lL")))?;
-                            Happening::Vanish {
-                                node: node(n)?,
-                                lu: number(l.trim_start_matches('l'), "lu")?,
+                            let (node, lu) = (node(n)?, number(l.trim_start_matches('l'), "lu")?);
+                            if key == "cut" {
+                                Happening::Cut { node, lu }
+                            } else {
+                                Happening::Vanish { node, lu }
                             }
                         }
                         "pause" => Happening::Pause { node: node(what)? },

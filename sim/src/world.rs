@@ -161,6 +161,12 @@ pub enum Happening {
         node: usize,
         lu: usize,
     },
+    /// The LU's array is unreachable from the node (its portal blocked, the array lost): every
+    /// command of the node's to it comes back as a dead path's, the LU still identified.
+    Cut {
+        node: usize,
+        lu: usize,
+    },
 }
 
 impl std::fmt::Display for Happening {
@@ -183,6 +189,9 @@ impl std::fmt::Display for Happening {
                     "n{node}'s devices of LU{lu} vanish (unidentifiable, dead)"
                 )
             }
+            Happening::Cut { node, lu } => {
+                write!(f, "LU{lu}'s array becomes unreachable from n{node}")
+            }
         }
     }
 }
@@ -203,6 +212,11 @@ pub struct World {
     pub keys: Vec<Key>,
     /// (node, LU) whose devices vanished ([`Happening::Vanish`]).
     vanished: Mutex<Vec<(usize, usize)>>,
+    /// (node, LU) cut off from each other ([`Happening::Cut`]).
+    cut: Mutex<Vec<(usize, usize)>>,
+    /// The LUs that hold data: the first ones; the rest are coordinators, which decide fences
+    /// and are never written.
+    data_lus: usize,
     /// A fence's fixed tie-break (`--tie-break SECS`); None: measured, the product's default.
     tie_break: Option<Duration>,
     /// Each node's fence_pr record of its boot: the LUs its `on` registered on. A node set up
@@ -221,7 +235,9 @@ impl World {
         keys: Vec<Key>,
         policy: Policy,
         tie_break: Option<Duration>,
+        coordinators: usize,
     ) -> Arc<World> {
+        let data_lus = cluster.lus.len().saturating_sub(coordinators);
         let records = keys
             .iter()
             .map(|_| {
@@ -240,6 +256,8 @@ impl World {
             policy,
             keys,
             vanished: Mutex::new(Vec::new()),
+            cut: Mutex::new(Vec::new()),
+            data_lus,
             tie_break,
             records,
         })
@@ -255,6 +273,16 @@ impl World {
     /// Whether node `node`'s devices of LU `lu` vanished.
     pub fn vanished(&self, node: usize, lu: usize) -> bool {
         lock(&self.vanished).contains(&(node, lu))
+    }
+
+    /// Whether LU `lu` is unreachable from node `node`.
+    pub fn cut(&self, node: usize, lu: usize) -> bool {
+        lock(&self.cut).contains(&(node, lu))
+    }
+
+    /// The data LUs are `0..data_lus()`; the coordinators follow them.
+    pub fn data_lus(&self) -> usize {
+        self.data_lus
     }
 
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
@@ -324,6 +352,22 @@ impl World {
         })
     }
 
+    /// The data LUs and the coordinators of `targets`: fences race on the coordinators, every
+    /// other operation works on all the LUs (fence_pr's `on` registers on the coordinators too).
+    #[allow(clippy::type_complexity)]
+    fn apart(
+        &self,
+        targets: Vec<LuTarget<Arc<dyn PrTransport>>>,
+    ) -> (
+        Vec<LuTarget<Arc<dyn PrTransport>>>,
+        Vec<LuTarget<Arc<dyn PrTransport>>>,
+    ) {
+        let total = self.cluster().lus.len();
+        targets
+            .into_iter()
+            .partition(|t| !(self.data_lus..total).any(|lu| t.id == Cluster::lu_id(lu)))
+    }
+
     /// Runs one engine operation as node `node`, at `at` on its clock, logging its start and
     /// end. Called on a simulated thread.
     pub fn run_op(self: &Arc<Self>, node: usize, id: usize, op: Op, at: Nanos) {
@@ -367,7 +411,20 @@ impl World {
                 )
             }
             Op::Fence { victim } | Op::Refence { victim } => {
-                prfence_engine::ops::fence(targets, own, self.key(victim), limits)
+                let (data, coordinators) = self.apart(targets);
+                let arbitration = if coordinators.is_empty() {
+                    prfence_engine::ops::Arbitration::FirstLu
+                } else {
+                    prfence_engine::ops::Arbitration::Coordinators(coordinators)
+                };
+                prfence_engine::ops::fence_arbitrated_observed(
+                    data,
+                    arbitration,
+                    own,
+                    self.key(victim),
+                    limits,
+                    &mut |_| {},
+                )
             }
             Op::Status => prfence_engine::ops::status(targets, own, limits),
             Op::Heal => prfence_engine::ops::heal(targets, own, limits),
@@ -409,8 +466,8 @@ impl World {
         let (lus, paths) = {
             let c = self.cluster();
             (
-                c.lus.len(),
-                (0..c.lus.len())
+                self.data_lus,
+                (0..self.data_lus)
                     .map(|l| c.paths(l, node))
                     .collect::<Vec<_>>(),
             )
@@ -432,6 +489,9 @@ impl World {
 
     /// One O_DIRECT write: admitted or refused by the target, then (if admitted) its data lands.
     fn write(&self, node: usize, lu: usize, path: usize) {
+        if self.cut(node, lu) {
+            return;
+        }
         let grant = self.sim.submit(
             lu,
             format!("WRITE via path {path}"),
@@ -491,6 +551,7 @@ impl World {
             Happening::Pause { node } => self.sim.set_paused(node, true),
             Happening::Resume { node } => self.sim.set_paused(node, false),
             Happening::Vanish { node, lu } => lock(&self.vanished).push((node, lu)),
+            Happening::Cut { node, lu } => lock(&self.cut).push((node, lu)),
         }
         self.record(SimEvent::Injected {
             time: self.sim.now(),
@@ -509,6 +570,27 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// Whether the LU is cut off from this node ([`Happening::Cut`]): then `what` is logged as
+    /// never reaching the target, and fails as a dead path's command does.
+    fn cut_off(&self, what: &str) -> bool {
+        if !self.world.cut(self.node, self.lu) {
+            return false;
+        }
+        self.world.record(SimEvent::Command {
+            time: self.world.sim.now(),
+            node: self.node,
+            label: self.world.sim.label(),
+            lu: self.lu,
+            path: self.path,
+            what: what.to_owned(),
+            outcome: "unreachable (the LU's array is cut off from this node)".to_owned(),
+            fault: None,
+            added: Vec::new(),
+            removed: Vec::new(),
+        });
+        true
+    }
+
     /// Submits `what`, carries the outcome out on the target with `execute` (given the LU's state
     /// and this path's port, and whether the command is to fail after executing), and logs it.
     fn gated<R>(
@@ -696,6 +778,9 @@ impl ScsiDevice for Gate {
             });
         }
         let what = describe_cdb(cdb, &data);
+        if self.cut_off(&what) {
+            return Ok(timed_out_completion());
+        }
         let device = self.device.clone();
         self.gated(
             what,
@@ -761,6 +846,9 @@ impl NvmeGate {
         if self.gate.world.vanished(self.gate.node, self.gate.lu) {
             return Err(vanished_nvme(fake, ioctl));
         }
+        if self.gate.cut_off(&what) {
+            return Err(lost(fake, ioctl));
+        }
         self.gate.gated(
             what,
             Some(KERNEL_IO_TIMEOUT),
@@ -788,11 +876,15 @@ impl NvmeGate {
         if self.gate.world.vanished(self.gate.node, self.gate.lu) {
             return Err(vanished_nvme(fake, ioctl));
         }
+        let what = format!(
+            "{ioctl} opcode {:#04x} cdw10 {:#x}",
+            command.opcode, command.cdw10
+        );
+        if self.gate.cut_off(&what) {
+            return Err(lost(fake, ioctl));
+        }
         self.gate.gated(
-            format!(
-                "{ioctl} opcode {:#04x} cdw10 {:#x}",
-                command.opcode, command.cdw10
-            ),
+            what,
             Some(timeout),
             |_, _, fault| {
                 let result = call(fake);

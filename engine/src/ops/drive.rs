@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::discover::LuId;
 use crate::pr::Key;
 use crate::runtime::{self, Finished};
 use crate::transport::PrTransport;
 
+use super::arbitration::{Arbitration, Race, check_coordinators, majority, race};
 use super::fence::{fence_arbiter, fence_follower};
 use super::heal::heal_lu;
 use super::lu::LuWork;
@@ -295,11 +297,6 @@ pub fn fence<T: PrTransport + 'static>(
 /// [`fence`], telling `observer` of each LU as it finishes: the arbiter first, then the others
 /// (each as skipped if the arbiter did not succeed). The re-read of the arbiter is not told: it
 /// can still change the verdicts (see [`LuDone::report`]).
-///
-/// The P2 protocol, phase by phase: the arbiter alone ([`FenceRun::arbiter_alone`]); if this node
-/// did not win there, nothing else is touched ([`FenceRun::arbiter_not_won`]); the followers at
-/// once ([`FenceRun::followers`]); the arbiter read again ([`FenceRun::reread_arbiter`]), since
-/// this node may have been fenced meanwhile; the verdict ([`FenceRun::verdict`]).
 pub fn fence_observed<T: PrTransport + 'static>(
     lus: Vec<LuTarget<T>>,
     own: Key,
@@ -307,35 +304,79 @@ pub fn fence_observed<T: PrTransport + 'static>(
     limits: Limits,
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
+    fence_arbitrated_observed(lus, Arbitration::FirstLu, own, victim, limits, observer)
+}
+
+/// [`fence_observed`] with the LUs that decide who survives named by `arbitration`: the first
+/// LU by identifier (the arbiter, itself a data LU), or coordinators apart from the data LUs
+/// `lus`, every one told to `observer` as a decider (`LuDone::arbiter`) before any data LU.
+///
+/// The P2 protocol, phase by phase: the deciders first, each fenced by this node at once
+/// ([`FenceRun::race`]; the target serialises two nodes' PREEMPTs on each); if this node did not
+/// win a majority of them ([`arbitration::race`](super::arbitration::race)), no data LU is
+/// touched ([`FenceRun::not_won`]); the data LUs at once ([`FenceRun::followers`]); the deciders
+/// read again ([`FenceRun::reread`]), since this node may have been fenced meanwhile; the
+/// verdict ([`FenceRun::verdict`]). A loser's PREEMPTs on a minority of coordinators remove the
+/// winner's key there, for good (P3: only an explicit unfence registers it again): the winner
+/// keeps its majority, and its agent reports the coordinators it lost without self-fencing.
+pub fn fence_arbitrated_observed<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<T>>,
+    arbitration: Arbitration<T>,
+    own: Key,
+    victim: Key,
+    limits: Limits,
+    observer: &mut Observer<'_>,
+) -> Result<Report, RequestError> {
     let lus = fence_lus(lus, own, victim)?;
-    let Some((arbiter, followers)) = lus.split_first() else {
-        return Err(RequestError::NoLus);
+    let (deciders, followers, coordinated): (Vec<_>, &[_], bool) = match arbitration {
+        Arbitration::FirstLu => {
+            let Some((arbiter, followers)) = lus.split_first() else {
+                return Err(RequestError::NoLus);
+            };
+            (vec![Arc::clone(arbiter)], followers, false)
+        }
+        Arbitration::Coordinators(coordinators) => {
+            let coordinators = normalize(coordinators)?;
+            let data: Vec<&LuId> = lus.iter().map(|lu| &lu.id).collect();
+            check_coordinators(&coordinators, &data)?;
+            (
+                coordinators.into_iter().map(Arc::new).collect(),
+                &lus[..],
+                true,
+            )
+        }
     };
     let run = FenceRun {
         own,
         victim,
-        arbiter,
+        deciders: &deciders,
+        coordinated,
         followers,
         until: runtime::now() + limits.deadline,
     };
-    let mut tally = Tally::new(observer, lus.len());
+    let mut tally = Tally::new(observer, run.deciders.len() + run.followers.len());
     if let Some(report) = run.arbiter_uncertain(&mut tally) {
         return Ok(report);
     }
-    let arbiter_report = run.arbiter_alone(limits.tie_break, &mut tally);
-    if !arbiter_report.ok {
-        return Ok(run.arbiter_not_won(arbiter_report, &mut tally));
+    let mut reports = run.race(limits.tie_break, &mut tally);
+    let outcome = race(&reports);
+    if !matches!(outcome, Race::Won { .. }) {
+        return Ok(run.not_won(reports, outcome, &mut tally));
     }
-    let mut reports = vec![arbiter_report];
     reports.extend(run.followers(&mut tally));
-    if !followers.is_empty() {
-        match run.reread_arbiter() {
-            Reread::StillOurs => {}
-            Reread::FencedMeanwhile => return Ok(run.fenced_meanwhile(reports)),
-            Reread::Unreadable(failed) => run.note_unreadable(&mut reports, failed),
+    let mut held = true;
+    if !run.followers.is_empty() || run.coordinated {
+        let reread = run.reread();
+        match race(&reread) {
+            Race::Won { .. } => {}
+            Race::Lost { gone, .. } => return Ok(run.fenced_meanwhile(reports, gone)),
+            Race::Undecided { .. } => {
+                run.note_unreadable(&mut reports, reread);
+                held = false;
+            }
         }
     }
-    Ok(run.verdict(reports))
+    Ok(run.verdict(reports, held))
 }
 
 /// A fence's LUs after the request's checks, the arbiter first.
@@ -351,53 +392,62 @@ fn fence_lus<T: PrTransport>(
     prepare(lus, own)
 }
 
-/// One fence under way: the keys, the arbiter and the other LUs, the overall deadline.
+/// One fence under way: the keys, the LUs that decide and the other LUs, the overall deadline.
 struct FenceRun<'l, T> {
     own: Key,
     victim: Key,
-    arbiter: &'l Arc<LuTarget<T>>,
+    /// The arbiter alone, or the coordinators, in identifier order.
+    deciders: &'l [Arc<LuTarget<T>>],
+    /// The deciders are coordinators, apart from the data LUs; else the one arbiter, itself a
+    /// data LU, whose verdict is part of the fence's.
+    coordinated: bool,
+    /// The data LUs but the arbiter.
     followers: &'l [Arc<LuTarget<T>>],
     until: Instant,
 }
 
-/// What the arbiter said when it was read again after the fan-out.
-enum Reread {
-    /// Our key is still there: the fence stands.
-    StillOurs,
-    /// Our key vanished: another node fenced this one while it fenced the followers.
-    FencedMeanwhile,
-    /// It could not be read; its report says why.
-    Unreadable(LuReport),
-}
-
 impl<T: PrTransport + 'static> FenceRun<'_, T> {
-    /// P2: the arbiter is fenced alone, before any other LU is touched ([`fence_arbiter`]).
-    fn arbiter_alone(&self, tie_break: TieBreak, tally: &mut Tally<'_, '_>) -> LuReport {
+    /// The arbiter, or the coordinators as named in the reports.
+    fn deciders_named(&self) -> String {
+        match self.deciders {
+            [arbiter] if !self.coordinated => format!("the arbiter LU {}", arbiter.id),
+            all => format!(
+                "the coordinators {}",
+                all.iter()
+                    .map(|lu| lu.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// P2: every decider fenced at once, before any other LU is touched ([`fence_arbiter`]);
+    /// reports in identifier order.
+    fn race(&self, tie_break: TieBreak, tally: &mut Tally<'_, '_>) -> Vec<LuReport> {
         let (own, victim) = (self.own, self.victim);
         fan_out(
-            std::slice::from_ref(self.arbiter),
+            self.deciders,
             self.until,
             move |lu| fence_arbiter(lu, own, victim, tie_break),
             &mut |r, took| tally.tell(r, true, Some(took)),
         )
-        .pop()
-        .unwrap_or_else(|| {
-            LuReport::bare(
-                &self.arbiter.id,
-                &devices(self.arbiter),
-                Verdict::Failed,
-                None,
-            )
-        })
     }
 
-    /// P2: with several LUs, every one must be identified. A node-local LU (a device whose
-    /// designator could not be read here: gone as the command started, or an LU without one)
-    /// may be the LU with the lowest identifier, which the other nodes make the arbiter; fencing
-    /// the rest under another arbiter could leave the LUs split between two nodes. Nothing is
-    /// sent: the node-local LUs are reported failed, the others skipped, untouched.
+    /// P2: with a single arbiter and several LUs, every one must be identified. A node-local LU
+    /// (a device whose designator could not be read here: gone as the command started, or an LU
+    /// without one) may be the LU with the lowest identifier, which the other nodes make the
+    /// arbiter; fencing the rest under another arbiter could leave the LUs split between two
+    /// nodes. Nothing is sent: the node-local LUs are reported failed, the others skipped,
+    /// untouched. Coordinators are identified before the fence starts
+    /// ([`check_coordinators`]), and the data LUs then decide nothing.
     fn arbiter_uncertain(&self, tally: &mut Tally<'_, '_>) -> Option<Report> {
-        let all = || std::iter::once(self.arbiter).chain(self.followers);
+        let [arbiter] = self.deciders else {
+            return None;
+        };
+        if self.coordinated {
+            return None;
+        }
+        let all = || std::iter::once(arbiter).chain(self.followers);
         let unidentified: Vec<&str> = all()
             .filter(|lu| lu.id.is_node_local())
             .map(|lu| lu.id.as_str())
@@ -422,7 +472,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                 } else {
                     skipped(lu, "not touched: the arbiter cannot be named")
                 };
-                tally.tell(&report, Arc::ptr_eq(lu, self.arbiter), None);
+                tally.tell(&report, Arc::ptr_eq(lu, arbiter), None);
                 report
             })
             .collect();
@@ -440,34 +490,46 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         })
     }
 
-    /// The arbiter did not go our way: every other LU is reported skipped, untouched.
-    fn arbiter_not_won(&self, arbiter_report: LuReport, tally: &mut Tally<'_, '_>) -> Report {
-        let arbiter = &self.arbiter.id;
-        let (outcome, summary) = if arbiter_report.verdict == Verdict::ThisNodeFenced {
-            (
+    /// The deciders did not go our way: every other LU is reported skipped, untouched.
+    fn not_won(&self, mut reports: Vec<LuReport>, race: Race, tally: &mut Tally<'_, '_>) -> Report {
+        let (outcome, summary) = match (race, &reports[..]) {
+            (Race::Lost { .. }, [arbiter]) if !self.coordinated => (
                 Outcome::ThisNodeFenced,
                 format!(
-                    "this node was fenced: {} is gone from the arbiter LU {arbiter}; no LU was \
+                    "this node was fenced: {} is gone from the arbiter LU {}; no LU was touched",
+                    self.own, arbiter.lu
+                ),
+            ),
+            (_, [arbiter]) if !self.coordinated => (
+                Outcome::Failure,
+                format!(
+                    "the arbiter LU {} was not fenced ({}), so no other LU was touched; rerun",
+                    arbiter.lu, arbiter.verdict
+                ),
+            ),
+            (Race::Lost { gone, of }, _) => (
+                Outcome::ThisNodeFenced,
+                format!(
+                    "this node was fenced: {} is gone from {gone} of the {of} coordinators, a \
+                     majority (it lost the race, or another node fenced it); no data LU was \
                      touched",
                     self.own
                 ),
-            )
-        } else {
-            (
+            ),
+            (Race::Undecided { won, of, .. } | Race::Won { won, of }, _) => (
                 Outcome::Failure,
                 format!(
-                    "the arbiter LU {arbiter} was not fenced ({}), so no other LU was touched; \
-                     rerun",
-                    arbiter_report.verdict
+                    "{} won {won} of the {of} coordinators, and a fence needs {}: no data LU was \
+                     touched; not won: {}; rerun once they answer",
+                    self.own,
+                    majority(of),
+                    failed_ids(&reports)
                 ),
-            )
+            ),
         };
-        let mut reports = vec![arbiter_report];
+        let deciders = self.deciders_named();
         reports.extend(self.followers.iter().map(|lu| {
-            let report = skipped(
-                lu,
-                format!("not touched: the arbiter LU {arbiter} did not succeed"),
-            );
+            let report = skipped(lu, format!("not touched: {deciders} did not succeed"));
             tally.tell(&report, false, None);
             report
         }));
@@ -479,7 +541,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         }
     }
 
-    /// This node won the arbiter: every other LU at once ([`fence_follower`]).
+    /// This node won the deciders: every data LU but the arbiter at once ([`fence_follower`]).
     fn followers(&self, tally: &mut Tally<'_, '_>) -> Vec<LuReport> {
         let (own, victim) = (self.own, self.victim);
         fan_out(
@@ -490,12 +552,14 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         )
     }
 
-    /// Reads the arbiter's keys again: a node fenced while it fenced the followers finds its
-    /// own key gone there.
-    fn reread_arbiter(&self) -> Reread {
+    /// Reads the deciders' keys again: a node fenced while it fenced the data LUs finds its own
+    /// key gone there. Each report is `ok` (as [`Verdict::VictimRemoved`]) where our key is
+    /// still registered, [`Verdict::ThisNodeFenced`] where it is gone: read by
+    /// [`race`](super::arbitration::race) as the first look was.
+    fn reread(&self) -> Vec<LuReport> {
         let own = self.own;
-        let reread = fan_out(
-            std::slice::from_ref(self.arbiter),
+        fan_out(
+            self.deciders,
             self.until,
             move |lu| {
                 let mut work = LuWork::new(lu);
@@ -510,25 +574,21 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
             },
             &mut silent,
         )
-        .pop();
-        match reread {
-            Some(r) if r.verdict == Verdict::ThisNodeFenced => Reread::FencedMeanwhile,
-            Some(r) if !r.ok => Reread::Unreadable(r),
-            _ => Reread::StillOurs,
-        }
     }
 
-    /// Another node fenced this one meanwhile: every LU says so. Nothing to undo: fence
-    /// registers no key (P3), so this node left nothing behind the other node's fence.
-    fn fenced_meanwhile(&self, mut reports: Vec<LuReport>) -> Report {
-        for report in reports.iter_mut().skip(1) {
+    /// Another node fenced this one meanwhile (our key is gone from `gone` deciders, a
+    /// majority): every LU says so. Nothing to undo: fence registers no key (P3), so this node
+    /// left nothing behind the other node's fence.
+    fn fenced_meanwhile(&self, mut reports: Vec<LuReport>, gone: usize) -> Report {
+        let deciders = self.deciders.len();
+        for report in reports.iter_mut().skip(deciders) {
             report.ok = false;
             report.verdict = Verdict::ThisNodeFenced;
         }
-        if let Some(arbiter_report) = reports.first_mut() {
-            arbiter_report.ok = false;
-            arbiter_report.verdict = Verdict::ThisNodeFenced;
-            arbiter_report.notes.push(
+        for report in reports.iter_mut().take(deciders) {
+            report.ok = false;
+            report.verdict = Verdict::ThisNodeFenced;
+            report.notes.push(
                 format!(
                     "{} was preempted here after this node fenced the LU",
                     self.own
@@ -536,23 +596,39 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                 .into(),
             );
         }
+        let summary = match self.deciders {
+            [arbiter] if !self.coordinated => format!(
+                "this node was fenced while fencing {}: {} vanished from the arbiter LU {}",
+                self.victim, self.own, arbiter.id
+            ),
+            _ => format!(
+                "this node was fenced while fencing {}: {} vanished from {gone} of the {deciders} \
+                 coordinators, a majority",
+                self.victim, self.own
+            ),
+        };
         Report {
             command: "fence",
             outcome: Outcome::ThisNodeFenced,
-            summary: format!(
-                "this node was fenced while fencing {}: {} vanished from the arbiter LU {}",
-                self.victim, self.own, self.arbiter.id
-            ),
+            summary,
             lus: reports,
         }
     }
 
-    /// The arbiter could not be read again: the fence is not verified there.
-    fn note_unreadable(&self, reports: &mut [LuReport], failed: LuReport) {
-        if let Some(arbiter_report) = reports.first_mut() {
-            arbiter_report.ok = false;
-            let first = "could not re-read the arbiter after the fan-out";
-            arbiter_report.notes.push(match failed.error {
+    /// Too few deciders could be read again to show a majority still ours: the fence is not
+    /// verified, and each unreadable one says why.
+    fn note_unreadable(&self, reports: &mut [LuReport], reread: Vec<LuReport>) {
+        let first = if self.coordinated {
+            "could not re-read enough coordinators after the fan-out to hold a majority"
+        } else {
+            "could not re-read the arbiter after the fan-out"
+        };
+        for (report, failed) in reports.iter_mut().zip(reread).filter(|(_, r)| !r.ok) {
+            if failed.verdict == Verdict::ThisNodeFenced {
+                continue;
+            }
+            report.ok = false;
+            report.notes.push(match failed.error {
                 // The re-read's own failure, kept as data: advised where the report is shown.
                 Some(failure) => failure.prefixed(first),
                 None => format!("{first}: ").into(),
@@ -560,10 +636,28 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
         }
     }
 
-    /// Success if every LU verified the victim gone and a reservation in place.
-    fn verdict(&self, reports: Vec<LuReport>) -> Report {
+    /// Success if every data LU verified the victim gone and a reservation in place, and the
+    /// deciders' re-read still showed this node's majority (`held`). A coordinator lost in the
+    /// race (the loser's, or unreachable) is reported and does not fail the fence.
+    fn verdict(&self, reports: Vec<LuReport>, held: bool) -> Report {
         let victim = self.victim;
-        let (outcome, summary) = if all_ok(&reports) {
+        let (deciding, data) = reports.split_at(if self.coordinated {
+            self.deciders.len()
+        } else {
+            0
+        });
+        let ok = all_ok(data) && held;
+        let (outcome, summary) = if ok && self.coordinated {
+            (
+                Outcome::Success,
+                format!(
+                    "{victim} fenced: gone from every data LU, a reservation exists on each; \
+                     this node won {} of the {} coordinators",
+                    deciding.iter().filter(|r| r.ok).count(),
+                    deciding.len()
+                ),
+            )
+        } else if ok {
             (
                 Outcome::Success,
                 format!("{victim} fenced: gone from every LU, a reservation exists on each"),
@@ -573,7 +667,7 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
                 Outcome::Failure,
                 format!(
                     "{victim} not verified fenced on: {}; rerun (it converges)",
-                    failed_ids(&reports)
+                    failed_ids(if held { data } else { &reports })
                 ),
             )
         };

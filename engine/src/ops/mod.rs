@@ -7,8 +7,9 @@
 //!   node for that to mean the node: [`unfence_observed`], told this node's initiators, registers
 //!   on no LU where another initiator holds its key.
 //! - P2 (two nodes fencing each other never both survive, never split across LUs):
-//!   `fence::fence_arbiter` — the first LU by identifier decides alone, and nothing else is
-//!   touched until it has.
+//!   `fence::fence_arbiter` fences each deciding LU, and `arbitration::race` reads their
+//!   verdicts: the first LU by identifier decides alone, or a majority of an odd set of
+//!   coordinator LUs ([`Arbitration`]); nothing else is touched until they have.
 //! - P3 (a preempted key is never re-registered automatically): [`unfence`], an explicit act, is
 //!   the only operation that registers a key. No SPC command registers a nexus only while a key
 //!   is present, so any automatic REGISTER could bring a key back behind a fence that ran since
@@ -27,6 +28,7 @@
 //! The engine is generic over [`PrTransport`], so it runs on SG_IO, on NVMe reservations, and on
 //! the SPC and nvmet models in tests.
 
+mod arbitration;
 pub mod doctor;
 mod drive;
 mod failure;
@@ -52,7 +54,11 @@ use crate::discover::LuId;
 use crate::pr::{Key, ReservationType};
 use crate::transport::{Hints, PrTransport};
 
-pub use drive::{fence, fence_observed, heal, status, status_observed, unfence, unfence_observed};
+pub use arbitration::{Arbitration, COORDINATORS, Race, majority};
+pub use drive::{
+    fence, fence_arbitrated_observed, fence_observed, heal, status, status_observed, unfence,
+    unfence_observed,
+};
 pub use failure::Failure;
 pub use lu_set::{LastingPartialKeys, LuSet, keys_not_on_every_lu};
 pub use own_initiators::{
@@ -155,6 +161,22 @@ pub enum RequestError {
     ZeroKey,
     #[error("the own key and the victim key are the same ({0}); keys cannot be same")]
     SameKey(Key),
+    #[error(
+        "{count} coordinator LU(s) given: a coordinator set is 3 or 5 LUs, an odd number so that \
+         two nodes cannot both hold a majority; name 3 (one per failure domain) or 5"
+    )]
+    CoordinatorCount { count: usize },
+    #[error(
+        "coordinator LU {lu} could not be identified on this node (no VPD page 83h designator \
+         read): every node must name the same coordinators, which only a designator proves; \
+         check the device's paths, or name another LU"
+    )]
+    CoordinatorUnidentified { lu: LuId },
+    #[error(
+        "LU {lu} is named both as a coordinator and as a data LU: coordinators only decide who \
+         survives; give it in one list"
+    )]
+    CoordinatorIsData { lu: LuId },
 }
 
 /// What became of one LU.
