@@ -576,19 +576,36 @@ impl Gate {
         if !self.world.cut(self.node, self.lu) {
             return false;
         }
+        self.log_command(
+            what.to_owned(),
+            "unreachable (the LU's array is cut off from this node)".to_owned(),
+            None,
+            (Vec::new(), Vec::new()),
+        );
+        true
+    }
+
+    /// Logs one command of this path's: what, the target's answer, its injected fault, and the
+    /// keys it (added, removed).
+    fn log_command(
+        &self,
+        what: String,
+        outcome: String,
+        fault: Option<String>,
+        (added, removed): (Vec<Key>, Vec<Key>),
+    ) {
         self.world.record(SimEvent::Command {
             time: self.world.sim.now(),
             node: self.node,
             label: self.world.sim.label(),
             lu: self.lu,
             path: self.path,
-            what: what.to_owned(),
-            outcome: "unreachable (the LU's array is cut off from this node)".to_owned(),
-            fault: None,
-            added: Vec::new(),
-            removed: Vec::new(),
+            what,
+            outcome,
+            fault,
+            added,
+            removed,
         });
-        true
     }
 
     /// Submits `what`, carries the outcome out on the target with `execute` (given the LU's state
@@ -637,18 +654,12 @@ impl Gate {
             ),
             Grant::Execute { .. } => describe(&result),
         };
-        self.world.record(SimEvent::Command {
-            time: self.world.sim.now(),
-            node: self.node,
-            label: self.world.sim.label(),
-            lu: self.lu,
-            path: self.path,
+        self.log_command(
             what,
             outcome,
-            fault: (fault != Fault::None).then(|| format!("{fault:?}")),
-            added: difference(&after, &before),
-            removed: difference(&before, &after),
-        });
+            (fault != Fault::None).then(|| format!("{fault:?}")),
+            (difference(&after, &before), difference(&before, &after)),
+        );
         self.world.sim.after_command();
         result
     }

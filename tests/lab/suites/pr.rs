@@ -25,10 +25,13 @@ pub const SUITE: Suite = Suite {
     init: GuestInit::Lab,
     root: GuestRoot::Host,
     budget: Duration::from_secs(8 * 60),
-    usual: Duration::from_secs(167),
+    usual: Duration::from_secs(92),
     // CI runs each behaviour over iSCSI and the tcm_loop fabric once (register and key
     // changes); the tcm_loop twins of the rest are the long tier's (LIO's PR logic is the
-    // fabric's core, and CI's 25 minutes are short).
+    // fabric's core, and CI's 25 minutes are short), and so, since CI's machine became the
+    // slower one, are docs/cli.md's examples run as written (CI keeps every example parsed,
+    // tests/doc_commands.rs) and PR OUTs on two paths of one LU (CI keeps
+    // fence::multipath_maps_register_and_lose_every_path).
     tests: crate::tests![
         register_and_key_changes_tcm_loop,
         register_and_key_changes_iscsi,
@@ -36,12 +39,12 @@ pub const SUITE: Suite = Suite {
         every_type_access_and_ownership_iscsi,
         clear_and_preempt_and_abort_iscsi,
         register_and_move_iscsi,
-        cli_md_examples_as_written_iscsi,
         no_pr_lun_is_not_supported,
         sixteen_luns_in_argument_order,
-        pr_out_on_two_paths_of_one_lu,
     ],
     long: crate::tests![
+        cli_md_examples_as_written_iscsi,
+        pr_out_on_two_paths_of_one_lu,
         every_type_access_and_ownership_tcm_loop,
         clear_and_preempt_tcm_loop,
         register_and_move_tcm_loop,
