@@ -74,10 +74,10 @@ pub fn run(picked: &[Picked], filtered: usize) -> ExitCode {
                         println!("lab: guest for {} started", job.describe());
                     }
                     let boots = job.run(package.as_ref(), &mut console);
-                    if !live {
-                        println!("lab: guest for {} ended; its console:", job.describe());
-                    }
-                    console.flush();
+                    console.flush(&format!(
+                        "lab: guest for {} ended; its console:",
+                        job.describe()
+                    ));
                     if let Ok(mut done) = done.lock() {
                         done.0.append(&mut job.results);
                         done.1 += boots;
@@ -252,8 +252,13 @@ impl Console {
         }
     }
 
-    fn flush(&mut self) {
+    /// Prints the kept lines after `header`, under one lock of stdout (nothing when live).
+    fn flush(&mut self, header: &str) {
+        if self.live {
+            return;
+        }
         let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{header}");
         for line in self.kept.drain(..) {
             let _ = writeln!(out, "{line}");
         }
