@@ -424,12 +424,18 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
 pub fn random_run(seed: u64) -> (Scenario, ScheduleRun) {
     let mut rng = Rng::new(seed);
     let scenario = Scenario::draw(&mut rng);
-    let run = if seed.is_multiple_of(2) {
-        run(&scenario, &mut Random::new(rng.next_u64()))
-    } else {
-        run(&scenario, &mut Pct::new(rng.next_u64(), 3, 200))
-    };
+    let run = seeded_run(&scenario, seed, rng.next_u64());
     (scenario, run)
+}
+
+/// One schedule of `scenario` as the random runs draw them: random for an even `seed`, PCT
+/// (depth 3 over 200 steps) for an odd one, the chooser seeded with `chooser`.
+pub fn seeded_run(scenario: &Scenario, seed: u64, chooser: u64) -> ScheduleRun {
+    if seed.is_multiple_of(2) {
+        run(scenario, &mut Random::new(chooser))
+    } else {
+        run(scenario, &mut Pct::new(chooser, 3, 200))
+    }
 }
 
 /// Every schedule of `scenario`, depth first, up to `limit` runs: how many there are (when the

@@ -90,8 +90,8 @@ fn every_schedule_of_the_smallest_mutual_fence_is_safe() {
     assert!(schedules > 100, "{schedules}");
 }
 
-/// Schedules `seeds` of `scenario`: even seeds random, odd ones PCT (depth 3), as the long
-/// run's; panics with the report of the first that breaks a property, then runs `check` on each.
+/// Schedules `seeds` of `scenario` as the random runs draw them ([`explore::seeded_run`]);
+/// panics with the report of the first that breaks a property, then runs `check` on each.
 fn seeded_schedules_are_safe(
     scenario: &str,
     seeds: std::ops::Range<u64>,
@@ -99,11 +99,7 @@ fn seeded_schedules_are_safe(
 ) {
     let scenario: Scenario = scenario.parse().unwrap();
     for seed in seeds {
-        let run = if seed.is_multiple_of(2) {
-            explore::run(&scenario, &mut explore::Random::new(seed))
-        } else {
-            explore::run(&scenario, &mut explore::Pct::new(seed, 3, 200))
-        };
+        let run = explore::seeded_run(&scenario, seed, seed);
         assert!(!run.unfinished, "seed {seed} hit the step bound");
         if run.failed() {
             let picks: Vec<usize> = run.picks.iter().map(|p| p.value).collect();
