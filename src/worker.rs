@@ -13,7 +13,7 @@
 //! How, with no `fork` and no `unsafe`:
 //! - The supervisor makes a status pipe and re-executes its own binary (`/proc/self/exe`, so an
 //!   upgrade in between cannot swap the program; argv[0] kept, as fence_pr is dispatched on its
-//!   file name) with [`ENV`] = `supervisor pid:fd:pipe inode`. The worker inherits stdout and
+//!   file name) with [`ENV`] = `supervisor pid:fd:pipe inode:start`. The worker inherits stdout and
 //!   stderr as they are (a terminal stays a terminal), and stdin, or for fence_pr a pipe carrying
 //!   the options the supervisor already read ([`Stdin::Bytes`]).
 //! - Who holds which fd: the status pipe's write end is inherited by the worker alone (made
@@ -34,6 +34,10 @@
 //!   a supervisor that died before it was set); SIGTERM and SIGINT are forwarded to the worker,
 //!   and once the worker is gone the supervisor dies of the same signal, as the command did.
 //!
+//! - The command's deadlines count from when its caller started it ([`started`]): the supervisor
+//!   passes its own start on the monotonic clock, so the worker's start-up (a second exec, slow
+//!   on a starved machine) is inside `--deadline` and fence_pr's budget, not added to them.
+//!
 //! What the caller sees: the same stdout, stderr and exit status as from one process, the exit
 //! at the verdict; one more process in its process group, which lingers (holding no fd of the
 //! caller's) until the kernel lets its stuck thread go. Nothing extra is logged.
@@ -43,7 +47,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -51,8 +56,9 @@ use nix::sys::signal::{SigSet, Signal, kill, raise};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 
-/// Marks the worker: `supervisor pid:status fd:status pipe inode`. A process that inherits the
-/// variable without the pipe (anything the worker starts) is not a worker.
+/// Marks the worker: `supervisor pid:status fd:status pipe inode:supervisor's start` (nanoseconds
+/// on CLOCK_MONOTONIC). A process that inherits the variable without the pipe (anything the
+/// worker starts) is not a worker.
 pub const ENV: &str = "PRFENCE_WORKER";
 
 /// How often the supervisor looks whether a worker that has not answered died.
@@ -60,6 +66,41 @@ pub const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// The exit status when the worker ended without a verdict and without an exit status to pass on.
 const NO_VERDICT: u8 = 1;
+
+/// When the command was started: see [`started`].
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// When the command was started by its caller: in a worker, its supervisor's start; else this
+/// process's (its [`Role::detect`], or the first call). The one-shot front ends count their
+/// deadlines from it, so `--deadline` bounds what the caller waits for.
+pub fn started() -> Instant {
+    *STARTED.get_or_init(Instant::now)
+}
+
+/// What is left of `budget`, counted from [`started`].
+pub fn left_of(budget: Duration) -> Duration {
+    budget.saturating_sub(started().elapsed())
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock `Instant` reads on Linux, so an instant can cross
+/// into the worker as a number.
+fn monotonic_ns() -> Option<u64> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
+    let secs = u64::try_from(now.tv_sec()).ok()?;
+    let nanos = u64::try_from(now.tv_nsec()).ok()?;
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The instant `ns` (on CLOCK_MONOTONIC) stands for; now when it is not in the past.
+fn instant_of(ns: u64) -> Instant {
+    let now = Instant::now();
+    let ago = monotonic_ns().map_or(0, |current| current.saturating_sub(ns));
+    now.checked_sub(Duration::from_nanos(ago)).unwrap_or(now)
+}
 
 /// What this process is: started by a caller, or a supervisor's worker.
 pub enum Role {
@@ -84,17 +125,25 @@ impl Role {
     /// Call first in `main`, before any thread or child exists. In a worker whose supervisor is
     /// already gone, exits at once: nobody waits for its verdict.
     pub fn detect() -> Role {
-        let Some((parent, fd, inode)) = std::env::var(ENV).ok().as_deref().and_then(parse_env)
-        else {
+        let Some(marker) = std::env::var(ENV).ok().as_deref().and_then(parse_env) else {
+            let _ = started();
             return Role::Top;
         };
+        let Marker {
+            parent,
+            fd,
+            inode,
+            start,
+        } = marker;
         // Ours only if `fd` is the very pipe the supervisor made.
         let ours = nix::sys::stat::fstat(fd).is_ok_and(|stat| {
             stat.st_mode & nix::libc::S_IFMT == nix::libc::S_IFIFO && stat.st_ino == inode
         });
         if !ours {
+            let _ = started();
             return Role::Top;
         }
+        let _ = STARTED.set(instant_of(start));
         // The supervisor spawned us with the signals it passes on blocked (a child inherits the
         // mask): the worker takes them as the one process did.
         let _ = forwarded().thread_unblock();
@@ -167,13 +216,26 @@ impl Worker {
     }
 }
 
-/// `pid:fd:inode`.
-fn parse_env(value: &str) -> Option<(i32, RawFd, u64)> {
+/// What [`ENV`] carries.
+#[derive(Debug, PartialEq)]
+struct Marker {
+    parent: i32,
+    fd: RawFd,
+    inode: u64,
+    /// The supervisor's start, nanoseconds on CLOCK_MONOTONIC.
+    start: u64,
+}
+
+/// `pid:fd:inode:start`.
+fn parse_env(value: &str) -> Option<Marker> {
     let mut parts = value.split(':');
-    let parent = parts.next()?.parse().ok()?;
-    let fd = parts.next()?.parse().ok()?;
-    let inode = parts.next()?.parse().ok()?;
-    parts.next().is_none().then_some((parent, fd, inode))
+    let marker = Marker {
+        parent: parts.next()?.parse().ok()?,
+        fd: parts.next()?.parse().ok()?,
+        inode: parts.next()?.parse().ok()?,
+        start: parts.next()?.parse().ok()?,
+    };
+    parts.next().is_none().then_some(marker)
 }
 
 /// The signals passed on to the worker.
@@ -190,13 +252,22 @@ fn supervise(stdin: Stdin) -> std::io::Result<u8> {
     fcntl(write.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
     let inode = nix::sys::stat::fstat(write.as_raw_fd())?.st_ino;
     let mut args = std::env::args_os();
+    // The caller's start, as this process saw it (a clock that cannot be read gives the worker
+    // its own start: the deadline as long as before, never shorter).
+    let start = monotonic_ns()
+        .map(|now| now.saturating_sub(nanos(started().elapsed())))
+        .unwrap_or(u64::MAX);
     let mut command = Command::new("/proc/self/exe");
     command
         .arg0(args.next().unwrap_or_default())
         .args(args)
         .env(
             ENV,
-            format!("{}:{}:{inode}", std::process::id(), write.as_raw_fd()),
+            format!(
+                "{}:{}:{inode}:{start}",
+                std::process::id(),
+                write.as_raw_fd()
+            ),
         )
         .stdin(match stdin {
             Stdin::Inherit => Stdio::inherit(),
@@ -356,10 +427,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_marker_is_three_numbers() {
-        assert_eq!(parse_env("12:5:99"), Some((12, 5, 99)));
-        assert_eq!(parse_env("12:5"), None);
-        assert_eq!(parse_env("12:5:99:1"), None);
-        assert_eq!(parse_env("x:5:99"), None);
+    fn the_marker_is_four_numbers() {
+        assert_eq!(
+            parse_env("12:5:99:7"),
+            Some(Marker {
+                parent: 12,
+                fd: 5,
+                inode: 99,
+                start: 7
+            })
+        );
+        assert_eq!(parse_env("12:5:99"), None);
+        assert_eq!(parse_env("12:5:99:7:1"), None);
+        assert_eq!(parse_env("x:5:99:7"), None);
+    }
+
+    #[test]
+    fn a_start_crosses_as_a_number_of_the_same_clock() {
+        let before = Instant::now();
+        let now = monotonic_ns().expect("CLOCK_MONOTONIC");
+        let ago = Duration::from_millis(1500);
+        let start = instant_of(now - nanos(ago));
+        let after = Instant::now();
+        // 1.5 s before a moment between `before` and `after`
+        assert!(start + ago >= before && start + ago <= after);
+        // a start not in the past is now
+        let future = instant_of(u64::MAX);
+        assert!(future >= before && future <= Instant::now());
     }
 }

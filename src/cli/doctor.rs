@@ -179,7 +179,7 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
     }
     super::paths::make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
     // An LU still being read at the deadline is left behind; the process exits without it.
-    let result = doctor::doctor(lus, key, args.deadline);
+    let result = doctor::doctor(lus, key, crate::worker::left_of(args.deadline));
     match result {
         Ok(diagnosis) => {
             // The failed reads in the CLI's words, now that they are shown.

@@ -70,7 +70,9 @@ pub fn execute(
     let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
     make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
     let limits = Limits {
-        deadline,
+        // what is left of it: discovery and the worker's start-up count (--deadline bounds what
+        // the caller waits for)
+        deadline: crate::worker::left_of(deadline),
         tie_break: match &action {
             FencingCommand::Fence(f) => match f.tie_break {
                 TieBreakArg::Auto => TieBreak::Measured {

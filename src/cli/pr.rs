@@ -210,7 +210,8 @@ fn run_concurrently<W>(
 where
     W: Fn(&Path) -> Result<Reported, CommandError> + Send + Sync + 'static,
 {
-    let until = runtime::now() + deadline;
+    // from the command's start: --deadline bounds what its caller waits for
+    let until = crate::worker::started() + deadline;
     let items: Vec<Vec<PathBuf>> = groups
         .iter()
         .map(|group| group.iter().map(|&i| devices[i].clone()).collect())

@@ -218,7 +218,8 @@ pub fn execute(
     agent_name: &str,
     out: &mut dyn Write,
 ) -> FencePrExit {
-    let started = Instant::now();
+    // the supervisor's start: the budget is what Pacemaker waits for
+    let started = crate::worker::started();
     for note in &request.notes {
         tracing::debug!("{note}");
     }

@@ -721,18 +721,18 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             &b_devices,
         )?,
     )?;
-    // Eight commands, each two processes (supervisor and worker) of a debug build under TCG:
-    // started at once, their starts alone bring B's keys to its budget's edge. The two above
-    // (20 s budgets) get a second's head start; the rest still give their verdicts before the
-    // kernel lets go of a hung SG_IO (~10 s here), so their workers are left in the kernel
-    // (checked below).
+    // Eight commands, each two processes (supervisor and worker) of a debug build under TCG,
+    // started at once: their start-ups take seconds, which a command's deadline counts (from
+    // the supervisor's start). The two above (20 s budgets) get a second's head start; the rest
+    // still give their verdicts before the kernel lets go of a hung SG_IO (~10 s here), so
+    // their workers are left in the kernel (checked below).
     std::thread::sleep(Duration::from_secs(1));
     let keys = Started::spawn(
         "keys-b",
         &mut prfence_cmd(&["keys", "--timeout", &timeout], &b_devices[..1]),
     )?;
-    // status: its --deadline one command's timeout, its budget one more for the opens and the
-    // discovery before the deadline starts
+    // status: its --deadline one command's timeout (discovery and the opens inside it), its
+    // budget as keys'
     let status_deadline = COMMAND_TIMEOUT_S.to_string();
     let status = Started::spawn(
         "status-b",
