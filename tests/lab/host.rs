@@ -472,6 +472,8 @@ impl Guest {
         let life =
             BOOT_BUDGET + SHUTDOWN_BUDGET + suites.iter().map(|s| budget(s)).sum::<Duration>();
         let memory = std::env::var("LAB_MEM").unwrap_or_else(|_| "2048".into());
+        let cpus = std::env::var("LAB_CPUS")
+            .unwrap_or_else(|_| suites.iter().map(|s| s.cpus).max().unwrap_or(1).to_string());
         let boot_start = Instant::now();
         // -nic none skips the network boot ROM.
         let mut qemu = Command::new("timeout")
@@ -484,7 +486,7 @@ impl Guest {
                 "-m",
                 &memory,
                 "-smp",
-                "2",
+                &cpus,
             ])
             .args(["-nographic", "-no-reboot", "-nic", "none"])
             .arg("-kernel")

@@ -85,6 +85,11 @@ pub struct Suite {
     pub init: GuestInit,
     /// The node's userspace.
     pub root: GuestRoot,
+    /// The vCPUs of its guest (the most of the suites sharing one). One where a suite's tests
+    /// run one after the other: under TCG a second vCPU costs more than it gives (the agent
+    /// suite 220 s with one, 235 s with two, alone on the 2-CPU machine; booting 16 s, 21 s).
+    /// Two where a cluster stack runs (corosync's token, Pacemaker's daemons beside the nodes).
+    pub cpus: usize,
     /// How long the suite may run in its guest (about three times its usual time under
     /// emulation); past it the guest is stopped and the suite fails. `LAB_TIMEOUT` (seconds)
     /// overrides it.

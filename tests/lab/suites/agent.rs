@@ -44,6 +44,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(15 * 60),
     usual: Duration::from_secs(264),
     tests: crate::tests![

@@ -46,6 +46,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     // Benchmarks, in the long tier only: the 16-LU watch cost about half a minute, the 16-LU
     // table about 1, the growth series about 20 (its 64-LU cases with fence_scsi alone about 5 each), the 256-LU
     // watch cost 3 to 5

@@ -42,6 +42,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 2,
     budget: Duration::from_secs(45 * 60),
     usual: Duration::from_secs(271),
     tests: TESTS,

@@ -17,6 +17,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(4 * 60),
     usual: Duration::from_secs(10),
     tests: crate::tests![

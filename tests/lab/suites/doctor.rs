@@ -19,6 +19,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(10 * 60),
     usual: Duration::from_secs(23),
     tests: crate::tests![

@@ -42,6 +42,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(12 * 60),
     usual: Duration::from_secs(168),
     tests: crate::tests![

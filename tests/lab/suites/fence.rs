@@ -58,6 +58,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(12 * 60),
     usual: Duration::from_secs(177),
     tests: TESTS,

@@ -21,6 +21,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(8 * 60),
     usual: Duration::from_secs(80),
     tests: TESTS,

@@ -41,6 +41,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(12 * 60),
     usual: Duration::from_secs(139),
     tests: crate::tests![

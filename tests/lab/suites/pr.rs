@@ -24,6 +24,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(8 * 60),
     usual: Duration::from_secs(92),
     // CI runs each behaviour over iSCSI and the tcm_loop fabric once (register and key

@@ -36,6 +36,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 2,
     budget: Duration::from_secs(20 * 60),
     usual: Duration::from_secs(492),
     tests: &[],

@@ -22,6 +22,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(60 * 60),
     usual: Duration::from_secs(1200),
     tests: &[],

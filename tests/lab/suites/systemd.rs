@@ -25,6 +25,7 @@ pub const SUITE: Suite = Suite {
     package: true,
     init: GuestInit::Systemd,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(15 * 60),
     usual: Duration::from_secs(175),
     tests: crate::tests![

@@ -12,6 +12,7 @@ pub const SUITE: Suite = Suite {
     package: false,
     init: GuestInit::Lab,
     root: GuestRoot::Host,
+    cpus: 1,
     budget: Duration::from_secs(5 * 60),
     usual: Duration::from_secs(20),
     tests: crate::tests![
