@@ -113,6 +113,12 @@ pub struct FencingDevices {
     /// timed out (default 50, below Pacemaker's 60 s fence timeout).
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
     pub deadline: Duration,
+    /// A coordinator LU, one device each (best its dm-multipath map), 3 or 5 of them on separate
+    /// arrays, the same set on every node: `fence` then wins on a majority of them instead of
+    /// on the arbiter LU, so it still wins with one array lost; `unfence` registers on them and
+    /// `status` reads them as it does the other LUs.
+    #[arg(long = "coordinator", value_name = "DEVICE")]
+    pub coordinators: Vec<PathBuf>,
     /// Every LU: its paths (/dev/sdX, /dev/sgN), its dm-multipath map (/dev/dm-N,
     /// /dev/mapper/NAME), or an NVMe namespace (/dev/nvmeXnY; with native NVMe multipath, the
     /// head). A device that vanished is reported as a dead path (`fence` then sends nothing: it

@@ -3,13 +3,14 @@
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::fence_agent::store::{KeyStore, LuRecord};
 use crate::host::Host;
 use crate::ops::{
-    self, Limits, LuDone, LuReport, LuTarget, Outcome, OwnInitiator, PathUse, Report, RequestError,
-    TieBreak, UnfenceBy, targets,
+    self, Arbitration, Limits, LuDone, LuReport, LuTarget, Outcome, OwnInitiator, PathUse, Report,
+    RequestError, TieBreak, UnfenceBy, targets,
 };
 use crate::pr::Key;
 use crate::transport::Policy;
@@ -33,9 +34,20 @@ pub fn execute(
     policy: Policy,
     host: &Arc<dyn Host>,
 ) -> ExitStatus {
-    let (devices, key, deadline) = match &action {
-        FencingCommand::Unfence(d) | FencingCommand::Status(d) => (&d.devices, d.key, d.deadline),
-        FencingCommand::Fence(f) => (&f.target.devices, f.target.key, f.target.deadline),
+    let (named, key, deadline) = match &action {
+        FencingCommand::Unfence(d) | FencingCommand::Status(d) => (*d, d.key, d.deadline),
+        FencingCommand::Fence(f) => (&f.target, f.target.key, f.target.deadline),
+    };
+    // Coordinators are LUs like the others to unfence and status; a fence races on them apart.
+    let coordinated = !named.coordinators.is_empty();
+    let devices: Vec<PathBuf> = match &action {
+        FencingCommand::Fence(_) => named.devices.clone(),
+        _ => named
+            .devices
+            .iter()
+            .chain(&named.coordinators)
+            .cloned()
+            .collect(),
     };
     // Devices that vanished become node-local LUs: status and unfence report them as dead paths,
     // fence sends nothing while one is present (the arbiter could not be named, P2); devices
@@ -43,7 +55,7 @@ pub fn execute(
     let resolving = std::time::Instant::now();
     // Where a measured tie-break starts counting: the fence's own start, discovery included.
     let started = std::time::Instant::now();
-    let resolution = match host.resolve_each(devices) {
+    let resolution = match host.resolve_each(&devices) {
         Ok(resolution) => {
             tracing::debug!(
                 "{} devices resolved to {} LUs and {} unidentified in {:?}",
@@ -59,16 +71,49 @@ pub fn execute(
             return ExitStatus::Usage;
         }
     };
+    let arbitration = match &action {
+        FencingCommand::Fence(_) if coordinated => match host.resolve_each(&named.coordinators) {
+            Ok(coordinators) => {
+                for unknown in &coordinators.unidentified {
+                    eprintln!(
+                        "prfence: warning: coordinator {}; not identified: counted as lost, \
+                             sent nothing",
+                        unknown.error
+                    );
+                }
+                Arbitration::Coordinators(targets(&coordinators, false, &opener(host, policy)))
+            }
+            Err(e) => {
+                eprintln!("prfence: coordinators: {e}");
+                return ExitStatus::Usage;
+            }
+        },
+        _ => Arbitration::FirstLu,
+    };
     for unknown in &resolution.unidentified {
-        eprintln!(
-            "prfence: warning: {}; not identified: a dead path (fence sends nothing while it \
-             is named: it could be the arbiter)",
-            unknown.error
-        );
+        if coordinated {
+            eprintln!(
+                "prfence: warning: {}; not identified: a dead path",
+                unknown.error
+            );
+        } else {
+            eprintln!(
+                "prfence: warning: {}; not identified: a dead path (fence sends nothing while \
+                 it is named: it could be the arbiter)",
+                unknown.error
+            );
+        }
     }
     let initiators = OwnInitiator::of_resolution(&resolution, |p| host.path_sysfs(p).nvme_host_id);
     let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
-    make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
+    let (deciders, decider_paths) = match &arbitration {
+        Arbitration::Coordinators(c) => (c.len(), c.iter().map(|lu| lu.paths.len()).sum()),
+        Arbitration::FirstLu => (0, 0),
+    };
+    make_room(
+        lus.len() + deciders,
+        lus.iter().map(|lu| lu.paths.len()).sum::<usize>() + decider_paths,
+    );
     let limits = Limits {
         // what is left of it: discovery and the worker's start-up count (--deadline bounds what
         // the caller waits for)
@@ -111,7 +156,9 @@ pub fn execute(
             }
         }
         FencingCommand::Status(_) => ops::status_observed(lus, key, limits, &mut observer),
-        FencingCommand::Fence(f) => ops::fence_observed(lus, key, f.victim, limits, &mut observer),
+        FencingCommand::Fence(f) => {
+            ops::fence_arbitrated_observed(lus, arbitration, key, f.victim, limits, &mut observer)
+        }
     };
     match result {
         Ok(report) => {
@@ -220,8 +267,6 @@ pub fn to_text(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use crate::host::SystemHost;
 
     use super::*;
@@ -245,6 +290,7 @@ mod tests {
         let args = FencingDevices {
             key: Key::new(0xa),
             deadline: std::time::Duration::from_secs(5),
+            coordinators: Vec::new(),
             devices: vec![PathBuf::from("/nonexistent/sdz")],
         };
         let host: Arc<dyn Host> = Arc::new(SystemHost::new());
@@ -268,6 +314,7 @@ mod tests {
         let args = FencingDevices {
             key: Key::new(0xa),
             deadline: std::time::Duration::from_secs(5),
+            coordinators: Vec::new(),
             devices: vec![PathBuf::from("/nonexistent/sdz"), loop0],
         };
         let host: Arc<dyn Host> = Arc::new(SystemHost::new());

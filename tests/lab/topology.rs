@@ -751,6 +751,30 @@ impl Topology {
         Ok(())
     }
 
+    /// Takes LUN `lun` out of node `node`'s ACL: the target answers that node's commands to it
+    /// with LOGICAL UNIT NOT SUPPORTED, the other node's as before (an array one node cannot
+    /// reach). Its device stays on the node.
+    pub fn unmap_lun(&self, node: Node, lun: usize) -> anyhow::Result<()> {
+        ensure!(
+            self.kind == Kind::Iscsi,
+            "unmap_lun needs an iscsi topology"
+        );
+        let mapped = iscsi_tpg()
+            .join("acls")
+            .join(iscsi_initiator(node))
+            .join(format!("lun_{lun}"));
+        let mut errors = Vec::new();
+        unlink_all(&mapped, &mut errors);
+        rmdir(&mapped, &mut errors);
+        ensure!(
+            errors.is_empty(),
+            "unmapping LUN {lun} from node {}: {}",
+            node.letter(),
+            errors.join("; ")
+        );
+        Ok(())
+    }
+
     /// Logs node `node`'s iSCSI session out and in again. The new session has a new ISID, so the
     /// target sees a new I_T nexus and the old one's registrations are orphaned (fence-agents
     /// #517). The node's device paths are refreshed (the disks get new names).

@@ -66,9 +66,10 @@ pub fn race(reports: &[LuReport]) -> Race {
 }
 
 /// The coordinators as a fence needs them, checked against the data LUs (both normalised: sorted
-/// by identifier, paths to one LU merged): an odd number within [`COORDINATORS`], each
-/// identified by its designator (a node-local name could be another node's other LU, and the
-/// majorities of two different sets need not intersect), none of them a data LU.
+/// by identifier, paths to one LU merged): an odd number within [`COORDINATORS`], none of them a
+/// data LU. One not identified here (its device gone with its array) is still counted: the fence
+/// counts it as lost and sends it nothing, so a majority is never easier to reach than on the
+/// set every node names.
 pub fn check_coordinators<T: PrTransport>(
     coordinators: &[LuTarget<T>],
     data: &[&LuId],
@@ -76,9 +77,6 @@ pub fn check_coordinators<T: PrTransport>(
     let count = coordinators.len();
     if !COORDINATORS.contains(&count) || count.is_multiple_of(2) {
         return Err(RequestError::CoordinatorCount { count });
-    }
-    if let Some(lu) = coordinators.iter().find(|c| c.id.is_node_local()) {
-        return Err(RequestError::CoordinatorUnidentified { lu: lu.id.clone() });
     }
     let is_data = |id: &LuId| data.contains(&id);
     if let Some(lu) = coordinators.iter().find(|c| is_data(&c.id)) {

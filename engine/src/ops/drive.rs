@@ -379,6 +379,28 @@ pub fn fence_arbitrated_observed<T: PrTransport + 'static>(
     Ok(run.verdict(reports, held))
 }
 
+/// A coordinator this node cannot identify (its device gone with its array, or an LU without a
+/// designator) counts as lost in the race, and nothing is sent to it: it may be another
+/// coordinator named twice, and one LU won twice would let two nodes' majorities miss each
+/// other (P2). `None` for an identified LU, or outside a coordinated fence.
+fn unidentified_coordinator<T: PrTransport>(
+    lu: &LuTarget<T>,
+    coordinated: bool,
+) -> Option<LuReport> {
+    (coordinated && lu.id.is_node_local()).then(|| {
+        LuReport::bare(
+            &lu.id,
+            &devices(lu),
+            Verdict::Failed,
+            Some(
+                "coordinator not identified on this node (its VPD page 83h designator could not \
+                 be read: the device is gone, or the LU has none): counted as lost, nothing sent"
+                    .into(),
+            ),
+        )
+    })
+}
+
 /// A fence's LUs after the request's checks, the arbiter first.
 fn fence_lus<T: PrTransport>(
     lus: Vec<LuTarget<T>>,
@@ -424,11 +446,14 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     /// P2: every decider fenced at once, before any other LU is touched ([`fence_arbiter`]);
     /// reports in identifier order.
     fn race(&self, tie_break: TieBreak, tally: &mut Tally<'_, '_>) -> Vec<LuReport> {
-        let (own, victim) = (self.own, self.victim);
+        let (own, victim, coordinated) = (self.own, self.victim, self.coordinated);
         fan_out(
             self.deciders,
             self.until,
-            move |lu| fence_arbiter(lu, own, victim, tie_break),
+            move |lu| match unidentified_coordinator(lu, coordinated) {
+                Some(lost) => lost,
+                None => fence_arbiter(lu, own, victim, tie_break),
+            },
             &mut |r, took| tally.tell(r, true, Some(took)),
         )
     }
@@ -438,8 +463,8 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     /// without one) may be the LU with the lowest identifier, which the other nodes make the
     /// arbiter; fencing the rest under another arbiter could leave the LUs split between two
     /// nodes. Nothing is sent: the node-local LUs are reported failed, the others skipped,
-    /// untouched. Coordinators are identified before the fence starts
-    /// ([`check_coordinators`]), and the data LUs then decide nothing.
+    /// untouched. With coordinators the data LUs decide nothing, and a coordinator not
+    /// identified counts as lost ([`unidentified_coordinator`]).
     fn arbiter_uncertain(&self, tally: &mut Tally<'_, '_>) -> Option<Report> {
         let [arbiter] = self.deciders else {
             return None;
@@ -557,11 +582,14 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     /// still registered, [`Verdict::ThisNodeFenced`] where it is gone: read by
     /// [`race`](super::arbitration::race) as the first look was.
     fn reread(&self) -> Vec<LuReport> {
-        let own = self.own;
+        let (own, coordinated) = (self.own, self.coordinated);
         fan_out(
             self.deciders,
             self.until,
             move |lu| {
+                if let Some(lost) = unidentified_coordinator(lu, coordinated) {
+                    return lost;
+                }
                 let mut work = LuWork::new(lu);
                 let result = work.read_keys_any().map(|(_, keys)| {
                     if keys.keys.contains(&own) {

@@ -167,12 +167,6 @@ pub enum RequestError {
     )]
     CoordinatorCount { count: usize },
     #[error(
-        "coordinator LU {lu} could not be identified on this node (no VPD page 83h designator \
-         read): every node must name the same coordinators, which only a designator proves; \
-         check the device's paths, or name another LU"
-    )]
-    CoordinatorUnidentified { lu: LuId },
-    #[error(
         "LU {lu} is named both as a coordinator and as a data LU: coordinators only decide who \
          survives; give it in one list"
     )]

@@ -736,6 +736,58 @@ fn a_fence_with_an_unidentified_device_sends_nothing() {
 }
 
 #[test]
+fn a_coordinator_not_identified_counts_as_lost_and_is_sent_nothing() {
+    // LUs 0 and 1 hold data, 2..=4 are the coordinators. Node 0 cannot identify coordinator 4
+    // (its device gone with its array): the fence still wins on 2 and 3, a majority of the three,
+    // and fences the data LUs; coordinator 4 is reported lost and gets no command.
+    let f = two_nodes(5, 1);
+    let split = |f: &Fixture, unidentified: &[usize]| {
+        let (mut coordinators, data): (Vec<_>, Vec<_>) = f
+            .targets(0)
+            .into_iter()
+            .partition(|t| (2..=4).any(|lu| t.id == lu_id(lu)));
+        for t in coordinators.iter_mut() {
+            if let Some(lu) = unidentified.iter().find(|&&lu| t.id == lu_id(lu)) {
+                t.id = format!("/dev/sdq{lu}").into();
+            }
+        }
+        (data, Arbitration::Coordinators(coordinators))
+    };
+    let (data, coordinators) = split(&f, &[4]);
+    let report =
+        fence_arbitrated_observed(data, coordinators, A, B, limits(), &mut |_| {}).unwrap();
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    let lost = report.lus.iter().find(|r| r.lu.as_str() == "/dev/sdq4");
+    assert_eq!(
+        lost.map(|r| (r.ok, r.verdict)),
+        Some((false, Verdict::Failed))
+    );
+    assert!(
+        f.has(4, B) && f.has(4, A),
+        "a command reached the unidentified coordinator"
+    );
+    for lu in [0, 1, 2, 3] {
+        assert!(f.has(lu, A) && !f.has(lu, B), "LU {lu}: {:?}", f.keys(lu));
+    }
+
+    // Two of three not identified: no majority can be won; no data LU is touched (coordinator 2
+    // alone is fenced).
+    let f = two_nodes(5, 1);
+    let (data, coordinators) = split(&f, &[3, 4]);
+    let report =
+        fence_arbitrated_observed(data, coordinators, A, B, limits(), &mut |_| {}).unwrap();
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    for lu in [0, 1, 3, 4] {
+        assert!(f.has(lu, A) && f.has(lu, B), "LU {lu}: {:?}", f.keys(lu));
+    }
+    assert!(
+        f.has(2, A) && !f.has(2, B),
+        "coordinator 2: {:?}",
+        f.keys(2)
+    );
+}
+
+#[test]
 fn preempt_and_abort_refused_falls_back_to_preempt_and_says_so() {
     let quirks = Quirks {
         preempt_and_abort_supported: false,

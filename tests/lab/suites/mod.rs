@@ -8,6 +8,7 @@ use crate::plan::Suite;
 pub mod agent;
 mod bench;
 mod cluster;
+mod coordinators;
 mod demo;
 mod discover;
 mod doctor;
@@ -30,6 +31,7 @@ pub const ALL: &[Suite] = &[
     doctor::SUITE,
     faults::SUITE,
     agent::SUITE,
+    coordinators::SUITE,
     bench::SUITE,
     stress::SUITE,
     fence::SUITE,

@@ -1,0 +1,315 @@
+//! Coordinator LUs (issue 47): `prfence fence --coordinator` decides on a majority of three
+//! coordinators instead of the arbiter, so a fence still wins with one coordinator lost. Judged
+//! on the target: the registrations LIO keeps and whether a node's write is accepted.
+//!
+//! Where the lab stands in: the two data LUs and the three coordinators are five LUNs of one LIO
+//! target, where a cluster would put each coordinator on its own array. An array a node cannot
+//! reach is its LUN taken out of that node's ACL ([`Topology::unmap_lun`]): the target answers
+//! the node's commands there with LOGICAL UNIT NOT SUPPORTED, as a lost array answers nothing.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use serde_json::Value;
+
+use crate::PRFENCE;
+use crate::node::hex;
+use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
+use crate::race::{exits, spawn_both};
+use crate::{Node, Topology, WriteOutcome};
+
+/// The data LUNs, then the coordinators'.
+const DATA: [usize; 2] = [0, 1];
+const COORDINATORS: [usize; 3] = [2, 3, 4];
+/// Mutual-fence rounds in CI (`LAB_RACE_ROUNDS` overrides it).
+const RACE_ROUNDS: usize = 5;
+
+const TESTS: &[crate::plan::Test] =
+    crate::tests![a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence,];
+
+pub const SUITE: Suite = Suite {
+    name: "coordinators",
+    kernel: GuestKernel::Host,
+    package: false,
+    init: GuestInit::Lab,
+    root: GuestRoot::Host,
+    cpus: 1,
+    budget: Duration::from_secs(6 * 60),
+    usual: Duration::from_secs(50),
+    tests: TESTS,
+    long: &[],
+    reproducers: &[],
+};
+
+/// `prfence VERB --json ARGS --coordinator C… DATA…` as `node`, on its own devices.
+fn command(t: &Topology, node: Node, verb: &[&str]) -> Command {
+    let mut cmd = Command::new(PRFENCE);
+    cmd.args(verb).arg("--json");
+    for lun in COORDINATORS {
+        cmd.arg("--coordinator").arg(t.device(node, lun));
+    }
+    cmd.args(DATA.map(|lun| t.device(node, lun)));
+    cmd
+}
+
+fn key_args(node: Node) -> [String; 2] {
+    ["--key".into(), hex(node.key())]
+}
+
+/// Runs `prfence VERB` as `node` and returns its exit status and JSON report.
+fn run(t: &Topology, node: Node, verb: &[&str]) -> anyhow::Result<(i32, Value)> {
+    let run = crate::run_command(&mut command(t, node, verb))?;
+    println!(
+        "  node {}: prfence {} -> exit {} in {} ms",
+        node.letter(),
+        verb.join(" "),
+        run.code(),
+        run.elapsed.as_millis()
+    );
+    let report: Value = serde_json::from_str(run.stdout.trim()).unwrap_or(Value::Null);
+    ensure!(
+        !report.is_null(),
+        "node {}: `{}` printed no JSON report:\n{}{}",
+        node.letter(),
+        run.command,
+        run.stdout,
+        run.stderr
+    );
+    Ok((run.code(), report))
+}
+
+fn unfence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
+    let [k, key] = key_args(node);
+    let (exit, report) = run(t, node, &["unfence", &k, &key])?;
+    ensure!(
+        exit == code,
+        "node {}'s unfence exited {exit}, expected {code}: {report:#}",
+        node.letter()
+    );
+    Ok(report)
+}
+
+fn fence_args(node: Node) -> Vec<String> {
+    let [k, key] = key_args(node);
+    vec![
+        "fence".into(),
+        k,
+        key,
+        "--victim".into(),
+        hex(node.other().key()),
+    ]
+}
+
+fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
+    let args = fence_args(node);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (exit, report) = run(t, node, &args)?;
+    ensure!(
+        exit == code,
+        "node {}'s fence exited {exit}, expected {code}: {report:#}",
+        node.letter()
+    );
+    Ok(report)
+}
+
+/// The keys LIO holds on LUN `lun`, sorted, each once.
+fn keys(t: &Topology, lun: usize) -> anyhow::Result<Vec<u64>> {
+    let mut keys: Vec<u64> = t.lu(lun).registrations()?.iter().map(|r| r.key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
+/// Both nodes' keys on every LUN (after both unfenced).
+fn both_everywhere(t: &Topology) -> anyhow::Result<()> {
+    let both = {
+        let mut k = vec![Node::A.key(), Node::B.key()];
+        k.sort_unstable();
+        k
+    };
+    for lun in DATA.into_iter().chain(COORDINATORS) {
+        ensure!(
+            keys(t, lun)? == both,
+            "LUN {lun} holds {:x?}",
+            keys(t, lun)?
+        );
+    }
+    Ok(())
+}
+
+/// The target after `survivor` won: on the data LUs its key alone, its reservation, the other
+/// node's writes refused and its own accepted; on the coordinators its key on a majority and
+/// never beside the loser's.
+fn survivor_alone(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()> {
+    let loser = survivor.other();
+    for lun in DATA {
+        ensure!(
+            keys(t, lun)? == [survivor.key()],
+            "data LUN {lun} holds {:x?}, not node {}'s key alone",
+            keys(t, lun)?,
+            survivor.letter()
+        );
+        let holder = t.lu(lun).holder()?;
+        ensure!(
+            holder.as_ref().map(|h| &h.initiator) == Some(&t.node(survivor).initiator),
+            "data LUN {lun} is held by {holder:?}, not node {}",
+            survivor.letter()
+        );
+        let refused = t.write_probe(loser, lun, block);
+        ensure!(
+            refused == WriteOutcome::Refused,
+            "data LUN {lun}: node {}'s write after it was fenced: {refused:?}",
+            loser.letter()
+        );
+        let accepted = t.write_probe(survivor, lun, block);
+        ensure!(
+            accepted == WriteOutcome::Accepted,
+            "data LUN {lun}: survivor {}'s write: {accepted:?}",
+            survivor.letter()
+        );
+    }
+    let mut held = 0;
+    for lun in COORDINATORS {
+        let keys = keys(t, lun)?;
+        ensure!(
+            !(keys.contains(&survivor.key()) && keys.contains(&loser.key())),
+            "coordinator LUN {lun} holds both keys after the fence: {keys:x?}"
+        );
+        held += usize::from(keys.contains(&survivor.key()));
+    }
+    ensure!(
+        held >= 2,
+        "survivor {}'s key is on {held} of the 3 coordinators, not a majority",
+        survivor.letter()
+    );
+    Ok(())
+}
+
+/// The coordinators' verdicts in a fence's report, in its order: (ok, verdict).
+fn coordinator_verdicts(report: &Value, t: &Topology) -> Vec<(bool, String)> {
+    let wwids: Vec<&str> = COORDINATORS.map(|lun| t.lu(lun).wwid.as_str()).to_vec();
+    report["lus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|lu| wwids.iter().any(|w| lu["lu"].as_str() == Some(w)))
+        .map(|lu| {
+            (
+                lu["ok"].as_bool().unwrap_or(false),
+                lu["verdict"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// P2 with three coordinators: `unfence` registers both nodes on them; mutual fences leave one
+/// survivor, the data LUs never split ([`RACE_ROUNDS`] rounds). A coordinator node B cannot
+/// reach: B's fence of an idle A still wins (2 of 3, the lost one reported) and A's writes are
+/// refused. The same coordinator lost from both nodes: A's fence of an idle B wins on the other
+/// two. Mutual fences with it lost from both: never two survivors, never a data LU split (both
+/// may fail: two coordinators left, one won by each, is no majority for either).
+fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> anyhow::Result<()> {
+    let rounds = crate::env_count("LAB_RACE_ROUNDS", RACE_ROUNDS)?;
+    let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
+    t.settle()?;
+    let devices: Vec<PathBuf> = t.node(Node::A).devices().to_vec();
+    println!("  data {DATA:?}, coordinators {COORDINATORS:?} of {devices:?} (node A's names)");
+
+    // mutual fences, all three coordinators up
+    let mut winners = [0usize; 2];
+    for round in 1..=rounds {
+        unfence(&t, Node::A, 0)?;
+        unfence(&t, Node::B, 0)?;
+        both_everywhere(&t)?;
+        let outputs = spawn_both(|node| {
+            let args = fence_args(node);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            command(&t, node, &args)
+        })?;
+        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
+        let winner = match (code(0), code(1)) {
+            (0, 4) => Node::A,
+            (4, 0) => Node::B,
+            (a, b) => bail!(
+                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
+                exits(&outputs)
+            ),
+        };
+        survivor_alone(&t, winner, 2).with_context(|| format!("round {round}"))?;
+        winners[winner.index()] += 1;
+        println!("  round {round}: node {} survived", winner.letter());
+    }
+    println!(
+        "  mutual fences over 3 coordinators: winners A {}, B {}",
+        winners[0], winners[1]
+    );
+
+    // coordinator LUN 4 unreachable from B only; A idle
+    unfence(&t, Node::A, 0)?;
+    unfence(&t, Node::B, 0)?;
+    both_everywhere(&t)?;
+    let lost = COORDINATORS[2];
+    t.unmap_lun(Node::B, lost)?;
+    let report = fence(&t, Node::B, 0)?;
+    let verdicts = coordinator_verdicts(&report, &t);
+    ensure!(
+        verdicts.iter().filter(|(ok, _)| *ok).count() == 2 && verdicts.len() == 3,
+        "B's fence with coordinator {lost} unreachable: coordinators {verdicts:?}"
+    );
+    survivor_alone(&t, Node::B, 3)?;
+    ensure!(
+        keys(&t, lost)?.contains(&Node::A.key()),
+        "coordinator {lost}, which B cannot reach, lost A's key: {:x?}",
+        keys(&t, lost)?
+    );
+    println!(
+        "  B fenced A with coordinator {lost} unreachable from B: {}",
+        report["summary"]
+    );
+
+    // the same coordinator lost from both nodes; B idle
+    unfence(&t, Node::A, 0)?;
+    t.unmap_lun(Node::A, lost)?;
+    let report = fence(&t, Node::A, 0)?;
+    survivor_alone(&t, Node::A, 4)?;
+    println!(
+        "  A fenced B with coordinator {lost} lost from both: {}",
+        report["summary"]
+    );
+
+    // mutual fences with it lost from both: no split, never two survivors
+    for round in 1..=rounds {
+        // exit 1: the lost coordinator cannot be registered on; every other LU is
+        unfence(&t, Node::A, 1)?;
+        unfence(&t, Node::B, 1)?;
+        let outputs = spawn_both(|node| {
+            let args = fence_args(node);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            command(&t, node, &args)
+        })?;
+        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
+        match (code(0), code(1)) {
+            (0, 4) => survivor_alone(&t, Node::A, 5)?,
+            (4, 0) => survivor_alone(&t, Node::B, 5)?,
+            (a, b) if a != 0 && b != 0 => {
+                for lun in DATA {
+                    ensure!(
+                        keys(&t, lun)?.len() == 2,
+                        "round {round}: neither fence won, yet data LUN {lun} holds {:x?}",
+                        keys(&t, lun)?
+                    );
+                }
+            }
+            (a, b) => bail!("round {round}: exits A {a}, B {b}:{}", exits(&outputs)),
+        }
+        println!(
+            "  round {round} with coordinator {lost} lost: exits A {}, B {}",
+            code(0),
+            code(1)
+        );
+        // the next round starts from both registered: an explicit unfence is the way back
+    }
+    Ok(())
+}
