@@ -247,7 +247,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__fence)
-            opts="-v -h --victim --tie-break --key --deadline --json --timeout --verbose --help"
+            opts="-v -h --victim --tie-break --key --deadline --coordinator --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -267,6 +267,21 @@ _prfence() {
                     ;;
                 --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --coordinator)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
                     return 0
                     ;;
                 --timeout)
@@ -769,7 +784,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__status)
-            opts="-v -h --key --deadline --json --timeout --verbose --help"
+            opts="-v -h --key --deadline --coordinator --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -781,6 +796,21 @@ _prfence() {
                     ;;
                 --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --coordinator)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
                     return 0
                     ;;
                 --timeout)
@@ -795,7 +825,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__unfence)
-            opts="-v -h --key --deadline --json --timeout --verbose --help"
+            opts="-v -h --key --deadline --coordinator --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -807,6 +837,21 @@ _prfence() {
                     ;;
                 --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --coordinator)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
                     return 0
                     ;;
                 --timeout)
@@ -882,9 +927,9 @@ _prfence_with_devices() {
         clear) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         preempt) case "$prev" in --key|--victim|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         register-move) case "$prev" in --key|--new-key|--transport-id|--relative-target-port|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
-        unfence) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
-        fence) case "$prev" in --victim|--tie-break|--key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
-        status) case "$prev" in --key|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        unfence) case "$prev" in --key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
+        fence) case "$prev" in --victim|--tie-break|--key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
+        status) case "$prev" in --key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
         doctor) case "$prev" in --key|--config|--deadline|--timeout) return 0;; esac; _prfence_devices;;
     esac
 }

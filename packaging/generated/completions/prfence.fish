@@ -128,6 +128,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand register-move" -s v -l v
 complete -c prfence -n "__fish_prfence_using_subcommand register-move" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -l key -d 'This node\'s key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -l deadline -d 'Overall deadline in seconds for all LUs together; LUs still pending are reported as timed out (default 50, below Pacemaker\'s 60 s fence timeout)' -r
+complete -c prfence -n "__fish_prfence_using_subcommand unfence" -l coordinator -d 'A coordinator LU, one device each (best its dm-multipath map), 3 or 5 of them on separate arrays, the same set on every node: `fence` then wins on a majority of them instead of on the arbiter LU, so it still wins with one array lost; `unfence` registers on them and `status` reads them as it does the other LUs' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand unfence" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
@@ -136,12 +137,14 @@ complete -c prfence -n "__fish_prfence_using_subcommand fence" -l victim -d 'The
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l tie-break -d 'How long the node with the greater key waits on the arbiter LU, while both keys are registered there, before it looks again and preempts: in a mutual fence the smaller key goes first, so two PREEMPTs never cross on one LU (they can lock up an LIO target). `auto`: twice what this fence took to the arbiter\'s first answer, at most 1 s (the other node needs about as long to reach its PREEMPT). SECS: that long; 0 turns the wait off' -r
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l key -d 'This node\'s key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l deadline -d 'Overall deadline in seconds for all LUs together; LUs still pending are reported as timed out (default 50, below Pacemaker\'s 60 s fence timeout)' -r
+complete -c prfence -n "__fish_prfence_using_subcommand fence" -l coordinator -d 'A coordinator LU, one device each (best its dm-multipath map), 3 or 5 of them on separate arrays, the same set on every node: `fence` then wins on a majority of them instead of on the arbiter LU, so it still wins with one array lost; `unfence` registers on them and `status` reads them as it does the other LUs' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
 complete -c prfence -n "__fish_prfence_using_subcommand fence" -s h -l help -d 'Print help'
 complete -c prfence -n "__fish_prfence_using_subcommand status" -l key -d 'This node\'s key' -r
 complete -c prfence -n "__fish_prfence_using_subcommand status" -l deadline -d 'Overall deadline in seconds for all LUs together; LUs still pending are reported as timed out (default 50, below Pacemaker\'s 60 s fence timeout)' -r
+complete -c prfence -n "__fish_prfence_using_subcommand status" -l coordinator -d 'A coordinator LU, one device each (best its dm-multipath map), 3 or 5 of them on separate arrays, the same set on every node: `fence` then wins on a majority of them instead of on the arbiter LU, so it still wins with one array lost; `unfence` registers on them and `status` reads them as it does the other LUs' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand status" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand status" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand status" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'
