@@ -143,6 +143,9 @@ pub struct Options {
     /// `devices`, split on commas and whitespace. Empty means "find shared VG devices with vgs",
     /// as fence_scsi does; the engine fails with "No devices found" if that finds none.
     pub devices: Vec<PathBuf>,
+    /// `coordinators`, split as `devices`: empty (the arbiter LU decides `off`), or 3 or 5 LUs
+    /// whose majority decides it; `on` registers on them too.
+    pub coordinators: Vec<PathBuf>,
     /// `key`, if given (hex, non-zero).
     pub key: Option<u64>,
     pub key_value: KeyScheme,
@@ -172,6 +175,7 @@ impl Default for Options {
             plug: None,
             nodeid: None,
             devices: Vec::new(),
+            coordinators: Vec::new(),
             key: None,
             key_value: KeyScheme::FenceScsiId,
             aptpl: false,
@@ -245,6 +249,12 @@ pub enum FencePrError {
         MAX_DEVICES = crate::MAX_DEVICES
     )]
     TooManyDevices { count: usize },
+    #[error(
+        "Failed: {count} coordinators given; give 3 (one per failure domain) or 5, an odd number \
+         so that two nodes cannot both hold a majority, the same on every node, or none (the \
+         arbiter LU decides)"
+    )]
+    CoordinatorCount { count: usize },
     #[error(
         "Failed: argument {index} is not valid UTF-8 ({lossy:?}); options and device paths must be UTF-8"
     )]
@@ -626,18 +636,26 @@ fn target_and_key(
 
 /// The devices, the output options and the paths of the tools asked.
 fn devices_and_paths(raw: &RawOptions, o: &mut Options, errors: &mut Vec<FencePrError>) {
-    o.devices = text(raw, "devices")
-        .map(|d| {
-            d.split(|c: char| c == ',' || c.is_whitespace())
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-                .collect()
-        })
-        .unwrap_or_default();
-    if o.devices.len() > crate::MAX_DEVICES {
+    let list = |key: &str| -> Vec<PathBuf> {
+        text(raw, key)
+            .map(|d| {
+                d.split(|c: char| c == ',' || c.is_whitespace())
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    o.devices = list("devices");
+    o.coordinators = list("coordinators");
+    if o.devices.len() + o.coordinators.len() > crate::MAX_DEVICES {
         errors.push(FencePrError::TooManyDevices {
-            count: o.devices.len(),
+            count: o.devices.len() + o.coordinators.len(),
         });
+    }
+    let count = o.coordinators.len();
+    if count != 0 && !crate::ops::coordinator_count_ok(count) {
+        errors.push(FencePrError::CoordinatorCount { count });
     }
     o.aptpl = flag(raw, "aptpl");
     o.quiet = flag(raw, "quiet");

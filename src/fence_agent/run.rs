@@ -68,7 +68,9 @@ use super::{Action, FencePrExit, FencePrRequest, MpathRegisterMethod, Options};
 use crate::discover::{DiscoverError, LuId, PathInfo, Resolution};
 use crate::host::{Host, SystemHost};
 use crate::keys::{self, KeyError, Nodelist};
-use crate::ops::{self, Limits, LuReport, LuTarget, Outcome, PathUse, Report, TieBreak, Verdict};
+use crate::ops::{
+    self, Arbitration, Limits, LuReport, LuTarget, Outcome, PathUse, Report, TieBreak, Verdict,
+};
 use crate::ops::{OpenPath, Opener, OwnInitiator, targets};
 use crate::pr::{Key, PrOutAction};
 use crate::transport::{CommandError, ErrorKind, Policy, PrRequest, PrTransport, Reply};
@@ -201,6 +203,8 @@ impl<T: PrTransport> PrTransport for FencePrPath<T> {
 /// (what `on` records in the `.dev` file).
 struct Targets<T> {
     lus: Vec<LuTarget<FencePrPath<T>>>,
+    /// The `coordinators`, apart (empty: the first LU of `lus` is the arbiter).
+    coordinators: Vec<LuTarget<FencePrPath<T>>>,
     given: HashMap<LuId, Vec<PathBuf>>,
     /// This node's identities on the paths ([`OwnInitiator::of_resolution`]).
     initiators: Vec<OwnInitiator>,
@@ -323,24 +327,34 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
             }
         }
     }
-    let initiators = OwnInitiator::of_resolution(&resolution, |p| system.nvme_host_id(p));
-    let policy = policy(options);
-    let single = options.mpath_register_method == MpathRegisterMethod::Single;
-    let lus: Vec<LuTarget<FencePrPath<Arc<dyn PrTransport>>>> =
-        targets(&resolution, single, &system.opener(policy))
-            .into_iter()
-            .map(|lu| LuTarget {
-                id: lu.id,
-                paths: lu
-                    .paths
-                    .into_iter()
-                    .map(|inner| FencePrPath {
-                        inner: Arc::new(inner),
-                        aptpl,
-                    })
-                    .collect(),
-            })
-            .collect();
+    let mut initiators = OwnInitiator::of_resolution(&resolution, |p| system.nvme_host_id(p));
+    let open = |resolution: &Resolution| open_lus(options, system, aptpl, resolution);
+    let lus = open(&resolution);
+    let coordinators = if options.coordinators.is_empty() {
+        Vec::new()
+    } else {
+        let resolution = system
+            .resolve(&options.coordinators)
+            .map_err(|e| Failed(format!("coordinators: {e}")))?;
+        for unknown in &resolution.unidentified {
+            tracing::warn!(
+                "coordinator {}; not identified: counted as lost by off, which sends it nothing",
+                unknown.error
+            );
+        }
+        for lu in &resolution.lus {
+            let names = given.entry(lu.id.clone()).or_default();
+            for path in &lu.paths {
+                if !names.contains(&path.given) {
+                    names.push(path.given.clone());
+                }
+            }
+        }
+        initiators.extend(OwnInitiator::of_resolution(&resolution, |p| {
+            system.nvme_host_id(p)
+        }));
+        open(&resolution)
+    };
     for unknown in &resolution.unidentified {
         if let Some(lu) = lus
             .iter()
@@ -353,7 +367,8 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
         }
     }
     // Pacemaker starts fence_pr with pacemaker.service's limits (soft 1024 by default).
-    if let Err(e) = crate::descriptors::fit(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum()) {
+    let all = || lus.iter().chain(&coordinators);
+    if let Err(e) = crate::descriptors::fit(all().count(), all().map(|lu| lu.paths.len()).sum()) {
         tracing::warn!(
             "{e}: the paths beyond it fail to open (EMFILE); {}",
             e.raise_in("pacemaker.service")
@@ -361,9 +376,35 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
     }
     Ok(Targets {
         lus,
+        coordinators,
         given,
         initiators,
     })
+}
+
+/// The LUs of `resolution`, every path opened as this run's options say (one path per LU with
+/// `mpath_register_method=single`; APTPL on the registrations of `on`).
+fn open_lus(
+    options: &Options,
+    system: &FenceNode,
+    aptpl: bool,
+    resolution: &Resolution,
+) -> Vec<LuTarget<FencePrPath<Arc<dyn PrTransport>>>> {
+    let single = options.mpath_register_method == MpathRegisterMethod::Single;
+    targets(resolution, single, &system.opener(policy(options)))
+        .into_iter()
+        .map(|lu| LuTarget {
+            id: lu.id,
+            paths: lu
+                .paths
+                .into_iter()
+                .map(|inner| FencePrPath {
+                    inner: Arc::new(inner),
+                    aptpl,
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// The key from `key` (corosync-cmapctl) and the devices resolved and opened ([`lu_targets`]),
@@ -785,9 +826,11 @@ fn unfence(
     // fence_scsi records the key before registering, so a later `off` from this node and the
     // watchdog check know it even if registration fails halfway.
     system.store().write_key(key.get()).map_err(Failed::from)?;
-    let targets = targets?;
+    let mut targets = targets?;
     let given = targets.given;
     let initiators = targets.initiators;
+    // the coordinators are LUs like the others to `on`
+    targets.lus.append(&mut targets.coordinators);
     // P3: the LUs this node began registering on earlier in this boot; if its key is gone from
     // any of them it was fenced since (Pacemaker may still ask it to unfence, fence-reaction=stop)
     // and the engine registers nowhere. The engine adds each other LU before registering there.
@@ -860,7 +903,19 @@ fn fence(
         },
         ..limits(started)
     };
-    let report = shown(ops::fence(targets.lus, own, victim, limits))?;
+    let arbitration = if targets.coordinators.is_empty() {
+        Arbitration::FirstLu
+    } else {
+        Arbitration::Coordinators(targets.coordinators)
+    };
+    let report = shown(ops::fence_arbitrated_observed(
+        targets.lus,
+        arbitration,
+        own,
+        victim,
+        limits,
+        &mut |_| {},
+    ))?;
     log_report(&report);
     match report.outcome {
         Outcome::Success => {

@@ -175,6 +175,19 @@ pub(super) const OPTIONS: &[OptSpec] = &[
                  reservation support.",
             ),
     ]),
+    value("coordinators", "coordinators", None).listed(&[
+            param(
+                33,
+                "coordinators",
+                "--coordinators=[devices]",
+                Content::String,
+                None,
+                "Coordinator LUs, 3 or 5, one per array or target, separated by commas or spaces, \
+                 the same on every node (prfence's own parameter). 'off' then wins on a majority of \
+                 them instead of on the first LU of devices, so a fence still succeeds with one \
+                 array lost; 'on' registers on them too. Unset: the first LU decides.",
+            ),
+    ]),
     value("key", "key", Some('k')).listed(&[
             param(
                 3,

@@ -415,6 +415,37 @@ fn device_count_is_capped_on_stdin_and_argv() {
 }
 
 #[test]
+fn coordinators_are_none_three_or_five() {
+    let req =
+        stdin("port=n1\ndevices=/dev/sda\ncoordinators=/dev/sdx, /dev/sdy,/dev/sdz\n").unwrap();
+    assert_eq!(
+        req.options.coordinators,
+        ["/dev/sdx", "/dev/sdy", "/dev/sdz"].map(PathBuf::from)
+    );
+    assert!(
+        stdin("port=n1\ndevices=/dev/sda\n")
+            .unwrap()
+            .options
+            .coordinators
+            .is_empty()
+    );
+    for (count, given) in [
+        (1, "/dev/a"),
+        (2, "/dev/a,/dev/b"),
+        (4, "/dev/a /dev/b /dev/c /dev/d"),
+    ] {
+        let e = stdin(&format!(
+            "port=n1\ndevices=/dev/sda\ncoordinators={given}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e, FencePrError::CoordinatorCount { count });
+        assert!(e.to_string().contains("give 3"), "{e}");
+    }
+    let e = argv(&["-n", "n1", "-d", "/dev/sda", "--coordinators=/dev/a,/dev/b"]).unwrap_err();
+    assert_eq!(e, FencePrError::CoordinatorCount { count: 2 });
+}
+
+#[test]
 fn arguments_that_are_not_utf8_are_named() {
     use std::ffi::OsString;
     use std::os::unix::ffi::OsStringExt;

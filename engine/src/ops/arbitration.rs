@@ -37,6 +37,12 @@ pub enum Race {
     Undecided { won: usize, gone: usize, of: usize },
 }
 
+/// Whether `count` coordinators make a set: odd, so that two majorities always share one, and
+/// within [`COORDINATORS`].
+pub fn coordinator_count_ok(count: usize) -> bool {
+    COORDINATORS.contains(&count) && !count.is_multiple_of(2)
+}
+
 /// The majority of `of` deciders.
 pub fn majority(of: usize) -> usize {
     of / 2 + 1
@@ -75,7 +81,7 @@ pub fn check_coordinators<T: PrTransport>(
     data: &[&LuId],
 ) -> Result<(), RequestError> {
     let count = coordinators.len();
-    if !COORDINATORS.contains(&count) || count.is_multiple_of(2) {
+    if !coordinator_count_ok(count) {
         return Err(RequestError::CoordinatorCount { count });
     }
     let is_data = |id: &LuId| data.contains(&id);

@@ -14,11 +14,11 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use serde_json::Value;
 
-use crate::PRFENCE;
 use crate::node::hex;
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race::{exits, spawn_both};
 use crate::{Node, Topology, WriteOutcome};
+use crate::{PRFENCE, WORK};
 
 /// The data LUNs, then the coordinators'.
 const DATA: [usize; 2] = [0, 1];
@@ -26,8 +26,10 @@ const COORDINATORS: [usize; 3] = [2, 3, 4];
 /// Mutual-fence rounds in CI (`LAB_RACE_ROUNDS` overrides it).
 const RACE_ROUNDS: usize = 5;
 
-const TESTS: &[crate::plan::Test] =
-    crate::tests![a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence,];
+const TESTS: &[crate::plan::Test] = crate::tests![
+    a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence,
+    fence_pr_takes_coordinators,
+];
 
 pub const SUITE: Suite = Suite {
     name: "coordinators",
@@ -311,5 +313,109 @@ fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> an
         );
         // the next round starts from both registered: an explicit unfence is the way back
     }
+    Ok(())
+}
+
+/// fence_pr as Pacemaker runs it (options on stdin), `devices` the data LUs and `coordinators`
+/// the LUNs `coordinators` as `node` names them; `node`'s own key store.
+fn fence_pr(
+    t: &Topology,
+    node: Node,
+    options: &str,
+    coordinators: &[usize],
+) -> anyhow::Result<crate::CommandRun> {
+    std::fs::create_dir_all(WORK)?;
+    let link = std::path::Path::new(WORK).join("fence_pr");
+    if !link.exists() {
+        std::os::unix::fs::symlink(PRFENCE, &link)?;
+    }
+    let names = |luns: &[usize]| -> String {
+        luns.iter()
+            .map(|&lun| t.device(node, lun).display().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let stdin = format!(
+        "{options}devices={}\ncoordinators={}\n",
+        names(&DATA),
+        names(coordinators)
+    );
+    let stdin_file = format!("{WORK}/fence_pr-{}.stdin", node.lower());
+    std::fs::write(&stdin_file, &stdin)?;
+    let run = crate::run_command(
+        Command::new("sh")
+            .arg("-c")
+            .arg("exec \"$0\" < \"$1\"")
+            .arg(&link)
+            .arg(&stdin_file)
+            .env("FENCE_PR_STORE", format!("{WORK}/store-{}", node.lower())),
+    )?;
+    println!(
+        "  node {}: fence_pr {} (coordinators {coordinators:?}) -> exit {} in {} ms",
+        node.letter(),
+        stdin.lines().next().unwrap_or(""),
+        run.code(),
+        run.elapsed.as_millis()
+    );
+    Ok(run)
+}
+
+/// fence_pr's `coordinators`: `on` registers each node on the data LUs and the coordinators;
+/// with a coordinator B cannot reach, B's `off` of idle A wins on the other two, and A's writes
+/// are refused; a set of two is refused before anything is sent.
+fn fence_pr_takes_coordinators() -> anyhow::Result<()> {
+    let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
+    t.settle()?;
+    for node in Node::BOTH {
+        let on = format!("action=on\nkey={:x}\n", node.key());
+        let run = fence_pr(&t, node, &on, &COORDINATORS)?;
+        ensure!(
+            run.code() == 0,
+            "node {}'s on: {}{}",
+            node.letter(),
+            run.stdout,
+            run.stderr
+        );
+    }
+    both_everywhere(&t)?;
+
+    // two coordinators: refused, nothing sent
+    let every = || -> anyhow::Result<Vec<Vec<u64>>> {
+        DATA.into_iter()
+            .chain(COORDINATORS)
+            .map(|lun| keys(&t, lun))
+            .collect()
+    };
+    let before = every()?;
+    let off_b = format!("action=off\nkey={:x}\n", Node::B.key());
+    let run = fence_pr(&t, Node::A, &off_b, &COORDINATORS[..2])?;
+    ensure!(
+        run.code() == 1 && run.stderr.contains("2 coordinators given"),
+        "A's off with two coordinators: exit {}: {}{}",
+        run.code(),
+        run.stdout,
+        run.stderr
+    );
+    ensure!(
+        before == every()?,
+        "keys changed by a refused off: {before:x?}"
+    );
+
+    let lost = COORDINATORS[2];
+    t.unmap_lun(Node::B, lost)?;
+    let off_a = format!("action=off\nkey={:x}\n", Node::A.key());
+    let run = fence_pr(&t, Node::B, &off_a, &COORDINATORS)?;
+    ensure!(
+        run.code() == 0 && run.stdout.contains("Success"),
+        "B's off of A with coordinator {lost} unreachable from B: {}{}",
+        run.stdout,
+        run.stderr
+    );
+    survivor_alone(&t, Node::B, 2)?;
+    ensure!(
+        keys(&t, lost)?.contains(&Node::A.key()),
+        "coordinator {lost}, which B cannot reach, lost A's key: {:x?}",
+        keys(&t, lost)?
+    );
     Ok(())
 }
