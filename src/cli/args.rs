@@ -290,6 +290,11 @@ pub struct Doctor {
     /// Overall deadline in seconds for all LUs together.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout, default_value = "50")]
     pub deadline: Duration,
+    /// A coordinator LU, one device each, as `fence --coordinator` names them: each is checked
+    /// as an LU, and the set for its size (3 or 5), each on its own iSCSI target where that
+    /// shows, every key of the data LUs registered on each, and this node's key on a majority.
+    #[arg(long = "coordinator", value_name = "DEVICE")]
+    pub coordinators: Vec<PathBuf>,
     /// Every LU: its paths (/dev/sdX, /dev/sgN) or its dm-multipath map (/dev/dm-N,
     /// /dev/mapper/NAME).
     #[arg(value_name = "DEVICE", required_unless_present = "config")]

@@ -119,6 +119,7 @@ fn facts(path: &PathInfo, sysfs: PathSysfs) -> PathFacts {
         not_running,
         nvme_host_id: None,
         target: Some(target),
+        target_name: session.map(|s| s.target.clone()).filter(|t| !t.is_empty()),
     }
 }
 
@@ -143,43 +144,53 @@ pub fn execute(args: &Doctor, json: bool, policy: Policy, host: &Arc<dyn Host>) 
         eprintln!("prfence: no devices given (the configuration lists none)");
         return ExitStatus::Usage;
     }
-    let resolution = match host.resolve_each(&devices) {
-        Ok(resolution) => resolution,
-        Err(e) => {
+    // Opened on first use, inside doctor's deadline (an open blocks during SCSI error recovery).
+    let open = opener(host, policy);
+    let lus_of = |devices: &[PathBuf]| -> Result<Vec<LuTarget<DoctorDevice>>, String> {
+        let resolution = host.resolve_each(devices).map_err(|e| e.to_string())?;
+        let mut lus: Vec<LuTarget<DoctorDevice>> = resolution
+            .lus
+            .iter()
+            .map(|lu| LuTarget {
+                id: lu.id.clone(),
+                paths: lu
+                    .paths
+                    .iter()
+                    .map(|p| DoctorPath {
+                        transport: OpenPath::new(&p.dev, Arc::clone(&open)),
+                        facts: facts(p, host.path_sysfs(p)),
+                    })
+                    .collect(),
+            })
+            .collect();
+        for unknown in &resolution.unidentified {
+            eprintln!("prfence: warning: {}", unknown.error);
+            lus.push(LuTarget {
+                id: LuId::node_local(&unknown.device),
+                paths: vec![DoctorPath {
+                    transport: OpenPath::new(&unknown.device, Arc::clone(&open)),
+                    facts: PathFacts::default(),
+                }],
+            });
+        }
+        Ok(lus)
+    };
+    let (lus, coordinators) = match (lus_of(&devices), lus_of(&args.coordinators)) {
+        (Ok(lus), Ok(coordinators)) => (lus, coordinators),
+        (Err(e), _) | (_, Err(e)) => {
             eprintln!("prfence: {e}");
             return ExitStatus::Usage;
         }
     };
-    // Opened on first use, inside doctor's deadline (an open blocks during SCSI error recovery).
-    let open = opener(host, policy);
-    let mut lus: Vec<LuTarget<DoctorDevice>> = resolution
-        .lus
-        .iter()
-        .map(|lu| LuTarget {
-            id: lu.id.clone(),
-            paths: lu
-                .paths
-                .iter()
-                .map(|p| DoctorPath {
-                    transport: OpenPath::new(&p.dev, Arc::clone(&open)),
-                    facts: facts(p, host.path_sysfs(p)),
-                })
-                .collect(),
-        })
-        .collect();
-    for unknown in &resolution.unidentified {
-        eprintln!("prfence: warning: {}", unknown.error);
-        lus.push(LuTarget {
-            id: LuId::node_local(&unknown.device),
-            paths: vec![DoctorPath {
-                transport: OpenPath::new(&unknown.device, Arc::clone(&open)),
-                facts: PathFacts::default(),
-            }],
-        });
-    }
-    super::paths::make_room(lus.len(), lus.iter().map(|lu| lu.paths.len()).sum());
+    let all = || lus.iter().chain(&coordinators);
+    super::paths::make_room(all().count(), all().map(|lu| lu.paths.len()).sum());
     // An LU still being read at the deadline is left behind; the process exits without it.
-    let result = doctor::doctor(lus, key, crate::worker::left_of(args.deadline));
+    let result = doctor::doctor_coordinated(
+        lus,
+        coordinators,
+        key,
+        crate::worker::left_of(args.deadline),
+    );
     match result {
         Ok(diagnosis) => {
             // The failed reads in the CLI's words, now that they are shown.
@@ -229,7 +240,13 @@ fn lu_text(out: &mut String, lu: &LuDiagnosis) {
         out,
         "LU {}{}: {}",
         lu.lu,
-        if lu.arbiter { " (arbiter)" } else { "" },
+        if lu.arbiter {
+            " (arbiter)"
+        } else if lu.coordinator {
+            " (coordinator)"
+        } else {
+            ""
+        },
         if lu.ready { "ready" } else { "NOT READY" }
     );
     let pr = match lu.pr_supported {
@@ -373,16 +390,39 @@ fn lu_text(out: &mut String, lu: &LuDiagnosis) {
 /// The diagnosis in words.
 pub fn to_text(diagnosis: &Diagnosis) -> String {
     let mut out = format!("doctor: {}\n", diagnosis.summary);
-    if let Some(can) = diagnosis.can_fence {
-        let _ = writeln!(
-            out,
-            "this node can fence another: {}",
-            if can {
-                "yes (its key is on the arbiter LU through a path of this node)"
-            } else {
-                "NO (no path of this node carries its key on the arbiter LU)"
+    match (diagnosis.can_fence, &diagnosis.coordinators) {
+        (Some(can), None) => {
+            let _ = writeln!(
+                out,
+                "this node can fence another: {}",
+                if can {
+                    "yes (its key is on the arbiter LU through a path of this node)"
+                } else {
+                    "NO (no path of this node carries its key on the arbiter LU)"
+                }
+            );
+        }
+        (can, Some(set)) => {
+            if let (Some(can), Some(on)) = (can, set.own_key_on) {
+                let _ = writeln!(
+                    out,
+                    "this node can fence another: {} (its key is on {on} of the {} \
+                     coordinators through a path of this node; a fence needs {})",
+                    if can { "yes" } else { "NO" },
+                    set.lu_set.count,
+                    crate::ops::majority(set.lu_set.count)
+                );
             }
-        );
+            let _ = writeln!(
+                out,
+                "coordinator set: {} (must be the same on every node)",
+                set.lu_set
+            );
+            for finding in &set.findings {
+                let _ = writeln!(out, "  PROBLEM: {}; {}", finding.message, finding.remedy);
+            }
+        }
+        (None, None) => {}
     }
     let _ = writeln!(
         out,

@@ -562,6 +562,7 @@ fn doctor_diagnosis() -> crate::ops::doctor::Diagnosis {
             not_running: None,
             nvme_host_id: None,
             target: Some(TargetKind::LioIscsi),
+            target_name: Some("iqn.2026-11.lab:target".to_string()),
         },
     };
     let lus = vec![LuTarget {

@@ -217,7 +217,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__doctor)
-            opts="-v -h --key --config --deadline --json --timeout --verbose --help"
+            opts="-v -h --key --config --deadline --coordinator --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -233,6 +233,21 @@ _prfence() {
                     ;;
                 --deadline)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --coordinator)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
                     return 0
                     ;;
                 --timeout)
@@ -930,7 +945,7 @@ _prfence_with_devices() {
         unfence) case "$prev" in --key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
         fence) case "$prev" in --victim|--tie-break|--key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
         status) case "$prev" in --key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
-        doctor) case "$prev" in --key|--config|--deadline|--timeout) return 0;; esac; _prfence_devices;;
+        doctor) case "$prev" in --key|--config|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
     esac
 }
 complete -F _prfence_with_devices -o bashdefault -o default prfence

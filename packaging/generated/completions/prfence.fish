@@ -160,6 +160,7 @@ complete -c prfence -n "__fish_prfence_using_subcommand agent" -s h -l help -d '
 complete -c prfence -n "__fish_prfence_using_subcommand doctor" -l key -d 'This node\'s key (default: key.value of --config)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand doctor" -l config -d 'Take the devices, and key.value if it is set, from the node agent\'s configuration file' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand doctor" -l deadline -d 'Overall deadline in seconds for all LUs together' -r
+complete -c prfence -n "__fish_prfence_using_subcommand doctor" -l coordinator -d 'A coordinator LU, one device each, as `fence --coordinator` names them: each is checked as an LU, and the set for its size (3 or 5), each on its own iSCSI target where that shows, every key of the data LUs registered on each, and this node\'s key on a majority' -r -F
 complete -c prfence -n "__fish_prfence_using_subcommand doctor" -l timeout -d 'Per-command timeout in seconds (default 10)' -r
 complete -c prfence -n "__fish_prfence_using_subcommand doctor" -l json -d 'Print JSON: one array with an object per device (admin commands), or one object with a report per LU (unfence, fence, status)'
 complete -c prfence -n "__fish_prfence_using_subcommand doctor" -s v -l verbose -d 'Log what is sent and retried on stderr (-v debug, -vv trace)'

@@ -29,6 +29,7 @@ const RACE_ROUNDS: usize = 5;
 const TESTS: &[crate::plan::Test] = crate::tests![
     a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence,
     fence_pr_takes_coordinators,
+    doctor_checks_the_coordinator_set,
 ];
 
 pub const SUITE: Suite = Suite {
@@ -416,6 +417,37 @@ fn fence_pr_takes_coordinators() -> anyhow::Result<()> {
         keys(&t, lost)?.contains(&Node::A.key()),
         "coordinator {lost}, which B cannot reach, lost A's key: {:x?}",
         keys(&t, lost)?
+    );
+    Ok(())
+}
+
+/// `prfence doctor --coordinator`: with both nodes unfenced, A's key is on all three
+/// coordinators (can fence), and the set is refused because the lab's three coordinators share
+/// one iSCSI target (one failure domain: what the lab stands in for, doctor sees through; the
+/// second and the third each named with the first); after
+/// B fences A, A's key is on no coordinator and A cannot fence.
+fn doctor_checks_the_coordinator_set() -> anyhow::Result<()> {
+    let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
+    t.settle()?;
+    unfence(&t, Node::A, 0)?;
+    unfence(&t, Node::B, 0)?;
+    let [k, key] = key_args(Node::A);
+    let (exit, d) = run(&t, Node::A, &["doctor", &k, &key])?;
+    let set = &d["coordinators"];
+    let findings = set["findings"].to_string();
+    ensure!(
+        exit == 1
+            && set["own_key_on"] == 3
+            && d["can_fence"] == true
+            && findings.contains("are both on the iSCSI target")
+            && set["findings"].as_array().map_or(0, Vec::len) == 2,
+        "A's doctor after both unfenced: exit {exit}: {d:#}"
+    );
+    fence(&t, Node::B, 0)?;
+    let (exit, d) = run(&t, Node::A, &["doctor", &k, &key])?;
+    ensure!(
+        exit == 1 && d["coordinators"]["own_key_on"] == 0 && d["can_fence"] == false,
+        "A's doctor after B fenced it: exit {exit}: {d:#}"
     );
     Ok(())
 }

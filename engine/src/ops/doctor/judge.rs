@@ -113,6 +113,7 @@ impl<'r> Evidence<'r> {
         LuDiagnosis {
             lu: replies.lu.clone(),
             arbiter: self.arbiter,
+            coordinator: false,
             ready,
             paths: self.paths,
             pr_supported: self.pr_supported,
@@ -230,7 +231,7 @@ fn refusal(e: &ReadError) -> Support {
     }
 }
 
-fn problem(message: impl Into<Failure>, remedy: impl Into<String>) -> Finding {
+pub(super) fn problem(message: impl Into<Failure>, remedy: impl Into<String>) -> Finding {
     Finding {
         severity: Severity::Problem,
         message: message.into(),

@@ -6,6 +6,7 @@
 //! kind) to findings, one named rule at a time, after `matching` has placed the registrations on
 //! the paths; [`doctor`] runs both on every LU under one deadline.
 
+mod coordinators;
 mod gather;
 mod judge;
 mod matching;
@@ -23,6 +24,7 @@ use crate::transport::{CommandError, ErrorKind, Hints, PrRequest, PrTransport, R
 
 use super::{Failure, LuTarget, RequestError, normalize};
 
+pub use coordinators::{CoordinatorSet, judge_set};
 pub use gather::{LuReplies, PathReply, ReadError, gather};
 pub use judge::judge;
 
@@ -61,6 +63,10 @@ pub struct PathFacts {
     pub nvme_host_id: Option<String>,
     #[serde(skip)]
     pub target: Option<TargetKind>,
+    /// The iSCSI target (IQN) the path reaches, if it is iSCSI: coordinators on one target are
+    /// one failure domain.
+    #[serde(skip)]
+    pub target_name: Option<String>,
 }
 
 /// One path and this node's facts about it.
@@ -200,8 +206,11 @@ pub struct ServiceActions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LuDiagnosis {
     pub lu: LuId,
-    /// The first LU by identifier: the one `fence` decides on.
+    /// The first LU by identifier: the one `fence` decides on (never with coordinators).
     pub arbiter: bool,
+    /// A coordinator: with the others, it decides `fence` by majority.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub coordinator: bool,
     pub ready: bool,
     pub paths: Vec<PathDiagnosis>,
     /// None: no path answered, so unknown.
@@ -234,6 +243,9 @@ pub struct Diagnosis {
     pub summary: String,
     /// The LUs as this node names them, to compare with the other nodes (P2).
     pub lu_set: super::LuSet,
+    /// The coordinators, judged as a set (absent without them); each is also in `lus`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordinators: Option<CoordinatorSet>,
     pub lus: Vec<LuDiagnosis>,
 }
 
@@ -251,26 +263,36 @@ impl Diagnosis {
     }
 }
 
-/// The overall verdict over judged LUs (the first is the arbiter). Pure.
-pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
-    // `fence` preempts from the arbiter through a path of ours registered with our key; the key
-    // registered only for initiator ports we no longer have (orphans) does not do.
-    let can_fence = own.map(|own| {
-        lus.first().is_some_and(|a| {
-            a.own_key_registered == Some(true)
-                && a.paths.iter().any(|p| {
-                    p.reachable
-                        && (p.registered_key == Some(own)
-                            || p.registration == PathRegistration::Unmatched)
-                })
-        })
-    });
+/// The overall verdict over judged LUs: the data LUs (the first is the arbiter unless there
+/// are coordinators) and the coordinators. Pure.
+pub fn conclude(
+    lus: Vec<LuDiagnosis>,
+    coordinators: Vec<LuDiagnosis>,
+    own: Option<Key>,
+) -> Diagnosis {
+    // `fence` preempts from the arbiter (or each coordinator) through a path of ours registered
+    // with our key; the key registered only for initiator ports we no longer have (orphans)
+    // does not do.
+    let set = (!coordinators.is_empty()).then(|| judge_set(&lus, &coordinators, own));
+    let can_fence = match &set {
+        Some(set) => set.can_fence(),
+        None => own.map(|own| {
+            lus.first()
+                .is_some_and(|a| coordinators::own_key_usable(a, own))
+        }),
+    };
+    let lu_set = super::LuSet::of(lus.iter().map(|l| Some(l.lu.clone())));
+    let mut lus = lus;
+    lus.extend(coordinators);
     let not_ready: Vec<&str> = lus
         .iter()
         .filter(|l| !l.ready)
         .map(|l| l.lu.as_str())
         .collect();
-    let ready = own.is_some() && not_ready.is_empty() && can_fence == Some(true);
+    let ready = own.is_some()
+        && not_ready.is_empty()
+        && can_fence == Some(true)
+        && set.as_ref().is_none_or(CoordinatorSet::sound);
     let summary = match own {
         None => "readiness to fence needs this node's key: give --key (or key.value in the \
                  configuration)"
@@ -280,10 +302,12 @@ pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
         }
         Some(own) => format!(
             "not ready to fence with {own}: problems on {}",
-            if not_ready.is_empty() {
-                "the arbiter LU".to_string()
-            } else {
+            if !not_ready.is_empty() {
                 not_ready.join(", ")
+            } else if set.is_some() {
+                "the coordinator set".to_string()
+            } else {
+                "the arbiter LU".to_string()
             }
         ),
     };
@@ -292,7 +316,8 @@ pub fn conclude(lus: Vec<LuDiagnosis>, own: Option<Key>) -> Diagnosis {
         ready,
         can_fence,
         summary,
-        lu_set: super::LuSet::of(lus.iter().map(|l| Some(l.lu.clone()))),
+        lu_set,
+        coordinators: set,
         lus,
     }
 }
@@ -304,18 +329,39 @@ pub fn doctor<T: PrTransport + 'static>(
     own: Option<Key>,
     deadline: Duration,
 ) -> Result<Diagnosis, RequestError> {
+    doctor_coordinated(lus, Vec::new(), own, deadline)
+}
+
+/// [`doctor`] with `coordinators` (none: the arbiter decides): each judged as an LU, then as a
+/// set ([`judge_set`]); ready only if this node's key can win a majority of them.
+pub fn doctor_coordinated<T: PrTransport + 'static>(
+    lus: Vec<LuTarget<DoctorPath<T>>>,
+    coordinators: Vec<LuTarget<DoctorPath<T>>>,
+    own: Option<Key>,
+    deadline: Duration,
+) -> Result<Diagnosis, RequestError> {
     if own.is_some_and(|k| k.is_zero()) {
         return Err(RequestError::ZeroKey);
     }
+    let data = normalize(lus)?;
+    let data_count = data.len();
+    let coordinators = if coordinators.is_empty() {
+        Vec::new()
+    } else {
+        normalize(coordinators)?
+    };
+    let coordinated = !coordinators.is_empty();
     let lus: Vec<Arc<LuTarget<DoctorPath<T>>>> =
-        normalize(lus)?.into_iter().map(Arc::new).collect();
+        data.into_iter().chain(coordinators).map(Arc::new).collect();
+    // the arbiter: the first data LU, unless coordinators decide
+    let arbiter = |index: usize| index == 0 && !coordinated;
     let until = runtime::now() + deadline;
     let gathered = runtime::fan_out(&lus, until, |lu| gather(lu), &mut |_, _, _| {});
     let mut judged = Vec::with_capacity(lus.len());
     for (index, (lu, finished)) in lus.iter().zip(gathered).enumerate() {
         let why = match finished {
             Finished::Done { value, .. } => {
-                judged.push(judge(&value, own, index == 0));
+                judged.push(judge(&value, own, arbiter(index)));
                 continue;
             }
             Finished::TimedOut => format!(
@@ -327,9 +373,13 @@ pub fn doctor<T: PrTransport + 'static>(
                 format!("no thread could be started to read the LU: {why}")
             }
         };
-        judged.push(judge(&gather::unread(lu, &why), own, index == 0));
+        judged.push(judge(&gather::unread(lu, &why), own, arbiter(index)));
     }
-    Ok(conclude(judged, own))
+    let mut coordinators = judged.split_off(data_count);
+    for lu in &mut coordinators {
+        lu.coordinator = true;
+    }
+    Ok(conclude(judged, coordinators, own))
 }
 
 #[cfg(test)]

@@ -69,6 +69,7 @@ impl Setup {
                     not_running: None,
                     nvme_host_id: None,
                     target: Some(target),
+                    target_name: None,
                 },
             })
             .collect()
@@ -339,4 +340,101 @@ fn a_cloned_initiator_name_is_named() {
         .map(|f| f.remedy.as_str())
         .collect();
     assert!(fixes.iter().any(|f| f.contains("iscsi-iname")), "{fixes:?}");
+}
+
+/// The coordinator set's rules, on LUs judged from one model LU where A and B are registered:
+/// copies of it under other identifiers, on targets and with keys as each case needs.
+#[test]
+fn a_coordinator_set_is_odd_distinct_apart_and_holds_every_nodes_key() {
+    let s = Setup::new(Quirks::lio(), &["23d000001"]);
+    unfence_a(&s);
+    s.out(s.b, &PrOut::register_ignore(B));
+    let judged = s.doctor(
+        s.paths(&s.a, &[Some("0x23d000001")], TargetKind::LioIscsi),
+        Some(A),
+    );
+    let lu = |id: &str, target: &str| {
+        let mut lu = judged.lus[0].clone();
+        lu.lu = id.into();
+        for p in &mut lu.paths {
+            p.facts.target_name = Some(target.to_owned());
+        }
+        lu
+    };
+    let data = [lu("naa.1", "iqn.t1")];
+    let set = |c: &[LuDiagnosis]| judge_set(&data, c, Some(A));
+    let messages = |set: &CoordinatorSet| -> Vec<String> {
+        set.findings.iter().map(|f| f.message.to_string()).collect()
+    };
+    let three = [
+        lu("naa.c1", "iqn.t1"),
+        lu("naa.c2", "iqn.t2"),
+        lu("naa.c3", "iqn.t3"),
+    ];
+    let sound = set(&three);
+    assert!(sound.sound(), "{:?}", messages(&sound));
+    assert_eq!((sound.own_key_on, sound.can_fence()), (Some(3), Some(true)));
+
+    let two = set(&three[..2]);
+    assert!(
+        messages(&two)
+            .iter()
+            .any(|m| m.contains("2 coordinator LU(s)")),
+        "{:?}",
+        messages(&two)
+    );
+
+    let shared = set(&[
+        lu("naa.c1", "iqn.t1"),
+        lu("naa.c2", "iqn.t2"),
+        lu("naa.c3", "iqn.t2"),
+    ]);
+    assert!(
+        messages(&shared)
+            .iter()
+            .any(|m| m.contains("naa.c2 and naa.c3 are both on the iSCSI target iqn.t2")),
+        "{:?}",
+        messages(&shared)
+    );
+
+    let with_data = set(&[
+        lu("naa.1", "iqn.t1"),
+        lu("naa.c2", "iqn.t2"),
+        lu("naa.c3", "iqn.t3"),
+    ]);
+    assert!(
+        messages(&with_data)
+            .iter()
+            .any(|m| m.contains("naa.1 is also a data LU"))
+    );
+
+    // B's key gone from one coordinator, A's from two: A cannot win a race from here
+    let mut lost = three.clone();
+    lost[0].keys.retain(|&k| k != B);
+    for c in &mut lost[1..] {
+        c.keys.retain(|&k| k != A);
+        c.own_key_registered = Some(false);
+    }
+    let lost = set(&lost);
+    assert_eq!((lost.own_key_on, lost.can_fence()), (Some(1), Some(false)));
+    let m = messages(&lost);
+    assert!(
+        m.iter().any(|m| m.contains(&format!(
+            "{B} registered on the data LUs are not on coordinator naa.c1"
+        ))),
+        "{m:?}"
+    );
+    assert!(
+        m.iter().any(|m| m.contains(&format!(
+            "{A} registered on the data LUs are not on coordinator naa.c2"
+        ))),
+        "{m:?}"
+    );
+
+    // conclude: ready needs a sound set and a majority
+    let d = conclude(data.to_vec(), three.to_vec(), Some(A));
+    assert!(d.ready && d.can_fence == Some(true), "{}", d.summary);
+    let d = conclude(data.to_vec(), three[..2].to_vec(), Some(A));
+    assert!(!d.ready, "{}", d.summary);
+    assert!(d.summary.contains("the coordinator set"), "{}", d.summary);
 }
