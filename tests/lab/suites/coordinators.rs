@@ -42,7 +42,7 @@ pub const SUITE: Suite = Suite {
     budget: Duration::from_secs(6 * 60),
     usual: Duration::from_secs(50),
     tests: TESTS,
-    long: &[],
+    long: crate::tests![mutual_fences_over_coordinators_a_hundred_rounds],
     reproducers: &[],
 };
 
@@ -94,15 +94,22 @@ fn unfence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
     Ok(report)
 }
 
+/// `fence --key K --victim V`, plus `--tie-break SECS` when `LAB_RACE_TIE_BREAK` is set: by
+/// default the greater key waits on each coordinator where both are registered, so the smaller
+/// (A) wins every mutual fence (100 of 100 in the long tier); 0 lets the PREEMPTs race.
 fn fence_args(node: Node) -> Vec<String> {
     let [k, key] = key_args(node);
-    vec![
+    let mut args = vec![
         "fence".into(),
         k,
         key,
         "--victim".into(),
         hex(node.other().key()),
-    ]
+    ];
+    if let Ok(secs) = std::env::var("LAB_RACE_TIE_BREAK") {
+        args.extend(["--tie-break".into(), secs]);
+    }
+    args
 }
 
 fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
@@ -207,6 +214,50 @@ fn coordinator_verdicts(report: &Value, t: &Topology) -> Vec<(bool, String)> {
         .collect()
 }
 
+/// `rounds` mutual fences over the three coordinators, all up: each round both nodes unfence
+/// (registered on all five LUNs, checked), fence each other at once, and exactly one exits 0,
+/// the other 4, and the target shows the survivor alone ([`survivor_alone`]).
+fn mutual_rounds(t: &Topology, rounds: usize) -> anyhow::Result<()> {
+    let mut winners = [0usize; 2];
+    for round in 1..=rounds {
+        unfence(t, Node::A, 0)?;
+        unfence(t, Node::B, 0)?;
+        both_everywhere(t)?;
+        let outputs = spawn_both(|node| {
+            let args = fence_args(node);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            command(t, node, &args)
+        })?;
+        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
+        let winner = match (code(0), code(1)) {
+            (0, 4) => Node::A,
+            (4, 0) => Node::B,
+            (a, b) => bail!(
+                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
+                exits(&outputs)
+            ),
+        };
+        survivor_alone(t, winner, 2).with_context(|| format!("round {round}"))?;
+        winners[winner.index()] += 1;
+        println!("  round {round}: node {} survived", winner.letter());
+    }
+    println!(
+        "  {rounds} mutual fences over 3 coordinators: winners A {}, B {}",
+        winners[0], winners[1]
+    );
+    Ok(())
+}
+
+/// Long tier (issue 47: at least 100 rounds): [`mutual_rounds`] 100 times, `LAB_RACE_ROUNDS`
+/// to change it. CI keeps five in
+/// `a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence`.
+fn mutual_fences_over_coordinators_a_hundred_rounds() -> anyhow::Result<()> {
+    let rounds = crate::env_count("LAB_RACE_ROUNDS", 100)?;
+    let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
+    t.settle()?;
+    mutual_rounds(&t, rounds)
+}
+
 /// P2 with three coordinators: `unfence` registers both nodes on them; mutual fences leave one
 /// survivor, the data LUs never split ([`RACE_ROUNDS`] rounds). A coordinator node B cannot
 /// reach: B's fence of an idle A still wins (2 of 3, the lost one reported) and A's writes are
@@ -220,34 +271,7 @@ fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> an
     let devices: Vec<PathBuf> = t.node(Node::A).devices().to_vec();
     println!("  data {DATA:?}, coordinators {COORDINATORS:?} of {devices:?} (node A's names)");
 
-    // mutual fences, all three coordinators up
-    let mut winners = [0usize; 2];
-    for round in 1..=rounds {
-        unfence(&t, Node::A, 0)?;
-        unfence(&t, Node::B, 0)?;
-        both_everywhere(&t)?;
-        let outputs = spawn_both(|node| {
-            let args = fence_args(node);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(&t, node, &args)
-        })?;
-        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
-        let winner = match (code(0), code(1)) {
-            (0, 4) => Node::A,
-            (4, 0) => Node::B,
-            (a, b) => bail!(
-                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
-                exits(&outputs)
-            ),
-        };
-        survivor_alone(&t, winner, 2).with_context(|| format!("round {round}"))?;
-        winners[winner.index()] += 1;
-        println!("  round {round}: node {} survived", winner.letter());
-    }
-    println!(
-        "  mutual fences over 3 coordinators: winners A {}, B {}",
-        winners[0], winners[1]
-    );
+    mutual_rounds(&t, rounds)?;
 
     // coordinator LUN 4 unreachable from B only; A idle
     unfence(&t, Node::A, 0)?;
