@@ -319,14 +319,7 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
         )
     );
     let mut given: HashMap<LuId, Vec<PathBuf>> = HashMap::new();
-    for lu in &resolution.lus {
-        let names = given.entry(lu.id.clone()).or_default();
-        for path in &lu.paths {
-            if !names.contains(&path.given) {
-                names.push(path.given.clone());
-            }
-        }
-    }
+    name_given(&mut given, &resolution);
     let mut initiators = OwnInitiator::of_resolution(&resolution, |p| system.nvme_host_id(p));
     let open = |resolution: &Resolution| open_lus(options, system, aptpl, resolution);
     let lus = open(&resolution);
@@ -342,14 +335,7 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
                 unknown.error
             );
         }
-        for lu in &resolution.lus {
-            let names = given.entry(lu.id.clone()).or_default();
-            for path in &lu.paths {
-                if !names.contains(&path.given) {
-                    names.push(path.given.clone());
-                }
-            }
-        }
+        name_given(&mut given, &resolution);
         initiators.extend(OwnInitiator::of_resolution(&resolution, |p| {
             system.nvme_host_id(p)
         }));
@@ -380,6 +366,18 @@ fn lu_targets(options: &Options, system: &FenceNode, aptpl: bool) -> Result<Open
         given,
         initiators,
     })
+}
+
+/// Adds to `given` the names each LU of `resolution` was given by (what `on` records).
+fn name_given(given: &mut HashMap<LuId, Vec<PathBuf>>, resolution: &Resolution) {
+    for lu in &resolution.lus {
+        let names = given.entry(lu.id.clone()).or_default();
+        for path in &lu.paths {
+            if !names.contains(&path.given) {
+                names.push(path.given.clone());
+            }
+        }
+    }
 }
 
 /// The LUs of `resolution`, every path opened as this run's options say (one path per LU with
