@@ -15,7 +15,6 @@ use super::{Node, PRFENCE, Topology, WriteOutcome};
 /// only through its own nexuses, it holds a WERO reservation; the other node's O_DIRECT writes
 /// are refused on every LU and the survivor's accepted.
 pub fn assert_sole_survivor(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()> {
-    let loser = survivor.other();
     for lu in t.lus() {
         let regs = lu.registrations()?;
         ensure!(
@@ -40,7 +39,19 @@ pub fn assert_sole_survivor(t: &Topology, survivor: Node, block: u64) -> anyhow:
             lu.index
         );
     }
-    for lun in 0..t.lus().len() {
+    survivor_writes_alone(t, survivor, 0..t.lus().len(), block)
+}
+
+/// On each of `luns`, the other node's O_DIRECT write to `block` is refused and `survivor`'s
+/// accepted.
+pub fn survivor_writes_alone(
+    t: &Topology,
+    survivor: Node,
+    luns: impl IntoIterator<Item = usize>,
+    block: u64,
+) -> anyhow::Result<()> {
+    let loser = survivor.other();
+    for lun in luns {
         let refused = t.write_probe(loser, lun, block);
         ensure!(
             refused == WriteOutcome::Refused,

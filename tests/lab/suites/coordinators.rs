@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use crate::node::hex;
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
-use crate::race::{exits, spawn_both};
-use crate::{Node, Topology, WriteOutcome};
+use crate::race::{exits, spawn_both, survivor_writes_alone};
+use crate::{Node, Topology};
 use crate::{PRFENCE, WORK};
 
 /// The data LUNs, then the coordinators'.
@@ -167,19 +167,8 @@ fn survivor_alone(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()
             "data LUN {lun} is held by {holder:?}, not node {}",
             survivor.letter()
         );
-        let refused = t.write_probe(loser, lun, block);
-        ensure!(
-            refused == WriteOutcome::Refused,
-            "data LUN {lun}: node {}'s write after it was fenced: {refused:?}",
-            loser.letter()
-        );
-        let accepted = t.write_probe(survivor, lun, block);
-        ensure!(
-            accepted == WriteOutcome::Accepted,
-            "data LUN {lun}: survivor {}'s write: {accepted:?}",
-            survivor.letter()
-        );
     }
+    survivor_writes_alone(t, survivor, DATA, block)?;
     let mut held = 0;
     for lun in COORDINATORS {
         let keys = keys(t, lun)?;
