@@ -97,6 +97,23 @@ pub fn spawn_both(command: impl Fn(Node) -> Command) -> anyhow::Result<Vec<(Node
         .collect()
 }
 
+/// The node that won a mutual fence: exactly one exited 0 (fenced the other) and the other 4
+/// (was fenced).
+pub fn winner(outputs: &[(Node, Output)]) -> anyhow::Result<Node> {
+    let code = |node: Node| {
+        outputs
+            .iter()
+            .find(|(n, _)| *n == node)
+            .and_then(|(_, out)| out.status.code())
+            .unwrap_or(-1)
+    };
+    match (code(Node::A), code(Node::B)) {
+        (0, 4) => Ok(Node::A),
+        (4, 0) => Ok(Node::B),
+        (a, b) => bail!("exits A {a}, B {b}, not one 0 and one 4:{}", exits(outputs)),
+    }
+}
+
 /// Each node's exit status and output, for a failure message.
 pub fn exits(outputs: &[(Node, Output)]) -> String {
     let mut why = String::new();
@@ -160,15 +177,7 @@ pub fn mutual_fence(t: &Topology, rounds: usize) -> anyhow::Result<RaceStats> {
         let elapsed = start.elapsed();
         // PREEMPTs from unregistered nexuses the guest kernel logged during the round
         let late = crate::kernel_log::count_since(mark, LATE_PREEMPT)?;
-        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
-        let winner = match (code(0), code(1)) {
-            (0, 4) => Node::A,
-            (4, 0) => Node::B,
-            (a, b) => bail!(
-                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
-                exits(&outputs)
-            ),
-        };
+        let winner = winner(&outputs).with_context(|| format!("round {round}"))?;
         assert_sole_survivor(t, winner, 2)
             .with_context(|| format!("round {round}: split after the race"))?;
         ensure!(

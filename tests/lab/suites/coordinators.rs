@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::node::hex;
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
-use crate::race::{exits, spawn_both, survivor_writes_alone};
+use crate::race::{exits, spawn_both, survivor_writes_alone, winner};
 use crate::{Node, Topology};
 use crate::{PRFENCE, WORK};
 
@@ -217,15 +217,7 @@ fn mutual_rounds(t: &Topology, rounds: usize) -> anyhow::Result<()> {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             command(t, node, &args)
         })?;
-        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
-        let winner = match (code(0), code(1)) {
-            (0, 4) => Node::A,
-            (4, 0) => Node::B,
-            (a, b) => bail!(
-                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
-                exits(&outputs)
-            ),
-        };
+        let winner = winner(&outputs).with_context(|| format!("round {round}"))?;
         survivor_alone(t, winner, 2).with_context(|| format!("round {round}"))?;
         winners[winner.index()] += 1;
         println!("  round {round}: node {} survived", winner.letter());

@@ -19,7 +19,7 @@ use crate::nvme::{NvmeHost, NvmeTopology, NvmetReport, ReservationCounter};
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race;
 use crate::{Node, WriteOutcome, Writer};
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -516,16 +516,8 @@ fn mutual_fence_race(rounds: usize) -> anyhow::Result<()> {
         let start = Instant::now();
         let outputs = race::both_at_once(&t, node::fence_args)?;
         let elapsed = start.elapsed();
-        let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         let why = || race::exits(&outputs);
-        let winner = match (code(0), code(1)) {
-            (0, 4) => Node::A,
-            (4, 0) => Node::B,
-            (a, b) => bail!(
-                "round {round}: exits A {a}, B {b}, not one 0 and one 4:{}",
-                why()
-            ),
-        };
+        let winner = race::winner(&outputs).with_context(|| format!("round {round}"))?;
         let reports = t.reports()?;
         assert_sole_survivor(&t, winner, &reports)
             .with_context(|| format!("round {round}: split after the race:{}", why()))?;
