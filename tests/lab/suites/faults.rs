@@ -1020,12 +1020,12 @@ fn hung_path_every_entry_point_ends_within_its_budget() -> anyhow::Result<()> {
             let exited = watch_spawned_ns
                 .saturating_add(u64::try_from(watch.elapsed.as_nanos()).unwrap_or(u64::MAX));
             let to_exit = Duration::from_nanos(exited.saturating_sub(reboot));
-            if to_exit > SELF_FENCE_STEP {
+            if to_exit > SELF_FENCE_EXIT {
                 failures.push(format!(
                     "self-fence: the agent exited {} after its reboot request (within {}): held \
                      by its stuck commands",
                     crate::secs(to_exit),
-                    crate::secs(SELF_FENCE_STEP)
+                    crate::secs(SELF_FENCE_EXIT)
                 ));
             }
         }
@@ -1066,6 +1066,10 @@ fn threads_in_ioctl(pid: Pid) -> usize {
 /// hook done -> reboot requested): process start and a status write under TCG, nothing that
 /// waits for storage.
 const SELF_FENCE_STEP: Duration = Duration::from_secs(1);
+/// How soon after its reboot request the self-fenced agent's process must be gone: well under
+/// the ~9 s the kernel holds its stuck commands here (what "held by them" would look like), with
+/// room for a one-vCPU guest's scheduling beside seven other commands (1.086 s seen in CI).
+const SELF_FENCE_EXIT: Duration = Duration::from_secs(3);
 
 /// The self-fence steps as the agent logged them (JSON log, wall-clock time stamps in ns).
 #[derive(Debug, Default)]
