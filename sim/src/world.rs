@@ -362,10 +362,15 @@ impl World {
         Vec<LuTarget<Arc<dyn PrTransport>>>,
         Vec<LuTarget<Arc<dyn PrTransport>>>,
     ) {
-        let total = self.cluster().lus.len();
         targets
             .into_iter()
-            .partition(|t| !(self.data_lus..total).any(|lu| t.id == Cluster::lu_id(lu)))
+            .partition(|t| !self.is_coordinator(&t.id))
+    }
+
+    /// Whether `id` names one of the coordinators.
+    fn is_coordinator(&self, id: &LuId) -> bool {
+        let total = self.cluster().lus.len();
+        (self.data_lus..total).any(|lu| *id == Cluster::lu_id(lu))
     }
 
     /// Runs one engine operation as node `node`, at `at` on its clock, logging its start and
@@ -1256,6 +1261,12 @@ impl World {
             heal: true,
             // The opt-in periodic probe too, so that more of its PR OUTs meet other nodes' fences.
             path_audit: Some(Duration::from_secs(60)),
+            // Judged as `coordinator = true` in the agent's configuration.
+            coordinators: targets
+                .iter()
+                .filter(|t| self.is_coordinator(&t.id))
+                .map(|t| LuName(t.id.to_string()))
+                .collect(),
         };
         let start = runtime::now();
         let mut state = WatchState::new(

@@ -200,7 +200,7 @@ impl Agent {
         let hook = HookThread::start(Arc::clone(&options.host))?;
         let names: Vec<String> = settings.devices.iter().map(|d| d.name.clone()).collect();
         let metrics = Arc::new(Mutex::new(Metrics::new(names.clone())));
-        let mut shown = Status::new(settings.mode.name(), &names);
+        let mut shown = Status::new(settings.mode.name(), &settings.devices);
         shown.boot_id = status_file::boot_id();
         if settings.watchdog.is_some() {
             shown.watchdog.state = WatchdogState::NotArmed;

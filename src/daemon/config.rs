@@ -19,7 +19,7 @@ pub use value::parse_duration;
 use value::{ConfigDuration, KeyDerive, KeyValue, LogFormat, Mode, Parsed, PathAudit, or_default};
 
 use super::lease::LeaseConfig;
-use super::watch::WatchConfig;
+use super::watch::{LuName, WatchConfig};
 use crate::keys::KeyScheme;
 use crate::pr::Key;
 
@@ -173,6 +173,8 @@ struct RawConfig {
 struct RawDevice {
     path: String,
     name: Option<String>,
+    #[serde(default)]
+    coordinator: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -300,6 +302,9 @@ pub struct DeviceSettings {
     pub path: PathBuf,
     /// Label for logs and metrics; defaults to the path.
     pub name: String,
+    /// One of the coordinators (issue 47, watch mode): our key gone from it alone does not
+    /// fence, gone from a majority of them does (`watch::WatchConfig::coordinators`).
+    pub coordinator: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -549,6 +554,13 @@ impl Settings {
                 ModeSettings::Watch(validate_watch(raw.key, raw.watch)?)
             }
             Mode::Lease => {
+                if let Some(index) = devices.iter().position(|d| d.coordinator) {
+                    return Err(field_error(
+                        format!("device[{index}].coordinator"),
+                        "coordinators decide fences in watch mode; lease mode's holder is decided \
+                         on its LUs themselves",
+                    ));
+                }
                 if raw.key.is_some() {
                     return Err(field_error(
                         "key",
@@ -639,6 +651,12 @@ impl Settings {
                 missing_confirmations: w.missing_confirmations,
                 heal: w.heal,
                 path_audit: w.path_audit,
+                coordinators: self
+                    .devices
+                    .iter()
+                    .filter(|d| d.coordinator)
+                    .map(|d| LuName(d.name.clone()))
+                    .collect(),
             }),
             ModeSettings::Lease(_) => None,
         }
@@ -737,7 +755,26 @@ fn validate_devices(raw: Vec<RawDevice>) -> Result<Vec<DeviceSettings>, ConfigEr
         devices.push(DeviceSettings {
             path: PathBuf::from(device.path),
             name,
+            coordinator: device.coordinator,
         });
+    }
+    let coordinators = devices.iter().filter(|d| d.coordinator).count();
+    if coordinators != 0 && !crate::ops::coordinator_count_ok(coordinators) {
+        return Err(field_error(
+            "device",
+            format!(
+                "{coordinators} devices have coordinator = true; coordinators are 3 or 5 (an odd \
+                 number, so that two majorities always share one), the same set on every node \
+                 and in fence_pr's coordinators="
+            ),
+        ));
+    }
+    if coordinators == devices.len() {
+        return Err(field_error(
+            "device",
+            "every [[device]] has coordinator = true: list the data LUs too (coordinators only \
+             decide who survives a fence; the data LUs are what it protects)",
+        ));
     }
     Ok(devices)
 }
@@ -1650,6 +1687,49 @@ margin = "2s"
                 "{WATCH}{watchdog}{hook}command_timeout = \"30s\"\nstop_watchdog = false\n"
             ))
             .is_ok()
+        );
+    }
+
+    /// `n` coordinator devices, /dev/cN, as [[device]] tables.
+    fn coordinators(n: usize) -> String {
+        (1..=n)
+            .map(|i| format!("[[device]]\npath = \"/dev/c{i}\"\ncoordinator = true\n"))
+            .collect()
+    }
+
+    #[test]
+    fn coordinators_are_three_or_five_beside_data_lus_in_watch_mode() {
+        for n in [3, 5] {
+            let s = Settings::from_toml_str(&format!("{WATCH}{}", coordinators(n))).unwrap();
+            let config = s.watch_config(Key::new(0xabc)).unwrap();
+            assert_eq!(config.coordinators.len(), n);
+            assert_eq!(config.coordinators[0], LuName("/dev/c1".to_owned()));
+            assert!(!s.devices[0].coordinator, "the data LU");
+        }
+        let plain = Settings::from_toml_str(WATCH).unwrap();
+        assert!(
+            plain
+                .watch_config(Key::new(0xabc))
+                .unwrap()
+                .coordinators
+                .is_empty()
+        );
+        for n in [1, 2, 4, 6] {
+            let e = Settings::from_toml_str(&format!("{WATCH}{}", coordinators(n))).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::Field { field, problem }
+                    if field == "device" && problem.contains(&format!("{n} devices"))),
+                "{n}: {e}"
+            );
+        }
+        let only = format!(
+            "mode = \"watch\"\n{}[key]\nvalue = \"0xabc\"\n",
+            coordinators(3)
+        );
+        assert_eq!(field_of(&only), "device");
+        assert_eq!(
+            field_of(&format!("{LEASE}{}", coordinators(3))),
+            "device[1].coordinator"
         );
     }
 

@@ -175,6 +175,18 @@ pub const SETTINGS: &[SettingDoc] = &[
         text: "A label for logs, metrics and the status.",
     },
     SettingDoc {
+        section: "device",
+        name: "coordinator",
+        value: "bool",
+        default: Default::Value("false"),
+        modes: Modes::Watch,
+        text: "One of the coordinators (3 or 5 devices, the set fence_pr's coordinators= names): \
+               our key gone from one of them does not self-fence (a losing node's preempt), gone \
+               from a majority does; an unreadable one never does. The watch arms with our key \
+               on every data LU and a majority of the coordinators. See docs/concepts.md, \
+               \"Coordinator LUs\".",
+    },
+    SettingDoc {
         section: "key",
         name: "value",
         value: "string, 1 to 16 hexadecimal digits, 0x optional, not 0",

@@ -165,7 +165,10 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let exposed = Exposed {
             metrics: Arc::new(Mutex::new(Metrics::new(["data".to_owned()]))),
-            status: Arc::new(Mutex::new(Status::new("watch", &["data".to_owned()]))),
+            status: Arc::new(Mutex::new(Status::new(
+                "watch",
+                &crate::daemon::status::tests::one_lu(),
+            ))),
         };
         let server = tokio::spawn(serve(listener, exposed));
         let r = get(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
@@ -189,7 +192,10 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let exposed = Exposed {
             metrics: Arc::new(Mutex::new(Metrics::new(["data".to_owned()]))),
-            status: Arc::new(Mutex::new(Status::new("watch", &["data".to_owned()]))),
+            status: Arc::new(Mutex::new(Status::new(
+                "watch",
+                &crate::daemon::status::tests::one_lu(),
+            ))),
         };
         (address, tokio::spawn(serve(listener, exposed)))
     }

@@ -169,6 +169,8 @@ pub struct LuEntry {
     pub name: String,
     /// The configured device.
     pub device: PathBuf,
+    /// One of the coordinators (`DeviceSettings::coordinator`).
+    pub coordinator: bool,
     /// The LU identifier from the first successful discovery.
     pub id: Option<LuId>,
     pub paths: Vec<PathHandle>,
@@ -232,6 +234,7 @@ impl LuTable {
                 .map(|d| LuEntry {
                     name: d.name.clone(),
                     device: d.path.clone(),
+                    coordinator: d.coordinator,
                     id: None,
                     paths: Vec::new(),
                     paths_changed: false,
@@ -418,6 +421,7 @@ mod tests {
             table.lus.push(LuEntry {
                 name: name.to_string(),
                 device: PathBuf::from(format!("/dev/{name}")),
+                coordinator: false,
                 id: id.map(LuId::from),
                 paths: Vec::new(),
                 paths_changed: false,
@@ -447,6 +451,7 @@ mod tests {
         let lu = |paths| LuEntry {
             name: "data".to_string(),
             device: PathBuf::from("/dev/x"),
+            coordinator: false,
             id: None,
             paths,
             paths_changed: false,

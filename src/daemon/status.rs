@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::config::DeviceSettings;
 use crate::discover::LuId;
 use crate::ops::{LuSet, OtherKeyOnOwnInitiator};
 
@@ -137,6 +138,8 @@ pub struct LuStatus {
     pub name: String,
     /// The LU identifier, once discovered.
     pub id: Option<LuId>,
+    /// Watch mode: one of the coordinators (`coordinator = true`), judged by their majority.
+    pub coordinator: bool,
     /// The last verdict (watch) or role (lease), in words.
     pub verdict: String,
     /// The keys listed by the last good READ KEYS.
@@ -189,7 +192,8 @@ pub struct Status {
 }
 
 impl Status {
-    pub fn new(mode: &'static str, lus: &[String]) -> Status {
+    /// The status before the first check, of the configured `devices` in their order.
+    pub fn new(mode: &'static str, devices: &[DeviceSettings]) -> Status {
         Status {
             version: STATUS_VERSION,
             mode,
@@ -198,10 +202,11 @@ impl Status {
             own_key: None,
             key_problem: None,
             checks: 0,
-            lus: lus
+            lus: devices
                 .iter()
-                .map(|name| LuStatus {
-                    name: name.clone(),
+                .map(|device| LuStatus {
+                    name: device.name.clone(),
+                    coordinator: device.coordinator,
                     id: None,
                     verdict: "not checked yet".to_owned(),
                     keys: Vec::new(),
@@ -210,7 +215,7 @@ impl Status {
                     other_keys_on_own_initiator: Vec::new(),
                 })
                 .collect(),
-            lu_set: LuSet::of(lus.iter().map(|_| None::<LuId>)),
+            lu_set: LuSet::of(devices.iter().map(|_| None::<LuId>)),
             keys_not_on_every_lu: Vec::new(),
             watchdog: WatchdogStatus {
                 state: WatchdogState::NotConfigured,
@@ -234,8 +239,17 @@ pub fn error_json(error: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// One data LU named "data", as tests show it.
+    pub fn one_lu() -> Vec<DeviceSettings> {
+        vec![DeviceSettings {
+            path: "/dev/data".into(),
+            name: "data".to_owned(),
+            coordinator: false,
+        }]
+    }
 
     #[test]
     fn an_error_document_is_json_whatever_the_error_says() {

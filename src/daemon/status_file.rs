@@ -65,7 +65,7 @@ mod tests {
     /// by this test binary run again under `sh -c 'umask 077; exec …'`.
     #[test]
     fn the_status_file_is_0644_under_a_strict_umask() {
-        let status = Status::new("watch", &["data".to_owned()]);
+        let status = Status::new("watch", &crate::daemon::status::tests::one_lu());
         if let Some(path) = std::env::var_os(CHILD_WRITES) {
             super::write(Path::new(&path), &status).unwrap();
             return;

@@ -180,8 +180,20 @@ struct TwoLus {
 }
 
 fn two_lus() -> TwoLus {
+    let (storage, lus, b) = lus(2);
+    let [lu0, lu1]: [Arc<Mutex<ModelLu>>; 2] = lus.try_into().unwrap();
+    TwoLus {
+        storage,
+        lus: [lu0, lu1],
+        b: [b[0], b[1]],
+    }
+}
+
+/// `n` LUs, /dev/mapper/lu0…, node A registered on each through one path (/dev/sd0…), node B
+/// registered too (its nexuses returned).
+fn lus(n: usize) -> (Arc<ModelHost>, Vec<Arc<Mutex<ModelLu>>>, Vec<Nexus>) {
     let storage = Arc::new(ModelHost::new());
-    let lus = [model_lu(), model_lu()];
+    let lus: Vec<_> = (0..n).map(|_| model_lu()).collect();
     let mut b = Vec::new();
     for (i, lu) in lus.iter().enumerate() {
         let a = connect(lu, "nodea", "0x1");
@@ -200,11 +212,7 @@ fn two_lus() -> TwoLus {
             "session1",
         );
     }
-    TwoLus {
-        storage,
-        lus,
-        b: [b[0], b[1]],
-    }
+    (storage, lus, b)
 }
 
 #[tokio::test(start_paused = true)]
@@ -499,7 +507,7 @@ async fn a_reload_that_adds_an_unregistered_lu_waits_for_our_key_on_it() {
     let status = lock(&run.status).clone();
     assert_eq!(status.state, State::Degraded, "{status:?}");
     assert!(
-        status.lus[1].verdict.starts_with("added by a reload"),
+        status.lus[1].verdict.contains("added by a reload"),
         "{:?}",
         status.lus[1]
     );
@@ -515,6 +523,57 @@ async fn a_reload_that_adds_an_unregistered_lu_waits_for_our_key_on_it() {
         .pr_out(t.b[1], &PrOut::preempt_and_abort(KB, KA, WERO))
         .unwrap();
     assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
+}
+
+/// Issue 47: data LU lu0 and coordinators lu1-lu3. A losing node (B) took A's key from lu1
+/// before A's agent started: it arms on the data LU and two of three coordinators, degraded. Our
+/// key gone from one more coordinator fences A (2 of 3 gone); nothing was registered.
+#[tokio::test(start_paused = true)]
+async fn an_agent_arms_on_a_majority_of_coordinators_and_fences_on_a_majority_lost() {
+    let (storage, lus, b) = lus(4);
+    let preempt = |i: usize| {
+        lock(&lus[i])
+            .pr_out(b[i], &PrOut::preempt_and_abort(KB, KA, WERO))
+            .unwrap();
+    };
+    preempt(1);
+    let mut settings = watch_settings(
+        &[
+            "/dev/mapper/lu0",
+            "/dev/mapper/lu1",
+            "/dev/mapper/lu2",
+            "/dev/mapper/lu3",
+        ],
+        "",
+    );
+    for device in &mut settings.devices[1..] {
+        device.coordinator = true;
+    }
+    let run = start(settings, &storage, Some(KA));
+    let armed = |s: &Status| {
+        s.state == State::Degraded
+            && s.lus[1].coordinator
+            && s.lus[1].verdict.starts_with("our key not yet on it")
+            && s.lus[2].verdict == "healthy"
+            && s.lus[0].verdict == "healthy"
+    };
+    assert!(
+        wait_for(&run.status, Duration::from_secs(10), armed).await,
+        "{:?}",
+        lock(&run.status)
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(!run.task.is_finished(), "{:?}", lock(&run.status));
+    preempt(3);
+    assert_eq!(run.task.await.unwrap(), RunEnd::Fenced { exit_status: 86 });
+    let status = lock(&run.status).clone();
+    let reason = status.fenced_reason.unwrap_or_default();
+    assert!(
+        reason.contains("gone from 2 of the 3 coordinators (lu1, lu3)"),
+        "{reason}"
+    );
+    let a1 = storage.device(Path::new("/dev/sd1")).unwrap().nexus();
+    assert_eq!(lock(&lus[1]).registered_key(a1), None, "nothing registered");
 }
 
 /// Two nodes deriving one key (a node left the middle of the corosync nodelist, another took

@@ -31,6 +31,16 @@
 //!
 //! Fenced is latched: the state never returns to healthy and never asks for a heal again, even
 //! if the key reappears (P3: a preempted key is never re-registered automatically).
+//!
+//! Coordinators (issue 47, [`WatchConfig::coordinators`]) are judged like the data LUs, but one
+//! alone never fences: in a mutual fence the loser preempts the winner on the coordinators it
+//! reached first, a minority, and the winner must go on (docs/concepts.md, "Coordinator LUs").
+//! Our key gone from a **majority** of all the coordinators fences: this node can no longer win
+//! a fence, and the node that took them fences the data LUs next. A coordinator lost (key gone,
+//! or unreadable past the grace) is [`LuVerdict::CoordinatorLost`]: degraded, since fewer losses
+//! are left before fencing stops working. An unreadable coordinator never counts towards the
+//! majority: an array that is down says nothing about who won, and the data LUs still fence a
+//! node another node fenced.
 
 use std::time::{Duration, Instant};
 
@@ -106,6 +116,9 @@ pub enum FenceReason {
         for_: Duration,
         last_error: Option<CommandFailure>,
     },
+    /// Our key was missing, on `missing_confirmations` reads in a row, from each of `lus`: a
+    /// majority of the `of` coordinators.
+    CoordinatorsLost { lus: Vec<LuName>, of: usize },
 }
 
 impl std::fmt::Display for FenceReason {
@@ -125,6 +138,16 @@ impl std::fmt::Display for FenceReason {
                 f,
                 "LU {lu} unreadable for {for_:?} (last error: {last_error:?}), past the grace: \
                  treating ourselves as fenced"
+            ),
+            FenceReason::CoordinatorsLost { lus, of } => write!(
+                f,
+                "our key is gone from {} of the {of} coordinators ({}): another node won them, \
+                 we were fenced",
+                lus.len(),
+                lus.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }
@@ -165,6 +188,10 @@ pub enum LuVerdict {
     /// Added by a reload: our key is listed on it, but the probe found none of this node's paths
     /// holding it ([`Arming::HeldElsewhere`]); not judged.
     HeldElsewhere,
+    /// A coordinator lost: what would fence on a data LU (`reason`), which on a coordinator
+    /// fences only with a majority of them lost. Judged again at every check: `prfence unfence`
+    /// registering our key there again makes it healthy.
+    CoordinatorLost { reason: FenceReason },
 }
 
 impl LuVerdict {
@@ -203,6 +230,9 @@ pub struct WatchConfig {
     pub heal: bool,
     /// Also probe every path this often while all looks right (`None`: only on a change).
     pub path_audit: Option<Duration>,
+    /// The LUs that are coordinators (none, or an odd set checked by the configuration): our key
+    /// gone from one of them does not fence, from a majority does.
+    pub coordinators: Vec<LuName>,
 }
 
 /// How often the paths of an LU are probed again while the last probe found one unregistered:
@@ -239,6 +269,8 @@ struct LuState {
     armed: bool,
     /// Until armed: whether our own paths hold the key ([`ArmCheck`]).
     arm_check: ArmCheck,
+    /// One of [`WatchConfig::coordinators`].
+    coordinator: bool,
 }
 
 /// The watch-mode state: per LU, when it was last read well and how many reads missed our key.
@@ -268,6 +300,7 @@ impl WatchState {
         let lus = lus
             .into_iter()
             .map(|(id, armed)| LuState {
+                coordinator: config.coordinators.contains(&id),
                 id,
                 last_good: now,
                 last_error: None,
@@ -316,8 +349,29 @@ impl WatchState {
         }
         let already_fenced = self.fenced.is_some();
         let mut verdicts = Vec::with_capacity(self.lus.len());
+        // Coordinators without our key: lost while judged (confirmed), and not yet judged with a
+        // good read that does not list it (gone before the watch armed on the others).
+        let mut coordinators_gone = Vec::new();
+        let mut lost_while_judged = false;
         for (lu, result) in self.lus.iter_mut().zip(results) {
-            let verdict = judge(&self.config, lu, result, now);
+            let unjudged_without_key = lu.coordinator
+                && !lu.armed
+                && matches!(&result, Some(Ok(keys)) if !keys.keys.contains(&self.config.own_key));
+            let verdict = match judge(&self.config, lu, result, now) {
+                Verdict::Fence(reason) if lu.coordinator => {
+                    if let FenceReason::KeyMissing { .. } = reason {
+                        coordinators_gone.push(lu.id.clone());
+                        lost_while_judged = true;
+                    }
+                    Verdict::Lu(LuVerdict::CoordinatorLost { reason })
+                }
+                verdict => {
+                    if unjudged_without_key {
+                        coordinators_gone.push(lu.id.clone());
+                    }
+                    verdict
+                }
+            };
             // P3: once fenced, nothing is healed; the first LU (in order) that fences names why.
             if let Verdict::Fence(reason) = &verdict
                 && self.fenced.is_none()
@@ -325,6 +379,18 @@ impl WatchState {
                 self.fenced = Some(reason.clone());
             }
             verdicts.push((lu.id.clone(), verdict));
+        }
+        // A majority gone fences, once one of them went while judged: coordinators a reload
+        // added and nobody registered yet are no sign of a fence.
+        let of = self.config.coordinators.len();
+        if self.fenced.is_none()
+            && lost_while_judged
+            && coordinators_gone.len() >= crate::ops::majority(of)
+        {
+            self.fenced = Some(FenceReason::CoordinatorsLost {
+                lus: coordinators_gone,
+                of,
+            });
         }
         let fenced = self.fenced.is_some();
         Decision {
@@ -558,6 +624,7 @@ mod tests {
             missing_confirmations: 2,
             heal: true,
             path_audit: None,
+            coordinators: Vec::new(),
         }
     }
 
@@ -1155,5 +1222,195 @@ mod tests {
             check.judge(at(79), OURS, &unprobeable),
             Arming::HeldElsewhere
         );
+    }
+
+    /// Data LU "d" and coordinators "c1", "c2", "c3", judged from the start.
+    fn coordinated(t0: Instant) -> WatchState {
+        let config = WatchConfig {
+            coordinators: ["c1", "c2", "c3"].map(lu).to_vec(),
+            ..config()
+        };
+        audited(config, &["d", "c1", "c2", "c3"], t0)
+    }
+
+    /// One tick over "d", "c1", "c2", "c3", each with our key or not (`None`: no answer).
+    fn coordinated_tick(w: &mut WatchState, now: Instant, ours: [Option<bool>; 4]) -> Decision {
+        let observations =
+            ["d", "c1", "c2", "c3"]
+                .into_iter()
+                .zip(ours)
+                .filter_map(|(name, ours)| {
+                    ours.map(|ours| keys(name, if ours { &[OURS, THEIRS] } else { &[THEIRS] }, 1))
+                });
+        w.tick(now, observations.collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_coordinator_lost_is_degraded_and_a_majority_lost_fences() {
+        let t0 = Instant::now();
+        let mut w = coordinated(t0);
+        // Key gone from c1 (a loser's preempt there): two reads confirm it, no fence.
+        for s in 1..=3 {
+            let d = coordinated_tick(
+                &mut w,
+                at(t0, s),
+                [Some(true), Some(false), Some(true), Some(true)],
+            );
+            assert!(d.fenced.is_none() && d.feed_watchdog, "{d:?}");
+            assert!(d.lus[1].1.is_degraded(), "{d:?}");
+        }
+        let d = coordinated_tick(
+            &mut w,
+            at(t0, 3),
+            [Some(true), Some(false), Some(true), Some(true)],
+        );
+        assert!(
+            matches!(
+                &d.lus[1].1,
+                LuVerdict::CoordinatorLost {
+                    reason: FenceReason::KeyMissing { .. }
+                }
+            ),
+            "{d:?}"
+        );
+        assert_eq!(d.lus[0].1, LuVerdict::Healthy);
+        // Gone from c3 too: 2 of 3, fenced once its absence is confirmed there.
+        let d = coordinated_tick(
+            &mut w,
+            at(t0, 4),
+            [Some(true), Some(false), Some(true), Some(false)],
+        );
+        assert!(
+            d.fenced.is_none(),
+            "one read of c3 is not yet a confirmation: {d:?}"
+        );
+        let d = coordinated_tick(
+            &mut w,
+            at(t0, 5),
+            [Some(true), Some(false), Some(true), Some(false)],
+        );
+        assert!(d.newly_fenced && !d.feed_watchdog, "{d:?}");
+        assert_eq!(
+            d.fenced,
+            Some(FenceReason::CoordinatorsLost {
+                lus: vec![lu("c1"), lu("c3")],
+                of: 3
+            })
+        );
+        assert!(d.lus.iter().all(|(_, v)| *v == LuVerdict::Fenced), "{d:?}");
+    }
+
+    #[test]
+    fn unreadable_coordinators_never_fence_and_a_data_lu_still_does() {
+        let t0 = Instant::now();
+        let mut w = coordinated(t0);
+        // c1 and c2 unreadable far past the grace (two arrays down): degraded, not fenced.
+        for s in [5, 11, 30] {
+            let d = coordinated_tick(&mut w, at(t0, s), [Some(true), None, None, Some(true)]);
+            assert!(d.fenced.is_none() && d.feed_watchdog, "{d:?}");
+        }
+        let d = coordinated_tick(&mut w, at(t0, 31), [Some(true), None, None, Some(true)]);
+        assert!(
+            matches!(
+                &d.lus[2].1,
+                LuVerdict::CoordinatorLost {
+                    reason: FenceReason::Unreachable { .. }
+                }
+            ),
+            "{d:?}"
+        );
+        // And one key gone with them is still a minority of keys gone: no fence.
+        for s in 32..=34 {
+            let d = coordinated_tick(&mut w, at(t0, s), [Some(true), None, None, Some(false)]);
+            assert!(d.fenced.is_none(), "{d:?}");
+        }
+        // The data LU fences alone, as without coordinators.
+        coordinated_tick(&mut w, at(t0, 35), [Some(false), None, None, Some(true)]);
+        let d = coordinated_tick(&mut w, at(t0, 36), [Some(false), None, None, Some(true)]);
+        assert!(
+            matches!(&d.fenced, Some(FenceReason::KeyMissing { lu: l, .. }) if *l == lu("d")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_coordinator_registered_again_is_healthy_again() {
+        // `prfence unfence` puts our key back on a coordinator a loser took it from.
+        let t0 = Instant::now();
+        let mut w = coordinated(t0);
+        for s in 1..=3 {
+            coordinated_tick(
+                &mut w,
+                at(t0, s),
+                [Some(true), Some(true), Some(false), Some(true)],
+            );
+        }
+        let d = coordinated_tick(
+            &mut w,
+            at(t0, 4),
+            [Some(true), Some(true), Some(true), Some(true)],
+        );
+        assert_eq!(d.lus[2].1, LuVerdict::Healthy, "{d:?}");
+        // Losing another one later is a minority again: the first loss no longer counts.
+        for s in 5..=6 {
+            let d = coordinated_tick(
+                &mut w,
+                at(t0, s),
+                [Some(true), Some(false), Some(true), Some(true)],
+            );
+            assert!(d.fenced.is_none(), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn coordinators_gone_before_the_watch_armed_count_once_one_goes_while_judged() {
+        let t0 = Instant::now();
+        let config = WatchConfig {
+            coordinators: ["c1", "c2", "c3"].map(lu).to_vec(),
+            ..config()
+        };
+        // Armed on "d", "c2" and "c3"; our key already gone from "c1" (a loser's preempt).
+        let start = [("d", true), ("c1", false), ("c2", true), ("c3", true)];
+        let mut w = WatchState::with_pending(config.clone(), start.map(|(n, a)| (lu(n), a)), t0);
+        w.tick(t0, ["d", "c2", "c3"].map(all_registered));
+        for s in 1..=3 {
+            let d = coordinated_tick(
+                &mut w,
+                at(t0, s),
+                [Some(true), Some(false), Some(true), Some(true)],
+            );
+            assert!(d.fenced.is_none(), "{d:?}");
+            assert_eq!(d.lus[1].1, LuVerdict::WaitingForRegistration, "{d:?}");
+        }
+        coordinated_tick(
+            &mut w,
+            at(t0, 4),
+            [Some(true), Some(false), Some(false), Some(true)],
+        );
+        let d = coordinated_tick(
+            &mut w,
+            at(t0, 5),
+            [Some(true), Some(false), Some(false), Some(true)],
+        );
+        assert_eq!(
+            d.fenced,
+            Some(FenceReason::CoordinatorsLost {
+                lus: vec![lu("c1"), lu("c2")],
+                of: 3
+            }),
+            "{d:?}"
+        );
+        // Three coordinators a reload added, nobody registered on them yet: no fence.
+        let added = [("d", true), ("c1", false), ("c2", false), ("c3", false)];
+        let mut w = WatchState::with_pending(config, added.map(|(n, a)| (lu(n), a)), t0);
+        w.tick(t0, [all_registered("d")]);
+        for s in 1..=5 {
+            let d = coordinated_tick(
+                &mut w,
+                at(t0, s),
+                [Some(true), Some(false), Some(false), Some(false)],
+            );
+            assert!(d.fenced.is_none() && d.feed_watchdog, "{d:?}");
+        }
     }
 }

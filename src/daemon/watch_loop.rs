@@ -28,8 +28,8 @@ use super::metrics::CommandResult;
 use super::own_initiators::OwnInitiatorLooks;
 use super::status::{KeyNotOnEveryLu, State, WatchdogState};
 use super::watch::{
-    ArmCheck, Arming, CommandFailure, Decision, LuKeys, LuName, LuVerdict, Observation, PathId,
-    ProbedPath, WatchConfig, WatchState,
+    ArmCheck, Arming, CommandFailure, Decision, FenceReason, LuKeys, LuName, LuVerdict,
+    Observation, PathId, ProbedPath, WatchConfig, WatchState,
 };
 use crate::discover::LuId;
 use crate::fence_agent::store::KeyStore;
@@ -560,10 +560,20 @@ impl WatchDriver<'_> {
             };
             causes.push((index, cause));
         }
-        if !causes.is_empty() {
+        let lus = &self.agent.table.lus;
+        let is_coordinator = |index: usize| lus.get(index).is_some_and(|l| l.coordinator);
+        let coordinators = lus.iter().filter(|l| l.coordinator).count();
+        let coordinators_not_held = causes.iter().filter(|c| is_coordinator(c.0)).count();
+        // A majority of the coordinators is enough: a loser's preempts may have taken our key
+        // from a minority (P3: only `prfence unfence` brings it back), or one's array is down.
+        // Those are watched once our key is held there ([`WatchState::with_pending`]).
+        let coordinators_ok = coordinators == 0
+            || coordinators - coordinators_not_held >= crate::ops::majority(coordinators);
+        if causes.len() > coordinators_not_held || !coordinators_ok {
             self.show_not_armed(&causes, key);
             return false;
         }
+        let pending: Vec<usize> = causes.iter().map(|c| c.0).collect();
         let Some(config) = self.agent.settings.watch_config(key) else {
             return false;
         };
@@ -577,10 +587,25 @@ impl WatchDriver<'_> {
                 );
             }
         }
+        for &index in &pending {
+            if let Some(lu) = self.agent.table.lus.get(index) {
+                tracing::warn!(
+                    lu = %lu.name,
+                    "coordinator without our key held here (preempted by a losing node, or not \
+                     reachable): armed on a majority of the coordinators; `prfence unfence` \
+                     registers it again"
+                );
+            }
+        }
         tracing::info!(%key, "our key is held on every LU: armed");
-        self.run.state = Some(WatchState::new(
+        self.run.state = Some(WatchState::with_pending(
             config,
-            self.agent.table.lus.iter().map(|l| LuName(l.name.clone())),
+            self.agent
+                .table
+                .lus
+                .iter()
+                .enumerate()
+                .map(|(index, l)| (LuName(l.name.clone()), !pending.contains(&index))),
             now.into_std(),
         ));
         true
@@ -1072,7 +1097,7 @@ fn new_lu_set(agent: &mut Agent, new: &Settings) -> Vec<String> {
     metrics.set_watchdog(watchdog);
     *lock(&agent.metrics) = metrics;
     let mut status = lock(&agent.status);
-    let fresh = super::status::Status::new("watch", &names);
+    let fresh = super::status::Status::new("watch", &new.devices);
     let kept = std::mem::replace(&mut *status, fresh);
     // What belongs to the process, not to the LU set.
     status.watchdog = kept.watchdog;
@@ -1138,9 +1163,10 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
             None => "unreadable".to_owned(),
         },
         LuVerdict::Fenced => "fenced".to_owned(),
-        LuVerdict::WaitingForRegistration => "added by a reload, our key not yet on it: not \
-                                              judged until `prfence unfence` (or fence_pr's \
-                                              `on`) registers it"
+        LuVerdict::WaitingForRegistration => "our key not yet on it (added by a reload, or a \
+                                              coordinator a losing node preempted): not judged \
+                                              until `prfence unfence` (or fence_pr's `on`) \
+                                              registers it"
             .to_owned(),
         LuVerdict::CheckingOwnRegistration { .. } => {
             "added by a reload, our key listed on it: probing this node's paths before it is \
@@ -1150,6 +1176,22 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
         LuVerdict::HeldElsewhere => {
             format!("added by a reload, not judged: {}", held_elsewhere("ours"))
         }
+        LuVerdict::CoordinatorLost {
+            reason: FenceReason::Unreachable { for_, .. },
+        } => format!(
+            "coordinator unreadable for {}s: counts as lost in a fence's race (it never fences \
+             this node); {}",
+            for_.as_secs(),
+            match error {
+                Some(e) => e.to_string(),
+                None => "no answer".to_owned(),
+            }
+        ),
+        LuVerdict::CoordinatorLost { .. } => "coordinator lost: our key is gone from it (a \
+                                               losing node's preempt, or another node's fence); \
+                                               a majority of the coordinators lost fences this \
+                                               node; `prfence unfence` registers it again"
+            .to_owned(),
     }
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, bail, ensure};
 use serde_json::Value;
 
+use crate::agent::{AgentProcess, SELF_FENCE_NO_RESET, watch_config};
 use crate::node::hex;
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
 use crate::race::{exits, spawn_both, survivor_writes_alone, winner};
@@ -30,6 +31,7 @@ const TESTS: &[crate::plan::Test] = crate::tests![
     a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence,
     fence_pr_takes_coordinators,
     doctor_checks_the_coordinator_set,
+    the_agent_self_fences_on_a_majority_of_coordinators_lost,
 ];
 
 pub const SUITE: Suite = Suite {
@@ -454,5 +456,125 @@ fn doctor_checks_the_coordinator_set() -> anyhow::Result<()> {
         exit == 1 && d["coordinators"]["own_key_on"] == 0 && d["can_fence"] == false,
         "A's doctor after B fenced it: exit {exit}: {d:#}"
     );
+    Ok(())
+}
+
+/// `prfence agent` in watch mode on both nodes, the coordinators as `coordinator = true`
+/// devices (docs/agent.md, "Coordinators"): a coordinator A cannot reach, past the grace, leaves
+/// A degraded, not fenced; A's key preempted on one coordinator (as a losing node's PREEMPT
+/// lands) leaves it degraded, not fenced; on a second, a majority gone, A's agent self-fences
+/// while its key is still on the data LUs, and B's agent stays healthy throughout.
+fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<()> {
+    let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
+    t.settle()?;
+    unfence(&t, Node::A, 0)?;
+    unfence(&t, Node::B, 0)?;
+    both_everywhere(&t)?;
+    const GRACE_S: u64 = 3;
+    let start = |node: Node| {
+        let data: Vec<PathBuf> = DATA.map(|lun| t.device(node, lun).to_path_buf()).to_vec();
+        let coordinators: String = COORDINATORS
+            .iter()
+            .map(|&lun| {
+                format!(
+                    "[[device]]\npath = \"{}\"\nname = \"coordinator{lun}\"\ncoordinator = true\n",
+                    t.device(node, lun).display()
+                )
+            })
+            .collect();
+        AgentProcess::start(
+            &format!("coordinators-{}", node.lower()),
+            &watch_config(
+                &data,
+                &hex(node.key()),
+                500,
+                &format!("grace = \"{GRACE_S}s\""),
+                SELF_FENCE_NO_RESET,
+                &coordinators,
+            ),
+        )
+    };
+    let mut a = start(Node::A)?;
+    let mut b = start(Node::B)?;
+    a.wait_state("healthy", Duration::from_secs(30))?;
+    b.wait_state("healthy", Duration::from_secs(30))?;
+    // The agent's LUs in configuration order: the data LUs, then the coordinators.
+    let verdict = |agent: &AgentProcess, coordinator: usize| -> String {
+        let lu = &agent.status().unwrap_or_default()["lus"][DATA.len() + coordinator];
+        format!("{}: {}", lu["name"], lu["verdict"])
+    };
+    let still_up = |agent: &AgentProcess, what: &str| -> anyhow::Result<()> {
+        let state = agent.state();
+        ensure!(
+            state == "degraded",
+            "{what}: agent A is {state:?}, not degraded:\n{}",
+            agent.log_tail()
+        );
+        Ok(())
+    };
+
+    // coordinator 2 unreachable from A, for twice the grace: degraded, never fenced
+    t.unmap_lun(Node::A, COORDINATORS[2])?;
+    a.wait_state("degraded", Duration::from_secs(10))?;
+    std::thread::sleep(Duration::from_secs(2 * GRACE_S));
+    still_up(&a, "a coordinator unreadable past the grace")?;
+    ensure!(
+        verdict(&a, 2).contains("coordinator unreadable"),
+        "A's coordinator 2: {}",
+        verdict(&a, 2)
+    );
+    println!("  A, coordinator 2 unreachable: {}", verdict(&a, 2));
+
+    // B preempts A on coordinator 0, as a losing node's PREEMPT lands: degraded, not fenced
+    let preempt = |lun: usize| -> anyhow::Result<()> {
+        let run = crate::run_command(Command::new(PRFENCE).args([
+            "preempt",
+            "--key",
+            &hex(Node::B.key()),
+            "--victim",
+            &hex(Node::A.key()),
+            "--abort",
+            &t.device(Node::B, lun).display().to_string(),
+        ]))?;
+        ensure!(
+            run.code() == 0,
+            "B's preempt on LUN {lun}: {}{}",
+            run.stdout,
+            run.stderr
+        );
+        Ok(())
+    };
+    preempt(COORDINATORS[0])?;
+    std::thread::sleep(Duration::from_secs(3));
+    still_up(&a, "A's key gone from one coordinator")?;
+    ensure!(
+        verdict(&a, 0).contains("coordinator lost"),
+        "A's coordinator 0: {}",
+        verdict(&a, 0)
+    );
+    println!("  A, key gone from coordinator 0: {}", verdict(&a, 0));
+
+    // and on coordinator 1: a majority gone, A self-fences; its key is still on the data LUs
+    preempt(COORDINATORS[1])?;
+    a.wait_state("fenced", Duration::from_secs(10))?;
+    let reason = a.status().unwrap_or_default()["fenced_reason"].to_string();
+    ensure!(
+        reason.contains("gone from 2 of the 3 coordinators"),
+        "A's fenced reason: {reason}"
+    );
+    for lun in DATA {
+        ensure!(
+            keys(&t, lun)?.contains(&Node::A.key()),
+            "data LUN {lun} lost A's key: {:x?}",
+            keys(&t, lun)?
+        );
+    }
+    ensure!(
+        b.state() == "healthy",
+        "B's agent is {:?}:\n{}",
+        b.state(),
+        b.log_tail()
+    );
+    println!("  A self-fenced: {reason}; B healthy");
     Ok(())
 }
