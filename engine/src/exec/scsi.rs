@@ -434,6 +434,18 @@ fn classify(
                         "persistent reservations not supported".to_string(),
                     )
                 }
+                // The LU is gone from this initiator (removed, or out of its ACL): what a lost
+                // path says, so the next path is tried, and not a field to fix.
+                SenseKey::ILLEGAL_REQUEST
+                    if additional == AdditionalSense::LOGICAL_UNIT_NOT_SUPPORTED =>
+                {
+                    failed(
+                        ErrorKind::Transport,
+                        "the target no longer offers this LU to this initiator (removed, or \
+                         unmapped from its ACL)"
+                            .to_string(),
+                    )
+                }
                 SenseKey::ILLEGAL_REQUEST => failed(
                     ErrorKind::InvalidField,
                     "the target refused the request".to_string(),
@@ -685,6 +697,23 @@ mod tests {
                 .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidField);
         assert!(e.sense_text().is_some());
+    }
+
+    #[test]
+    fn an_lu_unmapped_from_this_initiator_is_a_lost_path_not_a_field() {
+        let s = setup(Quirks::lio());
+        let na = s.a.device.nexus();
+        let unmapped = ScsiFailure::CheckCondition {
+            key: 0x05,
+            asc: 0x25,
+            ascq: 0x00,
+        };
+        s.lu.lock()
+            .unwrap()
+            .fail_next(na, Injected::Failure(unmapped), 1);
+        let e = s.a.read_keys().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Transport);
+        assert!(e.to_string().contains("unmapped"), "{e}");
     }
 
     /// A device whose every SG_IO the kernel refuses with `errno`.
