@@ -1005,14 +1005,20 @@ fn monitor(
 ) -> Result<FencePrExit, Failed> {
     let options = &request.options;
     let own = stored_key(system, "monitor checks it is registered")?;
-    let targets = lu_targets(options, system, false)?;
+    let Targets {
+        mut lus,
+        coordinators,
+        ..
+    } = lu_targets(options, system, false)?;
+    let coordinator_ids: Vec<LuId> = coordinators.iter().map(|c| c.id.clone()).collect();
+    lus.extend(coordinators);
     let limits = limits(started);
     let until = Instant::now() + limits.deadline;
     // REPORT CAPABILITIES on every LU at once, each through its first answering path, beside
     // the engine's status pass and under the same deadline: a probe still blocked then (a hung
     // path) only costs a warning, since the status pass says whether the LU answers.
-    let pending = spawn_capability_probes(&targets.lus);
-    let report = shown(ops::status(targets.lus, own, limits))?;
+    let pending = spawn_capability_probes(&lus);
+    let report = shown(ops::status(lus, own, limits))?;
     let caps = collect_capability_probes(pending, until);
     let mut problems: Vec<String> = Vec::new();
     for found in caps.into_iter().flatten() {
@@ -1021,9 +1027,24 @@ fn monitor(
             Err(problem) => problems.push(problem),
         }
     }
-    for lu in &report.lus {
+    let (coordinator_reports, data): (Vec<&LuReport>, Vec<&LuReport>) = report
+        .lus
+        .iter()
+        .partition(|lu| coordinator_ids.contains(&lu.lu));
+    for lu in data {
         problems.extend(monitor_problem(lu, own));
         degraded_warning(lu);
+    }
+    if !options.coordinators.is_empty() {
+        let (warnings, problem) =
+            coordinator_findings(&coordinator_reports, options.coordinators.len(), own);
+        for warning in warnings {
+            tracing::warn!("{warning}");
+        }
+        problems.extend(problem);
+        for lu in coordinator_reports {
+            degraded_warning(lu);
+        }
     }
     if problems.is_empty() {
         tracing::info!(
@@ -1112,6 +1133,51 @@ fn monitor_problem(lu: &LuReport, own: Key) -> Option<String> {
                 .map_or_else(|| "no path answered".to_string(), ToString::to_string)
         )),
     }
+}
+
+/// What `monitor` says of the coordinators: `reports` of those identified, `named` given. Each
+/// one this node cannot use (key gone: a losing node's preempt; no answer; not identified) is a
+/// warning while this node's key answers on a majority, since `off` still wins there; below a
+/// majority `off` cannot win, and the monitor fails.
+fn coordinator_findings(
+    reports: &[&LuReport],
+    named: usize,
+    own: Key,
+) -> (Vec<String>, Option<String>) {
+    let usable = reports
+        .iter()
+        .filter(|lu| lu.verdict == Verdict::Registered)
+        .count();
+    let mut lost: Vec<String> = reports
+        .iter()
+        .filter_map(|lu| monitor_problem(lu, own))
+        .collect();
+    let unidentified = named.saturating_sub(reports.len());
+    if unidentified > 0 {
+        lost.push(format!(
+            "{unidentified} coordinator device(s) not identified (gone with their array?)"
+        ));
+    }
+    let majority = ops::majority(named);
+    if usable < majority {
+        let problem = format!(
+            "this node's key answers on {usable} of the {named} coordinators, fewer than the \
+             {majority} an off needs to win: this node cannot fence. {}",
+            lost.join("; ")
+        );
+        return (Vec::new(), Some(problem));
+    }
+    let left = usable - majority;
+    let warnings = lost
+        .into_iter()
+        .map(|lost| {
+            format!(
+                "coordinator lost: {lost}; off still wins with {usable} of {named}, {left} more \
+                 loss(es) allowed"
+            )
+        })
+        .collect();
+    (warnings, None)
 }
 
 fn degraded_warning(lu: &LuReport) {

@@ -417,6 +417,43 @@ fn monitor_probes_lus_warns_on_a_dead_path_and_fails_without_the_key() {
     assert_eq!(monitor(&a.devices()), FencePrExit::Error);
 }
 
+/// Issue 47: with LU 0 the data LU and LUs 1-3 coordinators, a coordinator lost is a warning
+/// while this node's key answers on a majority of them (off still wins), a failure below it.
+#[test]
+fn monitor_warns_on_a_coordinator_lost_and_fails_below_a_majority() {
+    let cluster = Cluster::new(4);
+    let a = cluster.node("node1", 1);
+    let devices = |lus: &[usize]| -> String {
+        a.paths
+            .iter()
+            .filter(|p| lus.contains(&p.lu))
+            .map(|p| p.dev.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let lines = |action: &str| {
+        format!(
+            "action={action}\nnodename=node1\ndevices={}\ncoordinators={}\n",
+            devices(&[0]),
+            devices(&[1, 2, 3])
+        )
+    };
+    assert_eq!(agent(&a, &lines("on")).0, FencePrExit::Success);
+    assert_eq!(agent(&a, &lines("monitor")).0, FencePrExit::Success);
+    let lose = |lu: usize| {
+        let path = a.paths.iter().find(|p| p.lu == lu).unwrap();
+        cluster.lus[lu].lock().unwrap().disconnect(path.nexus);
+    };
+    lose(3);
+    assert_eq!(
+        agent(&a, &lines("monitor")).0,
+        FencePrExit::Success,
+        "2 of 3 coordinators answer: off still wins"
+    );
+    lose(2);
+    assert_eq!(agent(&a, &lines("monitor")).0, FencePrExit::Error);
+}
+
 #[test]
 fn monitor_fails_when_this_node_was_fenced() {
     let (_, a, b) = both_on(1, 1, 1);
