@@ -420,7 +420,10 @@ impl World {
                 let arbitration = if coordinators.is_empty() {
                     prfence_engine::ops::Arbitration::FirstLu
                 } else {
-                    prfence_engine::ops::Arbitration::Coordinators(coordinators)
+                    prfence_engine::ops::Arbitration::Coordinators {
+                        lus: coordinators,
+                        unreachable_data: prfence_engine::ops::UnreachableData::Fail,
+                    }
                 };
                 prfence_engine::ops::fence_arbitrated_observed(
                     data,

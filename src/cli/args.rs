@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::ops::UnreachableData;
 use crate::pr::{Key, ReservationType, TransportId};
 
 /// Exit statuses, shown in `--help` and in docs/cli.md.
@@ -140,6 +141,19 @@ pub struct Fence {
     /// node needs about as long to reach its PREEMPT). SECS: that long; 0 turns the wait off.
     #[arg(long, value_name = "auto|SECS", value_parser = parse_tie_break, default_value = "auto")]
     pub tie_break: TieBreakArg,
+    /// With --coordinator, what a fence that won the coordinators does with a data LU no path of
+    /// this node answers. `fail` (the default): the fence fails naming it. `report`: for an
+    /// array you know is down, not cut off from this node alone: the fence succeeds with every
+    /// data LU it reaches fenced (at least one) and names the others as not fenced; the
+    /// victim's key stays on them.
+    #[arg(
+        long,
+        value_name = "fail|report",
+        value_parser = str::parse::<UnreachableData>,
+        default_value = "fail",
+        requires = "coordinators"
+    )]
+    pub unreachable_data: UnreachableData,
     #[command(flatten)]
     pub target: FencingDevices,
 }

@@ -72,7 +72,7 @@ pub fn execute(
         }
     };
     let arbitration = match &action {
-        FencingCommand::Fence(_) if coordinated => match host.resolve_each(&named.coordinators) {
+        FencingCommand::Fence(f) if coordinated => match host.resolve_each(&named.coordinators) {
             Ok(coordinators) => {
                 for unknown in &coordinators.unidentified {
                     eprintln!(
@@ -81,7 +81,10 @@ pub fn execute(
                         unknown.error
                     );
                 }
-                Arbitration::Coordinators(targets(&coordinators, false, &opener(host, policy)))
+                Arbitration::Coordinators {
+                    lus: targets(&coordinators, false, &opener(host, policy)),
+                    unreachable_data: f.unreachable_data,
+                }
             }
             Err(e) => {
                 eprintln!("prfence: coordinators: {e}");
@@ -107,7 +110,9 @@ pub fn execute(
     let initiators = OwnInitiator::of_resolution(&resolution, |p| host.path_sysfs(p).nvme_host_id);
     let lus: Vec<LuTarget<CliPath>> = targets(&resolution, false, &opener(host, policy));
     let (deciders, decider_paths) = match &arbitration {
-        Arbitration::Coordinators(c) => (c.len(), c.iter().map(|lu| lu.paths.len()).sum()),
+        Arbitration::Coordinators { lus: c, .. } => {
+            (c.len(), c.iter().map(|lu| lu.paths.len()).sum())
+        }
         Arbitration::FirstLu => (0, 0),
     };
     make_room(

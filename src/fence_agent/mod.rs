@@ -47,6 +47,7 @@ use std::time::Duration;
 
 pub use crate::keys::KeyError;
 use crate::keys::{self, KeyScheme};
+use crate::ops::UnreachableData;
 pub use options::InputMode;
 
 use options::{RawOptions, RawValue};
@@ -146,6 +147,9 @@ pub struct Options {
     /// `coordinators`, split as `devices`: empty (the arbiter LU decides `off`), or 3 or 5 LUs
     /// whose majority decides it; `on` registers on them too.
     pub coordinators: Vec<PathBuf>,
+    /// `unreachable_data`: with coordinators, whether `off` fails on a data LU no path answers
+    /// (the default) or reports it unfenced.
+    pub unreachable_data: UnreachableData,
     /// `key`, if given (hex, non-zero).
     pub key: Option<u64>,
     pub key_value: KeyScheme,
@@ -176,6 +180,7 @@ impl Default for Options {
             nodeid: None,
             devices: Vec::new(),
             coordinators: Vec::new(),
+            unreachable_data: UnreachableData::Fail,
             key: None,
             key_value: KeyScheme::FenceScsiId,
             aptpl: false,
@@ -255,6 +260,13 @@ pub enum FencePrError {
          arbiter LU decides)"
     )]
     CoordinatorCount { count: usize },
+    #[error("Failed: unreachable-data has to be 'fail' or 'report' (got {0:?})")]
+    UnreachableData(String),
+    #[error(
+        "Failed: unreachable-data=report needs coordinators: without them the arbiter LU decides \
+         and every LU must be fenced"
+    )]
+    UnreachableDataWithoutCoordinators,
     #[error(
         "Failed: argument {index} is not valid UTF-8 ({lossy:?}); options and device paths must be UTF-8"
     )]
@@ -656,6 +668,15 @@ fn devices_and_paths(raw: &RawOptions, o: &mut Options, errors: &mut Vec<FencePr
     let count = o.coordinators.len();
     if count != 0 && !crate::ops::coordinator_count_ok(count) {
         errors.push(FencePrError::CoordinatorCount { count });
+    }
+    if let Some(v) = text(raw, "unreachable_data") {
+        match v.parse() {
+            Ok(policy) => o.unreachable_data = policy,
+            Err(_) => errors.push(FencePrError::UnreachableData(v.to_owned())),
+        }
+    }
+    if o.unreachable_data == UnreachableData::Report && count == 0 {
+        errors.push(FencePrError::UnreachableDataWithoutCoordinators);
     }
     o.aptpl = flag(raw, "aptpl");
     o.quiet = flag(raw, "quiet");

@@ -904,7 +904,10 @@ fn fence(
     let arbitration = if targets.coordinators.is_empty() {
         Arbitration::FirstLu
     } else {
-        Arbitration::Coordinators(targets.coordinators)
+        Arbitration::Coordinators {
+            lus: targets.coordinators,
+            unreachable_data: options.unreachable_data,
+        }
     };
     let report = shown(ops::fence_arbitrated_observed(
         targets.lus,

@@ -188,6 +188,20 @@ pub(super) const OPTIONS: &[OptSpec] = &[
                  array lost; 'on' registers on them too. Unset: the first LU decides.",
             ),
     ]),
+    value("unreachable_data", "unreachable-data", None).listed(&[
+            param(
+                34,
+                "unreachable_data",
+                "--unreachable-data=[fail|report]",
+                Content::String,
+                Some("fail"),
+                "With coordinators: what 'off' does with a data LU no path answers once it won the \
+                 coordinators (prfence's own parameter). fail: the fence fails naming it. report: \
+                 for an array known to be down, not cut off from this node alone, the fence \
+                 succeeds with every other data LU fenced and names it as not fenced; the \
+                 victim's key stays there.",
+            ),
+    ]),
     value("key", "key", Some('k')).listed(&[
             param(
                 3,

@@ -446,6 +446,31 @@ fn coordinators_are_none_three_or_five() {
 }
 
 #[test]
+fn unreachable_data_is_fail_or_report_and_report_needs_coordinators() {
+    let with = "port=n1\ndevices=/dev/sda\ncoordinators=/dev/x,/dev/y,/dev/z\n";
+    assert_eq!(
+        stdin(with).unwrap().options.unreachable_data,
+        UnreachableData::Fail
+    );
+    let req = stdin(&format!("{with}unreachable_data=report\n")).unwrap();
+    assert_eq!(req.options.unreachable_data, UnreachableData::Report);
+    let e = stdin(&format!("{with}unreachable_data=skip\n")).unwrap_err();
+    assert_eq!(e, FencePrError::UnreachableData("skip".to_owned()));
+    let e = stdin("port=n1\ndevices=/dev/sda\nunreachable_data=report\n").unwrap_err();
+    assert_eq!(e, FencePrError::UnreachableDataWithoutCoordinators);
+    let req = argv(&[
+        "-n",
+        "n1",
+        "-d",
+        "/dev/sda",
+        "--coordinators=/dev/x,/dev/y,/dev/z",
+        "--unreachable-data=report",
+    ])
+    .unwrap();
+    assert_eq!(req.options.unreachable_data, UnreachableData::Report);
+}
+
+#[test]
 fn arguments_that_are_not_utf8_are_named() {
     use std::ffi::OsString;
     use std::os::unix::ffi::OsStringExt;

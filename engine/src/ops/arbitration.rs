@@ -17,7 +17,38 @@ pub enum Arbitration<T> {
     FirstLu,
     /// An odd set of coordinator LUs (3 or 5), apart from the data LUs: a fence wins with its
     /// own key present and its victim's gone on a majority of them.
-    Coordinators(Vec<LuTarget<T>>),
+    Coordinators {
+        lus: Vec<LuTarget<T>>,
+        unreachable_data: UnreachableData,
+    },
+}
+
+/// What a fence that won the coordinators does with a data LU no path of this node answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnreachableData {
+    /// The fence fails naming it (P1 is promised for every data LU given): the default.
+    #[default]
+    Fail,
+    /// The admin's opt-in, for an array known to be down, not partitioned: the fence succeeds
+    /// with every data LU it reaches fenced (at least one), and reports each unreachable one as
+    /// not fenced. The victim's key stays there: P1 holds on the LUs reported fenced only, and
+    /// on the others rests on the victim stopping (its agent self-fences on a majority of the
+    /// coordinators lost). docs/concepts.md, "Coordinator LUs".
+    Report,
+}
+
+impl std::str::FromStr for UnreachableData {
+    type Err = String;
+
+    /// The one spelling, for `prfence fence --unreachable-data` and fence_pr's
+    /// `unreachable_data`: `fail` or `report`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "fail" => Ok(UnreachableData::Fail),
+            "report" => Ok(UnreachableData::Report),
+            other => Err(format!("{other:?} is neither fail nor report")),
+        }
+    }
 }
 
 /// The smallest and largest coordinator sets: three survive the loss of one failure domain, five

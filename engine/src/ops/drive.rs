@@ -11,7 +11,7 @@ use crate::pr::Key;
 use crate::runtime::{self, Finished};
 use crate::transport::PrTransport;
 
-use super::arbitration::{Arbitration, Race, check_coordinators, majority, race};
+use super::arbitration::{Arbitration, Race, UnreachableData, check_coordinators, majority, race};
 use super::fence::{fence_arbiter, fence_follower};
 use super::heal::heal_lu;
 use super::lu::LuWork;
@@ -19,8 +19,8 @@ use super::own_initiators::OwnInitiator;
 use super::status::status_lu;
 use super::unfence::{UnfenceBy, rejoin_check_lu, unfence_lu};
 use super::{
-    Failure, Limits, LuDone, LuReport, LuTarget, Observer, Outcome, Report, RequestError, TieBreak,
-    Verdict, normalize,
+    Failure, Limits, LuDone, LuReport, LuTarget, Observer, Outcome, PathUse, Report, RequestError,
+    TieBreak, Verdict, normalize,
 };
 
 fn check_key(key: Key) -> Result<(), RequestError> {
@@ -137,6 +137,18 @@ fn silent(_: &LuReport, _: Duration) {}
 
 fn all_ok(reports: &[LuReport]) -> bool {
     reports.iter().all(|r| r.ok)
+}
+
+/// Whether no path of the LU answered (each timed out, failed below the protocol, could not be
+/// opened, or was never reached before the deadline): the one reading of "unreachable" that
+/// [`UnreachableData::Report`] leaves unfenced. An LU that answered, even with an error, is not:
+/// its failure may be the victim's key still there.
+fn out_of_reach(report: &LuReport) -> bool {
+    !report.ok
+        && report
+            .paths
+            .iter()
+            .all(|p| matches!(p.state, PathUse::Dead | PathUse::Unused))
 }
 
 fn failed_ids(reports: &[LuReport]) -> String {
@@ -328,29 +340,40 @@ pub fn fence_arbitrated_observed<T: PrTransport + 'static>(
     observer: &mut Observer<'_>,
 ) -> Result<Report, RequestError> {
     let lus = fence_lus(lus, own, victim)?;
-    let (deciders, followers, coordinated): (Vec<_>, &[_], bool) = match arbitration {
-        Arbitration::FirstLu => {
-            let Some((arbiter, followers)) = lus.split_first() else {
-                return Err(RequestError::NoLus);
-            };
-            (vec![Arc::clone(arbiter)], followers, false)
-        }
-        Arbitration::Coordinators(coordinators) => {
-            let coordinators = normalize(coordinators)?;
-            let data: Vec<&LuId> = lus.iter().map(|lu| &lu.id).collect();
-            check_coordinators(&coordinators, &data)?;
-            (
-                coordinators.into_iter().map(Arc::new).collect(),
-                &lus[..],
-                true,
-            )
-        }
-    };
+    let (deciders, followers, coordinated, unreachable_data): (Vec<_>, &[_], bool, _) =
+        match arbitration {
+            Arbitration::FirstLu => {
+                let Some((arbiter, followers)) = lus.split_first() else {
+                    return Err(RequestError::NoLus);
+                };
+                (
+                    vec![Arc::clone(arbiter)],
+                    followers,
+                    false,
+                    UnreachableData::Fail,
+                )
+            }
+            Arbitration::Coordinators {
+                lus: coordinators,
+                unreachable_data,
+            } => {
+                let coordinators = normalize(coordinators)?;
+                let data: Vec<&LuId> = lus.iter().map(|lu| &lu.id).collect();
+                check_coordinators(&coordinators, &data)?;
+                (
+                    coordinators.into_iter().map(Arc::new).collect(),
+                    &lus[..],
+                    true,
+                    unreachable_data,
+                )
+            }
+        };
     let run = FenceRun {
         own,
         victim,
         deciders: &deciders,
         coordinated,
+        unreachable_data,
         followers,
         until: runtime::now() + limits.deadline,
     };
@@ -425,6 +448,8 @@ struct FenceRun<'l, T> {
     coordinated: bool,
     /// The data LUs but the arbiter.
     followers: &'l [Arc<LuTarget<T>>],
+    /// With coordinators: whether data LUs out of reach fail the fence (the default).
+    unreachable_data: UnreachableData,
     until: Instant,
 }
 
@@ -675,14 +700,39 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
             0
         });
         let ok = all_ok(data) && held;
-        let (outcome, summary) = if ok && self.coordinated {
+        let won = || {
+            format!(
+                "this node won {} of the {} coordinators",
+                deciding.iter().filter(|r| r.ok).count(),
+                deciding.len()
+            )
+        };
+        // The admin's opt-in: data LUs no path answers are reported, not waited for, once every
+        // other data LU (at least one) is fenced.
+        let unanswered: Vec<&LuReport> = data.iter().filter(|r| out_of_reach(r)).collect();
+        let reported = self.unreachable_data == UnreachableData::Report
+            && held
+            && !unanswered.is_empty()
+            && unanswered.len() < data.len()
+            && data.iter().all(|r| r.ok || out_of_reach(r));
+        let (outcome, summary) = if reported {
             (
                 Outcome::Success,
                 format!(
-                    "{victim} fenced: gone from every data LU, a reservation exists on each; \
-                     this node won {} of the {} coordinators",
-                    deciding.iter().filter(|r| r.ok).count(),
-                    deciding.len()
+                    "{victim} fenced on the {} data LUs this node reaches; NOT fenced on {}: no \
+                     path answered, and its key stays there (unreachable_data=report: the admin \
+                     asserts that array is down; fence again once it answers); {}",
+                    data.len() - unanswered.len(),
+                    failed_ids(&unanswered.into_iter().cloned().collect::<Vec<_>>()),
+                    won()
+                ),
+            )
+        } else if ok && self.coordinated {
+            (
+                Outcome::Success,
+                format!(
+                    "{victim} fenced: gone from every data LU, a reservation exists on each; {}",
+                    won()
                 ),
             )
         } else if ok {

@@ -54,7 +54,9 @@ use crate::discover::LuId;
 use crate::pr::{Key, ReservationType};
 use crate::transport::{Hints, PrTransport};
 
-pub use arbitration::{Arbitration, COORDINATORS, Race, coordinator_count_ok, majority};
+pub use arbitration::{
+    Arbitration, COORDINATORS, Race, UnreachableData, coordinator_count_ok, majority,
+};
 pub use drive::{
     fence, fence_arbitrated_observed, fence_observed, heal, status, status_observed, unfence,
     unfence_observed,

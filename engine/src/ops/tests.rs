@@ -751,7 +751,13 @@ fn a_coordinator_not_identified_counts_as_lost_and_is_sent_nothing() {
                 t.id = format!("/dev/sdq{lu}").into();
             }
         }
-        (data, Arbitration::Coordinators(coordinators))
+        (
+            data,
+            Arbitration::Coordinators {
+                lus: coordinators,
+                unreachable_data: UnreachableData::Fail,
+            },
+        )
     };
     let (data, coordinators) = split(&f, &[4]);
     let report =
@@ -785,6 +791,66 @@ fn a_coordinator_not_identified_counts_as_lost_and_is_sent_nothing() {
         "coordinator 2: {:?}",
         f.keys(2)
     );
+}
+
+#[test]
+fn unreachable_data_report_leaves_only_unanswering_data_lus_unfenced() {
+    // LUs 0 and 1 hold data, 2..=4 are the coordinators; node 0 fences node 1.
+    let fence_with = |f: &Fixture, unreachable_data: UnreachableData| {
+        let (coordinators, data): (Vec<_>, Vec<_>) = f
+            .targets(0)
+            .into_iter()
+            .partition(|t| (2..=4).any(|lu| t.id == lu_id(lu)));
+        let arbitration = Arbitration::Coordinators {
+            lus: coordinators,
+            unreachable_data,
+        };
+        fence_arbitrated_observed(data, arbitration, A, B, limits(), &mut |_| {}).unwrap()
+    };
+    let cut = |f: &Fixture, lu: usize| {
+        let path = f.nexus(lu, 0, 0);
+        f.with_lu(lu, |l| l.disconnect(path));
+    };
+    // Data LU 1 out of node 0's reach (its array down): the default fails naming it.
+    let f = two_nodes(5, 1);
+    cut(&f, 1);
+    let report = fence_with(&f, UnreachableData::Fail);
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert!(report.summary.contains(&lu_id(1)), "{}", report.summary);
+    // The opt-in: success, LU 1 named as not fenced; B's key is still there, gone from LU 0.
+    let f = two_nodes(5, 1);
+    cut(&f, 1);
+    let report = fence_with(&f, UnreachableData::Report);
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    assert!(
+        report
+            .summary
+            .contains(&format!("NOT fenced on {}", lu_id(1))),
+        "{}",
+        report.summary
+    );
+    let lu1 = report.lus.iter().find(|r| r.lu.as_str() == lu_id(1));
+    assert_eq!(lu1.map(|r| r.ok), Some(false));
+    assert!(!f.has(0, B) && f.has(0, A) && f.has(1, B));
+    // Every data LU out of reach: nothing fenced, no success.
+    let f = two_nodes(5, 1);
+    cut(&f, 0);
+    cut(&f, 1);
+    let report = fence_with(&f, UnreachableData::Report);
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    // A data LU that answers with an error is not out of reach: it fails the fence.
+    let f = two_nodes(5, 1);
+    let path = f.nexus(1, 0, 0);
+    f.with_lu(1, |l| {
+        l.fail_next(
+            path,
+            Injected::Failure(crate::spc_model::ScsiFailure::invalid_field_in_cdb()),
+            100,
+        )
+    });
+    let report = fence_with(&f, UnreachableData::Report);
+    assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
+    assert!(f.has(1, B));
 }
 
 #[test]

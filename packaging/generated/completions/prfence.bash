@@ -262,7 +262,7 @@ _prfence() {
             return 0
             ;;
         prfence__subcmd__fence)
-            opts="-v -h --victim --tie-break --key --deadline --coordinator --json --timeout --verbose --help"
+            opts="-v -h --victim --tie-break --unreachable-data --key --deadline --coordinator --json --timeout --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -273,6 +273,10 @@ _prfence() {
                     return 0
                     ;;
                 --tie-break)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --unreachable-data)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -943,7 +947,7 @@ _prfence_with_devices() {
         preempt) case "$prev" in --key|--victim|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         register-move) case "$prev" in --key|--new-key|--transport-id|--relative-target-port|--type|--deadline|--timeout) return 0;; esac; _prfence_devices;;
         unfence) case "$prev" in --key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
-        fence) case "$prev" in --victim|--tie-break|--key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
+        fence) case "$prev" in --victim|--tie-break|--unreachable-data|--key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
         status) case "$prev" in --key|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
         doctor) case "$prev" in --key|--config|--deadline|--coordinator|--timeout) return 0;; esac; _prfence_devices;;
     esac

@@ -32,6 +32,7 @@ const TESTS: &[crate::plan::Test] = crate::tests![
     fence_pr_takes_coordinators,
     doctor_checks_the_coordinator_set,
     the_agent_self_fences_on_a_majority_of_coordinators_lost,
+    a_data_lu_out_of_reach_fails_the_fence_unless_reported,
 ];
 
 pub const SUITE: Suite = Suite {
@@ -576,5 +577,51 @@ fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<
         b.log_tail()
     );
     println!("  A self-fenced: {reason}; B healthy");
+    Ok(())
+}
+
+/// Array "2" lost from B's view: data LUN 1 and coordinator LUN 4 taken out of B's ACL (LOGICAL
+/// UNIT NOT SUPPORTED: no path answers), A idle. B's fence of A wins the other two coordinators
+/// and fences data LUN 0, and fails naming LUN 1 (exit 1); rerun with `--unreachable-data
+/// report` it succeeds (exit 0) and names LUN 1 as not fenced. Judged on the target: A's key gone
+/// from LUN 0 and its writes refused there, A's key still on LUN 1 (untouched, as reported).
+fn a_data_lu_out_of_reach_fails_the_fence_unless_reported() -> anyhow::Result<()> {
+    let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
+    t.settle()?;
+    unfence(&t, Node::A, 0)?;
+    unfence(&t, Node::B, 0)?;
+    both_everywhere(&t)?;
+    let (data_lost, coordinator_lost) = (DATA[1], COORDINATORS[2]);
+    t.unmap_lun(Node::B, data_lost)?;
+    t.unmap_lun(Node::B, coordinator_lost)?;
+    let report = fence(&t, Node::B, 1)?;
+    let summary = report["summary"].to_string();
+    ensure!(
+        summary.contains(&t.lu(data_lost).wwid) && !keys(&t, DATA[0])?.contains(&Node::A.key()),
+        "B's fence with LUN {data_lost} unreachable: {report:#}"
+    );
+    println!("  without the opt-in: exit 1, {summary}");
+    let mut args = fence_args(Node::B);
+    args.extend(["--unreachable-data".into(), "report".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (exit, report) = run(&t, Node::B, &args)?;
+    let summary = report["summary"].to_string();
+    ensure!(
+        exit == 0 && summary.contains(&format!("NOT fenced on {}", t.lu(data_lost).wwid)),
+        "B's fence with --unreachable-data report: exit {exit}: {report:#}"
+    );
+    ensure!(
+        keys(&t, DATA[0])? == [Node::B.key()],
+        "data LUN {} holds {:x?}",
+        DATA[0],
+        keys(&t, DATA[0])?
+    );
+    survivor_writes_alone(&t, Node::B, [DATA[0]], 6)?;
+    ensure!(
+        keys(&t, data_lost)?.contains(&Node::A.key()),
+        "LUN {data_lost}, reported not fenced, lost A's key: {:x?}",
+        keys(&t, data_lost)?
+    );
+    println!("  with --unreachable-data report: exit 0, {summary}");
     Ok(())
 }
