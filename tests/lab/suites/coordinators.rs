@@ -43,7 +43,7 @@ pub const SUITE: Suite = Suite {
     root: GuestRoot::Host,
     cpus: 1,
     budget: Duration::from_secs(6 * 60),
-    usual: Duration::from_secs(50),
+    usual: Duration::from_secs(100),
     tests: TESTS,
     long: crate::tests![mutual_fences_over_coordinators_a_hundred_rounds],
     reproducers: &[],
@@ -461,7 +461,8 @@ fn doctor_checks_the_coordinator_set() -> anyhow::Result<()> {
 }
 
 /// `prfence agent` in watch mode on both nodes, the coordinators as `coordinator = true`
-/// devices (docs/agent.md, "Coordinators"): a coordinator A cannot reach, past the grace, leaves
+/// devices (docs/agent.md, "Coordinators"): in a mutual fence the loser's agent self-fences and
+/// the winner's stays healthy. Then, both unfenced again: a coordinator A cannot reach, past the grace, leaves
 /// A degraded, not fenced; A's key preempted on one coordinator (as a losing node's PREEMPT
 /// lands) leaves it degraded, not fenced; on a second, a majority gone, A's agent self-fences
 /// while its key is still on the data LUs, and B's agent stays healthy throughout.
@@ -495,6 +496,37 @@ fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<
             ),
         )
     };
+    // A mutual fence under both agents: the loser's agent self-fences, the winner's stays up.
+    {
+        let mut agents = [start(Node::A)?, start(Node::B)?];
+        for agent in &mut agents {
+            agent.wait_state("healthy", Duration::from_secs(30))?;
+        }
+        let outputs = spawn_both(|node| {
+            let args = fence_args(node);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            command(&t, node, &args)
+        })?;
+        let winner = winner(&outputs)?;
+        survivor_alone(&t, winner, 7)?;
+        agents[winner.other().index()].wait_state("fenced", Duration::from_secs(10))?;
+        std::thread::sleep(Duration::from_secs(2));
+        let kept = &agents[winner.index()];
+        ensure!(
+            kept.state() == "healthy",
+            "the winner {}'s agent is {:?}:\n{}",
+            winner.letter(),
+            kept.state(),
+            kept.log_tail()
+        );
+        println!(
+            "  mutual fence: {} won, its agent healthy; the loser's agent self-fenced",
+            winner.letter()
+        );
+    }
+    unfence(&t, Node::A, 0)?;
+    unfence(&t, Node::B, 0)?;
+    both_everywhere(&t)?;
     let mut a = start(Node::A)?;
     let mut b = start(Node::B)?;
     a.wait_state("healthy", Duration::from_secs(30))?;
