@@ -822,7 +822,9 @@ impl WatchDriver<'_> {
             .iter()
             .map(|c| c.keys.as_ref().ok().map(|k| k.keys.as_slice()))
             .collect();
-        let found = crate::ops::keys_not_on_every_lu(&read, self.run.key);
+        let coordinators: Vec<bool> = self.agent.table.lus.iter().map(|l| l.coordinator).collect();
+        let mut found = crate::ops::keys_not_on_every_lu(&read, self.run.key);
+        found.retain(|(_, missing)| !fenced_leftover(missing, &coordinators, &read));
         let lasting = self
             .partial_keys
             .observe(Instant::now().into_std(), settle, found);
@@ -1232,6 +1234,22 @@ fn join(paths: &[PathId]) -> String {
         .join(", ")
 }
 
+/// Whether a key missing from the LUs at `missing` (indexes into `read`) is a fenced node's
+/// leftover on coordinators: on none of the data LUs read, so on coordinators only. A fence
+/// leaves it on the coordinators its fencer could not reach or lost to it in a race, by design
+/// (docs/concepts.md, "Coordinator LUs"): not a node with another LU set.
+fn fenced_leftover(missing: &[usize], coordinators: &[bool], read: &[Option<&[Key]>]) -> bool {
+    let data_read = || {
+        read.iter()
+            .enumerate()
+            .filter(|(at, keys)| keys.is_some() && !coordinators.get(*at).copied().unwrap_or(false))
+            .map(|(at, _)| at)
+    };
+    coordinators.contains(&true)
+        && data_read().next().is_some()
+        && data_read().all(|at| missing.contains(&at))
+}
+
 /// Says what changed in [`Status::keys_not_on_every_lu`](super::status::Status): each key now
 /// on part of the LUs, or that none is any more.
 fn log_keys_not_on_every_lu(now: &[KeyNotOnEveryLu]) {
@@ -1240,5 +1258,30 @@ fn log_keys_not_on_every_lu(now: &[KeyNotOnEveryLu]) {
     }
     if now.is_empty() {
         tracing::info!("every other node's key is on every LU again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_left_on_coordinators_alone_is_a_fenced_node_not_another_lu_set() {
+        let (ours, loser, other) = (Key::new(0xa), Key::new(0xb), Key::new(0xc));
+        // LUs 0 and 1 hold data, 2..=4 are coordinators. The loser's key is left on coordinator
+        // 4 only; a node with another set has its key on data LU 0 and not on LU 1.
+        let lus: [&[Key]; 5] = [&[ours, other], &[ours], &[ours], &[ours], &[ours, loser]];
+        let read: Vec<Option<&[Key]>> = lus.iter().map(|k| Some(*k)).collect();
+        let coordinators = [false, false, true, true, true];
+        let found = crate::ops::keys_not_on_every_lu(&read, ours);
+        let kept: Vec<Key> = found
+            .iter()
+            .filter(|(_, missing)| !fenced_leftover(missing, &coordinators, &read))
+            .map(|(key, _)| *key)
+            .collect();
+        assert_eq!(kept, [other]);
+        // Without coordinators every partial key is reported.
+        let none = [false; 5];
+        assert!(found.iter().all(|(_, m)| !fenced_leftover(m, &none, &read)));
     }
 }
