@@ -201,6 +201,21 @@ pub struct Core {
     next_command: u64,
     /// Panics of simulated threads (the engine must not panic).
     pub panics: Vec<String>,
+    /// Since the last [`Sim::take_phase`]: the nodes whose threads had a turn (bits), and the
+    /// threads another thread woke (a fan-out's results reaching it).
+    ran: u64,
+    woken: Vec<Tid>,
+}
+
+/// What the threads did in one step ([`Sim::take_phase`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phase {
+    /// The nodes whose threads had a turn, as bits.
+    pub nodes: u64,
+    /// The threads woken by another one, in order.
+    pub woken: Vec<Tid>,
+    /// How many threads there are (a step that starts threads numbers them).
+    pub threads: usize,
 }
 
 /// The unwinding payload that ends a simulated thread at the end of a run.
@@ -263,6 +278,8 @@ impl Sim {
                 aborting: false,
                 next_command: 0,
                 panics: Vec::new(),
+                ran: 0,
+                woken: Vec::new(),
             }),
             back: Condvar::new(),
             base: Instant::now(),
@@ -371,6 +388,9 @@ impl Sim {
         };
         core.turn = next;
         let wake = next.and_then(|tid| {
+            let t = core.threads.get_mut(tid)?;
+            let node = t.node;
+            core.ran |= 1 << node;
             let t = core.threads.get_mut(tid)?;
             if t.state == ThreadState::Held {
                 t.state = ThreadState::Runnable;
@@ -586,6 +606,16 @@ impl Sim {
         self.lock().now
     }
 
+    /// What the threads did since the last call.
+    pub fn take_phase(&self) -> Phase {
+        let mut core = self.lock();
+        Phase {
+            nodes: std::mem::take(&mut core.ran),
+            woken: std::mem::take(&mut core.woken),
+            threads: core.threads.len(),
+        }
+    }
+
     pub fn all_done(&self) -> bool {
         self.lock()
             .threads
@@ -662,6 +692,7 @@ impl Scheduler for Sim {
             && matches!(t.state, ThreadState::Parked { .. })
         {
             t.state = ThreadState::Runnable;
+            core.woken.push(tid);
         }
     }
 
