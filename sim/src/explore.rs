@@ -52,6 +52,75 @@ pub struct PickOptions<'a> {
 
 pub trait Chooser {
     fn pick(&mut self, kind: Kind, n: usize, options: &PickOptions<'_>) -> usize;
+
+    /// Whether the run is to tell [`Chooser::stepped`] what each step touched (it costs).
+    fn wants_footprints(&self) -> bool {
+        false
+    }
+
+    /// What the step of the last [`Kind::Next`] pick touched.
+    fn stepped(&mut self, _footprint: Footprint) {}
+
+    /// Whether the last pick found every option already covered: the run stops there.
+    fn pruned(&self) -> bool {
+        false
+    }
+}
+
+/// What one step touched, for the exhaustive search's reduction ([`independent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Footprint {
+    /// Time moved on (timers fired, faults happened), or threads of more than one node had a
+    /// turn.
+    pub global: bool,
+    pub touched: crate::world::Touched,
+    /// It logged an event the checker acts on (anything but a command that added no key), or a
+    /// thread panicked.
+    pub checked: bool,
+    /// It changed some LU's keys, reservation or generation.
+    pub keys_changed: bool,
+    /// It started threads (which are numbered in the order they start).
+    pub started_threads: bool,
+    /// The threads it woke: an operation's own thread hearing from one of its LUs' threads.
+    pub woken: Vec<Tid>,
+}
+
+/// The state before a step, to tell its [`Footprint`] after it.
+struct Mark {
+    advance: bool,
+    log: usize,
+    snapshot: Vec<(Vec<Key>, Option<prfence_engine::pr::ReservationType>, u32)>,
+    threads: usize,
+}
+
+impl Mark {
+    /// Clears what the threads and the world noted so far, and marks the state.
+    fn new(world: &World, advance: bool) -> Mark {
+        let _ = world.take_touched();
+        let threads = world.sim.take_phase().threads;
+        Mark {
+            advance,
+            log: world.log().len(),
+            snapshot: world.cluster().snapshot(),
+            threads,
+        }
+    }
+
+    fn footprint(self, world: &World) -> Footprint {
+        let phase = world.sim.take_phase();
+        let checked = world.log()[self.log..]
+            .iter()
+            .any(|e| !matches!(e, SimEvent::Command { added, .. } if added.is_empty()))
+            || !world.sim.lock().panics.is_empty();
+        Footprint {
+            global: self.advance || phase.nodes.count_ones() > 1,
+            touched: world.take_touched(),
+            checked,
+            keys_changed: world.cluster().snapshot() != self.snapshot,
+            started_threads: phase.threads > self.threads,
+            woken: phase.woken,
+        }
+    }
 }
 
 /// Uniform choices, except that time moves on only now and then (commands are fast next to
@@ -203,6 +272,8 @@ pub struct ScheduleRun {
     pub steps: usize,
     /// The run hit the step bound before every thread was done.
     pub unfinished: bool,
+    /// The chooser stopped the run early: what lies ahead is covered elsewhere.
+    pub pruned: bool,
     pub writes_admitted: usize,
     pub writes_refused: usize,
     pub in_flight_landings: usize,
@@ -330,6 +401,12 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
             Box::new(move || w.run_writer(node, writes_every)),
         );
     }
+    let footprints = chooser.wants_footprints();
+    if footprints {
+        world.trace();
+    }
+    let mut in_flight: Option<Mark> = None;
+    let mut pruned = false;
     let mut happenings = scenario.happenings.iter().copied().peekable();
     let mut checker = Checker::new();
     let mut picks = Vec::new();
@@ -346,6 +423,9 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
     };
     loop {
         sim.run_until_quiet();
+        if let Some(mark) = in_flight.take() {
+            chooser.stepped(mark.footprint(&world));
+        }
         if checker.step(&world) {
             break;
         }
@@ -382,6 +462,13 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
         };
         let n = pending.len() + usize::from(next.is_some());
         let choice = record(chooser, Kind::Next, n, &options);
+        if chooser.pruned() {
+            pruned = true;
+            break;
+        }
+        if footprints {
+            in_flight = Some(Mark::new(&world, choice >= pending.len()));
+        }
         if let Some(command) = pending.get(choice) {
             let fault = if faults && !command.landing {
                 Fault::ALL[record(chooser, Kind::Fault, Fault::ALL.len(), &options)]
@@ -403,7 +490,8 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
             }
         }
     }
-    if checker.violations.is_empty() {
+    // A pruned run stopped short of its end: its end state is another run's.
+    if checker.violations.is_empty() && !pruned {
         checker.finish(&world);
     }
     sim.tear_down();
@@ -414,6 +502,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
         log,
         steps,
         unfinished,
+        pruned,
         writes_admitted: checker.writes_admitted,
         writes_refused: checker.writes_refused,
         in_flight_landings: checker.in_flight_landings,
@@ -438,52 +527,261 @@ pub fn seeded_run(scenario: &Scenario, seed: u64, chooser: u64) -> ScheduleRun {
     }
 }
 
-/// Every schedule of `scenario`, depth first, up to `limit` runs: how many there are (when the
-/// search finished) and the first that broke a property.
+/// Every schedule of `scenario`, depth first, up to `limit` runs: how many ran to their end
+/// (`schedules`) or stopped early as already covered (`pruned`), whether the search finished,
+/// and the first that broke a property.
 pub struct Exhaustive {
     pub schedules: usize,
+    pub pruned: usize,
     pub complete: bool,
     pub failure: Option<(Vec<usize>, ScheduleRun)>,
 }
 
-/// The schedule after `run`'s in depth-first order: its last pick that has an untried option, one
-/// further; `None` when every pick took its last option.
-pub fn next_prefix(run: &ScheduleRun) -> Option<Vec<usize>> {
-    let i = run
-        .picks
-        .iter()
-        .rposition(|pick| pick.value + 1 < pick.options)?;
-    let mut prefix: Vec<usize> = run.picks[..i].iter().map(|p| p.value).collect();
-    prefix.push(run.picks[i].value + 1);
-    Some(prefix)
+/// One option of a pick as the search tells it apart from one run to the next: the command
+/// a thread waits for (a thread keeps its number whatever independent steps ran before it,
+/// since two steps that both start threads are dependent), time moving on, or a fault's or a
+/// timeout's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    Command(Tid),
+    Advance,
+    Value(usize),
 }
 
+/// A move and what it touched where it was explored (`None`: not known, dependent on all).
+type Covered = (Move, Option<Footprint>);
+
+/// A pick on the current path of the depth-first search.
+struct Choice {
+    moves: Vec<Move>,
+    chosen: usize,
+    /// What the chosen move's step touched, once it ran.
+    footprint: Option<Footprint>,
+    /// Moves whose every schedule from here is covered by a sibling subtree explored earlier
+    /// (inherited from the parent), and the moves explored here already.
+    sleep: Vec<Covered>,
+    done: Vec<Covered>,
+}
+
+impl Choice {
+    /// The sleep set of the pick after this one: every move asleep or explored here that is
+    /// independent of the chosen one.
+    fn asleep_after(&self, sends_commute: bool) -> Vec<Covered> {
+        let Some(step) = &self.footprint else {
+            return Vec::new();
+        };
+        self.sleep
+            .iter()
+            .chain(&self.done)
+            .filter(|(_, f)| {
+                f.as_ref()
+                    .is_some_and(|f| independent(&f.eventually(), step, sends_commute))
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn covers(&self, m: Move) -> bool {
+        self.sleep.iter().chain(&self.done).any(|(c, _)| *c == m)
+    }
+}
+
+impl Footprint {
+    /// What a move that woke a thread may touch when it runs later, in another state: by then
+    /// its result may be the last that thread waits for, and the thread runs on in the same
+    /// step (it logs the operation's end, or starts the next fan-out's threads).
+    fn eventually(&self) -> Footprint {
+        let mut f = self.clone();
+        if !f.woken.is_empty() {
+            f.checked = true;
+            f.started_threads = true;
+        }
+        f
+    }
+}
+
+/// Whether two steps, both possible in one state, commute: taken in either order they lead to
+/// the same state (up to the order of invisible events in the log, which the checker ignores)
+/// and the same verdicts, and neither changes what the other does.
+///
+/// - Neither moves time on (every timer, fault and happening is there) or runs threads of two
+///   nodes (nothing but time wakes another node's thread: the guard makes sure).
+/// - The checker's verdicts keep: neither logs an event the checker acts on (an operation's
+///   start or end, a write, a key added, …) while the other does or changes keys, since those
+///   events are judged against the keys on the LUs and against each other. Two steps that only
+///   remove keys or change reservations, on different LUs, commute for the checker: its events
+///   ignore removals, and what it checks after every step is, LU by LU, a condition on that
+///   LU's keys and reservation (a fenced key registered there, two lease holders that may both
+///   write there), so every state between them agrees, LU by LU, with one before or after both.
+/// - Not both start threads: threads are numbered as they start, and run in that order.
+/// - Neither changed an object (an LU's whole state, unit attentions included, or a node's
+///   boot record) the other reached: two reads of one LU commute, a read and a PREEMPT do not.
+/// - Their threads' own code reads nothing else that the other writes: a simulated thread
+///   sees the world only through its commands' results, its node's clock (which no command
+///   step moves), its boot record, and the results its fan-out's threads send it. Two results
+///   sent to the same thread commute: the engine's fan-out keeps them by item and tells them in
+///   arrival order only to an observer, which does nothing here; a lease agent, though, acts
+///   on its completions in the order they come, so with one (`sends_commute` false) they do not.
+///   Results sent to two different threads do not commute (they might share a node's state).
+pub fn independent(a: &Footprint, b: &Footprint, sends_commute: bool) -> bool {
+    let (ta, tb) = (a.touched, b.touched);
+    !a.global
+        && !b.global
+        && !(a.checked && (b.checked || b.keys_changed))
+        && !(b.checked && a.keys_changed)
+        && !(a.started_threads && b.started_threads)
+        && ta.changed & tb.read == 0
+        && tb.changed & ta.read == 0
+        && (a.woken.is_empty() || b.woken.is_empty() || (sends_commute && a.woken == b.woken))
+}
+
+/// The depth-first search over every pick, with sleep sets (Godefroid) when it may reduce.
+///
+/// Without reduction, every option of every pick is explored. With it (no faults and no
+/// timeouts: every pick is a [`Kind::Next`], a step of its own), a move is not explored from a
+/// state when it is *asleep* there: it was explored from an ancestor state (or inherited asleep
+/// there), and every step taken since is [`independent`] of it. Why nothing is lost: let `t`
+/// be asleep after steps `s1 … sk` from the state `S` where `t` was covered, each `si`
+/// independent of `t`. Any schedule `s1 … sk t u…` reaches the state of `t s1 … sk u…`
+/// (swap `t` back one step at a time), with the same verdicts (each swap is of independent
+/// steps); the latter schedule starts with `t` from `S`, whose subtree was (or
+/// will be) explored in full, up to its own sleeping moves, for which the same holds, by
+/// induction on the order of exploration. So every verdict a pruned schedule would give, an
+/// explored one gives. A move's footprint is the one it had where it ran; steps independent
+/// of it cannot change it (they touch nothing it reads), except that a result it sends may
+/// become the last its receiver waits for, which [`Footprint::eventually`] assumes.
+struct Search {
+    stack: Vec<Choice>,
+    at: usize,
+    reduce: bool,
+    sends_commute: bool,
+    /// Every move of the last pick was asleep.
+    blocked: bool,
+}
+
+impl Chooser for Search {
+    fn pick(&mut self, kind: Kind, n: usize, options: &PickOptions<'_>) -> usize {
+        let moves: Vec<Move> = match kind {
+            Kind::Next => options
+                .threads
+                .iter()
+                .map(|&t| Move::Command(t))
+                .chain(options.advance.then_some(Move::Advance))
+                .collect(),
+            Kind::Fault | Kind::Applied => (0..n).map(Move::Value).collect(),
+        };
+        assert!(
+            !self.reduce || kind == Kind::Next,
+            "the reduction is only for steps of one pick each"
+        );
+        let at = self.at;
+        self.at += 1;
+        if let Some(choice) = self.stack.get(at) {
+            assert_eq!(choice.moves, moves, "a replayed prefix went another way");
+            return choice.chosen;
+        }
+        let sleep = self
+            .stack
+            .last()
+            .map_or_else(Vec::new, |c| c.asleep_after(self.sends_commute));
+        let Some(chosen) = moves
+            .iter()
+            .position(|m| !sleep.iter().any(|(s, _)| s == m))
+        else {
+            self.blocked = true;
+            return 0;
+        };
+        self.stack.push(Choice {
+            moves,
+            chosen,
+            footprint: None,
+            sleep,
+            done: Vec::new(),
+        });
+        chosen
+    }
+
+    fn wants_footprints(&self) -> bool {
+        self.reduce
+    }
+
+    fn stepped(&mut self, footprint: Footprint) {
+        if let Some(choice) = self.at.checked_sub(1).and_then(|i| self.stack.get_mut(i)) {
+            choice.footprint = Some(footprint);
+        }
+    }
+
+    fn pruned(&self) -> bool {
+        self.blocked
+    }
+}
+
+impl Search {
+    /// Moves on to the next schedule: the deepest pick with a move neither explored nor asleep
+    /// takes it; `false` when there is none.
+    fn backtrack(&mut self) -> bool {
+        self.at = 0;
+        self.blocked = false;
+        while let Some(top) = self.stack.last_mut() {
+            let explored = (top.moves[top.chosen], top.footprint.take());
+            top.done.push(explored);
+            if let Some(next) = (0..top.moves.len()).find(|&i| !top.covers(top.moves[i])) {
+                top.chosen = next;
+                return true;
+            }
+            self.stack.pop();
+        }
+        false
+    }
+}
+
+/// Every schedule of `scenario` ([`search`], reduced where it may be).
 pub fn exhaustive(scenario: &Scenario, limit: usize) -> Exhaustive {
-    let mut prefix: Vec<usize> = Vec::new();
-    let mut schedules = 0;
+    search(scenario, limit, true, &mut |_| {})
+}
+
+/// The depth-first search over the schedules of `scenario`, with the sleep-set reduction when
+/// `reduce` allows it (no faults, no timeouts); `each` sees every run that reached its end.
+pub fn search(
+    scenario: &Scenario,
+    limit: usize,
+    reduce: bool,
+    each: &mut dyn FnMut(&ScheduleRun),
+) -> Exhaustive {
+    let mut search = Search {
+        stack: Vec::new(),
+        at: 0,
+        reduce: reduce && !scenario.faults && !scenario.timeouts,
+        sends_commute: !scenario
+            .actions
+            .iter()
+            .any(|a| a.op == crate::world::Op::Lease),
+        blocked: false,
+    };
+    let (mut schedules, mut pruned) = (0, 0);
     loop {
-        let result = run(scenario, &mut Replay::new(prefix.clone()));
-        schedules += 1;
+        let result = run(scenario, &mut search);
+        if result.pruned {
+            pruned += 1;
+        } else {
+            schedules += 1;
+            each(&result);
+        }
         if result.failed() {
             let picks = result.picks.iter().map(|p| p.value).collect();
             return Exhaustive {
                 schedules,
+                pruned,
                 complete: false,
                 failure: Some((picks, result)),
             };
         }
-        let Some(next) = next_prefix(&result) else {
+        let more = search.backtrack();
+        if !more || schedules + pruned >= limit {
             return Exhaustive {
                 schedules,
-                complete: true,
-                failure: None,
-            };
-        };
-        prefix = next;
-        if schedules >= limit {
-            return Exhaustive {
-                schedules,
-                complete: false,
+                pruned,
+                complete: !more,
                 failure: None,
             };
         }

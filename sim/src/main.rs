@@ -265,8 +265,9 @@ fn exhaustive(args: &[String]) -> ExitCode {
     let started = Instant::now();
     let result = explore::exhaustive(&scenario, limit);
     println!(
-        "{} schedules of `{scenario}` in {:.1} s{}",
+        "{} schedules of `{scenario}` ({} more stopped early as covered) in {:.1} s{}",
         result.schedules,
+        result.pruned,
         started.elapsed().as_secs_f64(),
         if result.complete {
             ": all of them"

@@ -2,9 +2,10 @@
 //! they wait on.
 //!
 //! Every simulated thread is an OS thread, but only the one holding the turn runs; the others
-//! wait on their own condition variable. A thread gives the turn back when it waits for
-//! something: a PR command or a write (`submit`), the clock (`park` with a deadline), another
-//! thread (`park` until `unpark`), or the end. Between two turns nothing else runs, so the
+//! wait on their own condition variable. A thread gives the turn on (to the next runnable
+//! thread, or back to the scheduler) when it waits for something: a PR command or a write
+//! (`submit`), the clock (`park` with a deadline), another thread (`park` until `unpark`), or
+//! the end. Between two turns nothing else runs, so the
 //! engine's code between two waits is one atomic step, and a run is a pure function of the
 //! choices the explorer makes at each decision point (which submitted command the target
 //! executes next, or that time moves on to the next timer).
@@ -146,15 +147,23 @@ pub struct Thread {
 }
 
 /// OS threads kept between simulated threads (and runs): starting an OS thread costs more than
-/// a whole step of the simulation.
-static POOL: Mutex<Vec<std::sync::mpsc::Sender<Job>>> = Mutex::new(Vec::new());
+/// a whole step of the simulation. Each is tagged with the CPU it is kept on
+/// ([`pin_to_one_cpu`]), and reused only by a run on that CPU: a run whose threads sit on two
+/// CPUs pays a cross-CPU wake-up at every turn.
+static POOL: Mutex<Vec<(Option<usize>, std::sync::mpsc::Sender<Job>)>> = Mutex::new(Vec::new());
 
 /// What a pooled OS thread runs: one simulated thread, start to end.
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Runs `job` on an idle pooled OS thread, or a new one.
+/// Runs `job` on an idle pooled OS thread kept on the caller's CPU, or a new one.
 fn pooled(job: Job) -> Result<(), String> {
-    let idle = POOL.lock().unwrap_or_else(PoisonError::into_inner).pop();
+    let cpu = PINNED.with(Cell::get);
+    let idle = {
+        let mut pool = POOL.lock().unwrap_or_else(PoisonError::into_inner);
+        pool.iter()
+            .rposition(|(on, _)| *on == cpu)
+            .map(|i| pool.swap_remove(i).1)
+    };
     let job = match idle {
         Some(worker) => match worker.send(job) {
             Ok(()) => return Ok(()),
@@ -168,11 +177,13 @@ fn pooled(job: Job) -> Result<(), String> {
         .name("sim".to_owned())
         .stack_size(512 * 1024)
         .spawn(move || {
+            // Started by a thread kept on `cpu`, it is kept there too.
+            PINNED.with(|p| p.set(cpu));
             while let Ok(job) = receive.recv() {
                 job();
                 POOL.lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .push(send.clone());
+                    .push((cpu, send.clone()));
             }
         })
         .map(drop)
@@ -190,6 +201,21 @@ pub struct Core {
     next_command: u64,
     /// Panics of simulated threads (the engine must not panic).
     pub panics: Vec<String>,
+    /// Since the last [`Sim::take_phase`]: the nodes whose threads had a turn (bits), and the
+    /// threads another thread woke (a fan-out's results reaching it).
+    ran: u64,
+    woken: Vec<Tid>,
+}
+
+/// What the threads did in one step ([`Sim::take_phase`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phase {
+    /// The nodes whose threads had a turn, as bits.
+    pub nodes: u64,
+    /// The threads woken by another one, in order.
+    pub woken: Vec<Tid>,
+    /// How many threads there are (a step that starts threads numbers them).
+    pub threads: usize,
 }
 
 /// The unwinding payload that ends a simulated thread at the end of a run.
@@ -197,6 +223,8 @@ struct Abort;
 
 thread_local! {
     static ME: Cell<Option<Tid>> = const { Cell::new(None) };
+    /// The CPU this OS thread is kept on, if [`pin_to_one_cpu`] kept it on one.
+    static PINNED: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 /// Keeps the calling thread, and every thread it starts from now on (a run's simulated
@@ -219,8 +247,8 @@ pub fn pin_to_one_cpu(index: usize) {
         return;
     };
     let mut one = CpuSet::new();
-    if one.set(cpu).is_ok() {
-        let _ = sched_setaffinity(this_thread, &one);
+    if one.set(cpu).is_ok() && sched_setaffinity(this_thread, &one).is_ok() {
+        PINNED.with(|p| p.set(Some(cpu)));
     }
 }
 
@@ -250,6 +278,8 @@ impl Sim {
                 aborting: false,
                 next_command: 0,
                 panics: Vec::new(),
+                ran: 0,
+                woken: Vec::new(),
             }),
             back: Condvar::new(),
             base: Instant::now(),
@@ -318,9 +348,11 @@ impl Sim {
                 t.state = ThreadState::Done;
             }
             if core.turn == Some(tid) {
-                core.turn = None;
+                sim.pass_turn(core);
+            } else {
+                drop(core);
+                sim.back.notify_all();
             }
-            sim.back.notify_all();
         }))?;
         Ok(tid)
     }
@@ -343,12 +375,40 @@ impl Sim {
         }
     }
 
-    /// Gives the turn back and waits for it again; ends the thread when the run is torn down.
-    fn yield_turn<'a>(&'a self, mut core: MutexGuard<'a, Core>) -> MutexGuard<'a, Core> {
+    /// Hands the turn from the calling thread straight to the next runnable one, as
+    /// [`Sim::run_until_quiet`] would pick it, or back to the scheduler when none is left: one
+    /// wake-up per turn instead of two (the scheduler's in between), which is most of a run's
+    /// time. The wake-up comes after the lock is released, so that the woken thread does not
+    /// run only to wait for the lock.
+    fn pass_turn(&self, mut core: MutexGuard<'_, Core>) {
+        let next = if core.aborting {
+            None
+        } else {
+            Self::runnable(&core)
+        };
+        core.turn = next;
+        let wake = next.and_then(|tid| {
+            let t = core.threads.get_mut(tid)?;
+            let node = t.node;
+            core.ran |= 1 << node;
+            let t = core.threads.get_mut(tid)?;
+            if t.state == ThreadState::Held {
+                t.state = ThreadState::Runnable;
+            }
+            Some(Arc::clone(&t.wake))
+        });
+        drop(core);
+        match wake {
+            Some(wake) => wake.notify_all(),
+            None => self.back.notify_all(),
+        }
+    }
+
+    /// Gives the turn on and waits for it again; ends the thread when the run is torn down.
+    fn yield_turn<'a>(&'a self, core: MutexGuard<'a, Core>) -> MutexGuard<'a, Core> {
         let me = self.me();
-        core.turn = None;
-        self.back.notify_all();
-        match self.wait_turn(core, me) {
+        self.pass_turn(core);
+        match self.wait_turn(self.lock(), me) {
             Some(core) => core,
             None => std::panic::resume_unwind(Box::new(Abort)),
         }
@@ -435,22 +495,17 @@ impl Sim {
         })
     }
 
-    /// Runs every thread that can run, one at a time, until all wait.
+    /// Runs every thread that can run, one at a time (in [`Sim::runnable`]'s order, each
+    /// handing the turn to the next), until all wait.
     pub fn run_until_quiet(&self) {
+        let core = self.lock();
+        if Self::runnable(&core).is_none() {
+            return;
+        }
+        self.pass_turn(core);
         let mut core = self.lock();
-        while let Some(tid) = Self::runnable(&core) {
-            if let Some(t) = core.threads.get_mut(tid)
-                && t.state == ThreadState::Held
-            {
-                t.state = ThreadState::Runnable;
-            }
-            core.turn = Some(tid);
-            if let Some(t) = core.threads.get(tid) {
-                t.wake.notify_all();
-            }
-            while core.turn.is_some() {
-                core = self.back.wait(core).unwrap_or_else(PoisonError::into_inner);
-            }
+        while core.turn.is_some() {
+            core = self.back.wait(core).unwrap_or_else(PoisonError::into_inner);
         }
     }
 
@@ -551,6 +606,16 @@ impl Sim {
         self.lock().now
     }
 
+    /// What the threads did since the last call.
+    pub fn take_phase(&self) -> Phase {
+        let mut core = self.lock();
+        Phase {
+            nodes: std::mem::take(&mut core.ran),
+            woken: std::mem::take(&mut core.woken),
+            threads: core.threads.len(),
+        }
+    }
+
     pub fn all_done(&self) -> bool {
         self.lock()
             .threads
@@ -627,6 +692,7 @@ impl Scheduler for Sim {
             && matches!(t.state, ThreadState::Parked { .. })
         {
             t.state = ThreadState::Runnable;
+            core.woken.push(tid);
         }
     }
 

@@ -222,6 +222,17 @@ pub struct World {
     /// Each node's fence_pr record of its boot: the LUs its `on` registered on. A node set up
     /// unfenced ran its `on` before the run; a booting node's record starts empty.
     records: Vec<Arc<MemoryRecord>>,
+    /// What the current step has touched, when the exhaustive search asks ([`World::trace`]).
+    touched: Mutex<Option<Touched>>,
+}
+
+/// The shared objects one step reached, as bits: LU `l` is bit `l`, node `n`'s boot record bit
+/// `lus + n` (the only state an operation's threads share besides the LUs and their fan-out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Touched {
+    pub read: u64,
+    /// Those whose state the step changed (a subset of `read`).
+    pub changed: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -260,6 +271,42 @@ impl World {
             data_lus,
             tie_break,
             records,
+            touched: Mutex::new(None),
+        })
+    }
+
+    /// From now on, note what each step touches ([`World::take_touched`]).
+    pub fn trace(&self) {
+        *lock(&self.touched) = Some(Touched::default());
+    }
+
+    /// What was touched since the last call (nothing when not tracing).
+    pub fn take_touched(&self) -> Touched {
+        lock(&self.touched)
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn tracing(&self) -> bool {
+        lock(&self.touched).is_some()
+    }
+
+    fn touch(&self, object: usize, changed: bool) {
+        if let Some(t) = lock(&self.touched).as_mut() {
+            t.read |= 1 << object;
+            if changed {
+                t.changed |= 1 << object;
+            }
+        }
+    }
+
+    /// `medium`'s whole state when tracing, to tell whether a command changed it (a unit
+    /// attention consumed as much as a key removed).
+    fn state_of(&self, medium: &Medium) -> Option<String> {
+        self.tracing().then(|| match medium {
+            Medium::Scsi(l) => format!("{:?}", *lock(l)),
+            Medium::Nvme(n) => format!("{:?}", *lock(n)),
         })
     }
 
@@ -397,7 +444,11 @@ impl World {
         let result = match op {
             Op::Unfence | Op::Rejoin => {
                 let record: Arc<dyn BootRecord> = match self.records.get(node) {
-                    Some(record) => record.clone(),
+                    Some(record) => Arc::new(TracedRecord {
+                        record: Arc::clone(record),
+                        world: Arc::clone(self),
+                        object: self.cluster().lus.len() + node,
+                    }),
                     None => Arc::new(MemoryRecord::default()),
                 };
                 let by = if op == Op::Rejoin {
@@ -510,13 +561,16 @@ impl World {
             Grant::Execute { .. } => {
                 let cluster = self.cluster();
                 let port = cluster.ports[lu][node][path];
-                match (&cluster.lus[lu], port) {
+                let before = self.state_of(&cluster.lus[lu]);
+                let admitted = match (&cluster.lus[lu], port) {
                     (Medium::Scsi(l), Port::Nexus(nexus)) => {
                         lock(l).access(nexus, Io::Write).is_ok()
                     }
                     (Medium::Nvme(n), Port::Host(host)) => lock(n).may_write(host),
                     _ => false,
-                }
+                };
+                self.touch(lu, before != self.state_of(&cluster.lus[lu]));
+                admitted
             }
             Grant::TimedOut { .. } => false,
         };
@@ -565,6 +619,26 @@ impl World {
             time: self.sim.now(),
             what,
         });
+    }
+}
+
+/// A node's boot record as the engine's unfence uses it, noting each use for the exhaustive
+/// search: two unfences of one node share it.
+struct TracedRecord {
+    record: Arc<MemoryRecord>,
+    world: Arc<World>,
+    object: usize,
+}
+
+impl BootRecord for TracedRecord {
+    fn contains(&self, lu: &LuId) -> bool {
+        self.world.touch(self.object, false);
+        self.record.contains(lu)
+    }
+
+    fn add(&self, lu: &LuId) -> Result<(), String> {
+        self.world.touch(self.object, true);
+        self.record.add(lu)
     }
 }
 
@@ -631,6 +705,7 @@ impl Gate {
             let cluster = self.world.cluster();
             let before = cluster.keys(self.lu);
             let medium = cluster.lus[self.lu].clone();
+            let state = self.world.state_of(&medium);
             let port = cluster.ports[self.lu][self.node][self.path];
             let (result, fault) = match grant {
                 Grant::Execute { fault } => (execute(&medium, port, fault), fault),
@@ -649,6 +724,8 @@ impl Gate {
                 }
             };
             let after = cluster.keys(self.lu);
+            self.world
+                .touch(self.lu, state != self.world.state_of(&medium));
             (result, fault, before, after)
         };
         let outcome = match grant {
