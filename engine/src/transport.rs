@@ -371,6 +371,28 @@ pub struct CommandError {
 pub type Hints = fn(ErrorKind) -> &'static str;
 
 impl CommandError {
+    /// Whether the failure says the path or the LU is gone, not merely disturbed: no answer
+    /// within the timeout, the device could not be opened, the SCSI transport gave up on the
+    /// path (DID_NO_CONNECT, DID_TRANSPORT_FAILFAST), or the target no longer offers the LU to
+    /// this initiator (LOGICAL UNIT NOT SUPPORTED). Not a path the transport calls disrupted
+    /// and recovering (DID_TRANSPORT_DISRUPTED, an NVMe ioctl's EIO): the command may have
+    /// reached the target, and the next may too.
+    pub fn path_gone(&self) -> bool {
+        match (self.kind, &self.transport) {
+            (ErrorKind::Timeout | ErrorKind::Open, _) => true,
+            (ErrorKind::Transport, Some(TransportDetail::Scsi(detail))) => {
+                matches!(
+                    detail.host_status,
+                    HostStatus::NO_CONNECT | HostStatus::TRANSPORT_FAILFAST
+                ) || detail
+                    .sense
+                    .as_ref()
+                    .is_some_and(|s| s.additional() == AdditionalSense::LOGICAL_UNIT_NOT_SUPPORTED)
+            }
+            _ => false,
+        }
+    }
+
     /// A failure with no completion behind it (open, ioctl, decode, fault injection).
     pub fn without_completion(
         device: &Path,

@@ -2,7 +2,8 @@
 //! log of what reached them, never from what the engine believes.
 //!
 //! - P1: after a fence of V was reported successful, no write from V is admitted on any of its
-//!   LUs until V is explicitly unfenced. A write admitted *before* the preemption whose data
+//!   LUs until V is explicitly unfenced (but those it reported not fenced, out of its node's
+//!   reach, under `unreachable=report`). A write admitted *before* the preemption whose data
 //!   lands after the fence returned is LIO's documented in-flight case: counted, not a violation.
 //! - P2: never two nodes that have each reported the other fenced; at the end, never the LUs of
 //!   a mutual fence (both registered on every LU when it began) split between the two (each
@@ -235,8 +236,9 @@ impl Checker {
                 op,
                 outcome,
                 summary,
+                unfenced,
                 ..
-            } => self.op_end(world, index, node, id, op, outcome, &summary),
+            } => self.op_end(world, index, node, id, op, outcome, &summary, &unfenced),
             SimEvent::Command {
                 node,
                 lu,
@@ -431,6 +433,7 @@ impl Checker {
         op: Op,
         outcome: Outcome,
         summary: &str,
+        unfenced: &[usize],
     ) {
         let (Op::Fence { victim } | Op::Refence { victim }) = op else {
             return;
@@ -477,6 +480,51 @@ impl Checker {
             if at > fence_started
                 && let Some(slot) = promised.get_mut(lu)
             {
+                *slot = false;
+            }
+        }
+        // `unreachable=report`: the data LUs the fence reported not fenced are out of its
+        // promise. The engine may leave out only an LU whose paths each stopped answering: the
+        // last command of this fence on each was cut off or timed out. One the target last
+        // answered, even with an error or a lost response, may still hold the victim's key
+        // where the fence could have removed it (P1). A timeout cannot tell a healthy LU from
+        // a lost array: the admin's opt-in asserts the array is down.
+        let label = self
+            .started
+            .get(id)
+            .copied()
+            .flatten()
+            .map(|start| (start.at, format!("n{node} {}", start.op)));
+        for &lu in unfenced {
+            let answered = label.as_ref().is_some_and(|(start, label)| {
+                let mut last: Vec<(usize, bool)> = Vec::new();
+                for e in world.log()[*start..index].iter().rev() {
+                    if let SimEvent::Command {
+                        label: l,
+                        lu: on,
+                        path,
+                        outcome,
+                        ..
+                    } = e
+                        && **l == **label
+                        && *on == lu
+                        && !last.iter().any(|(p, _)| p == path)
+                    {
+                        let silent =
+                            outcome.starts_with("timed out") || outcome.starts_with("unreachable");
+                        last.push((*path, !silent));
+                    }
+                }
+                last.iter().any(|(_, answered)| *answered)
+            });
+            if answered {
+                let message = format!(
+                    "n{node}'s fence of n{victim} reported LU{lu} unreachable and not fenced, \
+                     though the target answered it there"
+                );
+                self.violate("P1", message, Some(index));
+            }
+            if let Some(slot) = promised.get_mut(lu) {
                 *slot = false;
             }
         }

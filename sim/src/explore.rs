@@ -374,6 +374,11 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
         policy(Some(scenario)),
         scenario.tie_break.map(Duration::from_nanos),
         scenario.coordinators,
+        if scenario.unreachable_report {
+            prfence_engine::ops::UnreachableData::Report
+        } else {
+            prfence_engine::ops::UnreachableData::Fail
+        },
     );
     for &node in &scenario.booting {
         world.boot(node);

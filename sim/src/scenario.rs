@@ -60,6 +60,9 @@ pub struct Scenario {
     /// Coordinator LUs (`coordinators=3`), after the `lus` data LUs (LU `lus` is the first):
     /// fences race on them and win with a majority (issue 47); 0: the first LU arbitrates.
     pub coordinators: usize,
+    /// Coordinated fences report data LUs out of their reach instead of failing on them
+    /// (`unreachable=report`, the admin's opt-in for an array known to be down).
+    pub unreachable_report: bool,
 }
 
 /// The scenario families a random run draws from, each aimed at a kind of race.
@@ -109,6 +112,7 @@ impl Scenario {
             tie_break: None,
             booting: Vec::new(),
             coordinators: 0,
+            unreachable_report: false,
         };
         // A start offset from none to around the longest tie-break (1 s, the cap of the measured
         // one), where the two fences' steps interleave.
@@ -408,6 +412,9 @@ impl Scenario {
                         self.happenings.push((at, Happening::Cut { node, lu: 0 }));
                     }
                     self.happenings.push((at, Happening::Pause { node: 1 }));
+                    // The admin who knows that array is down lets the fences report its data
+                    // LU instead of failing on it.
+                    self.unreachable_report |= rng.chance(1, 2);
                     self.happenings.push((
                         at + (1 + rng.below(10)) as Nanos * 500 * MS,
                         Happening::Resume { node: 1 },
@@ -479,6 +486,9 @@ impl fmt::Display for Scenario {
         )?;
         if self.coordinators > 0 {
             write!(f, " coordinators={}", self.coordinators)?;
+        }
+        if self.unreachable_report {
+            write!(f, " unreachable=report")?;
         }
         for a in &self.actions {
             write!(f, " n{}:{}@{}", a.node, a.op, at_ms(a.at))?;
@@ -602,6 +612,7 @@ impl FromStr for Scenario {
             tie_break: None,
             booting: Vec::new(),
             coordinators: 0,
+            unreachable_report: false,
         };
         for word in words {
             let (key, value) = word.split_once(['=', ':']).unwrap_or((word, ""));
@@ -610,6 +621,7 @@ impl FromStr for Scenario {
                 "lus" => s.lus = number(value, "lus")?,
                 "paths" => s.paths = number(value, "paths")?,
                 "coordinators" => s.coordinators = number(value, "coordinators")?,
+                "unreachable" if value == "report" => s.unreachable_report = true,
                 "writer" => s.writers.push(node(value)?),
                 "booting" => s.booting.push(node(value)?),
                 "ppm" => {

@@ -239,6 +239,75 @@ fn a_fence_wins_with_one_coordinator_lost() {
     );
 }
 
+/// Issue 47's site lost with its node, under the admin's opt-in: node 1 frozen, and its array
+/// (coordinator LU 2, data LU 0) cut off from node 0, which fences node 1 with
+/// `unreachable=report`; node 1 writes before and after its pause. The fence succeeds and
+/// reports LU 0 alone not fenced; the checker holds it to P1 and P3 on LU 1 and to having
+/// really been out of node 0's reach on LU 0, in 2,000 random and PCT schedules.
+#[test]
+fn a_fence_reports_a_lost_arrays_data_lu_when_told_to() {
+    seeded_schedules_are_safe(
+        "lio nodes=2 lus=2 paths=1 coordinators=3 unreachable=report n0:fence(n1)@1ms \
+         writer:n1 cut:n0/l0@0ms cut:n0/l2@0ms pause:n1@0ms resume:n1@1500ms",
+        0..2000,
+        |run| {
+            let reported: Vec<&Vec<usize>> = run
+                .log
+                .iter()
+                .filter_map(|e| match e {
+                    SimEvent::OpEnd {
+                        node: 0,
+                        outcome: Outcome::Success,
+                        unfenced,
+                        ..
+                    } => Some(unfenced),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(reported, [&vec![0]], "{}", explore::timeline(run));
+        },
+    );
+}
+
+#[test]
+fn a_reachable_lu_reported_not_fenced_is_caught() {
+    // What the log would say if a fence had left out an LU the target answered it on.
+    use crate::world::Op;
+    let world = bare_world();
+    let op = Op::Fence { victim: 1 };
+    world.record(SimEvent::OpStart {
+        time: 0,
+        node: 0,
+        id: 0,
+        op,
+    });
+    world.record(SimEvent::Command {
+        time: 0,
+        node: 0,
+        label: std::sync::Arc::from(format!("n0 {op}")),
+        lu: 0,
+        path: 0,
+        what: "PREEMPT AND ABORT".to_owned(),
+        outcome: "RESERVATION CONFLICT".to_owned(),
+        fault: None,
+        added: Vec::new(),
+        removed: Vec::new(),
+    });
+    world.record(SimEvent::OpEnd {
+        time: 0,
+        node: 0,
+        id: 0,
+        op,
+        outcome: Outcome::Success,
+        summary: String::new(),
+        unfenced: vec![0],
+    });
+    let mut checker = Checker::new();
+    checker.step(&world);
+    let properties: Vec<&str> = checker.violations.iter().map(|v| v.property).collect();
+    assert_eq!(properties, ["P1"]);
+}
+
 #[test]
 fn every_schedule_of_a_mutual_fence_with_a_vanished_arbiter_is_safe() {
     // Node 0's devices of LU 0 (the arbiter by identifier) vanish before its fence: it cannot
@@ -293,6 +362,7 @@ fn bare_world() -> Arc<World> {
         Default::default(),
         None,
         0,
+        Default::default(),
     )
 }
 
@@ -423,6 +493,7 @@ fn two_survivors_are_caught() {
             op,
             outcome: Outcome::Success,
             summary: String::new(),
+            unfenced: Vec::new(),
         });
     }
     checker.step(&world);

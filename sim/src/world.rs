@@ -9,7 +9,7 @@ use std::time::Duration;
 use nvme_io::{NvmeCommand, NvmeCompletion, NvmeStatus, PrKeys, PrReservation, PrResult, PrType};
 use prfence_engine::discover::LuId;
 use prfence_engine::exec::{NvmeDevice, NvmePr, ScsiDevice, ScsiPr};
-use prfence_engine::ops::{BootRecord, LuTarget, UnfenceBy};
+use prfence_engine::ops::{BootRecord, LuTarget, UnfenceBy, UnreachableData};
 use prfence_engine::pr::Key;
 use prfence_engine::spc_model::{
     CommandFilter, Injected, Injection, Io, ModelDevice, ScsiFailure, Timing, UnitAttention,
@@ -62,6 +62,9 @@ pub enum SimEvent {
         op: Op,
         outcome: Outcome,
         summary: String,
+        /// A fence that succeeded with data LUs reported not fenced (`unreachable=report`):
+        /// their indexes.
+        unfenced: Vec<usize>,
     },
     /// A fault outside any one command: a re-login, a power cycle, a pause.
     Injected { time: Nanos, what: Happening },
@@ -219,6 +222,8 @@ pub struct World {
     data_lus: usize,
     /// A fence's fixed tie-break (`--tie-break SECS`); None: measured, the product's default.
     tie_break: Option<Duration>,
+    /// What a coordinated fence does with a data LU out of its reach (`unreachable=report`).
+    unreachable_data: UnreachableData,
     /// Each node's fence_pr record of its boot: the LUs its `on` registered on. A node set up
     /// unfenced ran its `on` before the run; a booting node's record starts empty.
     records: Vec<Arc<MemoryRecord>>,
@@ -247,6 +252,7 @@ impl World {
         policy: Policy,
         tie_break: Option<Duration>,
         coordinators: usize,
+        unreachable_data: UnreachableData,
     ) -> Arc<World> {
         let data_lus = cluster.lus.len().saturating_sub(coordinators);
         let records = keys
@@ -270,6 +276,7 @@ impl World {
             cut: Mutex::new(Vec::new()),
             data_lus,
             tie_break,
+            unreachable_data,
             records,
             touched: Mutex::new(None),
         })
@@ -473,7 +480,7 @@ impl World {
                 } else {
                     prfence_engine::ops::Arbitration::Coordinators {
                         lus: coordinators,
-                        unreachable_data: prfence_engine::ops::UnreachableData::Fail,
+                        unreachable_data: self.unreachable_data,
                     }
                 };
                 prfence_engine::ops::fence_arbitrated_observed(
@@ -504,9 +511,24 @@ impl World {
                 Err(prfence_engine::ops::RequestError::NoLus)
             }
         };
-        let (outcome, summary) = match result {
-            Ok(report) => (report.outcome, report.summary),
-            Err(e) => (Outcome::Failure, e.to_string()),
+        let (outcome, summary, unfenced) = match result {
+            Ok(report) => {
+                let unfenced = match op {
+                    Op::Fence { .. } | Op::Refence { .. } if report.outcome == Outcome::Success => {
+                        report
+                            .lus
+                            .iter()
+                            .filter(|r| !r.ok)
+                            .filter_map(|r| {
+                                (0..self.data_lus).find(|&lu| r.lu == Cluster::lu_id(lu))
+                            })
+                            .collect()
+                    }
+                    _ => Vec::new(),
+                };
+                (report.outcome, report.summary, unfenced)
+            }
+            Err(e) => (Outcome::Failure, e.to_string(), Vec::new()),
         };
         self.record(SimEvent::OpEnd {
             time: self.sim.now(),
@@ -515,6 +537,7 @@ impl World {
             op,
             outcome,
             summary,
+            unfenced,
         });
         *lock(&self.ops_running) -= 1;
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::discover::LuId;
 use crate::pr::Key;
 use crate::runtime::{self, Finished};
-use crate::transport::PrTransport;
+use crate::transport::{CommandError, PrTransport};
 
 use super::arbitration::{Arbitration, Race, UnreachableData, check_coordinators, majority, race};
 use super::fence::{fence_arbiter, fence_follower};
@@ -142,13 +142,21 @@ fn all_ok(reports: &[LuReport]) -> bool {
 /// Whether no path of the LU answered (each timed out, failed below the protocol, could not be
 /// opened, or was never reached before the deadline): the one reading of "unreachable" that
 /// [`UnreachableData::Report`] leaves unfenced. An LU that answered, even with an error, is not:
-/// its failure may be the victim's key still there.
+/// its failure may be the victim's key still there. Each dead path must have failed as a gone
+/// path does ([`CommandError::path_gone`]), not as a disturbed one whose command may have landed
+/// or be lost: the simulation found a lost response to the PREEMPT (SCSI's
+/// DID_TRANSPORT_DISRUPTED, NVMe's EIO) leaving a healthy LU reported unfenced.
 fn out_of_reach(report: &LuReport) -> bool {
     !report.ok
-        && report
-            .paths
-            .iter()
-            .all(|p| matches!(p.state, PathUse::Dead | PathUse::Unused))
+        && report.paths.iter().all(|p| match p.state {
+            PathUse::Unused => true,
+            PathUse::Dead => p
+                .error
+                .as_ref()
+                .and_then(|e| e.cause.as_deref())
+                .is_some_and(CommandError::path_gone),
+            PathUse::Ok | PathUse::Failed => false,
+        })
 }
 
 fn failed_ids(reports: &[LuReport]) -> String {
