@@ -12,6 +12,9 @@
 //! - an array lost: every packet to and from both its portals dropped on arrival (nftables,
 //!   [`Topology::lose_array`]): commands get no answer at all, as from a dead site;
 //! - one node cut off one array: only that node's portal dropped ([`Topology::cut_array`]);
+//! - how soon a node's iSCSI layer gives up on a dead array: 5 s after the session is found
+//!   dead (`replacement_timeout`, which sites with arrays that can be lost shorten); with
+//!   open-iscsi's 120 s the lost array's commands outlast `fence`'s 50 s deadline;
 //! - node A lost with its array: A is an initiator, not a machine, so "lost" is A doing nothing
 //!   from the loss on, and its application (a writer loop on its data LUs on the arrays that
 //!   stay) stopped with SIGSTOP just before, then let go after the fence: its pending write must
