@@ -39,7 +39,7 @@ const ARRAY_PORTALS: [[&str; 2]; 3] = [
 /// open-iscsi's `replacement_timeout` (seconds) on the sessions of [`Topology::arrays`], as an
 /// admin of arrays that can be lost sets it (dm-multipath setups use a few seconds): a lost
 /// array's commands then fail that long after the session is found dead. With the default, 120
-/// s, the kernel holds them past `fence`'s whole 50 s deadline.
+/// s, the kernel can hold them to `fence`'s whole 50 s deadline (TESTING.md, the arrays suite).
 const ARRAY_REPLACEMENT_TIMEOUT: &str = "5";
 /// The open-iscsi iface of [`Topology::third_initiator`].
 /// The initiator name [`Topology::extra_initiator`] logs in with.
