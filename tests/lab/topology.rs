@@ -28,6 +28,19 @@ const PORTAL: &str = "127.0.0.1:3260";
 /// Node B's portal in [`Topology::iscsi_second_portal`]: another loopback address, so that a packet
 /// filter can tell B's session from A's.
 const SECOND_PORTAL: &str = "127.0.0.2:3260";
+/// The portals of [`Topology::arrays`]: per array, node A's and node B's (its two front-end
+/// ports), so that a packet filter can cut one node's path to an array or the whole array. Third
+/// octet the array (1 to 3), fourth the node: no clash with [`PORTAL`] or [`SECOND_PORTAL`].
+const ARRAY_PORTALS: [[&str; 2]; 3] = [
+    ["127.0.11.1:3260", "127.0.11.2:3260"],
+    ["127.0.12.1:3260", "127.0.12.2:3260"],
+    ["127.0.13.1:3260", "127.0.13.2:3260"],
+];
+/// open-iscsi's `replacement_timeout` (seconds) on the sessions of [`Topology::arrays`], as an
+/// admin of arrays that can be lost sets it (dm-multipath setups use a few seconds): a lost
+/// array's commands then fail that long after the session is found dead. With the default, 120
+/// s, the kernel can hold them to `fence`'s whole 50 s deadline (TESTING.md, the arrays suite).
+const ARRAY_REPLACEMENT_TIMEOUT: &str = "5";
 /// The open-iscsi iface of [`Topology::third_initiator`].
 /// The initiator name [`Topology::extra_initiator`] logs in with.
 pub fn extra_initiator_name(letter: char) -> String {
@@ -256,6 +269,27 @@ enum Kind {
     Iscsi,
     TcmLoop,
     Targetcli,
+    /// [`Topology::arrays`]: one target per array.
+    Arrays,
+}
+
+/// One LIO iSCSI target of [`Topology::arrays`], standing for a storage array: its own IQN,
+/// portals and backing files.
+#[derive(Clone, Debug)]
+pub struct Array {
+    /// Its target IQN.
+    pub target: String,
+    /// The topology's LU indices it exports (its LUNs 0, 1, … in this order).
+    pub lus: std::ops::Range<usize>,
+    /// Node A's portal, then node B's.
+    portals: [&'static str; 2],
+}
+
+impl Array {
+    /// The portal `node` logs in through.
+    pub fn portal(&self, node: Node) -> &'static str {
+        self.portals[node.index()]
+    }
 }
 
 /// A target and two initiators, built for one test. Dropping it tears everything down.
@@ -266,6 +300,8 @@ pub struct Topology {
     setup: Duration,
     /// The portal node B logged in through (node A always uses [`PORTAL`]).
     portal_b: &'static str,
+    /// The targets of [`Topology::arrays`], in LU order; empty for the other topologies.
+    arrays: Vec<Array>,
 }
 
 impl Topology {
@@ -301,6 +337,147 @@ impl Topology {
         let start = begin()?;
         let lus = iscsi_target(luns, portal_b, None)?;
         Self::login_iscsi(Kind::Iscsi, lus, start, portal_b)
+    }
+
+    /// Three arrays or fewer as separate LIO iSCSI targets (`…:array1`, `…:array2`, …), array
+    /// `i` exporting `luns[i]` fileio LUs on backing files of their own, through a portal per
+    /// node ([`ARRAY_PORTALS`]: `127.0.1<i>.1:3260` for node A, `.2` for node B). Both nodes log
+    /// in to every array, their sessions' `replacement_timeout` set to
+    /// [`ARRAY_REPLACEMENT_TIMEOUT`]. The topology's LUs are numbered across the arrays (array
+    /// 1's first, then array 2's…), and so are each node's devices.
+    pub fn arrays(luns: &[usize]) -> anyhow::Result<Self> {
+        ensure!(
+            (1..=ARRAY_PORTALS.len()).contains(&luns.len()) && luns.iter().all(|&n| n >= 1),
+            "an arrays topology wants 1 to {} arrays of at least one LU each, not {luns:?}",
+            ARRAY_PORTALS.len()
+        );
+        let start = begin()?;
+        let mut arrays = Vec::new();
+        let mut lus = Vec::new();
+        for (i, (&count, portals)) in luns.iter().zip(ARRAY_PORTALS).enumerate() {
+            let array = Array {
+                target: format!("{IQN}:array{}", i + 1),
+                lus: lus.len()..lus.len() + count,
+                portals,
+            };
+            lus.extend(target_exporting(
+                &array.target,
+                array.lus.clone(),
+                &portals,
+                None,
+            )?);
+            arrays.push(array);
+        }
+        for node in Node::BOTH {
+            new_iface(&iface(node), &iscsi_initiator(node))?;
+        }
+        // each node through its own portal of each array: a record each, no discovery (which
+        // would make records for every portal)
+        for array in &arrays {
+            for node in Node::BOTH {
+                let iface = iface(node);
+                let update = [
+                    "-o",
+                    "update",
+                    "-n",
+                    "node.session.timeo.replacement_timeout",
+                    "-v",
+                    ARRAY_REPLACEMENT_TIMEOUT,
+                ];
+                for action in [&["-o", "new"][..], &update, &["--login"][..]] {
+                    let mut args = vec![
+                        "-m",
+                        "node",
+                        "-T",
+                        &array.target,
+                        "-p",
+                        array.portal(node),
+                        "-I",
+                        &iface,
+                    ];
+                    args.extend(action);
+                    run("iscsiadm", args)?.ok()?;
+                }
+            }
+        }
+        let mut nodes = Vec::new();
+        for node in Node::BOTH {
+            let initiator = iscsi_initiator(node);
+            let mut devices = Vec::new();
+            for array in &arrays {
+                let disks = wait_for(|| {
+                    let disks = session_disks(|session| {
+                        read_file(session.join("initiatorname"))
+                            .is_ok_and(|name| name.trim() == initiator)
+                            && read_file(session.join("targetname"))
+                                .is_ok_and(|name| name.trim() == array.target)
+                    })
+                    .ok()?;
+                    (disks.len() == array.lus.len()).then_some(disks)
+                })
+                .with_context(|| {
+                    format!(
+                        "node {} did not see the {} disks of {}",
+                        node.letter(),
+                        array.lus.len(),
+                        array.target
+                    )
+                })?;
+                devices.extend(disks);
+            }
+            nodes.push(NodeView {
+                node,
+                initiator,
+                devices,
+            });
+        }
+        fill_wwids(&mut lus, &nodes)?;
+        let mut topology = Self::finish(Kind::Arrays, nodes, lus, start, PORTAL)?;
+        for array in &arrays {
+            println!(
+                "lab:   {} LUs {:?}, portals A {} B {}",
+                array.target,
+                array.lus,
+                array.portal(Node::A),
+                array.portal(Node::B)
+            );
+        }
+        topology.arrays = arrays;
+        Ok(topology)
+    }
+
+    /// Array `array` (0-based) of a [`Topology::arrays`] topology.
+    pub fn array(&self, array: usize) -> anyhow::Result<&Array> {
+        self.arrays
+            .get(array)
+            .with_context(|| format!("no array {array} in this topology"))
+    }
+
+    /// Loses array `array` (0-based) of a [`Topology::arrays`] topology: every packet to and from
+    /// its portals dropped for both nodes, as [`Topology::hang_path`] does to one path, until the
+    /// guard is dropped ([`Topology::sessions_back`] then waits for the nodes' sessions).
+    pub fn lose_array(&self, array: usize) -> anyhow::Result<PathFault> {
+        let array = self.array(array)?;
+        drop_packets(&array.portals)
+    }
+
+    /// Cuts node `node` off array `array` (0-based) alone: its portal's packets dropped, the
+    /// other node's path to that array untouched.
+    pub fn cut_array(&self, node: Node, array: usize) -> anyhow::Result<PathFault> {
+        let array = self.array(array)?;
+        drop_packets(&[array.portal(node)])
+    }
+
+    /// Waits until every iSCSI session of the topology is logged in again (after a fault is
+    /// released: open-iscsi logs in again by itself).
+    pub fn sessions_back(&self) -> anyhow::Result<Duration> {
+        let sessions = match self.kind {
+            Kind::Arrays => 2 * self.arrays.len(),
+            _ => 2,
+        };
+        let start = Instant::now();
+        sessions_logged_in(sessions)?;
+        Ok(start.elapsed())
     }
 
     /// Restarts the target of an [`Topology::iscsi`] topology: the whole LIO configuration is
@@ -343,11 +520,7 @@ impl Topology {
             );
         }
         // both nodes' sessions back (open-iscsi retries the login during its recovery)
-        wait_for(|| {
-            let states = session_states();
-            (states.len() == 2 && states.iter().all(|s| s == "LOGGED_IN")).then_some(())
-        })
-        .context("the nodes' iSCSI sessions did not come back after the target restart")
+        sessions_logged_in(2).context("after the target restart")
     }
 
     /// The same as [`Topology::iscsi`], but built with targetcli commands, as an admin would.
@@ -557,6 +730,7 @@ impl Topology {
             lus,
             setup: start.elapsed(),
             portal_b,
+            arrays: Vec::new(),
         };
         println!("{}", topology.describe());
         Ok(topology)
@@ -631,8 +805,8 @@ impl Topology {
     /// `iscsiadm -m node … ACTION` for node `node`'s session record.
     fn iscsiadm_node(&self, node: Node, action: &str) -> anyhow::Result<()> {
         ensure!(
-            self.kind != Kind::TcmLoop,
-            "{action} needs an iSCSI topology"
+            matches!(self.kind, Kind::Iscsi | Kind::Targetcli),
+            "{action} needs a one-target iSCSI topology"
         );
         let target = format!("{IQN}:target");
         let iface = iface(node);
@@ -671,23 +845,8 @@ impl Topology {
     /// arrival (nftables in the guest), so its commands get no answer, no reset and no error,
     /// until the guard is dropped. Needs [`Topology::iscsi_second_portal`] and node B.
     pub fn hang_path(&self, node: Node) -> anyhow::Result<PathFault> {
-        let (address, port) = self.own_portal(node)?;
-        run("modprobe", ["nf_tables"])?.ok()?;
-        // The input hook, not output: a drop on output fails the sender's send (EPERM), which
-        // is an error the initiator sees, not a hang.
-        let rules = format!(
-            "add table ip {HANG_TABLE}\n\
-             add chain ip {HANG_TABLE} input {{ type filter hook input priority 0; }}\n\
-             add rule ip {HANG_TABLE} input ip daddr {address} tcp dport {port} drop\n\
-             add rule ip {HANG_TABLE} input ip saddr {address} tcp sport {port} drop\n"
-        );
-        let script = Path::new(BACKING).join("hang.nft");
-        write_file(&script, &rules)?;
-        run("nft", ["-f", &script.display().to_string()])?.ok()?;
-        Ok(PathFault {
-            undo: release_hang,
-            released: false,
-        })
+        self.own_portal(node)?;
+        drop_packets(&[self.portal_b])
     }
 
     /// Delays node `node`'s iSCSI requests to its own portal by `delay` (netem on the loopback
@@ -828,8 +987,8 @@ impl Topology {
     /// path to every LU.
     pub fn session(&self, node: Node, n: usize) -> anyhow::Result<Vec<PathBuf>> {
         ensure!(
-            self.kind != Kind::TcmLoop,
-            "a second session needs an iSCSI topology"
+            matches!(self.kind, Kind::Iscsi | Kind::Targetcli),
+            "a second session needs a one-target iSCSI topology"
         );
         ensure!(
             (2..=SESSIONS).contains(&n),
@@ -1062,6 +1221,35 @@ fn release_delay() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Drops every packet to and from each of `portals` (`ADDRESS:PORT`) silently on arrival
+/// (nftables in the guest, table [`HANG_TABLE`]), so commands through them get no answer, no
+/// reset and no error, until the guard is dropped. One such fault at a time.
+fn drop_packets(portals: &[&str]) -> anyhow::Result<PathFault> {
+    run("modprobe", ["nf_tables"])?.ok()?;
+    // The input hook, not output: a drop on output fails the sender's send (EPERM), which is an
+    // error the initiator sees, not a hang.
+    let mut rules = format!(
+        "add table ip {HANG_TABLE}\n\
+         add chain ip {HANG_TABLE} input {{ type filter hook input priority 0; }}\n"
+    );
+    for portal in portals {
+        let (address, port) = portal
+            .split_once(':')
+            .with_context(|| format!("portal {portal} without a port"))?;
+        rules.push_str(&format!(
+            "add rule ip {HANG_TABLE} input ip daddr {address} tcp dport {port} drop\n\
+             add rule ip {HANG_TABLE} input ip saddr {address} tcp sport {port} drop\n"
+        ));
+    }
+    let script = Path::new(BACKING).join("hang.nft");
+    write_file(&script, &rules)?;
+    run("nft", ["-f", &script.display().to_string()])?.ok()?;
+    Ok(PathFault {
+        undo: release_hang,
+        released: false,
+    })
+}
+
 fn release_hang() -> anyhow::Result<()> {
     run("nft", ["delete", "table", "ip", HANG_TABLE])?.ok()?;
     Ok(())
@@ -1152,7 +1340,12 @@ fn targetcli(script: &str) -> anyhow::Result<super::CommandRun> {
 }
 
 fn iscsi_tpg() -> PathBuf {
-    PathBuf::from(format!("{TARGET}/iscsi/{IQN}:target/tpgt_1"))
+    tpg_of(&format!("{IQN}:target"))
+}
+
+/// The configfs directory of target `target`'s one TPG.
+fn tpg_of(target: &str) -> PathBuf {
+    PathBuf::from(format!("{TARGET}/iscsi/{target}/tpgt_1"))
 }
 
 fn iscsi_initiator(node: Node) -> String {
@@ -1196,10 +1389,28 @@ fn iscsi_target(
     portal_b: &str,
     aptpl: Option<&[Vec<String>]>,
 ) -> anyhow::Result<Vec<TargetLu>> {
-    let tpg = iscsi_tpg();
+    let portals = if portal_b == PORTAL {
+        vec![PORTAL]
+    } else {
+        vec![PORTAL, portal_b]
+    };
+    target_exporting(&format!("{IQN}:target"), 0..luns, &portals, aptpl)
+}
+
+/// Builds LIO iSCSI target `target` in configfs: the topology's LUs `lus` as fileio LUs (its
+/// LUNs 0, 1, … in that order), a portal for each of `portals`, both nodes' ACLs mapping every
+/// LUN. `aptpl` as [`iscsi_target`]'s, indexed by LU.
+fn target_exporting(
+    target: &str,
+    lus: std::ops::Range<usize>,
+    portals: &[&str],
+    aptpl: Option<&[Vec<String>]>,
+) -> anyhow::Result<Vec<TargetLu>> {
+    let tpg = tpg_of(target);
     fs::create_dir_all(&tpg).with_context(|| format!("mkdir {}", tpg.display()))?;
-    let mut lus = Vec::new();
-    for index in 0..luns {
+    let first = lus.start;
+    let mut made = Vec::new();
+    for index in lus {
         let lu = match aptpl {
             None => fileio(index, true)?,
             Some(records) => {
@@ -1210,27 +1421,40 @@ fn iscsi_target(
                 lu
             }
         };
-        let port = tpg.join(format!("lun/lun_{index}"));
+        let port = tpg.join(format!("lun/lun_{}", index - first));
         fs::create_dir(&port).with_context(|| format!("mkdir {}", port.display()))?;
         link(&lu.backstore, &port.join(format!("lun{index}")))?;
-        lus.push(lu);
+        made.push(lu);
     }
-    fs::create_dir(tpg.join(format!("np/{PORTAL}"))).context("mkdir the iSCSI portal")?;
-    if portal_b != PORTAL {
-        fs::create_dir(tpg.join(format!("np/{portal_b}")))
-            .context("mkdir the second iSCSI portal")?;
+    for portal in portals {
+        fs::create_dir(tpg.join(format!("np/{portal}")))
+            .with_context(|| format!("mkdir the iSCSI portal {portal} of {target}"))?;
     }
     write_file(tpg.join("attrib/authentication"), "0")?;
     for node in Node::BOTH {
         let acl = tpg.join("acls").join(iscsi_initiator(node));
-        for index in 0..luns {
-            let mapped = acl.join(format!("lun_{index}"));
+        for lun in 0..made.len() {
+            let mapped = acl.join(format!("lun_{lun}"));
             fs::create_dir_all(&mapped).with_context(|| format!("mkdir {}", mapped.display()))?;
-            link(&tpg.join(format!("lun/lun_{index}")), &mapped.join("lun"))?;
+            link(&tpg.join(format!("lun/lun_{lun}")), &mapped.join("lun"))?;
         }
     }
     write_file(tpg.join("enable"), "1")?;
-    Ok(lus)
+    Ok(made)
+}
+
+/// Waits until there are `count` iSCSI sessions, every one `LOGGED_IN`.
+fn sessions_logged_in(count: usize) -> anyhow::Result<()> {
+    wait_for(|| {
+        let states = session_states();
+        (states.len() == count && states.iter().all(|s| s == "LOGGED_IN")).then_some(())
+    })
+    .with_context(|| {
+        format!(
+            "the nodes' {count} iSCSI sessions did not all come back: {:?}",
+            session_states()
+        )
+    })
 }
 
 /// The state of every iSCSI session (`LOGGED_IN`, `FAILED`, `FREE`).

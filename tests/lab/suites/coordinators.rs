@@ -24,6 +24,11 @@ use crate::{PRFENCE, WORK};
 /// The data LUNs, then the coordinators'.
 const DATA: [usize; 2] = [0, 1];
 const COORDINATORS: [usize; 3] = [2, 3, 4];
+/// The LUNs of this suite's commands.
+const SET: Set<'static> = Set {
+    data: &DATA,
+    coordinators: &COORDINATORS,
+};
 /// Mutual-fence rounds in CI (`LAB_RACE_ROUNDS` overrides it).
 const RACE_ROUNDS: usize = 5;
 
@@ -49,14 +54,28 @@ pub const SUITE: Suite = Suite {
     reproducers: &[],
 };
 
+/// Which LUNs of a topology a coordinated command names (shared with the arrays suite).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Set<'a> {
+    pub(super) data: &'a [usize],
+    pub(super) coordinators: &'a [usize],
+}
+
+impl Set<'_> {
+    /// Every LUN of the set, data first.
+    pub(super) fn all(&self) -> impl Iterator<Item = usize> + '_ {
+        self.data.iter().chain(self.coordinators).copied()
+    }
+}
+
 /// `prfence VERB --json ARGS --coordinator C… DATA…` as `node`, on its own devices.
-fn command(t: &Topology, node: Node, verb: &[&str]) -> Command {
+pub(super) fn command(t: &Topology, set: Set, node: Node, verb: &[&str]) -> Command {
     let mut cmd = Command::new(PRFENCE);
     cmd.args(verb).arg("--json");
-    for lun in COORDINATORS {
+    for &lun in set.coordinators {
         cmd.arg("--coordinator").arg(t.device(node, lun));
     }
-    cmd.args(DATA.map(|lun| t.device(node, lun)));
+    cmd.args(set.data.iter().map(|&lun| t.device(node, lun)));
     cmd
 }
 
@@ -65,8 +84,13 @@ fn key_args(node: Node) -> [String; 2] {
 }
 
 /// Runs `prfence VERB` as `node` and returns its exit status and JSON report.
-fn run(t: &Topology, node: Node, verb: &[&str]) -> anyhow::Result<(i32, Value)> {
-    let run = crate::run_command(&mut command(t, node, verb))?;
+pub(super) fn run(
+    t: &Topology,
+    set: Set,
+    node: Node,
+    verb: &[&str],
+) -> anyhow::Result<(i32, Value)> {
+    let run = crate::run_command(&mut command(t, set, node, verb))?;
     println!(
         "  node {}: prfence {} -> exit {} in {} ms",
         node.letter(),
@@ -86,9 +110,9 @@ fn run(t: &Topology, node: Node, verb: &[&str]) -> anyhow::Result<(i32, Value)> 
     Ok((run.code(), report))
 }
 
-fn unfence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
+pub(super) fn unfence(t: &Topology, set: Set, node: Node, code: i32) -> anyhow::Result<Value> {
     let [k, key] = key_args(node);
-    let (exit, report) = run(t, node, &["unfence", &k, &key])?;
+    let (exit, report) = run(t, set, node, &["unfence", &k, &key])?;
     ensure!(
         exit == code,
         "node {}'s unfence exited {exit}, expected {code}: {report:#}",
@@ -100,7 +124,7 @@ fn unfence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
 /// `fence --key K --victim V`, plus `--tie-break SECS` when `LAB_RACE_TIE_BREAK` is set: by
 /// default the greater key waits on each coordinator where both are registered, so the smaller
 /// (A) wins every mutual fence (100 of 100 in the long tier); 0 lets the PREEMPTs race.
-fn fence_args(node: Node) -> Vec<String> {
+pub(super) fn fence_args(node: Node) -> Vec<String> {
     let [k, key] = key_args(node);
     let mut args = vec![
         "fence".into(),
@@ -115,10 +139,10 @@ fn fence_args(node: Node) -> Vec<String> {
     args
 }
 
-fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
+pub(super) fn fence(t: &Topology, set: Set, node: Node, code: i32) -> anyhow::Result<Value> {
     let args = fence_args(node);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (exit, report) = run(t, node, &args)?;
+    let (exit, report) = run(t, set, node, &args)?;
     ensure!(
         exit == code,
         "node {}'s fence exited {exit}, expected {code}: {report:#}",
@@ -128,7 +152,7 @@ fn fence(t: &Topology, node: Node, code: i32) -> anyhow::Result<Value> {
 }
 
 /// The keys LIO holds on LUN `lun`, sorted, each once.
-fn keys(t: &Topology, lun: usize) -> anyhow::Result<Vec<u64>> {
+pub(super) fn keys(t: &Topology, lun: usize) -> anyhow::Result<Vec<u64>> {
     let mut keys: Vec<u64> = t.lu(lun).registrations()?.iter().map(|r| r.key).collect();
     keys.sort_unstable();
     keys.dedup();
@@ -136,13 +160,13 @@ fn keys(t: &Topology, lun: usize) -> anyhow::Result<Vec<u64>> {
 }
 
 /// Both nodes' keys on every LUN (after both unfenced).
-fn both_everywhere(t: &Topology) -> anyhow::Result<()> {
+pub(super) fn both_everywhere(t: &Topology, set: Set) -> anyhow::Result<()> {
     let both = {
         let mut k = vec![Node::A.key(), Node::B.key()];
         k.sort_unstable();
         k
     };
-    for lun in DATA.into_iter().chain(COORDINATORS) {
+    for lun in set.all() {
         ensure!(
             keys(t, lun)? == both,
             "LUN {lun} holds {:x?}",
@@ -153,11 +177,16 @@ fn both_everywhere(t: &Topology) -> anyhow::Result<()> {
 }
 
 /// The target after `survivor` won: on the data LUs its key alone, its reservation, the other
-/// node's writes refused and its own accepted; on the coordinators its key on a majority and
-/// never beside the loser's.
-fn survivor_alone(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()> {
+/// node's writes refused and its own accepted; on the set's coordinators (none: the data LUs
+/// alone are judged) its key on a majority and never beside the loser's.
+pub(super) fn survivor_alone(
+    t: &Topology,
+    set: Set,
+    survivor: Node,
+    block: u64,
+) -> anyhow::Result<()> {
     let loser = survivor.other();
-    for lun in DATA {
+    for &lun in set.data {
         ensure!(
             keys(t, lun)? == [survivor.key()],
             "data LUN {lun} holds {:x?}, not node {}'s key alone",
@@ -171,9 +200,9 @@ fn survivor_alone(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()
             survivor.letter()
         );
     }
-    survivor_writes_alone(t, survivor, DATA, block)?;
+    survivor_writes_alone(t, survivor, set.data.iter().copied(), block)?;
     let mut held = 0;
-    for lun in COORDINATORS {
+    for &lun in set.coordinators {
         let keys = keys(t, lun)?;
         ensure!(
             !(keys.contains(&survivor.key()) && keys.contains(&loser.key())),
@@ -181,17 +210,22 @@ fn survivor_alone(t: &Topology, survivor: Node, block: u64) -> anyhow::Result<()
         );
         held += usize::from(keys.contains(&survivor.key()));
     }
+    let all = set.coordinators.len();
     ensure!(
-        held >= 2,
-        "survivor {}'s key is on {held} of the 3 coordinators, not a majority",
+        all == 0 || held > all / 2,
+        "survivor {}'s key is on {held} of the {all} coordinators, not a majority",
         survivor.letter()
     );
     Ok(())
 }
 
 /// The coordinators' verdicts in a fence's report, in its order: (ok, verdict).
-fn coordinator_verdicts(report: &Value, t: &Topology) -> Vec<(bool, String)> {
-    let wwids: Vec<&str> = COORDINATORS.map(|lun| t.lu(lun).wwid.as_str()).to_vec();
+pub(super) fn coordinator_verdicts(report: &Value, t: &Topology, set: Set) -> Vec<(bool, String)> {
+    let wwids: Vec<&str> = set
+        .coordinators
+        .iter()
+        .map(|&lun| t.lu(lun).wwid.as_str())
+        .collect();
     report["lus"]
         .as_array()
         .into_iter()
@@ -207,21 +241,21 @@ fn coordinator_verdicts(report: &Value, t: &Topology) -> Vec<(bool, String)> {
 }
 
 /// `rounds` mutual fences over the three coordinators, all up: each round both nodes unfence
-/// (registered on all five LUNs, checked), fence each other at once, and exactly one exits 0,
+/// (registered on every LUN of `set`, checked), fence each other at once, and exactly one exits 0,
 /// the other 4, and the target shows the survivor alone ([`survivor_alone`]).
-fn mutual_rounds(t: &Topology, rounds: usize) -> anyhow::Result<()> {
+pub(super) fn mutual_rounds(t: &Topology, set: Set, rounds: usize) -> anyhow::Result<()> {
     let mut winners = [0usize; 2];
     for round in 1..=rounds {
-        unfence(t, Node::A, 0)?;
-        unfence(t, Node::B, 0)?;
-        both_everywhere(t)?;
+        unfence(t, set, Node::A, 0)?;
+        unfence(t, set, Node::B, 0)?;
+        both_everywhere(t, set)?;
         let outputs = spawn_both(|node| {
             let args = fence_args(node);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(t, node, &args)
+            command(t, set, node, &args)
         })?;
         let winner = winner(&outputs).with_context(|| format!("round {round}"))?;
-        survivor_alone(t, winner, 2).with_context(|| format!("round {round}"))?;
+        survivor_alone(t, set, winner, 2).with_context(|| format!("round {round}"))?;
         winners[winner.index()] += 1;
         println!("  round {round}: node {} survived", winner.letter());
     }
@@ -239,7 +273,7 @@ fn mutual_fences_over_coordinators_a_hundred_rounds() -> anyhow::Result<()> {
     let rounds = crate::env_count("LAB_RACE_ROUNDS", 100)?;
     let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
     t.settle()?;
-    mutual_rounds(&t, rounds)
+    mutual_rounds(&t, SET, rounds)
 }
 
 /// P2 with three coordinators: `unfence` registers both nodes on them; mutual fences leave one
@@ -255,21 +289,21 @@ fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> an
     let devices: Vec<PathBuf> = t.node(Node::A).devices().to_vec();
     println!("  data {DATA:?}, coordinators {COORDINATORS:?} of {devices:?} (node A's names)");
 
-    mutual_rounds(&t, rounds)?;
+    mutual_rounds(&t, SET, rounds)?;
 
     // coordinator LUN 4 unreachable from B only; A idle
-    unfence(&t, Node::A, 0)?;
-    unfence(&t, Node::B, 0)?;
-    both_everywhere(&t)?;
+    unfence(&t, SET, Node::A, 0)?;
+    unfence(&t, SET, Node::B, 0)?;
+    both_everywhere(&t, SET)?;
     let lost = COORDINATORS[2];
     t.unmap_lun(Node::B, lost)?;
-    let report = fence(&t, Node::B, 0)?;
-    let verdicts = coordinator_verdicts(&report, &t);
+    let report = fence(&t, SET, Node::B, 0)?;
+    let verdicts = coordinator_verdicts(&report, &t, SET);
     ensure!(
         verdicts.iter().filter(|(ok, _)| *ok).count() == 2 && verdicts.len() == 3,
         "B's fence with coordinator {lost} unreachable: coordinators {verdicts:?}"
     );
-    survivor_alone(&t, Node::B, 3)?;
+    survivor_alone(&t, SET, Node::B, 3)?;
     ensure!(
         keys(&t, lost)?.contains(&Node::A.key()),
         "coordinator {lost}, which B cannot reach, lost A's key: {:x?}",
@@ -281,10 +315,10 @@ fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> an
     );
 
     // the same coordinator lost from both nodes; B idle
-    unfence(&t, Node::A, 0)?;
+    unfence(&t, SET, Node::A, 0)?;
     t.unmap_lun(Node::A, lost)?;
-    let report = fence(&t, Node::A, 0)?;
-    survivor_alone(&t, Node::A, 4)?;
+    let report = fence(&t, SET, Node::A, 0)?;
+    survivor_alone(&t, SET, Node::A, 4)?;
     println!(
         "  A fenced B with coordinator {lost} lost from both: {}",
         report["summary"]
@@ -293,17 +327,17 @@ fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> an
     // mutual fences with it lost from both: no split, never two survivors
     for round in 1..=rounds {
         // exit 1: the lost coordinator cannot be registered on; every other LU is
-        unfence(&t, Node::A, 1)?;
-        unfence(&t, Node::B, 1)?;
+        unfence(&t, SET, Node::A, 1)?;
+        unfence(&t, SET, Node::B, 1)?;
         let outputs = spawn_both(|node| {
             let args = fence_args(node);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(&t, node, &args)
+            command(&t, SET, node, &args)
         })?;
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         match (code(0), code(1)) {
-            (0, 4) => survivor_alone(&t, Node::A, 5)?,
-            (4, 0) => survivor_alone(&t, Node::B, 5)?,
+            (0, 4) => survivor_alone(&t, SET, Node::A, 5)?,
+            (4, 0) => survivor_alone(&t, SET, Node::B, 5)?,
             (a, b) if a != 0 && b != 0 => {
                 for lun in DATA {
                     ensure!(
@@ -386,7 +420,7 @@ fn fence_pr_takes_coordinators() -> anyhow::Result<()> {
             run.stderr
         );
     }
-    both_everywhere(&t)?;
+    both_everywhere(&t, SET)?;
 
     // two coordinators: refused, nothing sent
     let every = || -> anyhow::Result<Vec<Vec<u64>>> {
@@ -420,7 +454,7 @@ fn fence_pr_takes_coordinators() -> anyhow::Result<()> {
         run.stdout,
         run.stderr
     );
-    survivor_alone(&t, Node::B, 2)?;
+    survivor_alone(&t, SET, Node::B, 2)?;
     ensure!(
         keys(&t, lost)?.contains(&Node::A.key()),
         "coordinator {lost}, which B cannot reach, lost A's key: {:x?}",
@@ -437,10 +471,10 @@ fn fence_pr_takes_coordinators() -> anyhow::Result<()> {
 fn doctor_checks_the_coordinator_set() -> anyhow::Result<()> {
     let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
     t.settle()?;
-    unfence(&t, Node::A, 0)?;
-    unfence(&t, Node::B, 0)?;
+    unfence(&t, SET, Node::A, 0)?;
+    unfence(&t, SET, Node::B, 0)?;
     let [k, key] = key_args(Node::A);
-    let (exit, d) = run(&t, Node::A, &["doctor", &k, &key])?;
+    let (exit, d) = run(&t, SET, Node::A, &["doctor", &k, &key])?;
     let set = &d["coordinators"];
     let findings = set["findings"].to_string();
     ensure!(
@@ -451,8 +485,8 @@ fn doctor_checks_the_coordinator_set() -> anyhow::Result<()> {
             && set["findings"].as_array().map_or(0, Vec::len) == 2,
         "A's doctor after both unfenced: exit {exit}: {d:#}"
     );
-    fence(&t, Node::B, 0)?;
-    let (exit, d) = run(&t, Node::A, &["doctor", &k, &key])?;
+    fence(&t, SET, Node::B, 0)?;
+    let (exit, d) = run(&t, SET, Node::A, &["doctor", &k, &key])?;
     ensure!(
         exit == 1 && d["coordinators"]["own_key_on"] == 0 && d["can_fence"] == false,
         "A's doctor after B fenced it: exit {exit}: {d:#}"

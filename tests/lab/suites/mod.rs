@@ -6,6 +6,7 @@
 use crate::plan::Suite;
 
 pub mod agent;
+mod arrays;
 mod bench;
 mod cluster;
 mod coordinators;
@@ -32,6 +33,7 @@ pub const ALL: &[Suite] = &[
     faults::SUITE,
     agent::SUITE,
     coordinators::SUITE,
+    arrays::SUITE,
     bench::SUITE,
     stress::SUITE,
     fence::SUITE,
