@@ -503,9 +503,9 @@ fn doctor_checks_the_coordinator_set() -> anyhow::Result<()> {
 fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<()> {
     let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
     t.settle()?;
-    unfence(&t, Node::A, 0)?;
-    unfence(&t, Node::B, 0)?;
-    both_everywhere(&t)?;
+    unfence(&t, SET, Node::A, 0)?;
+    unfence(&t, SET, Node::B, 0)?;
+    both_everywhere(&t, SET)?;
     const GRACE_S: u64 = 3;
     let start = |node: Node| {
         let data: Vec<PathBuf> = DATA.map(|lun| t.device(node, lun).to_path_buf()).to_vec();
@@ -539,10 +539,10 @@ fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<
         let outputs = spawn_both(|node| {
             let args = fence_args(node);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(&t, node, &args)
+            command(&t, SET, node, &args)
         })?;
         let winner = winner(&outputs)?;
-        survivor_alone(&t, winner, 7)?;
+        survivor_alone(&t, SET, winner, 7)?;
         agents[winner.other().index()].wait_state("fenced", Duration::from_secs(10))?;
         std::thread::sleep(Duration::from_secs(2));
         let kept = &agents[winner.index()];
@@ -558,9 +558,9 @@ fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<
             winner.letter()
         );
     }
-    unfence(&t, Node::A, 0)?;
-    unfence(&t, Node::B, 0)?;
-    both_everywhere(&t)?;
+    unfence(&t, SET, Node::A, 0)?;
+    unfence(&t, SET, Node::B, 0)?;
+    both_everywhere(&t, SET)?;
     let mut a = start(Node::A)?;
     let mut b = start(Node::B)?;
     a.wait_state("healthy", Duration::from_secs(30))?;
@@ -654,13 +654,13 @@ fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<
 fn a_data_lu_out_of_reach_fails_the_fence_unless_reported() -> anyhow::Result<()> {
     let t = Topology::iscsi(DATA.len() + COORDINATORS.len())?;
     t.settle()?;
-    unfence(&t, Node::A, 0)?;
-    unfence(&t, Node::B, 0)?;
-    both_everywhere(&t)?;
+    unfence(&t, SET, Node::A, 0)?;
+    unfence(&t, SET, Node::B, 0)?;
+    both_everywhere(&t, SET)?;
     let (data_lost, coordinator_lost) = (DATA[1], COORDINATORS[2]);
     t.unmap_lun(Node::B, data_lost)?;
     t.unmap_lun(Node::B, coordinator_lost)?;
-    let report = fence(&t, Node::B, 1)?;
+    let report = fence(&t, SET, Node::B, 1)?;
     let summary = report["summary"].to_string();
     ensure!(
         summary.contains(&t.lu(data_lost).wwid) && !keys(&t, DATA[0])?.contains(&Node::A.key()),
@@ -670,7 +670,7 @@ fn a_data_lu_out_of_reach_fails_the_fence_unless_reported() -> anyhow::Result<()
     let mut args = fence_args(Node::B);
     args.extend(["--unreachable-data".into(), "report".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (exit, report) = run(&t, Node::B, &args)?;
+    let (exit, report) = run(&t, SET, Node::B, &args)?;
     let summary = report["summary"].to_string();
     ensure!(
         exit == 0 && summary.contains(&format!("NOT fenced on {}", t.lu(data_lost).wwid)),
