@@ -807,9 +807,17 @@ fn unreachable_data_report_leaves_only_unanswering_data_lus_unfenced() {
         };
         fence_arbitrated_observed(data, arbitration, A, B, limits(), &mut |_| {}).unwrap()
     };
+    // The LU no longer offered to node 0 (LOGICAL UNIT NOT SUPPORTED), as the lab's unmapping
+    // does: a gone path (a disconnected nexus answers DID_TRANSPORT_DISRUPTED here, which may be
+    // a lost response and is not out of reach).
     let cut = |f: &Fixture, lu: usize| {
         let path = f.nexus(lu, 0, 0);
-        f.with_lu(lu, |l| l.disconnect(path));
+        let unmapped = crate::spc_model::ScsiFailure::CheckCondition {
+            key: 0x05,
+            asc: 0x25,
+            ascq: 0x00,
+        };
+        f.with_lu(lu, |l| l.fail_next(path, Injected::Failure(unmapped), 1000));
     };
     // Data LU 1 out of node 0's reach (its array down): the default fails naming it.
     let f = two_nodes(5, 1);
@@ -851,6 +859,44 @@ fn unreachable_data_report_leaves_only_unanswering_data_lus_unfenced() {
     let report = fence_with(&f, UnreachableData::Report);
     assert_eq!(report.outcome, Outcome::Failure, "{report:#?}");
     assert!(f.has(1, B));
+}
+
+#[test]
+fn a_hung_coordinator_is_not_waited_for_once_the_others_settle_the_race() {
+    // Coordinator 4's command hangs far past the fence's deadline (its array lost, the
+    // initiator holding the command): the two others decide, the data LUs are fenced in time,
+    // and the hung one is reported not waited for. Before, the race waited for it until the
+    // deadline, and the data LUs were never reached.
+    let f = two_nodes(5, 1);
+    let hung = f.nexus(4, 0, 0);
+    f.with_lu(4, |l| {
+        l.fail_next(hung, Injected::Hang(Duration::from_secs(30)), 1000)
+    });
+    let (coordinators, data): (Vec<_>, Vec<_>) = f
+        .targets(0)
+        .into_iter()
+        .partition(|t| (2..=4).any(|lu| t.id == lu_id(lu)));
+    let arbitration = Arbitration::Coordinators {
+        lus: coordinators,
+        unreachable_data: UnreachableData::Fail,
+    };
+    let limits = Limits {
+        deadline: Duration::from_secs(3),
+        ..limits()
+    };
+    let report = fence_arbitrated_observed(data, arbitration, A, B, limits, &mut |_| {}).unwrap();
+    assert_eq!(report.outcome, Outcome::Success, "{report:#?}");
+    let lost = report.lus.iter().find(|r| r.lu.as_str() == lu_id(4));
+    assert!(
+        lost.is_some_and(|r| r.verdict == Verdict::TimedOut
+            && r.error
+                .as_ref()
+                .is_some_and(|e| e.text.contains("not waited for"))),
+        "{lost:#?}"
+    );
+    for lu in [0, 1, 2, 3] {
+        assert!(f.has(lu, A) && !f.has(lu, B), "LU {lu}: {:?}", f.keys(lu));
+    }
 }
 
 #[test]
