@@ -14,8 +14,7 @@
 //! - one node cut off one array: only that node's portal dropped ([`Topology::cut_array`]);
 //! - how soon a node's iSCSI layer gives up on a dead array: 5 s after the session is found
 //!   dead (`replacement_timeout`, which sites with arrays that can be lost shorten); with
-//!   open-iscsi's 120 s a lost data LU's commands outlast `fence`'s 50 s deadline (a lost
-//!   coordinator's are not waited for once the others settle the race);
+//!   open-iscsi's 120 s the lost array's commands outlast `fence`'s 50 s deadline;
 //! - node A lost with its array: A is an initiator, not a machine, so "lost" is A doing nothing
 //!   from the loss on, and its application (a writer loop on its data LUs on the arrays that
 //!   stay) stopped with SIGSTOP just before, then let go after the fence: its pending write must
