@@ -82,25 +82,6 @@ where
     R: Send + 'static,
     W: Fn(&T) -> R + Send + Sync + 'static,
 {
-    fan_out_until(items, until, work, tell, &|_| false).0
-}
-
-/// [`fan_out`] that also stops waiting once `settled`, asked each time an item finishes with
-/// the values finished so far, says they decide the question (a majority of coordinators won
-/// or lost): the items still running are left as [`Finished::TimedOut`], their threads to
-/// finish in the background. Returns whether it stopped so.
-pub fn fan_out_until<T, R, W>(
-    items: &[T],
-    until: Instant,
-    work: W,
-    tell: &mut dyn FnMut(usize, &R, Duration),
-    settled: &dyn Fn(&[&R]) -> bool,
-) -> (Vec<Finished<R>>, bool)
-where
-    T: Clone + Send + 'static,
-    R: Send + 'static,
-    W: Fn(&T) -> R + Send + Sync + 'static,
-{
     let work = Arc::new(work);
     let (send, receive) = channel::<(usize, Option<(R, Duration)>)>();
     let mut results: Vec<Option<Finished<R>>> = Vec::with_capacity(items.len());
@@ -139,28 +120,11 @@ where
         if let Some(slot) = results.get_mut(index) {
             *slot = Some(finished);
         }
-        if pending > 0 {
-            let done: Vec<&R> = results
-                .iter()
-                .filter_map(|r| match r {
-                    Some(Finished::Done { value, .. }) => Some(value),
-                    _ => None,
-                })
-                .collect();
-            if settled(&done) {
-                let results = results
-                    .into_iter()
-                    .map(|r| r.unwrap_or(Finished::TimedOut))
-                    .collect();
-                return (results, true);
-            }
-        }
     }
-    let results = results
+    results
         .into_iter()
         .map(|r| r.unwrap_or(Finished::TimedOut))
-        .collect();
-    (results, false)
+        .collect()
 }
 
 /// Runs `job` on a thread of its own until `until` on the engine's clock: its value, or

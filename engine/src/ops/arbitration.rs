@@ -102,19 +102,6 @@ pub fn race(reports: &[LuReport]) -> Race {
     }
 }
 
-/// Whether the deciders' verdicts `done` so far, of `of` in all, already settle the race: own key
-/// present and the victim's gone on a majority, or own key gone from a majority. The others
-/// cannot change [`race`]'s outcome then, so a fence need not wait for them (a coordinator whose
-/// array is lost may hold its command until the deadline).
-pub fn race_settled(done: &[&LuReport], of: usize) -> bool {
-    let won = done.iter().filter(|r| r.ok).count();
-    let gone = done
-        .iter()
-        .filter(|r| r.verdict == Verdict::ThisNodeFenced)
-        .count();
-    of > 0 && (won >= majority(of) || gone >= majority(of))
-}
-
 /// The coordinators as a fence needs them, checked against the data LUs (both normalised: sorted
 /// by identifier, paths to one LU merged): an odd number within [`COORDINATORS`], none of them a
 /// data LU. One not identified here (its device gone with its array) is still counted: the fence

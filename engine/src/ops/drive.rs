@@ -11,9 +11,7 @@ use crate::pr::Key;
 use crate::runtime::{self, Finished};
 use crate::transport::{CommandError, PrTransport};
 
-use super::arbitration::{
-    Arbitration, Race, UnreachableData, check_coordinators, majority, race, race_settled,
-};
+use super::arbitration::{Arbitration, Race, UnreachableData, check_coordinators, majority, race};
 use super::fence::{fence_arbiter, fence_follower};
 use super::heal::heal_lu;
 use super::lu::LuWork;
@@ -98,42 +96,15 @@ where
     T: PrTransport + 'static,
     F: Fn(&LuTarget<T>) -> LuReport + Send + Sync + 'static,
 {
-    fan_out_until(lus, until, op, tell, None)
-}
-
-/// [`fan_out`] over deciders, with `settle_of` the number of deciders in all: it stops waiting
-/// once the finished ones settle the race ([`race_settled`]), and reports the others as not
-/// waited for. `None`: waits as [`fan_out`] does.
-fn fan_out_until<T, F>(
-    lus: &[Arc<LuTarget<T>>],
-    until: Instant,
-    op: F,
-    tell: &mut Tell<'_>,
-    settle_of: Option<usize>,
-) -> Vec<LuReport>
-where
-    T: PrTransport + 'static,
-    F: Fn(&LuTarget<T>) -> LuReport + Send + Sync + 'static,
-{
     let started = runtime::now();
-    let (finished, settled) = runtime::fan_out_until(
-        lus,
-        until,
-        move |lu| op(lu),
-        &mut |_, report, took| tell(report, took),
-        &|done| settle_of.is_some_and(|of| race_settled(done, of)),
-    );
+    let finished = runtime::fan_out(lus, until, move |lu| op(lu), &mut |_, report, took| {
+        tell(report, took)
+    });
     lus.iter()
         .zip(finished)
         .map(|(lu, finished)| {
             let (verdict, error) = match finished {
                 Finished::Done { value, .. } => return value,
-                Finished::TimedOut if settled => (
-                    Verdict::TimedOut,
-                    "still pending when the other deciders had settled the race: not waited \
-                     for (it counts as lost)"
-                        .to_string(),
-                ),
                 Finished::TimedOut => (
                     Verdict::TimedOut,
                     "still pending at the overall deadline; the LU may be half done: rerun the \
@@ -508,41 +479,16 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     /// P2: every decider fenced at once, before any other LU is touched ([`fence_arbiter`]);
     /// reports in identifier order.
     fn race(&self, tie_break: TieBreak, tally: &mut Tally<'_, '_>) -> Vec<LuReport> {
-        let (own, victim) = (self.own, self.victim);
-        self.decide(
-            move |lu| fence_arbiter(lu, own, victim, tie_break),
+        let (own, victim, coordinated) = (self.own, self.victim, self.coordinated);
+        fan_out(
+            self.deciders,
+            self.until,
+            move |lu| match unidentified_coordinator(lu, coordinated) {
+                Some(lost) => lost,
+                None => fence_arbiter(lu, own, victim, tie_break),
+            },
             &mut |r, took| tally.tell(r, true, Some(took)),
         )
-    }
-
-    /// Runs `op` on every decider at once, as [`fan_out`] does, but: a coordinator not identified
-    /// is lost without a command ([`unidentified_coordinator`]), decided here before the others
-    /// start; and with coordinators it stops waiting once the answers settle the race, since a
-    /// coordinator on a lost array may hold its command to the deadline. Reports in decider order.
-    fn decide<F>(&self, op: F, tell: &mut Tell<'_>) -> Vec<LuReport>
-    where
-        F: Fn(&LuTarget<T>) -> LuReport + Send + Sync + 'static,
-    {
-        let lost: Vec<Option<LuReport>> = self
-            .deciders
-            .iter()
-            .map(|lu| unidentified_coordinator(lu, self.coordinated))
-            .collect();
-        let asked: Vec<Arc<LuTarget<T>>> = self
-            .deciders
-            .iter()
-            .zip(&lost)
-            .filter(|(_, lost)| lost.is_none())
-            .map(|(lu, _)| Arc::clone(lu))
-            .collect();
-        for report in lost.iter().flatten() {
-            tell(report, Duration::ZERO);
-        }
-        let settle_of = self.coordinated.then_some(self.deciders.len());
-        let mut answered = fan_out_until(&asked, self.until, op, tell, settle_of).into_iter();
-        lost.into_iter()
-            .filter_map(|lost| lost.or_else(|| answered.next()))
-            .collect()
     }
 
     /// P2: with a single arbiter and several LUs, every one must be identified. A node-local LU
@@ -669,9 +615,14 @@ impl<T: PrTransport + 'static> FenceRun<'_, T> {
     /// still registered, [`Verdict::ThisNodeFenced`] where it is gone: read by
     /// [`race`](super::arbitration::race) as the first look was.
     fn reread(&self) -> Vec<LuReport> {
-        let own = self.own;
-        self.decide(
+        let (own, coordinated) = (self.own, self.coordinated);
+        fan_out(
+            self.deciders,
+            self.until,
             move |lu| {
+                if let Some(lost) = unidentified_coordinator(lu, coordinated) {
+                    return lost;
+                }
                 let mut work = LuWork::new(lu);
                 let result = work.read_keys_any().map(|(_, keys)| {
                     if keys.keys.contains(&own) {
