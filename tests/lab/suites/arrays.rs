@@ -28,11 +28,11 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use super::coordinators::{
-    Set, both_everywhere, command, coordinator_verdicts, fence_args, keys, mutual_rounds, run,
+    Set, both_everywhere, coordinator_verdicts, fence_args, fence_both, keys, mutual_rounds, run,
     survivor_alone, unfence,
 };
 use crate::plan::{GuestInit, GuestKernel, GuestRoot, Suite};
-use crate::race::{exits, spawn_both, survivor_writes_alone};
+use crate::race::{exits, survivor_writes_alone};
 use crate::{Node, PRFENCE, Topology, WriteOutcome, Writer, write_number};
 
 /// The LUs of each array, in order: array 1 LUs 0-1, array 2 LUs 2-3, array 3 LU 4.
@@ -399,11 +399,7 @@ fn an_array_cut_off_from_one_node_only() -> anyhow::Result<()> {
         unfence(&t, SET, Node::A, 0)?;
         // exit 1: coordinator 4 does not answer B; every other LU registered
         unfence(&t, SET, Node::B, 1)?;
-        let outputs = spawn_both(|node| {
-            let args = fence_args(node);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(&t, SET, node, &args)
-        })?;
+        let outputs = fence_both(&t, SET)?;
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         let survivor = match (code(0), code(1)) {
             (0, 4) => Some(Node::A),

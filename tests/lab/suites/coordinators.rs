@@ -8,7 +8,7 @@
 //! the node's commands there with LOGICAL UNIT NOT SUPPORTED, as a lost array answers nothing.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -151,6 +151,15 @@ pub(super) fn fence(t: &Topology, set: Set, node: Node, code: i32) -> anyhow::Re
     Ok(report)
 }
 
+/// Both nodes' `fence` of each other ([`fence_args`]) over `set`, started at once.
+pub(super) fn fence_both(t: &Topology, set: Set) -> anyhow::Result<Vec<(Node, Output)>> {
+    spawn_both(|node| {
+        let args = fence_args(node);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        command(t, set, node, &args)
+    })
+}
+
 /// The keys LIO holds on LUN `lun`, sorted, each once.
 pub(super) fn keys(t: &Topology, lun: usize) -> anyhow::Result<Vec<u64>> {
     let mut keys: Vec<u64> = t.lu(lun).registrations()?.iter().map(|r| r.key).collect();
@@ -249,11 +258,7 @@ pub(super) fn mutual_rounds(t: &Topology, set: Set, rounds: usize) -> anyhow::Re
         unfence(t, set, Node::A, 0)?;
         unfence(t, set, Node::B, 0)?;
         both_everywhere(t, set)?;
-        let outputs = spawn_both(|node| {
-            let args = fence_args(node);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(t, set, node, &args)
-        })?;
+        let outputs = fence_both(t, set)?;
         let winner = winner(&outputs).with_context(|| format!("round {round}"))?;
         survivor_alone(t, set, winner, 2).with_context(|| format!("round {round}"))?;
         winners[winner.index()] += 1;
@@ -329,11 +334,7 @@ fn a_majority_of_coordinators_decides_and_one_lost_does_not_stop_a_fence() -> an
         // exit 1: the lost coordinator cannot be registered on; every other LU is
         unfence(&t, SET, Node::A, 1)?;
         unfence(&t, SET, Node::B, 1)?;
-        let outputs = spawn_both(|node| {
-            let args = fence_args(node);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(&t, SET, node, &args)
-        })?;
+        let outputs = fence_both(&t, SET)?;
         let code = |i: usize| outputs[i].1.status.code().unwrap_or(-1);
         match (code(0), code(1)) {
             (0, 4) => survivor_alone(&t, SET, Node::A, 5)?,
@@ -536,11 +537,7 @@ fn the_agent_self_fences_on_a_majority_of_coordinators_lost() -> anyhow::Result<
         for agent in &mut agents {
             agent.wait_state("healthy", Duration::from_secs(30))?;
         }
-        let outputs = spawn_both(|node| {
-            let args = fence_args(node);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            command(&t, SET, node, &args)
-        })?;
+        let outputs = fence_both(&t, SET)?;
         let winner = winner(&outputs)?;
         survivor_alone(&t, SET, winner, 7)?;
         agents[winner.other().index()].wait_state("fenced", Duration::from_secs(10))?;
