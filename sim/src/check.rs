@@ -8,8 +8,9 @@
 //! - P2: never two nodes that have each reported the other fenced; at the end, never the LUs of
 //!   a mutual fence (both registered on every LU when it began) split between the two (each
 //!   present where the other is gone), unless a
-//!   third node's fence of one of them that reported failure left the split (it is rerun until
-//!   it converges, P4).
+//!   third node's fence of one of them left the split: one that reported failure (it is rerun
+//!   until it converges, P4), or one that succeeded reporting the LU where the victim stayed
+//!   out of its reach (`unreachable=report`).
 //! - P3: a key removed by a successful fence is never registered again on any of its LUs until
 //!   its node is explicitly unfenced (the REGISTER that brings it back is named). A rejoin
 //!   (fence_pr's `on` again in the same boot) lifts it only when it overlapped the fence: one
@@ -351,29 +352,34 @@ impl Checker {
         }
     }
 
-    /// Whether `victim`'s key was removed from `lu` by a node other than the two of `pair`, in a
-    /// fence of `victim` that ended without success.
-    fn left_by_a_third_nodes_failed_fence(
+    /// Whether a node other than the two of `pair` removed `victim`'s key from `removed_on` in a
+    /// fence of `victim` that left the rest for later: one that ended without success (it is
+    /// rerun until it converges, P4), or one that succeeded reporting `kept_on` not fenced
+    /// (`unreachable=report`: the victim's key stays there by the admin's choice until that fence
+    /// is rerun; meanwhile the victim, fenced on the coordinators, may still act there).
+    fn left_by_a_third_nodes_fence(
         &self,
         world: &World,
         pair: (usize, usize),
-        lu: usize,
         victim: usize,
+        removed_on: usize,
+        kept_on: usize,
     ) -> bool {
         let log = world.log();
         let key = world.key(victim);
-        let failed_fencers: Vec<usize> = log
+        let fencers: Vec<usize> = log
             .iter()
             .filter_map(|e| match e {
                 SimEvent::OpEnd {
                     node,
                     op: Op::Fence { victim: v } | Op::Refence { victim: v },
                     outcome,
+                    unfenced,
                     ..
                 } if *v == victim
-                    && *outcome != Outcome::Success
                     && *node != pair.0
-                    && *node != pair.1 =>
+                    && *node != pair.1
+                    && (*outcome != Outcome::Success || unfenced.contains(&kept_on)) =>
                 {
                     Some(*node)
                 }
@@ -382,8 +388,8 @@ impl Checker {
             .collect();
         log.iter().any(|e| {
             matches!(e, SimEvent::Command { node, lu: l, removed, .. }
-                if *l == lu
-                    && failed_fencers.contains(node)
+                if *l == removed_on
+                    && fencers.contains(node)
                     && removed.contains(&key))
         })
     }
@@ -684,9 +690,11 @@ impl Checker {
             if let (Some(la), Some(lb)) = (a_only, b_only) {
                 // A third node's fence of one of them that did not succeed may have removed it
                 // from some LUs only: that fence reported failure and is rerun until it converges
-                // (P4). The split is then that fence's unfinished work, not the pair's.
-                if self.left_by_a_third_nodes_failed_fence(world, (a, b), lb, a)
-                    || self.left_by_a_third_nodes_failed_fence(world, (a, b), la, b)
+                // (P4). One that succeeded reporting an LU out of its reach left the victim there
+                // by the admin's choice, and the victim may have acted there since. The split is
+                // then that fence's unfinished or declared work, not the pair's.
+                if self.left_by_a_third_nodes_fence(world, (a, b), a, lb, la)
+                    || self.left_by_a_third_nodes_fence(world, (a, b), b, la, lb)
                 {
                     continue;
                 }

@@ -21,10 +21,10 @@ prfence-sim: the deterministic simulation of several nodes fencing each other (i
 
   prfence-sim run [--schedules N] [--seed S] [--jobs J] [--family F | --scenario TEXT]
       N random schedules (default 100000) from seed S (default 1) on J threads, each kept on
-      one CPU (default: one per CPU; on a 2-CPU virtual machine --jobs 1 was faster); F limits the scenarios to one family (mutual, ring, crowd, churn, pause, refence),
-      TEXT to one scenario (random and PCT schedules of it). --keep-going counts the broken
-      properties per kind of scenario instead of stopping at the first.
-      Stops at the first broken property, shrinks it and prints the counterexample.
+      one CPU (default: one per CPU); F limits the scenarios to one family (mutual, ring,
+      crowd, churn, pause, refence, lease, rerun, coordinated), TEXT to one scenario (random
+      and PCT schedules of it). Stops at the first broken property, shrinks it and prints the
+      counterexample; --keep-going counts the broken properties per kind of scenario instead.
   prfence-sim replay --seed S [--family F]     replays random run number S, with its timeline
   prfence-sim replay --scenario TEXT [--picks P]   replays a scenario and schedule (as printed)
   prfence-sim exhaustive --scenario TEXT [--limit N]
@@ -63,6 +63,10 @@ fn parse_picks(text: &str) -> Vec<usize> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     match args.first().map(String::as_str) {
         Some("run") => run(&args),
         Some("replay") => replay(&args),
