@@ -8,6 +8,7 @@ use crate::plan::Suite;
 pub mod agent;
 mod arrays;
 mod bench;
+mod bench_agent;
 mod cluster;
 mod coordinators;
 mod demo;
@@ -41,6 +42,7 @@ pub const ALL: &[Suite] = &[
     cluster::SUITE,
     quorum::SUITE,
     systemd::SUITE,
+    bench_agent::SUITE,
     nvme::SUITE,
     fence::SUITE_DEBIAN13,
     multipath::SUITE_DEBIAN13,

@@ -49,9 +49,9 @@ pub const SUITE: Suite = Suite {
     reproducers: &[],
 };
 
-const UNIT: &str = "prfence-agent.service";
-const CONFIG: &str = "/etc/prfence/agent.toml";
-const STATUS: &str = "/run/prfence/status.json";
+pub(super) const UNIT: &str = "prfence-agent.service";
+pub(super) const CONFIG: &str = "/etc/prfence/agent.toml";
+pub(super) const STATUS: &str = "/run/prfence/status.json";
 const RUNTIME_DIR: &str = "/run/prfence";
 /// softdog's default margin (`soft_margin`, 60 s): the agent checks that `watchdog.timeout`
 /// equals the driver's.
@@ -65,7 +65,7 @@ const UNIT_CAPS: u64 = (1 << 17) | (1 << 22);
 const CAP_KILL: u64 = 1 << 5;
 
 /// `systemctl ARGS`, which must succeed (else the error holds the agent's journal).
-fn systemctl(args: &[&str]) -> anyhow::Result<String> {
+pub(super) fn systemctl(args: &[&str]) -> anyhow::Result<String> {
     let run = crate::run("systemctl", args)?;
     if run.code() != 0 {
         bail!(
@@ -81,7 +81,7 @@ fn systemctl(args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// One property of a unit (`systemctl show -p NAME --value`).
-fn show(unit: &str, property: &str) -> anyhow::Result<String> {
+pub(super) fn show(unit: &str, property: &str) -> anyhow::Result<String> {
     Ok(systemctl(&["show", unit, "-p", property, "--value"])?
         .trim()
         .to_owned())
@@ -115,7 +115,7 @@ fn wait_for(
     }
 }
 
-fn journal() -> String {
+pub(super) fn journal() -> String {
     crate::run("journalctl", ["-u", UNIT, "--no-pager", "-n", "40"])
         .map(|r| r.stdout)
         .unwrap_or_default()
@@ -171,7 +171,7 @@ fn config(devices: &[PathBuf], tables: &str) -> String {
 /// What the tests change in the guest's system (the package's config, the units they start, the
 /// runtime directory, the files they add), put back when dropped: the next test, and the residue
 /// check, find the guest as the package left it.
-struct Restore {
+pub(super) struct Restore {
     /// The package's agent.toml, which the tests rewrite.
     config: String,
     times: crate::residue::WrittenTimes,
@@ -182,7 +182,7 @@ struct Restore {
 }
 
 impl Restore {
-    fn take() -> anyhow::Result<Restore> {
+    pub(super) fn take() -> anyhow::Result<Restore> {
         Ok(Restore {
             config: std::fs::read_to_string(CONFIG)
                 .with_context(|| format!("{CONFIG}: the package's configuration"))?,
