@@ -17,6 +17,14 @@ pub fn need(paths: usize) -> u64 {
     OWN.saturating_add(u64::try_from(paths).unwrap_or(u64::MAX))
 }
 
+/// Descriptors to spare beyond what `paths` LU paths need under the soft limit in force (`0`
+/// when it cannot be read): what a process may keep open for its own speed, never for a path.
+pub fn to_spare(paths: usize) -> usize {
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(0, |(soft, _)| {
+        usize::try_from(soft.saturating_sub(need(paths))).unwrap_or(usize::MAX)
+    })
+}
+
 /// The descriptor limit cannot hold the LUs' paths.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

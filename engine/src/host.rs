@@ -25,13 +25,15 @@ pub trait Host: Send + Sync + 'static {
     /// [`Host::resolve`] of each device on its own, for a caller that asks again every few
     /// seconds (the agent's checks). The system's host gives a device's previous answer again
     /// while sysfs shows nothing it rests on changed ([`Discovery::resolve_repeated`]); this
-    /// default discovers afresh every time. `fresh[i]`: discover device `i` afresh.
+    /// default discovers afresh every time. `fresh[i]`: discover device `i` afresh. `hold`: how
+    /// many descriptors the answers may keep open between calls.
     fn resolve_repeated(
         &self,
         devices: &[PathBuf],
         fresh: &[bool],
+        hold: usize,
     ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
-        let _ = fresh;
+        let _ = (fresh, hold);
         devices
             .iter()
             .map(|device| self.resolve(std::slice::from_ref(device)))
@@ -112,8 +114,9 @@ impl Host for SystemHost {
         &self,
         devices: &[PathBuf],
         fresh: &[bool],
+        hold: usize,
     ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
-        self.discovery.resolve_repeated(devices, fresh)
+        self.discovery.resolve_repeated(devices, fresh, hold)
     }
 
     fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError> {

@@ -267,10 +267,13 @@ impl LuTable {
                 forgotten || lu.discover_error.is_some() || lu.id.is_none()
             })
             .collect();
+        // Half of the descriptors to spare (the other half is for paths that appear meanwhile)
+        // keeps the paths' state files open between checks.
+        let hold = crate::descriptors::to_spare(self.size().1) / 2;
         let host = Arc::clone(host);
         let job = tokio::task::spawn_blocking(move || {
             let _busy = busy;
-            host.resolve_repeated(&devices, &fresh)
+            host.resolve_repeated(&devices, &fresh, hold)
                 .into_iter()
                 .map(|found| lu_spec(found, &*host).map_err(|e| e.to_string()))
                 .collect::<Vec<_>>()

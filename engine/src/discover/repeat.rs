@@ -18,6 +18,13 @@
 //! [`MAX_REUSES`] times before discovery runs afresh. NVMe namespaces are discovered afresh
 //! every time. The rest of what discovery reads (identity, serial, session parameters) belongs
 //! to a device for as long as it exists.
+//!
+//! Each path's `device/state` is read at every round, so it is kept open between rounds where
+//! the caller has descriptors to spare (`hold`): read again from its start (sysfs makes the
+//! contents afresh at each read from offset 0) and checked still linked, two system calls where
+//! opening it again takes four (the agent's largest cost per LU-check after its READ KEYS,
+//! issue 48). Once its device is removed, sysfs fails the read (ENODEV): a device added again
+//! under the same name is a new file, seen as a change.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -56,25 +63,63 @@ struct Answer {
 }
 
 /// One thing an answer rests on.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum Watched {
-    /// A file's inode number and contents.
+    /// A file's inode number and contents, and the file itself while it is held open.
     File {
         path: PathBuf,
         ino: u64,
         contents: Vec<u8>,
+        held: Option<std::fs::File>,
     },
     /// A directory's entry names.
     Dir { path: PathBuf, names: Vec<String> },
 }
 
+/// What was read, whether or not the file is held.
+impl PartialEq for Watched {
+    fn eq(&self, other: &Watched) -> bool {
+        match (self, other) {
+            (
+                Watched::File {
+                    path,
+                    ino,
+                    contents,
+                    ..
+                },
+                Watched::File {
+                    path: p,
+                    ino: i,
+                    contents: c,
+                    ..
+                },
+            ) => (path, ino, contents) == (p, i, c),
+            (Watched::Dir { path, names }, Watched::Dir { path: p, names: n }) => {
+                (path, names) == (p, n)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The longest contents a held file is compared in place (a path's state is a word).
+const HELD_READ: usize = 64;
+
 impl Watched {
-    fn file(path: PathBuf) -> Option<Watched> {
-        let (ino, contents) = read_with_inode(&path).ok()?;
+    /// `path` read now; kept open when `hold` has room left (taking one from it).
+    fn file(path: PathBuf, hold: &mut usize) -> Option<Watched> {
+        let mut file = std::fs::File::open(&path).ok()?;
+        let ino = file.metadata().ok()?.ino();
+        let contents = read_open(&mut file).ok()?;
+        let held = (*hold > 0 && contents.len() < HELD_READ).then(|| {
+            *hold -= 1;
+            file
+        });
         Some(Watched::File {
             path,
             ino,
             contents,
+            held,
         })
     }
 
@@ -86,12 +131,32 @@ impl Watched {
     fn unchanged(&self) -> bool {
         match self {
             Watched::File {
+                held: Some(file),
+                ino,
+                contents,
+                ..
+            } => {
+                use std::os::unix::fs::FileExt;
+                let mut now = [0u8; HELD_READ];
+                // Unlinked (a tree that is not sysfs) or no longer there (sysfs: ENODEV).
+                file.read_at(&mut now, 0)
+                    .is_ok_and(|n| now.get(..n) == Some(contents))
+                    && file
+                        .metadata()
+                        .is_ok_and(|m| m.nlink() > 0 && m.ino() == *ino)
+            }
+            Watched::File {
                 path,
                 ino,
                 contents,
+                held: None,
             } => read_with_inode(path).is_ok_and(|(i, c)| i == *ino && c == *contents),
             Watched::Dir { path, names } => entry_names(path).is_ok_and(|n| n == *names),
         }
+    }
+
+    fn is_held(&self) -> bool {
+        matches!(self, Watched::File { held: Some(_), .. })
     }
 }
 
@@ -101,15 +166,22 @@ fn read_with_inode(path: &Path) -> std::io::Result<(u64, Vec<u8>)> {
     Ok((ino, read_open(&mut file)?))
 }
 
+/// How many files an answer holds open.
+fn held(watched: &[Watched]) -> usize {
+    watched.iter().filter(|w| w.is_held()).count()
+}
+
 impl Discovery {
     /// [`Discovery::resolve`] of each device on its own, for a caller that asks every few
     /// seconds: a device's previous answer is given again while what it rests on is unchanged
     /// (see the module). `fresh[i]`: discover device `i` afresh (a command on one of its paths
-    /// failed, so the caller is about to open it again).
+    /// failed, so the caller is about to open it again). `hold`: how many descriptors the
+    /// answers may keep open between calls (files they watch).
     pub fn resolve_repeated(
         &self,
         devices: &[PathBuf],
         fresh: &[bool],
+        hold: usize,
     ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
         let inventory = self.inventory();
         let mut memo = self
@@ -126,6 +198,7 @@ impl Discovery {
             let asked: HashSet<&PathBuf> = devices.iter().collect();
             memo.answers.retain(|device, _| asked.contains(device));
         }
+        let mut hold = hold.saturating_sub(memo.answers.values().map(|a| held(&a.watched)).sum());
         let mut results = Vec::with_capacity(devices.len());
         for (index, device) in devices.iter().enumerate() {
             let fresh = fresh.get(index).copied().unwrap_or(true);
@@ -139,13 +212,13 @@ impl Discovery {
                 results.push(Ok(answer.lus.clone()));
                 continue;
             }
-            let before = memo
-                .answers
-                .remove(device)
-                .and_then(|previous| self.watch_list(device, &previous.lus));
+            let before = memo.answers.remove(device).and_then(|previous| {
+                hold += held(&previous.watched);
+                self.watch_list(device, &previous.lus, &mut 0)
+            });
             let result = self.resolve(std::slice::from_ref(device));
             if let Ok(lus) = &result
-                && let Some(watched) = self.watch_list(device, lus)
+                && let Some(watched) = self.watch_list(device, lus, &mut hold)
             {
                 let trusted = memo.inventory.is_some() && before.as_ref() == Some(&watched);
                 memo.answers.insert(
@@ -177,15 +250,15 @@ impl Discovery {
         })
     }
 
-    /// What an answer for `device` rests on, read now; `None` when it cannot be given again
-    /// (an NVMe path, something unreadable).
-    fn watch_list(&self, device: &Path, lus: &[Lu]) -> Option<Vec<Watched>> {
+    /// What an answer for `device` rests on, read now, holding files open while `hold` has room;
+    /// `None` when it cannot be given again (an NVMe path, something unreadable).
+    fn watch_list(&self, device: &Path, lus: &[Lu], hold: &mut usize) -> Option<Vec<Watched>> {
         let mut watched = Vec::new();
         let name = self.kernel_name(device).ok()?;
         if name.starts_with("dm-") {
             let map = self.sys.join("class/block").join(&name);
             watched.push(Watched::dir(map.join("slaves"))?);
-            watched.push(Watched::file(map.join("dm/uuid"))?);
+            watched.push(Watched::file(map.join("dm/uuid"), hold)?);
         }
         for path in lus.iter().flat_map(|lu| &lu.paths) {
             if path.protocol != Protocol::Scsi {
@@ -197,7 +270,7 @@ impl Discovery {
             } else {
                 self.sys.join("class/block").join(&path.name)
             };
-            watched.push(Watched::file(class.join("device/state"))?);
+            watched.push(Watched::file(class.join("device/state"), hold)?);
         }
         Some(watched)
     }

@@ -1032,9 +1032,9 @@ mod repeated {
     /// behind discovery's back.
     fn settled(t: &Tree, d: &Discovery, devices: &[PathBuf]) {
         let fresh = vec![false; devices.len()];
-        let first = ids(&d.resolve_repeated(devices, &fresh));
+        let first = ids(&d.resolve_repeated(devices, &fresh, usize::MAX));
         assert_eq!(first[0], LUN0);
-        assert_eq!(first, ids(&d.resolve_repeated(devices, &fresh)));
+        assert_eq!(first, ids(&d.resolve_repeated(devices, &fresh, usize::MAX)));
         change_identity_behind_its_back(t);
     }
 
@@ -1049,9 +1049,12 @@ mod repeated {
         let devices = [t.dev("sda")];
         settled(&t, &d, &devices);
         for _ in 0..repeat::MAX_REUSES {
-            assert_eq!(ids(&d.resolve_repeated(&devices, &[false])), [LUN0]);
+            assert_eq!(
+                ids(&d.resolve_repeated(&devices, &[false], usize::MAX)),
+                [LUN0]
+            );
         }
-        let afresh = ids(&d.resolve_repeated(&devices, &[false]));
+        let afresh = ids(&d.resolve_repeated(&devices, &[false], usize::MAX));
         assert!(
             failed(&afresh),
             "discovered afresh after {} reuses: {afresh:?}",
@@ -1065,7 +1068,11 @@ mod repeated {
         let d = t.discovery();
         let devices = [t.dev("sda")];
         settled(&t, &d, &devices);
-        assert!(failed(&ids(&d.resolve_repeated(&devices, &[true]))));
+        assert!(failed(&ids(&d.resolve_repeated(
+            &devices,
+            &[true],
+            usize::MAX
+        ))));
     }
 
     #[test]
@@ -1074,12 +1081,49 @@ mod repeated {
         let d = t.discovery();
         let devices = [t.dev("sda")];
         for _ in 0..3 {
-            assert_eq!(ids(&d.resolve_repeated(&devices, &[false])), [LUN0]);
+            assert_eq!(
+                ids(&d.resolve_repeated(&devices, &[false], usize::MAX)),
+                [LUN0]
+            );
         }
         t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
-        let again = d.resolve_repeated(&devices, &[false]);
+        let again = d.resolve_repeated(&devices, &[false], usize::MAX);
         let lus = again[0].as_ref().unwrap();
         assert_eq!(lus[0].paths[0].state, PathState::TransportOffline);
+    }
+
+    /// The same, with the state file read afresh each round (no descriptors to hold it open).
+    #[test]
+    fn a_path_state_change_is_seen_at_once_without_a_held_file() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda")];
+        for _ in 0..3 {
+            assert_eq!(ids(&d.resolve_repeated(&devices, &[false], 0)), [LUN0]);
+        }
+        t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
+        let again = d.resolve_repeated(&devices, &[false], 0);
+        let lus = again[0].as_ref().unwrap();
+        assert_eq!(lus[0].paths[0].state, PathState::TransportOffline);
+    }
+
+    /// A device removed and added again under the same name between two rounds: its state file
+    /// reads the same, but it is another file (sysfs fails the held one's read; here it is
+    /// unlinked), so the answer is not given again.
+    #[test]
+    fn a_state_file_made_again_under_the_same_name_is_a_change() {
+        for hold in [usize::MAX, 0] {
+            let t = Tree::lab();
+            let d = t.discovery();
+            let devices = [t.dev("sda")];
+            settled(&t, &d, &devices);
+            let state = t.sys().join(SDA_DIR).join("state");
+            let text = fs::read(&state).unwrap();
+            fs::remove_file(&state).unwrap();
+            fs::write(&state, text).unwrap();
+            let again = ids(&d.resolve_repeated(&devices, &[false], hold));
+            assert!(failed(&again), "hold {hold}: {again:?}");
+        }
     }
 
     #[test]
@@ -1089,7 +1133,7 @@ mod repeated {
         let devices = [t.dev("sda"), t.dev("sdd")];
         settled(&t, &d, &devices);
         t.disk(3, 4, 0, "sdg", "sg6", Some(LUN0), Some(LIO_PG83), "running");
-        let again = ids(&d.resolve_repeated(&devices, &[false, false]));
+        let again = ids(&d.resolve_repeated(&devices, &[false, false], usize::MAX));
         assert!(failed(&again), "{again:?}");
         assert_eq!(again[1], LUN1);
     }
@@ -1107,7 +1151,7 @@ mod repeated {
         let devices = [t.dev("dm-0")];
         let fresh = [false];
         for _ in 0..3 {
-            let lus = d.resolve_repeated(&devices, &fresh);
+            let lus = d.resolve_repeated(&devices, &fresh, usize::MAX);
             assert_eq!(names(&lus[0].as_ref().unwrap()[0]), ["sdc"]);
         }
         // multipathd adds sda to the map: no block device appeared, the map's slaves changed.
@@ -1118,7 +1162,7 @@ mod repeated {
             t.sys().join("devices/virtual/block/dm-0/slaves/sda"),
         )
         .unwrap();
-        let lus = d.resolve_repeated(&devices, &fresh);
+        let lus = d.resolve_repeated(&devices, &fresh, usize::MAX);
         assert_eq!(names(&lus[0].as_ref().unwrap()[0]), ["sda", "sdc"]);
     }
 
@@ -1127,10 +1171,17 @@ mod repeated {
         let t = Tree::lab();
         let d = t.discovery();
         let devices = [t.dev("sda")];
-        assert_eq!(ids(&d.resolve_repeated(&devices, &[false])), [LUN0]);
+        assert_eq!(
+            ids(&d.resolve_repeated(&devices, &[false], usize::MAX)),
+            [LUN0]
+        );
         change_identity_behind_its_back(&t);
         // Trusted only once two discoveries in a row found the same state around them.
-        assert!(failed(&ids(&d.resolve_repeated(&devices, &[false]))));
+        assert!(failed(&ids(&d.resolve_repeated(
+            &devices,
+            &[false],
+            usize::MAX
+        ))));
     }
 
     #[test]
@@ -1145,13 +1196,13 @@ mod repeated {
         let d = t.discovery();
         let devices = [t.dev("nvme1n1")];
         for _ in 0..3 {
-            assert!(d.resolve_repeated(&devices, &[false])[0].is_ok());
+            assert!(d.resolve_repeated(&devices, &[false], usize::MAX)[0].is_ok());
         }
         t.write(
             "devices/virtual/nvme-fabrics/ctl/nvme1/state",
             "connecting\n",
         );
-        let lus = d.resolve_repeated(&devices, &[false]);
+        let lus = d.resolve_repeated(&devices, &[false], usize::MAX);
         assert!(!lus[0].as_ref().unwrap()[0].paths[0].is_live());
     }
 }
