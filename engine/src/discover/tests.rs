@@ -1075,36 +1075,26 @@ mod repeated {
         ))));
     }
 
+    /// With the state file held open between rounds, and read afresh each round (no
+    /// descriptors to spare).
     #[test]
     fn a_path_state_change_is_seen_at_once() {
-        let t = Tree::lab();
-        let d = t.discovery();
-        let devices = [t.dev("sda")];
-        for _ in 0..3 {
+        for hold in [usize::MAX, 0] {
+            let t = Tree::lab();
+            let d = t.discovery();
+            let devices = [t.dev("sda")];
+            for _ in 0..3 {
+                assert_eq!(ids(&d.resolve_repeated(&devices, &[false], hold)), [LUN0]);
+            }
+            t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
+            let again = d.resolve_repeated(&devices, &[false], hold);
+            let lus = again[0].as_ref().unwrap();
             assert_eq!(
-                ids(&d.resolve_repeated(&devices, &[false], usize::MAX)),
-                [LUN0]
+                lus[0].paths[0].state,
+                PathState::TransportOffline,
+                "hold {hold}"
             );
         }
-        t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
-        let again = d.resolve_repeated(&devices, &[false], usize::MAX);
-        let lus = again[0].as_ref().unwrap();
-        assert_eq!(lus[0].paths[0].state, PathState::TransportOffline);
-    }
-
-    /// The same, with the state file read afresh each round (no descriptors to hold it open).
-    #[test]
-    fn a_path_state_change_is_seen_at_once_without_a_held_file() {
-        let t = Tree::lab();
-        let d = t.discovery();
-        let devices = [t.dev("sda")];
-        for _ in 0..3 {
-            assert_eq!(ids(&d.resolve_repeated(&devices, &[false], 0)), [LUN0]);
-        }
-        t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
-        let again = d.resolve_repeated(&devices, &[false], 0);
-        let lus = again[0].as_ref().unwrap();
-        assert_eq!(lus[0].paths[0].state, PathState::TransportOffline);
     }
 
     /// A device removed and added again under the same name between two rounds: its state file
