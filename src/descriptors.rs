@@ -93,6 +93,17 @@ mod tests {
         assert!(need(1024 * 4) > 4096);
     }
 
+    /// What is spare is what the soft limit leaves beyond the paths and prfence's own (never
+    /// past the hard limit), and nothing once the paths take it all. (The soft limit may be
+    /// raised and put back by the test below meanwhile: only the hard one is compared.)
+    #[test]
+    fn what_is_spare_is_beyond_the_paths_and_the_own() {
+        let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        let spare = u64::try_from(to_spare(10)).unwrap();
+        assert!(spare.saturating_add(OWN + 10) <= hard, "{spare} of {hard}");
+        assert_eq!(to_spare(usize::MAX), 0);
+    }
+
     /// The packaged unit's limit holds the most LUs the agent takes with 15 paths each.
     #[test]
     fn the_packaged_limit_fits_the_largest_configuration() {
