@@ -352,45 +352,46 @@ impl Checker {
         }
     }
 
-    /// Whether a node other than the two of `pair` removed `victim`'s key from `removed_on` in a
-    /// fence of `victim` that left the rest for later: one that ended without success (it is
-    /// rerun until it converges, P4), or one that succeeded reporting `kept_on` not fenced
-    /// (`unreachable=report`: the victim's key stays there by the admin's choice until that fence
-    /// is rerun; meanwhile the victim, fenced on the coordinators, may still act there).
+    /// Whether a node other than the two of `pair` removed `victim`'s key from `removed_on`, at or
+    /// after log index `since` (the pair's race began), in a fence of `victim` that left the rest
+    /// for later: one that ended without success (it is rerun until it converges, P4), or one
+    /// that succeeded reporting `kept_on` not fenced (`unreachable=report`: the victim's key
+    /// stays there by the admin's choice until that fence is rerun; meanwhile the victim, fenced
+    /// on the coordinators, may still act there). The removal must be that very fence's command.
     fn left_by_a_third_nodes_fence(
         &self,
         world: &World,
         pair: (usize, usize),
         victim: usize,
-        removed_on: usize,
-        kept_on: usize,
+        (removed_on, kept_on): (usize, usize),
+        since: usize,
     ) -> bool {
         let log = world.log();
         let key = world.key(victim);
-        let fencers: Vec<usize> = log
-            .iter()
-            .filter_map(|e| match e {
-                SimEvent::OpEnd {
-                    node,
-                    op: Op::Fence { victim: v } | Op::Refence { victim: v },
-                    outcome,
-                    unfenced,
-                    ..
-                } if *v == victim
-                    && *node != pair.0
-                    && *node != pair.1
-                    && (*outcome != Outcome::Success || unfenced.contains(&kept_on)) =>
-                {
-                    Some(*node)
-                }
-                _ => None,
+        log.iter().enumerate().any(|(end, e)| {
+            let SimEvent::OpEnd {
+                node,
+                id,
+                op: Op::Fence { victim: v } | Op::Refence { victim: v },
+                outcome,
+                unfenced,
+                ..
+            } = e
+            else {
+                return false;
+            };
+            let left_for_later = *outcome != Outcome::Success || unfenced.contains(&kept_on);
+            if *v != victim || pair.0 == *node || pair.1 == *node || !left_for_later {
+                return false;
+            }
+            let Some(start) = self.started.get(*id).copied().flatten() else {
+                return false;
+            };
+            let label = format!("n{node} {}", start.op);
+            log[start.at.max(since)..end].iter().any(|c| {
+                matches!(c, SimEvent::Command { label: l, lu, removed, .. }
+                    if **l == *label && *lu == removed_on && removed.contains(&key))
             })
-            .collect();
-        log.iter().any(|e| {
-            matches!(e, SimEvent::Command { node, lu: l, removed, .. }
-                if *l == removed_on
-                    && fencers.contains(node)
-                    && removed.contains(&key))
         })
     }
 
@@ -693,8 +694,8 @@ impl Checker {
                 // (P4). One that succeeded reporting an LU out of its reach left the victim there
                 // by the admin's choice, and the victim may have acted there since. The split is
                 // then that fence's unfinished or declared work, not the pair's.
-                if self.left_by_a_third_nodes_fence(world, (a, b), a, lb, la)
-                    || self.left_by_a_third_nodes_fence(world, (a, b), b, la, lb)
+                if self.left_by_a_third_nodes_fence(world, (a, b), a, (lb, la), since)
+                    || self.left_by_a_third_nodes_fence(world, (a, b), b, (la, lb), since)
                 {
                     continue;
                 }

@@ -268,8 +268,14 @@ impl LuTable {
             })
             .collect();
         // Half of the descriptors to spare (the other half is for paths that appear meanwhile)
-        // keeps the paths' state files open between checks.
-        let hold = crate::descriptors::to_spare(self.size().1) / 2;
+        // keeps the paths' state files open between checks; none while an LU's paths are not
+        // known yet (the first discovery, an LU out of reach), whose paths the spare must hold.
+        let paths = self.size().1;
+        let hold = if self.lus.iter().any(|lu| lu.id.is_none()) {
+            0
+        } else {
+            crate::descriptors::to_spare(paths) / 2
+        };
         let host = Arc::clone(host);
         let job = tokio::task::spawn_blocking(move || {
             let _busy = busy;

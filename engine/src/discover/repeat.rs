@@ -19,12 +19,13 @@
 //! every time. The rest of what discovery reads (identity, serial, session parameters) belongs
 //! to a device for as long as it exists.
 //!
-//! Each path's `device/state` is read at every round, so it is kept open between rounds where
-//! the caller has descriptors to spare (`hold`): read again from its start (sysfs makes the
-//! contents afresh at each read from offset 0) and checked still linked, two system calls where
-//! opening it again takes four (the agent's largest cost per LU-check after its READ KEYS,
-//! issue 48). Once its device is removed, sysfs fails the read (ENODEV): a device added again
-//! under the same name is a new file, seen as a change.
+//! Each path's `device/state` (and a map's `dm/uuid`) is read at every round, so it is kept open
+//! between rounds where the caller has descriptors to spare (`hold`, files given back when it
+//! shrinks): read again from its start (a read from offset 0 makes sysfs contents afresh) and
+//! checked still linked, two system calls where opening it again takes four (the agent's largest
+//! cost per LU-check after its READ KEYS, issue 48). Once its device is removed, sysfs fails the
+//! read (ENODEV), so a device added again under the same name is a change, as its new inode
+//! number is for a file opened afresh.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -132,18 +133,16 @@ impl Watched {
         match self {
             Watched::File {
                 held: Some(file),
-                ino,
                 contents,
                 ..
             } => {
                 use std::os::unix::fs::FileExt;
                 let mut now = [0u8; HELD_READ];
-                // Unlinked (a tree that is not sysfs) or no longer there (sysfs: ENODEV).
+                // On sysfs a removed device's file fails the read (ENODEV); the link count is for
+                // a tree that is not sysfs (the tests'), where a removed file still reads.
                 file.read_at(&mut now, 0)
                     .is_ok_and(|n| now.get(..n) == Some(contents))
-                    && file
-                        .metadata()
-                        .is_ok_and(|m| m.nlink() > 0 && m.ino() == *ino)
+                    && file.metadata().is_ok_and(|m| m.nlink() > 0)
             }
             Watched::File {
                 path,
@@ -158,12 +157,27 @@ impl Watched {
     fn is_held(&self) -> bool {
         matches!(self, Watched::File { held: Some(_), .. })
     }
+
+    /// Closes a held file: it is opened at each round from now on.
+    fn let_go(&mut self) {
+        if let Watched::File { held, .. } = self {
+            *held = None;
+        }
+    }
 }
 
 fn read_with_inode(path: &Path) -> std::io::Result<(u64, Vec<u8>)> {
     let mut file = std::fs::File::open(path)?;
     let ino = file.metadata()?.ino();
     Ok((ino, read_open(&mut file)?))
+}
+
+impl Memo {
+    /// Files held open by every answer, for tests of the budget.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.answers.values().map(|a| held(&a.watched)).sum()
+    }
 }
 
 /// How many files an answer holds open.
@@ -198,7 +212,18 @@ impl Discovery {
             let asked: HashSet<&PathBuf> = devices.iter().collect();
             memo.answers.retain(|device, _| asked.contains(device));
         }
-        let mut hold = hold.saturating_sub(memo.answers.values().map(|a| held(&a.watched)).sum());
+        // What is held already counts against `hold`; past it (the caller's spare shrank as paths
+        // appeared), files are given back.
+        let mut hold = hold;
+        for watched in memo.answers.values_mut().flat_map(|a| a.watched.iter_mut()) {
+            if watched.is_held() {
+                if hold > 0 {
+                    hold -= 1;
+                } else {
+                    watched.let_go();
+                }
+            }
+        }
         let mut results = Vec::with_capacity(devices.len());
         for (index, device) in devices.iter().enumerate() {
             let fresh = fresh.get(index).copied().unwrap_or(true);
@@ -253,6 +278,19 @@ impl Discovery {
     /// What an answer for `device` rests on, read now, holding files open while `hold` has room;
     /// `None` when it cannot be given again (an NVMe path, something unreadable).
     fn watch_list(&self, device: &Path, lus: &[Lu], hold: &mut usize) -> Option<Vec<Watched>> {
+        // Taken from `hold` only when the list is made: a failure midway closes what it opened.
+        let mut left = *hold;
+        let watched = self.watch_list_within(device, lus, &mut left)?;
+        *hold = left;
+        Some(watched)
+    }
+
+    fn watch_list_within(
+        &self,
+        device: &Path,
+        lus: &[Lu],
+        hold: &mut usize,
+    ) -> Option<Vec<Watched>> {
         let mut watched = Vec::new();
         let name = self.kernel_name(device).ok()?;
         if name.starts_with("dm-") {

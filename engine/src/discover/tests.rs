@@ -1097,6 +1097,28 @@ mod repeated {
         }
     }
 
+    /// Files are held up to the budget given, and given back when it shrinks.
+    #[test]
+    fn state_files_are_held_within_the_budget_and_given_back() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda"), t.dev("sdd")];
+        let held = || d.repeated.lock().unwrap().held();
+        d.resolve_repeated(&devices, &[false, false], 1);
+        assert_eq!(held(), 1, "two paths, room for one");
+        // Not trusted yet (a first answer is not given again): discovered again, with room.
+        d.resolve_repeated(&devices, &[false, false], usize::MAX);
+        assert_eq!(held(), 2);
+        d.resolve_repeated(&devices, &[false, false], 1);
+        assert_eq!(held(), 1, "the budget shrank: one given back");
+        d.resolve_repeated(&devices, &[false, false], 0);
+        assert_eq!(held(), 0);
+        assert_eq!(
+            ids(&d.resolve_repeated(&devices, &[false, false], 0)),
+            [LUN0, LUN1]
+        );
+    }
+
     /// A device removed and added again under the same name between two rounds: its state file
     /// reads the same, but it is another file (sysfs fails the held one's read; here it is
     /// unlinked), so the answer is not given again.
