@@ -53,6 +53,13 @@ struct Fenced {
     removed: bool,
 }
 
+/// The label of operation `id` (node `node` running `op`) and of every thread it starts, as the
+/// log names their commands. The id tells apart two of one node's operations alike (two fences
+/// of one victim at once), whose commands the checker must not mix up.
+pub fn op_label(node: usize, id: usize, op: Op) -> String {
+    format!("n{node} {op} #{id}")
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Started {
     node: usize,
@@ -135,7 +142,7 @@ impl Checker {
         key: Key,
         before: usize,
     ) -> Option<&Fenced> {
-        if label != format!("n{node} {}", Op::Rejoin) {
+        if !label.starts_with(&format!("n{node} {} #", Op::Rejoin)) {
             return None;
         }
         let started = self
@@ -387,7 +394,7 @@ impl Checker {
             let Some(start) = self.started.get(*id).copied().flatten() else {
                 return false;
             };
-            let label = format!("n{node} {}", start.op);
+            let label = op_label(*node, *id, start.op);
             log[start.at.max(since)..end].iter().any(|c| {
                 matches!(c, SimEvent::Command { label: l, lu, removed, .. }
                     if **l == *label && *lu == removed_on && removed.contains(&key))
@@ -501,7 +508,7 @@ impl Checker {
             .get(id)
             .copied()
             .flatten()
-            .map(|start| (start.at, format!("n{node} {}", start.op)));
+            .map(|start| (start.at, op_label(node, id, start.op)));
         for &lu in unfenced {
             let answered = label.as_ref().is_some_and(|(start, label)| {
                 let mut last: Vec<(usize, bool)> = Vec::new();
@@ -573,7 +580,7 @@ impl Checker {
         let Some(start) = self.started.get(id).copied().flatten() else {
             return;
         };
-        let label = format!("n{node} {}", start.op);
+        let label = op_label(node, id, start.op);
         let changed: Vec<String> = world.log()[start.at..index]
             .iter()
             .filter_map(|e| match e {

@@ -385,7 +385,7 @@ pub fn run(scenario: &Scenario, chooser: &mut dyn Chooser) -> ScheduleRun {
     }
     for (id, action) in scenario.actions.iter().copied().enumerate() {
         let w = Arc::clone(&world);
-        let label: Arc<str> = Arc::from(format!("n{} {}", action.node, action.op));
+        let label: Arc<str> = Arc::from(crate::check::op_label(action.node, id, action.op));
         let _ = sim.start(
             action.node,
             label,

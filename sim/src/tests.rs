@@ -284,7 +284,7 @@ fn a_reachable_lu_reported_not_fenced_is_caught() {
     world.record(SimEvent::Command {
         time: 0,
         node: 0,
-        label: std::sync::Arc::from(format!("n0 {op}")),
+        label: std::sync::Arc::from(crate::check::op_label(0, 0, op)),
         lu: 0,
         path: 0,
         what: "PREEMPT AND ABORT".to_owned(),
@@ -721,6 +721,41 @@ mod regressions {
         let end = end_keys(&run, 4, 8);
         assert!(end[0].contains(&n1) && !end[0].contains(&n0), "{end:?}");
         assert!(end[1].contains(&n0) && !end[1].contains(&n1), "{end:?}");
+    }
+
+    /// The million-schedule run's seed 26633 (coordinated family, `unreachable=report`): node 0
+    /// runs two fences of node 1 at once; fence #0's last command on LU0 was cut off (its array
+    /// lost) and it reported LU0 not fenced, while fence #3's READ FULL STATUS sent before the
+    /// cut came back GOOD. The checker named both fences' commands alike ("n0 fence(n1)") and
+    /// took #3's answer for #0's: P1 "though the target answered it there". Each operation's
+    /// label now carries its id; this schedule must stay safe.
+    #[test]
+    fn two_fences_of_one_node_are_told_apart() {
+        const PICKS: &str = "\
+             8,4,0,7,0,7,4,7,0,1,0,6,0,13,18,13,0,19,0,14,3,13,0,9,0,12,0,\
+             10,0,16,2,1,0,8,0,7,0,10,0,0,0,3,0,1,0,15,0,9,0,19,5,0,0,0,\
+             11,2,10,0,17,3,0,8,13,0,2,0,17,0,16,0,1,0,1,0,5,0,1,0,1,0,4,\
+             0,3,0,15,3,0,14,0,3,0,0,0,5,0,7,0,11,0,1,0,9,0,10,1,0,6,0,7,\
+             0,6,0,6,1,6,0,7,0,7,0,6,0,4,0,2,0,2,0,6,0,5,3,3,0,4,0,3,0,\
+             6,3,0,11,12,12,0,6,0,10,0,1,0,0,0,2,0,3,0,13,5,0,13,12,0,9,0,\
+             10,0,3,0,0,0,3,0,0,0,7,0,3,0,0,4,8,0,2,0,5,0,2,0,0,0,2,0,2,\
+             0";
+        let picks: Vec<usize> = PICKS
+            .split(',')
+            .map(|p| p.trim().parse().unwrap())
+            .collect();
+        let run = replay(
+            "lio nodes=3 lus=2 paths=1 coordinators=5 unreachable=report n0:fence(n1)@0ms \
+             n1:fence(n0)@900ms n2:fence(n1)@1100ms n0:fence(n1)@900ms n0:watch@0ms n1:watch@0ms \
+             writer:n1 cut:n0/l3@1791ms cut:n0/l0@1791ms cut:n2/l3@1791ms cut:n2/l0@1791ms \
+             pause:n1@1791ms resume:n1@4791ms ppm=1794,575,-962 faults",
+            &picks,
+        );
+        let reported = run.log.iter().any(|e| {
+            matches!(e, SimEvent::OpEnd { node: 0, id: 0, outcome: Outcome::Success, unfenced, .. }
+                if *unfenced == [0])
+        });
+        assert!(reported, "{}", explore::timeline(&run));
     }
 
     /// P4: a second fence of a fenced node sent REGISTER AND IGNORE EXISTING KEY to every
