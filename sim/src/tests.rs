@@ -507,6 +507,15 @@ fn two_survivors_are_caught() {
 mod regressions {
     use super::*;
 
+    /// [`replay`] of picks as the run printed them (`1,0,2,...`).
+    fn replay_printed(scenario: &str, picks: &str) -> ScheduleRun {
+        let picks: Vec<usize> = picks
+            .split(',')
+            .map(|p| p.trim().parse().unwrap())
+            .collect();
+        replay(scenario, &picks)
+    }
+
     pub(super) fn replay(scenario: &str, picks: &[usize]) -> ScheduleRun {
         let scenario: Scenario = scenario.parse().unwrap();
         let run = explore::run(&scenario, &mut Replay::new(picks.to_vec()));
@@ -699,15 +708,11 @@ mod regressions {
              0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,0,\
              0,0,0,1,0,0,0,0,0,0,0,0,0,1,1,0,1,1,0,0,0,0,0,1,0,0,1,0,1,\
              0,1";
-        let picks: Vec<usize> = PICKS
-            .split(',')
-            .map(|p| p.trim().parse().unwrap())
-            .collect();
-        let run = replay(
+        let run = replay_printed(
             "lio nodes=4 lus=3 paths=2 coordinators=5 unreachable=report n0:fence(n1)@0ms \
              n1:fence(n0)@200ms n2:fence(n1)@1100ms n1:fence(n0)@0ms n2:watch@0ms n3:watch@0ms \
              writer:n2 cut:n2/l0@799ms ppm=0,0,0,0 clock-stops faults",
-            &picks,
+            PICKS,
         );
         assert_eq!(ends(&run, 0), [Outcome::ThisNodeFenced]);
         assert_eq!(ends(&run, 1), [Outcome::Failure, Outcome::ThisNodeFenced]);
@@ -740,16 +745,12 @@ mod regressions {
              6,3,0,11,12,12,0,6,0,10,0,1,0,0,0,2,0,3,0,13,5,0,13,12,0,9,0,\
              10,0,3,0,0,0,3,0,0,0,7,0,3,0,0,4,8,0,2,0,5,0,2,0,0,0,2,0,2,\
              0";
-        let picks: Vec<usize> = PICKS
-            .split(',')
-            .map(|p| p.trim().parse().unwrap())
-            .collect();
-        let run = replay(
+        let run = replay_printed(
             "lio nodes=3 lus=2 paths=1 coordinators=5 unreachable=report n0:fence(n1)@0ms \
              n1:fence(n0)@900ms n2:fence(n1)@1100ms n0:fence(n1)@900ms n0:watch@0ms n1:watch@0ms \
              writer:n1 cut:n0/l3@1791ms cut:n0/l0@1791ms cut:n2/l3@1791ms cut:n2/l0@1791ms \
              pause:n1@1791ms resume:n1@4791ms ppm=1794,575,-962 faults",
-            &picks,
+            PICKS,
         );
         let reported = run.log.iter().any(|e| {
             matches!(e, SimEvent::OpEnd { node: 0, id: 0, outcome: Outcome::Success, unfenced, .. }
