@@ -25,7 +25,7 @@ use anyhow::{Context, bail, ensure};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::systemd::{CONFIG, Restore, STATUS, UNIT, journal, show, systemctl};
+use super::systemd::{CONFIG, Restore, UNIT, journal, show, status, systemctl};
 use crate::floor::{self, cpu_ticks, status_kib};
 use crate::plan::Suite;
 use crate::{Node, Topology};
@@ -289,8 +289,7 @@ fn watch_cost(luns: usize, paths: usize, window: Duration) -> anyhow::Result<()>
 
 /// The unit's status file: its state and how many checks it has ended.
 fn checks() -> Option<(String, u64)> {
-    let text = std::fs::read_to_string(STATUS).ok()?;
-    let status: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let status = status().ok()?;
     Some((
         status["state"].as_str()?.to_owned(),
         status["checks"].as_u64()?,

@@ -51,7 +51,7 @@ pub const SUITE: Suite = Suite {
 
 pub(super) const UNIT: &str = "prfence-agent.service";
 pub(super) const CONFIG: &str = "/etc/prfence/agent.toml";
-pub(super) const STATUS: &str = "/run/prfence/status.json";
+const STATUS: &str = "/run/prfence/status.json";
 const RUNTIME_DIR: &str = "/run/prfence";
 /// softdog's default margin (`soft_margin`, 60 s): the agent checks that `watchdog.timeout`
 /// equals the driver's.
@@ -87,7 +87,7 @@ pub(super) fn show(unit: &str, property: &str) -> anyhow::Result<String> {
         .to_owned())
 }
 
-fn status() -> anyhow::Result<Value> {
+pub(super) fn status() -> anyhow::Result<Value> {
     let text = std::fs::read_to_string(STATUS).with_context(|| format!("reading {STATUS}"))?;
     serde_json::from_str(&text).with_context(|| format!("{STATUS} is not JSON: {text}"))
 }
