@@ -24,7 +24,8 @@ prfence-sim: the deterministic simulation of several nodes fencing each other (i
       one CPU (default: one per CPU); F limits the scenarios to one family (mutual, ring,
       crowd, churn, pause, refence, lease, rerun, coordinated), TEXT to one scenario (random
       and PCT schedules of it). Stops at the first broken property, shrinks it and prints the
-      counterexample; --keep-going counts the broken properties per kind of scenario instead.
+      counterexample; --keep-going counts the broken properties per kind of scenario instead
+      and prints each broken seed on stderr as it is found.
   prfence-sim replay --seed S [--family F]     replays random run number S, with its timeline
   prfence-sim replay --scenario TEXT [--picks P]   replays a scenario and schedule (as printed)
   prfence-sim exhaustive --scenario TEXT [--limit N]
@@ -157,6 +158,10 @@ fn run(args: &[String]) -> ExitCode {
                             .map_or("", |v| v.property)
                             .to_owned();
                         let name = format!("{} {what}", scenario_family(&scenario));
+                        if !what.is_empty() {
+                            // Every broken seed, so each can be replayed, not only the first.
+                            eprintln!("seed {seed} broke {name}");
+                        }
                         let mut t = tally.lock().unwrap();
                         let entry = t.entry(name).or_insert((0, seed));
                         entry.0 += 1;
