@@ -34,7 +34,7 @@ use super::status::{
     HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
     WatchdogStep,
 };
-use super::status_file;
+use super::status_file::{self, StatusFile};
 use super::watchdog::{Pinned, Watchdog};
 use crate::host::Host;
 use crate::ops::LuSet;
@@ -111,7 +111,7 @@ pub struct Agent {
     pub(super) metrics: Arc<Mutex<Metrics>>,
     pub(super) status: Arc<Mutex<Status>>,
     pub(super) notifier: Notifier,
-    status_file: Option<PathBuf>,
+    status_file: Option<Mutex<StatusFile>>,
     pub(super) sys_root: PathBuf,
     watchdog: Option<Watchdog>,
     watchdog_pin: Option<Pinned>,
@@ -218,7 +218,7 @@ impl Agent {
             settings,
             host: options.host,
             notifier: options.notifier,
-            status_file: options.status_file,
+            status_file: options.status_file.map(|p| Mutex::new(StatusFile::new(p))),
             sys_root: options.sys_root,
             watchdog: None,
             watchdog_pin: options.watchdog_pin,
@@ -357,15 +357,22 @@ impl Agent {
             metrics.set_blocked_paths(self.table.blocked_paths());
             metrics.set_state(state);
         }
-        if let Some(path) = &self.status_file {
-            let mut status = lock(&self.status).clone();
-            status.updated_unix = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|since| since.as_secs());
-            if let Err(e) = status_file::write(path, &status) {
+        if let Some(file) = &self.status_file {
+            let mut file = lock(file);
+            let changed = {
+                let status = lock(&self.status);
+                file.due(&status).then(|| status.clone())
+            };
+            let written = match changed {
+                Some(status) => file.write(status),
+                // The file removed meanwhile: written again at once.
+                None => file
+                    .touch()
+                    .or_else(|_| file.write(lock(&self.status).clone())),
+            };
+            if let Err(e) = written {
                 lock(&self.metrics).record_status_file_error();
-                tracing::warn!(path = %path.display(), error = %e, "cannot write the status file");
+                tracing::warn!(path = %file.path.display(), error = %e, "cannot write the status file");
             }
         }
     }
@@ -374,9 +381,9 @@ impl Agent {
     /// (killed or crashed mid-way: its status file says so). Such an agent must not come back
     /// waiting for a key that is gone: the caller runs the self-fence again.
     pub(super) fn unfinished_self_fence(&self) -> Option<String> {
-        let path = self.status_file.as_ref()?;
+        let path = lock(self.status_file.as_ref()?).path.clone();
         let boot = lock(&self.status).boot_id.clone()?;
-        status_file::unfinished_self_fence(path, &boot)
+        status_file::unfinished_self_fence(&path, &boot)
     }
 
     /// The self-fence actions, in order: stop feeding the watchdog, run the hook, reboot; if

@@ -1,5 +1,5 @@
 //! The agent's current state as one JSON document: served at `GET /status`, written to
-//! `--status-file` after every check (by the driver's [`super::status_file`]), and printed by
+//! `--status-file` when it changes (by the driver's [`super::status_file`]), and printed by
 //! `--once`. Meant for tests and humans; metrics are for monitoring.
 
 use serde::Serialize;
@@ -113,7 +113,7 @@ pub struct SelfFenceSteps {
     pub finished: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PathStatus {
     pub name: String,
     pub dev: String,
@@ -132,7 +132,7 @@ pub struct KeyNotOnEveryLu {
     pub missing_on: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LuStatus {
     /// The configured name.
     pub name: String,
@@ -225,6 +225,40 @@ impl Status {
             boot_id: None,
             updated_unix: None,
         }
+    }
+
+    /// Whether `other` says what `self` says but for the counters that move with every check
+    /// (`checks`, `updated_unix`): the status file is then not rewritten (its modification time
+    /// is). Every other field is compared, a field added later too (the pattern names them all).
+    pub fn same_but_counters(&self, other: &Status) -> bool {
+        let Status {
+            version,
+            mode,
+            state,
+            fenced_reason,
+            own_key,
+            key_problem,
+            checks: _,
+            lus,
+            lu_set,
+            keys_not_on_every_lu,
+            watchdog,
+            self_fence,
+            boot_id,
+            updated_unix: _,
+        } = self;
+        *version == other.version
+            && *mode == other.mode
+            && *state == other.state
+            && *fenced_reason == other.fenced_reason
+            && *own_key == other.own_key
+            && *key_problem == other.key_problem
+            && *lus == other.lus
+            && *lu_set == other.lu_set
+            && *keys_not_on_every_lu == other.keys_not_on_every_lu
+            && *watchdog == other.watchdog
+            && *self_fence == other.self_fence
+            && *boot_id == other.boot_id
     }
 
     pub fn to_json(&self) -> String {

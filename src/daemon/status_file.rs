@@ -1,9 +1,14 @@
-//! The status file (`--status-file`): the [`Status`] as JSON, rewritten after every check and
-//! every self-fence step.
+//! The status file (`--status-file`): the [`Status`] as JSON, rewritten when what it says
+//! changes (every self-fence step does) and at least every [`REWRITE_EVERY`]; its modification
+//! time is set after every check, so its age tells when the agent last ended one.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use nix::sys::stat::{UtimensatFlags, utimensat};
+use nix::sys::time::TimeSpec;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::status::Status;
 
@@ -43,6 +48,63 @@ pub fn unfinished_self_fence(path: &Path, boot: &str) -> Option<String> {
 /// every registrant to read).
 pub const MODE: u32 = 0o644;
 
+/// How long the file goes at most without a rewrite while nothing in it changes but the counters
+/// (`checks`, `updated_unix`): a reader that only parses it sees `updated_unix` move this often.
+pub const REWRITE_EVERY: Duration = Duration::from_secs(30);
+
+/// The status file and what was last written to it. Serialising and writing the whole document
+/// after every check cost about 1 KB of JSON per LU path per second, to repeat what the file
+/// already said in the steady state; an unchanged document costs one `utimensat` instead.
+pub struct StatusFile {
+    pub path: PathBuf,
+    /// The document last written (with its `updated_unix`) and when; `None` before the first
+    /// write and after a failed one, so that the next publish writes.
+    last: Option<(Status, Instant)>,
+}
+
+impl StatusFile {
+    pub fn new(path: PathBuf) -> StatusFile {
+        StatusFile { path, last: None }
+    }
+
+    /// Whether `status` is to be written: it says something the file does not (beyond the
+    /// counters), or the file was last written [`REWRITE_EVERY`] ago or more, or never.
+    pub fn due(&self, status: &Status) -> bool {
+        self.last.as_ref().is_none_or(|(last, at)| {
+            at.elapsed() >= REWRITE_EVERY || !last.same_but_counters(status)
+        })
+    }
+
+    /// Writes `status` with `updated_unix` now ([`write`]).
+    pub fn write(&mut self, mut status: Status) -> std::io::Result<()> {
+        self.last = None;
+        status.updated_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|since| since.as_secs());
+        write(&self.path, &status)?;
+        self.last = Some((status, Instant::now()));
+        Ok(())
+    }
+
+    /// Sets the file's modification (and access) time to now: a check ended and the document
+    /// still says what the file says. After an error (the file removed meanwhile) [`Self::due`]
+    /// holds until a write.
+    pub fn touch(&mut self) -> std::io::Result<()> {
+        utimensat(
+            None,
+            &self.path,
+            &TimeSpec::UTIME_NOW,
+            &TimeSpec::UTIME_NOW,
+            UtimensatFlags::FollowSymlink,
+        )
+        .map_err(|e| {
+            self.last = None;
+            std::io::Error::from(e)
+        })
+    }
+}
+
 /// Replaces `path` with the status, atomically (readers never see half a document), with the
 /// mode [`MODE`] whatever the umask.
 pub fn write(path: &Path, status: &Status) -> std::io::Result<()> {
@@ -59,6 +121,63 @@ mod tests {
 
     /// Set for the run of the test below in a child process: where that run writes the file.
     const CHILD_WRITES: &str = "PRFENCE_TEST_STATUS_FILE_CHILD";
+
+    /// Issue 48: the document is written when it changes (or every 30 s), the file only touched
+    /// when nothing but the counters moved, and a touch that fails (the file removed) makes the
+    /// next publish write it again.
+    #[tokio::test(start_paused = true)]
+    async fn the_file_is_rewritten_on_a_change_or_after_thirty_seconds_and_touched_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status.json");
+        let read = || -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+        };
+        let long_ago = || {
+            let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+            old
+        };
+        let mut file = super::StatusFile::new(path.clone());
+        let mut status = Status::new("watch", &crate::daemon::status::tests::one_lu());
+        assert!(file.due(&status), "never written");
+        file.write(status.clone()).unwrap();
+        assert_eq!(read()["checks"], 0);
+
+        status.checks += 1;
+        assert!(!file.due(&status), "only the count moved");
+        let old = long_ago();
+        file.touch().unwrap();
+        assert!(std::fs::metadata(&path).unwrap().modified().unwrap() > old);
+        assert_eq!(read()["checks"], 0, "touched, not rewritten");
+
+        status.lus[0].verdict = "fenced".to_owned();
+        assert!(file.due(&status), "a verdict changed");
+        file.write(status.clone()).unwrap();
+        assert_eq!(read()["lus"][0]["verdict"], "fenced");
+        assert_eq!(read()["checks"], 1);
+
+        status.checks += 1;
+        tokio::time::advance(super::REWRITE_EVERY - std::time::Duration::from_millis(1)).await;
+        assert!(!file.due(&status));
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        assert!(file.due(&status), "30 s since the last write");
+        file.write(status.clone()).unwrap();
+        assert_eq!(read()["checks"], 2);
+
+        std::fs::remove_file(&path).unwrap();
+        assert!(file.touch().is_err());
+        assert!(
+            file.due(&status),
+            "the file is gone: written at the next publish"
+        );
+        file.write(status).unwrap();
+        assert_eq!(read()["checks"], 2);
+    }
 
     /// The packaged unit runs with `UMask=0077`, and monitoring reads the file as another user.
     /// The umask is process-wide (other tests in this binary compare modes), so the write is done
