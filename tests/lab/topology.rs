@@ -1741,6 +1741,14 @@ pub fn teardown_all() -> anyhow::Result<()> {
         }
         _ => {}
     }
+    // A running udevd (a systemd guest's) handles the removal of every device above in workers
+    // of its own: hundreds of LUs keep them busy past the residue check's wait, so wait for
+    // them here (theirs, not the next test's).
+    if Path::new("/run/udev/control").exists()
+        && let Err(e) = crate::udevd::udevadm(&["settle", "--timeout=180"]).and_then(|r| r.ok())
+    {
+        errors.push(format!("udevadm settle: {e}"));
+    }
     if errors.is_empty() {
         Ok(())
     } else {

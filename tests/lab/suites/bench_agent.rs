@@ -19,13 +19,14 @@
 //! needs `LAB_MEM=4096`).
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail, ensure};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::systemd::{CONFIG, Restore, UNIT, journal, show, status, systemctl};
+use super::systemd::{CONFIG, Restore, STATUS, UNIT, journal, show, status, systemctl};
 use crate::floor::{self, cpu_ticks, status_kib};
 use crate::plan::Suite;
 use crate::{Node, Topology};
@@ -287,13 +288,31 @@ fn watch_cost(luns: usize, paths: usize, window: Duration) -> anyhow::Result<()>
     Ok(())
 }
 
-/// The unit's status file: its state and how many checks it has ended.
-fn checks() -> Option<(String, u64)> {
-    let status = status().ok()?;
-    Some((
-        status["state"].as_str()?.to_owned(),
-        status["checks"].as_u64()?,
-    ))
+/// The state the unit's status file says.
+fn state() -> Option<String> {
+    Some(status().ok()?["state"].as_str()?.to_owned())
+}
+
+/// When the agent last ended a check: the status file's modification time, set after every
+/// check (the document itself is rewritten only when it changes, or every 30 s).
+fn last_check_end() -> Option<SystemTime> {
+    std::fs::metadata(STATUS).ok()?.modified().ok()
+}
+
+/// The check ends after `since` seen while polling every 20 ms for `window` (a check lasts
+/// longer than that, so none is missed): how many, and the last one.
+fn check_ends(since: SystemTime, window: Duration) -> (u64, SystemTime) {
+    let (mut count, mut last) = (0, since);
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        if let Some(ended) = last_check_end()
+            && ended > last
+        {
+            (count, last) = (count + 1, ended);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (count, last)
 }
 
 /// Fails when the unit is no longer active, with its journal.
@@ -319,32 +338,40 @@ fn agent_and_floor_cost(
     window: Duration,
 ) -> anyhow::Result<(Cost, Cost, Vec<f64>)> {
     let start = Instant::now();
-    loop {
-        if let Some((state, n)) = checks()
-            && state == "healthy"
-            && n >= 3
-        {
-            break;
-        }
+    while state().as_deref() != Some("healthy") {
         still_active()?;
         ensure!(
             start.elapsed() < Duration::from_secs(600),
             "the agent is not healthy after 600 s: {:?}\n{}",
-            checks(),
+            state(),
             journal()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Two more checks, healthy.
+    let (mut healthy, mut seen) = (0, last_check_end().unwrap_or(SystemTime::UNIX_EPOCH));
+    while healthy < 2 {
+        let (ended, last) = check_ends(seen, Duration::from_secs(1));
+        (healthy, seen) = (healthy + ended, last);
+        still_active()?;
+        ensure!(
+            start.elapsed() < Duration::from_secs(600),
+            "the agent ends no check: {:?}\n{}",
+            state(),
+            journal()
+        );
+    }
     let warm_up = start.elapsed();
-    // CPU read right after a check ended (the status file's count moved past `since`): the
-    // agent is idle then until its next check, so a window holds whole checks only.
-    let after_check = |since: u64| -> anyhow::Result<(u64, u64, Instant)> {
+    // CPU read right after a check ended (the status file's modification time moved past
+    // `since`): the agent is idle then until its next check, so a window holds whole checks
+    // only.
+    let after_check = |since: SystemTime| -> anyhow::Result<(u64, SystemTime, Instant)> {
         let waiting = Instant::now();
         loop {
-            if let Some((_, n)) = checks()
-                && n > since
+            if let Some(ended) = last_check_end()
+                && ended > since
             {
-                return Ok((cpu_ticks(pid)?, n, Instant::now()));
+                return Ok((cpu_ticks(pid)?, ended, Instant::now()));
             }
             ensure!(
                 waiting.elapsed() < Duration::from_secs(120),
@@ -360,25 +387,20 @@ fn agent_and_floor_cost(
     let (mut cpu, mut runs, mut wall) = (0, 0, Duration::ZERO);
     let mut floors: Vec<Cost> = Vec::new();
     let mut ratios = Vec::new();
-    let mut seen = checks().map_or(0, |c| c.1);
     for _ in 0..turns {
-        let (cpu0, checks0, began) = after_check(seen)?;
-        std::thread::sleep(TURN / 2);
+        let (cpu0, first_end, began) = after_check(seen)?;
+        let (before_scrape, last) = check_ends(first_end, TURN / 2);
         let scrape = crate::run("curl", ["-sf", "-o", "/dev/null", METRICS])?;
         ensure!(
             scrape.code() == 0,
             "GET {METRICS} failed: {}",
             scrape.stderr
         );
-        std::thread::sleep(TURN / 2);
-        let (cpu1, checks1, ended) = after_check(checks().map_or(checks0, |c| c.1))?;
-        let agent_per_lu =
-            (cpu1 - cpu0) as f64 / ticks as f64 / (checks1 - checks0).max(1) as f64 / luns as f64;
-        (cpu, runs, wall) = (
-            cpu + cpu1 - cpu0,
-            runs + checks1 - checks0,
-            wall + (ended - began),
-        );
+        let (after_scrape, last) = check_ends(last, TURN / 2);
+        let (cpu1, last_end, ended) = after_check(last)?;
+        let checks = before_scrape + after_scrape + 1;
+        let agent_per_lu = (cpu1 - cpu0) as f64 / ticks as f64 / checks as f64 / luns as f64;
+        (cpu, runs, wall) = (cpu + cpu1 - cpu0, runs + checks, wall + (ended - began));
         // The floor's turn, with the agent stopped between two of its checks.
         kill(agent_pid, Signal::SIGSTOP)?;
         let floor = floor_loop_cost(t, FLOOR_TURN);
@@ -386,7 +408,7 @@ fn agent_and_floor_cost(
         let floor = floor?;
         ratios.push(agent_per_lu / floor.per_run());
         floors.push(floor);
-        seen = checks1;
+        seen = last_end;
     }
     still_active()?;
     if std::env::var_os("LAB_PROFILE").is_some_and(|v| v == "1") {
@@ -447,35 +469,56 @@ fn profile(pid: u32, luns: usize) -> anyhow::Result<()> {
         ],
     )?
     .ok()?;
-    // The package's binary is stripped: its own frames show as addresses; the kernel's are named.
-    let report = crate::run(
-        "perf",
-        [
-            "report",
-            "-i",
-            &data,
-            "--stdio",
-            "--no-children",
-            "--percent-limit",
-            "0.7",
-            "-g",
-            "none",
-            "--sort",
-            "dso,sym",
-        ],
-    )?
-    .ok()?;
+    // The package's binary is stripped (`strip` keeps its build id): perf finds the test build's
+    // own, with its symbols, at the installed path under --symfs.
+    let installed = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    let symfs = format!("{}/symfs", crate::WORK);
+    let unstripped = Path::new(&symfs).join(installed.strip_prefix("/")?);
+    std::fs::create_dir_all(unstripped.parent().unwrap_or(Path::new(&symfs)))?;
+    std::fs::copy(crate::PRFENCE, &unstripped)?;
+    // By object (kernel, prfence, libc), then by symbol: self time (the release build has no
+    // frame pointers to charge callers with).
+    let mut report = String::new();
+    for (sort, limit) in [("dso", "0.5"), ("dso,sym", "0.4")] {
+        let run = crate::run(
+            "perf",
+            [
+                "report",
+                "--symfs",
+                &symfs,
+                "--kallsyms",
+                "/proc/kallsyms",
+                "-i",
+                &data,
+                "--stdio",
+                "--no-children",
+                "--percent-limit",
+                limit,
+                "-g",
+                "none",
+                "--sort",
+                sort,
+            ],
+        )?
+        .ok()?;
+        report.push_str(&run.stdout);
+    }
     std::fs::remove_file(&data)?;
+    std::fs::remove_dir_all(&symfs)?;
     let counts = format!("{}/strace.txt", crate::WORK);
-    let before = checks().map_or(0, |c| c.1);
-    // strace ends at SIGINT and writes its table to -o
+    // strace ends at SIGINT and writes its table to -o; the checks it saw are counted meanwhile.
+    let since = last_check_end().unwrap_or(SystemTime::UNIX_EPOCH);
+    let counting = std::thread::spawn(move || check_ends(since, Duration::from_secs(20)));
     crate::run(
         "timeout",
         [
             "-s", "INT", "20", "strace", "-qq", "-c", "-f", "-o", &counts, "-p", &pid_text,
         ],
     )?;
-    let lu_checks = (checks().map_or(before, |c| c.1) - before) * luns as u64;
+    let (ended, _) = counting
+        .join()
+        .map_err(|_| anyhow::anyhow!("the count of checks panicked"))?;
+    let lu_checks = ended * luns as u64;
     let table = std::fs::read_to_string(&counts)?;
     std::fs::remove_file(&counts)?;
     let mut per_lu = String::new();
@@ -497,7 +540,7 @@ fn profile(pid: u32, luns: usize) -> anyhow::Result<()> {
     }
     println!(
         "bench: profile of the agent (LAB_PROFILE=1)\n{}{}\n{}",
-        record.stdout, record.stderr, report.stdout
+        record.stdout, record.stderr, report
     );
     println!(
         "bench: system calls of the agent for 20 s under strace ({lu_checks} LU-checks)\n{table}\n{per_lu}"

@@ -51,7 +51,7 @@ pub const SUITE: Suite = Suite {
 
 pub(super) const UNIT: &str = "prfence-agent.service";
 pub(super) const CONFIG: &str = "/etc/prfence/agent.toml";
-const STATUS: &str = "/run/prfence/status.json";
+pub(super) const STATUS: &str = "/run/prfence/status.json";
 const RUNTIME_DIR: &str = "/run/prfence";
 /// softdog's default margin (`soft_margin`, 60 s): the agent checks that `watchdog.timeout`
 /// equals the driver's.
