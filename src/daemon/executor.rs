@@ -11,7 +11,8 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::lock;
@@ -195,15 +196,10 @@ impl Executor {
         took: Duration,
         result: Result<T, CommandError>,
     ) -> Result<T, CommandError> {
-        if let Some(label) = metric_command(command) {
-            let mut m = lock(&self.metrics);
-            m.observe_latency(label, took);
-            if let Err(e) = &result
-                && e.kind == ErrorKind::ReservationConflict
-            {
-                m.record_conflict(label);
-            }
-        }
+        let conflict = result
+            .as_ref()
+            .is_err_and(|e| e.kind == ErrorKind::ReservationConflict);
+        record(&mut lock(&self.metrics), command, took, conflict);
         result.map_err(|e| e.hinted(hints::node_agent))
     }
 
@@ -333,14 +329,32 @@ const READERS: usize = 8;
 /// every thread may be held by a hung path.
 const STALL: Duration = Duration::from_millis(100);
 
-/// The paths [`Executor::read_keys_each`] reads, and what each gave.
+/// The paths [`Executor::read_keys_each`] reads, and what each gave. Readers share it without
+/// locks (an index taken with one atomic add, a result set once): with a lock per read, readers
+/// finishing together waited on each other in futex calls (issue 48).
 struct ReadBatch {
     paths: Vec<PathHandle>,
-    /// Indexes into `paths` not taken by a thread yet.
-    queue: Mutex<std::collections::VecDeque<usize>>,
-    results: Mutex<Vec<Option<KeysRead>>>,
-    done: std::sync::atomic::AtomicUsize,
+    /// The next index into `paths` a reader takes; at or past [`ReadBatch::CLOSED`] once the
+    /// batch ended (nothing more is sent).
+    next: AtomicUsize,
+    results: Vec<OnceLock<KeysRead>>,
+    done: AtomicUsize,
     all_done: tokio::sync::Notify,
+}
+
+impl ReadBatch {
+    /// Far beyond any index, and far from overflowing with every reader's later add.
+    const CLOSED: usize = usize::MAX / 2;
+}
+
+/// Records one command's latency (and a RESERVATION CONFLICT answer) in `metrics`.
+fn record(metrics: &mut Metrics, command: Command, took: Duration, conflict: bool) {
+    if let Some(label) = metric_command(command) {
+        metrics.observe_latency(label, took);
+        if conflict {
+            metrics.record_conflict(label);
+        }
+    }
 }
 
 impl Executor {
@@ -356,13 +370,12 @@ impl Executor {
         paths: Vec<PathHandle>,
         until: tokio::time::Instant,
     ) -> Vec<KeysRead> {
-        use std::sync::atomic::Ordering;
         let count = paths.len();
         let batch = Arc::new(ReadBatch {
-            queue: Mutex::new((0..count).collect()),
-            results: Mutex::new((0..count).map(|_| None).collect()),
+            next: AtomicUsize::new(0),
+            results: (0..count).map(|_| OnceLock::new()).collect(),
             paths,
-            done: std::sync::atomic::AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
             all_done: tokio::sync::Notify::new(),
         });
         let start_reader = || {
@@ -384,22 +397,23 @@ impl Executor {
                 break;
             }
             let done = batch.done.load(Ordering::SeqCst);
-            if done == seen && readers < count && !lock(&batch.queue).is_empty() {
+            if done == seen && readers < count && batch.next.load(Ordering::SeqCst) < count {
                 readers += 1;
                 start_reader();
             }
             seen = done;
         }
-        // Nothing more starts; a read still running finishes on its own thread, unheard.
-        let unsent: std::collections::HashSet<usize> = lock(&batch.queue).drain(..).collect();
-        let mut results = lock(&batch.results);
-        results
-            .iter_mut()
+        // Nothing more starts (indexes from `taken` on were never sent); a read still running
+        // finishes on its own thread, unheard.
+        let taken = batch.next.swap(ReadBatch::CLOSED, Ordering::SeqCst);
+        batch
+            .results
+            .iter()
             .zip(&batch.paths)
             .enumerate()
-            .map(|(index, (result, path))| match result.take() {
-                Some(result) => result,
-                None if unsent.contains(&index) => Err(CommandError::without_completion(
+            .map(|(index, (result, path))| match result.get() {
+                Some(result) => result.clone(),
+                None if index >= taken => Err(CommandError::without_completion(
                     &path.spec.dev,
                     READ_KEYS,
                     ErrorKind::Timeout,
@@ -412,22 +426,39 @@ impl Executor {
     }
 
     /// One reader of [`Executor::read_keys_each`]: paths from the queue until it is empty.
+    /// Each read's latency goes to the metrics when their lock is free, else with a later read's
+    /// (at the latest when the reader ends), so readers never wait on one another.
     fn read_queue(&self, batch: &ReadBatch) {
-        use std::sync::atomic::Ordering;
+        let mut unrecorded: Vec<(Duration, bool)> = Vec::new();
+        let flush = |metrics: &mut Metrics, unrecorded: &mut Vec<(Duration, bool)>| {
+            for (took, conflict) in unrecorded.drain(..) {
+                record(metrics, READ_KEYS, took, conflict);
+            }
+        };
         loop {
-            let Some(index) = lock(&batch.queue).pop_front() else {
-                return;
+            let index = batch.next.fetch_add(1, Ordering::SeqCst);
+            let Some(path) = batch.paths.get(index) else {
+                break;
             };
-            let path = &batch.paths[index];
             let started = std::time::Instant::now();
             let result = self
                 .blocking_job(path, READ_KEYS, read_keys_on)
                 .and_then(|job| job());
-            let result = self.account(READ_KEYS, started.elapsed(), result);
-            lock(&batch.results)[index] = Some(result);
+            let conflict = result
+                .as_ref()
+                .is_err_and(|e| e.kind == ErrorKind::ReservationConflict);
+            unrecorded.push((started.elapsed(), conflict));
+            if let Ok(mut metrics) = self.metrics.try_lock() {
+                flush(&mut metrics, &mut unrecorded);
+            }
+            // Set once: each index is taken by one reader only.
+            let _ = batch.results[index].set(result.map_err(|e| e.hinted(hints::node_agent)));
             if batch.done.fetch_add(1, Ordering::SeqCst) + 1 == batch.paths.len() {
                 batch.all_done.notify_one();
             }
+        }
+        if !unrecorded.is_empty() {
+            flush(&mut lock(&self.metrics), &mut unrecorded);
         }
     }
 }
