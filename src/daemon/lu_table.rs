@@ -10,7 +10,7 @@
 //! - [`PathHandle`] is one path: its lazily opened device and whether a command is outstanding
 //!   on it; [`super::executor`] runs the commands.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -194,6 +194,19 @@ impl LuEntry {
     }
 
     /// The paths as the status shows them.
+    /// Whether `shown` is what [`LuEntry::shown_paths`] would make now, found without
+    /// allocating (it is asked after every check of every LU, issue 48).
+    pub fn shows_paths(&self, shown: &[PathStatus]) -> bool {
+        shown.len() == self.paths.len()
+            && shown.iter().zip(&self.paths).all(|(s, p)| {
+                s.name == p.spec.name
+                    && Path::new(&s.dev) == p.spec.dev
+                    && s.live == p.spec.live
+                    && s.session == p.spec.session
+                    && s.blocked == p.is_blocked()
+            })
+    }
+
     pub fn shown_paths(&self) -> Vec<PathStatus> {
         self.paths
             .iter()
@@ -478,5 +491,48 @@ mod tests {
         ]);
         assert_eq!(nvme.registrations_expected(), 1);
         assert_eq!(lu(Vec::new()).registrations_expected(), 0);
+    }
+
+    /// The status shows an LU's paths as they are: compared after every check, rebuilt when
+    /// anything shown differs.
+    #[test]
+    fn shown_paths_are_told_apart_from_changed_ones() {
+        let path = |name: &str| {
+            PathHandle::new(PathSpec {
+                dev: PathBuf::from(format!("/dev/{name}")),
+                name: name.to_string(),
+                live: true,
+                session: Some("session1".to_owned()),
+                protocol: Protocol::Scsi,
+                initiator: None,
+            })
+        };
+        let mut lu = LuEntry {
+            name: "data".to_string(),
+            device: PathBuf::from("/dev/x"),
+            coordinator: false,
+            id: None,
+            paths: vec![path("sdb"), path("sdc")],
+            paths_changed: false,
+            discover_error: None,
+        };
+        let shown = lu.shown_paths();
+        assert!(lu.shows_paths(&shown));
+        lu.paths[1].spec.live = false;
+        assert!(!lu.shows_paths(&shown), "a path went offline");
+        lu.paths[1].spec.live = true;
+        lu.paths[0].spec.session = Some("session2".to_owned());
+        assert!(!lu.shows_paths(&shown), "a new session");
+        lu.paths[0].spec.session = Some("session1".to_owned());
+        lu.paths[0].spec.dev = PathBuf::from("/dev/sg3");
+        assert!(!lu.shows_paths(&shown), "another node");
+        lu.paths[0].spec.dev = PathBuf::from("/dev/sdb");
+        assert!(lu.shows_paths(&shown));
+        let busy = lu.paths[1].claim();
+        assert!(!lu.shows_paths(&shown), "a command not returned yet");
+        drop(busy);
+        assert!(lu.shows_paths(&shown));
+        lu.paths.pop();
+        assert!(!lu.shows_paths(&shown), "a path gone");
     }
 }

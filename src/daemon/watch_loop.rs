@@ -9,6 +9,7 @@
 //! the hardware watchdog is not opened, and nothing is fenced. A node fenced while its agent was
 //! down is still refused by the target (P5); it is only not stopped by the agent.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -746,11 +747,14 @@ impl WatchDriver<'_> {
                     tracing::info!(lu = %lu.name, verdict = %text)
                 }
                 if let Some(slot) = self.run.last_verdicts.get_mut(index) {
-                    *slot = text.clone();
+                    *slot = text.clone().into_owned();
                 }
             }
             degraded |= verdict.is_degraded();
-            lock(&self.agent.status).lus[index].verdict = text;
+            let shown = &mut lock(&self.agent.status).lus[index].verdict;
+            if *shown != text {
+                *shown = text.into_owned();
+            }
             if let LuVerdict::Heal { .. } = verdict {
                 // ops::heal probes every path itself, purges orphans where one atomic command
                 // can and never registers (P3). It runs beside the checks, under its own
@@ -872,10 +876,15 @@ impl WatchDriver<'_> {
                 shown.id.clone_from(&lu.id);
                 shown.other_keys_on_own_initiator =
                     own_initiators.get(index).cloned().unwrap_or_default();
-                if let Ok(keys) = &check.keys {
+                // Rebuilt only when changed: the steady state allocates nothing here per LU.
+                if let Ok(keys) = &check.keys
+                    && !shows_keys(&shown.keys, &keys.keys)
+                {
                     shown.keys = keys.keys.iter().map(Key::to_string).collect();
                 }
-                shown.paths = lu.shown_paths();
+                if !lu.shows_paths(&shown.paths) {
+                    shown.paths = lu.shown_paths();
+                }
             }
         }
         self.agent.publish();
@@ -1140,9 +1149,10 @@ pub(super) fn ticker(period: Duration) -> tokio::time::Interval {
 }
 
 /// A verdict in words, for logs and the status.
-fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
-    match verdict {
-        LuVerdict::Healthy => "healthy".to_owned(),
+fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> Cow<'static, str> {
+    Cow::Owned(match verdict {
+        // The steady state's verdict, after every check of every LU: not allocated.
+        LuVerdict::Healthy => return Cow::Borrowed("healthy"),
         LuVerdict::InspectPaths { unregistered } if unregistered.is_empty() => {
             "key present; probing every path's registration".to_owned()
         }
@@ -1194,7 +1204,7 @@ fn describe(verdict: &LuVerdict, error: Option<&CommandError>) -> String {
                                                a majority of the coordinators lost fences this \
                                                node; `prfence unfence` registers it again"
             .to_owned(),
-    }
+    })
 }
 
 /// `--once`'s verdict on one LU, read-only: without a path probe the watch core asks to inspect
@@ -1222,8 +1232,24 @@ fn once_verdict(
                 )
             }
         }
-        _ => (*verdict == LuVerdict::Healthy, describe(verdict, error)),
+        _ => (
+            *verdict == LuVerdict::Healthy,
+            describe(verdict, error).into_owned(),
+        ),
     }
+}
+
+/// Whether `shown` lists `keys` as [`Key`]'s `Display` writes them, in order (without
+/// formatting them: compared after every check, issue 48).
+fn shows_keys(shown: &[String], keys: &[Key]) -> bool {
+    shown.len() == keys.len()
+        && shown.iter().zip(keys).all(|(text, key)| {
+            text.len() == 18
+                && text
+                    .strip_prefix("0x")
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    == Some(key.get())
+        })
 }
 
 fn join(paths: &[PathId]) -> String {
@@ -1263,6 +1289,22 @@ fn log_keys_not_on_every_lu(now: &[KeyNotOnEveryLu]) {
 
 #[cfg(test)]
 mod tests {
+    /// The status's keys are compared with the keys read without formatting them.
+    #[test]
+    fn shown_keys_are_compared_as_display_writes_them() {
+        use crate::pr::Key;
+        let keys = [Key::new(0xa), Key::new(u64::MAX)];
+        let shown: Vec<String> = keys.iter().map(Key::to_string).collect();
+        assert!(super::shows_keys(&shown, &keys));
+        assert!(!super::shows_keys(&shown, &keys[..1]));
+        assert!(!super::shows_keys(&shown, &[keys[1], keys[0]]));
+        assert!(
+            !super::shows_keys(&["0xa".to_owned()], &keys[..1]),
+            "not as Display writes it"
+        );
+        assert!(super::shows_keys(&[], &[]));
+    }
+
     use super::*;
 
     #[test]
