@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::lock;
@@ -330,14 +330,15 @@ const READERS: usize = 8;
 const STALL: Duration = Duration::from_millis(100);
 
 /// The paths [`Executor::read_keys_each`] reads, and what each gave. Readers share it without
-/// locks (an index taken with one atomic add, a result set once): with a lock per read, readers
-/// finishing together waited on each other in futex calls (issue 48).
+/// a shared lock (an index taken with one atomic add, a result slot each): with shared locks per
+/// read, readers finishing together waited on each other in futex calls (issue 48).
 struct ReadBatch {
     paths: Vec<PathHandle>,
     /// The next index into `paths` a reader takes; at or past [`ReadBatch::CLOSED`] once the
     /// batch ended (nothing more is sent).
     next: AtomicUsize,
-    results: Vec<OnceLock<KeysRead>>,
+    /// Each locked twice at most, by its one reader and by the collector: never contended.
+    results: Vec<Mutex<Option<KeysRead>>>,
     done: AtomicUsize,
     all_done: tokio::sync::Notify,
 }
@@ -373,7 +374,7 @@ impl Executor {
         let count = paths.len();
         let batch = Arc::new(ReadBatch {
             next: AtomicUsize::new(0),
-            results: (0..count).map(|_| OnceLock::new()).collect(),
+            results: (0..count).map(|_| Mutex::new(None)).collect(),
             paths,
             done: AtomicUsize::new(0),
             all_done: tokio::sync::Notify::new(),
@@ -411,8 +412,8 @@ impl Executor {
             .iter()
             .zip(&batch.paths)
             .enumerate()
-            .map(|(index, (result, path))| match result.get() {
-                Some(result) => result.clone(),
+            .map(|(index, (result, path))| match lock(result).take() {
+                Some(result) => result,
                 None if index >= taken => Err(CommandError::without_completion(
                     &path.spec.dev,
                     READ_KEYS,
@@ -426,16 +427,15 @@ impl Executor {
     }
 
     /// One reader of [`Executor::read_keys_each`]: paths from the queue until it is empty.
-    /// Each read's latency goes to the metrics when their lock is free, else with a later read's
-    /// (at the latest when the reader ends), so readers never wait on one another.
+    /// Each read's latency goes to the metrics when their lock is free; else it waits for the
+    /// lock before the reader's next read (not behind a read that may hang), so readers rarely
+    /// wait on one another.
     fn read_queue(&self, batch: &ReadBatch) {
-        let mut unrecorded: Vec<(Duration, bool)> = Vec::new();
-        let flush = |metrics: &mut Metrics, unrecorded: &mut Vec<(Duration, bool)>| {
-            for (took, conflict) in unrecorded.drain(..) {
-                record(metrics, READ_KEYS, took, conflict);
-            }
-        };
+        let mut unrecorded: Option<(Duration, bool)> = None;
         loop {
+            if let Some((took, conflict)) = unrecorded.take() {
+                record(&mut lock(&self.metrics), READ_KEYS, took, conflict);
+            }
             let index = batch.next.fetch_add(1, Ordering::SeqCst);
             let Some(path) = batch.paths.get(index) else {
                 break;
@@ -447,18 +447,14 @@ impl Executor {
             let conflict = result
                 .as_ref()
                 .is_err_and(|e| e.kind == ErrorKind::ReservationConflict);
-            unrecorded.push((started.elapsed(), conflict));
-            if let Ok(mut metrics) = self.metrics.try_lock() {
-                flush(&mut metrics, &mut unrecorded);
+            match self.metrics.try_lock() {
+                Ok(mut metrics) => record(&mut metrics, READ_KEYS, started.elapsed(), conflict),
+                Err(_) => unrecorded = Some((started.elapsed(), conflict)),
             }
-            // Set once: each index is taken by one reader only.
-            let _ = batch.results[index].set(result.map_err(|e| e.hinted(hints::node_agent)));
+            *lock(&batch.results[index]) = Some(result.map_err(|e| e.hinted(hints::node_agent)));
             if batch.done.fetch_add(1, Ordering::SeqCst) + 1 == batch.paths.len() {
                 batch.all_done.notify_one();
             }
-        }
-        if !unrecorded.is_empty() {
-            flush(&mut lock(&self.metrics), &mut unrecorded);
         }
     }
 }

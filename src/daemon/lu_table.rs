@@ -193,7 +193,6 @@ impl LuEntry {
         scsi + usize::from(self.paths.iter().any(|p| p.spec.protocol == Protocol::Nvme))
     }
 
-    /// The paths as the status shows them.
     /// Whether `shown` is what [`LuEntry::shown_paths`] would make now, found without
     /// allocating (it is asked after every check of every LU, issue 48).
     pub fn shows_paths(&self, shown: &[PathStatus]) -> bool {
@@ -207,6 +206,7 @@ impl LuEntry {
             })
     }
 
+    /// The paths as the status shows them.
     pub fn shown_paths(&self) -> Vec<PathStatus> {
         self.paths
             .iter()
