@@ -359,18 +359,7 @@ impl Agent {
         }
         if let Some(file) = &self.status_file {
             let mut file = lock(file);
-            let changed = {
-                let status = lock(&self.status);
-                file.due(&status).then(|| status.clone())
-            };
-            let written = match changed {
-                Some(status) => file.write(status),
-                // The file removed meanwhile: written again at once.
-                None => file
-                    .touch()
-                    .or_else(|_| file.write(lock(&self.status).clone())),
-            };
-            if let Err(e) = written {
+            if let Err(e) = file.publish(&self.status) {
                 lock(&self.metrics).record_status_file_error();
                 tracing::warn!(path = %file.path.display(), error = %e, "cannot write the status file");
             }

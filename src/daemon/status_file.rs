@@ -67,6 +67,22 @@ impl StatusFile {
         StatusFile { path, last: None }
     }
 
+    /// Publishes the current `status` after a check or a self-fence step: written when
+    /// [`Self::due`], else touched; a file removed meanwhile is written again at once. The
+    /// status lock is held only to compare and copy, not while writing.
+    pub fn publish(&mut self, status: &std::sync::Mutex<Status>) -> std::io::Result<()> {
+        let changed = {
+            let status = super::lock(status);
+            self.due(&status).then(|| status.clone())
+        };
+        match changed {
+            Some(status) => self.write(status),
+            None => self
+                .touch()
+                .or_else(|_| self.write(super::lock(status).clone())),
+        }
+    }
+
     /// Whether `status` is to be written: it says something the file does not (beyond the
     /// counters), or the file was last written [`REWRITE_EVERY`] ago or more, or never.
     pub fn due(&self, status: &Status) -> bool {
