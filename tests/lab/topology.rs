@@ -724,6 +724,8 @@ impl Topology {
         let [a, b]: [NodeView; 2] = nodes
             .try_into()
             .map_err(|_| anyhow::anyhow!("a topology has exactly two nodes"))?;
+        // A systemd guest's udevd probes every new disk: the topology is ready once it is done.
+        crate::udevd::settle_if_running(Duration::from_secs(1200))?;
         let topology = Topology {
             kind,
             nodes: [a, b],
@@ -1744,10 +1746,8 @@ pub fn teardown_all() -> anyhow::Result<()> {
     // A running udevd (a systemd guest's) handles the removal of every device above in workers
     // of its own: hundreds of LUs keep them busy past the residue check's wait, so wait for
     // them here (theirs, not the next test's).
-    if Path::new("/run/udev/control").exists()
-        && let Err(e) = crate::udevd::udevadm(&["settle", "--timeout=180"]).and_then(|r| r.ok())
-    {
-        errors.push(format!("udevadm settle: {e}"));
+    if let Err(e) = crate::udevd::settle_if_running(Duration::from_secs(600)) {
+        errors.push(format!("{e:#}"));
     }
     if errors.is_empty() {
         Ok(())

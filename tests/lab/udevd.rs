@@ -113,6 +113,26 @@ pub fn udevadm(args: &[&str]) -> anyhow::Result<CommandRun> {
     )
 }
 
+/// Waits (up to `limit`) for a running udevd's workers to finish with the devices added or
+/// removed so far, and says how long that took; nothing to wait for when none runs (a systemd
+/// guest runs one). Hundreds of new disks (each with an add event and a change event for its
+/// first unit attention) keep its workers busy for minutes on the emulated guest, and PR
+/// commands sent meanwhile can time out: the SCSI error handler then takes devices offline.
+pub fn settle_if_running(limit: Duration) -> anyhow::Result<()> {
+    if Path::new("/run/udev/control").exists() {
+        let started = Instant::now();
+        udevadm(&["settle", &format!("--timeout={}", limit.as_secs())])?
+            .ok()
+            .with_context(|| {
+                format!("udevadm settle (waited {})", crate::secs(started.elapsed()))
+            })?;
+        if started.elapsed() > Duration::from_secs(5) {
+            println!("lab: udevd settled in {}", crate::secs(started.elapsed()));
+        }
+    }
+    Ok(())
+}
+
 /// Every symlink under `dir`, recursively.
 fn links_under(dir: &Path) -> BTreeSet<PathBuf> {
     let mut all = BTreeSet::new();
