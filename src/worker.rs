@@ -12,7 +12,7 @@
 //!
 //! How, with no `fork` and no `unsafe`:
 //! - The supervisor makes a status pipe and re-executes its own binary (`/proc/self/exe`, so an
-//!   upgrade in between cannot swap the program; argv[0] kept, as fence_pr is dispatched on its
+//!   upgrade in between cannot swap the program; `argv[0]` kept, as fence_pr is dispatched on its
 //!   file name) with [`ENV`] = `supervisor pid:fd:pipe inode:start`. The worker inherits stdout and
 //!   stderr as they are (a terminal stays a terminal), and stdin, or for fence_pr a pipe carrying
 //!   the options the supervisor already read ([`Stdin::Bytes`]).

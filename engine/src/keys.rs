@@ -367,7 +367,7 @@ pub const COROSYNC_CMAPCTL: &str = "/usr/sbin/corosync-cmapctl";
 
 /// Runs `corosync-cmapctl <args…>` and returns its stdout: the only I/O of key derivation.
 /// `timeout` bounds the run (fence_scsi uses `power_timeout`, unbounded under pacemaker-fenced;
-/// pass [`crate::fence_agent::Options::command_timeout`]); on expiry the child is killed and the
+/// fence_pr passes its command timeout); on expiry the child is killed and the
 /// run fails, because a timeout is a failure in the Fence Agent API.
 pub fn query_cmapctl(
     path: &std::path::Path,

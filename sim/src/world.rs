@@ -1134,13 +1134,13 @@ pub fn lease_config(node: usize) -> prfence::daemon::lease::LeaseConfig {
     }
 }
 
-/// One LU's paths of a simulated node, for the agent's lease commands ([`lease_io`]).
+/// One LU's paths of a simulated node, for the agent's lease commands ([`commands`](prfence::daemon::lease::commands)).
 struct SimPaths {
     paths: Vec<Arc<dyn PrTransport>>,
     lu: String,
 }
 
-impl prfence::daemon::lease_io::LeasePaths for SimPaths {
+impl prfence::daemon::lease::commands::LeasePaths for SimPaths {
     fn live(&self) -> usize {
         self.paths.len()
     }
@@ -1178,15 +1178,15 @@ impl prfence::daemon::lease_io::LeasePaths for SimPaths {
 }
 
 impl World {
-    /// The node agent in lease mode, as `lease_loop` drives it: the lease machines themselves
-    /// (`daemon::lease`), their commands through `lease_io`, each action on a thread of its own
+    /// The node agent in lease mode, as `lease::driver` drives it: the lease machines themselves
+    /// (`daemon::lease`), their commands through `lease::commands`, each action on a thread of its own
     /// and its completion reported back; a self-fence stops the node. No epoch file (no node
     /// restarts here): the first epoch comes from the keys on the target.
     fn run_lease_agent(self: &Arc<Self>, node: usize) {
+        use prfence::daemon::lease::commands;
         use prfence::daemon::lease::{
             self as lease, EpochSources, Lease, LeaseAction, LeaseCompletion, Role, StartView,
         };
-        use prfence::daemon::lease_io;
         use prfence_engine::runtime;
 
         let rtype = prfence_engine::pr::ReservationType::WriteExclusive;
@@ -1213,8 +1213,8 @@ impl World {
         }
         let mut views = Vec::new();
         for paths in &lus {
-            let holder = lease_io::read_reservation(paths.as_ref()).ok().flatten();
-            let keys = lease_io::first_live(
+            let holder = commands::read_reservation(paths.as_ref()).ok().flatten();
+            let keys = commands::first_live(
                 paths.as_ref(),
                 prfence_engine::transport::Command::PrIn(prfence_engine::pr::PrInAction::ReadKeys),
                 |t| t.read_keys(),
@@ -1269,20 +1269,20 @@ impl World {
                                 Box::new(move || {
                                     let completion = match action {
                                         LeaseAction::Join { key, .. } => {
-                                            lease_io::join(paths.as_ref(), key)
+                                            commands::join(paths.as_ref(), key)
                                         }
                                         LeaseAction::ReadReservation => LeaseCompletion::Reservation(
-                                            lease_io::read_reservation(paths.as_ref()).map_err(
+                                            commands::read_reservation(paths.as_ref()).map_err(
                                                 |e| {
                                                     prfence::daemon::failure::CommandFailure::of(&e)
                                                 },
                                             ),
                                         ),
                                         LeaseAction::Renew { from, to, .. } => {
-                                            lease_io::renew(&paths, &from, to).completion
+                                            commands::renew(&paths, &from, to).completion
                                         }
                                         LeaseAction::Preempt { own, victim } => {
-                                            let done = lease_io::preempt(
+                                            let done = commands::preempt(
                                                 paths.as_ref(),
                                                 own,
                                                 victim,
@@ -1299,7 +1299,7 @@ impl World {
                                             done
                                         }
                                         LeaseAction::Reserve { own } => {
-                                            lease_io::reserve(paths.as_ref(), own, rtype)
+                                            commands::reserve(paths.as_ref(), own, rtype)
                                         }
                                         LeaseAction::Promoted { .. }
                                         | LeaseAction::SelfFence(_) => {
@@ -1342,7 +1342,7 @@ impl World {
 }
 
 impl World {
-    /// The node agent in watch mode, as `watch_loop` drives it: every check interval one READ
+    /// The node agent in watch mode, as `watch::driver` drives it: every check interval one READ
     /// KEYS per LU (and a probe of every path when the machine asks), the watch machine itself
     /// (`daemon::watch`) judging, `ops::heal` where it asks for a heal, and a self-fence (the
     /// node's writer stops) when it decides the node was fenced. Armed from the start: the

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::daemon::config::{ModeSettings, Settings};
-use crate::daemon::key::{resolve_key, store_problem};
+use crate::daemon::watch::key::{resolve_key, store_problem};
 use crate::discover::{LuId, PathInfo, PathSysfs};
 use crate::fence_agent::store::KeyStore;
 use crate::host::Host;

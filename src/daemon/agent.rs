@@ -1,7 +1,7 @@
 //! The services both modes of `prfence agent` share, without knowledge of either mode:
 //! [`Agent`] holds the settings, host, executor, LU table, metrics and status, notifier,
 //! watchdog and self-fence; each mode's driver borrows it and owns its own state:
-//! `watch_loop::WatchDriver` (what the checks keep between ticks), `lease_loop::LeaseDriver`
+//! `watch::driver::WatchDriver` (what the checks keep between ticks), `lease::driver::LeaseDriver`
 //! (reservation type, epoch store). Which driver runs is decided in one place,
 //! [`super::entry::run`]; the process (arguments, signals, the metrics server) is
 //! [`super::entry`] too.
@@ -24,18 +24,18 @@ use tokio::sync::mpsc;
 
 use super::config::Settings;
 use super::executor::Executor;
-use super::hook_thread::{HookError, HookThread};
 use super::lock;
-use super::logging::LogHandle;
 use super::lu_table::{LuTable, PathHandle};
 use super::metrics::Metrics;
-use super::notify::Notifier;
+use super::os::hook_thread::{HookError, HookThread};
+use super::os::logging::LogHandle;
+use super::os::notify::Notifier;
+use super::os::watchdog::{Pinned, Watchdog};
 use super::status::{
     HookStep, RebootStep, SelfFenceSteps, State, Status, WatchdogState, WatchdogStatus,
     WatchdogStep,
 };
 use super::status_file::{self, StatusFile};
-use super::watchdog::{Pinned, Watchdog};
 use crate::host::Host;
 use crate::ops::LuSet;
 use crate::pr::{Key, PrOut, PrOutAction};
@@ -93,7 +93,7 @@ pub struct AgentParts {
     /// `/sys` on a node; the watchdog's timeout is read below it.
     pub sys_root: PathBuf,
     pub log: Option<LogHandle>,
-    /// The watchdog as checked at start ([`super::watchdog::pin`]); `None` opens
+    /// The watchdog as checked at start ([`super::os::watchdog::pin`]); `None` opens
     /// `watchdog.device` as configured (unit tests' stand-in files).
     pub watchdog_pin: Option<Pinned>,
     /// Where a watchdog not pinned at start (its driver not loaded yet) is judged once it
@@ -251,7 +251,7 @@ impl Agent {
         if let (Some(settings), None) = (&self.settings.watchdog, &self.watchdog) {
             // Not there at start: judged now, as the start would have, before it is opened.
             if let (None, Some(dev)) = (&self.watchdog_pin, &self.watchdog_dev) {
-                match super::watchdog::pin(&settings.device, dev, &self.sys_root) {
+                match super::os::watchdog::pin(&settings.device, dev, &self.sys_root) {
                     Ok(pin) => self.watchdog_pin = Some(pin),
                     Err(e) => {
                         let e = e.to_string();
@@ -444,7 +444,7 @@ impl Agent {
             tracing::error!("rebooting now, without sync");
             // The log's own thread gets a moment to pass the reason on; a stalled journal
             // costs at most this.
-            super::logging::flush(Duration::from_millis(100));
+            super::os::logging::flush(Duration::from_millis(100));
             let e = self.host.reboot_now();
             tracing::error!(error = %e, "reboot(2) failed (CAP_SYS_BOOT missing?)");
             steps.reboot = RebootStep::Failed;

@@ -12,14 +12,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod reference;
 pub mod timing;
 mod value;
 
 pub use value::parse_duration;
 use value::{ConfigDuration, KeyDerive, KeyValue, LogFormat, Mode, Parsed, PathAudit, or_default};
 
-use super::lease::LeaseConfig;
-use super::watch::{LuName, WatchConfig};
 use crate::keys::KeyScheme;
 use crate::pr::Key;
 
@@ -641,42 +640,6 @@ impl Settings {
         said
     }
 
-    /// The watch state machine's settings, given our key resolved from [`KeySpec`] (deriving
-    /// it asks corosync, so it is the driver's job). `None` in lease mode.
-    pub fn watch_config(&self, own_key: Key) -> Option<WatchConfig> {
-        match &self.mode {
-            ModeSettings::Watch(w) => Some(WatchConfig {
-                own_key,
-                grace: w.grace,
-                missing_confirmations: w.missing_confirmations,
-                heal: w.heal,
-                path_audit: w.path_audit,
-                coordinators: self
-                    .devices
-                    .iter()
-                    .filter(|d| d.coordinator)
-                    .map(|d| LuName(d.name.clone()))
-                    .collect(),
-            }),
-            ModeSettings::Lease(_) => None,
-        }
-    }
-
-    /// The lease state machine's settings. `None` in watch mode.
-    pub fn lease_config(&self) -> Option<LeaseConfig> {
-        match &self.mode {
-            ModeSettings::Lease(l) => Some(LeaseConfig {
-                node: l.node_id,
-                renew: l.renew,
-                lease: l.lease,
-                margin: l.margin,
-                check_interval: self.check_interval,
-                watchdog_timeout: self.watchdog.as_ref().map(|w| w.timeout),
-            }),
-            ModeSettings::Watch(_) => None,
-        }
-    }
-
     /// When the agent notifies systemd (`notifying`), the unit's `WatchdogSec=` (`watchdog_sec`)
     /// must exceed the longest gap between two checks' ends ([`feed_gap`]): WATCHDOG=1 is sent
     /// once per check.
@@ -1064,6 +1027,7 @@ fn validate_log(raw: Option<RawLog>) -> Result<LogSettings, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::watch::LuName;
 
     const WATCH: &str = r#"
 mode = "watch"

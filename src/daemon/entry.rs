@@ -19,13 +19,13 @@ use super::config::{
     KeySpec, ModeSettings, Settings, UNIT_WATCHDOG_SEC, check_dir_trust, check_file_trust,
     notify_socket_set,
 };
-use super::key::{OurKey, resolve_key};
-use super::lease_loop::LeaseDriver;
+use super::lease::driver::LeaseDriver;
 use super::lock;
-use super::logging::LogHandle;
-use super::notify::Notifier;
-use super::watch_loop::WatchDriver;
-use super::watchdog::Pinned;
+use super::os::logging::LogHandle;
+use super::os::notify::Notifier;
+use super::os::watchdog::Pinned;
+use super::watch::driver::WatchDriver;
+use super::watch::key::{OurKey, resolve_key};
 use crate::fence_agent::store::KeyStore;
 use crate::host::{Host, SystemHost};
 use crate::pr::Key;
@@ -141,7 +141,7 @@ pub fn agent_main(
     // PRFENCE_LOG stands in for log.level, so it is judged with the file: --check-config (the
     // unit's ExecStartPre=, same environment) must refuse what the start would.
     if let Err(e) =
-        super::logging::env_override(std::env::var_os(super::logging::LOG_ENV).as_deref())
+        super::os::logging::env_override(std::env::var_os(super::os::logging::LOG_ENV).as_deref())
     {
         eprintln!("prfence agent: {e}");
         return EXIT_CONFIG;
@@ -186,7 +186,7 @@ pub fn agent_main(
         settings.log.clone()
     };
     let log = {
-        match super::logging::init(&log_settings) {
+        match super::os::logging::init(&log_settings) {
             Ok(handle) => Some(handle),
             Err(e) => {
                 eprintln!("prfence agent: {e}");
@@ -217,7 +217,7 @@ pub fn agent_main(
     // A command hung in the kernel must not hold up the exit (and a fenced node must go).
     runtime.shutdown_timeout(Duration::from_secs(1));
     // Nor a stalled journal: its last lines get a second.
-    super::logging::flush(Duration::from_secs(1));
+    super::os::logging::flush(Duration::from_secs(1));
     status
 }
 
@@ -254,10 +254,10 @@ pub async fn run_deriving(mut agent: Agent, key: Option<Key>, store: KeyStore) -
                 .await
         }
         (ModeSettings::Watch(_), None) => {
-            if let Err(e) = super::watch_loop::check_watchdog_timeout(&agent) {
+            if let Err(e) = super::watch::driver::check_watchdog_timeout(&agent) {
                 return RunEnd::Failed(e);
             }
-            match super::key::wait_for_key(&mut agent).await {
+            match super::watch::driver::wait_for_key(&mut agent).await {
                 Ok(our) => {
                     WatchDriver::with_store(&mut agent, our, store)
                         .run_watch()
@@ -289,7 +289,7 @@ pub async fn once(mut agent: Agent, key: Option<Key>) -> u8 {
 ///
 /// Returns the watchdog as checked ([`Pinned`]), which is the one the agent will open.
 ///
-/// [`check_device`]: super::watchdog::check_device
+/// [`check_device`]: super::os::watchdog::check_device
 pub fn check_host(
     config: &Path,
     settings: &Settings,
@@ -309,13 +309,13 @@ pub fn check_host(
     let Some(watchdog) = &settings.watchdog else {
         return Ok(None);
     };
-    match super::watchdog::pin(&watchdog.device, dev, sys) {
+    match super::os::watchdog::pin(&watchdog.device, dev, sys) {
         Ok(pin) => Ok(Some(pin)),
         // Watch mode opens the watchdog only once armed, and a configured watchdog it cannot
         // open is a degraded state retried at every check: a driver not loaded (yet) must not
         // keep the agent, and so the node's watching, from starting. It is judged (pinned) when
         // it appears, before it is opened. Lease mode needs it from the start.
-        Err(super::watchdog::WatchdogError::Resolve { source, .. })
+        Err(super::os::watchdog::WatchdogError::Resolve { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound
                 && matches!(settings.mode, ModeSettings::Watch(_)) =>
         {
@@ -331,7 +331,7 @@ pub fn check_host(
         Err(e) => {
             eprintln!("prfence agent: {}: {e}", config.display());
             Err(match e {
-                super::watchdog::WatchdogError::NotAWatchdog { .. } => EXIT_CONFIG,
+                super::os::watchdog::WatchdogError::NotAWatchdog { .. } => EXIT_CONFIG,
                 _ => EXIT_FAILURE,
             })
         }
@@ -371,7 +371,7 @@ pub enum SelfFenceProgramError {
 /// replaced atomically: a temporary file and a rename). A missing directory is left to the start
 /// (the packaged unit's `StateDirectory=` creates /var/lib/prfence), which fails saying so.
 pub fn check_state_file(state_file: &Path) -> Result<(), String> {
-    super::epoch_file::read(state_file).map_err(|e| e.to_string())?;
+    super::lease::epoch_file::read(state_file).map_err(|e| e.to_string())?;
     let Some(dir) = state_file.parent().filter(|d| d.is_dir()) else {
         return Ok(());
     };
@@ -436,7 +436,7 @@ async fn serve(
 ) -> u8 {
     let host: Arc<dyn Host> = Arc::new(SystemHost::new());
     // Watch mode: a given key is known now. A derived one is waited for by the running agent
-    // (corosync may start after it, [`super::key::wait_for_key`]); `--once` looks once, so it
+    // (corosync may start after it, [`super::watch::driver::wait_for_key`]); `--once` looks once, so it
     // asks now and fails as a start did before when corosync cannot tell the key, or when the
     // key is in doubt.
     let key = match &settings.mode {
@@ -451,7 +451,10 @@ async fn serve(
                     resolve_key(&spec, timeout, host.as_ref())
                         .map_err(|e| e.to_string())
                         .and_then(|our| {
-                            match super::key::store_problem(&our, &KeyStore::from_environment()) {
+                            match super::watch::key::store_problem(
+                                &our,
+                                &KeyStore::from_environment(),
+                            ) {
                                 Some(problem) => Err(problem),
                                 None => Ok(our.key),
                             }

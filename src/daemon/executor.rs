@@ -363,7 +363,7 @@ impl Executor {
     /// A few blocking threads take the paths from one queue in turn: one hand-off to a thread
     /// per thread, not per path, which was most of a check's CPU beside the commands. A hung path
     /// holds its thread while the others go on with the queue; when no read at all finished for
-    /// [`STALL`], a thread is added, so hung paths hold back the healthy ones by [`STALL`] each
+    /// `STALL`, a thread is added, so hung paths hold back the healthy ones by `STALL` each
     /// at most. Each read is claimed, bounded and accounted as [`Executor::run`]'s; one still
     /// running or not started at `until` is a timeout. Results in `paths` order.
     pub async fn read_keys_each(

@@ -37,11 +37,11 @@ pub struct Exposed {
 }
 
 /// Serves until the task is aborted. Each connection is handled on its own task, at most
-/// [`MAX_CONNECTIONS`] at once: when the cap is full, a new connection closes the oldest one.
+/// `MAX_CONNECTIONS` at once: when the cap is full, a new connection closes the oldest one.
 /// Evicting the oldest (rather than refusing the newcomer, or leaving it in the kernel's backlog
 /// until a slot frees) keeps the agent's descriptors bounded at `MAX_CONNECTIONS + 1` and still
 /// lets a scrape through while someone holds idle connections: the oldest is the one most likely
-/// idle, and every connection ends within [`READ_TIMEOUT`] + [`WRITE_TIMEOUT`] anyway.
+/// idle, and every connection ends within `READ_TIMEOUT` + `WRITE_TIMEOUT` anyway.
 pub async fn serve(listener: TcpListener, exposed: Exposed) {
     let mut open: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_CONNECTIONS);
     loop {

@@ -68,6 +68,7 @@ use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
 
 pub use super::failure::CommandFailure;
+pub use super::status::Role;
 use crate::pr::Key;
 
 pub use crate::keys::{EPOCH_BITS, EPOCH_MAX, EpochExhausted, LeaseKey};
@@ -215,16 +216,6 @@ impl std::fmt::Display for SelfFenceReason {
             SelfFenceReason::EpochsExhausted => write!(f, "no fresh lease key epoch left"),
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Standby,
-    /// Holds the reservation; `promoted` once the lease is confirmed in this run.
-    Holder {
-        promoted: bool,
-    },
-    Fenced,
 }
 
 #[derive(Debug, Clone)]
@@ -691,6 +682,10 @@ impl Lease {
         Ok((key.key(), persist))
     }
 }
+
+pub mod commands;
+pub(super) mod driver;
+pub mod epoch_file;
 
 #[cfg(test)]
 mod tests;

@@ -7,8 +7,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use super::failure::CommandFailure;
-use super::lease::Role;
-use super::status::{SelfFenceSteps, State, WatchdogState};
+use super::status::{Role, SelfFenceSteps, State, WatchdogState};
 
 /// The PR command a latency or conflict belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

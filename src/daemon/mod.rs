@@ -5,27 +5,33 @@
 //! signals, the watchdog fd, sd_notify, logging and the metrics endpoint, and does nothing but
 //! carry out what the core decides.
 //!
+//! Each folder holds one job; each mode's pure core is its folder's root module, its driver
+//! (the I/O) a file beneath it:
 //! - [`config`]: the TOML file, validated into [`config::Settings`], timing rules included;
-//!   [`config_reference`]: every setting with its default, for the man page (tested against it).
-//! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr.
-//! - [`lease`]: lease mode, active/passive failover without a cluster manager.
-//! - [`metrics`]: counters, gauges, a latency histogram and their Prometheus text.
-//! - [`status`]: the state `/status` and the status file show, as JSON.
+//!   [`config::reference`]: every setting with its default, for the man page (tested against
+//!   it). Pure; it knows nothing of the modes that read it.
+//! - [`watch`]: watch mode, the replacement for `fence_scsi_check` under Pacemaker + fence_pr:
+//!   the core ([`watch::WatchState`]), `watch::driver` (`WatchDriver`: the checks, what they
+//!   keep between ticks), [`watch::key`] (our key in watch mode), `watch::own_initiators`.
+//! - [`lease`]: lease mode, active/passive failover without a cluster manager: the core
+//!   ([`lease::Lease`]), `lease::driver` (`LeaseDriver`), [`lease::commands`] (each lease
+//!   action's PR commands, shared with the simulation), [`lease::epoch_file`].
+//! - [`os`]: the edge to the system, without policy: [`os::watchdog`], [`os::notify`]
+//!   (sd_notify), [`os::logging`], and the thread the self-fence hook runs on (never the
+//!   blocking pool that hung paths hold).
+//! - Shared by both modes, at the top: [`agent`] (the `Agent` both drivers borrow, without
+//!   knowledge of either: self-fence, watchdog, publishing), `heal` (the heal both run),
+//!   [`executor`] (bounded command execution), [`lu_table`] (the LU table over the engine's
+//!   [`crate::host::Host`]), [`metrics`] (counters, gauges, a latency histogram and their
+//!   Prometheus text), [`status`] (the state `/status` and the status file show, as JSON),
+//!   [`status_file`], [`http`] (`/metrics`, `/status`), [`failure`]; [`crate::descriptors`]
+//!   (the descriptor budget, checked at start).
+//! - [`entry`]: the process (arguments, signals, and the one place the mode is dispatched).
 //!
-//! The driver: [`entry`] (the process: arguments, signals, and the one place the mode is
-//! dispatched), [`agent`] (the `Agent` both modes share, without knowledge of either:
-//! self-fence, watchdog, publishing; the self-fence hook runs on `hook_thread`'s own thread, never
-//! on the blocking pool that hung paths hold), `watch_loop` and `lease_loop` (`WatchDriver` and
-//! `LeaseDriver`, each with its mode's state), `heal` (the heal both run), [`key`] (our key in
-//! watch mode), [`lu_table`] (the LU table over the engine's [`crate::host::Host`]),
-//! [`executor`] (bounded command execution), [`crate::descriptors`] (the descriptor budget,
-//! checked at start), [`lease_io`] (each lease action's PR commands),
-//! [`watchdog`], [`notify`] (sd_notify), [`http`] (`/metrics`, `/status`), [`status_file`],
-//! [`epoch_file`], [`logging`].
-//!
-//! Module graph of the driver (an arrow: "uses"; no cycle):
-//! `entry → {watch_loop, lease_loop} → {heal, key} → agent → {executor → lu_table, hook_thread},
-//! status`.
+//! Module graph (an arrow: "uses"; no cycle, checked folder by folder):
+//! `entry → {watch, lease} → {agent, heal} → {executor, status_file, os} → {lu_table, metrics}
+//! → status → config`, and `entry → http → {metrics, status}`; the cores `watch` and `lease`
+//! use only `failure` (and `status`, for lease's `Role`) of the rest.
 //!
 //! # Safety does not rest on time (P5)
 //! Fencing is done by the storage target. Once a node's key is preempted (PREEMPT AND ABORT),
@@ -69,28 +75,18 @@
 
 pub mod agent;
 pub mod config;
-pub mod config_reference;
 pub mod entry;
-pub mod epoch_file;
 pub mod executor;
 pub mod failure;
 mod heal;
-mod hook_thread;
 pub mod http;
-pub mod key;
 pub mod lease;
-pub mod lease_io;
-mod lease_loop;
-pub mod logging;
 pub mod lu_table;
 pub mod metrics;
-pub mod notify;
-mod own_initiators;
+pub mod os;
 pub mod status;
 pub mod status_file;
 pub mod watch;
-mod watch_loop;
-pub mod watchdog;
 
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,17 @@ pub enum State {
     Stopping,
 }
 
+/// A lease-mode node's part, as the metrics show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Standby,
+    /// Holds the reservation; `promoted` once the lease is confirmed in this run.
+    Holder {
+        promoted: bool,
+    },
+    Fenced,
+}
+
 impl State {
     /// Every state, in declaration order (a metric lists them all).
     pub const ALL: [State; 8] = [

@@ -91,7 +91,7 @@ impl StatusFile {
         })
     }
 
-    /// Writes `status` with `updated_unix` now ([`write`]).
+    /// Writes `status` with `updated_unix` now ([`write()`]).
     pub fn write(&mut self, mut status: Status) -> std::io::Result<()> {
         self.last = None;
         status.updated_unix = std::time::SystemTime::now()

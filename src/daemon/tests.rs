@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::agent::{Agent, AgentParts, Control, RunEnd};
 use super::config::Settings;
 use super::lock;
-use super::notify::Notifier;
+use super::os::notify::Notifier;
 use super::status::{State, Status};
 use crate::discover::{IscsiSession, LuId, PathInfo, PathState};
 use crate::host::Host;
@@ -722,7 +722,7 @@ async fn lease_takeover_when_the_holder_stalls() {
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(lock(&first.status).state, State::Holder);
     assert_eq!(lock(&second.status).state, State::Standby);
-    let epoch_file = super::epoch_file::read(&dir.path().join("epoch1"))
+    let epoch_file = super::lease::epoch_file::read(&dir.path().join("epoch1"))
         .unwrap()
         .unwrap();
     let key1 = lock(&lu).registered_key(n1).unwrap();
@@ -1865,8 +1865,8 @@ fn a_check_over_hung_paths_ends_within_its_budget() {
     let probed = runtime.block_on(async {
         let until = agent.check_deadline();
         agent.table.refresh(&agent.host, until).await;
-        let probe = vec![super::watch_loop::Probe::Yes; agent.table.lus.len()];
-        super::watch_loop::check_all(&agent.exec, &agent.table, KA, &probe, until).await
+        let probe = vec![super::watch::driver::Probe::Yes; agent.table.lus.len()];
+        super::watch::driver::check_all(&agent.exec, &agent.table, KA, &probe, until).await
     });
     let took = started.elapsed();
     println!(

@@ -47,6 +47,10 @@ use std::time::{Duration, Instant};
 pub use super::failure::CommandFailure;
 use crate::pr::Key;
 
+pub(super) mod driver;
+pub mod key;
+pub(super) mod own_initiators;
+
 /// The name of one LU in the agent's reports: the configured device name, or its identifier's
 /// text (a report's label; the identifier itself, which orders LUs, is `discover::LuId`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

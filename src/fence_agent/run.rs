@@ -143,7 +143,7 @@ fn helper_timeout(options: &Options) -> Option<Duration> {
     Some(options.command_timeout().unwrap_or(HELPER_TIMEOUT))
 }
 
-/// See [`helper_timeout`]; fence-agents' default `power_timeout`.
+/// See `helper_timeout`; fence-agents' default `power_timeout`.
 pub const HELPER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A failure before or outside the engine, logged with fence-agents' "Failed:" wording.

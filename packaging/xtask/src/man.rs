@@ -2,7 +2,7 @@
 //! - `prfence(8)` and `prfence-<command>(8)` from the CLI definition (clap_mangen);
 //! - `fence_pr(8)` from the agent's own metadata XML, as fence-agents makes its pages;
 //! - `prfence-agent.toml(5)` from the parser's own reference table
-//!   (`prfence::daemon::config_reference`, tested against the parser) and the agent's timing
+//!   (`prfence::daemon::config::reference`, tested against the parser) and the agent's timing
 //!   rules (`prfence::daemon::config::timing`, which the agent checks).
 
 use std::fmt::Write as _;
@@ -365,10 +365,10 @@ fn example_settings(example: &str) -> Vec<(String, String)> {
 }
 
 fn agent_toml() -> anyhow::Result<String> {
-    use prfence::daemon::config::timing::{TIMING_RULES, TimingRule};
-    use prfence::daemon::config_reference::{
+    use prfence::daemon::config::reference::{
         Default, LEASE_EXAMPLE, SECTIONS, SETTINGS, WATCH_EXAMPLE,
     };
+    use prfence::daemon::config::timing::{TIMING_RULES, TimingRule};
     let mut page = header("prfence-agent.toml", "5", "File Formats Manual");
     let _ = writeln!(page, ".SH NAME");
     let _ = writeln!(
@@ -509,7 +509,7 @@ mod tests {
     /// lacks), every table, and the timing rules.
     #[test]
     fn every_setting_default_and_timing_rule_is_on_the_config_page() {
-        use prfence::daemon::config_reference::{Default, SECTIONS, SETTINGS};
+        use prfence::daemon::config::reference::{Default, SECTIONS, SETTINGS};
         let root = crate::workspace();
         let page = agent_toml().unwrap();
         for setting in SETTINGS {

@@ -532,7 +532,7 @@ fn renew_racing_takeover_never_two_writers() -> anyhow::Result<()> {
 /// Long tier: the same race, [`LONG_RENEW_RACE_ROUNDS`] rounds (about 5 s each under emulation)
 /// with every guest CPU kept busy by a spinning process beside the agents: a loaded host once
 /// made the standby take over from a holder that had just renewed (a renew it had not seen,
-/// swept as an "older" key; src/daemon/lease_io.rs).
+/// swept as an "older" key; src/daemon/lease/commands.rs).
 fn renew_racing_takeover_two_hundred_rounds_under_load() -> anyhow::Result<()> {
     let _load = CpuLoad::start()?;
     renew_racing_takeover(LONG_RENEW_RACE_ROUNDS)

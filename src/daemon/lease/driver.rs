@@ -2,7 +2,7 @@
 //! runs at once (the poll's `now` is its send time) on the blocking pool, and its completion is
 //! reported back. A [`LeaseAction::SelfFence`] from any LU fences the node.
 //!
-//! Each action's PR commands are [`lease_io`]'s (shared with the simulation), run on a blocking
+//! Each action's PR commands are [`commands`]'s (shared with the simulation), run on a blocking
 //! thread through the executor, each command bounded by `command_timeout`; before a Join or Renew
 //! the key's epoch is persisted. Paths a renew found without our registration go to `ops::heal`,
 //! which purges orphans and never registers (P3): they need `prfence unfence` or the next join.
@@ -19,21 +19,21 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::agent::{Agent, Control, RunEnd};
-use super::config::{LeaseReservation, ModeSettings, Settings};
+use super::commands::{self, LeasePaths};
 use super::epoch_file;
-use super::executor::{Executor, no_live_path};
-use super::failure::CommandFailure;
-use super::heal::{heal_lu, report_heal};
-use super::lease::{
+use crate::daemon::agent::{Agent, Control, RunEnd};
+use crate::daemon::config::{LeaseReservation, ModeSettings, Settings};
+use crate::daemon::executor::{Executor, no_live_path};
+use crate::daemon::failure::CommandFailure;
+use crate::daemon::heal::{heal_lu, report_heal};
+use crate::daemon::lease::{
     self, EPOCH_BLOCK, EPOCH_MAX, EpochSources, Lease, LeaseAction, LeaseCompletion, LeaseConfig,
     LeaseKey, Role, StartView,
 };
-use super::lease_io::{self, LeasePaths};
-use super::lock;
-use super::lu_table::PathHandle;
-use super::metrics::CommandResult;
-use super::status::State;
+use crate::daemon::lock;
+use crate::daemon::lu_table::PathHandle;
+use crate::daemon::metrics::CommandResult;
+use crate::daemon::status::State;
 use crate::discover::LuId;
 use crate::pr::{Key, PrInAction, ReservationType};
 use crate::transport::{Command, CommandError};
@@ -47,7 +47,7 @@ struct EpochStore {
 /// Everything one action needs, owned, so it can run on its own task.
 struct Job {
     exec: Arc<Executor>,
-    metrics: Arc<std::sync::Mutex<super::metrics::Metrics>>,
+    metrics: Arc<std::sync::Mutex<crate::daemon::metrics::Metrics>>,
     lu: String,
     /// The LU identifier for the `ops` engine.
     id: LuId,
@@ -91,7 +91,7 @@ impl Job {
         }
     }
 
-    /// This LU's live paths for the lease commands ([`lease_io`]), through the executor.
+    /// This LU's live paths for the lease commands ([`commands`]), through the executor.
     fn paths(&self) -> Arc<ExecPaths> {
         Arc::new(ExecPaths {
             exec: Arc::clone(&self.exec),
@@ -121,7 +121,7 @@ impl Job {
     async fn read_reservation(&self) -> Result<Option<Key>, CommandError> {
         let (device, paths) = (self.device.clone(), self.paths.clone());
         self.blocking(
-            |p| lease_io::read_reservation(p.as_ref()),
+            |p| commands::read_reservation(p.as_ref()),
             move |_| {
                 Err(no_live_path(
                     &device,
@@ -138,7 +138,7 @@ impl Job {
             return LeaseCompletion::Join(Err(e));
         }
         self.blocking(
-            move |p| lease_io::join(p.as_ref(), key),
+            move |p| commands::join(p.as_ref(), key),
             |e| LeaseCompletion::Join(Err(e)),
         )
         .await
@@ -150,8 +150,8 @@ impl Job {
         }
         let renewed = self
             .blocking(
-                move |p| lease_io::renew(&p, &from, to),
-                |e| lease_io::Renewed {
+                move |p| commands::renew(&p, &from, to),
+                |e| commands::Renewed {
                     completion: LeaseCompletion::Renew(Err(e)),
                     lost: Vec::new(),
                 },
@@ -182,14 +182,14 @@ impl Job {
             } => self.renew(from, to, persist_epoch).await,
             LeaseAction::Preempt { own, victim } => {
                 self.blocking(
-                    move |p| lease_io::preempt(p.as_ref(), own, victim, rtype),
+                    move |p| commands::preempt(p.as_ref(), own, victim, rtype),
                     |e| LeaseCompletion::Preempt(Err(e)),
                 )
                 .await
             }
             LeaseAction::Reserve { own } => {
                 self.blocking(
-                    move |p| lease_io::reserve(p.as_ref(), own, rtype),
+                    move |p| commands::reserve(p.as_ref(), own, rtype),
                     |e| LeaseCompletion::Reserve(Err(e)),
                 )
                 .await
@@ -245,9 +245,27 @@ fn node_role(leases: &[Lease]) -> Role {
     }
 }
 
+// Here, not in config: the configuration knows nothing of the modes that read it.
+impl Settings {
+    /// The lease state machine's settings. `None` in watch mode.
+    pub fn lease_config(&self) -> Option<LeaseConfig> {
+        match &self.mode {
+            ModeSettings::Lease(l) => Some(LeaseConfig {
+                node: l.node_id,
+                renew: l.renew,
+                lease: l.lease,
+                margin: l.margin,
+                check_interval: self.check_interval,
+                watchdog_timeout: self.watchdog.as_ref().map(|w| w.timeout),
+            }),
+            ModeSettings::Watch(_) => None,
+        }
+    }
+}
+
 /// Lease mode's driver: the agent's shared part, borrowed for the run, the reservation type
 /// every LU is held with, and the epoch state file's durable value.
-pub(super) struct LeaseDriver<'a> {
+pub(in crate::daemon) struct LeaseDriver<'a> {
     agent: &'a mut Agent,
     rtype: ReservationType,
     epochs: Arc<AsyncMutex<EpochStore>>,
@@ -315,7 +333,7 @@ impl<'a> LeaseDriver<'a> {
 
     /// Lease mode over `agent`'s LUs: reads the epoch state file, then runs until stopped or
     /// fenced.
-    pub(super) async fn run_lease(agent: &'a mut Agent) -> RunEnd {
+    pub(in crate::daemon) async fn run_lease(agent: &'a mut Agent) -> RunEnd {
         let (Some(config), ModeSettings::Lease(settings)) =
             (agent.settings.lease_config(), agent.settings.mode.clone())
         else {
@@ -599,7 +617,7 @@ impl<'a> LeaseDriver<'a> {
     }
 
     /// `--once`: the reservation and keys of every LU; nothing is registered.
-    pub(super) async fn once_lease(agent: &'a mut Agent) -> bool {
+    pub(in crate::daemon) async fn once_lease(agent: &'a mut Agent) -> bool {
         LeaseDriver {
             agent,
             rtype: ReservationType::WriteExclusive,

@@ -1,17 +1,14 @@
 //! Our key in watch mode, as the configuration gives it or as fence_pr derives it, and the
 //! wait for it: with `key.derive` the agent starts before the cluster stack does (an admin may
 //! leave it disabled at boot after a fence and start it by hand, and Pacemaker then unfences this
-//! node through fence_pr), so it asks corosync again at every check until it answers.
+//! node through fence_pr), so the driver asks again at every check until corosync answers
+//! (`driver::wait_for_key`).
 //! Who this node is, and so which key, is decided by [`crate::whoami`].
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::agent::{Agent, Control, RunEnd};
-use super::config::{KeySpec, ModeSettings};
-use super::lock;
-use super::status::State;
+use crate::daemon::config::KeySpec;
 use crate::fence_agent::store::KeyStore;
 use crate::host::Host;
 use crate::keys::{CLUSTER_NAME_QUERY, COROSYNC_CMAPCTL, KeyError, NODELIST_QUERY};
@@ -94,105 +91,6 @@ pub fn store_problem(our: &OurKey, store: &KeyStore) -> Option<String> {
     checked.err().map(|e| e.to_string())
 }
 
-/// The status text of a key not known: waiting for corosync, or why not.
-fn key_problem_text(e: &WhoAmIError) -> String {
-    match e {
-        WhoAmIError::NoCorosync(_) | WhoAmIError::NoKey(_) => {
-            format!("waiting for corosync to tell this node's key: {e}")
-        }
-        WhoAmIError::Conflict(_) => format!("this node's key is in doubt: {e}"),
-    }
-}
-
-/// Watch mode with `key.derive`, before the key is known: asks corosync at every check (one
-/// bounded corosync-cmapctl run) until it tells our key, and returns it. Meanwhile the agent is
-/// up (READY after the first attempt, the service watchdog fed), judges nothing and opens no
-/// watchdog: the state is `waiting_for_registration` while corosync does not answer or does
-/// not know this node, `degraded` when the host name and corosync disagree; the cause is in the
-/// status (`key_problem`) and logged once per change. SIGHUP applies a new configuration
-/// (another key.node, say); SIGTERM stops.
-pub(super) async fn wait_for_key(agent: &mut Agent) -> Result<OurKey, RunEnd> {
-    let mut interval = super::watch_loop::ticker(agent.settings.check_interval);
-    let mut ready = false;
-    let mut last = String::new();
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            control = agent.control.recv() => match control {
-                Some(Control::Reload(settings)) => {
-                    agent.notifier.reloading();
-                    if let Some(period) = super::watch_loop::reload_unarmed(agent, *settings).await {
-                        interval = super::watch_loop::ticker(period);
-                    }
-                    agent.notifier.ready("reloaded");
-                    continue;
-                }
-                Some(Control::Stop) | None => {
-                    tracing::info!("stopping");
-                    agent.notifier.stopping();
-                    lock(&agent.status).state = State::Stopping;
-                    agent.publish();
-                    return Err(RunEnd::Stopped);
-                }
-            },
-        }
-        let ModeSettings::Watch(watch) = &agent.settings.mode else {
-            return Err(RunEnd::Failed(
-                "waiting for a key outside watch mode".to_owned(),
-            ));
-        };
-        let (spec, timeout, host) = (
-            watch.key.clone(),
-            agent.settings.command_timeout,
-            Arc::clone(&agent.host),
-        );
-        let resolved =
-            tokio::task::spawn_blocking(move || resolve_key(&spec, timeout, host.as_ref())).await;
-        let problem = match resolved {
-            Ok(Ok(our)) => {
-                if let Some(identity) = &our.identity {
-                    tracing::info!(key = %our.key, node = %identity.node, from = %identity.basis, "this node's key");
-                }
-                lock(&agent.status).key_problem = None;
-                return Ok(our);
-            }
-            Ok(Err(e)) => e,
-            Err(e) => WhoAmIError::NoKey(format!("the key's derivation did not finish: {e}")),
-        };
-        let text = key_problem_text(&problem);
-        let conflict = matches!(problem, WhoAmIError::Conflict(_));
-        if text != last {
-            if conflict {
-                tracing::error!(problem = %text, "not armed");
-            } else {
-                tracing::warn!(problem = %text, "not armed; asking again at every check");
-            }
-            last.clone_from(&text);
-        }
-        {
-            let mut status = lock(&agent.status);
-            status.state = if conflict {
-                State::Degraded
-            } else {
-                State::WaitingForRegistration
-            };
-            status.own_key = None;
-            status.key_problem = Some(text.clone());
-            status.checks += 1;
-            for shown in &mut status.lus {
-                shown.verdict = "not armed: this node's key is not known yet".to_owned();
-            }
-        }
-        agent.publish();
-        agent.notifier.status(&text);
-        agent.notifier.watchdog();
-        if !ready {
-            ready = true;
-            agent.notifier.ready(&text);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,7 +127,7 @@ mod tests {
     #[test]
     fn the_packaged_config_watches_the_key_fence_pr_registers_by_default() {
         let settings =
-            Settings::from_toml_str(include_str!("../../packaging/prfence-agent.toml")).unwrap();
+            Settings::from_toml_str(include_str!("../../../packaging/prfence-agent.toml")).unwrap();
         let ModeSettings::Watch(watch) = settings.mode else {
             panic!("the packaged configuration is in watch mode")
         };

@@ -18,28 +18,29 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::agent::{Agent, Control, RunEnd};
-use super::config::{ModeSettings, Settings};
-use super::executor::{Executor, KeysRead, first_live};
-use super::heal::{heal_lu, report_heal};
-use super::key::OurKey;
-use super::lock;
-use super::lu_table::{LuEntry, LuTable, PathHandle};
-use super::metrics::CommandResult;
+use super::key::{OurKey, resolve_key};
 use super::own_initiators::OwnInitiatorLooks;
-use super::status::{KeyNotOnEveryLu, State, WatchdogState};
-use super::watch::{
+use super::{
     ArmCheck, Arming, CommandFailure, Decision, FenceReason, LuKeys, LuName, LuVerdict,
     Observation, PathId, ProbedPath, WatchConfig, WatchState,
 };
+use crate::daemon::agent::{Agent, Control, RunEnd};
+use crate::daemon::config::{ModeSettings, Settings};
+use crate::daemon::executor::{Executor, KeysRead, first_live};
+use crate::daemon::heal::{heal_lu, report_heal};
+use crate::daemon::lock;
+use crate::daemon::lu_table::{LuEntry, LuTable, PathHandle};
+use crate::daemon::metrics::CommandResult;
+use crate::daemon::status::{KeyNotOnEveryLu, State, WatchdogState};
 use crate::discover::LuId;
 use crate::fence_agent::store::KeyStore;
 use crate::ops::{LastingPartialKeys, probe_registration};
 use crate::pr::{Key, PrOutAction, ReadKeys};
 use crate::transport::{Command, CommandError, ErrorKind, Event};
+use crate::whoami::WhoAmIError;
 
 /// What one LU's check found.
-pub(super) struct LuCheck {
+pub(in crate::daemon) struct LuCheck {
     keys: Result<ReadKeys, CommandError>,
     /// The target told a path its registration was preempted (2Ah/05h).
     preempted_unit_attention: bool,
@@ -51,7 +52,7 @@ pub(super) struct LuCheck {
 
 /// Whether a check probes an LU's paths after its READ KEYS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Probe {
+pub(in crate::daemon) enum Probe {
     No,
     Yes,
     /// Only if the read lists our key: before arming, the first look at our own paths comes in
@@ -72,7 +73,7 @@ impl Probe {
 
 /// A READ KEYS on one live path (`first`: the first live path's, already read), then, if
 /// `probe` wants it of the keys read, the per-path probes, every live path at once: at most
-/// [`super::config::CHECK_SLOTS`] command slots.
+/// [`crate::daemon::config::CHECK_SLOTS`] command slots.
 async fn check_lu(
     exec: Arc<Executor>,
     device: PathBuf,
@@ -142,7 +143,7 @@ async fn check_lu(
 /// ([`Executor::read_keys_each`]), then, concurrently, each LU whose read failed (its other
 /// paths) or whose paths are to be probed. Results in table order. An LU still pending at
 /// `until` is a timed-out read (its blocked call keeps only its own thread and path busy).
-pub(super) async fn check_all(
+pub(in crate::daemon) async fn check_all(
     exec: &Arc<Executor>,
     table: &LuTable,
     key: Key,
@@ -319,9 +320,132 @@ fn held_elsewhere(key: &str) -> String {
     )
 }
 
+/// The status text of a key not known: waiting for corosync, or why not.
+fn key_problem_text(e: &WhoAmIError) -> String {
+    match e {
+        WhoAmIError::NoCorosync(_) | WhoAmIError::NoKey(_) => {
+            format!("waiting for corosync to tell this node's key: {e}")
+        }
+        WhoAmIError::Conflict(_) => format!("this node's key is in doubt: {e}"),
+    }
+}
+
+/// Watch mode with `key.derive`, before the key is known: asks corosync at every check (one
+/// bounded corosync-cmapctl run) until it tells our key, and returns it. Meanwhile the agent is
+/// up (READY after the first attempt, the service watchdog fed), judges nothing and opens no
+/// watchdog: the state is `waiting_for_registration` while corosync does not answer or does
+/// not know this node, `degraded` when the host name and corosync disagree; the cause is in the
+/// status (`key_problem`) and logged once per change. SIGHUP applies a new configuration
+/// (another key.node, say); SIGTERM stops.
+pub(in crate::daemon) async fn wait_for_key(agent: &mut Agent) -> Result<OurKey, RunEnd> {
+    let mut interval = ticker(agent.settings.check_interval);
+    let mut ready = false;
+    let mut last = String::new();
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            control = agent.control.recv() => match control {
+                Some(Control::Reload(settings)) => {
+                    agent.notifier.reloading();
+                    if let Some(period) = reload_unarmed(agent, *settings).await {
+                        interval = ticker(period);
+                    }
+                    agent.notifier.ready("reloaded");
+                    continue;
+                }
+                Some(Control::Stop) | None => {
+                    tracing::info!("stopping");
+                    agent.notifier.stopping();
+                    lock(&agent.status).state = State::Stopping;
+                    agent.publish();
+                    return Err(RunEnd::Stopped);
+                }
+            },
+        }
+        let ModeSettings::Watch(watch) = &agent.settings.mode else {
+            return Err(RunEnd::Failed(
+                "waiting for a key outside watch mode".to_owned(),
+            ));
+        };
+        let (spec, timeout, host) = (
+            watch.key.clone(),
+            agent.settings.command_timeout,
+            Arc::clone(&agent.host),
+        );
+        let resolved =
+            tokio::task::spawn_blocking(move || resolve_key(&spec, timeout, host.as_ref())).await;
+        let problem = match resolved {
+            Ok(Ok(our)) => {
+                if let Some(identity) = &our.identity {
+                    tracing::info!(key = %our.key, node = %identity.node, from = %identity.basis, "this node's key");
+                }
+                lock(&agent.status).key_problem = None;
+                return Ok(our);
+            }
+            Ok(Err(e)) => e,
+            Err(e) => WhoAmIError::NoKey(format!("the key's derivation did not finish: {e}")),
+        };
+        let text = key_problem_text(&problem);
+        let conflict = matches!(problem, WhoAmIError::Conflict(_));
+        if text != last {
+            if conflict {
+                tracing::error!(problem = %text, "not armed");
+            } else {
+                tracing::warn!(problem = %text, "not armed; asking again at every check");
+            }
+            last.clone_from(&text);
+        }
+        {
+            let mut status = lock(&agent.status);
+            status.state = if conflict {
+                State::Degraded
+            } else {
+                State::WaitingForRegistration
+            };
+            status.own_key = None;
+            status.key_problem = Some(text.clone());
+            status.checks += 1;
+            for shown in &mut status.lus {
+                shown.verdict = "not armed: this node's key is not known yet".to_owned();
+            }
+        }
+        agent.publish();
+        agent.notifier.status(&text);
+        agent.notifier.watchdog();
+        if !ready {
+            ready = true;
+            agent.notifier.ready(&text);
+        }
+    }
+}
+
+// Here, not in config: the configuration knows nothing of the modes that read it.
+impl Settings {
+    /// The watch state machine's settings, given our key resolved from [`KeySpec`](crate::daemon::config::KeySpec) (deriving
+    /// it asks corosync, so it is the driver's job). `None` in lease mode.
+    pub fn watch_config(&self, own_key: Key) -> Option<WatchConfig> {
+        match &self.mode {
+            ModeSettings::Watch(w) => Some(WatchConfig {
+                own_key,
+                grace: w.grace,
+                missing_confirmations: w.missing_confirmations,
+                heal: w.heal,
+                path_audit: w.path_audit,
+                coordinators: self
+                    .devices
+                    .iter()
+                    .filter(|d| d.coordinator)
+                    .map(|d| LuName(d.name.clone()))
+                    .collect(),
+            }),
+            ModeSettings::Lease(_) => None,
+        }
+    }
+}
+
 /// Watch mode's driver: the agent's shared part, borrowed for the run, and what the watch loop
 /// keeps between checks.
-pub(super) struct WatchDriver<'a> {
+pub(in crate::daemon) struct WatchDriver<'a> {
     agent: &'a mut Agent,
     run: WatchRun,
     /// Our key and who we are, when it was derived: checked at every check against the key
@@ -339,7 +463,7 @@ pub(super) struct WatchDriver<'a> {
 impl<'a> WatchDriver<'a> {
     /// Watch mode over `agent`'s LUs with our `key` (`key.value`), checked against the key
     /// store of this host's environment, not armed yet.
-    pub(super) fn new(agent: &'a mut Agent, key: Key) -> WatchDriver<'a> {
+    pub(in crate::daemon) fn new(agent: &'a mut Agent, key: Key) -> WatchDriver<'a> {
         let our = OurKey {
             key,
             identity: None,
@@ -348,7 +472,7 @@ impl<'a> WatchDriver<'a> {
     }
 
     /// Watch mode with our key as resolved, checked against `store`.
-    pub(super) fn with_store(
+    pub(in crate::daemon) fn with_store(
         agent: &'a mut Agent,
         our: OurKey,
         store: KeyStore,
@@ -367,7 +491,7 @@ impl<'a> WatchDriver<'a> {
 }
 
 impl WatchDriver<'_> {
-    pub(super) async fn run_watch(&mut self) -> RunEnd {
+    pub(in crate::daemon) async fn run_watch(&mut self) -> RunEnd {
         let key = self.run.key;
         let mut interval = ticker(self.agent.settings.check_interval);
         let mut ready = false;
@@ -926,10 +1050,8 @@ impl WatchDriver<'_> {
             let spec = new_watch.key.clone();
             let timeout = new.command_timeout;
             let host = Arc::clone(&self.agent.host);
-            match tokio::task::spawn_blocking(move || {
-                super::key::resolve_key(&spec, timeout, host.as_ref())
-            })
-            .await
+            match tokio::task::spawn_blocking(move || resolve_key(&spec, timeout, host.as_ref()))
+                .await
             {
                 Ok(Ok(our)) => our,
                 Ok(Err(e)) => {
@@ -995,7 +1117,7 @@ impl WatchDriver<'_> {
     }
 
     /// `--once`: one READ KEYS per LU, no path probe (read-only); nothing healed, nothing fenced.
-    pub(super) async fn once_watch(&mut self) -> bool {
+    pub(in crate::daemon) async fn once_watch(&mut self) -> bool {
         let key = self.run.key;
         let until = self.agent.check_deadline();
         self.agent.table.refresh(&self.agent.host, until).await;
@@ -1065,19 +1187,22 @@ impl WatchDriver<'_> {
         let Some(w) = self.agent.settings.watchdog.clone() else {
             return true;
         };
-        let problem =
-            match super::watchdog::check_timeout(&w.device, w.timeout, &self.agent.sys_root) {
-                Err(e) => Some(e.to_string()),
-                Ok(()) => nix::unistd::access(&w.device, nix::unistd::AccessFlags::W_OK)
-                    .err()
-                    .map(|errno| {
-                        format!(
-                            "{}: cannot open the watchdog: {}",
-                            w.device.display(),
-                            std::io::Error::from(errno)
-                        )
-                    }),
-            };
+        let problem = match crate::daemon::os::watchdog::check_timeout(
+            &w.device,
+            w.timeout,
+            &self.agent.sys_root,
+        ) {
+            Err(e) => Some(e.to_string()),
+            Ok(()) => nix::unistd::access(&w.device, nix::unistd::AccessFlags::W_OK)
+                .err()
+                .map(|errno| {
+                    format!(
+                        "{}: cannot open the watchdog: {}",
+                        w.device.display(),
+                        std::io::Error::from(errno)
+                    )
+                }),
+        };
         match problem {
             Some(e) => {
                 eprintln!("prfence agent: watchdog degraded: {e}");
@@ -1090,10 +1215,12 @@ impl WatchDriver<'_> {
 }
 
 /// The device is opened only once armed; a wrong timeout is a configuration error at start.
-pub(super) fn check_watchdog_timeout(agent: &Agent) -> Result<(), String> {
+pub(in crate::daemon) fn check_watchdog_timeout(agent: &Agent) -> Result<(), String> {
     match &agent.settings.watchdog {
-        Some(w) => super::watchdog::check_timeout(&w.device, w.timeout, &agent.sys_root)
-            .map_err(|e| e.to_string()),
+        Some(w) => {
+            crate::daemon::os::watchdog::check_timeout(&w.device, w.timeout, &agent.sys_root)
+                .map_err(|e| e.to_string())
+        }
         None => Ok(()),
     }
 }
@@ -1104,11 +1231,11 @@ fn new_lu_set(agent: &mut Agent, new: &Settings) -> Vec<String> {
     agent.table = LuTable::new(&new.devices);
     let names: Vec<String> = new.devices.iter().map(|d| d.name.clone()).collect();
     let watchdog = lock(&agent.status).watchdog.state;
-    let mut metrics = super::metrics::Metrics::new(names.clone());
+    let mut metrics = crate::daemon::metrics::Metrics::new(names.clone());
     metrics.set_watchdog(watchdog);
     *lock(&agent.metrics) = metrics;
     let mut status = lock(&agent.status);
-    let fresh = super::status::Status::new("watch", &new.devices);
+    let fresh = crate::daemon::status::Status::new("watch", &new.devices);
     let kept = std::mem::replace(&mut *status, fresh);
     // What belongs to the process, not to the LU set.
     status.watchdog = kept.watchdog;
@@ -1116,10 +1243,13 @@ fn new_lu_set(agent: &mut Agent, new: &Settings) -> Vec<String> {
     names
 }
 
-/// A reload while our key is not known yet ([`super::key::wait_for_key`]): nothing is judged,
+/// A reload while our key is not known yet ([`wait_for_key`]): nothing is judged,
 /// so the new settings simply replace the old (the key is asked for with the new ones at the
 /// next check). Returns the new check interval if it changed.
-pub(super) async fn reload_unarmed(agent: &mut Agent, new: Settings) -> Option<Duration> {
+pub(in crate::daemon) async fn reload_unarmed(
+    agent: &mut Agent,
+    new: Settings,
+) -> Option<Duration> {
     if !matches!(new.mode, ModeSettings::Watch(_)) {
         tracing::error!("SIGHUP: the mode changes only with a restart; configuration not reloaded");
         return None;
@@ -1141,7 +1271,7 @@ pub(super) async fn reload_unarmed(agent: &mut Agent, new: Settings) -> Option<D
     interval_changed.then_some(interval)
 }
 
-pub(super) fn ticker(period: Duration) -> tokio::time::Interval {
+pub(in crate::daemon) fn ticker(period: Duration) -> tokio::time::Interval {
     let mut interval = tokio::time::interval(period);
     // A late check is not made up for with a burst.
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -1276,7 +1406,7 @@ fn fenced_leftover(missing: &[usize], coordinators: &[bool], read: &[Option<&[Ke
         && data_read().all(|at| missing.contains(&at))
 }
 
-/// Says what changed in [`Status::keys_not_on_every_lu`](super::status::Status): each key now
+/// Says what changed in [`Status::keys_not_on_every_lu`](crate::daemon::status::Status): each key now
 /// on part of the LUs, or that none is any more.
 fn log_keys_not_on_every_lu(now: &[KeyNotOnEveryLu]) {
     for k in now {

@@ -1,4 +1,4 @@
-//! The PR commands behind each [`LeaseAction`](super::lease::LeaseAction), on one LU's live
+//! The PR commands behind each [`LeaseAction`](super::LeaseAction), on one LU's live
 //! paths, and what they come to as a [`LeaseCompletion`]. Blocking, and generic over how a command
 //! reaches a path ([`LeasePaths`]): the agent runs these on a blocking thread through its
 //! bounded executor, the simulation through its gated devices, so both run the same commands.
@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use prfence_engine::runtime::{self, Finished};
 
-use super::failure::CommandFailure;
-use super::lease::LeaseCompletion;
+use super::LeaseCompletion;
+use crate::daemon::failure::CommandFailure;
 use crate::keys::LeaseKey;
 use crate::pr::{Key, PrInAction, PrOut, PrOutAction, ReservationType};
 use crate::transport::{Command, CommandError, ErrorKind, PrTransport};

@@ -7,9 +7,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::executor::{Executor, first_live};
-use super::lock;
-use super::lu_table::LuEntry;
+use crate::daemon::executor::{Executor, first_live};
+use crate::daemon::lock;
+use crate::daemon::lu_table::LuEntry;
 use crate::ops::{OtherKeyOnOwnInitiator, OwnInitiator, other_keys_on_own_initiators};
 use crate::pr::{Key, PrInAction, ReadKeys};
 use crate::transport::Command;
@@ -27,12 +27,12 @@ struct Look {
 
 /// Per LU (table order), what the last READ FULL STATUS found; shared with the reads under way.
 #[derive(Debug, Clone, Default)]
-pub(super) struct OwnInitiatorLooks(Arc<Mutex<Vec<Look>>>);
+pub(in crate::daemon) struct OwnInitiatorLooks(Arc<Mutex<Vec<Look>>>);
 
 impl OwnInitiatorLooks {
     /// After a check: forget the LUs where our key is registered as often as expected, and start
     /// a read on each other LU whose generation changed since its last one.
-    pub(super) fn after_check(
+    pub(in crate::daemon) fn after_check(
         &self,
         exec: &Arc<Executor>,
         lus: &[LuEntry],
@@ -105,12 +105,12 @@ impl OwnInitiatorLooks {
     }
 
     /// Per LU, what the last read found.
-    pub(super) fn found(&self) -> Vec<Vec<OtherKeyOnOwnInitiator>> {
+    pub(in crate::daemon) fn found(&self) -> Vec<Vec<OtherKeyOnOwnInitiator>> {
         lock(&self.0).iter().map(|l| l.found.clone()).collect()
     }
 
     /// Everything found, in words, for a self-fence's reason; `None` when nothing is.
-    pub(super) fn describe(&self, names: &[String]) -> Option<String> {
+    pub(in crate::daemon) fn describe(&self, names: &[String]) -> Option<String> {
         let looks = lock(&self.0);
         let mut parts = Vec::new();
         let mut advice = None;

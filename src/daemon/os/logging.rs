@@ -19,7 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
 
-use super::config::{LogSettings, LogTarget};
+use crate::daemon::config::{LogSettings, LogTarget};
 
 /// Changes the level on SIGHUP.
 pub struct LogHandle(reload::Handle<EnvFilter, Registry>);

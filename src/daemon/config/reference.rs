@@ -509,7 +509,7 @@ timeout = "6s"
 mod tests {
     use std::collections::BTreeSet;
 
-    use super::super::config::{ConfigError, Settings};
+    use super::super::{ConfigError, Settings};
     use super::*;
 
     /// A valid configuration of `mode` with `extra` lines added to table `section` ("" for the

@@ -17,7 +17,7 @@ use crate::process::RunError;
 
 /// Why the hook did not run to a success.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum HookError {
+pub(in crate::daemon) enum HookError {
     #[error(transparent)]
     Run(#[from] RunError),
     #[error("the self-fence thread is gone (it panicked); the hook did not run")]
@@ -32,14 +32,14 @@ struct Job {
 
 /// The handle of the hook's thread; the thread ends when the last handle is dropped.
 #[derive(Clone)]
-pub(super) struct HookThread {
+pub(in crate::daemon) struct HookThread {
     jobs: mpsc::Sender<Job>,
 }
 
 impl HookThread {
     /// Starts the thread. Failing here (no thread can be made) fails the agent's start: an agent
     /// that could not run its hook when fenced must not claim to protect the node.
-    pub(super) fn start(host: Arc<dyn Host>) -> std::io::Result<HookThread> {
+    pub(in crate::daemon) fn start(host: Arc<dyn Host>) -> std::io::Result<HookThread> {
         let (jobs, incoming) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("self-fence".to_owned())
@@ -61,7 +61,11 @@ impl HookThread {
 
     /// Runs `argv` (program first) on the hook's thread, killed with everything it started after
     /// `timeout`.
-    pub(super) async fn run(&self, argv: Vec<String>, timeout: Duration) -> Result<(), HookError> {
+    pub(in crate::daemon) async fn run(
+        &self,
+        argv: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(), HookError> {
         let (done, result) = oneshot::channel();
         self.jobs
             .send(Job {
