@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::discover::{DiscoverError, Discovery, Lu, PathInfo, PathSysfs, Resolution, protocol_of};
+use crate::discover::{
+    DiscoverError, Discovery, Lu, PathInfo, PathSysfs, Repeated, Resolution, protocol_of,
+};
 use crate::exec::{NvmePr, ScsiPr};
 use crate::keys::{self, KeyError};
 use crate::process::{self, RunError};
@@ -23,20 +25,17 @@ pub trait Host: Send + Sync + 'static {
     /// Lenient discovery of `devices` ([`Discovery::resolve_each`]).
     fn resolve_each(&self, devices: &[PathBuf]) -> Result<Resolution, DiscoverError>;
     /// [`Host::resolve`] of each device on its own, for a caller that asks again every few
-    /// seconds (the agent's checks). The system's host gives a device's previous answer again
-    /// while sysfs shows nothing it rests on changed ([`Discovery::resolve_repeated`]); this
-    /// default discovers afresh every time. `fresh[i]`: discover device `i` afresh. `hold`: how
-    /// many descriptors the answers may keep open between calls.
-    fn resolve_repeated(
-        &self,
-        devices: &[PathBuf],
-        fresh: &[bool],
-        hold: usize,
-    ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
+    /// seconds (the agent's checks). The system's host says a device's previous answer stands
+    /// ([`Repeated::Again`]) while sysfs shows nothing it rests on changed
+    /// ([`Discovery::resolve_repeated`]); this default discovers afresh every time.
+    /// `fresh[i]`: discover device `i` afresh (a caller that did not take in the previous
+    /// answers asks for every device afresh). `hold`: how many descriptors the answers may keep
+    /// open between calls.
+    fn resolve_repeated(&self, devices: &[PathBuf], fresh: &[bool], hold: usize) -> Vec<Repeated> {
         let _ = (fresh, hold);
         devices
             .iter()
-            .map(|device| self.resolve(std::slice::from_ref(device)))
+            .map(|device| Repeated::Found(self.resolve(std::slice::from_ref(device))))
             .collect()
     }
     /// LVM autodiscovery with `vgs`, lenient ([`Discovery::resolve_lvm_each`]).
@@ -110,12 +109,7 @@ impl Host for SystemHost {
         self.discovery.resolve(devices)
     }
 
-    fn resolve_repeated(
-        &self,
-        devices: &[PathBuf],
-        fresh: &[bool],
-        hold: usize,
-    ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
+    fn resolve_repeated(&self, devices: &[PathBuf], fresh: &[bool], hold: usize) -> Vec<Repeated> {
         self.discovery.resolve_repeated(devices, fresh, hold)
     }
 

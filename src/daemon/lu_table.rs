@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use super::config::DeviceSettings;
 use super::status::PathStatus;
-use crate::discover::{DiscoverError, Lu, LuId};
+use crate::discover::{DiscoverError, Lu, LuId, Repeated};
 use crate::host::Host;
 use crate::ops::OwnInitiator;
 use crate::transport::Protocol;
@@ -83,7 +83,8 @@ fn lu_spec(
 /// One path with its (lazily opened) device and whether a command is outstanding on it.
 #[derive(Clone)]
 pub struct PathHandle {
-    pub spec: PathSpec,
+    /// Shared, not copied: every check hands each LU's first path to a reader thread.
+    pub spec: Arc<PathSpec>,
     device: Arc<Mutex<Option<Arc<dyn PrTransport>>>>,
     busy: Arc<AtomicBool>,
     /// The device was dropped after a failure ([`PathHandle::forget`]) since the last fresh
@@ -103,7 +104,7 @@ impl std::fmt::Debug for PathHandle {
 impl PathHandle {
     pub(super) fn new(spec: PathSpec) -> PathHandle {
         PathHandle {
-            spec,
+            spec: Arc::new(spec),
             device: Arc::new(Mutex::new(None)),
             busy: Arc::new(AtomicBool::new(false)),
             forgotten: Arc::new(AtomicBool::new(false)),
@@ -232,6 +233,11 @@ pub struct LuTable {
     pub lus: Vec<LuEntry>,
     /// A discovery is running (it may outlive the check that started it).
     discovering: Arc<AtomicBool>,
+    /// The LUs' devices as last given to discovery (made again when the LUs change).
+    devices: Arc<[PathBuf]>,
+    /// The last discovery's answers were not taken in (it did not return in time): the next
+    /// asks for every LU afresh, as [`Repeated::Again`] refers to them.
+    missed: bool,
 }
 
 impl LuTable {
@@ -255,6 +261,8 @@ impl LuTable {
                 })
                 .collect(),
             discovering: Arc::new(AtomicBool::new(false)),
+            devices: Arc::from(Vec::new()),
+            missed: false,
         }
     }
 
@@ -269,7 +277,17 @@ impl LuTable {
             return;
         }
         let busy = BusyPath(Arc::clone(&self.discovering));
-        let devices: Vec<PathBuf> = self.lus.iter().map(|l| l.device.clone()).collect();
+        if self.devices.len() != self.lus.len()
+            || self
+                .lus
+                .iter()
+                .zip(self.devices.iter())
+                .any(|(l, d)| l.device != *d)
+        {
+            self.devices = self.lus.iter().map(|l| l.device.clone()).collect();
+        }
+        let devices = Arc::clone(&self.devices);
+        let missed = std::mem::take(&mut self.missed);
         // Cleared before the discovery starts: a path dropped while it runs asks for the next.
         let fresh: Vec<bool> = self
             .lus
@@ -277,7 +295,7 @@ impl LuTable {
             .map(|lu| {
                 // Every path's mark is taken (no short cut): each asked for this discovery.
                 let forgotten = lu.paths.iter().filter(|p| p.take_forgotten()).count() > 0;
-                forgotten || lu.discover_error.is_some() || lu.id.is_none()
+                forgotten || missed || lu.discover_error.is_some() || lu.id.is_none()
             })
             .collect();
         // Half of the descriptors to spare (the other half is for paths that appear meanwhile)
@@ -294,13 +312,22 @@ impl LuTable {
             let _busy = busy;
             host.resolve_repeated(&devices, &fresh, hold)
                 .into_iter()
-                .map(|found| lu_spec(found, &*host).map_err(|e| e.to_string()))
+                .map(|answer| match answer {
+                    Repeated::Again => None,
+                    Repeated::Found(found) => {
+                        Some(lu_spec(found, &*host).map_err(|e| e.to_string()))
+                    }
+                })
                 .collect::<Vec<_>>()
         });
         let found = match tokio::time::timeout_at(until, job).await {
             Ok(Ok(found)) => found,
-            Ok(Err(e)) => vec![Err(format!("discovery worker failed: {e}")); self.lus.len()],
+            Ok(Err(e)) => {
+                self.missed = true;
+                vec![Some(Err(format!("discovery worker failed: {e}"))); self.lus.len()]
+            }
             Err(_) => {
+                self.missed = true;
                 tracing::warn!(
                     "discovery did not return within the check's budget; keeping the paths"
                 );
@@ -308,7 +335,11 @@ impl LuTable {
             }
         };
         for (lu, result) in self.lus.iter_mut().zip(found) {
-            lu.apply(result);
+            match result {
+                Some(result) => lu.apply(result),
+                // The answer taken in last time stands: the same LU and paths.
+                None => lu.paths_changed = false,
+            }
         }
     }
 
@@ -388,13 +419,13 @@ impl LuEntry {
                 .paths
                 .iter()
                 .zip(&spec.paths)
-                .all(|(h, p)| h.spec == *p)
+                .all(|(h, p)| *h.spec == *p)
         {
             self.paths_changed = false;
             return;
         }
         self.id = Some(spec.id);
-        let before: Vec<PathSpec> = self.paths.iter().map(|p| p.spec.clone()).collect();
+        let before: Vec<Arc<PathSpec>> = self.paths.iter().map(|p| Arc::clone(&p.spec)).collect();
         let mut paths = Vec::with_capacity(spec.paths.len());
         for path in spec.paths {
             // Same device node and session: the same nexus, keep its open device.
@@ -404,7 +435,7 @@ impl LuEntry {
                 .find(|h| h.spec.dev == path.dev && h.spec.session == path.session);
             paths.push(match kept {
                 Some(handle) => PathHandle {
-                    spec: path,
+                    spec: Arc::new(path),
                     ..handle.clone()
                 },
                 None => PathHandle::new(path),
@@ -415,7 +446,7 @@ impl LuEntry {
             != self
                 .paths
                 .iter()
-                .map(|p| p.spec.clone())
+                .map(|p| Arc::clone(&p.spec))
                 .collect::<Vec<_>>();
         if self.paths_changed {
             tracing::info!(
@@ -518,15 +549,15 @@ mod tests {
         };
         let shown = lu.shown_paths();
         assert!(lu.shows_paths(&shown));
-        lu.paths[1].spec.live = false;
+        Arc::make_mut(&mut lu.paths[1].spec).live = false;
         assert!(!lu.shows_paths(&shown), "a path went offline");
-        lu.paths[1].spec.live = true;
-        lu.paths[0].spec.session = Some("session2".to_owned());
+        Arc::make_mut(&mut lu.paths[1].spec).live = true;
+        Arc::make_mut(&mut lu.paths[0].spec).session = Some("session2".to_owned());
         assert!(!lu.shows_paths(&shown), "a new session");
-        lu.paths[0].spec.session = Some("session1".to_owned());
-        lu.paths[0].spec.dev = PathBuf::from("/dev/sg3");
+        Arc::make_mut(&mut lu.paths[0].spec).session = Some("session1".to_owned());
+        Arc::make_mut(&mut lu.paths[0].spec).dev = PathBuf::from("/dev/sg3");
         assert!(!lu.shows_paths(&shown), "another node");
-        lu.paths[0].spec.dev = PathBuf::from("/dev/sdb");
+        Arc::make_mut(&mut lu.paths[0].spec).dev = PathBuf::from("/dev/sdb");
         assert!(lu.shows_paths(&shown));
         let busy = lu.paths[1].claim();
         assert!(!lu.shows_paths(&shown), "a command not returned yet");

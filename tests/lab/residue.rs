@@ -38,8 +38,19 @@ impl Snapshot {
     pub fn compare(&self) -> Result<(), String> {
         let start = Instant::now();
         let (new_processes, new_things) = loop {
-            let new_processes: Vec<Process> =
-                processes().difference(&self.processes).cloned().collect();
+            let now = processes();
+            // A service restarted (udevd, after a test that paused it) is no new process: the old
+            // one is gone and one with its command line took its place.
+            let gone: Vec<&str> = self
+                .processes
+                .difference(&now)
+                .map(|p| p.cmdline.as_str())
+                .collect();
+            let new_processes: Vec<Process> = now
+                .difference(&self.processes)
+                .filter(|p| !gone.contains(&p.cmdline.as_str()))
+                .cloned()
+                .collect();
             let new_things: Vec<String> = things().difference(&self.things).cloned().collect();
             if (new_processes.is_empty() && new_things.is_empty()) || start.elapsed() > SETTLE {
                 break (new_processes, new_things);

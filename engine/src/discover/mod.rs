@@ -49,6 +49,7 @@ mod vpd;
 mod tests;
 
 pub use facts::PathSysfs;
+pub use repeat::Repeated;
 
 use crate::transport::Protocol;
 use std::collections::{BTreeMap, HashMap};

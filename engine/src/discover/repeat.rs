@@ -15,9 +15,15 @@
 //!
 //! An answer is trusted only when these were the same just before and just after the discovery
 //! that made it (so nothing changed while it ran), and it is given again at most
-//! [`MAX_REUSES`] times before discovery runs afresh. NVMe namespaces are discovered afresh
+//! [`MAX_REUSES`] times before discovery runs afresh: each device in its own round of every
+//! [`MAX_REUSES`] (by its place in the caller's list), so that a few devices are discovered
+//! afresh at each round rather than all of them at once. NVMe namespaces are discovered afresh
 //! every time. The rest of what discovery reads (identity, serial, session parameters) belongs
 //! to a device for as long as it exists.
+//!
+//! An answer given again is not copied: the caller is told [`Repeated::Again`] and keeps what it
+//! made of the previous one (a copy and its comparison were most of the agent's user-space work
+//! per LU-check beside the READ KEYS, issue 48).
 //!
 //! Each path's `device/state` (and a map's `dm/uuid`) is read at every round, so it is kept open
 //! between rounds where the caller has descriptors to spare (`hold`, files given back when it
@@ -35,15 +41,29 @@ use super::{DiscoverError, Discovery, Lu, entry_names, read_open};
 use crate::transport::Protocol;
 
 /// How many times in a row an answer is given again before discovery runs afresh: a bound on
-/// how long a change none of the checks above sees (a VPD page rescanned) can go unnoticed, in
-/// rounds (the agent's checks), not in time.
-pub const MAX_REUSES: u32 = 30;
+/// how long a change none of the checks above sees (a VPD page rescanned in place, with no device
+/// added, removed or set offline) can go unnoticed, in rounds (the agent's checks), not in time:
+/// 10 minutes at the packaged 2 s interval. A full discovery costs about 30 system calls a path;
+/// at 30 rounds it was most of the agent's cost per LU-check beyond the READ KEYS (issue 48).
+pub const MAX_REUSES: u32 = 300;
+
+/// One device's answer from [`Discovery::resolve_repeated`].
+#[derive(Debug)]
+pub enum Repeated {
+    /// The answer given for this device at the previous call still stands: nothing it rests on
+    /// changed. Valid only for a caller that took that answer in.
+    Again,
+    /// Discovered now.
+    Found(Result<Vec<Lu>, DiscoverError>),
+}
 
 /// The previous answers, by device as given.
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     inventory: Option<Inventory>,
     answers: HashMap<PathBuf, Answer>,
+    /// Calls so far: device `i` is discovered afresh when `(round + i) % MAX_REUSES == 0`.
+    round: u64,
 }
 
 /// The block devices and iSCSI sessions present.
@@ -208,12 +228,14 @@ impl Discovery {
         devices: &[PathBuf],
         fresh: &[bool],
         hold: usize,
-    ) -> Vec<Result<Vec<Lu>, DiscoverError>> {
+    ) -> Vec<Repeated> {
         let inventory = self.inventory();
         let mut memo = self
             .repeated
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        memo.round += 1;
+        let round = memo.round;
         if inventory.is_none() || memo.inventory != inventory {
             for answer in memo.answers.values_mut() {
                 answer.trusted = false;
@@ -238,7 +260,8 @@ impl Discovery {
         }
         let mut results = Vec::with_capacity(devices.len());
         for (index, device) in devices.iter().enumerate() {
-            let fresh = fresh.get(index).copied().unwrap_or(true);
+            let fresh = fresh.get(index).copied().unwrap_or(true)
+                || (round + index as u64) % u64::from(MAX_REUSES) == 0;
             if let Some(answer) = memo.answers.get_mut(device)
                 && !fresh
                 && answer.trusted
@@ -246,7 +269,7 @@ impl Discovery {
                 && answer.watched.iter().all(Watched::unchanged)
             {
                 answer.reuses += 1;
-                results.push(Ok(answer.lus.clone()));
+                results.push(Repeated::Again);
                 continue;
             }
             let before = memo.answers.remove(device).and_then(|previous| {
@@ -268,7 +291,7 @@ impl Discovery {
                     },
                 );
             }
-            results.push(result);
+            results.push(Repeated::Found(result));
         }
         results
     }

@@ -1018,14 +1018,26 @@ mod repeated {
         }
     }
 
-    fn ids(results: &[Result<Vec<Lu>, DiscoverError>]) -> Vec<String> {
+    /// Each answer's identifier, "again" for an answer that stands, or its error.
+    fn ids(results: &[Repeated]) -> Vec<String> {
         results
             .iter()
             .map(|r| match r {
-                Ok(lus) => lus[0].id.as_str().to_owned(),
-                Err(e) => format!("error: {e}"),
+                Repeated::Again => AGAIN.to_owned(),
+                Repeated::Found(Ok(lus)) => lus[0].id.as_str().to_owned(),
+                Repeated::Found(Err(e)) => format!("error: {e}"),
             })
             .collect()
+    }
+
+    const AGAIN: &str = "again";
+
+    /// The LUs found now (not an answer that stands).
+    fn found(answer: &Repeated) -> &[Lu] {
+        match answer {
+            Repeated::Found(Ok(lus)) => lus,
+            other => panic!("not found afresh: {other:?}"),
+        }
     }
 
     /// Two full rounds (the second makes the answer trusted), then sda's identity removed
@@ -1042,24 +1054,51 @@ mod repeated {
         ids[0].starts_with("error: ")
     }
 
+    /// Given again (not copied), then discovered afresh within [`repeat::MAX_REUSES`] rounds.
     #[test]
     fn an_unchanged_device_gets_its_previous_answer_until_the_bound() {
         let t = Tree::lab();
         let d = t.discovery();
         let devices = [t.dev("sda")];
         settled(&t, &d, &devices);
-        for _ in 0..repeat::MAX_REUSES {
-            assert_eq!(
-                ids(&d.resolve_repeated(&devices, &[false], usize::MAX)),
-                [LUN0]
-            );
+        let mut again = 0;
+        let afresh = loop {
+            let answer = ids(&d.resolve_repeated(&devices, &[false], usize::MAX));
+            if answer != [AGAIN] {
+                break answer;
+            }
+            again += 1;
+            assert!(again <= repeat::MAX_REUSES, "given again {again} times");
+        };
+        assert!(again > 0, "never given again");
+        assert!(failed(&afresh), "after {again} rounds: {afresh:?}");
+    }
+
+    /// Each device is discovered afresh in its own round of every [`repeat::MAX_REUSES`]: a
+    /// few at each round, not all of them in one.
+    #[test]
+    fn devices_are_discovered_afresh_in_turn() {
+        let t = Tree::lab();
+        let d = t.discovery();
+        let devices = [t.dev("sda"), t.dev("sdd")];
+        let fresh = [false, false];
+        d.resolve_repeated(&devices, &fresh, usize::MAX);
+        d.resolve_repeated(&devices, &fresh, usize::MAX);
+        let mut afresh_at: Vec<Vec<usize>> = vec![Vec::new(); devices.len()];
+        for round in 0..2 * repeat::MAX_REUSES as usize {
+            let answers = d.resolve_repeated(&devices, &fresh, usize::MAX);
+            for (index, answer) in answers.iter().enumerate() {
+                if !matches!(answer, Repeated::Again) {
+                    afresh_at[index].push(round);
+                }
+            }
         }
-        let afresh = ids(&d.resolve_repeated(&devices, &[false], usize::MAX));
-        assert!(
-            failed(&afresh),
-            "discovered afresh after {} reuses: {afresh:?}",
-            repeat::MAX_REUSES
-        );
+        let period = repeat::MAX_REUSES as usize;
+        for rounds in &afresh_at {
+            assert_eq!(rounds.len(), 2, "{afresh_at:?}");
+            assert_eq!(rounds[1] - rounds[0], period, "{afresh_at:?}");
+        }
+        assert_ne!(afresh_at[0][0], afresh_at[1][0], "{afresh_at:?}");
     }
 
     #[test]
@@ -1083,12 +1122,14 @@ mod repeated {
             let t = Tree::lab();
             let d = t.discovery();
             let devices = [t.dev("sda")];
-            for _ in 0..3 {
-                assert_eq!(ids(&d.resolve_repeated(&devices, &[false], hold)), [LUN0]);
+            for round in 0..3 {
+                let answer = ids(&d.resolve_repeated(&devices, &[false], hold));
+                // the third is given again: the state is all that is read
+                assert_eq!(answer, [if round < 2 { LUN0 } else { AGAIN }]);
             }
             t.write(&format!("{SDA_DIR}/state"), "transport-offline\n");
             let again = d.resolve_repeated(&devices, &[false], hold);
-            let lus = again[0].as_ref().unwrap();
+            let lus = found(&again[0]);
             assert_eq!(
                 lus[0].paths[0].state,
                 PathState::TransportOffline,
@@ -1115,7 +1156,8 @@ mod repeated {
         assert_eq!(held(), 0);
         assert_eq!(
             ids(&d.resolve_repeated(&devices, &[false, false], 0)),
-            [LUN0, LUN1]
+            [AGAIN, AGAIN],
+            "read afresh instead of held, and still given again"
         );
     }
 
@@ -1162,9 +1204,13 @@ mod repeated {
         let d = t.discovery();
         let devices = [t.dev("dm-0")];
         let fresh = [false];
-        for _ in 0..3 {
+        for round in 0..3 {
             let lus = d.resolve_repeated(&devices, &fresh, usize::MAX);
-            assert_eq!(names(&lus[0].as_ref().unwrap()[0]), ["sdc"]);
+            if round < 2 {
+                assert_eq!(names(&found(&lus[0])[0]), ["sdc"]);
+            } else {
+                assert!(matches!(lus[0], Repeated::Again), "{lus:?}");
+            }
         }
         // multipathd adds sda to the map: no block device appeared, the map's slaves changed.
         let below = fs::read_link(t.sys().join("block/sda")).unwrap();
@@ -1175,7 +1221,7 @@ mod repeated {
         )
         .unwrap();
         let lus = d.resolve_repeated(&devices, &fresh, usize::MAX);
-        assert_eq!(names(&lus[0].as_ref().unwrap()[0]), ["sda", "sdc"]);
+        assert_eq!(names(&found(&lus[0])[0]), ["sda", "sdc"]);
     }
 
     #[test]
@@ -1208,13 +1254,13 @@ mod repeated {
         let d = t.discovery();
         let devices = [t.dev("nvme1n1")];
         for _ in 0..3 {
-            assert!(d.resolve_repeated(&devices, &[false], usize::MAX)[0].is_ok());
+            found(&d.resolve_repeated(&devices, &[false], usize::MAX)[0]);
         }
         t.write(
             "devices/virtual/nvme-fabrics/ctl/nvme1/state",
             "connecting\n",
         );
         let lus = d.resolve_repeated(&devices, &[false], usize::MAX);
-        assert!(!lus[0].as_ref().unwrap()[0].paths[0].is_live());
+        assert!(!found(&lus[0])[0].paths[0].is_live());
     }
 }

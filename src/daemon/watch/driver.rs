@@ -10,7 +10,6 @@
 //! down is still refused by the target (P5); it is only not stopped by the agent.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,7 +103,7 @@ async fn check_lu(
                         probe_registration(t, key)
                     })
                     .await;
-                (index, path.spec.name, probed)
+                (index, path.spec.name.clone(), probed)
             });
         }
         let mut probed = Vec::new();
@@ -161,7 +160,8 @@ pub(in crate::daemon) async fn check_all(
         .collect();
     let first_slot = until.min(Instant::now() + exec.command_slot());
     let mut reads = exec.read_keys_each(batch, first_slot).await.into_iter();
-    let mut results: BTreeMap<usize, LuCheck> = BTreeMap::new();
+    let mut results: Vec<Option<LuCheck>> = Vec::with_capacity(table.lus.len());
+    results.resize_with(table.lus.len(), || None);
     let mut jobs = JoinSet::new();
     for (index, lu) in table.lus.iter().enumerate() {
         let probe = probe.get(index).copied().unwrap_or(Probe::No);
@@ -171,17 +171,12 @@ pub(in crate::daemon) async fn check_all(
         };
         let first = match first {
             Some((_, Ok((keys, events)))) if !probe.wanted(&keys, key) => {
-                results.insert(
-                    index,
-                    LuCheck {
-                        keys: Ok(keys),
-                        preempted_unit_attention: events
-                            .iter()
-                            .any(Event::is_registration_preempted),
-                        registrations: None,
-                        probe_failed: false,
-                    },
-                );
+                results[index] = Some(LuCheck {
+                    keys: Ok(keys),
+                    preempted_unit_attention: events.iter().any(Event::is_registration_preempted),
+                    registrations: None,
+                    probe_failed: false,
+                });
                 continue;
             }
             first => first,
@@ -193,15 +188,12 @@ pub(in crate::daemon) async fn check_all(
                 ErrorKind::Transport,
                 format!("no path: {e}"),
             );
-            results.insert(
-                index,
-                LuCheck {
-                    keys: Err(e),
-                    preempted_unit_attention: false,
-                    registrations: None,
-                    probe_failed: false,
-                },
-            );
+            results[index] = Some(LuCheck {
+                keys: Err(e),
+                preempted_unit_attention: false,
+                registrations: None,
+                probe_failed: false,
+            });
             continue;
         }
         let (exec, device, paths) = (Arc::clone(exec), lu.device.clone(), lu.paths.clone());
@@ -215,7 +207,7 @@ pub(in crate::daemon) async fn check_all(
     loop {
         match tokio::time::timeout_at(until, jobs.join_next()).await {
             Ok(Some(Ok((index, check)))) => {
-                results.insert(index, check);
+                results[index] = Some(check);
             }
             Ok(Some(Err(_))) => {}
             Ok(None) => break,
@@ -225,11 +217,13 @@ pub(in crate::daemon) async fn check_all(
             }
         }
     }
-    (0..table.lus.len())
-        .map(|index| {
-            results.remove(&index).unwrap_or_else(|| LuCheck {
+    results
+        .into_iter()
+        .zip(&table.lus)
+        .map(|(result, lu)| {
+            result.unwrap_or_else(|| LuCheck {
                 keys: Err(CommandError::without_completion(
-                    &table.lus[index].device,
+                    &lu.device,
                     Command::PrIn(crate::pr::PrInAction::ReadKeys),
                     ErrorKind::Timeout,
                     "no path answered within the check's budget (check_budget)",
@@ -242,7 +236,6 @@ pub(in crate::daemon) async fn check_all(
         .collect()
 }
 
-/// What the watch loop keeps between checks.
 /// What one check saw of each LU, as the watch core takes it. `paths_changed` says whether an
 /// LU's paths count as changed since the last check (so that every path is probed).
 fn observations(
@@ -271,6 +264,7 @@ fn observations(
         .collect()
 }
 
+/// What the watch loop keeps between checks.
 struct WatchRun {
     key: Key,
     /// `None` until armed (our key seen on every LU).
