@@ -235,10 +235,17 @@ pub struct LuTable {
     discovering: Arc<AtomicBool>,
     /// The LUs' devices as last given to discovery (made again when the LUs change).
     devices: Arc<[PathBuf]>,
-    /// The last discovery's answers were not taken in (it did not return in time): the next
-    /// asks for every LU afresh, as [`Repeated::Again`] refers to them.
+    /// A discovery that did not return within its check's budget: its answers are taken in
+    /// once it has returned, before the next discovery starts, since that one's
+    /// [`Repeated::Again`] refers to them. (Asking for every LU afresh instead never caught up
+    /// at 1024 LUs × 4 paths: each full discovery outran the budget again.)
+    late: Option<tokio::task::JoinHandle<Vec<Found>>>,
+    /// A late discovery's answers were lost (its worker panicked): the next asks afresh.
     missed: bool,
 }
+
+/// One LU's answer from a discovery: `None` when the previous one stands.
+type Found = Option<Result<LuSpec, String>>;
 
 impl LuTable {
     /// The configured name of LU `index`, for logs ("?" if there is none).
@@ -262,6 +269,7 @@ impl LuTable {
                 .collect(),
             discovering: Arc::new(AtomicBool::new(false)),
             devices: Arc::from(Vec::new()),
+            late: None,
             missed: false,
         }
     }
@@ -275,6 +283,12 @@ impl LuTable {
         if self.discovering.swap(true, Ordering::SeqCst) {
             tracing::warn!("the previous discovery has not returned yet; keeping the paths");
             return;
+        }
+        if let Some(late) = self.late.take() {
+            match late.await {
+                Ok(found) => self.take_in(found),
+                Err(_) => self.missed = true,
+            }
         }
         let busy = BusyPath(Arc::clone(&self.discovering));
         if self.devices.len() != self.lus.len()
@@ -308,7 +322,7 @@ impl LuTable {
             crate::descriptors::to_spare(paths) / 2
         };
         let host = Arc::clone(host);
-        let job = tokio::task::spawn_blocking(move || {
+        let mut job = tokio::task::spawn_blocking(move || {
             let _busy = busy;
             host.resolve_repeated(&devices, &fresh, hold)
                 .into_iter()
@@ -320,20 +334,24 @@ impl LuTable {
                 })
                 .collect::<Vec<_>>()
         });
-        let found = match tokio::time::timeout_at(until, job).await {
+        let found = match tokio::time::timeout_at(until, &mut job).await {
             Ok(Ok(found)) => found,
             Ok(Err(e)) => {
                 self.missed = true;
                 vec![Some(Err(format!("discovery worker failed: {e}"))); self.lus.len()]
             }
             Err(_) => {
-                self.missed = true;
+                self.late = Some(job);
                 tracing::warn!(
                     "discovery did not return within the check's budget; keeping the paths"
                 );
                 return;
             }
         };
+        self.take_in(found);
+    }
+
+    fn take_in(&mut self, found: Vec<Found>) {
         for (lu, result) in self.lus.iter_mut().zip(found) {
             match result {
                 Some(result) => lu.apply(result),
