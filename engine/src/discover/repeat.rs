@@ -261,7 +261,7 @@ impl Discovery {
         let mut results = Vec::with_capacity(devices.len());
         for (index, device) in devices.iter().enumerate() {
             let fresh = fresh.get(index).copied().unwrap_or(true)
-                || (round + index as u64) % u64::from(MAX_REUSES) == 0;
+                || (round + index as u64).is_multiple_of(u64::from(MAX_REUSES));
             if let Some(answer) = memo.answers.get_mut(device)
                 && !fresh
                 && answer.trusted
